@@ -1,0 +1,57 @@
+// Small shared utilities: a seeded random number generator (no global RNG anywhere in tightpipe),
+// a monotonic clock, whole-file reads and writes returning Status, and string helpers.
+//
+// Rng is a value type (copyable state, so it can be checkpointed); not thread-safe: give each
+// thread its own, seeded explicitly.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tightpipe/status.h"
+
+namespace tightpipe {
+
+// xoshiro256** seeded through splitmix64: the same seed gives the same stream on every platform
+// (std:: distributions do not guarantee that, so we define our own).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t next_u64();
+  // Uniform in [0, 1) with 24 random bits.
+  float uniform_float();
+  // Uniform in [0, 1) with 53 random bits.
+  double uniform_double();
+  // Uniform integer in [0, n). REQUIRES: n > 0.
+  uint64_t below(uint64_t n);
+  // Standard normal (Box-Muller), deterministic for a given state.
+  float normal();
+  // Derive an independent stream (e.g. one per rank or worker) without touching this one.
+  Rng fork(uint64_t stream) const;
+
+  std::array<uint64_t, 4> state() const { return s_; }
+  void set_state(const std::array<uint64_t, 4>& s) { s_ = s; }
+
+ private:
+  std::array<uint64_t, 4> s_;
+};
+
+// Seconds since an arbitrary fixed point, monotonic.
+double now_seconds();
+
+Result<std::string> read_file(const std::string& path);
+Status write_file(const std::string& path, std::string_view contents);
+
+std::vector<std::string> split(std::string_view s, char sep);
+std::string_view trim(std::string_view s);
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+// Parses a whole string as a number; no trailing junk, no empty input.
+Result<double> parse_double(std::string_view s);
+Result<int64_t> parse_int(std::string_view s);
+// "1.5 KiB", "12.0 MiB"...
+std::string human_bytes(double bytes);
+
+}  // namespace tightpipe

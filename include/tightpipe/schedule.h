@@ -1,0 +1,160 @@
+// The schedule IR: one ordered program of actions per rank, shared by the generators, the
+// validator, the lowering pass, the simulator and the executor.
+//
+// An Action is a value (type, stage, microbatch) whose text form is PyTorch's: `2F0` (stage 2,
+// forward of microbatch 0), `1I3` (input-gradient backward), `0W3` (weight-gradient backward),
+// `2B1` (fused backward = I then W), `1SEND_F3`, `2RECV_B0` (communication). A Schedule holds
+// the shape, the stage-to-rank map and the programs; it has no timesteps and no idle slots:
+// timing is the simulator's or the executor's business.
+//
+// Everything here is pure (no tensors, no transport) and thread-compatible: const methods may be
+// called concurrently, mutation needs external synchronization.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tightpipe/status.h"
+
+namespace tightpipe {
+
+enum class ActionType {
+  kForward,         // F: forward of one stage for one microbatch
+  kBackwardInput,   // I: gradient w.r.t. the stage input (the upstream stage waits for it)
+  kBackwardWeight,  // W: gradient w.r.t. the stage weights (can wait)
+  kBackward,        // B: fused I then W
+  kSendAct,         // SEND_F: send the forward output of (stage, mb) to stage + 1
+  kRecvAct,         // RECV_F: receive the forward input of (stage, mb) from stage - 1
+  kSendGrad,        // SEND_B: send the input gradient of (stage, mb) to stage - 1
+  kRecvGrad,        // RECV_B: receive the output gradient of (stage, mb) from stage + 1
+};
+
+struct Action {
+  ActionType type = ActionType::kForward;
+  int32_t stage = 0;
+  int32_t microbatch = 0;
+
+  friend bool operator==(const Action&, const Action&) = default;
+};
+
+bool is_compute(ActionType t);
+bool is_comm(ActionType t);
+// "F", "I", "W", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B".
+std::string_view action_type_name(ActionType t);
+// Text form: "2F0", "1SEND_F3".
+std::string to_string(const Action& a);
+// Exact inverse of to_string. Errors name the token and say what was expected.
+Result<Action> parse_action(std::string_view token);
+
+// Where stage s lives. kLoop: rank s mod P (interleaved). kV: stages r and 2P-1-r on rank r.
+enum class Placement { kLoop, kV };
+// REQUIRES: stages % ranks == 0 (and stages == 2 * ranks for kV).
+std::vector<int32_t> place_stages(Placement placement, int32_t ranks, int32_t stages);
+
+struct Schedule {
+  int32_t num_ranks = 0;
+  int32_t num_stages = 0;
+  int32_t num_microbatches = 0;
+  std::vector<int32_t> stage_to_rank;          // [S]
+  std::vector<std::vector<Action>> programs;   // [P][steps]
+  std::string name;                            // generator name, or the source file
+  bool lowered = false;  // programs hold SEND/RECV (set by lower() and the parsers; validate checks)
+
+  int32_t chunks() const { return num_ranks ? num_stages / num_ranks : 0; }
+  int32_t rank_of(int32_t stage) const { return stage_to_rank[stage]; }
+  // True if any program holds a SEND or RECV (a scan; `lowered` is the cached answer).
+  bool has_comm_actions() const;
+  // Total number of actions over all ranks.
+  size_t size() const;
+  // The local stages of `rank` in ascending order.
+  std::vector<int32_t> stages_of(int32_t rank) const;
+};
+
+// ----- generators ----------------------------------------------------------------------------
+
+struct GeneratorOptions {
+  int32_t ranks = 1;         // p: pipeline ranks
+  int32_t microbatches = 1;  // m: microbatches per step
+  int32_t chunks = 1;        // v: virtual stages (chunks) per rank
+  int32_t group_size = 0;    // interleaved: microbatches per group (0: p, as Megatron)
+};
+
+using GeneratorFn = std::function<Result<Schedule>(const GeneratorOptions&)>;
+
+struct GeneratorInfo {
+  std::string name;         // registry name, e.g. "zb-h1"
+  std::string summary;      // one line for --help
+  bool takes_chunks;        // accepts v > 1 (interleaved, looped-bfs) or needs v == 2 (zb-v)
+  int32_t fixed_chunks;     // 0: any v; otherwise the only v accepted (zb-v: 2; 1f1b: 1)
+  GeneratorFn fn;
+};
+
+// All registered generators, in a stable order.
+const std::vector<GeneratorInfo>& schedule_generators();
+// Looks a generator up by name (case-insensitive; a few aliases such as "1F1B", "zbv") and runs
+// it. Unknown names and shapes a generator cannot take are InvalidArgument naming the value and
+// a hint.
+Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions& options);
+
+// ----- dependencies ----------------------------------------------------------------------------
+
+// What must have completed before `a` may start, as actions. A requirement of type
+// kBackwardInput is met by that I or by the fused B of the same (stage, microbatch); use
+// CompletionSet to test. For compute-only schedules cross-rank edges name the producing compute
+// action; for lowered ones they name the RECV (and a RECV requires the peer's SEND).
+// The single source of truth for validate, lower, the simulator and the executor.
+std::vector<Action> dependencies(const Schedule& schedule, const Action& a);
+
+// Which (type, stage, microbatch) actions have completed.
+class CompletionSet {
+ public:
+  explicit CompletionSet(const Schedule& schedule);
+  void mark(const Action& a);
+  // True if `requirement` has completed (B satisfies I and W requirements).
+  bool has(const Action& requirement) const;
+  bool ready(const Schedule& schedule, const Action& a) const;
+
+ private:
+  size_t index(ActionType t, int32_t stage, int32_t mb) const;
+  int32_t stages_, microbatches_;
+  std::vector<uint8_t> done_;
+};
+
+// ----- validation and lowering -----------------------------------------------------------------
+
+// Checks: exactly one F per (stage, mb); either one B or one I and one W; F before I/B; I before
+// W; each action on the rank that owns its stage; consistent stage-to-rank map; on lowered
+// schedules every SEND has exactly one matching RECV and vice versa; and a dry run proving every
+// rank can finish. The error message holds the rank x step grid with the offending cell marked.
+Status validate(const Schedule& schedule);
+
+// Adds SEND/RECV for every cross-rank edge. The sender places the receiver's RECV while the
+// programs are replayed in dependency order, so matching operations are posted in a hang-free
+// order; stages on the same rank hand off locally. REQUIRES: a compute-only schedule.
+Result<Schedule> lower(const Schedule& schedule);
+
+// Drops the SEND/RECV actions of a lowered schedule.
+Schedule compute_only(const Schedule& schedule);
+
+// ----- text forms ------------------------------------------------------------------------------
+
+struct GridMark {
+  int32_t rank = -1;
+  int32_t step = -1;
+};
+// One row per rank: "r0: 0F0 0F1 ..." with cells padded to a column; the marked cell is
+// bracketed (">>0W3<<") and a caret line follows the row. The one grid printer every error uses.
+std::string format_grid(const Schedule& schedule, GridMark mark = {});
+
+// PyTorch's CSV layout: one row per rank, one action per cell, no header.
+std::string to_csv(const Schedule& schedule);
+// Parses and validates a CSV; infers the stage-to-rank map from where actions appear.
+// `source` names the file in errors ("schedule.csv:3:5: bad token ...").
+Result<Schedule> parse_csv(std::string_view text, std::string_view source);
+std::string to_json(const Schedule& schedule);
+Result<Schedule> parse_json(std::string_view text, std::string_view source);
+
+}  // namespace tightpipe

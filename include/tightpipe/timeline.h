@@ -1,0 +1,55 @@
+// Timeline: what every rank did and when, the one type both the simulator (predicted) and the
+// executor (measured) produce, with the same event names (the action text form: "2F0",
+// "1SEND_F3"...), so predicted and measured runs can be overlaid and compared.
+//
+// Plain data; thread-compatible. An executor rank fills its own RankTimeline alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tightpipe {
+
+enum class Lane { kCompute = 0, kComm = 1, kData = 2 };
+
+enum class EventKind {
+  kForward,         // F
+  kBackwardInput,   // I
+  kBackwardWeight,  // W
+  kBackward,        // B (fused)
+  kSend,            // SEND_F / SEND_B: time the send occupied its lane
+  kRecv,            // RECV_F / RECV_B: time spent waiting for / moving the message
+  kData,            // waiting for the data loader
+  kOptimizer,       // gradient-norm reduce + optimizer step
+  kOther,
+};
+
+std::string lane_name(Lane lane);
+std::string event_kind_name(EventKind kind);
+bool is_compute_kind(EventKind kind);
+
+struct TimelineEvent {
+  std::string name;        // "2F0", "1RECV_B3", "data", "optimizer"
+  EventKind kind = EventKind::kOther;
+  Lane lane = Lane::kCompute;
+  int32_t stage = -1;
+  int32_t microbatch = -1;
+  int32_t step = 0;        // training step (0 for a simulation)
+  double start = 0;        // in Timeline::time_unit, from the step's common origin
+  double end = 0;
+  int32_t peer = -1;       // other rank of a SEND/RECV
+  int64_t bytes = 0;       // message bytes of a SEND/RECV
+};
+
+struct RankTimeline {
+  int32_t rank = 0;
+  std::vector<TimelineEvent> events;  // in start order per lane
+};
+
+struct Timeline {
+  std::string time_unit = "s";  // "s" for measured runs; the cost unit for a simulation
+  std::vector<RankTimeline> ranks;
+};
+
+}  // namespace tightpipe

@@ -1,0 +1,156 @@
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "tightpipe/base.h"
+
+namespace tightpipe {
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  uint64_t x = seed;
+  for (auto& w : s_) w = splitmix64(x);
+}
+
+uint64_t Rng::next_u64() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+float Rng::uniform_float() { return static_cast<float>(next_u64() >> 40) * (1.0f / 16777216.0f); }
+double Rng::uniform_double() {
+  return static_cast<double>(next_u64() >> 11) * (1.0 / 9007199254740992.0);
+}
+uint64_t Rng::below(uint64_t n) {
+  TP_CHECK(n > 0, "Rng::below(0)");
+  // Rejection sampling keeps the result unbiased.
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+  uint64_t x;
+  do {
+    x = next_u64();
+  } while (x >= limit);
+  return x % n;
+}
+float Rng::normal() {
+  double u1 = uniform_double();
+  double u2 = uniform_double();
+  if (u1 < 1e-300) u1 = 1e-300;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+Rng Rng::fork(uint64_t stream) const {
+  uint64_t x = s_[0] ^ rotl(s_[3], 13) ^ (stream * 0xd1342543de82ef95ULL + 0x632be59bd9b4e019ULL);
+  return Rng(splitmix64(x));
+}
+
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::not_found(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Status::io_error(fmt::format("error reading '{}'", path));
+  return ss.str();
+}
+
+Status write_file(const std::string& path, std::string_view contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    return Status::io_error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  out.close();
+  if (!out) return Status::io_error(fmt::format("error writing '{}'", path));
+  return OkStatus();
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    if (pos == std::string_view::npos) {
+      out.emplace_back(s.substr(start));
+      return out;
+    }
+    out.emplace_back(s.substr(start, pos - start));
+    start = pos + 1;
+  }
+}
+
+std::string_view trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+Result<double> parse_double(std::string_view s) {
+  std::string str(trim(s));
+  if (str.empty()) return Status::invalid_argument("expected a number, got an empty string");
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(str.c_str(), &end);
+  if (end != str.c_str() + str.size() || errno == ERANGE || !std::isfinite(v)) {
+    return Status::invalid_argument(fmt::format("expected a number, got '{}'", str));
+  }
+  return v;
+}
+
+Result<int64_t> parse_int(std::string_view s) {
+  std::string_view t = trim(s);
+  if (t.empty()) return Status::invalid_argument("expected an integer, got an empty string");
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec != std::errc() || ptr != t.data() + t.size()) {
+    return Status::invalid_argument(fmt::format("expected an integer, got '{}'", t));
+  }
+  return v;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::abs(bytes) >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.1f} {}", bytes, units[u]);
+}
+
+}  // namespace tightpipe

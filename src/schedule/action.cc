@@ -1,0 +1,125 @@
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+
+#include "tightpipe/schedule.h"
+
+namespace tightpipe {
+
+bool is_compute(ActionType t) {
+  switch (t) {
+    case ActionType::kForward:
+    case ActionType::kBackwardInput:
+    case ActionType::kBackwardWeight:
+    case ActionType::kBackward:
+      return true;
+    case ActionType::kSendAct:
+    case ActionType::kRecvAct:
+    case ActionType::kSendGrad:
+    case ActionType::kRecvGrad:
+      return false;
+  }
+  return false;
+}
+
+bool is_comm(ActionType t) { return !is_compute(t); }
+
+std::string_view action_type_name(ActionType t) {
+  switch (t) {
+    case ActionType::kForward: return "F";
+    case ActionType::kBackwardInput: return "I";
+    case ActionType::kBackwardWeight: return "W";
+    case ActionType::kBackward: return "B";
+    case ActionType::kSendAct: return "SEND_F";
+    case ActionType::kRecvAct: return "RECV_F";
+    case ActionType::kSendGrad: return "SEND_B";
+    case ActionType::kRecvGrad: return "RECV_B";
+  }
+  return "?";
+}
+
+std::string to_string(const Action& a) {
+  return fmt::format("{}{}{}", a.stage, action_type_name(a.type), a.microbatch);
+}
+
+Result<Action> parse_action(std::string_view token) {
+  auto bad = [&](std::string_view why) {
+    return Status::invalid_argument(fmt::format(
+        "bad action '{}': {}; hint: actions look like 2F0, 1I3, 0W3, 2B1, 1SEND_F3, 2RECV_B0 "
+        "(stage, type, microbatch)",
+        token, why));
+  };
+  size_t i = 0;
+  while (i < token.size() && std::isdigit(static_cast<unsigned char>(token[i]))) ++i;
+  if (i == 0) return bad("it does not start with a stage number");
+  size_t j = i;
+  while (j < token.size() && !std::isdigit(static_cast<unsigned char>(token[j]))) ++j;
+  if (j == token.size()) return bad("it does not end with a microbatch number");
+  std::string_view type_text = token.substr(i, j - i);
+  std::string_view mb_text = token.substr(j);
+  static constexpr ActionType kAll[] = {
+      ActionType::kForward,  ActionType::kBackwardInput, ActionType::kBackwardWeight,
+      ActionType::kBackward, ActionType::kSendAct,       ActionType::kRecvAct,
+      ActionType::kSendGrad, ActionType::kRecvGrad};
+  Action a;
+  bool found = false;
+  for (ActionType t : kAll) {
+    if (action_type_name(t) == type_text) {
+      a.type = t;
+      found = true;
+    }
+  }
+  if (!found) {
+    return bad(fmt::format("unknown type '{}' (expected F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B)",
+                           type_text));
+  }
+  auto parse_num = [](std::string_view s, int32_t& out) {
+    if (s.size() > 1 && s[0] == '0') return false;  // no leading zeros: keeps parse the inverse
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size();
+  };
+  if (!parse_num(token.substr(0, i), a.stage)) return bad("the stage is not a plain number");
+  if (!parse_num(mb_text, a.microbatch)) return bad("the microbatch is not a plain number");
+  return a;
+}
+
+std::vector<int32_t> place_stages(Placement placement, int32_t ranks, int32_t stages) {
+  TP_CHECK(ranks > 0 && stages % ranks == 0, "stages=", stages, " ranks=", ranks);
+  std::vector<int32_t> out(stages);
+  switch (placement) {
+    case Placement::kLoop:
+      for (int32_t s = 0; s < stages; ++s) out[s] = s % ranks;
+      break;
+    case Placement::kV:
+      TP_CHECK(stages == 2 * ranks, "V placement needs 2 stages per rank, got ", stages);
+      for (int32_t r = 0; r < ranks; ++r) {
+        out[r] = r;
+        out[2 * ranks - 1 - r] = r;
+      }
+      break;
+  }
+  return out;
+}
+
+bool Schedule::has_comm_actions() const {
+  for (const auto& prog : programs)
+    for (const auto& a : prog)
+      if (is_comm(a.type)) return true;
+  return false;
+}
+
+size_t Schedule::size() const {
+  size_t n = 0;
+  for (const auto& prog : programs) n += prog.size();
+  return n;
+}
+
+std::vector<int32_t> Schedule::stages_of(int32_t rank) const {
+  std::vector<int32_t> out;
+  for (int32_t s = 0; s < num_stages; ++s)
+    if (stage_to_rank[s] == rank) out.push_back(s);
+  return out;
+}
+
+}  // namespace tightpipe

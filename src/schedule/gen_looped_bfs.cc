@@ -1,0 +1,1 @@
+#include "tightpipe/schedule.h"

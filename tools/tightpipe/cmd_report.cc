@@ -1,0 +1,6 @@
+#include "commands.h"
+
+// Placeholder until this subcommand lands; its owner replaces this file.
+namespace tightpipe::cli {
+int cmd_report(int, char**) { return report_error("report", Status::internal("not built yet")); }
+}  // namespace tightpipe::cli

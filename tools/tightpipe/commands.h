@@ -1,0 +1,30 @@
+// The tightpipe CLI: one function per subcommand, each parsing its own flags (CLI11), validating
+// them and calling the library. Exit codes: 0 success, 1 runtime error, 2 usage error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "tightpipe/status.h"
+
+namespace tightpipe::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+int cmd_schedule(int argc, char** argv);
+int cmd_simulate(int argc, char** argv);
+int cmd_train(int argc, char** argv);
+int cmd_sample(int argc, char** argv);
+int cmd_data(int argc, char** argv);
+int cmd_report(int argc, char** argv);
+
+// Runs app.parse; on a parse error prints one line "tightpipe <cmd>: <error>" plus a hint to
+// --help and returns kExitUsage; on --help prints help and returns kExitOk; otherwise -1.
+int parse_or_exit(CLI::App& app, int argc, char** argv);
+// Prints "tightpipe <cmd>: error: <message>" to stderr and returns the exit code for `status`
+// (kExitUsage for InvalidArgument, kExitError otherwise).
+int report_error(std::string_view command, const Status& status);
+
+}  // namespace tightpipe::cli
