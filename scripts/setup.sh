@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
   libarchive-dev
+  libexpat1-dev
 )
 PACKAGES+=(${TP_EXTRA_PACKAGES:-})
 

@@ -1,0 +1,150 @@
+#include <expat.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tightpipe/prof.h"
+
+namespace tightpipe {
+namespace {
+
+TimelineEvent ev(std::string name, EventKind kind, Lane lane, double s, double e) {
+  TimelineEvent x;
+  x.name = std::move(name);
+  x.kind = kind;
+  x.lane = lane;
+  x.start = s;
+  x.end = e;
+  return x;
+}
+
+// Two ranks: r0 F0 [0,1] F1 [1,2] B0 [4,6]; r1 F0 [1,2] B0 [2,4]; overlapping sends on r0.
+Timeline sample() {
+  Timeline t;
+  t.time_unit = "ms";
+  RankTimeline r0{0, {}}, r1{1, {}};
+  r0.events = {ev("0F0", EventKind::kForward, Lane::kCompute, 0, 1),
+               ev("0F1", EventKind::kForward, Lane::kCompute, 1, 2),
+               ev("0B0", EventKind::kBackward, Lane::kCompute, 4, 6),
+               ev("0SEND_F0", EventKind::kSend, Lane::kComm, 1, 1.5),
+               ev("0SEND_F1", EventKind::kSend, Lane::kComm, 1.2, 2.5)};
+  r0.events[3].peer = 1;
+  r0.events[3].bytes = 100;
+  r0.events[4].peer = 1;
+  r0.events[4].bytes = 50;
+  r1.events = {ev("1F0", EventKind::kForward, Lane::kCompute, 1.5, 2.5),
+               ev("1B0", EventKind::kBackward, Lane::kCompute, 2.5, 4.5)};
+  t.ranks = {r0, r1};
+  return t;
+}
+
+TEST(TimelineStats, BusyIdleBubble) {
+  TimelineStats st = timeline_stats(sample());
+  EXPECT_DOUBLE_EQ(st.makespan, 6);
+  ASSERT_EQ(st.ranks.size(), 2u);
+  EXPECT_DOUBLE_EQ(st.ranks[0].busy, 4);
+  EXPECT_DOUBLE_EQ(st.ranks[0].first_start, 0);
+  EXPECT_DOUBLE_EQ(st.ranks[0].last_end, 6);
+  EXPECT_DOUBLE_EQ(st.ranks[0].internal_idle, 2);
+  EXPECT_DOUBLE_EQ(st.ranks[0].idle, 2);
+  EXPECT_EQ(st.ranks[0].messages_sent, 2);
+  EXPECT_EQ(st.ranks[0].bytes_sent, 150);
+  EXPECT_DOUBLE_EQ(st.ranks[1].busy, 3);
+  EXPECT_DOUBLE_EQ(st.ranks[1].idle, 3);
+  EXPECT_DOUBLE_EQ(st.bubble_ratio, (12.0 - 7.0) / 12.0);
+}
+
+TEST(TimelineNames, LanesAndKinds) {
+  EXPECT_EQ(lane_name(Lane::kCompute), "compute");
+  EXPECT_EQ(lane_name(Lane::kComm), "comm");
+  EXPECT_EQ(event_kind_name(EventKind::kBackwardInput), "I");
+  EXPECT_TRUE(is_compute_kind(EventKind::kBackwardWeight));
+  EXPECT_FALSE(is_compute_kind(EventKind::kRecv));
+}
+
+TEST(ChromeTrace, ReparsesAsTraceEventFormat) {
+  Timeline t = sample();
+  auto j = nlohmann::json::parse(to_chrome_trace(t));
+  ASSERT_TRUE(j.contains("traceEvents"));
+  int complete = 0, process_names = 0, thread_names = 0;
+  std::set<std::pair<int, int>> comm_tids;
+  for (const auto& e : j["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph"));
+    ASSERT_TRUE(e.contains("pid"));
+    ASSERT_TRUE(e.contains("tid"));
+    if (e["ph"] == "X") {
+      ++complete;
+      ASSERT_TRUE(e["ts"].is_number());
+      ASSERT_TRUE(e["dur"].is_number());
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      if (e["cat"] == "SEND") comm_tids.insert({e["pid"].get<int>(), e["tid"].get<int>()});
+      if (e["name"] == "0B0") {
+        EXPECT_EQ(e["pid"], 0);
+        EXPECT_EQ(e["tid"], 0);
+        EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 4000.0);  // ms -> us
+        EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2000.0);
+      }
+    } else {
+      EXPECT_EQ(e["ph"], "M");
+      if (e["name"] == "process_name") {
+        ++process_names;
+        EXPECT_EQ(e["args"]["name"], "rank " + std::to_string(e["pid"].get<int>()));
+      }
+      if (e["name"] == "thread_name") ++thread_names;
+    }
+  }
+  EXPECT_EQ(complete, 7);
+  EXPECT_EQ(process_names, 2);
+  // r0: compute, comm, comm #2 (the two sends overlap); r1: compute.
+  EXPECT_EQ(thread_names, 4);
+  EXPECT_EQ(comm_tids, (std::set<std::pair<int, int>>{{0, 1}, {0, 101}}));
+}
+
+struct SvgScan {
+  int depth = 0;
+  int rank_groups = 0;
+  int rects = 0;
+  int legend = 0;
+  int axis = 0;
+};
+
+TEST(Svg, WellFormedOneRowPerRank) {
+  Timeline t = sample();
+  SvgOptions o;
+  o.title = "1f1b <p=2> & m=2";
+  std::string svg = to_svg(t, o);
+  XML_Parser parser = XML_ParserCreate(nullptr);
+  SvgScan scan;
+  XML_SetUserData(parser, &scan);
+  XML_SetElementHandler(
+      parser,
+      [](void* ud, const XML_Char* name, const XML_Char** attrs) {
+        auto* s = static_cast<SvgScan*>(ud);
+        ++s->depth;
+        std::string n = name;
+        if (n == "rect") ++s->rects;
+        for (int i = 0; attrs[i]; i += 2) {
+          if (std::string(attrs[i]) == "class") {
+            std::string v = attrs[i + 1];
+            if (n == "g" && v == "rank") ++s->rank_groups;
+            if (v == "legend") ++s->legend;
+            if (v == "axis") ++s->axis;
+          }
+        }
+      },
+      [](void* ud, const XML_Char*) { --static_cast<SvgScan*>(ud)->depth; });
+  const bool ok = XML_Parse(parser, svg.data(), static_cast<int>(svg.size()), 1) == XML_STATUS_OK;
+  std::string err = ok ? "" : XML_ErrorString(XML_GetErrorCode(parser));
+  XML_ParserFree(parser);
+  ASSERT_TRUE(ok) << err;
+  EXPECT_EQ(scan.rank_groups, 2);
+  EXPECT_EQ(scan.legend, 1);
+  EXPECT_EQ(scan.axis, 1);
+  EXPECT_GE(scan.rects, 7 + 2);  // events + idle backgrounds
+  EXPECT_NE(svg.find("time (ms)"), std::string::npos);
+  EXPECT_NE(svg.find("&lt;p=2&gt; &amp;"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tightpipe

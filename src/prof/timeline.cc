@@ -1,0 +1,89 @@
+// Timeline names and statistics (prof.h, timeline.h).
+#include <algorithm>
+#include <limits>
+
+#include "tightpipe/prof.h"
+#include "tightpipe/timeline.h"
+
+namespace tightpipe {
+
+std::string lane_name(Lane lane) {
+  switch (lane) {
+    case Lane::kCompute: return "compute";
+    case Lane::kComm: return "comm";
+    case Lane::kData: return "data";
+  }
+  return "lane";
+}
+
+std::string event_kind_name(EventKind kind) {
+  switch (kind) {
+    case EventKind::kForward: return "F";
+    case EventKind::kBackwardInput: return "I";
+    case EventKind::kBackwardWeight: return "W";
+    case EventKind::kBackward: return "B";
+    case EventKind::kSend: return "SEND";
+    case EventKind::kRecv: return "RECV";
+    case EventKind::kData: return "data";
+    case EventKind::kOptimizer: return "optimizer";
+    case EventKind::kOther: return "other";
+  }
+  return "other";
+}
+
+bool is_compute_kind(EventKind kind) {
+  switch (kind) {
+    case EventKind::kForward:
+    case EventKind::kBackwardInput:
+    case EventKind::kBackwardWeight:
+    case EventKind::kBackward:
+    case EventKind::kOptimizer:
+      return true;
+    case EventKind::kSend:
+    case EventKind::kRecv:
+    case EventKind::kData:
+    case EventKind::kOther:
+      return false;
+  }
+  return false;
+}
+
+TimelineStats timeline_stats(const Timeline& timeline) {
+  TimelineStats out;
+  out.ranks.reserve(timeline.ranks.size());
+  for (const RankTimeline& rt : timeline.ranks) {
+    RankTimelineStats st;
+    st.rank = rt.rank;
+    double first = std::numeric_limits<double>::infinity();
+    double last = -std::numeric_limits<double>::infinity();
+    for (const TimelineEvent& e : rt.events) {
+      out.makespan = std::max(out.makespan, e.end);
+      const double d = e.end - e.start;
+      if (is_compute_kind(e.kind)) {
+        st.busy += d;
+        ++st.compute_events;
+        first = std::min(first, e.start);
+        last = std::max(last, e.end);
+      } else if (e.kind == EventKind::kSend || e.kind == EventKind::kRecv) {
+        st.comm += d;
+        if (e.kind == EventKind::kSend) {
+          ++st.messages_sent;
+          st.bytes_sent += e.bytes;
+        }
+      }
+    }
+    if (st.compute_events > 0) {
+      st.first_start = first;
+      st.last_end = last;
+      st.internal_idle = last - first - st.busy;
+    }
+    out.total_busy += st.busy;
+    out.ranks.push_back(st);
+  }
+  for (RankTimelineStats& st : out.ranks) st.idle = out.makespan - st.busy;
+  const double denom = static_cast<double>(out.ranks.size()) * out.makespan;
+  out.bubble_ratio = denom > 0 ? (denom - out.total_busy) / denom : 0.0;
+  return out;
+}
+
+}  // namespace tightpipe
