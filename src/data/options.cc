@@ -1,0 +1,205 @@
+// DataOptions validation, enum names, DataPosition JSON, path expansion and the byte tokenizer.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tightpipe/base.h"
+#include "tightpipe/data.h"
+
+namespace tightpipe {
+
+namespace fs = std::filesystem;
+
+std::string_view split_name(Split split) {
+  switch (split) {
+    case Split::kTrain: return "train";
+    case Split::kVal: return "val";
+    case Split::kAll: return "all";
+  }
+  return "?";
+}
+
+Result<Split> parse_split(std::string_view name) {
+  if (name == "train") return Split::kTrain;
+  if (name == "val") return Split::kVal;
+  if (name == "all") return Split::kAll;
+  return Status::invalid_argument(
+      fmt::format("unknown split '{}'; hint: train, val or all", name));
+}
+
+std::string_view on_corrupt_name(OnCorrupt on_corrupt) {
+  switch (on_corrupt) {
+    case OnCorrupt::kFail: return "fail";
+    case OnCorrupt::kSkip: return "skip";
+  }
+  return "?";
+}
+
+Result<OnCorrupt> parse_on_corrupt(std::string_view name) {
+  if (name == "fail") return OnCorrupt::kFail;
+  if (name == "skip") return OnCorrupt::kSkip;
+  return Status::invalid_argument(
+      fmt::format("unknown --on-corrupt '{}'; hint: fail or skip", name));
+}
+
+Status DataOptions::validate() const {
+  auto range = [](std::string_view field, int64_t v, int64_t lo, int64_t hi) -> Status {
+    if (v >= lo && v <= hi) return OkStatus();
+    return Status::invalid_argument(
+        fmt::format("data option {} = {} is out of range [{}, {}]", field, v, lo, hi));
+  };
+  if (path.empty()) {
+    return Status::invalid_argument("data option path is empty; hint: a text file, a shard, a "
+                                    "directory of shards or 'DIR/shard-{000000..000009}.tar'");
+  }
+  TP_RETURN_IF_ERROR(range("micro_batch_size", micro_batch_size, 1, 1 << 20));
+  TP_RETURN_IF_ERROR(range("seq_length", seq_length, 1, 1 << 24));
+  TP_RETURN_IF_ERROR(range("num_workers", num_workers, 1, 256));
+  TP_RETURN_IF_ERROR(range("prefetch", prefetch, 1, 1 << 16));
+  TP_RETURN_IF_ERROR(range("shuffle_buffer", shuffle_buffer, 0, 1 << 24));
+  TP_RETURN_IF_ERROR(range("num_replicas", num_replicas, 1, 1 << 20));
+  TP_RETURN_IF_ERROR(range("replica", replica, 0, num_replicas - 1));
+  TP_RETURN_IF_ERROR(range("vocab_size", vocab_size, 1, (int64_t{1} << 31) - 1));
+  return OkStatus();
+}
+
+std::string DataPosition::to_json() const {
+  nlohmann::json j = {{"version", 1},
+                      {"epoch", epoch},
+                      {"samples_in_epoch", samples_in_epoch},
+                      {"token_offset", token_offset},
+                      {"batches", batches},
+                      {"seed", seed},
+                      {"num_workers", num_workers},
+                      {"shuffle_buffer", shuffle_buffer},
+                      {"replica", replica},
+                      {"num_replicas", num_replicas},
+                      {"split", std::string(split_name(split))},
+                      {"num_sources", num_sources}};
+  return j.dump();
+}
+
+Result<DataPosition> DataPosition::from_json(std::string_view json) {
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::corruption("data position is not a JSON object");
+  }
+  DataPosition p;
+  try {
+    if (j.at("version").get<int>() != 1) {
+      return Status::corruption(
+          fmt::format("data position version {} is not 1", j.at("version").dump()));
+    }
+    p.epoch = j.at("epoch").get<int64_t>();
+    p.samples_in_epoch = j.at("samples_in_epoch").get<int64_t>();
+    p.token_offset = j.at("token_offset").get<int64_t>();
+    p.batches = j.at("batches").get<int64_t>();
+    p.seed = j.at("seed").get<uint64_t>();
+    p.num_workers = j.at("num_workers").get<int32_t>();
+    p.shuffle_buffer = j.at("shuffle_buffer").get<int32_t>();
+    p.replica = j.at("replica").get<int32_t>();
+    p.num_replicas = j.at("num_replicas").get<int32_t>();
+    TP_ASSIGN_OR_RETURN(p.split, parse_split(j.at("split").get<std::string>()));
+    p.num_sources = j.at("num_sources").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return Status::corruption(fmt::format("data position: {}", e.what()));
+  }
+  if (p.epoch < 0 || p.samples_in_epoch < 0 || p.token_offset < 0 || p.batches < 0) {
+    return Status::corruption("data position has a negative counter");
+  }
+  return p;
+}
+
+bool is_shard_path(std::string_view path) {
+  return path.ends_with(".tar") || path.ends_with(".tar.gz") || path.ends_with(".tgz");
+}
+
+Result<std::vector<std::string>> expand_braces(std::string_view pattern) {
+  size_t open = pattern.find('{');
+  if (open == std::string_view::npos) {
+    if (pattern.find('}') != std::string_view::npos) {
+      return Status::invalid_argument(fmt::format("pattern '{}': '}}' without '{{'", pattern));
+    }
+    return std::vector<std::string>{std::string(pattern)};
+  }
+  size_t close = pattern.find('}', open);
+  if (close == std::string_view::npos) {
+    return Status::invalid_argument(fmt::format("pattern '{}': '{{' without '}}'", pattern));
+  }
+  std::string_view head = pattern.substr(0, open);
+  std::string_view body = pattern.substr(open + 1, close - open - 1);
+  TP_ASSIGN_OR_RETURN(std::vector<std::string> tails, expand_braces(pattern.substr(close + 1)));
+  std::vector<std::string> items;
+  size_t dots = body.find("..");
+  if (dots != std::string_view::npos) {
+    std::string_view lo_s = body.substr(0, dots), hi_s = body.substr(dots + 2);
+    auto lo = parse_int(lo_s), hi = parse_int(hi_s);
+    if (!lo.ok() || !hi.ok() || *lo < 0 || *hi < *lo || *hi - *lo >= 10'000'000) {
+      return Status::invalid_argument(fmt::format(
+          "pattern '{}': bad range '{{{}}}'; hint: '{{000000..000099}}' (first <= last)", pattern,
+          body));
+    }
+    size_t width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
+    for (int64_t i = *lo; i <= *hi; ++i) items.push_back(fmt::format("{:0{}}", i, width));
+  } else if (body.find(',') != std::string_view::npos) {
+    for (const std::string& s : split(body, ',')) items.push_back(s);
+  } else {
+    return Status::invalid_argument(fmt::format(
+        "pattern '{}': '{{{}}}' is neither a range 'a..b' nor a list 'a,b'", pattern, body));
+  }
+  std::vector<std::string> out;
+  out.reserve(items.size() * tails.size());
+  for (const std::string& item : items) {
+    for (const std::string& tail : tails) out.push_back(fmt::format("{}{}{}", head, item, tail));
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> expand_data_path(const std::string& path) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (path.find('{') != std::string::npos) {
+    TP_ASSIGN_OR_RETURN(files, expand_braces(path));
+    int64_t missing = 0;
+    std::string first_missing;
+    for (const std::string& f : files) {
+      if (!fs::is_regular_file(f, ec)) {
+        if (missing++ == 0) first_missing = f;
+      }
+    }
+    if (missing > 0) {
+      return Status::not_found(fmt::format(
+          "data path '{}': {} of {} files missing, first '{}'", path, missing, files.size(),
+          first_missing));
+    }
+  } else if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      std::string p = e.path().string();
+      if (e.is_regular_file() && is_shard_path(p)) files.push_back(p);
+    }
+    if (ec) return Status::io_error(fmt::format("cannot list '{}': {}", path, ec.message()));
+    if (files.empty()) {
+      return Status::not_found(fmt::format(
+          "data directory '{}' holds no *.tar shards; hint: 'tightpipe data shard --input FILE "
+          "--out {}'",
+          path, path));
+    }
+  } else if (fs::is_regular_file(path, ec)) {
+    files.push_back(path);
+  } else {
+    return Status::not_found(fmt::format("data path '{}' does not exist", path));
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
+}
+
+std::vector<int32_t> byte_tokenize(std::string_view text) {
+  std::vector<int32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+  return ids;
+}
+
+}  // namespace tightpipe
