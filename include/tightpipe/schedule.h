@@ -61,7 +61,7 @@ struct Schedule {
   std::vector<int32_t> stage_to_rank;          // [S]
   std::vector<std::vector<Action>> programs;   // [P][steps]
   std::string name;                            // generator name, or the source file
-  bool lowered = false;  // programs hold SEND/RECV (set by lower() and the parsers; validate checks)
+  bool lowered = false;  // went through lower() (or parsed with SEND/RECV): cross-rank edges are RECVs
 
   int32_t chunks() const { return num_ranks ? num_stages / num_ranks : 0; }
   int32_t rank_of(int32_t stage) const { return stage_to_rank[stage]; }

@@ -1,1 +1,60 @@
-#include "tightpipe/schedule.h"
+// The name registry of schedule generators.
+#include <algorithm>
+#include <cctype>
+
+#include "generator_util.h"
+
+namespace tightpipe {
+namespace detail {
+Result<Schedule> generate_gpipe(const GeneratorOptions& o);
+Result<Schedule> generate_1f1b(const GeneratorOptions& o);
+Result<Schedule> generate_interleaved(const GeneratorOptions& o);
+Result<Schedule> generate_looped_bfs(const GeneratorOptions& o);
+Result<Schedule> generate_zb_h1(const GeneratorOptions& o);
+Result<Schedule> generate_zb_h2(const GeneratorOptions& o);
+Result<Schedule> generate_zb_v(const GeneratorOptions& o);
+}  // namespace detail
+
+const std::vector<GeneratorInfo>& schedule_generators() {
+  static const std::vector<GeneratorInfo> kGenerators = {
+      {"gpipe", "all forwards, then all backwards", false, 1, detail::generate_gpipe},
+      {"1f1b", "one forward one backward (Megatron, DeepSpeed)", false, 1, detail::generate_1f1b},
+      {"interleaved", "interleaved 1F1B with --vpp chunks per rank (Megatron virtual pipeline)",
+       true, 0, detail::generate_interleaved},
+      {"looped-bfs", "breadth-first over --vpp chunks per rank (PyTorch ScheduleLoopedBFS)", true,
+       0, detail::generate_looped_bfs},
+      {"zb-h1", "zero bubble H1: split backward, 1F1B memory", false, 1, detail::generate_zb_h1},
+      {"zb-h2", "zero bubble H2: split backward, up to 2p-1 activations", false, 1,
+       detail::generate_zb_h2},
+      {"zb-v", "zero bubble V: V placement, 2 chunks per rank", true, 2, detail::generate_zb_v},
+  };
+  return kGenerators;
+}
+
+namespace {
+std::string canonical(std::string_view name) {
+  std::string s;
+  for (char c : name) s += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "interleaved1f1b" || s == "interleaved-1f1b" || s == "vpp") return "interleaved";
+  if (s == "zbh1" || s == "zb1p") return "zb-h1";
+  if (s == "zbh2") return "zb-h2";
+  if (s == "zbv" || s == "zbvzerobubble") return "zb-v";
+  if (s == "loopedbfs" || s == "bfs") return "looped-bfs";
+  if (s == "pipedream-flush" || s == "one-f-one-b") return "1f1b";
+  return s;
+}
+}  // namespace
+
+Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions& options) {
+  const std::string key = canonical(name);
+  for (const auto& g : schedule_generators()) {
+    if (g.name == key) return g.fn(options);
+  }
+  std::vector<std::string> names;
+  for (const auto& g : schedule_generators()) names.push_back(g.name);
+  return Status::invalid_argument(
+      fmt::format("--schedule '{}': unknown schedule; hint: one of {} (or a CSV file path)", name,
+                  join(names, ", ")));
+}
+
+}  // namespace tightpipe

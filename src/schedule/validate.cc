@@ -1,1 +1,229 @@
+// validate(): the rules of a well-formed schedule, ending with a dry run that proves every rank
+// can finish. Every failure carries the grid with the offending cell marked.
+#include <fmt/format.h>
+
+#include <map>
+
+#include "tightpipe/base.h"
 #include "tightpipe/schedule.h"
+
+namespace tightpipe {
+namespace {
+
+Status fail(const Schedule& sch, GridMark mark, const std::string& what) {
+  return Status::invalid_argument(
+      fmt::format("invalid schedule '{}': {}\n{}", sch.name, what, format_grid(sch, mark)));
+}
+
+struct Place {
+  int32_t rank = -1;
+  int32_t step = -1;
+};
+
+// Where each (type, stage, mb) first appears; duplicates are errors.
+class Placements {
+ public:
+  Placements(int32_t stages, int32_t mbs)
+      : stages_(stages), mbs_(mbs), at_(static_cast<size_t>(8) * stages * mbs) {}
+  Place& at(ActionType t, int32_t s, int32_t mb) {
+    return at_[(static_cast<size_t>(t) * stages_ + s) * mbs_ + mb];
+  }
+
+ private:
+  int32_t stages_, mbs_;
+  std::vector<Place> at_;
+};
+
+}  // namespace
+
+Status validate(const Schedule& sch) {
+  const int32_t P = sch.num_ranks, S = sch.num_stages, M = sch.num_microbatches;
+  if (P < 1 || S < 1 || M < 1) {
+    return Status::invalid_argument(fmt::format(
+        "invalid schedule '{}': shape ranks={} stages={} microbatches={} must all be >= 1",
+        sch.name, P, S, M));
+  }
+  if (static_cast<int32_t>(sch.programs.size()) != P) {
+    return Status::invalid_argument(fmt::format("invalid schedule '{}': {} programs for {} ranks",
+                                                sch.name, sch.programs.size(), P));
+  }
+  if (static_cast<int32_t>(sch.stage_to_rank.size()) != S) {
+    return Status::invalid_argument(
+        fmt::format("invalid schedule '{}': stage-to-rank map has {} entries for {} stages",
+                    sch.name, sch.stage_to_rank.size(), S));
+  }
+  for (int32_t s = 0; s < S; ++s) {
+    if (sch.stage_to_rank[s] < 0 || sch.stage_to_rank[s] >= P) {
+      return Status::invalid_argument(fmt::format(
+          "invalid schedule '{}': stage {} is mapped to rank {}, outside 0..{}", sch.name, s,
+          sch.stage_to_rank[s], P - 1));
+    }
+  }
+  // A lowered schedule may hold no SEND/RECV (one rank, or only local hand-offs).
+  if (!sch.lowered && sch.has_comm_actions()) {
+    return Status::invalid_argument(fmt::format(
+        "invalid schedule '{}': its programs hold SEND/RECV actions but it is not marked lowered",
+        sch.name));
+  }
+
+  // Per-action checks: range, owner rank, no duplicates, local order.
+  Placements seen(S, M);
+  for (int32_t r = 0; r < P; ++r) {
+    const auto& prog = sch.programs[r];
+    for (int32_t i = 0; i < static_cast<int32_t>(prog.size()); ++i) {
+      const Action& a = prog[i];
+      const GridMark here{r, i};
+      if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= M) {
+        return fail(sch, here, fmt::format("{} is outside the shape (stages 0..{}, microbatches 0..{})",
+                                           to_string(a), S - 1, M - 1));
+      }
+      if (sch.stage_to_rank[a.stage] != r) {
+        return fail(sch, here, fmt::format("{} runs on rank {} but stage {} lives on rank {}",
+                                           to_string(a), r, a.stage, sch.stage_to_rank[a.stage]));
+      }
+      Place& p = seen.at(a.type, a.stage, a.microbatch);
+      if (p.rank >= 0) {
+        return fail(sch, here, fmt::format("{} appears twice (first at rank {} step {})",
+                                           to_string(a), p.rank, p.step));
+      }
+      p = {r, i};
+      auto before = [&](ActionType t, const char* rule) -> Status {
+        if (seen.at(t, a.stage, a.microbatch).rank < 0) {
+          return fail(sch, here,
+                      fmt::format("{} comes before {}{}{}: {}", to_string(a), a.stage,
+                                  action_type_name(t), a.microbatch, rule));
+        }
+        return OkStatus();
+      };
+      switch (a.type) {
+        case ActionType::kForward:
+        case ActionType::kRecvAct:
+        case ActionType::kRecvGrad:
+          break;
+        case ActionType::kBackwardInput:
+        case ActionType::kBackward:
+          TP_RETURN_IF_ERROR(before(ActionType::kForward, "a backward needs its forward first"));
+          break;
+        case ActionType::kBackwardWeight:
+          if (seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0) {
+            return fail(sch, here, fmt::format("{} after the fused {}B{} (B already includes W)",
+                                               to_string(a), a.stage, a.microbatch));
+          }
+          TP_RETURN_IF_ERROR(before(ActionType::kBackwardInput, "W needs its I first"));
+          break;
+        case ActionType::kSendAct:
+          TP_RETURN_IF_ERROR(before(ActionType::kForward, "a send needs its producer first"));
+          break;
+        case ActionType::kSendGrad: {
+          const bool produced = seen.at(ActionType::kBackwardInput, a.stage, a.microbatch).rank >= 0 ||
+                                seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0;
+          if (!produced) {
+            return fail(sch, here, fmt::format("{} comes before the backward that produces it",
+                                               to_string(a)));
+          }
+          break;
+        }
+      }
+    }
+  }
+
+  // Completeness: one F; one B or one I and one W; matching SEND/RECV on cross-rank edges.
+  for (int32_t s = 0; s < S; ++s) {
+    for (int32_t mb = 0; mb < M; ++mb) {
+      const GridMark stage_row{sch.stage_to_rank[s], -1};
+      auto has = [&](ActionType t) { return seen.at(t, s, mb).rank >= 0; };
+      if (!has(ActionType::kForward)) {
+        return fail(sch, stage_row, fmt::format("{}F{} is missing (every stage runs one forward per microbatch)", s, mb));
+      }
+      const bool b = has(ActionType::kBackward), i = has(ActionType::kBackwardInput),
+                 w = has(ActionType::kBackwardWeight);
+      if (b && (i || w)) {
+        return fail(sch, {seen.at(ActionType::kBackward, s, mb).rank, seen.at(ActionType::kBackward, s, mb).step},
+                    fmt::format("stage {} microbatch {} has both a fused B and a split I/W", s, mb));
+      }
+      if (!b && !(i && w)) {
+        return fail(sch, stage_row,
+                    fmt::format("{}{}{} is missing (a backward is one B, or one I and one W)", s,
+                                i ? "W" : (w ? "I" : "B"), mb));
+      }
+      if (!sch.lowered) continue;
+      const bool act_edge = s + 1 < S && sch.stage_to_rank[s + 1] != sch.stage_to_rank[s];
+      const bool grad_edge = s > 0 && sch.stage_to_rank[s - 1] != sch.stage_to_rank[s];
+      auto expect = [&](ActionType t, int32_t st, bool needed, const char* what) -> Status {
+        const Place p = seen.at(t, st, mb);
+        if (needed && p.rank < 0) {
+          return fail(sch, {sch.stage_to_rank[st], -1},
+                      fmt::format("{}{}{} is missing: {}", st, action_type_name(t), mb, what));
+        }
+        if (!needed && p.rank >= 0) {
+          return fail(sch, {p.rank, p.step},
+                      fmt::format("{}{}{} has no peer: {}", st, action_type_name(t), mb, what));
+        }
+        return OkStatus();
+      };
+      TP_RETURN_IF_ERROR(expect(ActionType::kSendAct, s, act_edge,
+                                "a SEND_F exactly where stage s+1 lives on another rank"));
+      if (s + 1 < S)
+        TP_RETURN_IF_ERROR(expect(ActionType::kRecvAct, s + 1, act_edge,
+                                  "a RECV_F matches each SEND_F of the stage before"));
+      TP_RETURN_IF_ERROR(expect(ActionType::kSendGrad, s, grad_edge,
+                                "a SEND_B exactly where stage s-1 lives on another rank"));
+      if (s > 0)
+        TP_RETURN_IF_ERROR(expect(ActionType::kRecvGrad, s - 1, grad_edge,
+                                  "a RECV_B matches each SEND_B of the stage after"));
+    }
+  }
+  // Stray RECVs at the ends of the pipeline.
+  for (int32_t mb = 0; mb < M; ++mb) {
+    const Place a = seen.at(ActionType::kRecvAct, 0, mb);
+    if (a.rank >= 0) return fail(sch, {a.rank, a.step}, "stage 0 has no upstream to receive from");
+    const Place g = seen.at(ActionType::kRecvGrad, S - 1, mb);
+    if (g.rank >= 0) return fail(sch, {g.rank, g.step}, "the last stage has no downstream to receive from");
+  }
+
+  // Dry run: run every rank as far as its dependencies allow; all must finish.
+  CompletionSet done(sch);
+  std::vector<size_t> pc(P, 0);
+  bool progress = true;
+  size_t remaining = sch.size();
+  while (remaining > 0 && progress) {
+    progress = false;
+    for (int32_t r = 0; r < P; ++r) {
+      const auto& prog = sch.programs[r];
+      while (pc[r] < prog.size() && done.ready(sch, prog[pc[r]])) {
+        done.mark(prog[pc[r]]);
+        ++pc[r];
+        --remaining;
+        progress = true;
+      }
+    }
+  }
+  if (remaining > 0) {
+    std::string blocked;
+    GridMark first;
+    for (int32_t r = 0; r < P; ++r) {
+      if (pc[r] >= sch.programs[r].size()) continue;
+      const Action& a = sch.programs[r][pc[r]];
+      std::vector<std::string> waits;
+      for (const Action& d : dependencies(sch, a))
+        if (!done.has(d)) waits.push_back(to_string(d));
+      blocked += fmt::format("\n  rank {} step {}: {} waits for {}", r, pc[r], to_string(a),
+                             join(waits, ", "));
+      if (first.rank < 0) first = {r, static_cast<int32_t>(pc[r])};
+    }
+    return fail(sch, first,
+                fmt::format("deadlock: no rank can make progress{}", blocked));
+  }
+  return OkStatus();
+}
+
+Schedule compute_only(const Schedule& sch) {
+  Schedule out = sch;
+  out.lowered = false;
+  for (auto& prog : out.programs) {
+    std::erase_if(prog, [](const Action& a) { return is_comm(a.type); });
+  }
+  return out;
+}
+
+}  // namespace tightpipe
