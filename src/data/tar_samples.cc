@@ -40,7 +40,15 @@ Result<std::unique_ptr<TarSampleReader>> TarSampleReader::open(const std::string
   archive_read_support_format_tar(a);
   archive_read_support_filter_gzip(a);
   if (archive_read_open_filename(a, path.c_str(), 1 << 16) != ARCHIVE_OK) {
-    Status s = Status::io_error(fmt::format("cannot open: {}", archive_error_string(a)));
+    // The format is sniffed on open: a non-tar file fails here.
+    const char* msg = archive_error_string(a);
+    // We could stat the file; if we can also read it, the failure is the format's.
+    Status s = std::ifstream(path, std::ios::binary).good()
+                   ? Status::corruption(fmt::format(
+                         "not a tar archive at byte offset 0 ({} bytes): {}; hint: shards are "
+                         "written by 'tightpipe data shard' or 'tar -cf'",
+                         size, msg ? msg : "?"))
+                   : Status::io_error(fmt::format("cannot open: {}", msg ? msg : "?"));
     archive_read_free(a);
     return s;
   }
@@ -54,7 +62,7 @@ Status TarSampleReader::error_here(std::string_view what) const {
   const char* msg = archive_error_string(a_);
   return Status::corruption(
       fmt::format("{} at byte offset {} (after entry '{}' at byte offset {}): {}", what,
-                  archive_filter_bytes(a_, 0), last_entry_, last_offset_,
+                  next_header_, last_entry_, last_offset_,
                   msg ? msg : "unknown libarchive error"));
 }
 
@@ -86,16 +94,21 @@ Result<bool> TarSampleReader::read_entry() {
       TP_RETURN_IF_ERROR(check_end_marker());
       return false;
     }
-    if (r < ARCHIVE_WARN) {
+    // ARCHIVE_RETRY is a damaged header that libarchive would skip: for us it is corruption.
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
       return error_here(archive_format(a_) == 0 ? "not a tar archive" : "bad tar header");
     }
     std::string name = archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "";
     int64_t offset = archive_read_header_position(a_);
     last_entry_ = name;
     last_offset_ = offset;
-    if (archive_entry_filetype(entry) != AE_IFREG) continue;  // directories, links
     auto kx = split_key(name);
-    if (!kx) continue;  // no extension: not part of any sample
+    if (archive_entry_filetype(entry) != AE_IFREG || !kx) {
+      // Directories, links, names without an extension: not part of any sample.
+      if (archive_read_data_skip(a_) != ARCHIVE_OK) return error_here("unreadable entry data");
+      next_header_ = archive_filter_bytes(a_, 0);
+      continue;
+    }
     int64_t size = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : -1;
     if (size < 0 || size > (int64_t{1} << 34)) {
       return Status::corruption(fmt::format("entry '{}' at byte offset {}: bad size {}", name,
@@ -107,7 +120,9 @@ Result<bool> TarSampleReader::read_entry() {
       la_ssize_t n = archive_read_data(a_, part.bytes.data() + got, static_cast<size_t>(size - got));
       if (n < 0) {
         return Status::corruption(fmt::format(
-            "entry '{}' at byte offset {}: data unreadable after {} of {} bytes: {}", name, offset,
+            "entry '{}' at byte offset {}: data unreadable (truncated or damaged) after {} of {} "
+            "bytes: {}",
+            name, offset,
             got, size, archive_error_string(a_) ? archive_error_string(a_) : "?"));
       }
       if (n == 0) {
@@ -117,6 +132,14 @@ Result<bool> TarSampleReader::read_entry() {
       }
       got += n;
     }
+    // One more read returns 0 and makes libarchive consume the data and its padding, so the
+    // position is where the next header starts.
+    char extra;
+    if (archive_read_data(a_, &extra, 1) != 0) {
+      return Status::corruption(fmt::format(
+          "entry '{}' at byte offset {}: more data than its {}-byte size", name, offset, size));
+    }
+    next_header_ = archive_filter_bytes(a_, 0);
     pending_key_ = std::move(kx->first);
     pending_ = std::move(part);
     return true;

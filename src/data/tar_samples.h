@@ -63,6 +63,7 @@ class TarSampleReader {
   std::string pending_key_;
   std::string last_entry_ = "(none)";
   int64_t last_offset_ = 0;
+  int64_t next_header_ = 0;  // where the next header should start
   int64_t samples_read_ = 0;
   bool done_ = false;
 };
