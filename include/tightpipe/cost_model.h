@@ -1,0 +1,148 @@
+// Cost and memory model for the simulator: what each action costs in time, what each message
+// costs in time and bytes, and what each stage holds in memory per microbatch and phase.
+//
+// A CostModel is an immutable per-stage table (one StageCost per stage) plus one link model;
+// the three ways to build one all produce that table:
+//   * uniform_cost_model(): whole-rank f, i, w, b, comm; per chunk the compute costs divide by v
+//     (the closed-form tests and REFERENCE.md's vectors use it);
+//   * parse_cost_table(): a per-stage table from JSON (format in docs/cost_model.md);
+//   * gpt_cost_model(): derived from a GPT config and device figures (the zero-bubble paper's
+//     FLOPs per layer, REFERENCE.md section 3).
+// Time is in the model's `time_unit` (any unit; "s" for gpt_cost_model). Bytes are bytes.
+//
+// Value type; const methods are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tightpipe/schedule.h"
+#include "tightpipe/status.h"
+
+namespace tightpipe {
+
+// Costs of one stage for one microbatch.
+struct StageCost {
+  double f = 1;          // forward time
+  double i = 1;          // input-gradient backward time
+  double w = 1;          // weight-gradient backward time
+  double b = 2;          // fused backward time (usually i + w)
+  double recompute = 1;  // time to re-run the forward before I or B under full recompute
+  // Memory, in bytes, of one microbatch on this stage.
+  double act_bytes = 0;          // held from the end of F until I/B (no recompute)
+  double act_after_i_bytes = 0;  // of which still held after I until W (<= act_bytes)
+  double input_bytes = 0;        // held after F under full recompute (the stage input)
+  // Static memory of the stage, in bytes.
+  double param_bytes = 0;
+  double grad_bytes = 0;
+  double optimizer_bytes = 0;
+  // Bytes of the activation this stage sends downstream (and of the gradient it gets back).
+  int64_t message_bytes = 0;
+};
+
+// Message time = latency + bytes / bandwidth (bandwidth 0 = infinite), the same for every link.
+struct LinkCost {
+  double latency = 0;    // time units per message
+  double bandwidth = 0;  // bytes per time unit; 0: bytes cost nothing
+};
+
+enum class Recompute { kNone, kFull };
+
+class CostModel {
+ public:
+  CostModel() = default;
+  CostModel(std::vector<StageCost> stages, LinkCost link, std::string time_unit,
+            std::string source);
+
+  int32_t num_stages() const { return static_cast<int32_t>(stages_.size()); }
+  const StageCost& stage(int32_t s) const;
+  const LinkCost& link() const { return link_; }
+  const std::string& time_unit() const { return time_unit_; }
+  // Where the model came from ("--cost f=1,i=1,w=1", "costs.json", "--model ..."), for errors.
+  const std::string& source() const { return source_; }
+
+  // Time of a compute action (F, I, W, B) of `stage`; with full recompute I and B include the
+  // re-run forward. REQUIRES: is_compute(type), 0 <= stage < num_stages().
+  double compute_time(int32_t stage, ActionType type, Recompute recompute = Recompute::kNone) const;
+  // Bytes moved between adjacent stages `from` and `to` (activation if to = from + 1, gradient
+  // if to = from - 1): the activation size at the boundary, message_bytes of the lower stage.
+  int64_t message_bytes(int32_t from_stage, int32_t to_stage) const;
+  // latency + message_bytes / bandwidth.
+  double message_time(int32_t from_stage, int32_t to_stage) const;
+
+  // One whole-rank microbatch activation in bytes: sum of act_bytes over all stages / ranks.
+  // The unit of SimResult's peak activations. 0 when the table holds no activation bytes.
+  double activation_unit_bytes(int32_t ranks) const;
+
+  // OK if this model has exactly one entry per stage of `schedule`; otherwise InvalidArgument
+  // naming the source, the stage counts and a hint.
+  Status covers(const Schedule& schedule) const;
+
+ private:
+  std::vector<StageCost> stages_;
+  LinkCost link_;
+  std::string time_unit_ = "unit";
+  std::string source_;
+};
+
+// ----- uniform ---------------------------------------------------------------------------------
+
+// Whole-rank costs: one microbatch through all of a rank's layers. b < 0 means i + w.
+struct UniformCosts {
+  double f = 1;
+  double i = 1;
+  double w = 1;
+  double b = -1;
+  double comm = 0;            // time of one message (not divided by v: a boundary is a boundary)
+  int64_t bytes = 0;          // bytes of one message (for the byte counts only)
+  double act = 1;             // activation held per whole-rank microbatch after F (any unit)
+  double act_after_i = 1;     // fraction of it still held after I until W (1: I frees nothing)
+  double input = 0;           // held after F under full recompute, as a fraction of act
+};
+
+// Parses "f=1,i=1,w=1[,b=2][,comm=0][,bytes=N][,act=..][,act_after_i=..][,input=..]".
+// Unknown keys, non-numeric or negative values are InvalidArgument naming the key and value.
+Result<UniformCosts> parse_uniform_costs(std::string_view text);
+
+// Per chunk (stage) the compute times and activation sizes are the whole-rank ones divided by
+// v = stages / ranks. act is taken as bytes (activation_unit_bytes() == act).
+CostModel uniform_cost_model(const UniformCosts& costs, int32_t ranks, int32_t stages);
+
+// ----- per-stage table (JSON) ------------------------------------------------------------------
+
+// docs/cost_model.md. Unknown keys, missing or duplicate stages, non-numeric or negative values
+// are InvalidArgument naming `source`, the key and the value.
+Result<CostModel> parse_cost_table(std::string_view json_text, std::string_view source);
+std::string cost_table_to_json(const CostModel& model);
+
+// ----- GPT config + device ---------------------------------------------------------------------
+
+struct GptCostConfig {
+  int64_t layers = 0;       // L transformer layers, split evenly over the stages (first get more)
+  int64_t hidden = 0;       // h
+  int64_t heads = 0;        // a
+  int64_t seq = 0;          // s sequence length
+  int64_t micro_batch = 1;  // b sequences per microbatch
+  int64_t vocab = 0;        // V; 0 leaves out the embedding and the LM head
+  double flops = 100e12;    // achieved device FLOP/s
+  double latency = 10e-6;   // link latency in seconds
+  double bandwidth = 25e9;  // link bandwidth in bytes/s
+  int64_t act_dtype_bytes = 2;        // bytes per activation element (bf16)
+  int64_t param_dtype_bytes = 2;      // bytes per parameter and per gradient
+  int64_t optimizer_bytes_per_param = 12;  // fp32 master + Adam m, v
+};
+
+// "layers=24,hidden=1024,heads=16,seq=1024[,mbs=1][,vocab=..][,flops=..][,latency=..]
+// [,bandwidth=..][,act_bytes=2][,param_bytes=2][,optimizer_bytes=12]". Unknown keys, negative
+// or non-numeric values, missing required keys are InvalidArgument naming the key.
+Result<GptCostConfig> parse_gpt_cost_config(std::string_view text);
+
+// Per layer (REFERENCE.md section 3): F = sbh(24h+4s), I = sbh(24h+8s), W = sbh(24h) FLOPs;
+// activations held after F sb(34h+5as) bytes of which 32sbh stay until W; message bytes =
+// s*b*h*act_dtype_bytes; params 12h^2 per layer (+ Vh embedding on stage 0 and head on the last).
+// Times in seconds. REQUIRES: config fields positive (parse_gpt_cost_config checks).
+Result<CostModel> gpt_cost_model(const GptCostConfig& config, int32_t ranks, int32_t stages);
+
+}  // namespace tightpipe

@@ -1,0 +1,106 @@
+// The pipeline simulator: a discrete-event replay of a schedule's per-rank programs under a
+// CostModel (cost_model.h), producing the same Timeline type (timeline.h) the executor measures,
+// plus makespan, bubble ratio, per-rank busy/idle, peak memory and message counts.
+//
+// Semantics (docs/cost_model.md has the long form):
+//   * Each rank runs its program in order on one compute lane. A compute action starts when the
+//     lane is free and every requirement from dependencies() (schedule.h, the single source of
+//     truth) has completed (CompletionSet::has: a B satisfies I requirements).
+//   * Events sit in a queue ordered by (time, sequence number): equal times resolve in the order
+//     the events were created, so results are deterministic.
+//   * Lowered schedules carry SEND/RECV. kOverlap: a SEND is posted when its producer is done
+//     and completes message_time later; the sender's compute lane is not held; a RECV is a post
+//     that completes when its SEND has (the message time sits on the dependency edge).
+//     kBlocking: a SEND holds the sender's compute lane for the message time; a RECV holds the
+//     receiver's lane from when it reaches the RECV until the message has arrived. Messages are
+//     eager (buffered): a SEND does not wait for its RECV to be posted. Links have no contention.
+//   * A compute-only (not lowered) schedule is replayed with free messages; one whose cost model
+//     gives messages a time, or run in kBlocking mode, is rejected: lower() it first.
+//   * Memory per rank follows program order: F adds act_bytes (input_bytes under full
+//     recompute), I re-materializes the activation under full recompute and then keeps only
+//     act_after_i_bytes, W frees the rest, B frees all. Static bytes = params + grads + optimizer.
+//   * A schedule that cannot finish returns FailedPrecondition naming each blocked rank's action
+//     and what it waits for; it never hangs.
+//
+// simulate() is a pure function; thread-safe for distinct inputs. O(N log N) in the number of
+// actions N (no per-event scans).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tightpipe/cost_model.h"
+#include "tightpipe/schedule.h"
+#include "tightpipe/status.h"
+#include "tightpipe/timeline.h"
+
+namespace tightpipe {
+
+enum class CommMode { kOverlap, kBlocking };
+
+std::string_view comm_mode_name(CommMode mode);        // "overlap", "blocking"
+Result<CommMode> parse_comm_mode(std::string_view text);
+std::string_view recompute_name(Recompute recompute);  // "none", "full"
+Result<Recompute> parse_recompute(std::string_view text);
+
+struct SimOptions {
+  CommMode comm_mode = CommMode::kOverlap;  // how messages use the compute lanes
+  Recompute recompute = Recompute::kNone;   // full: F keeps only its input, I/B re-run F first
+  bool record_timeline = true;              // false: statistics only (faster, less memory)
+};
+
+struct RankSimStats {
+  int32_t rank = 0;
+  double first_start = 0;    // start of the first compute action
+  double last_end = 0;       // end of the last compute action
+  double busy = 0;           // compute time
+  double idle = 0;           // makespan - busy
+  double internal_idle = 0;  // last_end - first_start - busy
+  double comm = 0;           // time of this rank's SEND and RECV events
+  int64_t compute_actions = 0;
+  int64_t messages_sent = 0;
+  int64_t bytes_sent = 0;
+  double peak_activation_bytes = 0;  // peak of the per-microbatch bytes held
+  double peak_activations = 0;       // the same in whole-rank microbatch activations
+  double static_bytes = 0;           // params + grads + optimizer state of the rank's stages
+  double peak_bytes = 0;             // peak_activation_bytes + static_bytes
+};
+
+struct SimResult {
+  std::string schedule;    // Schedule::name
+  int32_t num_ranks = 0;
+  int32_t num_stages = 0;
+  int32_t num_microbatches = 0;
+  CommMode comm_mode = CommMode::kOverlap;
+  Recompute recompute = Recompute::kNone;
+  std::string cost_source;  // CostModel::source()
+  std::string time_unit;    // CostModel::time_unit()
+  double makespan = 0;      // latest end of any event, from 0
+  double total_compute = 0;  // sum of compute time over ranks
+  double bubble_ratio = 0;   // (P * makespan - total_compute) / (P * makespan)
+  double activation_unit_bytes = 0;  // one whole-rank microbatch activation (CostModel)
+  int64_t messages = 0;      // SENDs simulated
+  int64_t message_bytes = 0;
+  int64_t actions = 0;       // actions simulated (compute and comm)
+  int64_t events = 0;        // queue events processed
+  std::vector<RankSimStats> ranks;  // [P]
+  Timeline timeline;  // empty ranks when !record_timeline; time_unit = cost time unit
+};
+
+// REQUIRES: nothing; bad input (out-of-range stages, actions on the wrong rank, a cost model
+// that does not cover the schedule, an unlowered schedule with costly messages) is an error.
+Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
+                           const SimOptions& options = {});
+
+// Stable JSON (docs/simulate_json.md): one object per result.
+std::string sim_result_to_json(const SimResult& result, int indent = 2);
+// A human table: the summary lines plus one row per rank.
+std::string format_sim_table(const SimResult& result);
+// One row per result: schedule, v, makespan, bubble %, peak activations per rank, peak memory per
+// rank, messages (the `--compare` table).
+std::string format_compare_table(const std::vector<SimResult>& results);
+std::string compare_results_to_json(const std::vector<SimResult>& results, int indent = 2);
+
+}  // namespace tightpipe

@@ -1,0 +1,274 @@
+// CostModel, the uniform model and the GPT-derived model (cost_model.h).
+#include "tightpipe/cost_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tightpipe/base.h"
+
+namespace tightpipe {
+
+CostModel::CostModel(std::vector<StageCost> stages, LinkCost link, std::string time_unit,
+                     std::string source)
+    : stages_(std::move(stages)),
+      link_(link),
+      time_unit_(std::move(time_unit)),
+      source_(std::move(source)) {}
+
+const StageCost& CostModel::stage(int32_t s) const {
+  TP_CHECK(s >= 0 && s < num_stages(), "stage ", s, " of ", num_stages());
+  return stages_[s];
+}
+
+double CostModel::compute_time(int32_t s, ActionType type, Recompute recompute) const {
+  const StageCost& c = stage(s);
+  const double extra = recompute == Recompute::kFull ? c.recompute : 0.0;
+  switch (type) {
+    case ActionType::kForward: return c.f;
+    case ActionType::kBackwardInput: return c.i + extra;
+    case ActionType::kBackwardWeight: return c.w;
+    case ActionType::kBackward: return c.b + extra;
+    case ActionType::kSendAct:
+    case ActionType::kRecvAct:
+    case ActionType::kSendGrad:
+    case ActionType::kRecvGrad:
+      break;
+  }
+  TP_CHECK(false, "compute_time of a communication action type ", action_type_name(type));
+  return 0;
+}
+
+int64_t CostModel::message_bytes(int32_t from_stage, int32_t to_stage) const {
+  TP_CHECK(std::abs(from_stage - to_stage) == 1, "not adjacent: ", from_stage, " -> ", to_stage);
+  return stage(std::min(from_stage, to_stage)).message_bytes;
+}
+
+double CostModel::message_time(int32_t from_stage, int32_t to_stage) const {
+  double t = link_.latency;
+  if (link_.bandwidth > 0) t += static_cast<double>(message_bytes(from_stage, to_stage)) / link_.bandwidth;
+  return t;
+}
+
+double CostModel::activation_unit_bytes(int32_t ranks) const {
+  double total = 0;
+  for (const StageCost& c : stages_) total += c.act_bytes;
+  return ranks > 0 ? total / ranks : 0.0;
+}
+
+Status CostModel::covers(const Schedule& schedule) const {
+  if (num_stages() == schedule.num_stages) return OkStatus();
+  return Status::invalid_argument(fmt::format(
+      "cost model '{}' has {} stage(s) but schedule '{}' has {} (p={} x v={}); hint: give one "
+      "entry per stage 0..{}, or use --cost for uniform costs",
+      source_, num_stages(), schedule.name, schedule.num_stages, schedule.num_ranks,
+      schedule.chunks(), schedule.num_stages - 1));
+}
+
+// ----- uniform ---------------------------------------------------------------------------------
+
+namespace {
+
+// Splits "k=v,k=v" and calls set(key, value) for each pair; errors name the flag and the pair.
+template <typename Set>
+Status parse_key_values(std::string_view text, std::string_view flag, std::string_view keys_hint,
+                        Set set) {
+  if (trim(text).empty()) {
+    return Status::invalid_argument(
+        fmt::format("{} is empty; hint: give key=value pairs, keys {}", flag, keys_hint));
+  }
+  for (const std::string& part : split(text, ',')) {
+    std::string_view kv = trim(part);
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) {
+      return Status::invalid_argument(
+          fmt::format("{}: '{}' is not key=value; hint: e.g. {} f=1,i=1,w=1", flag, kv, flag));
+    }
+    std::string key(trim(kv.substr(0, eq)));
+    std::string value(trim(kv.substr(eq + 1)));
+    TP_RETURN_IF_ERROR(set(key, value));
+  }
+  return OkStatus();
+}
+
+Result<double> non_negative(std::string_view flag, std::string_view key, std::string_view value) {
+  auto v = parse_double(value);
+  if (!v.ok()) {
+    return Status::invalid_argument(fmt::format(
+        "{}: key '{}' has value '{}', which is not a number; hint: e.g. {}=1.5", flag, key, value,
+        key));
+  }
+  if (*v < 0) {
+    return Status::invalid_argument(fmt::format(
+        "{}: key '{}' has negative value {}; hint: costs and sizes must be >= 0", flag, key,
+        value));
+  }
+  return *v;
+}
+
+}  // namespace
+
+Result<UniformCosts> parse_uniform_costs(std::string_view text) {
+  UniformCosts c;
+  constexpr std::string_view kFlag = "--cost";
+  constexpr std::string_view kKeys = "f, i, w, b, comm, bytes, act, act_after_i, input";
+  bool have_f = false, have_i = false, have_w = false;
+  Status st = parse_key_values(text, kFlag, kKeys, [&](const std::string& k,
+                                                       const std::string& v) -> Status {
+    TP_ASSIGN_OR_RETURN(double x, non_negative(kFlag, k, v));
+    if (k == "f") c.f = x, have_f = true;
+    else if (k == "i") c.i = x, have_i = true;
+    else if (k == "w") c.w = x, have_w = true;
+    else if (k == "b") c.b = x;
+    else if (k == "comm") c.comm = x;
+    else if (k == "bytes") c.bytes = static_cast<int64_t>(std::llround(x));
+    else if (k == "act") c.act = x;
+    else if (k == "act_after_i") {
+      if (x > 1) {
+        return Status::invalid_argument(fmt::format(
+            "--cost: key 'act_after_i' has value {} > 1; hint: it is the fraction of the "
+            "activation still held after I, in [0, 1]", v));
+      }
+      c.act_after_i = x;
+    } else if (k == "input") c.input = x;
+    else {
+      return Status::invalid_argument(fmt::format(
+          "--cost: unknown key '{}' (value '{}'); hint: keys are {}", k, v, kKeys));
+    }
+    return OkStatus();
+  });
+  TP_RETURN_IF_ERROR(st);
+  if (!have_f || !have_i || !have_w) {
+    return Status::invalid_argument(fmt::format(
+        "--cost '{}' lacks {}; hint: give at least f, i and w, e.g. --cost f=1,i=1,w=1", text,
+        !have_f ? "f" : !have_i ? "i" : "w"));
+  }
+  return c;
+}
+
+CostModel uniform_cost_model(const UniformCosts& u, int32_t ranks, int32_t stages) {
+  TP_CHECK(ranks > 0 && stages > 0 && stages % ranks == 0, "ranks=", ranks, " stages=", stages);
+  const double v = static_cast<double>(stages / ranks);
+  StageCost c;
+  c.f = u.f / v;
+  c.i = u.i / v;
+  c.w = u.w / v;
+  c.b = (u.b < 0 ? u.i + u.w : u.b) / v;
+  c.recompute = c.f;
+  c.act_bytes = u.act / v;
+  c.act_after_i_bytes = c.act_bytes * u.act_after_i;
+  c.input_bytes = c.act_bytes * u.input;
+  c.message_bytes = u.bytes;
+  LinkCost link{u.comm, 0};
+  std::string src = fmt::format("--cost f={:g},i={:g},w={:g},b={:g},comm={:g}", u.f, u.i, u.w,
+                                u.b < 0 ? u.i + u.w : u.b, u.comm);
+  return CostModel(std::vector<StageCost>(stages, c), link, "unit", std::move(src));
+}
+
+// ----- GPT -------------------------------------------------------------------------------------
+
+Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
+  GptCostConfig c;
+  constexpr std::string_view kFlag = "--model";
+  constexpr std::string_view kKeys =
+      "layers, hidden, heads, seq, mbs, vocab, flops, latency, bandwidth, act_bytes, "
+      "param_bytes, optimizer_bytes";
+  Status st = parse_key_values(text, kFlag, kKeys, [&](const std::string& k,
+                                                       const std::string& v) -> Status {
+    TP_ASSIGN_OR_RETURN(double x, non_negative(kFlag, k, v));
+    auto integer = [&](int64_t& out) -> Status {
+      if (x != std::floor(x)) {
+        return Status::invalid_argument(fmt::format(
+            "--model: key '{}' has value '{}', which is not a whole number", k, v));
+      }
+      out = static_cast<int64_t>(x);
+      return OkStatus();
+    };
+    if (k == "layers") return integer(c.layers);
+    if (k == "hidden") return integer(c.hidden);
+    if (k == "heads") return integer(c.heads);
+    if (k == "seq") return integer(c.seq);
+    if (k == "mbs" || k == "micro_batch") return integer(c.micro_batch);
+    if (k == "vocab") return integer(c.vocab);
+    if (k == "act_bytes") return integer(c.act_dtype_bytes);
+    if (k == "param_bytes") return integer(c.param_dtype_bytes);
+    if (k == "optimizer_bytes") return integer(c.optimizer_bytes_per_param);
+    if (k == "flops") c.flops = x;
+    else if (k == "latency") c.latency = x;
+    else if (k == "bandwidth") c.bandwidth = x;
+    else {
+      return Status::invalid_argument(fmt::format(
+          "--model: unknown key '{}' (value '{}'); hint: keys are {}", k, v, kKeys));
+    }
+    return OkStatus();
+  });
+  TP_RETURN_IF_ERROR(st);
+  const std::pair<const char*, int64_t> required[] = {
+      {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+      {"seq", c.seq},       {"mbs", c.micro_batch}};
+  for (const auto& [key, value] : required) {
+    if (value <= 0) {
+      return Status::invalid_argument(fmt::format(
+          "--model '{}': key '{}' must be a positive whole number (got {}); hint: e.g. --model "
+          "layers=24,hidden=1024,heads=16,seq=1024",
+          text, key, value));
+    }
+  }
+  if (c.flops <= 0) {
+    return Status::invalid_argument(
+        fmt::format("--model: key 'flops' must be > 0 (device FLOP/s, e.g. flops=150e12)"));
+  }
+  return c;
+}
+
+Result<CostModel> gpt_cost_model(const GptCostConfig& g, int32_t ranks, int32_t stages) {
+  TP_CHECK(ranks > 0 && stages > 0, "ranks=", ranks, " stages=", stages);
+  if (g.layers < stages) {
+    return Status::invalid_argument(fmt::format(
+        "--model: {} layer(s) cannot fill {} stages; hint: use at least one layer per stage "
+        "(layers >= pp * vpp)", g.layers, stages));
+  }
+  const double s = static_cast<double>(g.seq), b = static_cast<double>(g.micro_batch),
+               h = static_cast<double>(g.hidden), a = static_cast<double>(g.heads),
+               V = static_cast<double>(g.vocab);
+  const double sbh = s * b * h;
+  const double f_layer = sbh * (24 * h + 4 * s);
+  const double i_layer = sbh * (24 * h + 8 * s);
+  const double w_layer = sbh * (24 * h);
+  const double dt = static_cast<double>(g.act_dtype_bytes) / 2.0;  // formulas assume 16-bit
+  const double act_layer = s * b * (34 * h + 5 * a * s) * dt;
+  const double act_after_i_layer = 32 * sbh * dt;
+  const double params_layer = 12 * h * h + 13 * h;
+  std::vector<StageCost> out(stages);
+  for (int32_t st = 0; st < stages; ++st) {
+    const int64_t n = g.layers / stages + (st < g.layers % stages ? 1 : 0);
+    double f = n * f_layer, i = n * i_layer, w = n * w_layer;
+    double params = n * params_layer;
+    if (g.vocab > 0 && st == 0) params += V * h + s * h;  // token + position embeddings
+    if (g.vocab > 0 && st == stages - 1) {                // LM head (untied) + loss
+      f += 2 * sbh * V;
+      i += 2 * sbh * V;
+      w += 2 * sbh * V;
+      params += V * h;
+    }
+    StageCost& c = out[st];
+    c.f = f / g.flops;
+    c.i = i / g.flops;
+    c.w = w / g.flops;
+    c.b = c.i + c.w;
+    c.recompute = c.f;
+    c.act_bytes = n * act_layer;
+    c.act_after_i_bytes = n * act_after_i_layer;
+    c.input_bytes = sbh * static_cast<double>(g.act_dtype_bytes);
+    c.param_bytes = params * static_cast<double>(g.param_dtype_bytes);
+    c.grad_bytes = c.param_bytes;
+    c.optimizer_bytes = params * static_cast<double>(g.optimizer_bytes_per_param);
+    c.message_bytes = static_cast<int64_t>(sbh) * g.act_dtype_bytes;
+  }
+  std::string src = fmt::format("--model layers={},hidden={},heads={},seq={},mbs={}", g.layers,
+                                g.hidden, g.heads, g.seq, g.micro_batch);
+  return CostModel(std::move(out), LinkCost{g.latency, g.bandwidth}, "s", std::move(src));
+}
+
+}  // namespace tightpipe

@@ -1,0 +1,195 @@
+// REFERENCE.md section 2 test vectors and section 3 closed forms, through the generators,
+// validate() and lower().
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tightpipe/simulator.h"
+
+namespace tightpipe {
+namespace {
+
+struct Built {
+  Schedule compute_only;
+  Schedule lowered;
+};
+
+Built build(std::string_view name, int32_t p, int32_t m, int32_t v) {
+  GeneratorOptions o;
+  o.ranks = p;
+  o.microbatches = m;
+  o.chunks = v;
+  auto s = generate_schedule(name, o);
+  TP_CHECK(s.ok(), s.status().to_string());
+  TP_CHECK(validate(*s).ok(), validate(*s).to_string());
+  auto l = lower(*s);
+  TP_CHECK(l.ok(), l.status().to_string());
+  return {std::move(s).value(), std::move(l).value()};
+}
+
+CostModel uniform(const Schedule& s, double f = 1, double i = 1, double w = 1, double comm = 0) {
+  UniformCosts u;
+  u.f = f;
+  u.i = i;
+  u.w = w;
+  u.comm = comm;
+  return uniform_cost_model(u, s.num_ranks, s.num_stages);
+}
+
+SimResult sim(const Schedule& s, const CostModel& c, CommMode mode = CommMode::kOverlap) {
+  SimOptions o;
+  o.comm_mode = mode;
+  auto r = simulate(s, c, o);
+  TP_CHECK(r.ok(), r.status().to_string());
+  return std::move(r).value();
+}
+
+struct Vector {
+  const char* name;
+  int32_t v;
+  double makespan;
+  double bubble_percent;  // as printed in REFERENCE.md (one decimal)
+  std::vector<double> peak;
+};
+
+class ReferenceVectors : public ::testing::TestWithParam<Vector> {};
+
+TEST_P(ReferenceVectors, MakespanBubblePeak) {
+  const Vector& want = GetParam();
+  Built b = build(want.name, 4, 8, want.v);
+  for (const Schedule* s : {&b.compute_only, &b.lowered}) {
+    SCOPED_TRACE(s->lowered ? "lowered" : "compute-only");
+    SimResult r = sim(*s, uniform(*s));
+    EXPECT_DOUBLE_EQ(r.makespan, want.makespan);
+    EXPECT_DOUBLE_EQ(r.total_compute, 96);
+    EXPECT_DOUBLE_EQ(r.bubble_ratio, (4 * want.makespan - 96) / (4 * want.makespan));
+    EXPECT_NEAR(100 * r.bubble_ratio, want.bubble_percent, 0.05);
+    ASSERT_EQ(r.ranks.size(), 4u);
+    for (int k = 0; k < 4; ++k) {
+      if (!want.peak.empty()) EXPECT_DOUBLE_EQ(r.ranks[k].peak_activations, want.peak[k]) << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Reference2, ReferenceVectors,
+    ::testing::Values(Vector{"gpipe", 1, 33, 27.3, {8, 8, 8, 8}},
+                      Vector{"1f1b", 1, 33, 27.3, {4, 3, 2, 1}},
+                      Vector{"interleaved", 2, 28.5, 15.8, {5.5, 4.5, 3.5, 2.5}},
+                      Vector{"interleaved", 4, 26.25, 8.6, {4.75, 4.25, 3.75, 3.25}},
+                      Vector{"zb-h1", 1, 27, 11.1, {4, 4, 4, 4}},
+                      Vector{"zb-h2", 1, 27, 11.1, {}},
+                      Vector{"zb-v", 2, 25.5, 5.9, {4, 4, 4, 4}}),
+    [](const auto& info) {
+      std::string n = std::string(info.param.name) + "_v" + std::to_string(info.param.v);
+      for (char& c : n) if (c == '-') c = '_';
+      return n;
+    });
+
+TEST(Reference2, ZbH2AndZbVHaveNoGapInsideARank) {
+  for (auto [name, v] : {std::pair<const char*, int>{"zb-h2", 1}, {"zb-v", 2}}) {
+    Built b = build(name, 4, 8, v);
+    SimResult r = sim(b.lowered, uniform(b.lowered));
+    for (const auto& st : r.ranks) {
+      EXPECT_DOUBLE_EQ(st.busy, 24) << name << " rank " << st.rank;
+      EXPECT_DOUBLE_EQ(st.internal_idle, 0) << name << " rank " << st.rank;
+    }
+    if (std::string(name) == "zb-h2") {
+      // I frees nothing in the uniform model (so that ZB-H1 peaks at p, as REFERENCE.md says):
+      // stage 0 holds F0..F7 with only I0 done when F7 runs: 2p, the paper's limit.
+      EXPECT_DOUBLE_EQ(r.ranks[0].peak_activations, 8);
+      for (const auto& st : r.ranks) EXPECT_LE(st.peak_activations, 2 * 4);
+    }
+  }
+}
+
+// Section 3 closed forms over p 2..16, m p..4p, v 1..4 (uniform costs, no communication).
+TEST(Reference3, ClosedFormsSweep) {
+  int checked = 0;
+  for (int32_t p = 2; p <= 16; ++p) {
+    for (int32_t m = p; m <= 4 * p; ++m) {
+      // GPipe and 1F1B: (m + p - 1)(F + B).
+      for (const char* name : {"gpipe", "1f1b"}) {
+        Built b = build(name, p, m, 1);
+        EXPECT_DOUBLE_EQ(sim(b.lowered, uniform(b.lowered)).makespan, (m + p - 1) * 3.0)
+            << name << " p=" << p << " m=" << m;
+        ++checked;
+      }
+      // ZB-H1: bubble (p-1)(F + I - W), also with unequal costs (W <= F, I).
+      for (auto [f, i, w] : {std::tuple{1.0, 1.0, 1.0}, std::tuple{2.0, 3.0, 1.0}}) {
+        Built b = build("zb-h1", p, m, 1);
+        SimResult r = sim(b.lowered, uniform(b.lowered, f, i, w));
+        EXPECT_DOUBLE_EQ(r.makespan - m * (f + i + w), (p - 1) * (f + i - w))
+            << "zb-h1 p=" << p << " m=" << m << " f,i,w=" << f << "," << i << "," << w;
+        ++checked;
+      }
+      // ZB-H2 with F = I = W: (p-1)(F + I - 2W) = 0 inside every stage, once m >= 2p - 1
+      // fills its warm-up (2p - 1 forwards on stage 0).
+      if (m >= 2 * p - 1) {
+        Built b = build("zb-h2", p, m, 1);
+        SimResult r = sim(b.lowered, uniform(b.lowered));
+        for (const auto& st : r.ranks) {
+          EXPECT_NEAR(st.internal_idle, 0, 1e-9) << "zb-h2 p=" << p << " m=" << m << " rank "
+                                                 << st.rank;
+        }
+        ++checked;
+      }
+      // ZB-V with F = I = W: no gap inside a rank once m >= 2p - 1.
+      if (m >= 2 * p - 1) {
+        Built b = build("zb-v", p, m, 2);
+        SimResult r = sim(b.lowered, uniform(b.lowered));
+        for (const auto& st : r.ranks) {
+          EXPECT_NEAR(st.internal_idle, 0, 1e-9) << "zb-v p=" << p << " m=" << m << " rank "
+                                                 << st.rank;
+        }
+        ++checked;
+      }
+      // Interleaved and looped BFS: bubble (p-1)(F + B)/v, where the generator takes the shape.
+      for (const char* name : {"interleaved", "looped-bfs"}) {
+        for (int32_t v = 1; v <= 4; ++v) {
+          GeneratorOptions o{p, m, v, 0};
+          auto s = generate_schedule(name, o);
+          if (!s.ok()) continue;
+          auto l = lower(*s);
+          ASSERT_TRUE(l.ok()) << l.status().to_string();
+          SimResult r = sim(*l, uniform(*l));
+          EXPECT_NEAR(r.makespan - m * 3.0, (p - 1) * 3.0 / v, 1e-9)
+              << name << " p=" << p << " m=" << m << " v=" << v;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1500);
+}
+
+// With communication, overlap is never slower than blocking.
+TEST(Reference3, OverlapNeverSlowerThanBlocking) {
+  int strictly = 0, checked = 0;
+  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"}) {
+    for (int32_t p : {2, 3, 4, 8}) {
+      for (int32_t m : {p, 2 * p, 3 * p}) {
+        const int32_t v = std::string(name) == "interleaved" || std::string(name) == "zb-v" ? 2 : 1;
+        GeneratorOptions o{p, m, v, 0};
+        auto s = generate_schedule(name, o);
+        if (!s.ok()) continue;
+        auto l = lower(*s);
+        ASSERT_TRUE(l.ok()) << l.status().to_string();
+        for (double comm : {0.05, 0.3, 1.0, 2.5}) {
+          CostModel c = uniform(*l, 1, 1, 1, comm);
+          const double ov = sim(*l, c, CommMode::kOverlap).makespan;
+          const double bl = sim(*l, c, CommMode::kBlocking).makespan;
+          EXPECT_LE(ov, bl + 1e-9) << name << " p=" << p << " m=" << m << " comm=" << comm;
+          EXPECT_GE(ov, sim(*l, uniform(*l)).makespan - 1e-9);
+          strictly += ov < bl - 1e-9;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(strictly, checked / 2);
+}
+
+}  // namespace
+}  // namespace tightpipe

@@ -1,0 +1,116 @@
+// Human and JSON forms of SimResult (docs/simulate_json.md).
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tightpipe/base.h"
+#include "tightpipe/simulator.h"
+
+namespace tightpipe {
+namespace {
+
+using nlohmann::ordered_json;
+
+ordered_json result_json(const SimResult& r) {
+  ordered_json j;
+  j["schema"] = "tightpipe.simulate/1";
+  j["schedule"] = r.schedule;
+  j["ranks"] = r.num_ranks;
+  j["stages"] = r.num_stages;
+  j["chunks"] = r.num_ranks ? r.num_stages / r.num_ranks : 0;
+  j["microbatches"] = r.num_microbatches;
+  j["comm_mode"] = comm_mode_name(r.comm_mode);
+  j["recompute"] = recompute_name(r.recompute);
+  j["cost_source"] = r.cost_source;
+  j["time_unit"] = r.time_unit;
+  j["makespan"] = r.makespan;
+  j["total_compute"] = r.total_compute;
+  j["bubble_ratio"] = r.bubble_ratio;
+  j["bubble_percent"] = 100.0 * r.bubble_ratio;
+  j["messages"] = r.messages;
+  j["message_bytes"] = r.message_bytes;
+  j["actions"] = r.actions;
+  j["activation_unit_bytes"] = r.activation_unit_bytes;
+  ordered_json ranks = ordered_json::array();
+  for (const RankSimStats& s : r.ranks) {
+    ordered_json o;
+    o["rank"] = s.rank;
+    o["first_start"] = s.first_start;
+    o["last_end"] = s.last_end;
+    o["busy"] = s.busy;
+    o["idle"] = s.idle;
+    o["internal_idle"] = s.internal_idle;
+    o["comm"] = s.comm;
+    o["compute_actions"] = s.compute_actions;
+    o["messages_sent"] = s.messages_sent;
+    o["bytes_sent"] = s.bytes_sent;
+    o["peak_activations"] = s.peak_activations;
+    o["peak_activation_bytes"] = s.peak_activation_bytes;
+    o["static_bytes"] = s.static_bytes;
+    o["peak_bytes"] = s.peak_bytes;
+    ranks.push_back(std::move(o));
+  }
+  j["per_rank"] = std::move(ranks);
+  return j;
+}
+
+std::string join_ranks(const SimResult& r, auto field) {
+  std::vector<std::string> parts;
+  for (const RankSimStats& s : r.ranks) parts.push_back(field(s));
+  return join(parts, " ");
+}
+
+}  // namespace
+
+std::string sim_result_to_json(const SimResult& r, int indent) {
+  return result_json(r).dump(indent);
+}
+
+std::string compare_results_to_json(const std::vector<SimResult>& results, int indent) {
+  ordered_json j;
+  j["schema"] = "tightpipe.simulate.compare/1";
+  ordered_json arr = ordered_json::array();
+  for (const SimResult& r : results) arr.push_back(result_json(r));
+  j["results"] = std::move(arr);
+  return j.dump(indent);
+}
+
+std::string format_sim_table(const SimResult& r) {
+  std::string out;
+  const int32_t v = r.num_ranks ? r.num_stages / r.num_ranks : 0;
+  out += fmt::format("schedule {}  p={} v={} m={}  comm={} recompute={}\n", r.schedule,
+                     r.num_ranks, v, r.num_microbatches, comm_mode_name(r.comm_mode),
+                     recompute_name(r.recompute));
+  out += fmt::format("costs    {} (time unit: {})\n", r.cost_source, r.time_unit);
+  out += fmt::format("makespan {:.6g}   bubble {:.1f}%   compute {:.6g}   messages {} ({})\n",
+                     r.makespan, 100.0 * r.bubble_ratio, r.total_compute, r.messages,
+                     human_bytes(static_cast<double>(r.message_bytes)));
+  out += fmt::format("{:>4} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10} {:>12} {:>12}\n",
+                     "rank", "first", "last", "busy", "idle", "gaps", "comm", "peak act",
+                     "act bytes", "peak mem");
+  for (const RankSimStats& s : r.ranks) {
+    out += fmt::format(
+        "{:>4} {:>11.6g} {:>11.6g} {:>11.6g} {:>11.6g} {:>11.6g} {:>9.4g} {:>10.4g} {:>12} "
+        "{:>12}\n",
+        s.rank, s.first_start, s.last_end, s.busy, s.idle, s.internal_idle, s.comm,
+        s.peak_activations, human_bytes(s.peak_activation_bytes), human_bytes(s.peak_bytes));
+  }
+  return out;
+}
+
+std::string format_compare_table(const std::vector<SimResult>& results) {
+  std::string out = fmt::format("{:<14} {:>3} {:>12} {:>8} {:>9}  {:<28} {}\n", "schedule", "v",
+                                "makespan", "bubble%", "messages", "peak activations per rank",
+                                "peak memory per rank");
+  for (const SimResult& r : results) {
+    const int32_t v = r.num_ranks ? r.num_stages / r.num_ranks : 0;
+    out += fmt::format(
+        "{:<14} {:>3} {:>12.6g} {:>8.1f} {:>9}  {:<28} {}\n", r.schedule, v, r.makespan,
+        100.0 * r.bubble_ratio, r.messages,
+        join_ranks(r, [](const RankSimStats& s) { return fmt::format("{:.4g}", s.peak_activations); }),
+        join_ranks(r, [](const RankSimStats& s) { return human_bytes(s.peak_bytes); }));
+  }
+  return out;
+}
+
+}  // namespace tightpipe

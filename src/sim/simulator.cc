@@ -1,0 +1,496 @@
+// Discrete-event simulator (simulator.h).
+#include "tightpipe/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+
+namespace tightpipe {
+
+std::string_view comm_mode_name(CommMode mode) {
+  switch (mode) {
+    case CommMode::kOverlap: return "overlap";
+    case CommMode::kBlocking: return "blocking";
+  }
+  return "?";
+}
+
+Result<CommMode> parse_comm_mode(std::string_view text) {
+  if (text == "overlap") return CommMode::kOverlap;
+  if (text == "blocking") return CommMode::kBlocking;
+  return Status::invalid_argument(
+      fmt::format("--comm-mode '{}' is not known; hint: overlap or blocking", text));
+}
+
+std::string_view recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+Result<Recompute> parse_recompute(std::string_view text) {
+  if (text == "none") return Recompute::kNone;
+  if (text == "full") return Recompute::kFull;
+  return Status::invalid_argument(
+      fmt::format("--recompute '{}' is not known; hint: none or full", text));
+}
+
+namespace {
+
+bool is_send(ActionType t) { return t == ActionType::kSendAct || t == ActionType::kSendGrad; }
+bool is_recv(ActionType t) { return t == ActionType::kRecvAct || t == ActionType::kRecvGrad; }
+
+EventKind kind_of(ActionType t) {
+  switch (t) {
+    case ActionType::kForward: return EventKind::kForward;
+    case ActionType::kBackwardInput: return EventKind::kBackwardInput;
+    case ActionType::kBackwardWeight: return EventKind::kBackwardWeight;
+    case ActionType::kBackward: return EventKind::kBackward;
+    case ActionType::kSendAct:
+    case ActionType::kSendGrad: return EventKind::kSend;
+    case ActionType::kRecvAct:
+    case ActionType::kRecvGrad: return EventKind::kRecv;
+  }
+  return EventKind::kOther;
+}
+
+// The stage on the other end of a message action: SEND_F s -> s+1, SEND_B s -> s-1,
+// RECV_F s <- s-1, RECV_B s <- s+1.
+int32_t peer_stage(const Action& a) {
+  switch (a.type) {
+    case ActionType::kSendAct:
+    case ActionType::kRecvGrad: return a.stage + 1;
+    case ActionType::kSendGrad:
+    case ActionType::kRecvAct: return a.stage - 1;
+    case ActionType::kForward:
+    case ActionType::kBackwardInput:
+    case ActionType::kBackwardWeight:
+    case ActionType::kBackward: break;
+  }
+  return -1;
+}
+
+// The RECV matching a SEND, and the SEND matching a RECV.
+Action matching(const Action& a) {
+  switch (a.type) {
+    case ActionType::kSendAct: return {ActionType::kRecvAct, a.stage + 1, a.microbatch};
+    case ActionType::kRecvAct: return {ActionType::kSendAct, a.stage - 1, a.microbatch};
+    case ActionType::kSendGrad: return {ActionType::kRecvGrad, a.stage - 1, a.microbatch};
+    case ActionType::kRecvGrad: return {ActionType::kSendGrad, a.stage + 1, a.microbatch};
+    case ActionType::kForward:
+    case ActionType::kBackwardInput:
+    case ActionType::kBackwardWeight:
+    case ActionType::kBackward: break;
+  }
+  return a;
+}
+
+struct Event {
+  double time;
+  uint64_t seq;
+  Action action;
+  int32_t rank;
+  bool occupies;  // the rank's program counter was held by this action
+};
+
+struct Later {
+  bool operator()(const Event& a, const Event& b) const {
+    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+  }
+};
+
+class Simulator {
+ public:
+  Simulator(const Schedule& sch, const CostModel& cost, const SimOptions& opt)
+      : sch_(sch),
+        cost_(cost),
+        opt_(opt),
+        overlap_(opt.comm_mode == CommMode::kOverlap),
+        P_(sch.num_ranks),
+        S_(sch.num_stages),
+        M_(sch.num_microbatches),
+        done_(sch) {}
+
+  Status check_input() {
+    if (P_ <= 0 || S_ <= 0 || M_ <= 0 || static_cast<int32_t>(sch_.programs.size()) != P_ ||
+        static_cast<int32_t>(sch_.stage_to_rank.size()) != S_) {
+      return Status::invalid_argument(fmt::format(
+          "simulate: schedule '{}' has an inconsistent shape (ranks={}, stages={}, "
+          "microbatches={}, {} programs, {} stage placements)",
+          sch_.name, P_, S_, M_, sch_.programs.size(), sch_.stage_to_rank.size()));
+    }
+    TP_RETURN_IF_ERROR(cost_.covers(sch_));
+    for (int32_t s = 0; s < S_; ++s) {
+      if (sch_.stage_to_rank[s] < 0 || sch_.stage_to_rank[s] >= P_) {
+        return Status::invalid_argument(fmt::format(
+            "simulate: stage {} is placed on rank {}, outside 0..{}", s, sch_.stage_to_rank[s],
+            P_ - 1));
+      }
+    }
+    bool has_comm = false;
+    for (int32_t r = 0; r < P_; ++r) {
+      const auto& prog = sch_.programs[r];
+      for (size_t k = 0; k < prog.size(); ++k) {
+        const Action& a = prog[k];
+        auto where = [&] {
+          return fmt::format("simulate: rank {} step {} action {}", r, k, to_string(a));
+        };
+        if (a.stage < 0 || a.stage >= S_ || a.microbatch < 0 || a.microbatch >= M_) {
+          return Status::invalid_argument(fmt::format(
+              "{}: stage or microbatch out of range (stages 0..{}, microbatches 0..{})", where(),
+              S_ - 1, M_ - 1));
+        }
+        if (sch_.stage_to_rank[a.stage] != r) {
+          return Status::invalid_argument(fmt::format("{}: stage {} lives on rank {}", where(),
+                                                      a.stage, sch_.stage_to_rank[a.stage]));
+        }
+        if (is_comm(a.type)) {
+          has_comm = true;
+          const int32_t ps = peer_stage(a);
+          if (ps < 0 || ps >= S_) {
+            return Status::invalid_argument(
+                fmt::format("{}: there is no stage {} to talk to", where(), ps));
+          }
+        }
+      }
+    }
+    if (has_comm && !sch_.lowered) {
+      return Status::invalid_argument(fmt::format(
+          "simulate: schedule '{}' holds SEND/RECV actions but is not marked lowered", sch_.name));
+    }
+    if (!sch_.lowered) {
+      bool costly = false;
+      for (int32_t s = 0; s + 1 < S_; ++s)
+        if (sch_.stage_to_rank[s] != sch_.stage_to_rank[s + 1] && cost_.message_time(s, s + 1) > 0)
+          costly = true;
+      if (costly || !overlap_) {
+        return Status::invalid_argument(fmt::format(
+            "simulate: schedule '{}' is compute-only but {}; hint: lower() it first so SEND/RECV "
+            "actions carry the messages",
+            sch_.name, costly ? "its messages take time" : "--comm-mode blocking needs SEND/RECV"));
+      }
+    }
+    return OkStatus();
+  }
+
+  Result<SimResult> run() {
+    TP_RETURN_IF_ERROR(check_input());
+    const size_t keys = static_cast<size_t>(8) * S_ * M_;
+    wait_head_.assign(keys, -1);
+    send_start_.assign(keys, -1.0);
+    posted_at_.assign(keys, -1.0);
+    wait_next_.assign(P_, -1);
+    waiting_on_.assign(P_, -1);
+    pc_.assign(P_, 0);
+    lane_free_.assign(P_, 0.0);
+    held_.assign(P_, 0.0);
+    first_start_.assign(P_, std::numeric_limits<double>::infinity());
+    res_.ranks.resize(P_);
+    res_.schedule = sch_.name;
+    res_.num_ranks = P_;
+    res_.num_stages = S_;
+    res_.num_microbatches = M_;
+    res_.comm_mode = opt_.comm_mode;
+    res_.recompute = opt_.recompute;
+    res_.cost_source = cost_.source();
+    res_.time_unit = cost_.time_unit();
+    res_.activation_unit_bytes = cost_.activation_unit_bytes(P_);
+    res_.timeline.time_unit = cost_.time_unit();
+    if (opt_.record_timeline) {
+      res_.timeline.ranks.resize(P_);
+      for (int32_t r = 0; r < P_; ++r) {
+        res_.timeline.ranks[r].rank = r;
+        res_.timeline.ranks[r].events.reserve(sch_.programs[r].size());
+      }
+    }
+    for (int32_t r = 0; r < P_; ++r) {
+      RankSimStats& st = res_.ranks[r];
+      st.rank = r;
+    }
+    for (int32_t s = 0; s < S_; ++s) {
+      const StageCost& c = cost_.stage(s);
+      res_.ranks[sch_.stage_to_rank[s]].static_bytes +=
+          c.param_bytes + c.grad_bytes + c.optimizer_bytes;
+    }
+    // Start every rank at time 0 in rank order, then drain the queue.
+    for (int32_t r = 0; r < P_; ++r) advance(r, 0.0);
+    while (!queue_.empty()) {
+      Event e = queue_.top();
+      queue_.pop();
+      process(e);
+    }
+    TP_RETURN_IF_ERROR(check_finished());
+    finish_stats();
+    return std::move(res_);
+  }
+
+ private:
+  size_t key(const Action& a) const {
+    return (static_cast<size_t>(a.type) * S_ + a.stage) * M_ + a.microbatch;
+  }
+
+  void push(double time, const Action& a, int32_t rank, bool occupies) {
+    queue_.push(Event{time, seq_++, a, rank, occupies});
+  }
+
+  void record(int32_t rank, const Action& a, Lane lane, double start, double end) {
+    res_.makespan = std::max(res_.makespan, end);
+    if (!opt_.record_timeline) return;
+    TimelineEvent ev;
+    ev.name = to_string(a);
+    ev.kind = kind_of(a.type);
+    ev.lane = lane;
+    ev.stage = a.stage;
+    ev.microbatch = a.microbatch;
+    ev.start = start;
+    ev.end = end;
+    if (is_comm(a.type)) {
+      const int32_t ps = peer_stage(a);
+      ev.peer = sch_.stage_to_rank[ps];
+      ev.bytes = cost_.message_bytes(a.stage, ps);
+    }
+    res_.timeline.ranks[rank].events.push_back(std::move(ev));
+  }
+
+  void note_memory(int32_t r, double delta) {
+    held_[r] += delta;
+    RankSimStats& st = res_.ranks[r];
+    st.peak_activation_bytes = std::max(st.peak_activation_bytes, held_[r]);
+  }
+
+  void account_memory(int32_t r, const Action& a) {
+    const StageCost& c = cost_.stage(a.stage);
+    const bool rc = opt_.recompute == Recompute::kFull;
+    switch (a.type) {
+      case ActionType::kForward:
+        note_memory(r, rc ? c.input_bytes : c.act_bytes);
+        break;
+      case ActionType::kBackwardInput:
+        if (rc) note_memory(r, c.act_bytes);  // re-run forward
+        note_memory(r, c.act_after_i_bytes - c.act_bytes - (rc ? c.input_bytes : 0.0));
+        break;
+      case ActionType::kBackwardWeight:
+        note_memory(r, -c.act_after_i_bytes);
+        break;
+      case ActionType::kBackward:
+        if (rc) note_memory(r, c.act_bytes);
+        note_memory(r, -c.act_bytes - (rc ? c.input_bytes : 0.0));
+        break;
+      case ActionType::kSendAct:
+      case ActionType::kRecvAct:
+      case ActionType::kSendGrad:
+      case ActionType::kRecvGrad:
+        break;
+    }
+  }
+
+  // Runs rank r's program from its program counter as far as it can at time `now`.
+  void advance(int32_t r, double now) {
+    const auto& prog = sch_.programs[r];
+    while (pc_[r] < prog.size()) {
+      const Action& a = prog[pc_[r]];
+      const bool post_only = overlap_ && is_recv(a.type);
+      if (!post_only) {
+        for (const Action& d : dependencies(sch_, a)) {
+          if (!done_.has(d)) {
+            const size_t k = key(d);
+            waiting_on_[r] = static_cast<int64_t>(k);
+            wait_next_[r] = wait_head_[k];
+            wait_head_[k] = r;
+            return;
+          }
+        }
+      }
+      ++pc_[r];
+      ++res_.actions;
+      RankSimStats& st = res_.ranks[r];
+      switch (a.type) {
+        case ActionType::kForward:
+        case ActionType::kBackwardInput:
+        case ActionType::kBackwardWeight:
+        case ActionType::kBackward: {
+          const double dur = cost_.compute_time(a.stage, a.type, opt_.recompute);
+          first_start_[r] = std::min(first_start_[r], now);
+          st.busy += dur;
+          st.last_end = now + dur;
+          ++st.compute_actions;
+          account_memory(r, a);
+          record(r, a, Lane::kCompute, now, now + dur);
+          push(now + dur, a, r, true);
+          return;
+        }
+        case ActionType::kSendAct:
+        case ActionType::kSendGrad: {
+          const int32_t ps = peer_stage(a);
+          const double dur = cost_.message_time(a.stage, ps);
+          send_start_[key(a)] = now;
+          ++st.messages_sent;
+          st.bytes_sent += cost_.message_bytes(a.stage, ps);
+          st.comm += dur;
+          record(r, a, Lane::kComm, now, now + dur);
+          push(now + dur, a, r, !overlap_);
+          if (!overlap_) return;
+          break;
+        }
+        case ActionType::kRecvAct:
+        case ActionType::kRecvGrad: {
+          if (overlap_) {
+            posted_at_[key(a)] = now;
+            ++outstanding_recvs_;
+            if (done_.has(matching(a))) push(now, a, r, false);
+            break;  // a post: the rank goes on
+          }
+          // Blocking: the SEND has completed (it is a dependency); the lane was held from when
+          // the rank reached the RECV (or the message started moving) until now.
+          posted_at_[key(a)] = lane_free_[r];
+          push(now, a, r, true);
+          return;
+        }
+      }
+    }
+  }
+
+  void wake(size_t k, double now) {
+    int32_t r = wait_head_[k];
+    wait_head_[k] = -1;
+    while (r >= 0) {
+      const int32_t next = wait_next_[r];
+      wait_next_[r] = -1;
+      waiting_on_[r] = -1;
+      advance(r, now);
+      r = next;
+    }
+  }
+
+  void process(const Event& e) {
+    ++res_.events;
+    const Action& a = e.action;
+    const double t = e.time;
+    res_.makespan = std::max(res_.makespan, t);
+    if (is_recv(a.type)) {
+      const double start = std::max(posted_at_[key(a)], send_start_[key(matching(a))]);
+      res_.ranks[e.rank].comm += t - start;
+      record(e.rank, a, Lane::kComm, start, t);
+      if (overlap_) --outstanding_recvs_;
+    }
+    done_.mark(a);
+    wake(key(a), t);
+    if (a.type == ActionType::kBackward) {
+      wake(key({ActionType::kBackwardInput, a.stage, a.microbatch}), t);
+      wake(key({ActionType::kBackwardWeight, a.stage, a.microbatch}), t);
+    }
+    if (overlap_ && is_send(a.type)) {
+      const Action recv = matching(a);
+      if (posted_at_[key(recv)] >= 0 && !done_.has(recv)) {
+        push(t, recv, sch_.stage_to_rank[recv.stage], false);
+      }
+    }
+    if (e.occupies) {
+      lane_free_[e.rank] = t;
+      if (waiting_on_[e.rank] < 0) advance(e.rank, t);
+    }
+  }
+
+  Status check_finished() {
+    std::string blocked;
+    for (int32_t r = 0; r < P_; ++r) {
+      const auto& prog = sch_.programs[r];
+      if (pc_[r] >= prog.size()) continue;
+      const Action& a = prog[pc_[r]];
+      std::string what;
+      for (const Action& d : dependencies(sch_, a)) {
+        if (!done_.has(d)) {
+          what = fmt::format("waits for {} on rank {}", to_string(d),
+                             sch_.stage_to_rank[d.stage]);
+          break;
+        }
+      }
+      blocked += fmt::format("\n  rank {} step {}: {} {}", r, pc_[r], to_string(a), what);
+    }
+    if (outstanding_recvs_ > 0) {
+      for (int32_t r = 0; r < P_; ++r) {
+        for (const Action& a : sch_.programs[r]) {
+          if (is_recv(a.type) && posted_at_[key(a)] >= 0 && !done_.has(a)) {
+            blocked += fmt::format("\n  rank {}: {} posted but {} never sent", r, to_string(a),
+                                   to_string(matching(a)));
+          }
+        }
+      }
+    }
+    if (blocked.empty()) return OkStatus();
+    return Status::failed_precondition(fmt::format(
+        "simulate: schedule '{}' deadlocks at time {:g}; blocked:{}\nhint: run 'tightpipe "
+        "schedule --check' on it to see the grid",
+        sch_.name, res_.makespan, blocked));
+  }
+
+  void finish_stats() {
+    for (int32_t r = 0; r < P_; ++r) {
+      RankSimStats& st = res_.ranks[r];
+      if (st.compute_actions > 0) {
+        st.first_start = first_start_[r];
+        st.internal_idle = st.last_end - st.first_start - st.busy;
+      }
+      st.idle = res_.makespan - st.busy;
+      st.peak_activations = res_.activation_unit_bytes > 0
+                                ? st.peak_activation_bytes / res_.activation_unit_bytes
+                                : 0.0;
+      st.peak_bytes = st.peak_activation_bytes + st.static_bytes;
+      res_.total_compute += st.busy;
+      res_.messages += st.messages_sent;
+      res_.message_bytes += st.bytes_sent;
+    }
+    const double denom = static_cast<double>(P_) * res_.makespan;
+    res_.bubble_ratio = denom > 0 ? (denom - res_.total_compute) / denom : 0.0;
+    if (opt_.record_timeline) {
+      for (auto& rt : res_.timeline.ranks) {
+        // Compute events are already in start order; comm events (RECVs are recorded at their
+        // end) are sorted by start within their lane. stable_sort keeps ties in creation order.
+        std::stable_sort(rt.events.begin(), rt.events.end(),
+                         [](const TimelineEvent& x, const TimelineEvent& y) {
+                           if (x.lane != y.lane) return x.lane < y.lane;
+                           return x.start < y.start;
+                         });
+      }
+    }
+  }
+
+  const Schedule& sch_;
+  const CostModel& cost_;
+  const SimOptions opt_;
+  const bool overlap_;
+  const int32_t P_, S_, M_;
+  CompletionSet done_;
+  std::priority_queue<Event, std::vector<Event>, Later> queue_;
+  uint64_t seq_ = 0;
+  std::vector<int32_t> wait_head_;   // [key] first rank waiting for it
+  std::vector<int32_t> wait_next_;   // [rank] next rank waiting on the same key
+  std::vector<int64_t> waiting_on_;  // [rank] key it waits for, -1 if none
+  std::vector<double> send_start_;   // [key of SEND] when it started
+  std::vector<double> posted_at_;    // [key of RECV] when it was posted (or reached)
+  std::vector<size_t> pc_;
+  std::vector<double> lane_free_;
+  std::vector<double> held_;
+  std::vector<double> first_start_;
+  int64_t outstanding_recvs_ = 0;
+  SimResult res_;
+};
+
+}  // namespace
+
+Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
+                           const SimOptions& options) {
+  if (schedule.num_ranks <= 0 || schedule.num_stages <= 0 || schedule.num_microbatches <= 0) {
+    return Status::invalid_argument(fmt::format(
+        "simulate: schedule '{}' has an empty shape (ranks={}, stages={}, microbatches={})",
+        schedule.name, schedule.num_ranks, schedule.num_stages, schedule.num_microbatches));
+  }
+  Simulator sim(schedule, cost, options);
+  return sim.run();
+}
+
+}  // namespace tightpipe

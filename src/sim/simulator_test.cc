@@ -1,0 +1,203 @@
+#include "tightpipe/simulator.h"
+
+#include <expat.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tightpipe/prof.h"
+
+namespace tightpipe {
+namespace {
+
+Action A(ActionType t, int32_t s, int32_t mb) { return {t, s, mb}; }
+constexpr ActionType F = ActionType::kForward, I = ActionType::kBackwardInput,
+                     W = ActionType::kBackwardWeight, B = ActionType::kBackward,
+                     SF = ActionType::kSendAct, RF = ActionType::kRecvAct,
+                     SB = ActionType::kSendGrad, RB = ActionType::kRecvGrad;
+
+CostModel uniform(int32_t p, int32_t stages, double f = 1, double i = 1, double w = 1,
+                  double comm = 0) {
+  UniformCosts u;
+  u.f = f;
+  u.i = i;
+  u.w = w;
+  u.comm = comm;
+  u.bytes = 1000;
+  return uniform_cost_model(u, p, stages);
+}
+
+// 1F1B by hand, p=2, m=2: r0 F0 F1 B0 B1; r1 F0 B0 F1 B1.
+Schedule hand_1f1b(bool lowered) {
+  Schedule s;
+  s.num_ranks = 2;
+  s.num_stages = 2;
+  s.num_microbatches = 2;
+  s.stage_to_rank = {0, 1};
+  s.name = "hand-1f1b";
+  s.lowered = lowered;
+  if (!lowered) {
+    s.programs = {{A(F, 0, 0), A(F, 0, 1), A(B, 0, 0), A(B, 0, 1)},
+                  {A(F, 1, 0), A(B, 1, 0), A(F, 1, 1), A(B, 1, 1)}};
+  } else {
+    s.programs = {{A(F, 0, 0), A(SF, 0, 0), A(F, 0, 1), A(SF, 0, 1), A(RB, 0, 0), A(B, 0, 0),
+                   A(RB, 0, 1), A(B, 0, 1)},
+                  {A(RF, 1, 0), A(F, 1, 0), A(B, 1, 0), A(SB, 1, 0), A(RF, 1, 1), A(F, 1, 1),
+                   A(B, 1, 1), A(SB, 1, 1)}};
+  }
+  return s;
+}
+
+TEST(Simulator, HandBuilt1F1BComputeOnly) {
+  Schedule s = hand_1f1b(false);
+  auto r = simulate(s, uniform(2, 2));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_DOUBLE_EQ(r->makespan, 9);  // (m + p - 1)(F + B)
+  EXPECT_DOUBLE_EQ(r->total_compute, 12);
+  EXPECT_DOUBLE_EQ(r->bubble_ratio, 6.0 / 18.0);
+  EXPECT_DOUBLE_EQ(r->ranks[1].first_start, 1);
+  EXPECT_DOUBLE_EQ(r->ranks[0].last_end, 9);
+  EXPECT_DOUBLE_EQ(r->ranks[0].peak_activations, 2);
+  EXPECT_DOUBLE_EQ(r->ranks[1].peak_activations, 1);
+  ASSERT_EQ(r->timeline.ranks.size(), 2u);
+  const auto& ev = r->timeline.ranks[1].events;
+  ASSERT_EQ(ev.size(), 4u);
+  EXPECT_EQ(ev[0].name, "1F0");
+  EXPECT_DOUBLE_EQ(ev[0].start, 1);
+  EXPECT_EQ(ev[1].name, "1B0");
+  EXPECT_DOUBLE_EQ(ev[1].start, 2);
+  EXPECT_DOUBLE_EQ(ev[1].end, 4);
+}
+
+TEST(Simulator, HandLoweredOverlapAndBlocking) {
+  Schedule s = hand_1f1b(true);
+  // No comm cost: same as compute-only.
+  auto r0 = simulate(s, uniform(2, 2));
+  ASSERT_TRUE(r0.ok()) << r0.status().to_string();
+  EXPECT_DOUBLE_EQ(r0->makespan, 9);
+  EXPECT_EQ(r0->messages, 4);
+  EXPECT_EQ(r0->message_bytes, 4000);
+  // comm = 0.5, overlap: r1 F0 at 1.5..2.5, B0 2.5..4.5, grad arrives r0 at 5; r0 B0 5..7;
+  // F1 arrives at 2.5 -> r1 F1 4.5..5.5, B1 5.5..7.5, grad at 8 -> r0 B1 8..10.
+  SimOptions o;
+  auto ov = simulate(s, uniform(2, 2, 1, 1, 1, 0.5), o);
+  ASSERT_TRUE(ov.ok()) << ov.status().to_string();
+  EXPECT_DOUBLE_EQ(ov->makespan, 10);
+  // Blocking: r0 F0 0..1, SEND 1..1.5, F1 1.5..2.5, SEND 2.5..3; r1 RECV till 1.5, F0 ..2.5,
+  // B0 ..4.5, SEND_B ..5, RECV_F1 (sent 2.5..3, done) at 5, F1 5..6, B1 6..8, SEND 8..8.5;
+  // r0 RECV_B0 3..5 (msg 4.5..5), B0 5..7, RECV_B1 7..8.5, B1 8.5..10.5.
+  o.comm_mode = CommMode::kBlocking;
+  auto bl = simulate(s, uniform(2, 2, 1, 1, 1, 0.5), o);
+  ASSERT_TRUE(bl.ok()) << bl.status().to_string();
+  EXPECT_DOUBLE_EQ(bl->makespan, 10.5);
+  EXPECT_LE(ov->makespan, bl->makespan);
+  // Comm events on the comm lane with peers and bytes.
+  bool found = false;
+  for (const auto& e : bl->timeline.ranks[0].events) {
+    if (e.name == "0RECV_B1") {
+      found = true;
+      EXPECT_EQ(e.lane, Lane::kComm);
+      EXPECT_EQ(e.kind, EventKind::kRecv);
+      EXPECT_EQ(e.peer, 1);
+      EXPECT_EQ(e.bytes, 1000);
+      EXPECT_DOUBLE_EQ(e.start, 8);
+      EXPECT_DOUBLE_EQ(e.end, 8.5);
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Simulator, Compute_onlyWithCostlyMessagesIsRejected) {
+  auto r = simulate(hand_1f1b(false), uniform(2, 2, 1, 1, 1, 0.5));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("lower()"), std::string::npos) << r.status().message();
+}
+
+TEST(Simulator, DeadlockNamesEachBlockedRank) {
+  Schedule s = hand_1f1b(false);
+  // r1 wants B0 before its own F0: it can never run; r0 then waits for the gradient.
+  s.programs[1] = {A(B, 1, 0), A(F, 1, 0), A(F, 1, 1), A(B, 1, 1)};
+  auto r = simulate(s, uniform(2, 2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find("rank 0 step 2: 0B0 waits for 1I0 on rank 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank 1 step 0: 1B0 waits for 1F0"), std::string::npos) << m;
+}
+
+TEST(Simulator, RejectsActionOnWrongRank) {
+  Schedule s = hand_1f1b(false);
+  s.programs[0][0] = A(F, 1, 0);
+  auto r = simulate(s, uniform(2, 2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("stage 1 lives on rank 1"), std::string::npos);
+}
+
+TEST(Simulator, RejectsUncoveredSchedule) {
+  auto r = simulate(hand_1f1b(false), uniform(1, 1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("has 1 stage(s) but schedule"), std::string::npos);
+}
+
+TEST(Simulator, FullRecomputeHoldsInputsAndAddsTime) {
+  Schedule s = hand_1f1b(false);
+  UniformCosts u;
+  u.input = 0.25;
+  CostModel c = uniform_cost_model(u, 2, 2);
+  SimOptions o;
+  o.recompute = Recompute::kFull;
+  auto r = simulate(s, c, o);
+  ASSERT_TRUE(r.ok());
+  // Each B grows by the forward time: (m + p - 1)(F + B + F) = 3 * 4.
+  EXPECT_DOUBLE_EQ(r->makespan, 12);
+  // r0 holds two inputs (0.5) and re-materializes one activation during B0: 1.5.
+  EXPECT_DOUBLE_EQ(r->ranks[0].peak_activations, 1.5);
+  EXPECT_DOUBLE_EQ(r->ranks[1].peak_activations, 1.25);
+}
+
+TEST(Simulator, StatsMatchTimelineStats) {
+  auto r = simulate(hand_1f1b(true), uniform(2, 2, 1, 1, 1, 0.25));
+  ASSERT_TRUE(r.ok());
+  TimelineStats t = timeline_stats(r->timeline);
+  EXPECT_DOUBLE_EQ(t.makespan, r->makespan);
+  EXPECT_DOUBLE_EQ(t.bubble_ratio, r->bubble_ratio);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_DOUBLE_EQ(t.ranks[k].busy, r->ranks[k].busy);
+    EXPECT_DOUBLE_EQ(t.ranks[k].first_start, r->ranks[k].first_start);
+    EXPECT_DOUBLE_EQ(t.ranks[k].last_end, r->ranks[k].last_end);
+    EXPECT_DOUBLE_EQ(t.ranks[k].comm, r->ranks[k].comm);
+    EXPECT_EQ(t.ranks[k].messages_sent, r->ranks[k].messages_sent);
+  }
+  SimOptions no_tl;
+  no_tl.record_timeline = false;
+  auto r2 = simulate(hand_1f1b(true), uniform(2, 2, 1, 1, 1, 0.25), no_tl);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_DOUBLE_EQ(r2->makespan, r->makespan);
+  EXPECT_TRUE(r2->timeline.ranks.empty());
+}
+
+TEST(SimOutput, JsonHasStableFields) {
+  auto r = simulate(hand_1f1b(true), uniform(2, 2));
+  ASSERT_TRUE(r.ok());
+  auto j = nlohmann::json::parse(sim_result_to_json(*r));
+  for (const char* k : {"schema", "schedule", "ranks", "stages", "chunks", "microbatches",
+                        "comm_mode", "recompute", "cost_source", "time_unit", "makespan",
+                        "total_compute", "bubble_ratio", "bubble_percent", "messages",
+                        "message_bytes", "actions", "activation_unit_bytes", "per_rank"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_EQ(j["schema"], "tightpipe.simulate/1");
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 9);
+  ASSERT_EQ(j["per_rank"].size(), 2u);
+  for (const char* k : {"rank", "first_start", "last_end", "busy", "idle", "internal_idle",
+                        "comm", "compute_actions", "messages_sent", "bytes_sent",
+                        "peak_activations", "peak_activation_bytes", "static_bytes",
+                        "peak_bytes"}) {
+    EXPECT_TRUE(j["per_rank"][0].contains(k)) << k;
+  }
+  EXPECT_NE(format_sim_table(*r).find("makespan 9"), std::string::npos) << format_sim_table(*r);
+}
+
+}  // namespace
+}  // namespace tightpipe
