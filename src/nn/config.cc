@@ -1,0 +1,158 @@
+// GptConfig / RecomputeOptions validation and the layer partitioner.
+#include <fmt/format.h>
+
+#include "tightpipe/base.h"
+#include "tightpipe/model.h"
+
+namespace tightpipe::nn {
+
+Status GptConfig::validate() const {
+  auto positive = [](int v, const char* flag) -> Status {
+    if (v > 0) return OkStatus();
+    return Status::invalid_argument(
+        fmt::format("{} must be positive, got {}; hint: pass e.g. {} 4", flag, v, flag));
+  };
+  TP_RETURN_IF_ERROR(positive(num_layers, "--num-layers"));
+  TP_RETURN_IF_ERROR(positive(hidden_size, "--hidden-size"));
+  TP_RETURN_IF_ERROR(positive(num_heads, "--num-attention-heads"));
+  TP_RETURN_IF_ERROR(positive(seq_length, "--seq-length"));
+  TP_RETURN_IF_ERROR(positive(micro_batch_size, "--micro-batch-size"));
+  if (vocab_size <= 0) {
+    return Status::invalid_argument(fmt::format("vocab size must be positive, got {}", vocab_size));
+  }
+  if (hidden_size % num_heads != 0) {
+    int lo = hidden_size - hidden_size % num_heads;
+    return Status::invalid_argument(fmt::format(
+        "--hidden-size {} is not divisible by --num-attention-heads {}; hint: use a hidden size "
+        "that is a multiple of the heads (e.g. --hidden-size {}) or a head count that divides {}",
+        hidden_size, num_heads, lo > 0 ? lo + num_heads : num_heads, hidden_size));
+  }
+  return OkStatus();
+}
+
+Status RecomputeOptions::validate() const {
+  if (granularity.empty()) return OkStatus();
+  if (granularity != "full") {
+    return Status::invalid_argument(fmt::format(
+        "--recompute-granularity '{}' is not supported; hint: use 'full' (or leave it out)",
+        granularity));
+  }
+  if (method != "uniform") {
+    return Status::invalid_argument(fmt::format(
+        "--recompute-method '{}' is not supported; hint: use 'uniform'", method));
+  }
+  if (num_layers < 1) {
+    return Status::invalid_argument(fmt::format(
+        "--recompute-num-layers must be >= 1, got {}; hint: 1 keeps the input of every layer",
+        num_layers));
+  }
+  return OkStatus();
+}
+
+namespace {
+Status layout_error(std::string_view layout, const std::string& what) {
+  return Status::invalid_argument(fmt::format(
+      "--pipeline-layout '{}': {}; hint: stages are separated by '|', items by ',': E (embedding, "
+      "first item of the first stage), t or t*N (transformer layers), L (loss, last item of the "
+      "last stage), e.g. \"E,t*3|t*3|t*3|t*2,L\"",
+      layout, what));
+}
+}  // namespace
+
+Result<std::vector<StageSpec>> partition_layers(const GptConfig& config, int num_stages,
+                                                std::string_view layout) {
+  TP_RETURN_IF_ERROR(config.validate());
+  if (num_stages < 1) {
+    return Status::invalid_argument(
+        fmt::format("the number of stages must be >= 1, got {}", num_stages));
+  }
+  const int L = config.num_layers;
+  std::vector<StageSpec> stages(num_stages);
+  if (trim(layout).empty()) {
+    if (L < num_stages) {
+      return Status::invalid_argument(fmt::format(
+          "--num-layers {} is fewer than the {} pipeline stages; hint: use at least one layer per "
+          "stage (--num-layers >= {}) or fewer stages",
+          L, num_stages, num_stages));
+    }
+    // Megatron's accounting: the embedding and the loss each cost one layer.
+    const int units = L + 2;
+    int first = 0;
+    for (int s = 0; s < num_stages; ++s) {
+      int u = units / num_stages + (s < units % num_stages ? 1 : 0);
+      StageSpec& st = stages[s];
+      st.has_embedding = s == 0;
+      st.has_head = s == num_stages - 1;
+      if (st.has_embedding) --u;
+      if (st.has_head) --u;
+      st.first_layer = first;
+      st.num_layers = std::max(0, std::min(u, L - first));
+      first += st.num_layers;
+    }
+    // Any layer left over (rounding) goes to the last stage, so that none is ever dropped.
+    stages.back().num_layers += L - first;
+    return stages;
+  }
+  const std::vector<std::string> parts = split(layout, '|');
+  if (int(parts.size()) != num_stages) {
+    return layout_error(layout, fmt::format("it describes {} stages but the pipeline has {}",
+                                            parts.size(), num_stages));
+  }
+  int first = 0, num_e = 0, num_l = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    StageSpec& st = stages[s];
+    st.first_layer = first;
+    const std::vector<std::string> items = split(parts[s], ',');
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string item(trim(items[i]));
+      if (item == "E") {
+        if (s != 0 || i != 0) return layout_error(layout, "E must be the first item of stage 0");
+        st.has_embedding = true;
+        ++num_e;
+      } else if (item == "L") {
+        if (s != num_stages - 1 || i + 1 != items.size())
+          return layout_error(layout, "L must be the last item of the last stage");
+        st.has_head = true;
+        ++num_l;
+      } else if (item == "t" || item.rfind("t*", 0) == 0) {
+        int64_t n = 1;
+        if (item != "t") {
+          auto r = parse_int(item.substr(2));
+          if (!r.ok() || *r < 0)
+            return layout_error(layout, fmt::format("bad repeat count in '{}'", item));
+          n = *r;
+        }
+        st.num_layers += int(n);
+        first += int(n);
+      } else {
+        return layout_error(layout, fmt::format("unknown item '{}' in stage {}", item, s));
+      }
+    }
+    if (st.num_layers == 0 && !st.has_embedding && !st.has_head)
+      return layout_error(layout, fmt::format("stage {} is empty", s));
+  }
+  if (num_e != 1) return layout_error(layout, "the embedding E must appear exactly once");
+  if (num_l != 1) return layout_error(layout, "the loss L must appear exactly once");
+  if (first != L) {
+    return layout_error(
+        layout, fmt::format("it places {} transformer layers but --num-layers is {}: a layout must "
+                            "place every layer exactly once ({})",
+                            first, L, first < L ? "some are lost" : "some are repeated"));
+  }
+  return stages;
+}
+
+std::string format_layout(const std::vector<StageSpec>& stages) {
+  std::vector<std::string> parts;
+  for (const StageSpec& s : stages) {
+    std::vector<std::string> items;
+    if (s.has_embedding) items.push_back("E");
+    if (s.num_layers == 1) items.push_back("t");
+    if (s.num_layers > 1) items.push_back(fmt::format("t*{}", s.num_layers));
+    if (s.has_head) items.push_back("L");
+    parts.push_back(join(items, ","));
+  }
+  return join(parts, "|");
+}
+
+}  // namespace tightpipe::nn
