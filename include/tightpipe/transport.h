@@ -1,0 +1,167 @@
+// Transport: point-to-point messages between the P ranks of a pipeline, plus the few small
+// collectives the executor needs (deterministic allreduce, broadcast, barrier), all built on p2p.
+//
+// One Transport object per rank. Backends: in-process threads (`make_inproc_transports`, the
+// default) and MPI processes (transport_mpi.h). `make_link_emulator` wraps any transport to add
+// latency and bandwidth. `run_world` is the one entry point the CLI and the executor use: it starts
+// the ranks this process hosts (P threads, or this MPI process) and runs a function on each.
+//
+// Buffer contract (gloo unbound_buffer.h): the bytes passed to isend/irecv must stay alive and
+// untouched (sender: unmodified; receiver: unread) until the Request's wait() returned OK or the
+// Request was destroyed. Messages between one (sender, receiver) pair with the same tag match in
+// posting order; different tags never match each other. A receive whose buffer size differs from
+// the message size fails with InvalidArgument (the sender's request still completes).
+//
+// Sends may complete before the receive is posted (small messages, "eager") or only once the
+// receiver has posted the matching receive (large messages, "rendezvous"), as in MPI: a program
+// must not rely on a large blocking send finishing before its peer posts the receive.
+//
+// Errors (Status): every wait takes a time-out and returns DeadlineExceeded naming this rank, the
+// peer, the tag and the byte count. `abort(reason)` tells every other rank to stop: their pending
+// and future waits return Unavailable naming the aborting rank and its reason.
+//
+// Thread safety: a Transport may be used from several threads at once (isend, irecv, abort,
+// collectives are serialized internally); one Request is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tightpipe/status.h"
+
+namespace tightpipe {
+
+// Tags are in [0, kMaxTag). Users take [0, kMaxUserTag); the collectives below use the rest.
+inline constexpr int kMaxUserTag = 1 << 28;
+inline constexpr int kMaxTag = 1 << 29;
+
+// A posted send or receive.
+class Request {
+ public:
+  virtual ~Request() = default;
+  Request() = default;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  // Blocks (without spinning) until the operation completes, fails, or `timeout_s` seconds pass.
+  // OK: done, the buffer may be reused. DeadlineExceeded: still pending; wait may be called again.
+  // Unavailable: a rank aborted (or the peer is gone). InvalidArgument: size mismatch.
+  virtual Status wait(double timeout_s) = 0;
+  // Non-blocking: true when complete, false when pending, an error Status as wait() would give.
+  virtual Result<bool> test() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "threads", "mpi", "emulated(threads, latency_us=50,gbps=10)"...
+  virtual std::string name() const = 0;
+
+  // REQUIRES: 0 <= dst < size(), dst != rank(), 0 <= tag < kMaxTag (user code: < kMaxUserTag).
+  // Errors (e.g. the world was aborted) surface in the returned Request's wait()/test().
+  virtual std::unique_ptr<Request> isend(int dst, int tag, std::span<const std::byte> data) = 0;
+  // REQUIRES: 0 <= src < size(), src != rank(), tag as for isend.
+  virtual std::unique_ptr<Request> irecv(int src, int tag, std::span<std::byte> data) = 0;
+
+  // Tells every rank (this one included) to stop: pending and later waits return Unavailable
+  // "rank R aborted: <reason>". Idempotent; the first abort seen by a rank wins. Never blocks long.
+  virtual void abort(std::string_view reason) = 0;
+  // The abort this rank has seen (its own or a peer's), if any.
+  virtual std::optional<Status> aborted() const = 0;
+};
+
+// ---- Blocking helpers and collectives (free functions over any Transport) -------------------
+// Every rank must call the same collectives in the same order. Each takes a total time-out.
+
+Status send(Transport& t, int dst, int tag, std::span<const std::byte> data, double timeout_s);
+Status recv(Transport& t, int src, int tag, std::span<std::byte> data, double timeout_s);
+
+// In-place sum over ranks; every rank gets bit-identical results, equal to
+// ((x_0 + x_1) + x_2) + ... in rank order (each element is summed once, by one owner rank).
+// REQUIRES: the same data.size() on every rank.
+Status allreduce_sum(Transport& t, std::span<double> data, double timeout_s);
+// Copies `root`'s bytes to every rank. REQUIRES: the same data.size() on every rank.
+Status broadcast(Transport& t, int root, std::span<std::byte> data, double timeout_s);
+// Returns once every rank has entered the barrier (or an error).
+Status barrier(Transport& t, double timeout_s);
+
+// ---- In-process backend ---------------------------------------------------------------------
+
+struct InProcOptions {
+  // Sends of at most this many bytes are copied and complete at once if no receive is posted yet;
+  // larger ones wait for the receive (like MPI's vader eager limit, 4 KiB), so that a program
+  // that runs on threads does not deadlock on MPI.
+  size_t eager_limit_bytes = 4096;
+};
+
+// P connected transports (index = rank) sharing one hidden mailbox world. REQUIRES: size >= 1.
+std::vector<std::unique_ptr<Transport>> make_inproc_transports(int size, InProcOptions options = {});
+
+// Runs body(*transports[r]) on one thread per rank and returns each rank's Status (index = rank).
+// A rank whose body fails calls abort() with its error so that the others stop promptly.
+std::vector<Status> run_on_threads(std::span<const std::unique_ptr<Transport>> transports,
+                                   const std::function<Status(Transport&)>& body);
+
+// ---- Link emulator ---------------------------------------------------------------------------
+
+struct LinkOptions {
+  double latency_us = 0;  // one-way latency added to every message, microseconds (>= 0)
+  double gbps = 0;        // link bandwidth in gigabits per second (10^9 bit/s); 0 = unlimited
+  Status validate() const;
+  std::string to_string() const;  // "latency_us=50,gbps=10"
+};
+
+// Parses "latency_us=50,gbps=10" (either key may be omitted; keys in any order).
+Result<LinkOptions> parse_link_options(std::string_view spec);
+
+// Wraps `inner` so that a message posted at time t becomes visible to its receiver at
+// max(t, previous message on that link finished) + bytes / bandwidth + latency; messages on one
+// link (this rank -> dst) stay FIFO. isend never blocks the caller: a background thread per
+// emulator posts the real send at delivery time. Receives and abort pass straight through.
+std::unique_ptr<Transport> make_link_emulator(std::unique_ptr<Transport> inner, LinkOptions link);
+
+// ---- One entry point for the CLI and the executor --------------------------------------------
+
+enum class TransportKind { kThreads, kMpi };
+// "threads" | "mpi"; anything else is InvalidArgument listing the choices.
+Result<TransportKind> parse_transport_kind(std::string_view name);
+std::string_view transport_kind_name(TransportKind kind);
+// True when this binary was built with the MPI backend (TIGHTPIPE_HAVE_MPI).
+bool mpi_transport_available();
+
+struct WorldOptions {
+  TransportKind kind = TransportKind::kThreads;  // --transport
+  int world_size = 1;                // P: threads to start, or the MPI world size mpirun must give
+  std::optional<LinkOptions> link;   // --emulate-link; wraps every rank's transport
+  InProcOptions inproc;              // threads backend tuning
+  Status validate() const;
+};
+
+struct RankStatus {
+  int rank = 0;
+  Status status;
+};
+
+// Runs body(transport) on every rank this process hosts and returns their Status in rank order:
+// threads: P threads in this process, P entries; mpi: this process's rank, one entry (MPI is
+// initialized on first use and finalized at exit; start the program with `mpirun -np P`).
+// A rank whose body fails aborts the world, so the other ranks stop promptly with Unavailable.
+// Errors before any rank runs (bad options, MPI world size != world_size, MPI not built) are
+// returned as the Result's Status, identically on every process.
+Result<std::vector<RankStatus>> run_world(const WorldOptions& options,
+                                          const std::function<Status(Transport&)>& body);
+
+}  // namespace tightpipe

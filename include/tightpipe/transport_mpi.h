@@ -1,0 +1,60 @@
+// MPI backend of Transport (transport.h): one process per rank, started by `mpirun -np P`.
+// MpiScope owns MPI_Init/MPI_Finalize for the process (gloo mpi/context.h); every MPI transport
+// holds it. Each transport works on its own duplicate of MPI_COMM_WORLD plus a second duplicate
+// for abort messages, so transports created one after another (e.g. one per test) never see each
+// other's messages.
+//
+// Waiting never calls MPI_Wait: Open MPI's blocking waits spin at 100% CPU, which steals the core
+// of the rank being waited for when ranks share cores. Requests poll MPI_Test with a back-off from
+// a few yields up to `max_poll_interval_us` of sleep; each poll also looks for abort messages.
+//
+// This header does not include mpi.h; it is usable whether or not MPI was built in
+// (functions return FailedPrecondition when TIGHTPIPE_HAVE_MPI is not defined).
+//
+// Thread safety: as Transport; MPI calls are serialized by a mutex per transport, so
+// MPI_THREAD_SERIALIZED suffices (MPI_THREAD_MULTIPLE is requested).
+#pragma once
+
+#include <memory>
+
+#include "tightpipe/status.h"
+#include "tightpipe/transport.h"
+
+namespace tightpipe {
+
+class MpiScope {
+ public:
+  // Initializes MPI on the first call and returns the process-wide scope; later calls return the
+  // same one. MPI_Finalize runs at process exit (static destruction), unless MPI was already
+  // initialized by someone else. FailedPrecondition when MPI is not built in or cannot init.
+  static Result<std::shared_ptr<MpiScope>> acquire();
+
+  ~MpiScope();
+  MpiScope(const MpiScope&) = delete;
+  MpiScope& operator=(const MpiScope&) = delete;
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+
+ private:
+  MpiScope() = default;
+  int world_rank_ = 0;
+  int world_size_ = 1;
+  bool owns_init_ = false;
+};
+
+// True when the environment says this process was started by mpirun/mpiexec (Open MPI, PMIx or
+// MPICH variables); tests use it to decide whether the MPI backend can be exercised.
+bool launched_by_mpirun();
+
+struct MpiOptions {
+  double max_poll_interval_us = 200;  // longest sleep between two MPI_Test polls of a waiter
+  Status validate() const;
+};
+
+// Collective over MPI_COMM_WORLD: every process must call it, in the same order (it duplicates
+// the world communicator twice). Requests may outlive the transport.
+Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope> scope,
+                                                      MpiOptions options = {});
+
+}  // namespace tightpipe

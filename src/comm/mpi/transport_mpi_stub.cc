@@ -1,0 +1,33 @@
+// Built instead of transport_mpi.cc when MPI is not available (TIGHTPIPE_WITH_MPI off or not
+// found): every entry point says so.
+#include <cstdlib>
+
+#include "tightpipe/transport_mpi.h"
+
+namespace tightpipe {
+
+namespace {
+Status not_built() {
+  return Status::failed_precondition(
+      "this tightpipe was built without MPI; hint: apt-get install libopenmpi-dev, then "
+      "reconfigure with -DTIGHTPIPE_WITH_MPI=ON");
+}
+}  // namespace
+
+Result<std::shared_ptr<MpiScope>> MpiScope::acquire() { return not_built(); }
+MpiScope::~MpiScope() = default;
+
+bool launched_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"}) {
+    if (std::getenv(v) != nullptr) return true;
+  }
+  return false;
+}
+
+Status MpiOptions::validate() const { return OkStatus(); }
+
+Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope>, MpiOptions) {
+  return not_built();
+}
+
+}  // namespace tightpipe

@@ -1,0 +1,86 @@
+// run_world: the one entry point that starts the ranks this process hosts on the chosen backend.
+#include <fmt/format.h>
+
+#include "tightpipe/transport.h"
+#include "tightpipe/transport_mpi.h"
+
+namespace tightpipe {
+
+namespace comm_internal {
+Status run_rank_body(Transport& t, const std::function<Status(Transport&)>& body);
+}  // namespace comm_internal
+
+Result<TransportKind> parse_transport_kind(std::string_view name) {
+  if (name == "threads") return TransportKind::kThreads;
+  if (name == "mpi") return TransportKind::kMpi;
+  return Status::invalid_argument(
+      fmt::format("--transport '{}': unknown transport; choose threads or mpi", name));
+}
+
+std::string_view transport_kind_name(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kThreads:
+      return "threads";
+    case TransportKind::kMpi:
+      return "mpi";
+  }
+  return "?";
+}
+
+bool mpi_transport_available() {
+#ifdef TIGHTPIPE_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+Status WorldOptions::validate() const {
+  if (world_size < 1 || world_size > 4096) {
+    return Status::invalid_argument(
+        fmt::format("world size {}: must be in [1, 4096] ranks", world_size));
+  }
+  if (link) TP_RETURN_IF_ERROR(link->validate().with_context("--emulate-link"));
+  if (kind == TransportKind::kMpi && !mpi_transport_available()) {
+    return Status::failed_precondition(
+        "--transport mpi: this tightpipe was built without MPI; hint: apt-get install "
+        "libopenmpi-dev and reconfigure with -DTIGHTPIPE_WITH_MPI=ON, or use --transport threads");
+  }
+  return OkStatus();
+}
+
+Result<std::vector<RankStatus>> run_world(const WorldOptions& options,
+                                          const std::function<Status(Transport&)>& body) {
+  TP_RETURN_IF_ERROR(options.validate());
+  std::vector<RankStatus> out;
+  switch (options.kind) {
+    case TransportKind::kThreads: {
+      std::vector<std::unique_ptr<Transport>> ts =
+          make_inproc_transports(options.world_size, options.inproc);
+      if (options.link) {
+        for (auto& t : ts) t = make_link_emulator(std::move(t), *options.link);
+      }
+      std::vector<Status> statuses = run_on_threads(ts, body);
+      for (int r = 0; r < options.world_size; ++r) out.push_back({r, std::move(statuses[r])});
+      return out;
+    }
+    case TransportKind::kMpi: {
+      TP_ASSIGN_OR_RETURN(std::shared_ptr<MpiScope> scope, MpiScope::acquire());
+      if (scope->world_size() != options.world_size) {
+        return Status::invalid_argument(fmt::format(
+            "--transport mpi: this MPI job has {} process{} but the pipeline needs {} ranks; "
+            "hint: start it with mpirun -np {} ...{}",
+            scope->world_size(), scope->world_size() == 1 ? "" : "es", options.world_size,
+            options.world_size,
+            launched_by_mpirun() ? "" : " (this process was not started by mpirun)"));
+      }
+      TP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, make_mpi_transport(scope));
+      if (options.link) t = make_link_emulator(std::move(t), *options.link);
+      out.push_back({t->rank(), comm_internal::run_rank_body(*t, body)});
+      return out;
+    }
+  }
+  return Status::internal("run_world: unknown transport kind");
+}
+
+}  // namespace tightpipe
