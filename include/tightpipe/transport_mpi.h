@@ -6,7 +6,8 @@
 //
 // Waiting never calls MPI_Wait: Open MPI's blocking waits spin at 100% CPU, which steals the core
 // of the rank being waited for when ranks share cores. Requests poll MPI_Test with a back-off from
-// a few yields up to `max_poll_interval_us` of sleep; each poll also looks for abort messages.
+// yields (for about the expected transfer time) to sleeps growing up to `max_poll_interval_us`;
+// each poll also looks for abort messages.
 //
 // This header does not include mpi.h; it is usable whether or not MPI was built in
 // (functions return FailedPrecondition when TIGHTPIPE_HAVE_MPI is not defined).
@@ -49,6 +50,10 @@ bool launched_by_mpirun();
 
 struct MpiOptions {
   double max_poll_interval_us = 200;  // longest sleep between two MPI_Test polls of a waiter
+  // A waiter first polls with sched_yield (no sleep) for yield_us + bytes / yield_bytes_per_s:
+  // about the time the transfer itself takes, during which MPI needs both sides to poll.
+  double yield_us = 20;
+  double yield_bytes_per_s = 4e9;
   Status validate() const;
 };
 

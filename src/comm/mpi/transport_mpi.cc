@@ -117,12 +117,16 @@ class MpiRequest final : public Request {
     const double start = now_seconds();
     const double deadline = start + std::max(0.0, timeout_s);
     const double max_sleep_s = state_->options.max_poll_interval_us * 1e-6;
+    // Yield (not sleep) while a transfer of this size may be in progress: a rendezvous transfer
+    // moves only while both sides poll, and a sleep costs ~60 us of timer slack at the least.
+    const double yield_until =
+        start + state_->options.yield_us * 1e-6 + info_.bytes / state_->options.yield_bytes_per_s;
     double sleep_s = 0;
     for (int polls = 0;; ++polls) {
       if (std::optional<Status> s = poll()) return *s;
       const double now = now_seconds();
       if (now >= deadline) return info_.timeout_error(timeout_s);
-      if (polls < 16) {
+      if (polls < 16 || now < yield_until) {
         std::this_thread::yield();
       } else {
         sleep_s = sleep_s == 0 ? 2e-6 : std::min(max_sleep_s, sleep_s * 2);
@@ -338,6 +342,11 @@ Status MpiOptions::validate() const {
   if (!(max_poll_interval_us > 0 && max_poll_interval_us <= 1e6)) {
     return Status::invalid_argument(fmt::format(
         "MpiOptions.max_poll_interval_us = {}: must be in (0, 1e6]", max_poll_interval_us));
+  }
+  if (!(yield_us >= 0 && yield_us <= 1e6) || !(yield_bytes_per_s > 0)) {
+    return Status::invalid_argument(
+        fmt::format("MpiOptions.yield_us = {}, yield_bytes_per_s = {}: need [0, 1e6] and > 0",
+                    yield_us, yield_bytes_per_s));
   }
   return OkStatus();
 }
