@@ -4,6 +4,7 @@
 #include <archive_entry.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,8 @@
 namespace tightpipe::data_internal {
 
 namespace fs = std::filesystem;
+
+constexpr int64_t kMaxEntryBytes = int64_t{1} << 30;  // one sample entry; far above any sample
 
 std::optional<std::pair<std::string, std::string>> split_key(std::string_view entry_path) {
   size_t slash = entry_path.rfind('/');
@@ -110,14 +113,20 @@ Result<bool> TarSampleReader::read_entry() {
       continue;
     }
     int64_t size = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : -1;
-    if (size < 0 || size > (int64_t{1} << 34)) {
-      return Status::corruption(fmt::format("entry '{}' at byte offset {}: bad size {}", name,
-                                            offset, size));
+    // Never trust a header's size for an allocation: bound it by the file (uncompressed) and
+    // grow the buffer as data really arrives.
+    const bool plain = archive_filter_code(a_, 0) == ARCHIVE_FILTER_NONE;
+    if (size < 0 || size > kMaxEntryBytes || (plain && offset + size > file_size_)) {
+      return Status::corruption(fmt::format(
+          "entry '{}' at byte offset {}: size {} does not fit (file is {} bytes, limit {})", name,
+          offset, size, file_size_, kMaxEntryBytes));
     }
-    SamplePart part{name, kx->second, offset, std::string(static_cast<size_t>(size), '\0')};
+    SamplePart part{name, kx->second, offset, std::string()};
     int64_t got = 0;
     while (got < size) {
-      la_ssize_t n = archive_read_data(a_, part.bytes.data() + got, static_cast<size_t>(size - got));
+      part.bytes.resize(static_cast<size_t>(std::min(size, got + (int64_t{1} << 20))));
+      la_ssize_t n = archive_read_data(a_, part.bytes.data() + got,
+                                       static_cast<size_t>(part.bytes.size() - got));
       if (n < 0) {
         return Status::corruption(fmt::format(
             "entry '{}' at byte offset {}: data unreadable (truncated or damaged) after {} of {} "
