@@ -20,8 +20,12 @@
 // peer, the tag and the byte count. `abort(reason)` tells every other rank to stop: their pending
 // and future waits return Unavailable naming the aborting rank and its reason.
 //
-// Thread safety: a Transport may be used from several threads at once (isend, irecv, abort,
-// collectives are serialized internally); one Request is used by one thread at a time.
+// Ownership: the caller owns Transports and Requests; a Transport must outlive its Requests.
+// Dropping a pending Request cancels it (a receive is withdrawn; a send may still be delivered).
+//
+// Thread safety: isend, irecv, abort and aborted may be called from several threads at once; one
+// Request is used by one thread at a time; a collective must not run concurrently with another
+// collective on the same Transport.
 #pragma once
 
 #include <cstddef>
@@ -115,6 +119,19 @@ std::vector<std::unique_ptr<Transport>> make_inproc_transports(int size, InProcO
 std::vector<Status> run_on_threads(std::span<const std::unique_ptr<Transport>> transports,
                                    const std::function<Status(Transport&)>& body);
 
+// ---- MPI backend tuning (the backend itself: transport_mpi.h) -------------------------------
+
+struct MpiOptions {
+  // A waiter first polls MPI_Test with sched_yield (no sleep) for yield_us + bytes /
+  // yield_bytes_per_s: about the time the transfer itself takes, during which MPI needs both sides
+  // to poll. Then it sleeps between polls, doubling up to max_poll_interval_us: the worst extra
+  // delay of a message that arrives while its receiver sleeps (plus ~60 us of timer slack).
+  double max_poll_interval_us = 100;
+  double yield_us = 20;
+  double yield_bytes_per_s = 4e9;
+  Status validate() const;
+};
+
 // ---- Link emulator ---------------------------------------------------------------------------
 
 struct LinkOptions {
@@ -147,6 +164,7 @@ struct WorldOptions {
   int world_size = 1;                // P: threads to start, or the MPI world size mpirun must give
   std::optional<LinkOptions> link;   // --emulate-link; wraps every rank's transport
   InProcOptions inproc;              // threads backend tuning
+  MpiOptions mpi;                    // mpi backend tuning
   Status validate() const;
 };
 

@@ -48,17 +48,8 @@ class MpiScope {
 // MPICH variables); tests use it to decide whether the MPI backend can be exercised.
 bool launched_by_mpirun();
 
-struct MpiOptions {
-  double max_poll_interval_us = 200;  // longest sleep between two MPI_Test polls of a waiter
-  // A waiter first polls with sched_yield (no sleep) for yield_us + bytes / yield_bytes_per_s:
-  // about the time the transfer itself takes, during which MPI needs both sides to poll.
-  double yield_us = 20;
-  double yield_bytes_per_s = 4e9;
-  Status validate() const;
-};
-
 // Collective over MPI_COMM_WORLD: every process must call it, in the same order (it duplicates
-// the world communicator twice). Requests may outlive the transport.
+// the world communicator twice).
 Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope> scope,
                                                       MpiOptions options = {});
 

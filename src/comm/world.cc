@@ -35,12 +35,26 @@ bool mpi_transport_available() {
 #endif
 }
 
+Status MpiOptions::validate() const {
+  if (!(max_poll_interval_us > 0 && max_poll_interval_us <= 1e6)) {
+    return Status::invalid_argument(fmt::format(
+        "MpiOptions.max_poll_interval_us = {}: must be in (0, 1e6]", max_poll_interval_us));
+  }
+  if (!(yield_us >= 0 && yield_us <= 1e6) || !(yield_bytes_per_s > 0)) {
+    return Status::invalid_argument(
+        fmt::format("MpiOptions.yield_us = {}, yield_bytes_per_s = {}: need [0, 1e6] and > 0",
+                    yield_us, yield_bytes_per_s));
+  }
+  return OkStatus();
+}
+
 Status WorldOptions::validate() const {
   if (world_size < 1 || world_size > 4096) {
     return Status::invalid_argument(
         fmt::format("world size {}: must be in [1, 4096] ranks", world_size));
   }
   if (link) TP_RETURN_IF_ERROR(link->validate().with_context("--emulate-link"));
+  TP_RETURN_IF_ERROR(mpi.validate());
   if (kind == TransportKind::kMpi && !mpi_transport_available()) {
     return Status::failed_precondition(
         "--transport mpi: this tightpipe was built without MPI; hint: apt-get install "
@@ -74,7 +88,7 @@ Result<std::vector<RankStatus>> run_world(const WorldOptions& options,
             options.world_size,
             launched_by_mpirun() ? "" : " (this process was not started by mpirun)"));
       }
-      TP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, make_mpi_transport(scope));
+      TP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, make_mpi_transport(scope, options.mpi));
       if (options.link) t = make_link_emulator(std::move(t), *options.link);
       out.push_back({t->rank(), comm_internal::run_rank_body(*t, body)});
       return out;

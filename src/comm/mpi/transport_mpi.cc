@@ -338,19 +338,6 @@ bool launched_by_mpirun() {
   return false;
 }
 
-Status MpiOptions::validate() const {
-  if (!(max_poll_interval_us > 0 && max_poll_interval_us <= 1e6)) {
-    return Status::invalid_argument(fmt::format(
-        "MpiOptions.max_poll_interval_us = {}: must be in (0, 1e6]", max_poll_interval_us));
-  }
-  if (!(yield_us >= 0 && yield_us <= 1e6) || !(yield_bytes_per_s > 0)) {
-    return Status::invalid_argument(
-        fmt::format("MpiOptions.yield_us = {}, yield_bytes_per_s = {}: need [0, 1e6] and > 0",
-                    yield_us, yield_bytes_per_s));
-  }
-  return OkStatus();
-}
-
 Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope> scope,
                                                       MpiOptions options) {
   TP_CHECK(scope != nullptr, "make_mpi_transport: null scope");

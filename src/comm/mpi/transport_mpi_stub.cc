@@ -24,8 +24,6 @@ bool launched_by_mpirun() {
   return false;
 }
 
-Status MpiOptions::validate() const { return OkStatus(); }
-
 Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope>, MpiOptions) {
   return not_built();
 }
