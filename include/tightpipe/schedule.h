@@ -94,6 +94,8 @@ struct GeneratorInfo {
 
 // All registered generators, in a stable order.
 const std::vector<GeneratorInfo>& schedule_generators();
+// The generator a name or alias refers to (case-insensitive), or nullptr.
+const GeneratorInfo* find_generator(std::string_view name);
 // Looks a generator up by name (case-insensitive; a few aliases such as "1F1B", "zbv") and runs
 // it. Unknown names and shapes a generator cannot take are InvalidArgument naming the value and
 // a hint.

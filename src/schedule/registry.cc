@@ -45,11 +45,15 @@ std::string canonical(std::string_view name) {
 }
 }  // namespace
 
-Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions& options) {
+const GeneratorInfo* find_generator(std::string_view name) {
   const std::string key = canonical(name);
-  for (const auto& g : schedule_generators()) {
-    if (g.name == key) return g.fn(options);
-  }
+  for (const auto& g : schedule_generators())
+    if (g.name == key) return &g;
+  return nullptr;
+}
+
+Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions& options) {
+  if (const GeneratorInfo* g = find_generator(name)) return g->fn(options);
   std::vector<std::string> names;
   for (const auto& g : schedule_generators()) names.push_back(g.name);
   return Status::invalid_argument(

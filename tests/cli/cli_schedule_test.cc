@@ -1,0 +1,97 @@
+// `tightpipe schedule` as a user runs it: output formats, exit codes, errors with hints.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "run.h"
+#include "tightpipe/base.h"
+#include "tightpipe/schedule.h"
+
+namespace tightpipe {
+namespace {
+
+using testutil::run_command;
+const std::string kTp = testutil::tightpipe_binary();
+
+TEST(CliScheduleTest, HelpExplainsEveryFlag) {
+  auto top = run_command(kTp + " --help");
+  EXPECT_EQ(top.exit_code, 0);
+  for (const char* c : {"schedule", "simulate", "train", "data", "report"})
+    EXPECT_NE(top.out.find(c), std::string::npos) << c;
+  auto r = run_command(kTp + " schedule --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* f : {"--schedule", "--pp", "--pipeline-model-parallel-size", "--microbatches",
+                        "--num-microbatches", "--vpp", "--num-virtual-stages-per-pipeline-rank",
+                        "--lowered", "--format", "--out", "--check"})
+    EXPECT_NE(r.out.find(f), std::string::npos) << f;
+  EXPECT_EQ(run_command(kTp).exit_code, 2);
+  EXPECT_EQ(run_command(kTp + " frobnicate").exit_code, 2);
+}
+
+TEST(CliScheduleTest, GridCsvJsonAndMegatronSpellings) {
+  auto grid = run_command(kTp + " schedule --schedule 1f1b --pp 4 --microbatches 8");
+  ASSERT_EQ(grid.exit_code, 0) << grid.err;
+  EXPECT_NE(grid.out.find("r3: 3F0 3B0 3F1 3B1"), std::string::npos) << grid.out;
+  auto csv = run_command(kTp + " schedule --schedule interleaved --pipeline-model-parallel-size 4 "
+                               "--num-microbatches 8 --num-virtual-stages-per-pipeline-rank 2 "
+                               "--format csv");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  auto want = generate_schedule("interleaved", {.ranks = 4, .microbatches = 8, .chunks = 2});
+  EXPECT_EQ(csv.out, to_csv(*want));
+  auto js = run_command(kTp + " schedule --schedule zb-v --pp 2 --microbatches 4 --lowered --format json");
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  auto parsed = parse_json(js.out, "out.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->lowered);
+  EXPECT_EQ(parsed->chunks(), 2);  // zb-v defaults to 2 chunks
+}
+
+TEST(CliScheduleTest, CheckAcceptsGoodAndRejectsBadFiles) {
+  const std::string dir = testutil::make_temp_dir("tp-cli");
+  auto out = run_command(kTp + " schedule --schedule zb-h1 --pp 3 --microbatches 5 --format csv --out " + dir + "/s.csv");
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  auto ok = run_command(kTp + " schedule --check " + dir + "/s.csv");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("no deadlock"), std::string::npos);
+
+  ASSERT_TRUE(write_file(dir + "/bad.csv", "0F0,0B0\n1F0,1Q0\n").ok());
+  auto bad = run_command(kTp + " schedule --check " + dir + "/bad.csv");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("bad.csv:2:2: bad action '1Q0'"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("hint"), std::string::npos);
+
+  // W before I: rejected with the grid, the cell marked.
+  ASSERT_TRUE(write_file(dir + "/order.csv", "0F0,0W0,0I0\n1F0,1I0,1W0\n").ok());
+  auto order = run_command(kTp + " schedule --check " + dir + "/order.csv");
+  EXPECT_EQ(order.exit_code, 2);
+  EXPECT_NE(order.err.find("[0W0]"), std::string::npos) << order.err;
+
+  auto missing = run_command(kTp + " schedule --check " + dir + "/nope.csv");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("nope.csv"), std::string::npos);
+}
+
+TEST(CliScheduleTest, BadShapesAreUsageErrors) {
+  struct Case {
+    std::string args, needle;
+  } cases[] = {
+      {"--schedule interleaved --pp 4 --vpp 2 --microbatches 9", "--microbatches 9"},
+      {"--schedule zb-v --pp 4 --vpp 3 --microbatches 8", "--vpp 3"},
+      {"--schedule 1f1b --pp 0 --microbatches 8", "--pp 0"},
+      {"--schedule 1f1b --pp 2 --microbatches 0", "--microbatches 0"},
+      {"--schedule zz --pp 2 --microbatches 2", "unknown schedule"},
+      {"--pp two", "--pp"},
+      {"--format xml", "--format"},
+  };
+  for (const auto& c : cases) {
+    auto r = run_command(kTp + " schedule " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find("hint"), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1 + (r.err.find("\nhint") != std::string::npos))
+        << c.args << "\n" << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tightpipe
