@@ -1,11 +1,12 @@
 // AdamW with decoupled weight decay (Loshchilov & Hutter 2019), as torch.optim.AdamW.
 #include <cmath>
 
+#include "nn/kernels/fast_math.h"
 #include "tightpipe/kernels.h"
 
 namespace tightpipe::nn {
 
-void adamw_update(std::span<float> params, std::span<const float> grads, std::span<float> m,
+TP_VECTOR_CLONES void adamw_update(std::span<float> params, std::span<const float> grads, std::span<float> m,
                   std::span<float> v, const AdamWHyper& h) {
   // params, grads, m, v (N)
   const size_t n = params.size();

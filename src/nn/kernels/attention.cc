@@ -15,7 +15,7 @@ namespace {
 constexpr int kBlock = 64;
 }
 
-void attention_forward(std::span<float> out, std::span<float> att, std::span<const float> qkv,
+TP_VECTOR_CLONES void attention_forward(std::span<float> out, std::span<float> att, std::span<const float> qkv,
                        int B, int T, int C, int NH) {
   // out (B,T,C), att (B,NH,T,T), qkv (B,T,3C)
   TP_CHECK(C % NH == 0 && out.size() >= size_t(B) * T * C && att.size() >= size_t(B) * NH * T * T &&
@@ -53,7 +53,7 @@ void attention_forward(std::span<float> out, std::span<float> att, std::span<con
   }
 }
 
-void attention_backward_input(std::span<float> dqkv, std::span<float> scratch,
+TP_VECTOR_CLONES void attention_backward_input(std::span<float> dqkv, std::span<float> scratch,
                               std::span<const float> dout, std::span<const float> qkv,
                               std::span<const float> att, int B, int T, int C, int NH) {
   // dqkv (B,T,3C), scratch (T,T), dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T)

@@ -7,7 +7,7 @@
 
 namespace tightpipe::nn {
 
-double softmax_xent_forward(std::span<float> probs, std::span<const float> logits,
+TP_VECTOR_CLONES double softmax_xent_forward(std::span<float> probs, std::span<const float> logits,
                             std::span<const int32_t> targets, int N, int V) {
   // probs (N,V), logits (N,V), targets (N)
   double loss = 0;
@@ -28,7 +28,7 @@ double softmax_xent_forward(std::span<float> probs, std::span<const float> logit
   return loss;
 }
 
-void softmax_xent_backward_input(std::span<float> dlogits, std::span<const float> probs,
+TP_VECTOR_CLONES void softmax_xent_backward_input(std::span<float> dlogits, std::span<const float> probs,
                                  std::span<const int32_t> targets, float scale, int N, int V) {
   // dlogits (N,V), probs (N,V), targets (N)
   for (int n = 0; n < N; ++n) {

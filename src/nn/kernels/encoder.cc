@@ -1,10 +1,11 @@
 // Token + position embedding.
 #include "tightpipe/check.h"
+#include "nn/kernels/fast_math.h"
 #include "tightpipe/kernels.h"
 
 namespace tightpipe::nn {
 
-void encoder_forward(std::span<float> out, std::span<const int32_t> tokens,
+TP_VECTOR_CLONES void encoder_forward(std::span<float> out, std::span<const int32_t> tokens,
                      std::span<const float> wte, std::span<const float> wpe, int B, int T, int C,
                      int V) {
   // out (B,T,C), tokens (B,T), wte (V,C), wpe (T,C)
@@ -21,7 +22,7 @@ void encoder_forward(std::span<float> out, std::span<const int32_t> tokens,
   }
 }
 
-void encoder_backward_weight(std::span<float> dwte, std::span<float> dwpe,
+TP_VECTOR_CLONES void encoder_backward_weight(std::span<float> dwte, std::span<float> dwpe,
                              std::span<const float> dout, std::span<const int32_t> tokens, int B,
                              int T, int C, int V) {
   // dwte (V,C), dwpe (T,C), dout (B,T,C), tokens (B,T)

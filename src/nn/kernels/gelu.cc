@@ -10,7 +10,7 @@ constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 }  // namespace
 
-void gelu_forward(std::span<float> out, std::span<const float> inp, int64_t N) {
+TP_VECTOR_CLONES void gelu_forward(std::span<float> out, std::span<const float> inp, int64_t N) {
   // out (N), inp (N)
   const float* x = inp.data();
   float* o = out.data();
@@ -21,7 +21,7 @@ void gelu_forward(std::span<float> out, std::span<const float> inp, int64_t N) {
   }
 }
 
-void gelu_backward_input(std::span<float> dinp, std::span<const float> dout,
+TP_VECTOR_CLONES void gelu_backward_input(std::span<float> dinp, std::span<const float> dout,
                          std::span<const float> inp, int64_t N) {
   // dinp (N), dout (N), inp (N)
   const float* x = inp.data();

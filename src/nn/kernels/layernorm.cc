@@ -9,7 +9,7 @@ namespace {
 constexpr float kEps = 1e-5f;
 }
 
-void layernorm_forward(std::span<float> out, std::span<float> mean, std::span<float> rstd,
+TP_VECTOR_CLONES void layernorm_forward(std::span<float> out, std::span<float> mean, std::span<float> rstd,
                        std::span<const float> inp, std::span<const float> weight,
                        std::span<const float> bias, int N, int C) {
   // out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
@@ -30,7 +30,7 @@ void layernorm_forward(std::span<float> out, std::span<float> mean, std::span<fl
   }
 }
 
-void layernorm_backward_input(std::span<float> dinp, std::span<const float> dout,
+TP_VECTOR_CLONES void layernorm_backward_input(std::span<float> dinp, std::span<const float> dout,
                               std::span<const float> inp, std::span<const float> mean,
                               std::span<const float> rstd, std::span<const float> weight, int N,
                               int C) {
@@ -67,7 +67,7 @@ void layernorm_backward_input(std::span<float> dinp, std::span<const float> dout
   }
 }
 
-void layernorm_backward_weight(std::span<float> dweight, std::span<float> dbias,
+TP_VECTOR_CLONES void layernorm_backward_weight(std::span<float> dweight, std::span<float> dbias,
                                std::span<const float> dout, std::span<const float> inp,
                                std::span<const float> mean, std::span<const float> rstd, int N,
                                int C) {

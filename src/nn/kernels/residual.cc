@@ -1,9 +1,10 @@
 // Residual add: the stream x + f(x).
+#include "nn/kernels/fast_math.h"
 #include "tightpipe/kernels.h"
 
 namespace tightpipe::nn {
 
-void residual_forward(std::span<float> out, std::span<const float> a, std::span<const float> b,
+TP_VECTOR_CLONES void residual_forward(std::span<float> out, std::span<const float> a, std::span<const float> b,
                       int64_t N) {
   // out (N) = a (N) + b (N)
   float* o = out.data();
@@ -12,7 +13,7 @@ void residual_forward(std::span<float> out, std::span<const float> a, std::span<
   for (int64_t i = 0; i < N; ++i) o[i] = x[i] + y[i];
 }
 
-void residual_backward_input(std::span<float> dinp, std::span<const float> dout, int64_t N) {
+TP_VECTOR_CLONES void residual_backward_input(std::span<float> dinp, std::span<const float> dout, int64_t N) {
   // dinp (N) += dout (N)
   float* di = dinp.data();
   const float* d = dout.data();
