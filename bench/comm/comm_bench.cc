@@ -1,16 +1,19 @@
 // p2p latency and bandwidth of the transports, printed side by side:
 //   threads (two ranks in this process) | mpi, vader single-copy default (CMA) | mpi, single-copy
-//   none; each MPI column at the default poll back-off (200 us) and at 20 us, and plain blocking
+//   none; each MPI column at the default poll back-off (100 us) and at 20 us, and plain blocking
 //   MPI (MPI_Send/MPI_Recv/MPI_Wait, which spin) as the reference.
 // Run it plainly: it measures threads itself, then starts `mpirun -np 2` on itself for each MPI
 // column (child mode prints one JSON-ish line that the parent parses).
 //
-// latency: half the median round trip of an 8-byte ping-pong; bandwidth: rank 0 posts K
+// latency: half the median round trip of an 8-byte ping-pong; late msg latency: median time from
+// send to receive done when the receiver has already been waiting 2 ms (the executor's case: its
+// poll has backed off to sleeping); bandwidth: rank 0 posts K
 // messages of S bytes back to back, rank 1 receives them and answers with 8 bytes; S*K / time.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <map>
 #include <thread>
 #include <string>
@@ -35,6 +38,7 @@ const size_t kSizes[] = {8, 64 << 10, 1 << 20, 16 << 20};
 
 struct Numbers {
   double latency_us = 0;
+  double late_latency_us = 0;  // send time -> receive done, receiver already waiting 2 ms
   std::map<size_t, double> gbytes_per_s;  // message size -> GB/s
 };
 
@@ -57,6 +61,30 @@ Status measure(Transport& t, Numbers& out) {
   }
   std::nth_element(rtts.begin(), rtts.begin() + rtts.size() / 2, rtts.end());
   out.latency_us = rtts[rtts.size() / 2] / 2 * 1e6;
+  // Late message: the receiver has waited 2 ms (its poll has backed off to sleeping), the sender
+  // stamps the send time (one monotonic clock per machine, also across processes).
+  std::vector<double> lates;
+  for (int i = 0; i < 200; ++i) {
+    TP_RETURN_IF_ERROR(barrier(t, kTimeout));
+    double stamp = 0;
+    auto bytes = std::as_writable_bytes(std::span<double>(&stamp, 1));
+    if (t.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      stamp = now_seconds();
+      TP_RETURN_IF_ERROR(send(t, peer, 3, bytes, kTimeout));
+    } else {
+      TP_RETURN_IF_ERROR(recv(t, peer, 3, bytes, kTimeout));
+      lates.push_back(now_seconds() - stamp);
+    }
+  }
+  if (t.rank() == 1) {
+    std::nth_element(lates.begin(), lates.begin() + lates.size() / 2, lates.end());
+    const double late = lates[lates.size() / 2] * 1e6;
+    TP_RETURN_IF_ERROR(send(t, 0, 4, std::as_bytes(std::span<const double>(&late, 1)), kTimeout));
+  } else {
+    TP_RETURN_IF_ERROR(
+        recv(t, 1, 4, std::as_writable_bytes(std::span<double>(&out.late_latency_us, 1)), kTimeout));
+  }
   // Bandwidth.
   for (size_t s : kSizes) {
     const int k = static_cast<int>(std::clamp<size_t>((256u << 20) / s, 4, 2000));
@@ -87,7 +115,7 @@ Status measure(Transport& t, Numbers& out) {
 }
 
 std::string encode(const Numbers& n) {
-  std::string s = fmt::format("RESULT {:.3f}", n.latency_us);
+  std::string s = fmt::format("RESULT {:.3f} {:.3f}", n.latency_us, n.late_latency_us);
   for (size_t sz : kSizes) s += fmt::format(" {:.4f}", n.gbytes_per_s.at(sz));
   return s;
 }
@@ -96,10 +124,13 @@ std::optional<Numbers> decode(const std::string& text) {
   const size_t at = text.find("RESULT ");
   if (at == std::string::npos) return std::nullopt;
   std::vector<std::string> parts = split(trim(text.substr(at + 7, text.find('\n', at) - at - 7)), ' ');
-  if (parts.size() != 1 + std::size(kSizes)) return std::nullopt;
+  if (parts.size() != 2 + std::size(kSizes)) return std::nullopt;
   Numbers n;
   n.latency_us = std::atof(parts[0].c_str());
-  for (size_t i = 0; i < std::size(kSizes); ++i) n.gbytes_per_s[kSizes[i]] = std::atof(parts[1 + i].c_str());
+  n.late_latency_us = std::atof(parts[1].c_str());
+  for (size_t i = 0; i < std::size(kSizes); ++i) {
+    n.gbytes_per_s[kSizes[i]] = std::atof(parts[2 + i].c_str());
+  }
   return n;
 }
 
@@ -141,6 +172,26 @@ int child_raw() {
   std::nth_element(rtts.begin(), rtts.begin() + rtts.size() / 2, rtts.end());
   Numbers out;
   out.latency_us = rtts[rtts.size() / 2] / 2 * 1e6;
+  std::vector<double> lates;
+  for (int i = 0; i < 200; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double stamp = 0;
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      stamp = now_seconds();
+      MPI_Send(&stamp, 1, MPI_DOUBLE, peer, 3, MPI_COMM_WORLD);
+    } else {
+      MPI_Recv(&stamp, 1, MPI_DOUBLE, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      lates.push_back(now_seconds() - stamp);
+    }
+  }
+  if (r == 1) {
+    std::nth_element(lates.begin(), lates.begin() + lates.size() / 2, lates.end());
+    double late = lates[lates.size() / 2] * 1e6;
+    MPI_Send(&late, 1, MPI_DOUBLE, 0, 4, MPI_COMM_WORLD);
+  } else {
+    MPI_Recv(&out.late_latency_us, 1, MPI_DOUBLE, 1, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
   for (size_t s : kSizes) {
     const int k = static_cast<int>(std::clamp<size_t>((256u << 20) / s, 4, 2000));
     std::vector<std::vector<std::byte>> bufs(4, std::vector<std::byte>(s, std::byte{1}));
@@ -211,7 +262,7 @@ int main(int argc, char** argv) {
     cols.push_back({"threads", n[0]});
   }
 #ifdef TIGHTPIPE_HAVE_MPI
-  for (double poll : {200.0, 20.0, 0.0}) {  // 0: plain blocking MPI, the spinning reference
+  for (double poll : {100.0, 20.0, 0.0}) {  // 0: plain blocking MPI, the spinning reference
     for (const char* mode : {"cma", "none"}) {
       const std::string mca = std::string(mode) == "none"
                                   ? "--mca btl_vader_single_copy_mechanism none"
@@ -231,6 +282,8 @@ int main(int argc, char** argv) {
   for (auto& [name, n] : cols) std::printf("%18s", name.c_str());
   std::printf("\n%-22s", "latency (us, 8 B)");
   for (auto& [name, n] : cols) std::printf("%18.2f", n.latency_us);
+  std::printf("\n%-22s", "late msg latency (us)");
+  for (auto& [name, n] : cols) std::printf("%18.2f", n.late_latency_us);
   for (size_t s : kSizes) {
     std::printf("\n%-22s", fmt::format("GB/s, {} msgs", human_bytes(static_cast<double>(s))).c_str());
     for (auto& [name, n] : cols) std::printf("%18.3f", n.gbytes_per_s.at(s));

@@ -2,6 +2,9 @@
 // MPI_Test with back-off (never MPI_Wait, which spins). A second duplicate carries abort messages:
 // every transport keeps one receive from any source posted on it and checks it on every poll.
 #include <mpi.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +33,34 @@ std::string mpi_error_string(int rc) {
   if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) return fmt::format("MPI error {}", rc);
   return std::string(buf, len);
 }
+
+// Linux rounds every sleep up by the thread's timer slack (50 us by default), which would make
+// the poll interval coarse. While a thread waits here its slack is 1 us; the old value returns
+// afterwards.
+class TimerSlackScope {
+ public:
+  TimerSlackScope() = default;
+  // Called before the first sleep only, so that fast waits make no system call.
+  void engage() {
+#ifdef __linux__
+    if (engaged_) return;
+    engaged_ = true;
+    old_ = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (old_ > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
+  }
+  ~TimerSlackScope() {
+#ifdef __linux__
+    if (old_ > 1000) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(old_), 0, 0, 0);
+#endif
+  }
+  TimerSlackScope(const TimerSlackScope&) = delete;
+  TimerSlackScope& operator=(const TimerSlackScope&) = delete;
+
+ private:
+  bool engaged_ = false;
+  long old_ = 0;
+};
 
 // State shared by a transport and its requests (requests may outlive the transport).
 struct MpiState {
@@ -122,6 +153,7 @@ class MpiRequest final : public Request {
     const double yield_until =
         start + state_->options.yield_us * 1e-6 + info_.bytes / state_->options.yield_bytes_per_s;
     double sleep_s = 0;
+    TimerSlackScope slack;  // precise sleeps while this thread waits
     for (int polls = 0;; ++polls) {
       if (std::optional<Status> s = poll()) return *s;
       const double now = now_seconds();
@@ -129,6 +161,7 @@ class MpiRequest final : public Request {
       if (polls < 16 || now < yield_until) {
         std::this_thread::yield();
       } else {
+        slack.engage();
         sleep_s = sleep_s == 0 ? 2e-6 : std::min(max_sleep_s, sleep_s * 2);
         std::this_thread::sleep_for(std::chrono::duration<double>(std::min(sleep_s, deadline - now)));
       }
