@@ -1,0 +1,91 @@
+// The executor: runs one rank's lowered program for one training step on real ranks, with one
+// exhaustive switch over ActionType (no default; built with -Werror=switch), and records every
+// action in the rank's Timeline under the action's text form ("2F0", "1RECV_B3"), the same names
+// the simulator uses.
+//
+// Ownership: the Executor borrows the schedule, the transport and the stages; it owns the
+// activation and gradient buffers in flight (received or handed off locally between stages of the
+// same rank) and the send buffers, each freed as soon as it has been consumed or its send has
+// completed. Gradients accumulate in the stages across microbatches; the optimizer step is the
+// caller's (trainer.h), after the global gradient norm is reduced across ranks.
+//
+// Point-to-point: with overlap_p2p, every receive of the step is posted when the step starts and a
+// RECV action only waits for its message; sends are posted and never waited on by compute (they
+// are checked between actions and drained at the end of the step). Without it, a RECV posts and
+// waits just before use and a SEND waits just after posting (Megatron without
+// --overlap-p2p-communication).
+//
+// Emulated compute: with `emulated`, each compute action sleeps for its cost instead of doing the
+// math (so timing can be studied with p = 8 on 2 cores); messages are still real bytes.
+//
+// Thread safety: one Executor per rank, used by that rank's thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "tightpipe/data.h"
+#include "tightpipe/model.h"
+#include "tightpipe/schedule.h"
+#include "tightpipe/status.h"
+#include "tightpipe/timeline.h"
+#include "tightpipe/transport.h"
+
+namespace tightpipe {
+
+struct EmulatedCompute {
+  // Milliseconds per microbatch through a whole rank's layers; per chunk these divide by v.
+  double f_ms = 1, i_ms = 1, w_ms = 1;
+  double b_ms = -1;  // fused backward; < 0: i_ms + w_ms
+  // Parses "f=1,i=1,w=1[,b=2]" (milliseconds). Errors name the key and value.
+  static Result<EmulatedCompute> parse(std::string_view text);
+};
+
+struct ExecutorOptions {
+  bool overlap_p2p = true;    // --overlap-p2p-communication
+  double timeout_s = 60;      // every wait on a peer; a dead or stalled peer ends the step with an error
+  bool emulated = false;      // --compute emulated
+  EmulatedCompute costs;      // used when emulated
+  int64_t message_floats = 0; // (B,T,C) floats per activation/gradient message
+};
+
+// Microbatch data for a step: tokens and targets of microbatch mb, fetched when the first stage
+// (tokens) or the last stage (targets) needs them. The callback may block; the executor records
+// the wait on the data lane.
+using BatchFetcher = std::function<Result<const Batch*>(int32_t mb)>;
+
+struct RankStepResult {
+  double loss = 0;           // sum over this rank's last-stage microbatches of the scaled loss
+  bool has_loss = false;     // this rank owns the last stage
+  double grad_sq_norm = 0;   // sum of squares of the gradients of this rank's stages
+  size_t peak_stash_bytes = 0;  // peak activation stash over the step, all local stages
+  RankTimeline timeline;     // events of this step; times in seconds from `origin`
+};
+
+class Executor {
+ public:
+  // `stages` maps each local stage id to its model stage (empty when emulated).
+  // REQUIRES: schedule.lowered, validate(schedule).ok(), transport.size() == schedule.num_ranks.
+  Executor(const Schedule& schedule, int32_t rank, Transport& transport,
+           std::map<int32_t, nn::GptStage*> stages, ExecutorOptions options);
+
+  // Runs this rank's program once. `origin` (now_seconds() of a common start) anchors the
+  // timeline. Errors carry "rank R step K action A:" and the grid of the schedule.
+  Result<RankStepResult> run_step(int32_t step, double origin, const BatchFetcher& fetch,
+                                  float loss_scale);
+
+ private:
+  struct Impl;
+  const Schedule& schedule_;
+  int32_t rank_;
+  Transport& transport_;
+  std::map<int32_t, nn::GptStage*> stages_;
+  ExecutorOptions options_;
+};
+
+// Message tag of the activation entering (stage, mb) or the gradient entering (stage, mb).
+int message_tag(const Schedule& schedule, bool gradient, int32_t stage, int32_t mb);
+
+}  // namespace tightpipe

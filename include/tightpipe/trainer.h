@@ -1,0 +1,104 @@
+// Pipeline training on real ranks: one rank's model stages, its Executor, and the step that ties
+// them together (run the lowered program, reduce loss and the global gradient norm across ranks,
+// clip, AdamW); and `run_training`, the whole `tightpipe train` loop (data, metrics, progress,
+// evaluation, checkpoints, timelines, the measured-vs-predicted summary) on threads or MPI.
+//
+// Thread safety: a PipelineRank belongs to one rank's thread. run_training starts the ranks itself.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tightpipe/data.h"
+#include "tightpipe/executor.h"
+#include "tightpipe/model.h"
+#include "tightpipe/optimizer.h"
+#include "tightpipe/schedule.h"
+#include "tightpipe/transport.h"
+
+namespace tightpipe {
+
+// One rank of a pipeline: the model stages it owns (none when emulated) and its executor.
+class PipelineRank {
+ public:
+  // REQUIRES: lowered.lowered; specs.size() == lowered.num_stages.
+  PipelineRank(const Schedule& lowered, int32_t rank, Transport& transport,
+               const nn::GptConfig& config, const std::vector<nn::StageSpec>& specs,
+               uint64_t seed, const nn::RecomputeOptions& recompute, ExecutorOptions options);
+
+  int32_t rank() const { return rank_; }
+  // Local stage id -> model stage (ascending stage ids).
+  std::map<int32_t, nn::GptStage*> stages();
+  Executor& executor() { return *executor_; }
+
+ private:
+  int32_t rank_;
+  std::vector<std::unique_ptr<nn::GptStage>> owned_;
+  std::map<int32_t, nn::GptStage*> stages_;
+  std::unique_ptr<Executor> executor_;
+};
+
+struct StepOutcome {
+  double loss = 0;       // mean over all tokens of all microbatches (same on every rank)
+  double grad_norm = 0;  // global L2 norm before clipping (same on every rank)
+  RankStepResult rank;   // this rank's timeline and stash peak
+  double optimizer_start = 0, optimizer_end = 0;  // seconds from the step origin
+};
+
+// One optimizer step: barrier, run the program, allreduce [loss, squared norm], clip, AdamW on
+// every local stage, zero the gradients. Every rank must call it the same number of times.
+Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int32_t step,
+                                  const BatchFetcher& fetch, int64_t tokens_per_step,
+                                  const nn::AdamWConfig& adamw, float lr, float clip,
+                                  double timeout_s);
+
+struct TrainOptions {
+  nn::GptConfig model;                 // --num-layers, --hidden-size, ...
+  std::string pipeline_layout;         // --pipeline-layout ("" = balanced)
+  nn::RecomputeOptions recompute;      // --recompute-*
+  std::string schedule = "1f1b";       // --schedule: a name or a CSV/JSON file
+  int32_t pp = 1;                      // --pp
+  int32_t vpp = 0;                     // --vpp (0: the schedule's default)
+  int32_t microbatches = 1;            // --num-microbatches
+  int32_t group_size = 0;              // --microbatch-group-size
+  int64_t train_iters = 100;           // --train-iters
+  nn::LrSchedule lr;                   // --lr, --min-lr, --lr-warmup-iters
+  nn::AdamWConfig adamw;               // --weight-decay ...
+  float clip_grad = 1.0f;              // --clip-grad (0: off)
+  uint64_t seed = 1234;                // --seed: model init and data order
+  DataOptions data;                    // --data-path, --num-workers, ... (B, T from model)
+  int64_t eval_interval = 0;           // --eval-interval (0: only at the end when eval_iters > 0)
+  int64_t eval_iters = 0;              // --eval-iters: validation microbatches per evaluation
+  std::string out_dir;                 // --out-dir: metrics.jsonl, summary.json, timelines
+  std::string save_dir;                // --save: checkpoint at the end
+  std::string load_dir;                // --load: resume from a checkpoint
+  std::string trace_path;              // --trace: Chrome trace of the last step
+  int64_t warmup_steps_excluded = 1;   // steps left out of the measured medians
+  WorldOptions world;                  // --transport, --emulate-link
+  ExecutorOptions exec;                // --overlap-p2p-communication, --compute emulated
+  bool progress = true;                // one line per step on stderr
+  Status validate() const;
+};
+
+struct TrainSummary {
+  int64_t steps = 0;
+  double final_loss = 0;
+  double final_val_loss = -1;          // < 0: not evaluated
+  double measured_bubble_ratio = 0;    // median over measured steps
+  double predicted_bubble_ratio = 0;   // simulator with the run's measured per-action costs
+  double tokens_per_s = 0;             // median
+  std::vector<double> measured_bubble_per_rank;
+  std::vector<double> predicted_bubble_per_rank;
+  std::vector<double> peak_stash_bytes_per_rank;       // measured
+  std::vector<double> predicted_peak_bytes_per_rank;   // simulator memory model
+};
+
+// The whole training run on the ranks this process hosts. On MPI every process calls it; rank 0
+// prints and writes the summary. Invalid combinations stop every rank before any work starts.
+Result<TrainSummary> run_training(const TrainOptions& options);
+
+}  // namespace tightpipe

@@ -1,0 +1,65 @@
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "tightpipe/base.h"
+#include "tightpipe/trainer.h"
+
+namespace tightpipe {
+
+PipelineRank::PipelineRank(const Schedule& lowered, int32_t rank, Transport& transport,
+                           const nn::GptConfig& config, const std::vector<nn::StageSpec>& specs,
+                           uint64_t seed, const nn::RecomputeOptions& recompute,
+                           ExecutorOptions options)
+    : rank_(rank) {
+  TP_CHECK(static_cast<int32_t>(specs.size()) == lowered.num_stages, "specs ", specs.size(),
+           " for ", lowered.num_stages, " stages");
+  if (!options.emulated) {
+    for (int32_t s : lowered.stages_of(rank)) {
+      owned_.push_back(std::make_unique<nn::GptStage>(config, specs[s], seed, recompute));
+      stages_[s] = owned_.back().get();
+    }
+  }
+  options.message_floats =
+      int64_t(config.micro_batch_size) * config.seq_length * config.hidden_size;
+  executor_ = std::make_unique<Executor>(lowered, rank, transport, stages_, options);
+}
+
+std::map<int32_t, nn::GptStage*> PipelineRank::stages() { return stages_; }
+
+Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_t step,
+                                  const BatchFetcher& fetch, int64_t tokens_per_step,
+                                  const nn::AdamWConfig& adamw, float lr, float clip,
+                                  double timeout_s) {
+  // A common origin for the step's timeline: every rank leaves the barrier at about the same time.
+  TP_RETURN_IF_ERROR(barrier(transport, timeout_s).with_context(fmt::format("step {} barrier", step)));
+  const double origin = now_seconds();
+  const float loss_scale = 1.0f / static_cast<float>(tokens_per_step);
+  TP_ASSIGN_OR_RETURN(RankStepResult r, pr.executor().run_step(step, origin, fetch, loss_scale));
+  StepOutcome out;
+  out.optimizer_start = now_seconds() - origin;
+  double sums[2] = {r.has_loss ? r.loss : 0.0, r.grad_sq_norm};
+  TP_RETURN_IF_ERROR(allreduce_sum(transport, sums, timeout_s)
+                         .with_context(fmt::format("step {} loss/grad-norm allreduce", step)));
+  out.loss = sums[0];
+  out.grad_norm = std::sqrt(sums[1]);
+  const float scale = nn::clip_scale(sums[1], clip);
+  for (auto& [s, stage] : pr.stages()) {
+    if (scale != 1.0f) stage->scale_grads(scale);
+    stage->optimizer_step(adamw, lr);
+    stage->zero_grads();
+  }
+  out.optimizer_end = now_seconds() - origin;
+  TimelineEvent opt;
+  opt.name = "optimizer";
+  opt.kind = EventKind::kOptimizer;
+  opt.lane = Lane::kCompute;
+  opt.step = step;
+  opt.start = out.optimizer_start;
+  opt.end = out.optimizer_end;
+  r.timeline.events.push_back(opt);
+  out.rank = std::move(r);
+  return out;
+}
+
+}  // namespace tightpipe
