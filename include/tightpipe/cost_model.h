@@ -54,7 +54,7 @@ class CostModel {
  public:
   CostModel() = default;
   CostModel(std::vector<StageCost> stages, LinkCost link, std::string time_unit,
-            std::string source);
+            std::string source, bool real_bytes = true);
 
   int32_t num_stages() const { return static_cast<int32_t>(stages_.size()); }
   const StageCost& stage(int32_t s) const;
@@ -62,6 +62,8 @@ class CostModel {
   const std::string& time_unit() const { return time_unit_; }
   // Where the model came from ("--cost f=1,i=1,w=1", "costs.json", "--model ..."), for errors.
   const std::string& source() const { return source_; }
+  // False for the uniform model, whose memory sizes are abstract activation units, not bytes.
+  bool real_bytes() const { return real_bytes_; }
 
   // Time of a compute action (F, I, W, B) of `stage`; with full recompute I and B include the
   // re-run forward. REQUIRES: is_compute(type), 0 <= stage < num_stages().
@@ -85,6 +87,7 @@ class CostModel {
   LinkCost link_;
   std::string time_unit_ = "unit";
   std::string source_;
+  bool real_bytes_ = true;
 };
 
 // ----- uniform ---------------------------------------------------------------------------------

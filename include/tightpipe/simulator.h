@@ -81,6 +81,7 @@ struct SimResult {
   double total_compute = 0;  // sum of compute time over ranks
   double bubble_ratio = 0;   // (P * makespan - total_compute) / (P * makespan)
   double activation_unit_bytes = 0;  // one whole-rank microbatch activation (CostModel)
+  bool real_bytes = true;  // false: memory sizes are abstract units (uniform model), not bytes
   int64_t messages = 0;      // SENDs simulated
   int64_t message_bytes = 0;
   int64_t actions = 0;       // actions simulated (compute and comm)

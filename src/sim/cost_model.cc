@@ -11,11 +11,12 @@
 namespace tightpipe {
 
 CostModel::CostModel(std::vector<StageCost> stages, LinkCost link, std::string time_unit,
-                     std::string source)
+                     std::string source, bool real_bytes)
     : stages_(std::move(stages)),
       link_(link),
       time_unit_(std::move(time_unit)),
-      source_(std::move(source)) {}
+      source_(std::move(source)),
+      real_bytes_(real_bytes) {}
 
 const StageCost& CostModel::stage(int32_t s) const {
   TP_CHECK(s >= 0 && s < num_stages(), "stage ", s, " of ", num_stages());
@@ -163,7 +164,8 @@ CostModel uniform_cost_model(const UniformCosts& u, int32_t ranks, int32_t stage
   LinkCost link{u.comm, 0};
   std::string src = fmt::format("--cost f={:g},i={:g},w={:g},b={:g},comm={:g}", u.f, u.i, u.w,
                                 u.b < 0 ? u.i + u.w : u.b, u.comm);
-  return CostModel(std::vector<StageCost>(stages, c), link, "unit", std::move(src));
+  return CostModel(std::vector<StageCost>(stages, c), link, "unit", std::move(src),
+                   /*real_bytes=*/false);
 }
 
 // ----- GPT -------------------------------------------------------------------------------------

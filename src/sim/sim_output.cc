@@ -31,6 +31,7 @@ ordered_json result_json(const SimResult& r) {
   j["message_bytes"] = r.message_bytes;
   j["actions"] = r.actions;
   j["activation_unit_bytes"] = r.activation_unit_bytes;
+  j["real_bytes"] = r.real_bytes;
   ordered_json ranks = ordered_json::array();
   for (const RankSimStats& s : r.ranks) {
     ordered_json o;
@@ -93,7 +94,8 @@ std::string format_sim_table(const SimResult& r) {
         "{:>4} {:>11.6g} {:>11.6g} {:>11.6g} {:>11.6g} {:>11.6g} {:>9.4g} {:>10.4g} {:>12} "
         "{:>12}\n",
         s.rank, s.first_start, s.last_end, s.busy, s.idle, s.internal_idle, s.comm,
-        s.peak_activations, human_bytes(s.peak_activation_bytes), human_bytes(s.peak_bytes));
+        s.peak_activations, r.real_bytes ? human_bytes(s.peak_activation_bytes) : "-",
+        r.real_bytes ? human_bytes(s.peak_bytes) : "-");
   }
   return out;
 }
@@ -108,7 +110,9 @@ std::string format_compare_table(const std::vector<SimResult>& results) {
         "{:<14} {:>3} {:>12.6g} {:>8.1f} {:>9}  {:<28} {}\n", r.schedule, v, r.makespan,
         100.0 * r.bubble_ratio, r.messages,
         join_ranks(r, [](const RankSimStats& s) { return fmt::format("{:.4g}", s.peak_activations); }),
-        join_ranks(r, [](const RankSimStats& s) { return human_bytes(s.peak_bytes); }));
+        r.real_bytes
+            ? join_ranks(r, [](const RankSimStats& s) { return human_bytes(s.peak_bytes); })
+            : std::string("- (uniform costs: no bytes)"));
   }
   return out;
 }

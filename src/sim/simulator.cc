@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 #include <limits>
 #include <queue>
 
@@ -87,6 +89,17 @@ Action matching(const Action& a) {
     case ActionType::kBackward: break;
   }
   return a;
+}
+
+// to_string(a) without fmt: this runs once per simulated action.
+std::string action_name(const Action& a) {
+  char buf[40];
+  char* p = std::to_chars(buf, buf + 12, a.stage).ptr;
+  const std::string_view t = action_type_name(a.type);
+  std::memcpy(p, t.data(), t.size());
+  p += t.size();
+  p = std::to_chars(p, buf + sizeof(buf), a.microbatch).ptr;
+  return std::string(buf, p);
 }
 
 struct Event {
@@ -199,6 +212,7 @@ class Simulator {
     res_.cost_source = cost_.source();
     res_.time_unit = cost_.time_unit();
     res_.activation_unit_bytes = cost_.activation_unit_bytes(P_);
+    res_.real_bytes = cost_.real_bytes();
     res_.timeline.time_unit = cost_.time_unit();
     if (opt_.record_timeline) {
       res_.timeline.ranks.resize(P_);
@@ -241,7 +255,7 @@ class Simulator {
     res_.makespan = std::max(res_.makespan, end);
     if (!opt_.record_timeline) return;
     TimelineEvent ev;
-    ev.name = to_string(a);
+    ev.name = action_name(a);
     ev.kind = kind_of(a.type);
     ev.lane = lane;
     ev.stage = a.stage;

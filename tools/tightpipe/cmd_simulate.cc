@@ -1,6 +1,171 @@
-#include "commands.h"
+// tightpipe simulate: predict step time, bubble and memory of a schedule from a cost model, or
+// compare several schedules side by side (--compare).
+#include <fmt/format.h>
 
-// Placeholder until this subcommand lands; its owner replaces this file.
+#include <cstdio>
+
+#include "commands.h"
+#include "schedule_source.h"
+#include "tightpipe/base.h"
+#include "tightpipe/cost_model.h"
+#include "tightpipe/prof.h"
+#include "tightpipe/simulator.h"
+
 namespace tightpipe::cli {
-int cmd_simulate(int, char**) { return report_error("simulate", Status::internal("not built yet")); }
+namespace {
+
+constexpr std::string_view kCmd = "simulate";
+
+struct CostFlags {
+  std::string cost;   // --cost f=1,i=1,w=1[,b=2][,comm=0]
+  std::string costs;  // --costs FILE.json
+  std::string model;  // --model layers=..,hidden=..,...
+};
+
+// The cost model for `schedule` from whichever of --cost, --costs, --model was given.
+Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) {
+  if (!f.costs.empty()) {
+    auto text = read_file(f.costs);
+    if (!text.ok()) {
+      return Status::invalid_argument(fmt::format(
+          "--costs {}: {}; hint: give the path of a JSON cost table (docs/cost_model.md)",
+          f.costs, text.status().message()));
+    }
+    TP_ASSIGN_OR_RETURN(CostModel m, parse_cost_table(*text, "--costs " + f.costs));
+    TP_RETURN_IF_ERROR(m.covers(schedule));
+    return m;
+  }
+  if (!f.model.empty()) {
+    TP_ASSIGN_OR_RETURN(GptCostConfig g, parse_gpt_cost_config(f.model));
+    return gpt_cost_model(g, schedule.num_ranks, schedule.num_stages);
+  }
+  TP_ASSIGN_OR_RETURN(UniformCosts u, parse_uniform_costs(f.cost.empty() ? "f=1,i=1,w=1" : f.cost));
+  return uniform_cost_model(u, schedule.num_ranks, schedule.num_stages);
+}
+
+Result<Schedule> lowered(Schedule s) {
+  if (s.lowered) return s;
+  return lower(s);
+}
+
+Result<SimResult> run_one(const Schedule& compute_only_schedule, const CostFlags& cf,
+                          const SimOptions& opt) {
+  TP_ASSIGN_OR_RETURN(Schedule s, lowered(compute_only_schedule));
+  TP_ASSIGN_OR_RETURN(CostModel cost, make_cost_model(cf, s));
+  return simulate(s, cost, opt);
+}
+
+}  // namespace
+
+int cmd_simulate(int argc, char** argv) {
+  CLI::App app(
+      "Predict step time, bubble ratio and memory of a pipeline schedule from a cost model "
+      "(discrete-event simulation of the lowered per-rank programs), or compare schedules "
+      "(--compare).",
+      "tightpipe simulate");
+  ScheduleFlags sf;
+  add_schedule_flags(app, sf);
+  CostFlags cf;
+  std::string compare, comm_mode = "overlap", recompute = "none", trace, svg;
+  bool json = false;
+  auto* o_cost = app.add_option(
+      "--cost", cf.cost,
+      "uniform whole-rank costs f=1,i=1,w=1[,b=i+w][,comm=0][,bytes=0][,act=1][,act_after_i=1]"
+      "[,input=0]; per chunk the compute costs divide by v (default f=1,i=1,w=1)");
+  auto* o_costs = app.add_option("--costs", cf.costs,
+                                 "per-stage cost table, JSON (docs/cost_model.md)");
+  auto* o_model = app.add_option(
+      "--model", cf.model,
+      "costs derived from a GPT config and device: layers=..,hidden=..,heads=..,seq=..[,mbs=1]"
+      "[,vocab=0][,flops=100e12][,latency=1e-5][,bandwidth=25e9] (times in seconds)");
+  o_cost->excludes(o_costs)->excludes(o_model);
+  o_costs->excludes(o_model);
+  app.add_option("--comm-mode", comm_mode,
+                 "overlap: messages on the dependency edges, compute lanes free; blocking: "
+                 "SEND/RECV hold the compute lanes")
+      ->capture_default_str();
+  app.add_option("--recompute", recompute,
+                 "none, or full: F keeps only its input and I/B re-run the forward first")
+      ->capture_default_str();
+  app.add_flag("--json", json, "print the result as JSON (docs/simulate_json.md)");
+  app.add_option("--trace", trace, "write a Chrome trace (Perfetto, chrome://tracing) here");
+  app.add_option("--svg", svg, "write an SVG timeline here");
+  auto* o_compare = app.add_option(
+      "--compare", compare,
+      "comma-separated schedules to simulate side by side (e.g. 1f1b,interleaved,zb-h1,zb-v); "
+      "interleaved and looped-bfs use --vpp, default 2");
+  if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+
+  SimOptions opt;
+  {
+    auto cm = parse_comm_mode(comm_mode);
+    if (!cm.ok()) return report_error(kCmd, cm.status());
+    opt.comm_mode = *cm;
+    auto rc = parse_recompute(recompute);
+    if (!rc.ok()) return report_error(kCmd, rc.status());
+    opt.recompute = *rc;
+  }
+
+  if (o_compare->count() > 0) {
+    if (app.count("--schedule") > 0) {
+      return report_error(kCmd, Status::invalid_argument(
+                                    "--compare and --schedule exclude each other; hint: list "
+                                    "every schedule in --compare"));
+    }
+    if (!trace.empty() || !svg.empty()) {
+      return report_error(kCmd, Status::invalid_argument(
+                                    "--trace and --svg draw one schedule; hint: use --schedule "
+                                    "NAME with them, not --compare"));
+    }
+    opt.record_timeline = false;
+    std::vector<SimResult> results;
+    for (const std::string& raw : split(compare, ',')) {
+      const std::string name(trim(raw));
+      if (name.empty()) continue;
+      ScheduleFlags one = sf;
+      one.schedule = name;
+      const GeneratorInfo* g = find_generator(name);
+      if (g != nullptr && g->takes_chunks && g->fixed_chunks == 0) {
+        one.vpp = sf.vpp > 0 ? sf.vpp : 2;
+      } else {
+        one.vpp = 0;  // the schedule's own (1, or 2 for zb-v)
+      }
+      auto s = load_schedule(one);
+      if (!s.ok()) return report_error(kCmd, s.status().with_context("--compare " + name));
+      auto r = run_one(*s, cf, opt);
+      if (!r.ok()) return report_error(kCmd, r.status().with_context("--compare " + name));
+      results.push_back(std::move(r).value());
+    }
+    if (results.empty()) {
+      return report_error(kCmd, Status::invalid_argument(
+                                    "--compare names no schedule; hint: e.g. --compare "
+                                    "1f1b,interleaved,zb-h1"));
+    }
+    const std::string text =
+        json ? compare_results_to_json(results) + "\n" : format_compare_table(results);
+    std::fputs(text.c_str(), stdout);
+    return kExitOk;
+  }
+
+  opt.record_timeline = !trace.empty() || !svg.empty();
+  auto s = load_schedule(sf);
+  if (!s.ok()) return report_error(kCmd, s.status());
+  auto r = run_one(*s, cf, opt);
+  if (!r.ok()) return report_error(kCmd, r.status());
+  const std::string text = json ? sim_result_to_json(*r) + "\n" : format_sim_table(*r);
+  std::fputs(text.c_str(), stdout);
+  if (!trace.empty()) {
+    if (Status st = write_chrome_trace(trace, r->timeline); !st.ok()) return report_error(kCmd, st);
+  }
+  if (!svg.empty()) {
+    SvgOptions so;
+    so.title = fmt::format("{}  p={} v={} m={}  makespan {:.6g} {}  bubble {:.1f}%", r->schedule,
+                           r->num_ranks, r->num_ranks ? r->num_stages / r->num_ranks : 0,
+                           r->num_microbatches, r->makespan, r->time_unit,
+                           100.0 * r->bubble_ratio);
+    if (Status st = write_svg(svg, r->timeline, so); !st.ok()) return report_error(kCmd, st);
+  }
+  return kExitOk;
+}
+
 }  // namespace tightpipe::cli

@@ -1,0 +1,143 @@
+// `tightpipe simulate` end to end: runs the built binary, checks outputs and exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tightpipe/base.h"
+
+namespace tightpipe {
+namespace {
+
+const std::string kBinary = std::string(TP_BINARY_DIR) + "/tools/tightpipe/tightpipe";
+
+struct CliRun {
+  int code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string tmp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("tp_sim_cli_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+CliRun run(const std::string& args) {
+  const std::string err_file = tmp_path("stderr.txt");
+  const std::string cmd = kBinary + " simulate " + args + " 2>" + err_file;
+  FILE* p = popen(cmd.c_str(), "r");
+  CliRun r{-1, "", ""};
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  auto e = read_file(err_file);
+  if (e.ok()) r.err = *e;
+  return r;
+}
+
+class SimulateCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kBinary)) GTEST_SKIP() << "no binary at " << kBinary;
+  }
+};
+
+TEST_F(SimulateCli, JsonMatchesReference) {
+  CliRun r = run("--schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 33);
+  EXPECT_EQ(j["per_rank"][0]["peak_activations"], 4);
+  EXPECT_EQ(j["schedule"], "1f1b");
+}
+
+TEST_F(SimulateCli, MegatronAliases) {
+  CliRun r = run("--schedule interleaved --pipeline-model-parallel-size 4 --num-microbatches 8 "
+              "--num-virtual-stages-per-pipeline-rank 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 28.5);
+  EXPECT_EQ(j["chunks"], 2);
+}
+
+TEST_F(SimulateCli, HumanTableTraceAndSvg) {
+  const std::string trace = tmp_path("t.json"), svg = tmp_path("t.svg");
+  CliRun r = run("--schedule zb-v --pp 4 --microbatches 8 --cost f=1,i=1,w=1,comm=0.1 "
+              "--comm-mode blocking --trace " + trace + " --svg " + svg);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("makespan"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("comm=blocking"), std::string::npos) << r.out;
+  auto t = read_file(trace);
+  ASSERT_TRUE(t.ok());
+  auto j = nlohmann::json::parse(*t);
+  int x = 0;
+  for (const auto& e : j["traceEvents"]) x += e["ph"] == "X";
+  EXPECT_GT(x, 4 * 8 * 2 * 3);  // compute events plus comm
+  auto s = read_file(svg);
+  ASSERT_TRUE(s.ok());
+  EXPECT_NE(s->find("<g class=\"rank\" data-rank=\"3\">"), std::string::npos);
+}
+
+TEST_F(SimulateCli, Compare) {
+  CliRun r = run("--compare 1f1b,interleaved,zb-h1,zb-v --pp 4 --microbatches 8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* s : {"1f1b", "interleaved", "zb-h1", "zb-v", "bubble%", "28.5", "25.5"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  CliRun j = run("--compare gpipe,zb-h2 --pp 4 --microbatches 8 --json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  auto parsed = nlohmann::json::parse(j.out);
+  ASSERT_EQ(parsed["results"].size(), 2u);
+  EXPECT_DOUBLE_EQ(parsed["results"][0]["makespan"].get<double>(), 33);
+}
+
+TEST_F(SimulateCli, GptModel) {
+  CliRun r = run("--schedule 1f1b --pp 2 --microbatches 4 --model "
+              "layers=4,hidden=256,heads=4,seq=128,flops=1e12 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["time_unit"], "s");
+  EXPECT_GT(j["makespan"].get<double>(), 0);
+  EXPECT_GT(j["message_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(j["per_rank"][0]["peak_bytes"].get<double>(), 0);
+}
+
+// Bad input: exit 2 and one line naming the key or file and the value, with a hint.
+void expect_usage_error(const std::string& args, std::initializer_list<const char*> parts) {
+  CliRun r = run(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const char* p : parts) EXPECT_NE(r.err.find(p), std::string::npos) << p << "\n" << r.err;
+}
+
+TEST_F(SimulateCli, BadInputExitsTwoWithOneLine) {
+  const std::string base = "--schedule 1f1b --pp 4 --microbatches 8 ";
+  expect_usage_error(base + "--cost f=1,i=1,w=1,speed=3", {"unknown key 'speed'", "3", "hint"});
+  expect_usage_error(base + "--cost f=-1,i=1,w=1", {"'f'", "-1", "hint"});
+  expect_usage_error(base + "--cost f=1,i=fast,w=1", {"'i'", "'fast'"});
+  expect_usage_error(base + "--costs /nonexistent/costs.json", {"/nonexistent/costs.json", "hint"});
+  const std::string bad_json = tmp_path("bad.json");
+  ASSERT_TRUE(write_file(bad_json, "{\"stages\": [").ok());
+  expect_usage_error(base + "--costs " + bad_json, {bad_json.c_str(), "not valid JSON"});
+  const std::string gap = tmp_path("gap.json");
+  ASSERT_TRUE(write_file(gap, R"({"stages":[{"stage":0,"f":1,"i":1,"w":1},
+      {"stage":1,"f":1,"i":1,"w":1},{"stage":3,"f":1,"i":1,"w":1}]})").ok());
+  expect_usage_error(base + "--costs " + gap, {gap.c_str(), "lacks stage 2"});
+  const std::string two = tmp_path("two.json");
+  ASSERT_TRUE(write_file(two, R"({"stages":[{"stage":0,"f":1,"i":1,"w":1},
+      {"stage":1,"f":1,"i":1,"w":1}]})").ok());
+  expect_usage_error(base + "--costs " + two, {two.c_str(), "2 stage(s)", "has 4", "hint"});
+  expect_usage_error(base + "--comm-mode sometimes", {"'sometimes'", "overlap or blocking"});
+  expect_usage_error(base + "--recompute half", {"'half'", "none or full"});
+  expect_usage_error(base + "--model layers=4,hidden=64", {"'heads'"});
+  expect_usage_error("--schedule nosuch --pp 4 --microbatches 8", {"nosuch"});
+}
+
+}  // namespace
+}  // namespace tightpipe
