@@ -16,6 +16,7 @@
 // MPI_THREAD_SERIALIZED suffices (MPI_THREAD_MULTIPLE is requested).
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "tightpipe/status.h"
@@ -27,7 +28,7 @@ class MpiScope {
  public:
   // Initializes MPI on the first call and returns the process-wide scope; later calls return the
   // same one. MPI_Finalize runs at process exit (static destruction), unless MPI was already
-  // initialized by someone else. FailedPrecondition when MPI is not built in or cannot init.
+  // initialized by someone else or a peer may have failed (see set_peer_failure). FailedPrecondition when MPI is not built in or cannot init.
   static Result<std::shared_ptr<MpiScope>> acquire();
 
   ~MpiScope();
@@ -37,11 +38,20 @@ class MpiScope {
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
 
+  // For the MPI transports: a wait timed out, an abort was seen or MPI reported an error, so a
+  // peer may be dead. MPI_Finalize waits for every process (it can hang on a dead one), so at exit
+  // it is skipped while this is set; mpirun then reports that this process ended without
+  // finalizing, which is true of a failed job. A later successful collective (creating a new
+  // transport) clears it.
+  void set_peer_failure(bool failed) { peer_failure_.store(failed); }
+  bool peer_failure() const { return peer_failure_.load(); }
+
  private:
   MpiScope() = default;
   int world_rank_ = 0;
   int world_size_ = 1;
   bool owns_init_ = false;
+  std::atomic<bool> peer_failure_{false};
 };
 
 // True when the environment says this process was started by mpirun/mpiexec (Open MPI, PMIx or

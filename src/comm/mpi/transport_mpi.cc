@@ -97,6 +97,7 @@ struct MpiState {
       if (n >= 8 && gen == generation) {
         aborted = abort_status(st.MPI_SOURCE, std::string_view(ctrl_buf + 8, n - 8));
         dirty = true;
+        scope->set_peer_failure(true);
         return;
       }
       post_ctrl_recv();  // a stale message from an older transport: ignore it
@@ -157,7 +158,10 @@ class MpiRequest final : public Request {
     for (int polls = 0;; ++polls) {
       if (std::optional<Status> s = poll()) return *s;
       const double now = now_seconds();
-      if (now >= deadline) return info_.timeout_error(timeout_s);
+      if (now >= deadline) {
+        state_->scope->set_peer_failure(true);
+        return info_.timeout_error(timeout_s);
+      }
       if (polls < 16 || now < yield_until) {
         std::this_thread::yield();
       } else {
@@ -187,6 +191,7 @@ class MpiRequest final : public Request {
     const int rc = MPI_Test(&req_, &flag, &st);
     if (rc != MPI_SUCCESS || (flag && st.MPI_ERROR != MPI_SUCCESS)) {
       const int err = rc != MPI_SUCCESS ? rc : st.MPI_ERROR;
+      state_->scope->set_peer_failure(true);
       int err_class = 0;
       MPI_Error_class(err, &err_class);
       done_ = true;
@@ -252,6 +257,7 @@ class MpiTransport final : public Transport {
     if (state_->aborted) return;
     state_->aborted = abort_status(state_->rank, reason);
     state_->dirty = true;
+    state_->scope->set_peer_failure(true);
     // Tell every other rank; the messages are small (eager), so they leave at once.
     std::string text = std::string(reason.substr(0, kCtrlBytes - 8));
     for (int r = 0; r < state_->size; ++r) {
@@ -361,7 +367,7 @@ Result<std::shared_ptr<MpiScope>> MpiScope::acquire() {
 MpiScope::~MpiScope() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owns_init_ && !finalized) MPI_Finalize();
+  if (owns_init_ && !finalized && !peer_failure()) MPI_Finalize();
 }
 
 bool launched_by_mpirun() {
@@ -386,6 +392,7 @@ Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope> 
     return Status::unavailable(
         fmt::format("MPI_Comm_dup failed: {}", comm_internal::mpi_error_string(rc)));
   }
+  state->scope->set_peer_failure(false);  // every process just took part in the duplication
   MPI_Comm_rank(state->comm, &state->rank);
   MPI_Comm_size(state->comm, &state->size);
   void* tag_ub = nullptr;
