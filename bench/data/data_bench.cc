@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   nn::GptConfig cfg;  // V=256, T=128, L=4, C=128, NH=4, B=8: the tiny config
   nn::StageSpec whole{0, cfg.num_layers, true, true};
   nn::GptStage model(cfg, whole, 1234);
-  AdamWConfig adam;
+  nn::AdamWConfig adam;
   DataOptions o;
   o.path = dir;
   o.split = Split::kTrain;
