@@ -111,6 +111,7 @@ struct TrainFlags {
   int64_t log_interval = 10;
   std::string out_dir, save, load;
   int64_t save_interval = 0;  // 0: only at the end
+  int64_t exit_interval = 0;  // > 0: stop (and save) once the step count is a multiple of it
   int pp = 1;
   std::string pipeline_layout;
   nn::RecomputeOptions recompute;
@@ -228,6 +229,11 @@ Status run_train(TrainFlags f) {
                   eval_now ? fmt::format(" | val_loss {:.4f}", val_loss).c_str() : "");
       std::fflush(stdout);
     }
+    if (f.exit_interval > 0 && step % f.exit_interval == 0 && step != f.train_iters) {
+      if (!f.save.empty()) TP_RETURN_IF_ERROR(save(step));
+      std::printf("exit at step %lld (--exit-interval)\n", static_cast<long long>(step));
+      return OkStatus();
+    }
     if (!f.save.empty() && f.save_interval > 0 && step % f.save_interval == 0 && step != f.train_iters)
       TP_RETURN_IF_ERROR(save(step));
   }
@@ -239,6 +245,7 @@ Status run_train(TrainFlags f) {
 
 int cmd_train(int argc, char** argv) {
   CLI::App app{"train the GPT model (byte-level, vocab 256) on a text file", "tightpipe train"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last one wins
   TrainFlags f;
   add_model_flags(app, f.model);
   app.add_option("--num-microbatches", f.num_microbatches, "microbatches per optimizer step M")
@@ -262,6 +269,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--out-dir", f.out_dir, "directory for metrics.jsonl");
   app.add_option("--save", f.save, "checkpoint directory to write");
   app.add_option("--save-interval", f.save_interval, "checkpoint every N steps (0: at the end)");
+  app.add_option("--exit-interval", f.exit_interval, "stop (saving with --save) at a multiple of N");
   app.add_option("--load", f.load, "checkpoint directory to resume from");
   app.add_option("--pp,--pipeline-model-parallel-size", f.pp, "pipeline stages")
       ->capture_default_str();

@@ -1,0 +1,101 @@
+// tightpipe train / sample end to end: every bad input is one clear line with a hint; metrics.jsonl;
+// save + load resumes exactly; sample generates from a checkpoint.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "cli_util.h"
+#include "tightpipe/base.h"
+
+namespace tightpipe::testing_nn {
+namespace {
+
+// One line on stderr, "tightpipe train: error: ...", naming `needle`, with a hint.
+void expect_one_line_error(const RunResult& r, int code, const std::string& needle) {
+  EXPECT_EQ(r.code, code) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
+}
+
+TEST(TrainCli, BadInputIsOneClearLine) {
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --hidden-size 30 --num-attention-heads 4"),
+                        2, "--hidden-size 30 is not divisible by --num-attention-heads 4");
+  expect_one_line_error(run_tightpipe("train --data-path /nonexistent/shakespeare.txt"), 1,
+                        "/nonexistent/shakespeare.txt");
+  const std::string dir = fresh_dir("bad");
+  const std::string empty = dir + "/empty.txt";
+  ASSERT_TRUE(write_file(empty, "").ok());
+  expect_one_line_error(run_tightpipe("train --data-path " + empty), 2, "is empty");
+  const std::string small = dir + "/small.txt";
+  ASSERT_TRUE(write_file(small, std::string(200, 'a')).ok());
+  expect_one_line_error(run_tightpipe("train --seq-length 128 --data-path " + small), 2,
+                        "--seq-length + 1 = 129");
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --pp 4"), 2,
+                        "--num-layers 2 is fewer than the 4 pipeline stages");
+  expect_one_line_error(
+      run_tightpipe("train " + kTiny + " --pp 2 --pipeline-layout 'E,t|t*2,L'"), 2,
+      "places 3 transformer layers but --num-layers is 2");
+  expect_one_line_error(
+      run_tightpipe("train " + kTiny + " --pp 2 --pipeline-layout 'E,t|L'"), 2,
+      "places 1 transformer layers but --num-layers is 2");
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --recompute-granularity selective"), 2,
+                        "--recompute-granularity");
+  const RunResult usage = run_tightpipe("train --num-layers abc");
+  EXPECT_EQ(usage.code, 2);
+  EXPECT_NE(usage.output.find("--num-layers"), std::string::npos) << usage.output;
+}
+
+TEST(TrainCli, MetricsResumeAndSample) {
+  const std::string dir = fresh_dir("resume");
+  auto read_lines = [](const std::string& path) {
+    std::vector<std::string> lines;
+    std::ifstream in(path);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    return lines;
+  };
+  const std::string common = "train " + kTiny + " --train-iters 4 --lr 1e-3 --lr-warmup-iters 1";
+  // Straight: 4 steps.
+  RunResult a = run_tightpipe(common + " --out-dir " + dir + "/a --save " + dir + "/a/ckpt");
+  ASSERT_EQ(a.code, 0) << a.output;
+  const auto la = read_lines(dir + "/a/metrics.jsonl");
+  ASSERT_EQ(la.size(), 4u);
+  for (const char* key : {"\"step\":", "\"loss\":", "\"tokens_per_s\":", "\"lr\":", "\"grad_norm\":"})
+    EXPECT_NE(la[0].find(key), std::string::npos) << la[0];
+  EXPECT_NE(la[3].find("\"val_loss\":"), std::string::npos) << la[3];
+  // Interrupted after 2 steps (saved), then resumed: steps 3 and 4 match the straight run.
+  RunResult b1 = run_tightpipe(common + " --exit-interval 2 --out-dir " + dir + "/b --save " + dir + "/b/ckpt");
+  ASSERT_EQ(b1.code, 0) << b1.output;
+  RunResult b2 = run_tightpipe(common + " --load " + dir + "/b/ckpt --out-dir " + dir + "/b");
+  ASSERT_EQ(b2.code, 0) << b2.output;
+  EXPECT_NE(b2.output.find("loaded"), std::string::npos) << b2.output;
+  const auto lb = read_lines(dir + "/b/metrics.jsonl");
+  ASSERT_EQ(lb.size(), 4u);
+  auto field = [](const std::string& line, const std::string& key) {
+    const size_t p = line.find("\"" + key + "\":");
+    return line.substr(p, line.find_first_of(",}", p) - p);
+  };
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(field(lb[i], "step"), field(la[i], "step"));
+    EXPECT_EQ(field(lb[i], "loss"), field(la[i], "loss")) << "step " << i + 1 << " after resume";
+    EXPECT_EQ(field(lb[i], "grad_norm"), field(la[i], "grad_norm"));
+  }
+  EXPECT_EQ(field(lb[3], "val_loss"), field(la[3], "val_loss"));
+  // Sample.
+  RunResult s = run_tightpipe("sample --load " + dir + "/a/ckpt --prompt 'ROMEO:' --tokens 40 --seed 3");
+  ASSERT_EQ(s.code, 0) << s.output;
+  EXPECT_EQ(s.output.rfind("ROMEO:", 0), 0u) << s.output;
+  EXPECT_EQ(s.output.size(), 6u + 40u + 1u);
+  // Loading a checkpoint into another shape names the file and the flag.
+  RunResult bad = run_tightpipe("train " + kTiny + " --hidden-size 64 --train-iters 1 --load " + dir + "/a/ckpt");
+  expect_one_line_error(bad, 2, "manifest.txt");
+  EXPECT_NE(bad.output.find("--hidden-size 32"), std::string::npos) << bad.output;
+  RunResult missing = run_tightpipe("sample --load " + dir + "/nope");
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.output.find("manifest.txt"), std::string::npos) << missing.output;
+}
+
+}  // namespace
+}  // namespace tightpipe::testing_nn

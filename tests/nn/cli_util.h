@@ -1,0 +1,41 @@
+// Runs the tightpipe binary of this build and captures its output and exit code.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace tightpipe::testing_nn {
+
+struct RunResult {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+inline RunResult run_tightpipe(const std::string& args) {
+  const std::string cmd = std::string(TP_BINARY_DIR "/tools/tightpipe/tightpipe ") + args + " 2>&1";
+  RunResult r;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+inline std::string fresh_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("tp_nn_cli_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+inline const std::string kText = TP_SHARED_DIR "/data/tinyshakespeare.txt";
+inline const std::string kTiny =
+    "--pp 1 --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 32 "
+    "--micro-batch-size 4 --eval-iters 2 --data-path " + kText;
+
+}  // namespace tightpipe::testing_nn
