@@ -21,7 +21,9 @@
 // and future waits return Unavailable naming the aborting rank and its reason.
 //
 // Ownership: the caller owns Transports and Requests; a Transport must outlive its Requests.
-// Dropping a pending Request cancels it (a receive is withdrawn; a send may still be delivered).
+// Dropping a pending Request cancels it: a receive is withdrawn and its buffer is free again; a
+// send may still be delivered, and on MPI its buffer may still be read (keep it alive, or drop
+// pending sends only on the way out after an error).
 //
 // Thread safety: isend, irecv, abort and aborted may be called from several threads at once; one
 // Request is used by one thread at a time; a collective must not run concurrently with another

@@ -112,9 +112,15 @@ struct MpiState {
     for (auto& r : abort_reqs) {
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     }
-    if (ctrl_req != MPI_REQUEST_NULL) {
+    if (ctrl_req != MPI_REQUEST_NULL) {  // ctrl_buf dies with this object: finish the cancel
       MPI_Cancel(&ctrl_req);
-      MPI_Request_free(&ctrl_req);
+      int flag = 0;
+      const double deadline = now_seconds() + 1.0;
+      while (!flag && now_seconds() < deadline) {
+        MPI_Test(&ctrl_req, &flag, MPI_STATUS_IGNORE);
+        if (!flag) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      if (!flag) MPI_Request_free(&ctrl_req);
     }
     // After a failure, messages may still be in flight; freeing the communicators would let a
     // later duplicate reuse their context id and receive them. Keep them (a few per failure).
@@ -135,14 +141,28 @@ class MpiRequest final : public Request {
 
   ~MpiRequest() override {
     if (done_ || req_ == MPI_REQUEST_NULL) return;
-    std::lock_guard lk(state_->mu);
+    std::unique_lock lk(state_->mu);
     int flag = 0;
     MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
     if (flag) return;
-    // Dropped while pending (after an error): cancel a receive, detach a send.
-    if (!info_.is_send) MPI_Cancel(&req_);
-    MPI_Request_free(&req_);
     state_->dirty = true;
+    if (!info_.is_send) {
+      // Dropped while pending (after an error): cancel the receive and let the cancel complete,
+      // so that MPI cannot write into the buffer after this returns (bounded: 1 s).
+      MPI_Cancel(&req_);
+      const double deadline = now_seconds() + 1.0;
+      while (!flag && now_seconds() < deadline) {
+        MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+        if (!flag) {
+          lk.unlock();
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          lk.lock();
+        }
+      }
+      if (flag) return;
+    }
+    // A send cannot be cancelled in Open MPI: detach it (MPI may still read the buffer).
+    MPI_Request_free(&req_);
   }
 
   Status wait(double timeout_s) override {
