@@ -39,6 +39,7 @@ CostModel uniform(const Schedule& s, double f = 1, double i = 1, double w = 1, d
 SimResult sim(const Schedule& s, const CostModel& c, CommMode mode = CommMode::kOverlap) {
   SimOptions o;
   o.comm_mode = mode;
+  o.record_timeline = false;  // statistics only: the sweep runs thousands of simulations
   auto r = simulate(s, c, o);
   TP_CHECK(r.ok(), r.status().to_string());
   return std::move(r).value();

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 #include <cstring>
 #include <limits>
@@ -216,9 +217,13 @@ class Simulator {
     res_.timeline.time_unit = cost_.time_unit();
     if (opt_.record_timeline) {
       res_.timeline.ranks.resize(P_);
+      comm_events_.resize(P_);
       for (int32_t r = 0; r < P_; ++r) {
+        size_t comm = 0;
+        for (const Action& a : sch_.programs[r]) comm += is_comm(a.type);
         res_.timeline.ranks[r].rank = r;
         res_.timeline.ranks[r].events.reserve(sch_.programs[r].size());
+        comm_events_[r].reserve(comm);
       }
     }
     for (int32_t r = 0; r < P_; ++r) {
@@ -254,7 +259,8 @@ class Simulator {
   void record(int32_t rank, const Action& a, Lane lane, double start, double end) {
     res_.makespan = std::max(res_.makespan, end);
     if (!opt_.record_timeline) return;
-    TimelineEvent ev;
+    auto& events = lane == Lane::kCompute ? res_.timeline.ranks[rank].events : comm_events_[rank];
+    TimelineEvent& ev = events.emplace_back();
     ev.name = action_name(a);
     ev.kind = kind_of(a.type);
     ev.lane = lane;
@@ -267,7 +273,6 @@ class Simulator {
       ev.peer = sch_.stage_to_rank[ps];
       ev.bytes = cost_.message_bytes(a.stage, ps);
     }
-    res_.timeline.ranks[rank].events.push_back(std::move(ev));
   }
 
   void note_memory(int32_t r, double delta) {
@@ -411,9 +416,11 @@ class Simulator {
 
   Status check_finished() {
     std::string blocked;
+    GridMark mark;
     for (int32_t r = 0; r < P_; ++r) {
       const auto& prog = sch_.programs[r];
       if (pc_[r] >= prog.size()) continue;
+      if (mark.rank < 0) mark = {r, static_cast<int32_t>(pc_[r])};
       const Action& a = prog[pc_[r]];
       std::string what;
       for (const Action& d : dependencies(sch_, a)) {
@@ -437,9 +444,8 @@ class Simulator {
     }
     if (blocked.empty()) return OkStatus();
     return Status::failed_precondition(fmt::format(
-        "simulate: schedule '{}' deadlocks at time {:g}; blocked:{}\nhint: run 'tightpipe "
-        "schedule --check' on it to see the grid",
-        sch_.name, res_.makespan, blocked));
+        "simulate: schedule '{}' deadlocks at time {:g}; blocked:{}\n{}", sch_.name,
+        res_.makespan, blocked, format_grid(sch_, mark)));
   }
 
   void finish_stats() {
@@ -448,6 +454,8 @@ class Simulator {
       if (st.compute_actions > 0) {
         st.first_start = first_start_[r];
         st.internal_idle = st.last_end - st.first_start - st.busy;
+        // Summing many durations leaves rounding residue; a gap below 1e-12 of the span is none.
+        if (std::abs(st.internal_idle) <= 1e-12 * std::max(1.0, st.last_end)) st.internal_idle = 0;
       }
       st.idle = res_.makespan - st.busy;
       st.peak_activations = res_.activation_unit_bytes > 0
@@ -461,14 +469,20 @@ class Simulator {
     const double denom = static_cast<double>(P_) * res_.makespan;
     res_.bubble_ratio = denom > 0 ? (denom - res_.total_compute) / denom : 0.0;
     if (opt_.record_timeline) {
-      for (auto& rt : res_.timeline.ranks) {
-        // Compute events are already in start order; comm events (RECVs are recorded at their
-        // end) are sorted by start within their lane. stable_sort keeps ties in creation order.
-        std::stable_sort(rt.events.begin(), rt.events.end(),
-                         [](const TimelineEvent& x, const TimelineEvent& y) {
-                           if (x.lane != y.lane) return x.lane < y.lane;
-                           return x.start < y.start;
-                         });
+      // Compute events were recorded in start order. Comm events go after them (lane order),
+      // sorted by start (RECVs are recorded when they end); ties keep creation order, so the
+      // output is deterministic.
+      for (int32_t r = 0; r < P_; ++r) {
+        auto& comm = comm_events_[r];
+        auto& events = res_.timeline.ranks[r].events;
+        // Sort indices, not events: no temporary copy of the (large) events.
+        std::vector<uint32_t> order(comm.size());
+        for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+        std::sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) {
+          return comm[x].start != comm[y].start ? comm[x].start < comm[y].start : x < y;
+        });
+        for (uint32_t k : order) events.push_back(std::move(comm[k]));
+        comm = {};
       }
     }
   }
@@ -491,6 +505,7 @@ class Simulator {
   std::vector<double> held_;
   std::vector<double> first_start_;
   int64_t outstanding_recvs_ = 0;
+  std::vector<std::vector<TimelineEvent>> comm_events_;  // [rank] until finish_stats()
   SimResult res_;
 };
 
