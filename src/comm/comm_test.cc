@@ -251,7 +251,7 @@ TEST_P(TransportTest, AllreduceIsDeterministicAndBitIdentical) {
           const auto x = input(r, n);
           for (size_t i = 0; i < n; ++i) ref[i] += x[i];
         }
-        EXPECT_EQ(0, std::memcmp(data.data(), ref.data(), n * sizeof(double)))
+        EXPECT_TRUE(n == 0 || std::memcmp(data.data(), ref.data(), n * sizeof(double)) == 0)
             << "rank " << t.rank() << " n " << n;
       }
     }
