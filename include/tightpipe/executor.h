@@ -9,11 +9,13 @@
 // completed. Gradients accumulate in the stages across microbatches; the optimizer step is the
 // caller's (trainer.h), after the global gradient norm is reduced across ranks.
 //
-// Point-to-point: with overlap_p2p, every receive of the step is posted when the step starts and a
-// RECV action only waits for its message; sends are posted and never waited on by compute (they
-// are checked between actions and drained at the end of the step). Without it, a RECV posts and
-// waits just before use and a SEND waits just after posting (Megatron without
-// --overlap-p2p-communication).
+// Point-to-point: a RECV action never blocks; the compute action that consumes the message waits
+// for it just before use (recorded as the RECV's event on the comm lane). With overlap_p2p, every
+// receive of the step is posted when the step starts, and sends are posted and never waited on by
+// compute (checked between actions, drained at the end of the step). Without it, a receive is
+// posted at its RECV action and a SEND waits for completion right after posting (Megatron without
+// --overlap-p2p-communication). Posting at the RECV positions that lower() chose keeps blocking
+// sends hang-free.
 //
 // Emulated compute: with `emulated`, each compute action sleeps for its cost instead of doing the
 // math (so timing can be studied with p = 8 on 2 cores); messages are still real bytes.
@@ -76,6 +78,11 @@ class Executor {
   Result<RankStepResult> run_step(int32_t step, double origin, const BatchFetcher& fetch,
                                   float loss_scale);
 
+  // Evaluation: `n` microbatches forward only, one after another through the whole pipeline
+  // (every rank walks its stages in ascending order per microbatch, with blocking messages), no
+  // stash kept. Returns this rank's share of the scaled loss (non-zero on the last stage's rank).
+  Result<double> run_forward_only(int32_t n, const BatchFetcher& fetch, float loss_scale);
+
  private:
   struct Impl;
   const Schedule& schedule_;
@@ -85,7 +92,8 @@ class Executor {
   ExecutorOptions options_;
 };
 
-// Message tag of the activation entering (stage, mb) or the gradient entering (stage, mb).
+// Message tag of the activation entering (stage, mb) or the gradient entering (stage, mb);
+// evaluation messages use their own tag space.
 int message_tag(const Schedule& schedule, bool gradient, int32_t stage, int32_t mb);
 
 }  // namespace tightpipe

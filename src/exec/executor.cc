@@ -124,12 +124,18 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
   std::deque<PendingSend> sends;
 
   for (auto& [s, stage] : stages_) stage->reset_peak();
-  auto track_stash = [&] {
+  auto stash_total = [&] {
     size_t total = 0;
     for (auto& [s, stage] : stages_) total += stage->stash_bytes();
-    res.peak_stash_bytes = std::max(res.peak_stash_bytes, total);
+    return total;
   };
-  track_stash();
+  // After a compute event: the peak, and the stash growth (F) or release (I, W, B) on the event.
+  auto track_stash = [&](int64_t before) {
+    const size_t total = stash_total();
+    res.peak_stash_bytes = std::max(res.peak_stash_bytes, total);
+    events.back().bytes = static_cast<int64_t>(total) - before;
+  };
+  res.peak_stash_bytes = stash_total();
 
   auto post_recv = [&](const Action& a) {
     const bool grad = a.type == ActionType::kRecvGrad;
@@ -167,6 +173,25 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
     return b;
   };
 
+  // Waits for the message feeding (stage, mb) and moves it into the compute inputs; the wait is
+  // the RECV's event on the comm lane.
+  auto await_input = [&](bool grad, const Action& consumer) -> Status {
+    const Action recv_action{grad ? ActionType::kRecvGrad : ActionType::kRecvAct, consumer.stage,
+                             consumer.microbatch};
+    const int64_t k = key(consumer.stage, consumer.microbatch);
+    auto& posted = grad ? recv_grad : recv_act;
+    auto it = posted.find(k);
+    TP_CHECK(it != posted.end(), "no receive posted for ", to_string(recv_action));
+    const double t0 = now();
+    TP_RETURN_IF_ERROR(it->second.req->wait(timeout));
+    const int32_t src = sch.rank_of(grad ? consumer.stage + 1 : consumer.stage - 1);
+    record(&recv_action, to_string(recv_action), EventKind::kRecv, Lane::kComm, t0, now(), src,
+           static_cast<int64_t>(it->second.buf.size() * sizeof(float)));
+    (grad ? grad_in : act_in)[k] = std::move(it->second.buf);
+    posted.erase(it);
+    return OkStatus();
+  };
+
   for (size_t pc = 0; pc < prog.size(); ++pc) {
     const Action& a = prog[pc];
     auto fail = [&](const Status& st) {
@@ -175,6 +200,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
                                            format_grid(sch, {rank_, static_cast<int32_t>(pc)})));
     };
     const int64_t k = key(a.stage, a.microbatch);
+    const int64_t stash_before = static_cast<int64_t>(stash_total());
     nn::GptStage* model = options_.emulated ? nullptr : stages_.at(a.stage);
     switch (a.type) {
       case ActionType::kForward: {
@@ -185,6 +211,9 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
           batch = *b;
         }
         Buffer input;
+        if (a.stage > 0 && sch.rank_of(a.stage - 1) != rank_) {
+          if (Status st = await_input(false, a); !st.ok()) return fail(st);
+        }
         if (a.stage > 0) {
           auto it = act_in.find(k);
           TP_CHECK(it != act_in.end(), "no input for ", to_string(a));
@@ -211,7 +240,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
           }
         }
         record(&a, to_string(a), EventKind::kForward, Lane::kCompute, t0, now());
-        track_stash();
+        track_stash(stash_before);
         if (a.stage + 1 < S) {
           Buffer copy(out.begin(), out.end());
           if (sch.rank_of(a.stage + 1) == rank_) {
@@ -225,6 +254,9 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
       case ActionType::kBackwardInput:
       case ActionType::kBackward: {
         Buffer grad;
+        if (a.stage < S - 1 && sch.rank_of(a.stage + 1) != rank_) {
+          if (Status st = await_input(true, a); !st.ok()) return fail(st);
+        }
         if (a.stage < S - 1) {
           auto it = grad_in.find(k);
           TP_CHECK(it != grad_in.end(), "no output gradient for ", to_string(a));
@@ -244,7 +276,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
         }
         record(&a, to_string(a), fused ? EventKind::kBackward : EventKind::kBackwardInput,
                Lane::kCompute, t0, now());
-        track_stash();
+        track_stash(stash_before);
         if (a.stage > 0) {
           Buffer copy(g.begin(), g.end());
           if (sch.rank_of(a.stage - 1) == rank_) {
@@ -263,7 +295,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
           model->backward_weight(a.microbatch);
         }
         record(&a, to_string(a), EventKind::kBackwardWeight, Lane::kCompute, t0, now());
-        track_stash();
+        track_stash(stash_before);
         break;
       }
       case ActionType::kSendAct:
@@ -292,23 +324,10 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
       }
       case ActionType::kRecvAct:
       case ActionType::kRecvGrad: {
-        const bool grad = a.type == ActionType::kRecvGrad;
-        const double t0 = now();
-        PendingRecv p;
-        if (options_.overlap_p2p) {
-          auto& posted = grad ? recv_grad : recv_act;
-          auto it = posted.find(k);
-          TP_CHECK(it != posted.end(), "receive not posted for ", to_string(a));
-          p = std::move(it->second);
-          posted.erase(it);
-        } else {
-          p = post_recv(a);
-        }
-        if (Status st = p.req->wait(timeout); !st.ok()) return fail(st);
-        const int32_t src = sch.rank_of(grad ? a.stage + 1 : a.stage - 1);
-        record(&a, to_string(a), EventKind::kRecv, Lane::kComm, t0, now(), src,
-               static_cast<int64_t>(p.buf.size() * sizeof(float)));
-        (grad ? grad_in : act_in)[k] = std::move(p.buf);
+        // Never waits here: the receive is posted (at step start with overlap, else now) and its
+        // consumer waits for it just before use.
+        auto& posted = a.type == ActionType::kRecvGrad ? recv_grad : recv_act;
+        if (!posted.contains(k)) posted.emplace(k, post_recv(a));
         break;
       }
     }
@@ -328,6 +347,52 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
            "rank ", rank_, " ended step ", step, " with unconsumed buffers");
   for (auto& [s, stage] : stages_) res.grad_sq_norm += stage->grad_sq_norm();
   return res;
+}
+
+Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, float loss_scale) {
+  const Schedule& sch = schedule_;
+  const int32_t S = sch.num_stages;
+  const size_t msg_floats = static_cast<size_t>(options_.message_floats);
+  // Evaluation tags sit above the training ones: (2 * S + stage) * n + mb.
+  auto tag = [&](int32_t stage, int32_t mb) {
+    const int64_t t = (static_cast<int64_t>(2) * S * sch.num_microbatches) + int64_t(stage) * n + mb;
+    TP_CHECK(t < kMaxUserTag, "evaluation tag space exhausted");
+    return static_cast<int>(t);
+  };
+  double loss = 0;
+  const auto local = sch.stages_of(rank_);
+  for (int32_t mb = 0; mb < n; ++mb) {
+    std::vector<float> act;
+    const Batch* batch = nullptr;
+    for (int32_t s : local) {
+      nn::GptStage* model = stages_.at(s);
+      if (s == 0 || s == S - 1) {
+        TP_ASSIGN_OR_RETURN(batch, fetch(mb));
+      }
+      if (s > 0 && sch.rank_of(s - 1) != rank_) {
+        act.assign(msg_floats, 0.0f);
+        TP_RETURN_IF_ERROR(recv(transport_, sch.rank_of(s - 1), tag(s, mb),
+                                std::as_writable_bytes(std::span<float>(act)), options_.timeout_s)
+                               .with_context(fmt::format("rank {} evaluation {}F{}", rank_, s, mb)));
+      }
+      const int eval_mb = -1 - mb;  // never collides with a training microbatch in flight
+      nn::StageInput in = s == 0 ? nn::StageInput(std::span<const int32_t>(batch->tokens))
+                                 : nn::StageInput(std::span<const float>(act));
+      std::span<const int32_t> targets;
+      if (s == S - 1) targets = batch->targets;
+      auto out = model->forward(eval_mb, in, targets, loss_scale);
+      if (s == S - 1) loss += out.loss;
+      std::vector<float> next(out.activations.begin(), out.activations.end());
+      model->discard(eval_mb);
+      if (s + 1 < S && sch.rank_of(s + 1) != rank_) {
+        TP_RETURN_IF_ERROR(send(transport_, sch.rank_of(s + 1), tag(s + 1, mb),
+                                std::as_bytes(std::span<const float>(next)), options_.timeout_s)
+                               .with_context(fmt::format("rank {} evaluation {}SEND_F{}", rank_, s, mb)));
+      }
+      act = std::move(next);
+    }
+  }
+  return loss;
 }
 
 }  // namespace tightpipe

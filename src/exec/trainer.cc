@@ -1,0 +1,531 @@
+// run_training: the `tightpipe train` loop over any schedule, on threads or MPI ranks.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "tightpipe/base.h"
+#include "tightpipe/checkpoint.h"
+#include "tightpipe/kernels.h"
+#include "tightpipe/prof.h"
+#include "tightpipe/simulator.h"
+#include "tightpipe/timeline_io.h"
+#include "tightpipe/trainer.h"
+
+namespace tightpipe {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Every rank contributes its own slot; the sum hands every rank everyone's values.
+Result<std::vector<double>> allgather(Transport& t, std::span<const double> mine, double timeout) {
+  const size_t k = mine.size();
+  std::vector<double> all(k * t.size(), 0.0);
+  std::copy(mine.begin(), mine.end(), all.begin() + k * t.rank());
+  TP_RETURN_IF_ERROR(allreduce_sum(t, all, timeout));
+  return all;
+}
+
+// Strings to rank 0 (size, then bytes). Returns the P strings on rank 0, nothing elsewhere.
+Result<std::vector<std::string>> gather_strings(Transport& t, const std::string& mine,
+                                                double timeout) {
+  constexpr int kSizeTag = kMaxUserTag - 2, kDataTag = kMaxUserTag - 1;
+  std::vector<std::string> out;
+  if (t.rank() != 0) {
+    int64_t n = static_cast<int64_t>(mine.size());
+    TP_RETURN_IF_ERROR(send(t, 0, kSizeTag, std::as_bytes(std::span<const int64_t>(&n, 1)), timeout));
+    TP_RETURN_IF_ERROR(send(t, 0, kDataTag, std::as_bytes(std::span<const char>(mine)), timeout));
+    return out;
+  }
+  out.push_back(mine);
+  for (int r = 1; r < t.size(); ++r) {
+    int64_t n = 0;
+    TP_RETURN_IF_ERROR(recv(t, r, kSizeTag, std::as_writable_bytes(std::span<int64_t>(&n, 1)), timeout));
+    std::string s(static_cast<size_t>(n), '\0');
+    TP_RETURN_IF_ERROR(recv(t, r, kDataTag, std::as_writable_bytes(std::span<char>(s)), timeout));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Per-action measured durations, keyed by stage and kind (F, I, W, B).
+struct CostSamples {
+  std::map<std::pair<int32_t, int>, std::vector<double>> time, bytes;
+  void add(const TimelineEvent& e) {
+    int k = -1;
+    switch (e.kind) {
+      case EventKind::kForward: k = 0; break;
+      case EventKind::kBackwardInput: k = 1; break;
+      case EventKind::kBackwardWeight: k = 2; break;
+      case EventKind::kBackward: k = 3; break;
+      case EventKind::kSend: case EventKind::kRecv: case EventKind::kData:
+      case EventKind::kOptimizer: case EventKind::kOther: break;
+    }
+    if (k < 0) return;
+    time[{e.stage, k}].push_back(e.end - e.start);
+    bytes[{e.stage, k}].push_back(static_cast<double>(e.bytes));
+  }
+};
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, grad_norm = 0, lr = 0;
+  double makespan = 0, wall = 0, bubble = 0, tokens_per_s = 0;
+  std::vector<double> rank_busy, rank_data_wait, rank_peak_stash;
+};
+
+}  // namespace
+
+Status TrainOptions::validate() const {
+  TP_RETURN_IF_ERROR(model.validate());
+  TP_RETURN_IF_ERROR(recompute.validate());
+  TP_RETURN_IF_ERROR(adamw.validate());
+  if (pp < 1) {
+    return Status::invalid_argument(
+        fmt::format("--pp {}: needs at least 1 pipeline rank; hint: --pp 1 trains on one rank", pp));
+  }
+  if (microbatches < 1) {
+    return Status::invalid_argument(fmt::format(
+        "--num-microbatches {}: needs at least 1; hint: use at least --pp microbatches", microbatches));
+  }
+  if (train_iters < 1) {
+    return Status::invalid_argument(fmt::format("--train-iters {}: needs at least 1", train_iters));
+  }
+  if (!(lr.lr > 0)) return Status::invalid_argument(fmt::format("--lr {}: must be > 0", lr.lr));
+  if (eval_iters < 0) return Status::invalid_argument(fmt::format("--eval-iters {}: must be >= 0", eval_iters));
+  TP_RETURN_IF_ERROR(world.validate());
+  if (world.world_size != pp) {
+    return Status::invalid_argument(fmt::format(
+        "world size {} differs from --pp {}; hint: start as many ranks as pipeline stages",
+        world.world_size, pp));
+  }
+  return OkStatus();
+}
+
+Result<TrainSummary> run_training(const TrainOptions& opt_in) {
+  TrainOptions opt = opt_in;
+  opt.world.world_size = opt.pp;
+  TP_RETURN_IF_ERROR(opt.validate());
+  opt.lr.total_iters = opt.train_iters;
+  TP_RETURN_IF_ERROR(opt.lr.validate());
+
+  // Everything that can be refused is refused here, identically on every process.
+  GeneratorOptions go{opt.pp, opt.microbatches, opt.vpp, opt.group_size};
+  Result<Schedule> sched = Status::internal("unset");
+  if (opt.schedule.ends_with(".csv") || opt.schedule.ends_with(".json")) {
+    TP_ASSIGN_OR_RETURN(std::string text, read_file(opt.schedule));
+    sched = opt.schedule.ends_with(".csv") ? parse_csv(text, opt.schedule) : parse_json(text, opt.schedule);
+    if (sched.ok()) sched = compute_only(*sched);
+    if (sched.ok() && (sched->num_ranks != opt.pp || sched->num_microbatches != opt.microbatches)) {
+      return Status::invalid_argument(fmt::format(
+          "--schedule {}: the file has {} ranks and {} microbatches but --pp is {} and "
+          "--num-microbatches {}; hint: pass the file's shape",
+          opt.schedule, sched->num_ranks, sched->num_microbatches, opt.pp, opt.microbatches));
+    }
+  } else {
+    if (go.chunks == 0) {
+      const GeneratorInfo* g = find_generator(opt.schedule);
+      go.chunks = g && g->fixed_chunks > 1 ? g->fixed_chunks : 1;
+    }
+    sched = generate_schedule(opt.schedule, go);
+  }
+  if (!sched.ok()) return sched.status();
+  TP_ASSIGN_OR_RETURN(Schedule lowered, lower(*sched));
+  TP_ASSIGN_OR_RETURN(std::vector<nn::StageSpec> specs,
+                      nn::partition_layers(opt.model, lowered.num_stages, opt.pipeline_layout));
+  const int32_t P = opt.pp, S = lowered.num_stages, M = opt.microbatches;
+  const int64_t tokens_per_step = int64_t(M) * opt.model.tokens_per_microbatch();
+  const double timeout = opt.exec.timeout_s;
+  if (!opt.exec.emulated) {
+    if (opt.data.path.empty()) {
+      return Status::invalid_argument(
+          "--data-path is required; hint: e.g. --data-path ../shared/data/tinyshakespeare.txt");
+    }
+    DataOptions d = opt.data;
+    d.micro_batch_size = opt.model.micro_batch_size;
+    d.seq_length = opt.model.seq_length;
+    d.vocab_size = opt.model.vocab_size;
+    TP_RETURN_IF_ERROR(d.validate().with_context("--data-path"));
+  }
+  if (!opt.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opt.out_dir, ec);
+    if (ec) return Status::io_error(fmt::format("--out-dir '{}': {}", opt.out_dir, ec.message()));
+  }
+  nn::set_blas_threads(1);
+
+  TrainSummary summary;
+  std::mutex summary_mu;
+  auto body = [&](Transport& t) -> Status {
+    const int32_t rank = t.rank();
+    PipelineRank pr(lowered, rank, t, opt.model, specs, opt.seed, opt.recompute, opt.exec);
+    const bool needs_data =
+        !opt.exec.emulated && (lowered.rank_of(0) == rank || lowered.rank_of(S - 1) == rank);
+    std::unique_ptr<DataLoader> train_data, val_data;
+    DataOptions dopt = opt.data;
+    dopt.micro_batch_size = opt.model.micro_batch_size;
+    dopt.seq_length = opt.model.seq_length;
+    dopt.vocab_size = opt.model.vocab_size;
+    dopt.seed = opt.seed;
+    if (needs_data) {
+      dopt.split = Split::kTrain;
+      TP_ASSIGN_OR_RETURN(train_data, DataLoader::open(dopt));
+    }
+    int64_t start = 0;
+    if (!opt.load_dir.empty()) {
+      TP_ASSIGN_OR_RETURN(nn::Manifest man, nn::load_manifest(opt.load_dir));
+      if (man.stages != specs) {
+        return Status::invalid_argument(fmt::format(
+            "--load {}: the checkpoint's stages are '{}' but this run's are '{}'; hint: use the "
+            "model flags, --pp, --vpp and --pipeline-layout the checkpoint was saved with",
+            opt.load_dir, nn::format_layout(man.stages), nn::format_layout(specs)));
+      }
+      for (auto& [s, stage] : pr.stages()) {
+        TP_ASSIGN_OR_RETURN(nn::CheckpointState st,
+                            nn::load_stage_checkpoint(nn::stage_checkpoint_path(opt.load_dir, s), *stage));
+        start = st.step;
+      }
+      start = man.step;
+      if (train_data) {
+        auto pos_text = read_file(opt.load_dir + "/data_position.json");
+        if (pos_text.ok()) {
+          TP_ASSIGN_OR_RETURN(DataPosition pos, DataPosition::from_json(*pos_text));
+          TP_RETURN_IF_ERROR(train_data->restore(pos).with_context("--load data position"));
+        }
+      }
+    }
+
+    std::FILE* metrics = nullptr;
+    std::FILE* timeline_file = nullptr;
+    if (!opt.out_dir.empty()) {
+      if (rank == 0) {
+        const std::string path = opt.out_dir + "/metrics.jsonl";
+        metrics = std::fopen(path.c_str(), start > 0 ? "a" : "w");
+        if (!metrics) return Status::io_error(fmt::format("--out-dir: cannot write '{}'", path));
+      }
+      const std::string tpath = fmt::format("{}/timeline_rank{}.jsonl", opt.out_dir, rank);
+      timeline_file = std::fopen(tpath.c_str(), "w");
+      if (!timeline_file) return Status::io_error(fmt::format("--out-dir: cannot write '{}'", tpath));
+    }
+    struct Closer {
+      std::FILE* a;
+      std::FILE* b;
+      ~Closer() {
+        if (a) std::fclose(a);
+        if (b) std::fclose(b);
+      }
+    } closer{metrics, timeline_file};
+
+    const bool tty = rank == 0 && isatty(fileno(stdout));
+    if (rank == 0 && opt.progress) {
+      std::printf("tightpipe train: %s, p=%d, v=%d, m=%d, %s%s; model %d layers x %d, T=%d, B=%d; "
+                  "stages %s\n",
+                  lowered.name.c_str(), P, lowered.chunks(), M,
+                  std::string(transport_kind_name(opt.world.kind)).c_str(),
+                  opt.exec.emulated ? ", emulated compute" : "", opt.model.num_layers,
+                  opt.model.hidden_size, opt.model.seq_length, opt.model.micro_batch_size,
+                  nn::format_layout(specs).c_str());
+      std::fflush(stdout);
+    }
+
+    CostSamples samples;
+    std::vector<StepRecord> records;
+    double peak_stash = 0;
+    RankTimeline last_timeline;
+    const double run_start = now_seconds();
+    for (int64_t step = start; step < opt.train_iters; ++step) {
+      std::vector<Batch> batches;
+      BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
+        while (static_cast<int32_t>(batches.size()) <= mb) {
+          TP_ASSIGN_OR_RETURN(Batch b, train_data->next());
+          batches.push_back(std::move(b));
+        }
+        return &batches[mb];
+      };
+      const float lr = nn::lr_at(opt.lr, step);
+      const double t0 = now_seconds();
+      TP_ASSIGN_OR_RETURN(StepOutcome o, pipeline_step(pr, t, static_cast<int32_t>(step), fetch,
+                                                       tokens_per_step, opt.adamw, lr,
+                                                       opt.clip_grad, timeout));
+      const double wall = now_seconds() - t0;
+      // Per-rank step statistics, shared with every rank.
+      double busy = 0, last_end = 0, data_wait = 0;
+      for (const auto& e : o.rank.timeline.events) {
+        if (e.kind == EventKind::kOptimizer) continue;
+        last_end = std::max(last_end, e.end);
+        if (is_compute_kind(e.kind)) busy += e.end - e.start;
+        if (e.kind == EventKind::kData) data_wait += e.end - e.start;
+        if (step - start >= opt.warmup_steps_excluded || opt.train_iters - start <= opt.warmup_steps_excluded)
+          samples.add(e);
+      }
+      peak_stash = std::max(peak_stash, static_cast<double>(o.rank.peak_stash_bytes));
+      const double mine[4] = {busy, last_end, data_wait, static_cast<double>(o.rank.peak_stash_bytes)};
+      TP_ASSIGN_OR_RETURN(std::vector<double> all, allgather(t, mine, timeout));
+      StepRecord rec;
+      rec.step = step;
+      rec.loss = o.loss;
+      rec.grad_norm = o.grad_norm;
+      rec.lr = lr;
+      rec.wall = wall;
+      double total_busy = 0;
+      for (int r = 0; r < P; ++r) {
+        rec.makespan = std::max(rec.makespan, all[4 * r + 1]);
+        total_busy += all[4 * r];
+        rec.rank_busy.push_back(all[4 * r]);
+        rec.rank_data_wait.push_back(all[4 * r + 2]);
+        rec.rank_peak_stash.push_back(all[4 * r + 3]);
+      }
+      rec.bubble = rec.makespan > 0 ? (P * rec.makespan - total_busy) / (P * rec.makespan) : 0;
+      rec.tokens_per_s = tokens_per_step / wall;
+      if (timeline_file) {
+        for (const auto& e : o.rank.timeline.events)
+          std::fprintf(timeline_file, "%s\n", event_to_json(e).c_str());
+      }
+      last_timeline = std::move(o.rank.timeline);
+
+      // Validation loss (forward only over the pipeline).
+      double val_loss = -1;
+      const bool eval_now = opt.eval_iters > 0 &&
+                            ((opt.eval_interval > 0 && (step + 1) % opt.eval_interval == 0) ||
+                             step + 1 == opt.train_iters);
+      if (eval_now && !opt.exec.emulated) {
+        if (needs_data) {
+          DataOptions v = dopt;
+          v.split = Split::kVal;
+          v.shuffle_buffer = 1;
+          TP_ASSIGN_OR_RETURN(val_data, DataLoader::open(v));  // the same windows every time
+        }
+        std::vector<Batch> vb;
+        BatchFetcher vfetch = [&](int32_t mb) -> Result<const Batch*> {
+          while (static_cast<int32_t>(vb.size()) <= mb) {
+            TP_ASSIGN_OR_RETURN(Batch b, val_data->next());
+            vb.push_back(std::move(b));
+          }
+          return &vb[mb];
+        };
+        TP_ASSIGN_OR_RETURN(double vsum, pr.executor().run_forward_only(
+                                             static_cast<int32_t>(opt.eval_iters), vfetch,
+                                             1.0f / float(opt.eval_iters * opt.model.tokens_per_microbatch())));
+        double v[1] = {vsum};
+        TP_RETURN_IF_ERROR(allreduce_sum(t, v, timeout));
+        val_loss = v[0];
+      }
+
+      if (rank == 0) {
+        if (metrics) {
+          nlohmann::json j = {{"step", step + 1},          {"loss", rec.loss},
+                              {"grad_norm", rec.grad_norm}, {"lr", rec.lr},
+                              {"tokens_per_s", rec.tokens_per_s}, {"step_time_s", rec.wall},
+                              {"bubble_ratio", rec.bubble}, {"makespan_s", rec.makespan},
+                              {"data_wait_s", median(rec.rank_data_wait)}};
+          if (val_loss >= 0) j["val_loss"] = val_loss;
+          std::fprintf(metrics, "%s\n", j.dump().c_str());
+          std::fflush(metrics);
+        }
+        if (opt.progress) {
+          const double elapsed = now_seconds() - run_start;
+          const double eta = elapsed / double(step + 1 - start) * double(opt.train_iters - step - 1);
+          std::string line = fmt::format(
+              "step {:>5}/{} | loss {:.4f}{} | {:>8.0f} tok/s | bubble {:5.1f}% | step {:.1f} ms | "
+              "ETA {:.0f}s",
+              step + 1, opt.train_iters, rec.loss,
+              val_loss >= 0 ? fmt::format(" | val {:.4f}", val_loss) : std::string(),
+              rec.tokens_per_s, 100 * rec.bubble, 1e3 * rec.wall, eta);
+          std::printf("%s\n", line.c_str());
+          if (tty) std::fflush(stdout);
+        }
+      }
+      if (val_loss >= 0) summary.final_val_loss = val_loss;
+      records.push_back(std::move(rec));
+    }
+    if (rank == 0) std::fflush(stdout);
+
+    // Checkpoint: every rank its stages, rank 0 the manifest and the data position.
+    if (!opt.save_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(opt.save_dir, ec);
+      for (auto& [s, stage] : pr.stages()) {
+        TP_RETURN_IF_ERROR(nn::save_stage_checkpoint(nn::stage_checkpoint_path(opt.save_dir, s),
+                                                     *stage, {opt.train_iters, {}}));
+      }
+      if (rank == lowered.rank_of(0) && train_data) {
+        TP_RETURN_IF_ERROR(write_file(opt.save_dir + "/data_position.json",
+                                      train_data->position().to_json()));
+      }
+      if (rank == 0) {
+        nn::Manifest man;
+        man.step = opt.train_iters;
+        man.config = opt.model;
+        man.stages = specs;
+        TP_RETURN_IF_ERROR(nn::save_manifest(opt.save_dir, man));
+      }
+    }
+
+    // Measured per-action costs (median per stage and kind), shared with every rank.
+    std::vector<double> cost(static_cast<size_t>(S) * 8, 0.0);
+    for (int32_t s : lowered.stages_of(rank)) {
+      for (int k = 0; k < 4; ++k) {
+        auto it = samples.time.find({s, k});
+        if (it == samples.time.end()) continue;
+        cost[8 * s + k] = median(it->second);
+        cost[8 * s + 4 + k] = median(samples.bytes[{s, k}]);
+      }
+    }
+    TP_RETURN_IF_ERROR(allreduce_sum(t, cost, timeout));  // each stage is filled by one rank
+    TP_ASSIGN_OR_RETURN(std::vector<std::string> tl_json,
+                        gather_strings(t, events_to_json_array(last_timeline), timeout));
+    if (rank != 0) return OkStatus();
+
+    // ---- rank 0: summary --------------------------------------------------------------------
+    std::vector<StageCost> stage_costs(S);
+    for (int32_t s = 0; s < S; ++s) {
+      StageCost& c = stage_costs[s];
+      c.f = cost[8 * s + 0];
+      const double i = cost[8 * s + 1], w = cost[8 * s + 2], b = cost[8 * s + 3];
+      c.b = b > 0 ? b : i + w;
+      c.i = i > 0 ? i : c.b / 2;
+      c.w = w > 0 ? w : c.b - c.i;
+      c.recompute = 0;
+      c.act_bytes = std::max(0.0, cost[8 * s + 4]);
+      c.act_after_i_bytes = std::clamp(c.act_bytes + cost[8 * s + 5], 0.0, c.act_bytes);
+      c.input_bytes = c.act_bytes;
+      c.message_bytes = int64_t(opt.model.tokens_per_microbatch()) * opt.model.hidden_size * 4;
+    }
+    LinkCost link;
+    if (opt.world.link) {
+      link.latency = opt.world.link->latency_us * 1e-6;
+      link.bandwidth = opt.world.link->gbps > 0 ? opt.world.link->gbps * 1e9 / 8 : 0;
+    }
+    CostModel measured(stage_costs, link, "s", "measured");
+    SimOptions so;
+    so.comm_mode = opt.exec.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+    auto sim = simulate(lowered, measured, so);
+
+    std::vector<StepRecord> measured_steps(records.begin() + std::min<size_t>(records.size() - 1, opt.warmup_steps_excluded), records.end());
+    if (measured_steps.empty()) measured_steps = records;
+    std::vector<double> bubbles, tps;
+    for (const auto& r : measured_steps) {
+      bubbles.push_back(r.bubble);
+      tps.push_back(r.tokens_per_s);
+    }
+    std::lock_guard<std::mutex> lock(summary_mu);
+    summary.steps = static_cast<int64_t>(records.size());
+    summary.final_loss = records.empty() ? 0 : records.back().loss;
+    summary.measured_bubble_ratio = median(bubbles);
+    summary.tokens_per_s = median(tps);
+    summary.measured_bubble_per_rank.assign(P, 0);
+    summary.peak_stash_bytes_per_rank.assign(P, 0);
+    double data_wait = 0, step_time = 0;
+    for (int r = 0; r < P; ++r) {
+      std::vector<double> idle;
+      for (const auto& s : measured_steps) {
+        idle.push_back(s.makespan > 0 ? (s.makespan - s.rank_busy[r]) / s.makespan : 0);
+        summary.peak_stash_bytes_per_rank[r] = std::max(summary.peak_stash_bytes_per_rank[r], s.rank_peak_stash[r]);
+      }
+      summary.measured_bubble_per_rank[r] = median(idle);
+    }
+    std::vector<double> dw, st;
+    for (const auto& s : measured_steps) {
+      dw.push_back(*std::max_element(s.rank_data_wait.begin(), s.rank_data_wait.end()));
+      st.push_back(s.wall);
+    }
+    data_wait = median(dw);
+    step_time = median(st);
+    if (sim.ok()) {
+      summary.predicted_bubble_ratio = sim->bubble_ratio;
+      for (const auto& r : sim->ranks) {
+        summary.predicted_bubble_per_rank.push_back(sim->makespan > 0 ? r.idle / sim->makespan : 0);
+        summary.predicted_peak_bytes_per_rank.push_back(r.peak_activation_bytes);
+      }
+    }
+
+    nlohmann::json j;
+    j["schedule"] = lowered.name;
+    j["pp"] = P;
+    j["vpp"] = lowered.chunks();
+    j["microbatches"] = M;
+    j["transport"] = std::string(transport_kind_name(opt.world.kind));
+    j["compute"] = opt.exec.emulated ? "emulated" : "real";
+    j["overlap_p2p"] = opt.exec.overlap_p2p;
+    j["steps"] = summary.steps;
+    j["warmup_steps_excluded"] = opt.warmup_steps_excluded;
+    j["final_loss"] = summary.final_loss;
+    if (summary.final_val_loss >= 0) j["final_val_loss"] = summary.final_val_loss;
+    j["tokens_per_s"] = summary.tokens_per_s;
+    j["step_time_s"] = step_time;
+    j["data_wait_s"] = data_wait;
+    j["data_wait_ratio"] = step_time > 0 ? data_wait / step_time : 0;
+    j["measured_bubble_ratio"] = summary.measured_bubble_ratio;
+    j["predicted_bubble_ratio"] = summary.predicted_bubble_ratio;
+    j["measured_bubble_ratio_per_rank"] = summary.measured_bubble_per_rank;
+    j["predicted_bubble_ratio_per_rank"] = summary.predicted_bubble_per_rank;
+    j["measured_peak_activation_bytes_per_rank"] = summary.peak_stash_bytes_per_rank;
+    j["predicted_peak_activation_bytes_per_rank"] = summary.predicted_peak_bytes_per_rank;
+    if (!sim.ok()) j["prediction_error"] = sim.status().message();
+    nlohmann::json costs = nlohmann::json::array();
+    for (int32_t s = 0; s < S; ++s) {
+      costs.push_back({{"stage", s}, {"rank", lowered.rank_of(s)}, {"f_s", stage_costs[s].f},
+                       {"i_s", stage_costs[s].i}, {"w_s", stage_costs[s].w}, {"b_s", stage_costs[s].b},
+                       {"activation_bytes", stage_costs[s].act_bytes}});
+    }
+    j["measured_costs"] = costs;
+
+    if (opt.progress) {
+      std::printf("\nsummary (median of %zu steps after %lld warm-up): %.0f tokens/s, step %.1f ms, "
+                  "data wait %.2f%% of the step\n",
+                  measured_steps.size(), static_cast<long long>(opt.warmup_steps_excluded),
+                  summary.tokens_per_s, 1e3 * step_time, step_time > 0 ? 100 * data_wait / step_time : 0);
+      std::printf("bubble: measured %.1f%%, predicted %.1f%% (simulator with the measured costs)\n",
+                  100 * summary.measured_bubble_ratio, 100 * summary.predicted_bubble_ratio);
+      std::printf("%-6s %10s %10s %16s %16s\n", "rank", "measured", "predicted", "peak act (meas)",
+                  "peak act (pred)");
+      for (int r = 0; r < P; ++r) {
+        std::printf("%-6d %9.1f%% %9.1f%% %16s %16s\n", r, 100 * summary.measured_bubble_per_rank[r],
+                    r < (int)summary.predicted_bubble_per_rank.size() ? 100 * summary.predicted_bubble_per_rank[r] : 0.0,
+                    human_bytes(summary.peak_stash_bytes_per_rank[r]).c_str(),
+                    r < (int)summary.predicted_peak_bytes_per_rank.size()
+                        ? human_bytes(summary.predicted_peak_bytes_per_rank[r]).c_str() : "-");
+      }
+      std::printf("measured per-action costs (ms, median):");
+      for (int32_t s = 0; s < S; ++s)
+        std::printf(" s%d F %.2f I %.2f W %.2f B %.2f;", s, 1e3 * stage_costs[s].f,
+                    1e3 * stage_costs[s].i, 1e3 * stage_costs[s].w, 1e3 * stage_costs[s].b);
+      std::printf("\n");
+      if (summary.final_val_loss >= 0) std::printf("final validation loss %.4f\n", summary.final_val_loss);
+    }
+    if (!opt.out_dir.empty()) {
+      TP_RETURN_IF_ERROR(write_file(opt.out_dir + "/summary.json", j.dump(2) + "\n"));
+      TP_RETURN_IF_ERROR(write_file(opt.out_dir + "/costs.json", cost_table_to_json(measured)));
+      TP_RETURN_IF_ERROR(write_file(opt.out_dir + "/schedule.csv", to_csv(lowered)));
+    }
+    // The last step of every rank as one timeline: the Chrome trace.
+    Timeline tl;
+    tl.time_unit = "s";
+    for (int r = 0; r < P; ++r) {
+      TP_ASSIGN_OR_RETURN(RankTimeline rt, events_from_json_array(tl_json[r], r));
+      tl.ranks.push_back(std::move(rt));
+    }
+    if (!opt.trace_path.empty()) TP_RETURN_IF_ERROR(write_chrome_trace(opt.trace_path, tl).with_context("--trace"));
+    return OkStatus();
+  };
+
+  TP_ASSIGN_OR_RETURN(std::vector<RankStatus> statuses, run_world(opt.world, body));
+  // The first real failure (not the Unavailable echoes of other ranks' aborts) is the error.
+  for (const auto& rs : statuses)
+    if (!rs.status.ok() && rs.status.code() != StatusCode::kUnavailable) return rs.status;
+  for (const auto& rs : statuses)
+    if (!rs.status.ok()) return rs.status;
+  return summary;
+}
+
+}  // namespace tightpipe

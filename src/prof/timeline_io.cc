@@ -1,0 +1,106 @@
+#include "tightpipe/timeline_io.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tightpipe/base.h"
+
+namespace tightpipe {
+namespace {
+
+nlohmann::json to_j(const TimelineEvent& e) {
+  return {{"name", e.name},   {"kind", event_kind_name(e.kind)}, {"lane", lane_name(e.lane)},
+          {"stage", e.stage}, {"mb", e.microbatch},              {"step", e.step},
+          {"start", e.start}, {"end", e.end},                    {"peer", e.peer},
+          {"bytes", e.bytes}};
+}
+
+Result<TimelineEvent> from_j(const nlohmann::json& j, std::string_view where) {
+  TimelineEvent e;
+  try {
+    e.name = j.at("name").get<std::string>();
+    const std::string kind = j.at("kind").get<std::string>();
+    const std::string lane = j.at("lane").get<std::string>();
+    bool kind_ok = false, lane_ok = false;
+    for (EventKind k : {EventKind::kForward, EventKind::kBackwardInput, EventKind::kBackwardWeight,
+                        EventKind::kBackward, EventKind::kSend, EventKind::kRecv, EventKind::kData,
+                        EventKind::kOptimizer, EventKind::kOther}) {
+      if (event_kind_name(k) == kind) {
+        e.kind = k;
+        kind_ok = true;
+      }
+    }
+    for (Lane l : {Lane::kCompute, Lane::kComm, Lane::kData}) {
+      if (lane_name(l) == lane) {
+        e.lane = l;
+        lane_ok = true;
+      }
+    }
+    if (!kind_ok || !lane_ok) {
+      return Status::corruption(fmt::format("{}: unknown kind '{}' or lane '{}'", where, kind, lane));
+    }
+    e.stage = j.at("stage").get<int32_t>();
+    e.microbatch = j.at("mb").get<int32_t>();
+    e.step = j.at("step").get<int32_t>();
+    e.start = j.at("start").get<double>();
+    e.end = j.at("end").get<double>();
+    e.peer = j.value("peer", -1);
+    e.bytes = j.value("bytes", int64_t{0});
+  } catch (const nlohmann::json::exception& ex) {
+    return Status::corruption(fmt::format("{}: bad timeline event: {}", where, ex.what()));
+  }
+  return e;
+}
+
+}  // namespace
+
+std::string event_to_json(const TimelineEvent& event) { return to_j(event).dump(); }
+
+Result<TimelineEvent> event_from_json(std::string_view line, std::string_view where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& ex) {
+    return Status::corruption(fmt::format("{}: not a JSON event (truncated file?): {}", where, ex.what()));
+  }
+  return from_j(j, where);
+}
+
+Result<RankTimeline> read_rank_timeline(const std::string& path, int32_t rank) {
+  TP_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  RankTimeline tl;
+  tl.rank = rank;
+  size_t line_no = 0;
+  for (const std::string& line : split(text, '\n')) {
+    ++line_no;
+    if (trim(line).empty()) continue;
+    TP_ASSIGN_OR_RETURN(TimelineEvent e, event_from_json(line, fmt::format("{}:{}", path, line_no)));
+    tl.events.push_back(std::move(e));
+  }
+  return tl;
+}
+
+std::string events_to_json_array(const RankTimeline& timeline) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& e : timeline.events) arr.push_back(to_j(e));
+  return arr.dump();
+}
+
+Result<RankTimeline> events_from_json_array(std::string_view text, int32_t rank) {
+  RankTimeline tl;
+  tl.rank = rank;
+  nlohmann::json arr;
+  try {
+    arr = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& ex) {
+    return Status::corruption(fmt::format("rank {} timeline: {}", rank, ex.what()));
+  }
+  for (const auto& j : arr) {
+    TP_ASSIGN_OR_RETURN(TimelineEvent e, from_j(j, fmt::format("rank {} timeline", rank)));
+    tl.events.push_back(std::move(e));
+  }
+  return tl;
+}
+
+}  // namespace tightpipe
