@@ -9,17 +9,17 @@
 // send to receive done when the receiver has already been waiting 2 ms (the executor's case: its
 // poll has backed off to sleeping); bandwidth: rank 0 posts K
 // messages of S bytes back to back, rank 1 receives them and answers with 8 bytes; S*K / time.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <chrono>
 #include <map>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "tightpipe/base.h"
 #include "tightpipe/transport.h"
@@ -82,8 +82,8 @@ Status measure(Transport& t, Numbers& out) {
     const double late = lates[lates.size() / 2] * 1e6;
     TP_RETURN_IF_ERROR(send(t, 0, 4, std::as_bytes(std::span<const double>(&late, 1)), kTimeout));
   } else {
-    TP_RETURN_IF_ERROR(
-        recv(t, 1, 4, std::as_writable_bytes(std::span<double>(&out.late_latency_us, 1)), kTimeout));
+    TP_RETURN_IF_ERROR(recv(
+        t, 1, 4, std::as_writable_bytes(std::span<double>(&out.late_latency_us, 1)), kTimeout));
   }
   // Bandwidth.
   for (size_t s : kSizes) {
@@ -95,7 +95,8 @@ Status measure(Transport& t, Numbers& out) {
       const double start = now_seconds();
       std::vector<std::unique_ptr<Request>> reqs;
       for (int i = 0; i < k; ++i) {
-        reqs.push_back(t.rank() == 0 ? t.isend(peer, 1, bufs[i % 4]) : t.irecv(peer, 1, bufs[i % 4]));
+        reqs.push_back(t.rank() == 0 ? t.isend(peer, 1, bufs[i % 4])
+                                     : t.irecv(peer, 1, bufs[i % 4]));
         if (reqs.size() == 4) {  // at most 4 in flight (buffers are reused)
           TP_RETURN_IF_ERROR(reqs.front()->wait(kTimeout));
           reqs.erase(reqs.begin());
@@ -123,7 +124,8 @@ std::string encode(const Numbers& n) {
 std::optional<Numbers> decode(const std::string& text) {
   const size_t at = text.find("RESULT ");
   if (at == std::string::npos) return std::nullopt;
-  std::vector<std::string> parts = split(trim(text.substr(at + 7, text.find('\n', at) - at - 7)), ' ');
+  std::vector<std::string> parts =
+      split(trim(text.substr(at + 7, text.find('\n', at) - at - 7)), ' ');
   if (parts.size() != 2 + std::size(kSizes)) return std::nullopt;
   Numbers n;
   n.latency_us = std::atof(parts[0].c_str());
@@ -230,8 +232,8 @@ int child_raw() {
 
 std::optional<Numbers> run_mpi(const char* self, const std::string& mca, double poll_us) {
   const std::string mode = poll_us > 0 ? fmt::format("--child {}", poll_us) : "--child-raw";
-  const std::string cmd = fmt::format(
-      "{} --allow-run-as-root --oversubscribe {} -np 2 {} {} 2>&1", TP_MPIEXEC, mca, self, mode);
+  const std::string cmd = fmt::format("{} --allow-run-as-root --oversubscribe {} -np 2 {} {} 2>&1",
+                                      TP_MPIEXEC, mca, self, mode);
   FILE* f = popen(cmd.c_str(), "r");
   if (!f) return std::nullopt;
   std::string text;
@@ -264,20 +266,21 @@ int main(int argc, char** argv) {
 #ifdef TIGHTPIPE_HAVE_MPI
   for (double poll : {100.0, 20.0, 0.0}) {  // 0: plain blocking MPI, the spinning reference
     for (const char* mode : {"cma", "none"}) {
-      const std::string mca = std::string(mode) == "none"
-                                  ? "--mca btl_vader_single_copy_mechanism none"
-                                  : "";
+      const std::string mca =
+          std::string(mode) == "none" ? "--mca btl_vader_single_copy_mechanism none" : "";
       auto n = run_mpi(argv[0], mca, poll);
       if (!n) return 1;
-      cols.push_back({poll > 0 ? fmt::format("mpi {} poll{}", mode, poll)
-                               : fmt::format("MPI_Wait {}", mode),
-                      *n});
+      cols.push_back(
+          {poll > 0 ? fmt::format("mpi {} poll{}", mode, poll) : fmt::format("MPI_Wait {}", mode),
+           *n});
     }
   }
 #endif
-  std::printf("p2p between 2 ranks on this machine (%d cores); mpi 'cma' = vader single-copy default, "
-              "'none' = --mca btl_vader_single_copy_mechanism none; pollN = max back-off sleep us; MPI_Wait = plain blocking MPI (spins), for reference\n",
-              static_cast<int>(std::thread::hardware_concurrency()));
+  std::printf(
+      "p2p between 2 ranks on this machine (%d cores); mpi 'cma' = vader single-copy default, "
+      "'none' = --mca btl_vader_single_copy_mechanism none; pollN = max back-off sleep us; "
+      "MPI_Wait = plain blocking MPI (spins), for reference\n",
+      static_cast<int>(std::thread::hardware_concurrency()));
   std::printf("%-22s", "");
   for (auto& [name, n] : cols) std::printf("%18s", name.c_str());
   std::printf("\n%-22s", "latency (us, 8 B)");
@@ -285,7 +288,8 @@ int main(int argc, char** argv) {
   std::printf("\n%-22s", "late msg latency (us)");
   for (auto& [name, n] : cols) std::printf("%18.2f", n.late_latency_us);
   for (size_t s : kSizes) {
-    std::printf("\n%-22s", fmt::format("GB/s, {} msgs", human_bytes(static_cast<double>(s))).c_str());
+    std::printf("\n%-22s",
+                fmt::format("GB/s, {} msgs", human_bytes(static_cast<double>(s))).c_str());
     for (auto& [name, n] : cols) std::printf("%18.3f", n.gbytes_per_s.at(s));
   }
   std::printf("\n");

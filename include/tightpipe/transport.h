@@ -114,7 +114,8 @@ struct InProcOptions {
 };
 
 // P connected transports (index = rank) sharing one hidden mailbox world. REQUIRES: size >= 1.
-std::vector<std::unique_ptr<Transport>> make_inproc_transports(int size, InProcOptions options = {});
+std::vector<std::unique_ptr<Transport>> make_inproc_transports(int size,
+                                                               InProcOptions options = {});
 
 // Runs body(*transports[r]) on one thread per rank and returns each rank's Status (index = rank).
 // A rank whose body fails calls abort() with its error so that the others stop promptly.
@@ -163,10 +164,10 @@ bool mpi_transport_available();
 
 struct WorldOptions {
   TransportKind kind = TransportKind::kThreads;  // --transport
-  int world_size = 1;                // P: threads to start, or the MPI world size mpirun must give
-  std::optional<LinkOptions> link;   // --emulate-link; wraps every rank's transport
-  InProcOptions inproc;              // threads backend tuning
-  MpiOptions mpi;                    // mpi backend tuning
+  int world_size = 1;               // P: threads to start, or the MPI world size mpirun must give
+  std::optional<LinkOptions> link;  // --emulate-link; wraps every rank's transport
+  InProcOptions inproc;             // threads backend tuning
+  MpiOptions mpi;                   // mpi backend tuning
   Status validate() const;
 };
 

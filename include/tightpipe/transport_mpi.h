@@ -28,7 +28,8 @@ class MpiScope {
  public:
   // Initializes MPI on the first call and returns the process-wide scope; later calls return the
   // same one. MPI_Finalize runs at process exit (static destruction), unless MPI was already
-  // initialized by someone else or a peer may have failed (see set_peer_failure). FailedPrecondition when MPI is not built in or cannot init.
+  // initialized by someone else or a peer may have failed (see set_peer_failure).
+  // FailedPrecondition when MPI is not built in or cannot init.
   static Result<std::shared_ptr<MpiScope>> acquire();
 
   ~MpiScope();

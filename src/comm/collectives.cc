@@ -1,10 +1,10 @@
 // Blocking helpers and the small collectives, built on any Transport's isend/irecv. Linear
 // algorithms: P is a pipeline depth (a handful of ranks) and the payloads are small (a gradient
 // norm, a tied embedding's gradient), so simplicity and a fixed summation order win.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "tightpipe/base.h"
 #include "tightpipe/transport.h"
@@ -64,9 +64,9 @@ Status allreduce_sum(Transport& t, std::span<double> data, double timeout_s) {
   }
   for (int q = 0; q < p; ++q) {
     if (q == me) continue;
-    reqs.push_back(t.isend(q, kTagAllreduceScatter,
-                           bytes_of(std::span<const double>(data.subspan(begin(q),
-                                                                         begin(q + 1) - begin(q))))));
+    reqs.push_back(t.isend(
+        q, kTagAllreduceScatter,
+        bytes_of(std::span<const double>(data.subspan(begin(q), begin(q + 1) - begin(q))))));
   }
   Status s = wait_all(reqs, deadline);
   if (!s.ok()) return s.with_context(context());
@@ -84,8 +84,8 @@ Status allreduce_sum(Transport& t, std::span<double> data, double timeout_s) {
   // 2. All-gather the owners' sums: every rank copies the same bits.
   for (int q = 0; q < p; ++q) {
     if (q == me) continue;
-    reqs.push_back(t.irecv(q, kTagAllreduceGather,
-                           bytes_of(data.subspan(begin(q), begin(q + 1) - begin(q)))));
+    reqs.push_back(
+        t.irecv(q, kTagAllreduceGather, bytes_of(data.subspan(begin(q), begin(q + 1) - begin(q)))));
   }
   for (int q = 0; q < p; ++q) {
     if (q == me) continue;

@@ -5,6 +5,7 @@
 //
 // Timing assertions are one-sided or generous (2 cores shared by many processes): lower bounds
 // from physics (latency, bandwidth), upper bounds of seconds that only a hang or a spin breaks.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -12,8 +13,6 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "tightpipe/base.h"
 #include "tightpipe/transport.h"
@@ -76,7 +75,8 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
 };
 
 void expect_all_ok(const std::vector<RankStatus>& res) {
-  for (const auto& rs : res) EXPECT_TRUE(rs.status.ok()) << "rank " << rs.rank << ": " << rs.status.to_string();
+  for (const auto& rs : res)
+    EXPECT_TRUE(rs.status.ok()) << "rank " << rs.rank << ": " << rs.status.to_string();
 }
 
 TEST_P(TransportTest, PingPong) {
@@ -418,7 +418,8 @@ TEST_P(TransportTest, BlockedReceiversDoNotSpin) {
   auto cpu_s = [this] {
     rusage ru{};
     getrusage(is_mpi() ? RUSAGE_SELF : RUSAGE_THREAD, &ru);
-    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+           1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
   };
   expect_all_ok(run(
       [&](Transport& t) -> Status {
@@ -437,8 +438,8 @@ TEST_P(TransportTest, BlockedReceiversDoNotSpin) {
           std::printf("[ cpu      ] rank 1 used %.1f%% of a core while blocked %.2f s\n",
                       100 * cpu / wall, wall);
         }
-        EXPECT_LT(cpu, 0.25 * wall) << "rank " << t.rank() << " used " << cpu << " s CPU in "
-                                    << wall << " s of waiting";
+        EXPECT_LT(cpu, 0.25 * wall)
+            << "rank " << t.rank() << " used " << cpu << " s CPU in " << wall << " s of waiting";
         return OkStatus();
       },
       std::nullopt, 8));

@@ -1,13 +1,13 @@
 // Link emulator: a Transport wrapper that delays each send's posting on the inner transport until
 // its emulated delivery time. One background thread per emulator sleeps on a condition variable
 // until the earliest due message; the caller of isend never blocks.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <queue>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "comm/op_info.h"
 #include "tightpipe/base.h"
@@ -53,7 +53,8 @@ Result<LinkOptions> parse_link_options(std::string_view spec) {
     }
     if (key == "latency_us") {
       if (seen_latency) {
-        return Status::invalid_argument(fmt::format("link spec '{}': latency_us given twice", spec));
+        return Status::invalid_argument(
+            fmt::format("link spec '{}': latency_us given twice", spec));
       }
       seen_latency = true;
       out.latency_us = *v;
@@ -161,9 +162,8 @@ class LinkEmulator final : public Transport {
       queue_.push(Pending{link_free_[dst] + link_.latency_us * 1e-6, seq_++, dst, tag, data, send});
     }
     cv_.notify_all();
-    return std::make_unique<EmuSendRequest>(std::move(send), OpInfo{true, rank(), dst, tag,
-                                                                    data.size()},
-                                            inner_.get());
+    return std::make_unique<EmuSendRequest>(
+        std::move(send), OpInfo{true, rank(), dst, tag, data.size()}, inner_.get());
   }
 
   std::unique_ptr<Request> irecv(int src, int tag, std::span<std::byte> data) override {

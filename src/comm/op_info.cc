@@ -8,8 +8,8 @@
 namespace tightpipe::comm_internal {
 
 std::string OpInfo::describe() const {
-  return fmt::format("rank {}: {} rank {}, tag {}, {} bytes", rank, is_send ? "send to" : "recv from",
-                     peer, tag, bytes);
+  return fmt::format("rank {}: {} rank {}, tag {}, {} bytes", rank,
+                     is_send ? "send to" : "recv from", peer, tag, bytes);
 }
 
 Status OpInfo::timeout_error(double timeout_s) const {

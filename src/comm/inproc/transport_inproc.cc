@@ -3,6 +3,8 @@
 // Small sends are copied and complete at once; large ones wait for their receive (rendezvous),
 // whose poster copies straight from the sender's buffer. Waiters sleep on one condition variable
 // per rank; nothing spins. One mutex guards the world; the bulk copy runs outside it.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -11,8 +13,6 @@
 #include <map>
 #include <mutex>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "comm/op_info.h"
 #include "tightpipe/transport.h"
@@ -45,7 +45,7 @@ struct World {
   const int size;
   const InProcOptions options;
   std::mutex mu;
-  std::vector<std::condition_variable> cvs;                      // [rank]: waiters of its requests
+  std::vector<std::condition_variable> cvs;                     // [rank]: waiters of its requests
   std::vector<std::map<std::pair<int, int>, Queue>> mailboxes;  // [dst][(src, tag)]
   std::optional<Status> aborted;
 
@@ -251,7 +251,8 @@ std::vector<Status> run_on_threads(std::span<const std::unique_ptr<Transport>> t
   std::vector<std::thread> threads;
   threads.reserve(transports.size());
   for (size_t r = 0; r < transports.size(); ++r) {
-    threads.emplace_back([&, r] { statuses[r] = comm_internal::run_rank_body(*transports[r], body); });
+    threads.emplace_back(
+        [&, r] { statuses[r] = comm_internal::run_rank_body(*transports[r], body); });
   }
   for (auto& th : threads) th.join();
   return statuses;

@@ -6,6 +6,8 @@
 #include <sys/prctl.h>
 #endif
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -13,8 +15,6 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "comm/op_info.h"
 #include "tightpipe/base.h"
@@ -187,7 +187,8 @@ class MpiRequest final : public Request {
       } else {
         slack.engage();
         sleep_s = sleep_s == 0 ? 2e-6 : std::min(max_sleep_s, sleep_s * 2);
-        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(sleep_s, deadline - now)));
+        std::this_thread::sleep_for(
+            std::chrono::duration<double>(std::min(sleep_s, deadline - now)));
       }
     }
   }
@@ -372,9 +373,9 @@ Result<std::shared_ptr<MpiScope>> MpiScope::acquire() {
     }
     s->owns_init_ = true;
     if (provided < MPI_THREAD_SERIALIZED) {
-      return Status::failed_precondition(fmt::format(
-          "MPI provides thread level {} but tightpipe needs MPI_THREAD_SERIALIZED ({})", provided,
-          MPI_THREAD_SERIALIZED));
+      return Status::failed_precondition(
+          fmt::format("MPI provides thread level {} but tightpipe needs MPI_THREAD_SERIALIZED ({})",
+                      provided, MPI_THREAD_SERIALIZED));
     }
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -419,12 +420,13 @@ Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope> 
   int flag = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
   if (flag && *static_cast<int*>(tag_ub) < kMaxTag - 1) {
-    return Status::failed_precondition(fmt::format(
-        "this MPI allows tags up to {} but tightpipe needs {}", *static_cast<int*>(tag_ub),
-        kMaxTag - 1));
+    return Status::failed_precondition(
+        fmt::format("this MPI allows tags up to {} but tightpipe needs {}",
+                    *static_cast<int*>(tag_ub), kMaxTag - 1));
   }
   state->post_ctrl_recv();
-  return std::unique_ptr<Transport>(std::make_unique<comm_internal::MpiTransport>(std::move(state)));
+  return std::unique_ptr<Transport>(
+      std::make_unique<comm_internal::MpiTransport>(std::move(state)));
 }
 
 }  // namespace tightpipe
