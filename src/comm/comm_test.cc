@@ -500,6 +500,31 @@ TEST_P(TransportTest, LinkEmulatorHonoursLatencyAndBandwidth) {
       link));
 }
 
+// An abort also ends a wait on a send the emulator still holds back (not yet on the wire).
+TEST_P(TransportTest, LinkEmulatorSendEndsOnAbort) {
+  LinkOptions link;
+  link.latency_us = 2e6;  // 2 s: the send is still held when the abort comes
+  expect_all_ok(run(
+      [&](Transport& t) -> Status {
+        if (t.rank() > 1) return OkStatus();
+        std::vector<std::byte> buf(8);
+        if (t.rank() == 1) {
+          sleep_s(0.1);
+          t.abort("stop");
+          return OkStatus();
+        }
+        auto s = t.isend(1, 0, buf);
+        const double start = now_seconds();
+        Status st = s->wait(kLong);
+        EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+        EXPECT_THAT(st.message(), HasSubstr("rank 0: send to rank 1, tag 0, 8 bytes"));
+        EXPECT_THAT(st.message(), HasSubstr("rank 1 aborted: stop"));
+        EXPECT_LT(now_seconds() - start, 1.5);
+        return OkStatus();
+      },
+      link));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values("threads", "mpi"),
                          [](const auto& info) { return info.param; });
 
