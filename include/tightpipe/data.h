@@ -107,6 +107,8 @@ struct DataStats {
   std::vector<std::string> corrupt_messages;  // the first 100 skip reasons, in stream order
   double wait_seconds = 0;      // total time next() blocked on the workers
   double last_wait_seconds = 0; // time the last next() blocked (the executor's data lane)
+  int64_t queued = 0;           // items ready in the worker queues now (prefetch fill level)
+  int64_t queue_capacity = 0;   // their total capacity
 };
 
 class DataLoader {

@@ -48,11 +48,10 @@ class ItemQueue {
   // False when stopped.
   bool push(Item item, const std::atomic<bool>& stop) {
     std::unique_lock lock(mu_);
-    // Notices do not take a slot: the producer must never block on them.
-    bool counts = item.kind == Item::Kind::kSample;
-    not_full_.wait(lock, [&] { return stop.load() || !counts || samples_ < capacity_; });
+    // Every item takes a slot, end-of-epoch markers too: a worker without sources must not run
+    // ahead through epochs without bound.
+    not_full_.wait(lock, [&] { return stop.load() || items_.size() < capacity_; });
     if (stop.load()) return false;
-    samples_ += counts;
     items_.push_back(std::move(item));
     not_empty_.notify_one();
     return true;
@@ -67,10 +66,14 @@ class ItemQueue {
     }
     Item item = std::move(items_.front());
     items_.pop_front();
-    samples_ -= item.kind == Item::Kind::kSample;
     not_full_.notify_one();
     return item;
   }
+  size_t size() {
+    std::lock_guard lock(mu_);
+    return items_.size();
+  }
+  size_t capacity() const { return capacity_; }
   void wake_all() {
     std::lock_guard lock(mu_);
     not_full_.notify_all();
@@ -80,7 +83,6 @@ class ItemQueue {
   std::mutex mu_;
   std::condition_variable not_empty_, not_full_;
   std::deque<Item> items_;
-  size_t samples_ = 0;
   size_t capacity_;
 };
 
@@ -182,7 +184,14 @@ class LoaderImpl final : public DataLoader {
     return failed_;
   }
 
-  DataStats stats() const override { return stats_; }
+  DataStats stats() const override {
+    DataStats st = stats_;
+    for (const auto& q : queues_) {
+      st.queued += static_cast<int64_t>(q->size());
+      st.queue_capacity += static_cast<int64_t>(q->capacity());
+    }
+    return st;
+  }
   const std::vector<std::string>& sources() const override { return files_; }
 
  private:

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "data/test_util.h"
 #include "tightpipe/base.h"
@@ -198,6 +200,31 @@ TEST(DataLoaderText, ReplicasPartitionTheStream) {
   std::multiset<std::vector<int32_t>> want;
   for (int i = 0; i < 90; ++i) want.insert(ids_of(std::string_view(text).substr(i * 10, 10)));
   EXPECT_EQ(all, want);
+}
+
+TEST(DataLoaderText, IdleWorkersDoNotRunAheadWithoutBound) {
+  // One source, four workers: three of them have nothing to read in any epoch and must block on
+  // their bounded queues instead of racing through epochs.
+  ScratchDir dir;
+  const std::string text = make_text(1000, 9);
+  ASSERT_TRUE(write_file(dir.file("a.txt"), text).ok());
+  DataOptions o;
+  o.path = dir.file("a.txt");
+  o.micro_batch_size = 2;
+  o.seq_length = 9;
+  o.shuffle_buffer = 0;
+  o.num_workers = 4;
+  o.prefetch = 2;
+  auto loader = open_ok(o);
+  ASSERT_TRUE(loader);
+  auto rows = take_rows(*loader, 50);  // 100 rows: past the 90-row epoch
+  for (size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(rows[r], ids_of(std::string_view(text).substr((r % 90) * 10, 10))) << "row " << r;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  DataStats st = loader->stats();
+  EXPECT_EQ(st.queue_capacity, 4 * 1);  // ceil(prefetch * B / workers) = 1 per worker
+  EXPECT_LE(st.queued, st.queue_capacity);
 }
 
 TEST(DataLoaderText, ShakespeareFirstBatch) {
