@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <expat.h>
+#include <nlohmann/json.hpp>
+#include <set>
 
+#include "tightpipe/prof.h"
 #include "tightpipe/simulator.h"
 
 namespace tightpipe {
@@ -67,7 +71,9 @@ TEST_P(ReferenceVectors, MakespanBubblePeak) {
     EXPECT_NEAR(100 * r.bubble_ratio, want.bubble_percent, 0.05);
     ASSERT_EQ(r.ranks.size(), 4u);
     for (int k = 0; k < 4; ++k) {
-      if (!want.peak.empty()) EXPECT_DOUBLE_EQ(r.ranks[k].peak_activations, want.peak[k]) << k;
+      if (!want.peak.empty()) {
+        EXPECT_DOUBLE_EQ(r.ranks[k].peak_activations, want.peak[k]) << k;
+      }
     }
   }
 }
@@ -190,6 +196,63 @@ TEST(Reference3, OverlapNeverSlowerThanBlocking) {
   }
   EXPECT_GT(checked, 100);
   EXPECT_GT(strictly, checked / 2);
+}
+
+}  // namespace
+}  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// A simulated timeline through the prof writers: the trace re-parses as Trace Event Format with
+// one X event per timeline event, and the SVG is well-formed XML with one row per rank.
+TEST(SimulatedTimeline, TraceAndSvg) {
+  Built b = build("zb-v", 4, 8, 2);
+  UniformCosts u;
+  u.comm = 0.2;
+  CostModel c = uniform_cost_model(u, 4, 8);
+  auto r = simulate(b.lowered, c);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  size_t events = 0;
+  for (const auto& rt : r->timeline.ranks) {
+    events += rt.events.size();
+    // Start order within each lane.
+    for (size_t k = 1; k < rt.events.size(); ++k) {
+      if (rt.events[k].lane == rt.events[k - 1].lane) {
+        EXPECT_LE(rt.events[k - 1].start, rt.events[k].start);
+      }
+    }
+  }
+  EXPECT_EQ(events, b.lowered.size());
+  auto j = nlohmann::json::parse(to_chrome_trace(r->timeline));
+  size_t x = 0;
+  std::set<int> pids;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X") {
+      ++x;
+      pids.insert(e["pid"].get<int>());
+      EXPECT_GE(e["dur"].get<double>(), 0);
+    }
+  }
+  EXPECT_EQ(x, events);
+  EXPECT_EQ(pids.size(), 4u);
+
+  const std::string svg = to_svg(r->timeline);
+  XML_Parser parser = XML_ParserCreate(nullptr);
+  int rows = 0;
+  XML_SetUserData(parser, &rows);
+  XML_SetStartElementHandler(parser, [](void* ud, const XML_Char* name, const XML_Char** attrs) {
+    if (std::string(name) != "g") return;
+    for (int i = 0; attrs[i]; i += 2) {
+      if (std::string(attrs[i]) == "class" && std::string(attrs[i + 1]) == "rank") {
+        ++*static_cast<int*>(ud);
+      }
+    }
+  });
+  const bool ok = XML_Parse(parser, svg.data(), static_cast<int>(svg.size()), 1) == XML_STATUS_OK;
+  XML_ParserFree(parser);
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(rows, 4);
 }
 
 }  // namespace
