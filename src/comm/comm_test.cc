@@ -20,6 +20,7 @@
 
 namespace tightpipe::comm_test {
 extern std::shared_ptr<MpiScope> g_mpi;
+extern bool g_peer_died;
 namespace {
 
 using ::testing::HasSubstr;
@@ -644,6 +645,7 @@ TEST(MpiWorldTest, RunWorldChecksTheWorldSize) {
 // a word; the survivors must end with an error naming rank 1 within the time-out, not hang.
 TEST(MpiKillTest, KilledRankEndsTheOthersWithAnError) {
   if (!g_mpi) GTEST_SKIP() << "runs under mpirun --enable-recovery";
+  g_peer_died = true;
   auto made = make_mpi_transport(g_mpi);
   ASSERT_TRUE(made.ok());
   Transport& t = **made;
