@@ -80,6 +80,7 @@ struct TrainOptions {
   int64_t warmup_steps_excluded = 1;   // steps left out of the measured medians
   WorldOptions world;                  // --transport, --emulate-link
   ExecutorOptions exec;                // --overlap-p2p-communication, --compute emulated
+  double data_delay_ms = 0;            // --emulate-data-delay-ms: the loader sleeps this long per batch
   bool progress = true;                // one line per step on stderr
   Status validate() const;
 };

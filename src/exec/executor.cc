@@ -166,6 +166,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
     return OkStatus();
   };
   auto get_batch = [&](const Action& a) -> Result<const Batch*> {
+    if (!fetch) return static_cast<const Batch*>(nullptr);
     const double t0 = now();
     auto b = fetch(a.microbatch);
     const double t1 = now();
@@ -205,7 +206,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
     switch (a.type) {
       case ActionType::kForward: {
         const Batch* batch = nullptr;
-        if (!options_.emulated && (a.stage == 0 || a.stage == S - 1)) {
+        if (a.stage == 0 || a.stage == S - 1) {  // emulated runs fetch too: loader waits count
           auto b = get_batch(a);
           if (!b.ok()) return fail(b.status());
           batch = *b;

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <thread>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
@@ -247,8 +249,15 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
       std::vector<Batch> batches;
       BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
         while (static_cast<int32_t>(batches.size()) <= mb) {
-          TP_ASSIGN_OR_RETURN(Batch b, train_data->next());
-          batches.push_back(std::move(b));
+          if (opt.data_delay_ms > 0) {
+            std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.data_delay_ms));
+          }
+          if (train_data) {
+            TP_ASSIGN_OR_RETURN(Batch b, train_data->next());
+            batches.push_back(std::move(b));
+          } else {
+            batches.emplace_back();  // emulated compute: no data, only the (emulated) wait
+          }
         }
         return &batches[mb];
       };
