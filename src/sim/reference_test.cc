@@ -5,8 +5,10 @@
 #include <cmath>
 #include <expat.h>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
+#include "tightpipe/base.h"
 #include "tightpipe/prof.h"
 #include "tightpipe/simulator.h"
 
@@ -253,6 +255,83 @@ TEST(SimulatedTimeline, TraceAndSvg) {
   XML_ParserFree(parser);
   EXPECT_TRUE(ok);
   EXPECT_EQ(rows, 4);
+}
+
+}  // namespace
+}  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// Property check over every generator with random per-stage costs: in the simulated timeline
+// every action starts after all its dependencies() have ended, compute events on a rank never
+// overlap, and (overlap mode) every compute action starts exactly when the later of its rank's
+// previous compute end and its last dependency end: no idle time the schedule does not force.
+TEST(SimulatorProperties, RandomCostsRespectDependenciesTightly) {
+  Rng rng(1234);
+  int checked = 0;
+  for (const char* name : {"gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zb-v"}) {
+    for (int32_t p : {2, 3, 5}) {
+      for (int32_t m : {p, 2 * p + 1}) {
+        const GeneratorInfo* g = find_generator(name);
+        ASSERT_NE(g, nullptr);
+        const int32_t v = g->fixed_chunks > 0 ? g->fixed_chunks : (g->takes_chunks ? 2 : 1);
+        GeneratorOptions o{p, m, v, 0};
+        auto s = generate_schedule(name, o);
+        if (!s.ok()) continue;
+        auto l = lower(*s);
+        ASSERT_TRUE(l.ok()) << l.status().to_string();
+        std::vector<StageCost> stages(l->num_stages);
+        for (StageCost& c : stages) {
+          c.f = 0.5 + rng.uniform_double();
+          c.i = 0.5 + rng.uniform_double();
+          c.w = 0.2 + rng.uniform_double();
+          c.b = c.i + c.w;
+          c.recompute = c.f;
+          c.message_bytes = 1000;
+        }
+        CostModel cost(stages, LinkCost{0.05, 2000}, "ms", "random");
+        for (CommMode mode : {CommMode::kOverlap, CommMode::kBlocking}) {
+          SimOptions opt;
+          opt.comm_mode = mode;
+          auto r = simulate(*l, cost, opt);
+          ASSERT_TRUE(r.ok()) << r.status().to_string();
+          std::map<std::string, const TimelineEvent*> by_name;
+          for (const auto& rt : r->timeline.ranks)
+            for (const auto& e : rt.events) by_name[e.name] = &e;
+          auto end_of = [&](const Action& d) {
+            auto it = by_name.find(to_string(d));
+            if (it == by_name.end() && d.type == ActionType::kBackwardInput) {
+              it = by_name.find(to_string({ActionType::kBackward, d.stage, d.microbatch}));
+            }
+            EXPECT_NE(it, by_name.end()) << to_string(d);
+            return it == by_name.end() ? 0.0 : it->second->end;
+          };
+          for (int32_t rank = 0; rank < l->num_ranks; ++rank) {
+            double prev_end = 0;
+            for (const Action& a : l->programs[rank]) {
+              const TimelineEvent* e = by_name.at(to_string(a));
+              double ready = 0;
+              for (const Action& d : dependencies(*l, a)) ready = std::max(ready, end_of(d));
+              if (is_compute(a.type)) {
+                EXPECT_GE(e->start, prev_end - 1e-9) << name << " " << to_string(a);
+                EXPECT_GE(e->start, ready - 1e-9) << name << " " << to_string(a);
+                if (mode == CommMode::kOverlap) {
+                  EXPECT_NEAR(e->start, std::max(prev_end, ready), 1e-9)
+                      << name << " p=" << p << " m=" << m << " " << to_string(a);
+                }
+                prev_end = e->end;
+              } else if (a.type == ActionType::kRecvAct || a.type == ActionType::kRecvGrad) {
+                EXPECT_GE(e->end, ready - 1e-9) << to_string(a);  // after its SEND completed
+              }
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 5000);
 }
 
 }  // namespace

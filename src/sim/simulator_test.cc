@@ -156,6 +156,31 @@ TEST(Simulator, FullRecomputeHoldsInputsAndAddsTime) {
   EXPECT_DOUBLE_EQ(r->ranks[1].peak_activations, 1.25);
 }
 
+TEST(Simulator, GptModelRecomputeTradesTimeForMemory) {
+  auto g = parse_gpt_cost_config("layers=8,hidden=512,heads=8,seq=256,vocab=1000,flops=1e12");
+  ASSERT_TRUE(g.ok());
+  auto c = gpt_cost_model(*g, 2, 2);
+  ASSERT_TRUE(c.ok());
+  Schedule s = hand_1f1b(true);
+  SimOptions none, full;
+  full.recompute = Recompute::kFull;
+  auto a = simulate(s, *c, none);
+  auto b = simulate(s, *c, full);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(b->makespan, a->makespan);
+  EXPECT_LT(b->ranks[0].peak_activation_bytes, a->ranks[0].peak_activation_bytes);
+  // Without recompute rank 0 holds both microbatches' activations: 2 x act_bytes of stage 0.
+  EXPECT_DOUBLE_EQ(a->ranks[0].peak_activation_bytes, 2 * c->stage(0).act_bytes);
+  // With it: two stage inputs plus one re-materialized activation during B.
+  EXPECT_DOUBLE_EQ(b->ranks[0].peak_activation_bytes,
+                   2 * c->stage(0).input_bytes + c->stage(0).act_bytes);
+  EXPECT_DOUBLE_EQ(a->ranks[0].static_bytes, c->stage(0).param_bytes + c->stage(0).grad_bytes +
+                                                 c->stage(0).optimizer_bytes);
+  EXPECT_DOUBLE_EQ(a->ranks[0].peak_bytes,
+                   a->ranks[0].peak_activation_bytes + a->ranks[0].static_bytes);
+  EXPECT_EQ(a->message_bytes, 4 * c->message_bytes(0, 1));
+}
+
 TEST(Simulator, StatsMatchTimelineStats) {
   auto r = simulate(hand_1f1b(true), uniform(2, 2, 1, 1, 1, 0.25));
   ASSERT_TRUE(r.ok());
