@@ -15,7 +15,8 @@
 //                            returns the gradient of the stage input (B,T,C) (empty on the first
 //                            stage). Never touches parameter gradients. Frees what W does not need.
 //   backward_weight(mb)      W: only accumulates (+=) into the gradient arena; releases the stash.
-//   backward(mb, g)          B = I then W (bit-identical to calling them separately).
+//   backward(mb, g)          B = I then W (bit-identical to calling them separately); it runs
+//                            each block's W right after its I, so its peak stash is lower.
 // The span forward returns is owned by the stash of `mb` and stays valid until backward_input(mb);
 // the one backward_input returns until backward_weight(mb); the one backward returns until the
 // next backward on this stage. discard(mb) drops everything of mb.
@@ -162,6 +163,8 @@ class GptStage {
   void layer_forward(int l, Stash& s, bool keep, bool make_output);
   void layer_backward_input(int l, Stash& s);
   void layer_backward_weight(int l, Stash& s);
+  void head_backward_weight(Stash& s);
+  std::span<const float> run_backward(int mb, std::span<const float> grad_output, bool fused);
 
   GptConfig config_;
   StageSpec spec_;
