@@ -5,9 +5,9 @@
 //      consumes, measured with nn::train_step;
 //   3. a real loop (loader.next() then train_step) with the data wait as a share of step time.
 // The reader/consumer ratio is the headroom: above 1 the loader is not the bottleneck.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 
@@ -91,9 +91,10 @@ int main(int argc, char** argv) {
   for (int i = 0; i < train_steps; ++i) nn::train_step(model, {&mb, 1}, adam, 1e-3f, 1.0f);
   const double step_s = (now_seconds() - t0) / train_steps;
   const double consume = static_cast<double>(cfg.tokens_per_microbatch()) / step_s;
-  std::printf("tiny config (L=4 C=128 T=128 B=8, one rank, F+B+AdamW): %.1f ms/step = %.0f "
-              "tokens/s consumed\n\n",
-              step_s * 1e3, consume);
+  std::printf(
+      "tiny config (L=4 C=128 T=128 B=8, one rank, F+B+AdamW): %.1f ms/step = %.0f "
+      "tokens/s consumed\n\n",
+      step_s * 1e3, consume);
 
   // 1. Reader throughput.
   std::printf("%-34s %8s %14s %12s %10s\n", "reader (B=8 T=128, shuffle 1024)", "workers",
@@ -105,8 +106,8 @@ int main(int argc, char** argv) {
       if (std::string(kind) == "text") r.path = text;
       ReadResult res = measure_reader(r, read_tokens);
       std::printf("%-34s %8d %14.3g %12.0f %9.0f%%\n",
-                  std::string(kind) == "text" ? "plain text file" : "tar shards (1 MiB)",
-                  workers, res.tokens_per_s, res.tokens_per_s / consume, 100 * res.wait_share);
+                  std::string(kind) == "text" ? "plain text file" : "tar shards (1 MiB)", workers,
+                  res.tokens_per_s, res.tokens_per_s / consume, 100 * res.wait_share);
     }
   }
 
@@ -130,10 +131,11 @@ int main(int argc, char** argv) {
     if (i == 0) t_first = now_seconds();
   }
   const double total = now_seconds() - t_first;
-  std::printf("\ntraining loop (next() then train_step), 2 workers: first batch waited %.1f ms "
-              "(start-up: filling the 1024-sample shuffle buffer); then %d steps: data wait "
-              "%.3f ms of %.1f ms = %.3f%% of step time\n",
-              first_wait * 1e3, train_steps, wait * 1e3, total * 1e3, 100 * wait / total);
+  std::printf(
+      "\ntraining loop (next() then train_step), 2 workers: first batch waited %.1f ms "
+      "(start-up: filling the 1024-sample shuffle buffer); then %d steps: data wait "
+      "%.3f ms of %.1f ms = %.3f%% of step time\n",
+      first_wait * 1e3, train_steps, wait * 1e3, total * 1e3, 100 * wait / total);
   std::filesystem::remove_all(dir);
   return 0;
 }

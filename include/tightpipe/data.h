@@ -52,17 +52,17 @@ struct DataOptions {
   // A text file, one tar shard, a directory of `*.tar` shards, or a brace pattern
   // 'DIR/shard-{000000..000009}.tar' (zero padding taken from the first bound; `{a,b}` lists too).
   std::string path;
-  int32_t micro_batch_size = 8;  // B: rows per batch
-  int32_t seq_length = 128;      // T: tokens per row
-  uint64_t seed = 1;             // source permutation and shuffle buffer, per epoch
-  int32_t num_workers = 1;       // decoding threads; part of the order's definition
-  int32_t prefetch = 4;          // batches' worth of samples each worker may hold ahead
-  int32_t shuffle_buffer = 1024; // samples; <= 1 disables shuffling (file order, sources in order)
+  int32_t micro_batch_size = 8;   // B: rows per batch
+  int32_t seq_length = 128;       // T: tokens per row
+  uint64_t seed = 1;              // source permutation and shuffle buffer, per epoch
+  int32_t num_workers = 1;        // decoding threads; part of the order's definition
+  int32_t prefetch = 4;           // each worker may hold prefetch * B decoded samples ahead
+  int32_t shuffle_buffer = 1024;  // samples; <= 1 disables shuffling (file order, sources in order)
   OnCorrupt on_corrupt = OnCorrupt::kFail;
-  int32_t replica = 0;           // data-parallel replica index: keeps samples i with i % R == r
-  int32_t num_replicas = 1;      // R
+  int32_t replica = 0;       // data-parallel replica index: keeps samples i with i % R == r
+  int32_t num_replicas = 1;  // R
   Split split = Split::kTrain;
-  int32_t vocab_size = 256;      // every token id must be < vocab_size, else the sample is corrupt
+  int32_t vocab_size = 256;  // every token id must be < vocab_size, else the sample is corrupt
 
   // InvalidArgument naming the field, its value and the allowed range.
   Status validate() const;
@@ -71,10 +71,10 @@ struct DataOptions {
 // One micro-batch. tokens and targets are (B,T) row-major; targets[b][t] = tokens[b][t+1] of the
 // same stream (the token after the row's last token for t = T-1).
 struct Batch {
-  int32_t batch_size = 0;       // B
-  int32_t seq_length = 0;       // T
-  std::vector<int32_t> tokens;  // (B,T)
-  std::vector<int32_t> targets; // (B,T)
+  int32_t batch_size = 0;        // B
+  int32_t seq_length = 0;        // T
+  std::vector<int32_t> tokens;   // (B,T)
+  std::vector<int32_t> targets;  // (B,T)
 };
 
 // Where the stream stands; a checkpoint saves it and restore() resumes at exactly the next token.
@@ -100,15 +100,15 @@ struct DataPosition {
 
 struct DataStats {
   int64_t batches = 0;
-  int64_t samples = 0;          // samples taken from the stream
-  int64_t tokens = 0;           // tokens handed out in batches (B*T per batch)
+  int64_t samples = 0;  // samples taken from the stream
+  int64_t tokens = 0;   // tokens handed out in batches (B*T per batch)
   int64_t epochs_completed = 0;
-  int64_t corrupt_skipped = 0;  // shards or samples skipped under OnCorrupt::kSkip
+  int64_t corrupt_skipped = 0;                // shards or samples skipped under OnCorrupt::kSkip
   std::vector<std::string> corrupt_messages;  // the first 100 skip reasons, in stream order
-  double wait_seconds = 0;      // total time next() blocked on the workers
-  double last_wait_seconds = 0; // time the last next() blocked (the executor's data lane)
-  int64_t queued = 0;           // items ready in the worker queues now (prefetch fill level)
-  int64_t queue_capacity = 0;   // their total capacity
+  double wait_seconds = 0;                    // total time next() blocked on the workers
+  double last_wait_seconds = 0;  // time the last next() blocked (the executor's data lane)
+  int64_t queued = 0;            // items ready in the worker queues now (prefetch fill level)
+  int64_t queue_capacity = 0;    // their total capacity
 };
 
 class DataLoader {
@@ -138,8 +138,8 @@ class DataLoader {
   DataLoader() = default;
 };
 
-// Expands a DataOptions::path into sorted existing files (no split applied). NotFound when the path,
-// a pattern member or every shard of a directory is missing.
+// Expands a DataOptions::path into sorted existing files (no split applied). NotFound when the
+// path, a pattern member or every shard of a directory is missing.
 Result<std::vector<std::string>> expand_data_path(const std::string& path);
 // "a{1..3}b" -> {"a1b","a2b","a3b"}; "{a,b}" lists; several groups multiply. InvalidArgument on a
 // malformed pattern. Pure string operation.

@@ -20,8 +20,9 @@
 namespace tightpipe {
 
 struct ShardWriterOptions {
-  std::vector<std::string> inputs;  // text files or directories (their regular files, recursively, sorted)
-  std::string out_dir;              // created if missing
+  std::vector<std::string>
+      inputs;           // text files or directories (their regular files, recursively, sorted)
+  std::string out_dir;  // created if missing
   int64_t samples_per_shard = 0;    // > 0: start a new shard after this many samples
   int64_t shard_size = 64ll << 20;  // bytes; a new shard starts before this would be exceeded
   std::string tokenizer = "byte";   // only "byte" (vocabulary 256)
@@ -34,8 +35,8 @@ struct ShardWriteSummary {
   std::vector<std::string> shards;  // paths, in order
   int64_t samples = 0;
   int64_t tokens = 0;
-  int64_t bytes = 0;                // total size of the shards
-  std::string dtype;                // "uint16" or "int32"
+  int64_t bytes = 0;  // total size of the shards
+  std::string dtype;  // "uint16" or "int32"
 };
 
 // Errors: InvalidArgument (options), NotFound (input), IOError (writing).

@@ -70,7 +70,8 @@ TEST(CorruptShards, TruncatedInsideAnEntry) {
   ScratchDir dir;
   auto shards = good_shards(dir);
   std::string b = bytes_of(shards[1]);
-  // Entries are 512-byte header + 512 data each (64-byte tokens, < 512 json): cut in entry 5's data.
+  // Entries are 512-byte header + 512 data each (64-byte tokens, < 512 json): cut in entry 5's
+  // data.
   ASSERT_TRUE(write_file(shards[1], b.substr(0, 5 * 1024 + 512 + 20)).ok());
   Status s = drain(options_for(dir.file("shards")));
   expect_mentions(s, {shards[1], "000000012.json", "byte offset 5120", "truncated"});

@@ -96,8 +96,9 @@ class LoaderImpl final : public DataLoader {
     stop_workers();
     stop_ = false;
     int32_t n = opt_.num_workers;
-    size_t capacity = std::max<size_t>(
-        1, (static_cast<size_t>(opt_.prefetch) * opt_.micro_batch_size + n - 1) / n);
+    // Each worker may hold prefetch batches' worth of samples: a single busy worker (one text
+    // file, one shard left) then has the whole prefetch depth to itself.
+    size_t capacity = static_cast<size_t>(opt_.prefetch) * opt_.micro_batch_size;
     queues_.clear();
     for (int32_t w = 0; w < n; ++w) queues_.push_back(std::make_unique<ItemQueue>(capacity));
     for (int32_t w = 0; w < n; ++w) {
@@ -221,9 +222,9 @@ class LoaderImpl final : public DataLoader {
     }
     samples_in_epoch_ = pos.samples_in_epoch;
     if (pos.token_offset > static_cast<int64_t>(cur_.size())) {
-      return Status::invalid_argument(fmt::format(
-          "data position token_offset {} is past the end of its sample ({} tokens)",
-          pos.token_offset, cur_.size()));
+      return Status::invalid_argument(
+          fmt::format("data position token_offset {} is past the end of its sample ({} tokens)",
+                      pos.token_offset, cur_.size()));
     }
     cur_offset_ = pos.token_offset;
     batches_ = pos.batches;

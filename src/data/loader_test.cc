@@ -223,7 +223,7 @@ TEST(DataLoaderText, IdleWorkersDoNotRunAheadWithoutBound) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   DataStats st = loader->stats();
-  EXPECT_EQ(st.queue_capacity, 4 * 1);  // ceil(prefetch * B / workers) = 1 per worker
+  EXPECT_EQ(st.queue_capacity, 4 * 2 * 2);  // prefetch * B per worker
   EXPECT_LE(st.queued, st.queue_capacity);
 }
 

@@ -14,9 +14,12 @@ namespace fs = std::filesystem;
 
 std::string_view split_name(Split split) {
   switch (split) {
-    case Split::kTrain: return "train";
-    case Split::kVal: return "val";
-    case Split::kAll: return "all";
+    case Split::kTrain:
+      return "train";
+    case Split::kVal:
+      return "val";
+    case Split::kAll:
+      return "all";
   }
   return "?";
 }
@@ -25,14 +28,15 @@ Result<Split> parse_split(std::string_view name) {
   if (name == "train") return Split::kTrain;
   if (name == "val") return Split::kVal;
   if (name == "all") return Split::kAll;
-  return Status::invalid_argument(
-      fmt::format("unknown split '{}'; hint: train, val or all", name));
+  return Status::invalid_argument(fmt::format("unknown split '{}'; hint: train, val or all", name));
 }
 
 std::string_view on_corrupt_name(OnCorrupt on_corrupt) {
   switch (on_corrupt) {
-    case OnCorrupt::kFail: return "fail";
-    case OnCorrupt::kSkip: return "skip";
+    case OnCorrupt::kFail:
+      return "fail";
+    case OnCorrupt::kSkip:
+      return "skip";
   }
   return "?";
 }
@@ -51,8 +55,9 @@ Status DataOptions::validate() const {
         fmt::format("data option {} = {} is out of range [{}, {}]", field, v, lo, hi));
   };
   if (path.empty()) {
-    return Status::invalid_argument("data option path is empty; hint: a text file, a shard, a "
-                                    "directory of shards or 'DIR/shard-{000000..000009}.tar'");
+    return Status::invalid_argument(
+        "data option path is empty; hint: a text file, a shard, a "
+        "directory of shards or 'DIR/shard-{000000..000009}.tar'");
   }
   TP_RETURN_IF_ERROR(range("micro_batch_size", micro_batch_size, 1, 1 << 20));
   TP_RETURN_IF_ERROR(range("seq_length", seq_length, 1, 1 << 24));
@@ -170,9 +175,8 @@ Result<std::vector<std::string>> expand_data_path(const std::string& path) {
       }
     }
     if (missing > 0) {
-      return Status::not_found(fmt::format(
-          "data path '{}': {} of {} files missing, first '{}'", path, missing, files.size(),
-          first_missing));
+      return Status::not_found(fmt::format("data path '{}': {} of {} files missing, first '{}'",
+                                           path, missing, files.size(), first_missing));
     }
   } else if (fs::is_directory(path, ec)) {
     for (const auto& e : fs::directory_iterator(path, ec)) {

@@ -1,5 +1,7 @@
 // Shards end to end: write_shards, GNU tar interop, exact token order for seeds and 1..4 workers,
 // splits, paths.
+#include "tightpipe/shard.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,7 +13,6 @@
 #include "data/test_util.h"
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
-#include "tightpipe/shard.h"
 
 namespace tightpipe {
 namespace {
@@ -189,8 +190,8 @@ TEST(Shards, ExactOrderForSeedAndWorkers) {
         auto want = reference_order(shards, seed, workers, buffer, 2);
         ASSERT_EQ(rows.size(), want.size());
         for (size_t i = 0; i < rows.size(); ++i) {
-          ASSERT_EQ(rows[i], want[i]) << "row " << i << " buffer " << buffer << " seed " << seed
-                                      << " workers " << workers;
+          ASSERT_EQ(rows[i], want[i])
+              << "row " << i << " buffer " << buffer << " seed " << seed << " workers " << workers;
         }
         // The second epoch is used up but not yet left: that happens on the next sample.
         EXPECT_EQ(loader->stats().epochs_completed, 1);
@@ -208,8 +209,7 @@ TEST(Shards, GnuTarShardsOfTxtAndJsonAreRead) {
   for (int i = 0; i < 6; ++i) {
     texts.push_back(make_text(50 + 17 * i, 100 + i));
     ASSERT_TRUE(write_file(dir.file(fmt::format("plain/{:04}.txt", i)), texts.back()).ok());
-    ASSERT_TRUE(
-        write_file(dir.file(fmt::format("plain/{:04}.json", i)), "{\"label\": 1}").ok());
+    ASSERT_TRUE(write_file(dir.file(fmt::format("plain/{:04}.json", i)), "{\"label\": 1}").ok());
   }
   ASSERT_TRUE(write_file(dir.file("plain/README"), "no extension: ignored").ok());
   fs::create_directories(dir.file("gnu"));

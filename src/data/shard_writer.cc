@@ -59,13 +59,13 @@ class TarWriter {
     int r = archive_write_header(a_, e);
     archive_entry_free(e);
     if (r != ARCHIVE_OK) {
-      return Status::io_error(fmt::format("'{}': writing header of '{}': {}", tmp_, name,
-                                          archive_error_string(a_)));
+      return Status::io_error(
+          fmt::format("'{}': writing header of '{}': {}", tmp_, name, archive_error_string(a_)));
     }
     if (archive_write_data(a_, bytes.data(), bytes.size()) !=
         static_cast<la_ssize_t>(bytes.size())) {
-      return Status::io_error(fmt::format("'{}': writing data of '{}': {}", tmp_, name,
-                                          archive_error_string(a_)));
+      return Status::io_error(
+          fmt::format("'{}': writing data of '{}': {}", tmp_, name, archive_error_string(a_)));
     }
     bytes_ += tar_entry_bytes(static_cast<int64_t>(bytes.size()));
     return OkStatus();
@@ -174,8 +174,8 @@ Result<ShardWriteSummary> write_shards(const ShardWriterOptions& options) {
   for (const std::string& file : files) {
     std::ifstream in(file, std::ios::binary);
     if (!in) return Status::not_found(fmt::format("cannot open input '{}'", file));
-    const int64_t chunk =
-        options.seq_length > 0 ? int64_t{options.seq_length} + 1 : std::numeric_limits<int64_t>::max();
+    const int64_t chunk = options.seq_length > 0 ? int64_t{options.seq_length} + 1
+                                                 : std::numeric_limits<int64_t>::max();
     std::string text;
     int64_t offset = 0;
     while (true) {
@@ -210,9 +210,9 @@ Result<ShardWriteSummary> write_shards(const ShardWriterOptions& options) {
                                 : shard->bytes() + sample_bytes + 1024 > options.shard_size);
       if (full) TP_RETURN_IF_ERROR(finish());
       if (!shard) {
-        std::string path = (fs::path(options.out_dir) /
-                            fmt::format("shard-{:06}.tar", summary.shards.size()))
-                               .string();
+        std::string path =
+            (fs::path(options.out_dir) / fmt::format("shard-{:06}.tar", summary.shards.size()))
+                .string();
         TP_ASSIGN_OR_RETURN(shard, TarWriter::create(path));
         in_shard = 0;
       }
@@ -247,14 +247,22 @@ Result<int64_t> parse_byte_size(std::string_view text) {
   if (!num.ok()) return bad();
   std::string_view unit = trim(s.substr(i));
   double mult = 0;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "k" || unit == "K" || unit == "KiB") mult = 1024.0;
-  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "KB" || unit == "kB") mult = 1e3;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GB") mult = 1e9;
-  else return bad();
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "k" || unit == "K" || unit == "KiB")
+    mult = 1024.0;
+  else if (unit == "M" || unit == "MiB")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "KB" || unit == "kB")
+    mult = 1e3;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GB")
+    mult = 1e9;
+  else
+    return bad();
   double v = *num * mult;
   if (!(v >= 1) || v > 9e18) return bad();
   return static_cast<int64_t>(std::llround(v));

@@ -35,8 +35,9 @@ Result<std::unique_ptr<TarSampleReader>> TarSampleReader::open(const std::string
   auto size = fs::file_size(path, ec);
   if (ec) return Status::not_found(fmt::format("cannot stat: {}", ec.message()));
   if (size == 0) {
-    return Status::corruption("empty file (0 bytes), not a tar archive; hint: remove it or "
-                              "re-run 'tightpipe data shard'");
+    return Status::corruption(
+        "empty file (0 bytes), not a tar archive; hint: remove it or "
+        "re-run 'tightpipe data shard'");
   }
   archive* a = archive_read_new();
   TP_CHECK(a != nullptr, "archive_read_new failed");
@@ -55,8 +56,7 @@ Result<std::unique_ptr<TarSampleReader>> TarSampleReader::open(const std::string
     archive_read_free(a);
     return s;
   }
-  return std::unique_ptr<TarSampleReader>(
-      new TarSampleReader(path, a, static_cast<int64_t>(size)));
+  return std::unique_ptr<TarSampleReader>(new TarSampleReader(path, a, static_cast<int64_t>(size)));
 }
 
 TarSampleReader::~TarSampleReader() { archive_read_free(a_); }
@@ -65,8 +65,7 @@ Status TarSampleReader::error_here(std::string_view what) const {
   const char* msg = archive_error_string(a_);
   return Status::corruption(
       fmt::format("{} at byte offset {} (after entry '{}' at byte offset {}): {}", what,
-                  next_header_, last_entry_, last_offset_,
-                  msg ? msg : "unknown libarchive error"));
+                  next_header_, last_entry_, last_offset_, msg ? msg : "unknown libarchive error"));
 }
 
 // libarchive accepts a tar whose end-of-archive marker (two zero blocks) is missing, which is what
@@ -131,13 +130,12 @@ Result<bool> TarSampleReader::read_entry() {
         return Status::corruption(fmt::format(
             "entry '{}' at byte offset {}: data unreadable (truncated or damaged) after {} of {} "
             "bytes: {}",
-            name, offset,
-            got, size, archive_error_string(a_) ? archive_error_string(a_) : "?"));
+            name, offset, got, size, archive_error_string(a_) ? archive_error_string(a_) : "?"));
       }
       if (n == 0) {
-        return Status::corruption(fmt::format(
-            "entry '{}' at byte offset {}: truncated data, {} of {} bytes present", name, offset,
-            got, size));
+        return Status::corruption(
+            fmt::format("entry '{}' at byte offset {}: truncated data, {} of {} bytes present",
+                        name, offset, got, size));
       }
       got += n;
     }
@@ -163,8 +161,7 @@ Result<std::optional<RawSample>> TarSampleReader::next() {
       done_ = true;
       if (samples_read_ == 0) {
         return Status::corruption(fmt::format(
-            "tar archive holds no samples ({} bytes; entries need a 'key.ext' name)",
-            file_size_));
+            "tar archive holds no samples ({} bytes; entries need a 'key.ext' name)", file_size_));
       }
       return std::optional<RawSample>();
     }
@@ -226,8 +223,8 @@ Result<std::vector<int32_t>> decode_sample(const RawSample& sample, int32_t voca
     }
     size_t width = dtype == "uint16" ? 2 : (dtype == "int32" || dtype == "uint32") ? 4 : 0;
     if (width == 0) {
-      return part_error(*meta, fmt::format("unknown dtype '{}'; hint: uint16, int32 or uint32",
-                                           dtype));
+      return part_error(*meta,
+                        fmt::format("unknown dtype '{}'; hint: uint16, int32 or uint32", dtype));
     }
     const std::string& b = tokens->bytes;
     if (b.size() % width != 0) {
@@ -248,14 +245,14 @@ Result<std::vector<int32_t>> decode_sample(const RawSample& sample, int32_t voca
     }
   } else if (txt) {
     if (vocab_size < kByteVocabSize) {
-      return part_error(*txt, fmt::format("the byte tokenizer needs vocab_size >= 256, got {}",
-                                          vocab_size));
+      return part_error(
+          *txt, fmt::format("the byte tokenizer needs vocab_size >= 256, got {}", vocab_size));
     }
     ids = byte_tokenize(txt->bytes);
   } else {
     return part_error(sample.parts.front(),
-                      fmt::format("sample '{}' has no .tokens or .txt entry (has: {})",
-                                  sample.key, join(seen, ", ")));
+                      fmt::format("sample '{}' has no .tokens or .txt entry (has: {})", sample.key,
+                                  join(seen, ", ")));
   }
   return ids;  // may be empty (an empty .txt): the loader drops it
 }

@@ -17,9 +17,9 @@ int run_shard(const ShardWriterOptions& w) {
   auto summary = write_shards(w);
   if (!summary.ok()) return report_error("data shard", summary.status());
   std::printf("wrote %zu shards to %s: %lld samples, %lld tokens (%s), %s\n",
-              summary->shards.size(), w.out_dir.c_str(),
-              static_cast<long long>(summary->samples), static_cast<long long>(summary->tokens),
-              summary->dtype.c_str(), human_bytes(static_cast<double>(summary->bytes)).c_str());
+              summary->shards.size(), w.out_dir.c_str(), static_cast<long long>(summary->samples),
+              static_cast<long long>(summary->tokens), summary->dtype.c_str(),
+              human_bytes(static_cast<double>(summary->bytes)).c_str());
   if (!summary->shards.empty()) {
     std::printf("read them with --data-path '%s/shard-{000000..%06zu}.tar'\n", w.out_dir.c_str(),
                 summary->shards.size() - 1);
@@ -44,12 +44,13 @@ int run_check(DataOptions o, int64_t max_batches) {
   }
   double dt = now_seconds() - t0;
   DataStats st = loader.stats();
-  std::printf("%s: %zu sources (split %s), %lld batches of %dx%d, %lld samples, %lld tokens in "
-              "%.3f s = %.3g tokens/s (%d workers, waited %.3f s)\n",
-              o.path.c_str(), loader.sources().size(), std::string(split_name(o.split)).c_str(),
-              static_cast<long long>(batches), o.micro_batch_size, o.seq_length,
-              static_cast<long long>(st.samples), static_cast<long long>(st.tokens), dt,
-              dt > 0 ? static_cast<double>(st.tokens) / dt : 0.0, o.num_workers, st.wait_seconds);
+  std::printf(
+      "%s: %zu sources (split %s), %lld batches of %dx%d, %lld samples, %lld tokens in "
+      "%.3f s = %.3g tokens/s (%d workers, waited %.3f s)\n",
+      o.path.c_str(), loader.sources().size(), std::string(split_name(o.split)).c_str(),
+      static_cast<long long>(batches), o.micro_batch_size, o.seq_length,
+      static_cast<long long>(st.samples), static_cast<long long>(st.tokens), dt,
+      dt > 0 ? static_cast<double>(st.tokens) / dt : 0.0, o.num_workers, st.wait_seconds);
   if (st.corrupt_skipped > 0) {
     std::printf("skipped %lld corrupt shards/samples (--on-corrupt skip):\n",
                 static_cast<long long>(st.corrupt_skipped));
@@ -62,29 +63,33 @@ int run_check(DataOptions o, int64_t max_batches) {
 }  // namespace
 
 int cmd_data(int argc, char** argv) {
-  CLI::App app("Write WebDataset-style tar shards from text, or check a data path by reading it "
-               "through the loader.",
-               "tightpipe data");
+  CLI::App app(
+      "Write WebDataset-style tar shards from text, or check a data path by reading it "
+      "through the loader.",
+      "tightpipe data");
   app.require_subcommand(1);
 
   ShardWriterOptions w;
   std::string shard_size;
   CLI::App* shard = app.add_subcommand(
-      "shard", "tokenize text files into POSIX tar shards DIR/shard-000000.tar... ({key}.tokens "
-               "little-endian uint16 + {key}.json)");
+      "shard",
+      "tokenize text files into POSIX tar shards DIR/shard-000000.tar... ({key}.tokens "
+      "little-endian uint16 + {key}.json)");
   shard->add_option("--input", w.inputs, "text file or directory (repeatable)")
       ->required()
       ->expected(1, -1);
   shard->add_option("--out", w.out_dir, "output directory")->required();
   auto* per = shard->add_option("--samples-per-shard", w.samples_per_shard,
                                 "start a new shard after N samples");
-  shard->add_option("--shard-size", shard_size, "start a new shard before this size (default 64MiB)")
+  shard
+      ->add_option("--shard-size", shard_size, "start a new shard before this size (default 64MiB)")
       ->excludes(per);
   shard->add_option("--tokenizer", w.tokenizer, "tokenizer")
       ->check(CLI::IsMember({"byte"}))
       ->capture_default_str();
-  shard->add_option("--seq-length", w.seq_length,
-                    "T: each sample is T+1 tokens (0: one sample per input file)")
+  shard
+      ->add_option("--seq-length", w.seq_length,
+                   "T: each sample is T+1 tokens (0: one sample per input file)")
       ->capture_default_str();
 
   DataOptions o;
@@ -93,11 +98,13 @@ int cmd_data(int argc, char** argv) {
   o.seq_length = 1023;
   int64_t max_batches = 0;
   std::string split = "all", on_corrupt = "fail";
-  CLI::App* check = app.add_subcommand(
-      "check", "read one epoch of a data path through the loader: validates every shard, "
-               "reports tokens/s and what --on-corrupt skip skipped");
-  check->add_option("--data-path", o.path,
-                    "text file, shard, directory of shards or 'DIR/shard-{000000..000009}.tar'")
+  CLI::App* check =
+      app.add_subcommand("check",
+                         "read one epoch of a data path through the loader: validates every shard, "
+                         "reports tokens/s and what --on-corrupt skip skipped");
+  check
+      ->add_option("--data-path", o.path,
+                   "text file, shard, directory of shards or 'DIR/shard-{000000..000009}.tar'")
       ->required();
   check->add_option("--num-workers", o.num_workers, "decoding threads")->capture_default_str();
   check->add_option("--prefetch", o.prefetch, "batches each worker decodes ahead")
@@ -113,7 +120,8 @@ int cmd_data(int argc, char** argv) {
   if (shard->parsed()) {
     if (!shard_size.empty()) {
       auto bytes = parse_byte_size(shard_size);
-      if (!bytes.ok()) return report_error("data shard", bytes.status().with_context("--shard-size"));
+      if (!bytes.ok())
+        return report_error("data shard", bytes.status().with_context("--shard-size"));
       w.shard_size = *bytes;
     }
     return run_shard(w);
