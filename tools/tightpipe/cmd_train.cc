@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "train_pipeline.h"
 #include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
 #include "tightpipe/kernels.h"
@@ -280,7 +281,32 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--recompute-num-layers", f.recompute.num_layers, "layers per recompute group")
       ->capture_default_str();
   app.add_option("--blas-threads", f.blas_threads, "OpenBLAS threads")->capture_default_str();
+  PipelineFlags pf;
+  add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  if (wants_pipeline(pf, f.pp)) {  // any schedule on P ranks: the executor (src/exec)
+    TrainOptions o;
+    o.model = f.model;
+    o.pipeline_layout = f.pipeline_layout;
+    o.recompute = f.recompute;
+    o.pp = f.pp;
+    o.microbatches = f.num_microbatches;
+    o.train_iters = f.train_iters;
+    o.lr = f.lr;
+    o.lr.min_lr = f.min_lr < 0 ? f.lr.lr / 10 : f.min_lr;
+    o.adamw = f.adam;
+    o.clip_grad = f.clip_grad;
+    o.seed = f.seed;
+    o.data.path = f.data_path;
+    o.eval_interval = f.eval_interval;
+    o.eval_iters = f.eval_iters;
+    o.out_dir = f.out_dir;
+    o.save_dir = f.save;
+    o.load_dir = f.load;
+    Status s = run_pipeline(o, pf);
+    if (!s.ok()) return report_error("train", s);
+    return kExitOk;
+  }
   Status s = run_train(f);
   if (!s.ok()) return report_error("train", s);
   return kExitOk;

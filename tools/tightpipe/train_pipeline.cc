@@ -1,0 +1,88 @@
+#include "train_pipeline.h"
+
+#include <fmt/format.h>
+
+#include "tightpipe/base.h"
+
+namespace tightpipe::cli {
+
+void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
+  std::vector<std::string> names;
+  for (const auto& g : schedule_generators()) names.push_back(g.name);
+  auto* g = app.add_option_group("pipeline", "pipeline schedule, ranks and measurement");
+  g->add_option("--schedule,--pipeline-schedule", f.schedule,
+                "schedule: " + join(names, ", ") + ", or a CSV/JSON file (default 1f1b)");
+  g->add_option("--vpp,--num-virtual-stages-per-pipeline-rank,--virtual-pipeline-model-parallel-size",
+                f.vpp, "chunks (virtual stages) per rank; default 1, and 2 for zb-v");
+  g->add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
+                f.group_size, "interleaved: microbatches per group (default --pp)");
+  g->add_option("--transport", f.transport,
+                "threads (one process, the default) or mpi (mpirun -np P tightpipe train ...)")
+      ->capture_default_str();
+  g->add_option("--emulate-link", f.emulate_link,
+                "add latency and bandwidth to every message, e.g. latency_us=50,gbps=10");
+  g->add_option("--compute", f.compute,
+                "real (the model) or emulated (each action sleeps its --cost)")
+      ->capture_default_str();
+  g->add_option("--cost", f.cost,
+                "emulated compute: f=,i=,w=[,b=] milliseconds per microbatch through a whole rank")
+      ->capture_default_str();
+  g->add_flag("--no-overlap-p2p-communication", f.no_overlap,
+              "blocking receives just before use and blocking sends just after (default: receives "
+              "posted early, sends never block compute)");
+  g->add_flag("--overlap-p2p-communication{false}", f.no_overlap,
+              "the default: receives posted early, sends never block compute");
+  g->add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the last step");
+  g->add_option("--pipeline-timeout", f.timeout_s,
+                "seconds any rank waits for a peer before the run stops with an error")
+      ->capture_default_str();
+  g->add_option("--num-workers", f.num_workers, "data loader threads")->capture_default_str();
+  g->add_option("--prefetch", f.prefetch, "data loader prefetch depth")->capture_default_str();
+  g->add_option("--on-corrupt", f.on_corrupt, "corrupt shard: fail or skip")->capture_default_str();
+  g->add_option("--emulate-data-delay-ms", f.data_delay_ms,
+                "make the loader sleep this long per batch (to study data waits)");
+  g->add_option("--measure-warmup-steps", f.warmup_steps,
+                "steps left out of the summary's medians")
+      ->capture_default_str();
+}
+
+bool wants_pipeline(const PipelineFlags& f, int pp) {
+  return pp != 1 || !f.schedule.empty() || f.transport != "threads" || f.compute != "real" ||
+         !f.emulate_link.empty() || !f.trace.empty() || f.data_delay_ms > 0;
+}
+
+Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
+  o.schedule = f.schedule.empty() ? "1f1b" : f.schedule;
+  o.vpp = f.vpp;
+  o.group_size = f.group_size;
+  TP_ASSIGN_OR_RETURN(o.world.kind, parse_transport_kind(f.transport));
+  if (!f.emulate_link.empty()) {
+    auto link = parse_link_options(f.emulate_link);
+    if (!link.ok()) return link.status().with_context("--emulate-link");
+    o.world.link = *link;
+  }
+  if (f.compute != "real" && f.compute != "emulated") {
+    return Status::invalid_argument(
+        fmt::format("--compute '{}': expected real or emulated", f.compute));
+  }
+  o.exec.emulated = f.compute == "emulated";
+  if (o.exec.emulated) {
+    TP_ASSIGN_OR_RETURN(o.exec.costs, EmulatedCompute::parse(f.cost));
+  }
+  o.exec.overlap_p2p = !f.no_overlap;
+  if (!(f.timeout_s > 0)) {
+    return Status::invalid_argument(fmt::format("--pipeline-timeout {}: must be > 0", f.timeout_s));
+  }
+  o.exec.timeout_s = f.timeout_s;
+  o.trace_path = f.trace;
+  o.data.num_workers = f.num_workers;
+  o.data.prefetch = f.prefetch;
+  TP_ASSIGN_OR_RETURN(o.data.on_corrupt, parse_on_corrupt(f.on_corrupt));
+  o.data_delay_ms = f.data_delay_ms;
+  o.warmup_steps_excluded = f.warmup_steps;
+  TP_ASSIGN_OR_RETURN(TrainSummary s, run_training(o));
+  (void)s;
+  return OkStatus();
+}
+
+}  // namespace tightpipe::cli
