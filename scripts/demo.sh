@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Sets everything up and runs tightpipe's main job on the embedded default: threads as ranks, the
-# tiny Shakespeare text from ../shared/data.
+# Sets everything up and runs tightpipe's main job on the embedded default: a short
+# pipeline-parallel training of the GPT model on tiny Shakespeare (../shared/data), 4 threads as
+# ranks, the ZB-H1 schedule; it prints the measured bubble next to the simulator's prediction.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 TP=${BUILD_DIR:-build}/tools/tightpipe/tightpipe
+OUT=${OUT_DIR:-runs/demo}
 set -x
 $TP schedule --schedule zb-h1 --pp 4 --microbatches 8
-$TP schedule --schedule interleaved --pp 4 --vpp 2 --microbatches 8 --lowered --format grid
+$TP train --pp 4 --schedule zb-h1 --num-microbatches 8 \
+  --num-layers 6 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --micro-batch-size 4 \
+  --train-iters 30 --lr 3e-3 --lr-warmup-iters 5 --eval-iters 4 \
+  --data-path ../shared/data/tinyshakespeare.txt --out-dir "$OUT" --trace "$OUT/trace.json"
