@@ -82,8 +82,8 @@ Measured run_tightpipe(const Size& s, int warmup, int steps, double flops_per_to
   return m;
 }
 
-Measured run_torch(const std::string& python, const std::string& script, const Size& s,
-                   int warmup, int steps, std::string& error) {
+Measured run_torch(const std::string& python, const std::string& script, const Size& s, int warmup,
+                   int steps, std::string& error) {
   const std::string cmd = fmt::format(
       "{} {} --layers {} --d-model {} --heads {} --seq {} --batch {} --vocab 256 --steps {} "
       "--warmup {} --threads 1 --untied 2>&1",
@@ -126,8 +126,10 @@ int main(int argc, char** argv) {
   bool no_torch = false;
   app.add_option("--steps", steps, "timed steps per side")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
-  app.add_option("--sizes", sizes, "LxC list out of 4x128 (T=128,B=8), 8x256 (T=256,B=8), "
-                                   "12x512 (T=256,B=4)")->capture_default_str();
+  app.add_option("--sizes", sizes,
+                 "LxC list out of 4x128 (T=128,B=8), 8x256 (T=256,B=8), "
+                 "12x512 (T=256,B=4)")
+      ->capture_default_str();
   app.add_option("--python", python)->capture_default_str();
   app.add_option("--script", script)->capture_default_str();
   app.add_option("--json", json_out, "write the results here");
@@ -141,15 +143,17 @@ int main(int argc, char** argv) {
   const double sgemm512 = sgemm_gflops(512, 512, 512);
   std::printf("single-thread SGEMM 512x512x512: %.1f GFLOP/s\n\n", sgemm512);
   std::printf("%-8s %4s %2s | %10s %10s %6s | %8s %8s | %8s %8s | %6s\n", "size", "T", "B",
-              "tp tok/s", "torch tok/s", "ratio", "tp GF/s", "pt GF/s", "tp ms", "pt ms",
-              "SGEMM");
+              "tp tok/s", "torch tok/s", "ratio", "tp GF/s", "pt GF/s", "tp ms", "pt ms", "SGEMM");
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
   for (const std::string& name : split(sizes, ',')) {
     Size s;
-    if (name == "4x128") s = {4, 128, 4, 128, 8};
-    else if (name == "8x256") s = {8, 256, 8, 256, 8};
-    else if (name == "12x512") s = {12, 512, 8, 256, 4};
+    if (name == "4x128")
+      s = {4, 128, 4, 128, 8};
+    else if (name == "8x256")
+      s = {8, 256, 8, 256, 8};
+    else if (name == "12x512")
+      s = {12, 512, 8, 256, 4};
     else {
       std::fprintf(stderr, "bench_nn: unknown size '%s'; hint: 4x128, 8x256 or 12x512\n",
                    name.c_str());
@@ -173,15 +177,24 @@ int main(int argc, char** argv) {
                 name.c_str(), s.T, s.B, tp.tokens_per_s, pt.tokens_per_s, ratio, tp.gflops,
                 pt.gflops, tp.ms_step, pt.ms_step, sgemm_model);
     std::fflush(stdout);
-    results.push_back({{"size", name}, {"T", s.T}, {"B", s.B}, {"tightpipe_tokens_per_s", tp.tokens_per_s},
-                       {"torch_tokens_per_s", pt.tokens_per_s}, {"ratio", ratio},
-                       {"tightpipe_gflops", tp.gflops}, {"torch_gflops", pt.gflops},
-                       {"tightpipe_ms_step", tp.ms_step}, {"torch_ms_step", pt.ms_step},
-                       {"sgemm_gflops_model_shape", sgemm_model}, {"sgemm_gflops_512", sgemm512},
-                       {"tightpipe_loss_first", tp.loss_first}, {"torch_loss_first", pt.loss_first}});
+    results.push_back({{"size", name},
+                       {"T", s.T},
+                       {"B", s.B},
+                       {"tightpipe_tokens_per_s", tp.tokens_per_s},
+                       {"torch_tokens_per_s", pt.tokens_per_s},
+                       {"ratio", ratio},
+                       {"tightpipe_gflops", tp.gflops},
+                       {"torch_gflops", pt.gflops},
+                       {"tightpipe_ms_step", tp.ms_step},
+                       {"torch_ms_step", pt.ms_step},
+                       {"sgemm_gflops_model_shape", sgemm_model},
+                       {"sgemm_gflops_512", sgemm512},
+                       {"tightpipe_loss_first", tp.loss_first},
+                       {"torch_loss_first", pt.loss_first}});
   }
-  std::printf("\nratio = tightpipe tokens/s / PyTorch tokens/s (target >= 1.0); SGEMM column: "
-              "single-thread sgemm at (B*T) x 4C x C, this run\n");
+  std::printf(
+      "\nratio = tightpipe tokens/s / PyTorch tokens/s (target >= 1.0); SGEMM column: "
+      "single-thread sgemm at (B*T) x 4C x C, this run\n");
   if (!json_out.empty()) {
     if (!write_file(json_out, results.dump(2) + "\n").ok()) return 1;
   }

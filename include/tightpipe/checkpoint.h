@@ -24,14 +24,14 @@ namespace tightpipe::nn {
 
 // Training state saved next to the weights.
 struct CheckpointState {
-  int64_t step = 0;                          // iterations done
-  std::array<uint64_t, 4> rng_state{};       // the data sampler's Rng::state()
+  int64_t step = 0;                     // iterations done
+  std::array<uint64_t, 4> rng_state{};  // the data sampler's Rng::state()
 };
 
 struct Manifest {
   int version = 1;
   int64_t step = 0;
-  GptConfig config;                          // micro_batch_size is not part of the shape
+  GptConfig config;  // micro_batch_size is not part of the shape
   std::vector<StageSpec> stages;
 };
 

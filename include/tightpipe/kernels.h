@@ -66,13 +66,13 @@ void layernorm_forward_ref(std::span<F> out, std::span<F> mean, std::span<F> rst
                            std::span<const F> inp, std::span<const F> weight,
                            std::span<const F> bias, int N, int C);
 template <typename F>
-void layernorm_backward_input_ref(std::span<F> dinp, std::span<const F> dout, std::span<const F> inp,
-                                  std::span<const F> mean, std::span<const F> rstd,
-                                  std::span<const F> weight, int N, int C);
+void layernorm_backward_input_ref(std::span<F> dinp, std::span<const F> dout,
+                                  std::span<const F> inp, std::span<const F> mean,
+                                  std::span<const F> rstd, std::span<const F> weight, int N, int C);
 template <typename F>
-void layernorm_backward_weight_ref(std::span<F> dweight, std::span<F> dbias, std::span<const F> dout,
-                                   std::span<const F> inp, std::span<const F> mean,
-                                   std::span<const F> rstd, int N, int C);
+void layernorm_backward_weight_ref(std::span<F> dweight, std::span<F> dbias,
+                                   std::span<const F> dout, std::span<const F> inp,
+                                   std::span<const F> mean, std::span<const F> rstd, int N, int C);
 
 // ---- matmul (cblas_sgemm) --------------------------------------------------------------------
 // out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be empty.
@@ -89,8 +89,8 @@ template <typename F>
 void matmul_forward_ref(std::span<F> out, std::span<const F> inp, std::span<const F> weight,
                         std::span<const F> bias, int N, int IC, int OC);
 template <typename F>
-void matmul_backward_input_ref(std::span<F> dinp, std::span<const F> dout, std::span<const F> weight,
-                               int N, int IC, int OC);
+void matmul_backward_input_ref(std::span<F> dinp, std::span<const F> dout,
+                               std::span<const F> weight, int N, int IC, int OC);
 template <typename F>
 void matmul_backward_weight_ref(std::span<F> dweight, std::span<F> dbias, std::span<const F> dout,
                                 std::span<const F> inp, int N, int IC, int OC);
@@ -109,8 +109,9 @@ template <typename F>
 void attention_forward_ref(std::span<F> out, std::span<F> att, std::span<const F> qkv, int B, int T,
                            int C, int NH);
 template <typename F>
-void attention_backward_input_ref(std::span<F> dqkv, std::span<const F> dout, std::span<const F> qkv,
-                                  std::span<const F> att, int B, int T, int C, int NH);
+void attention_backward_input_ref(std::span<F> dqkv, std::span<const F> dout,
+                                  std::span<const F> qkv, std::span<const F> att, int B, int T,
+                                  int C, int NH);
 
 // ---- GELU, exact (erf) form as torch.nn.functional.gelu ----------------------------------------
 // out (N) = x * Phi(x). The optimized version uses a polynomial erf/exp (abs error < 3e-7).
@@ -153,12 +154,12 @@ void softmax_xent_backward_input_ref(std::span<F> dlogits, std::span<const F> pr
 
 // ---- AdamW (decoupled weight decay, Loshchilov & Hutter) ---------------------------------------
 struct AdamWHyper {
-  float lr = 3e-4f;            // learning rate of this step
-  float beta1 = 0.9f;          // first-moment decay
-  float beta2 = 0.95f;         // second-moment decay
-  float eps = 1e-8f;           // denominator guard
-  float weight_decay = 0.0f;   // decoupled decay (already 0 for tensors that are not decayed)
-  int64_t step = 1;            // 1-based step count for the bias correction
+  float lr = 3e-4f;           // learning rate of this step
+  float beta1 = 0.9f;         // first-moment decay
+  float beta2 = 0.95f;        // second-moment decay
+  float eps = 1e-8f;          // denominator guard
+  float weight_decay = 0.0f;  // decoupled decay (already 0 for tensors that are not decayed)
+  int64_t step = 1;           // 1-based step count for the bias correction
 };
 // params, m, v (N) updated in place from grads (N):
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr (mhat / (sqrt(vhat) + eps) + wd p).

@@ -44,12 +44,12 @@
 namespace tightpipe::nn {
 
 struct GptConfig {
-  int vocab_size = 256;        // V (byte tokenizer)
-  int seq_length = 128;        // T (--seq-length)
-  int num_layers = 4;          // L (--num-layers)
-  int hidden_size = 128;       // C (--hidden-size)
-  int num_heads = 4;           // NH (--num-attention-heads)
-  int micro_batch_size = 8;    // B (--micro-batch-size)
+  int vocab_size = 256;      // V (byte tokenizer)
+  int seq_length = 128;      // T (--seq-length)
+  int num_layers = 4;        // L (--num-layers)
+  int hidden_size = 128;     // C (--hidden-size)
+  int num_heads = 4;         // NH (--num-attention-heads)
+  int micro_batch_size = 8;  // B (--micro-batch-size)
   // Errors name the Megatron flag and carry a hint (e.g. hidden not divisible by heads).
   Status validate() const;
   int64_t tokens_per_microbatch() const { return int64_t(micro_batch_size) * seq_length; }
@@ -76,20 +76,20 @@ std::string format_layout(const std::vector<StageSpec>& stages);
 
 // Activation recomputation, Megatron's spelling.
 struct RecomputeOptions {
-  std::string granularity;     // "" (off) or "full" (--recompute-granularity)
+  std::string granularity;         // "" (off) or "full" (--recompute-granularity)
   std::string method = "uniform";  // only "uniform" (--recompute-method)
-  int num_layers = 1;          // N: F keeps the input of each group of N blocks (--recompute-num-layers)
+  int num_layers = 1;  // N: F keeps the input of each group of N blocks (--recompute-num-layers)
   bool enabled() const { return granularity == "full"; }
   Status validate() const;
 };
 
 // One named tensor of the arena.
 struct ParamTensor {
-  std::string name;            // e.g. "h3.attn.qkv.weight", "wte"
-  size_t offset = 0;           // in floats, into params()/grads()
-  size_t size = 0;             // in floats
+  std::string name;   // e.g. "h3.attn.qkv.weight", "wte"
+  size_t offset = 0;  // in floats, into params()/grads()
+  size_t size = 0;    // in floats
   std::vector<int> shape;
-  bool decay = false;          // AdamW weight decay applies (matrices and embeddings)
+  bool decay = false;  // AdamW weight decay applies (matrices and embeddings)
 };
 
 // What a stage consumes: tokens (B*T) on the first stage, activations (B,T,C) otherwise.
@@ -136,7 +136,7 @@ class GptStage {
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   size_t num_params() const { return params_.size(); }
 
-  double grad_sq_norm() const;           // local sum of squares of the gradient arena
+  double grad_sq_norm() const;  // local sum of squares of the gradient arena
   void scale_grads(float scale);
   void zero_grads();
   // One AdamW step on this stage's arena with learning rate lr (increments the step count).

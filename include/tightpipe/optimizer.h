@@ -16,22 +16,23 @@
 namespace tightpipe::nn {
 
 struct AdamWConfig {
-  float beta1 = 0.9f;          // first-moment decay
-  float beta2 = 0.95f;         // second-moment decay
-  float eps = 1e-8f;           // denominator guard
-  float weight_decay = 0.1f;   // decoupled decay on matrices and embeddings (not on LN, biases)
+  float beta1 = 0.9f;         // first-moment decay
+  float beta2 = 0.95f;        // second-moment decay
+  float eps = 1e-8f;          // denominator guard
+  float weight_decay = 0.1f;  // decoupled decay on matrices and embeddings (not on LN, biases)
   Status validate() const;
 };
 
 struct LrSchedule {
-  float lr = 1e-3f;            // peak learning rate (--lr)
-  float min_lr = 0.0f;         // floor reached at the last iteration (--min-lr)
-  int64_t warmup_iters = 0;    // linear warm-up length (--lr-warmup-iters)
-  int64_t total_iters = 1;     // --train-iters; cosine decays over [warmup, total)
+  float lr = 1e-3f;          // peak learning rate (--lr)
+  float min_lr = 0.0f;       // floor reached at the last iteration (--min-lr)
+  int64_t warmup_iters = 0;  // linear warm-up length (--lr-warmup-iters)
+  int64_t total_iters = 1;   // --train-iters; cosine decays over [warmup, total)
   Status validate() const;
 };
 
-// Learning rate of 0-based `step`: lr*(step+1)/warmup during warm-up, then cosine from lr to min_lr.
+// Learning rate of 0-based `step`: lr*(step+1)/warmup during warm-up, then cosine from lr to
+// min_lr.
 float lr_at(const LrSchedule& s, int64_t step);
 
 // Multiplier for the gradients given the global squared norm: min(1, clip / (norm + 1e-6)).

@@ -40,7 +40,8 @@ Status write_atomically(const std::string& path, std::string_view bytes) {
   TP_RETURN_IF_ERROR(write_file(tmp, bytes));
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::io_error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
+  if (ec)
+    return Status::io_error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
   return OkStatus();
 }
 
@@ -91,8 +92,9 @@ Status save_stage_checkpoint(const std::string& path, const GptStage& stage,
 Result<CheckpointState> load_stage_checkpoint(const std::string& path, GptStage& stage) {
   auto read = read_file(path);
   if (!read.ok()) {
-    return Status(read.status().code(),
-                  read.status().message() + "; hint: --load must name a directory written by --save");
+    return Status(
+        read.status().code(),
+        read.status().message() + "; hint: --load must name a directory written by --save");
   }
   const std::string& bytes = *read;
   if (bytes.size() < sizeof(Header)) {
@@ -108,17 +110,18 @@ Result<CheckpointState> load_stage_checkpoint(const std::string& path, GptStage&
         fmt::format("'{}' is not a tightpipe stage checkpoint (bad magic)", path));
   }
   if (h.version != kVersion) {
-    return Status::corruption(fmt::format("checkpoint '{}' has format version {}, this build reads {}",
-                                          path, h.version, kVersion));
+    return Status::corruption(fmt::format(
+        "checkpoint '{}' has format version {}, this build reads {}", path, h.version, kVersion));
   }
   const GptConfig& c = stage.config();
-  const GptConfig saved{c.vocab_size, h.seq_length, h.num_layers, h.hidden_size, h.num_heads,
-                        c.micro_batch_size};
+  const GptConfig saved{c.vocab_size,  h.seq_length, h.num_layers,
+                        h.hidden_size, h.num_heads,  c.micro_batch_size};
   auto mismatch = [&](const char* what, int64_t file_v, int64_t model_v) {
-    return Status::invalid_argument(fmt::format(
-        "checkpoint '{}' has {} {}, the model has {}; hint: pass the shape the checkpoint was saved "
-        "with: {}",
-        path, what, file_v, model_v, shape_flags(saved)));
+    return Status::invalid_argument(
+        fmt::format("checkpoint '{}' has {} {}, the model has {}; hint: pass the shape the "
+                    "checkpoint was saved "
+                    "with: {}",
+                    path, what, file_v, model_v, shape_flags(saved)));
   };
   if (h.vocab_size != c.vocab_size) return mismatch("vocab size", h.vocab_size, c.vocab_size);
   if (h.num_layers != c.num_layers) return mismatch("num_layers", h.num_layers, c.num_layers);
@@ -134,7 +137,8 @@ Result<CheckpointState> load_stage_checkpoint(const std::string& path, GptStage&
         format_layout({stage.spec()}), stage.spec().first_layer,
         stage.spec().first_layer + stage.spec().num_layers));
   }
-  if (h.num_params != stage.num_params()) return mismatch("parameter count", h.num_params, stage.num_params());
+  if (h.num_params != stage.num_params())
+    return mismatch("parameter count", h.num_params, stage.num_params());
   const size_t n = stage.num_params() * sizeof(float);
   const size_t expected = sizeof(Header) + 3 * n + sizeof(uint64_t);
   if (bytes.size() != expected) {
@@ -175,8 +179,9 @@ Result<Manifest> load_manifest(const std::string& dir) {
   const std::string path = manifest_path(dir);
   auto read = read_file(path);
   if (!read.ok()) {
-    return Status(read.status().code(),
-                  read.status().message() + "; hint: --load must name a directory written by --save");
+    return Status(
+        read.status().code(),
+        read.status().message() + "; hint: --load must name a directory written by --save");
   }
   Manifest m;
   int64_t num_stages = -1;
@@ -192,7 +197,8 @@ Result<Manifest> load_manifest(const std::string& dir) {
       header = true;
       auto v = parse_int(val);
       if (!v.ok() || *v != kVersion)
-        return Status::corruption(fmt::format("manifest '{}' has version '{}', expected {}", path, val, kVersion));
+        return Status::corruption(
+            fmt::format("manifest '{}' has version '{}', expected {}", path, val, kVersion));
       continue;
     }
     if (!header) break;
@@ -201,17 +207,28 @@ Result<Manifest> load_manifest(const std::string& dir) {
       continue;
     }
     auto v = parse_int(val);
-    if (!v.ok()) return Status::corruption(fmt::format("manifest '{}': bad value for '{}': '{}'", path, key, val));
-    if (key == "step") m.step = *v;
-    else if (key == "num_stages") num_stages = *v;
-    else if (key == "vocab_size") m.config.vocab_size = int(*v);
-    else if (key == "seq_length") m.config.seq_length = int(*v);
-    else if (key == "num_layers") m.config.num_layers = int(*v);
-    else if (key == "hidden_size") m.config.hidden_size = int(*v);
-    else if (key == "num_heads") m.config.num_heads = int(*v);
+    if (!v.ok())
+      return Status::corruption(
+          fmt::format("manifest '{}': bad value for '{}': '{}'", path, key, val));
+    if (key == "step")
+      m.step = *v;
+    else if (key == "num_stages")
+      num_stages = *v;
+    else if (key == "vocab_size")
+      m.config.vocab_size = int(*v);
+    else if (key == "seq_length")
+      m.config.seq_length = int(*v);
+    else if (key == "num_layers")
+      m.config.num_layers = int(*v);
+    else if (key == "hidden_size")
+      m.config.hidden_size = int(*v);
+    else if (key == "num_heads")
+      m.config.num_heads = int(*v);
   }
-  if (!header) return Status::corruption(fmt::format("'{}' is not a tightpipe checkpoint manifest", path));
-  if (num_stages < 1) return Status::corruption(fmt::format("manifest '{}' lacks num_stages", path));
+  if (!header)
+    return Status::corruption(fmt::format("'{}' is not a tightpipe checkpoint manifest", path));
+  if (num_stages < 1)
+    return Status::corruption(fmt::format("manifest '{}' lacks num_stages", path));
   auto stages = partition_layers(m.config, int(num_stages), layout);
   if (!stages.ok()) {
     return Status::corruption(fmt::format("manifest '{}': {}", path, stages.status().message()));
@@ -225,13 +242,16 @@ Status save_checkpoint(const std::string& dir, std::span<GptStage* const> stages
   TP_CHECK(!stages.empty());
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::io_error(fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
+  if (ec)
+    return Status::io_error(
+        fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
   Manifest m;
   m.step = state.step;
   m.config = stages[0]->config();
   for (size_t s = 0; s < stages.size(); ++s) {
     m.stages.push_back(stages[s]->spec());
-    TP_RETURN_IF_ERROR(save_stage_checkpoint(stage_checkpoint_path(dir, int(s)), *stages[s], state));
+    TP_RETURN_IF_ERROR(
+        save_stage_checkpoint(stage_checkpoint_path(dir, int(s)), *stages[s], state));
   }
   return save_manifest(dir, m);
 }

@@ -1,10 +1,11 @@
 // Checkpoints: exact round trip, and clear errors for truncated, corrupt and mismatched files.
+#include "tightpipe/checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "tightpipe/base.h"
-#include "tightpipe/checkpoint.h"
 
 namespace tightpipe::nn {
 namespace {
@@ -52,7 +53,9 @@ void train_a_bit(std::vector<GptStage>& st) {
       return std::vector<float>(o.activations.begin(), o.activations.end());
     }();
     for (size_t s = 1; s < st.size(); ++s) {
-      auto o = st[s].forward(0, std::span<const float>(a), s + 1 == st.size() ? std::span<const int32_t>(tgt) : std::span<const int32_t>(), 0.01f);
+      auto o = st[s].forward(
+          0, std::span<const float>(a),
+          s + 1 == st.size() ? std::span<const int32_t>(tgt) : std::span<const int32_t>(), 0.01f);
       a.assign(o.activations.begin(), o.activations.end());
     }
     std::vector<float> g;
@@ -129,7 +132,8 @@ TEST(Checkpoint, OtherShapeIsAClearError) {
   auto r = load_checkpoint(dir, ptrs(b));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("--hidden-size 16"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("--hidden-size 16"), std::string::npos)
+      << r.status().message();
   EXPECT_NE(r.status().message().find("hint:"), std::string::npos);
   // The stage file alone also refuses it, naming the file.
   auto r2 = load_stage_checkpoint(stage_checkpoint_path(dir, 0), b[0]);

@@ -38,8 +38,8 @@ Status RecomputeOptions::validate() const {
         granularity));
   }
   if (method != "uniform") {
-    return Status::invalid_argument(fmt::format(
-        "--recompute-method '{}' is not supported; hint: use 'uniform'", method));
+    return Status::invalid_argument(
+        fmt::format("--recompute-method '{}' is not supported; hint: use 'uniform'", method));
   }
   if (num_layers < 1) {
     return Status::invalid_argument(fmt::format(

@@ -15,12 +15,24 @@ using Buf = std::vector<float>;
 
 // Parameter slots of one transformer block, in arena order.
 enum LayerSlot {
-  kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFc2W, kFc2B, kNumSlots
+  kLn1W,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kProjW,
+  kProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFc2W,
+  kFc2B,
+  kNumSlots
 };
 constexpr const char* kSlotNames[kNumSlots] = {
-    "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
-    "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
-    "mlp.proj.weight", "mlp.proj.bias"};
+    "ln1.weight",       "ln1.bias",       "attn.qkv.weight", "attn.qkv.bias",
+    "attn.proj.weight", "attn.proj.bias", "ln2.weight",      "ln2.bias",
+    "mlp.fc.weight",    "mlp.fc.bias",    "mlp.proj.weight", "mlp.proj.bias"};
 // Init stream ids: the parameter values depend only on (seed, this id).
 constexpr uint64_t kIdWte = 1, kIdWpe = 2, kIdLnfW = 3, kIdLnfB = 4, kIdHead = 5;
 uint64_t layer_tensor_id(int global_layer, int slot) {
@@ -45,11 +57,11 @@ struct GptStage::LayerActs {
 struct GptStage::Stash {
   std::vector<int32_t> tokens, targets;  // (B*T) first / last stage
   float loss_scale = 0;
-  std::vector<Buf> x;                    // x[l] (B,T,C): input of local block l; x[nl] output
-  std::vector<Buf> dx;                   // dx[l] (B,T,C): gradient of x[l]
+  std::vector<Buf> x;   // x[l] (B,T,C): input of local block l; x[nl] output
+  std::vector<Buf> dx;  // dx[l] (B,T,C): gradient of x[l]
   std::vector<LayerActs> layers;
-  Buf lnf, meanf, rstdf, probs;          // last stage: (B,T,C), (B,T), (B,T), (B*T,V)
-  Buf dlnfw, dlnfb;                      // last stage: final LayerNorm gradient partials (C)
+  Buf lnf, meanf, rstdf, probs;  // last stage: (B,T,C), (B,T), (B,T), (B*T,V)
+  Buf dlnfw, dlnfb;              // last stage: final LayerNorm gradient partials (C)
   bool input_done = false;
   size_t bytes = 0;
 };
@@ -62,9 +74,9 @@ struct GptStage::Impl {
   float *wte = nullptr, *wpe = nullptr, *lnfw = nullptr, *lnfb = nullptr, *head = nullptr;
   float *dwte = nullptr, *dwpe = nullptr, *dlnfw = nullptr, *dlnfb = nullptr, *dhead = nullptr;
   std::unordered_map<size_t, std::vector<Buf>> pool;  // released stash buffers by size
-  Buf scratch_tt;                                      // (T,T) attention backward work space
-  Buf tmp;                                             // (B,T,C) transient
-  Buf grad_in;                                         // (B,T,C) what backward() returns
+  Buf scratch_tt;                                     // (T,T) attention backward work space
+  Buf tmp;                                            // (B,T,C) transient
+  Buf grad_in;                                        // (B,T,C) what backward() returns
 };
 
 GptStage::GptStage(const GptConfig& config, const StageSpec& spec, uint64_t seed,
@@ -99,9 +111,8 @@ GptStage::GptStage(const GptConfig& config, const StageSpec& spec, uint64_t seed
   for (int i = 0; i < spec.num_layers; ++i) {
     const int gl = spec.first_layer + i;
     const std::string p = "h" + std::to_string(gl) + ".";
-    const std::vector<std::vector<int>> shapes = {{C},    {C},    {3 * C, C}, {3 * C},
-                                                  {C, C}, {C},    {C},        {C},
-                                                  {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
+    const std::vector<std::vector<int>> shapes = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
+                                                  {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
     for (int s = 0; s < kNumSlots; ++s) {
       const bool matrix = shapes[s].size() == 2;
       float std_ = matrix ? 0.02f : kZeros;
@@ -362,8 +373,8 @@ std::span<const float> GptStage::run_backward(int mb, std::span<const float> gra
     Buf dlnf = take(NC, s);
     matmul_backward_input(dlnf, s.probs, {impl_->head, size_t(V) * C}, N, C, V);
     s.dx[nl] = take(NC, s);
-    layernorm_backward_input(s.dx[nl], dlnf, s.x[nl], s.meanf, s.rstdf, {impl_->lnfw, size_t(C)},
-                             N, C);
+    layernorm_backward_input(s.dx[nl], dlnf, s.x[nl], s.meanf, s.rstdf, {impl_->lnfw, size_t(C)}, N,
+                             C);
     s.dlnfw = take(size_t(C), s);
     s.dlnfb = take(size_t(C), s);
     std::fill(s.dlnfw.begin(), s.dlnfw.end(), 0.0f);

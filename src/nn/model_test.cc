@@ -1,6 +1,8 @@
 // Rung 2 of the test ladder: the whole model on one rank (finite-difference gradient check against
 // a double-precision reference built from the *_ref kernels, step-0 loss), the I/W contract,
 // stage splits, microbatches in flight, recomputation and the stash accounting.
+#include "tightpipe/model.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
-#include "tightpipe/model.h"
 
 namespace tightpipe::nn {
 namespace {
@@ -90,7 +91,8 @@ TEST(Model, WholeModelFiniteDifferenceGradientCheck) {
   // Larger weights than the init so every nonlinearity is exercised.
   Rng r(99);
   for (const ParamTensor& t : m.tensors()) {
-    const bool ln_weight = t.name.find("ln") != std::string::npos && t.name.find("weight") != std::string::npos;
+    const bool ln_weight =
+        t.name.find("ln") != std::string::npos && t.name.find("weight") != std::string::npos;
     for (size_t i = 0; i < t.size; ++i)
       m.params()[t.offset + i] = (ln_weight ? 1.0f : 0.0f) + 0.3f * r.normal();
   }
@@ -106,7 +108,8 @@ TEST(Model, WholeModelFiniteDifferenceGradientCheck) {
   int checked = 0;
   for (const ParamTensor& t : m.tensors()) {
     double gmax = 0;
-    for (size_t i = 0; i < t.size; ++i) gmax = std::max(gmax, double(std::abs(m.grads()[t.offset + i])));
+    for (size_t i = 0; i < t.size; ++i)
+      gmax = std::max(gmax, double(std::abs(m.grads()[t.offset + i])));
     for (int k = 0; k < 6; ++k) {
       size_t i = t.offset + pick.below(t.size);
       if (t.name == "wte") i = t.offset + size_t(d.tokens[k]) * c.hidden_size + k;  // used rows
@@ -130,20 +133,25 @@ double run_pipeline(std::vector<GptStage>& stages, int mb, const Data& d, float 
   std::vector<std::vector<float>> acts;
   StageOutput out;
   for (size_t s = 0; s < stages.size(); ++s) {
-    if (s == 0) out = stages[s].forward(mb, std::span<const int32_t>(d.tokens), stages.size() == 1 ? std::span<const int32_t>(d.targets) : std::span<const int32_t>(), scale);
+    if (s == 0)
+      out = stages[s].forward(
+          mb, std::span<const int32_t>(d.tokens),
+          stages.size() == 1 ? std::span<const int32_t>(d.targets) : std::span<const int32_t>(),
+          scale);
     else {
       acts.emplace_back(out.activations.begin(), out.activations.end());
-      out = stages[s].forward(mb, std::span<const float>(acts.back()),
-                              s + 1 == stages.size() ? std::span<const int32_t>(d.targets)
-                                                     : std::span<const int32_t>(),
-                              scale);
+      out = stages[s].forward(
+          mb, std::span<const float>(acts.back()),
+          s + 1 == stages.size() ? std::span<const int32_t>(d.targets) : std::span<const int32_t>(),
+          scale);
     }
   }
   const double loss = out.loss;
   std::vector<float> g;
   for (size_t s = stages.size(); s-- > 0;) {
     std::span<const float> gi;
-    if (fused) gi = stages[s].backward(mb, g);
+    if (fused)
+      gi = stages[s].backward(mb, g);
     else {
       gi = stages[s].backward_input(mb, g);
       std::vector<float> copy(gi.begin(), gi.end());
@@ -212,7 +220,8 @@ TEST(Model, MicrobatchesInFlightInAnyOrder) {
     seq[0].backward(mb);
   }
   GptStage& s = ooo[0];
-  for (int mb : {2, 0, 1}) l_ooo += s.forward(mb, std::span<const int32_t>(d[mb].tokens), d[mb].targets, scale).loss;
+  for (int mb : {2, 0, 1})
+    l_ooo += s.forward(mb, std::span<const int32_t>(d[mb].tokens), d[mb].targets, scale).loss;
   const size_t after_f = s.stash_bytes();
   s.backward_input(0);
   EXPECT_LT(s.stash_bytes(), after_f) << "I must free what W does not need";

@@ -1,16 +1,16 @@
 // Learning-rate schedule and the clipping coefficient.
+#include "tightpipe/optimizer.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
-
-#include "tightpipe/optimizer.h"
 
 namespace tightpipe::nn {
 
 Status AdamWConfig::validate() const {
   if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
-    return Status::invalid_argument(fmt::format("AdamW betas must be in [0, 1), got {} and {}",
-                                                beta1, beta2));
+    return Status::invalid_argument(
+        fmt::format("AdamW betas must be in [0, 1), got {} and {}", beta1, beta2));
   if (!(eps > 0)) return Status::invalid_argument("AdamW eps must be positive");
   if (!(weight_decay >= 0))
     return Status::invalid_argument(
@@ -27,8 +27,7 @@ Status LrSchedule::validate() const {
     return Status::invalid_argument(
         fmt::format("--lr-warmup-iters must be >= 0, got {}", warmup_iters));
   if (total_iters < 1)
-    return Status::invalid_argument(
-        fmt::format("--train-iters must be >= 1, got {}", total_iters));
+    return Status::invalid_argument(fmt::format("--train-iters must be >= 1, got {}", total_iters));
   return OkStatus();
 }
 

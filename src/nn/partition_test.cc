@@ -56,7 +56,8 @@ TEST(Partition, BadLayoutsAreClearErrors) {
   EXPECT_EQ(lost.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(lost.status().message().find("--pipeline-layout"), std::string::npos);
   EXPECT_NE(lost.status().message().find("places 10 transformer layers but --num-layers is 11"),
-            std::string::npos) << lost.status().message();
+            std::string::npos)
+      << lost.status().message();
   EXPECT_NE(lost.status().message().find("hint:"), std::string::npos);
   auto repeated = partition_layers(cfg(11), 4, "E,t*3|t*3|t*3|t*3,L");
   ASSERT_FALSE(repeated.ok());
@@ -64,11 +65,11 @@ TEST(Partition, BadLayoutsAreClearErrors) {
   auto stages = partition_layers(cfg(4), 3, "E,t*2|t*2,L");
   ASSERT_FALSE(stages.ok());
   EXPECT_NE(stages.status().message().find("2 stages but the pipeline has 3"), std::string::npos);
-  EXPECT_FALSE(partition_layers(cfg(4), 2, "t*2|t*2,L").ok());       // no E
-  EXPECT_FALSE(partition_layers(cfg(4), 2, "E,t*2|L,t*2").ok());     // L not last
-  EXPECT_FALSE(partition_layers(cfg(4), 2, "E,t*2|E,t*2,L").ok());   // E twice
-  EXPECT_FALSE(partition_layers(cfg(4), 2, "E,t*2|x*2,L").ok());     // unknown item
-  EXPECT_FALSE(partition_layers(cfg(4), 3, "E,t*2||t*2,L").ok());    // empty stage
+  EXPECT_FALSE(partition_layers(cfg(4), 2, "t*2|t*2,L").ok());      // no E
+  EXPECT_FALSE(partition_layers(cfg(4), 2, "E,t*2|L,t*2").ok());    // L not last
+  EXPECT_FALSE(partition_layers(cfg(4), 2, "E,t*2|E,t*2,L").ok());  // E twice
+  EXPECT_FALSE(partition_layers(cfg(4), 2, "E,t*2|x*2,L").ok());    // unknown item
+  EXPECT_FALSE(partition_layers(cfg(4), 3, "E,t*2||t*2,L").ok());   // empty stage
 }
 
 TEST(Partition, FewerLayersThanStages) {

@@ -1,5 +1,5 @@
-// tightpipe train / sample end to end: every bad input is one clear line with a hint; metrics.jsonl;
-// save + load resumes exactly; sample generates from a checkpoint.
+// tightpipe train / sample end to end: every bad input is one clear line with a hint;
+// metrics.jsonl; save + load resumes exactly; sample generates from a checkpoint.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,8 +21,9 @@ void expect_one_line_error(const RunResult& r, int code, const std::string& need
 }
 
 TEST(TrainCli, BadInputIsOneClearLine) {
-  expect_one_line_error(run_tightpipe("train " + kTiny + " --hidden-size 30 --num-attention-heads 4"),
-                        2, "--hidden-size 30 is not divisible by --num-attention-heads 4");
+  expect_one_line_error(
+      run_tightpipe("train " + kTiny + " --hidden-size 30 --num-attention-heads 4"), 2,
+      "--hidden-size 30 is not divisible by --num-attention-heads 4");
   expect_one_line_error(run_tightpipe("train --data-path /nonexistent/shakespeare.txt"), 1,
                         "/nonexistent/shakespeare.txt");
   const std::string dir = fresh_dir("bad");
@@ -35,12 +36,10 @@ TEST(TrainCli, BadInputIsOneClearLine) {
                         "--seq-length + 1 = 129");
   expect_one_line_error(run_tightpipe("train " + kTiny + " --pp 4"), 2,
                         "--num-layers 2 is fewer than the 4 pipeline stages");
-  expect_one_line_error(
-      run_tightpipe("train " + kTiny + " --pp 2 --pipeline-layout 'E,t|t*2,L'"), 2,
-      "places 3 transformer layers but --num-layers is 2");
-  expect_one_line_error(
-      run_tightpipe("train " + kTiny + " --pp 2 --pipeline-layout 'E,t|L'"), 2,
-      "places 1 transformer layers but --num-layers is 2");
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --pp 2 --pipeline-layout 'E,t|t*2,L'"),
+                        2, "places 3 transformer layers but --num-layers is 2");
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --pp 2 --pipeline-layout 'E,t|L'"), 2,
+                        "places 1 transformer layers but --num-layers is 2");
   expect_one_line_error(run_tightpipe("train " + kTiny + " --recompute-granularity selective"), 2,
                         "--recompute-granularity");
   const RunResult usage = run_tightpipe("train --num-layers abc");
@@ -62,11 +61,13 @@ TEST(TrainCli, MetricsResumeAndSample) {
   ASSERT_EQ(a.code, 0) << a.output;
   const auto la = read_lines(dir + "/a/metrics.jsonl");
   ASSERT_EQ(la.size(), 4u);
-  for (const char* key : {"\"step\":", "\"loss\":", "\"tokens_per_s\":", "\"lr\":", "\"grad_norm\":"})
+  for (const char* key :
+       {"\"step\":", "\"loss\":", "\"tokens_per_s\":", "\"lr\":", "\"grad_norm\":"})
     EXPECT_NE(la[0].find(key), std::string::npos) << la[0];
   EXPECT_NE(la[3].find("\"val_loss\":"), std::string::npos) << la[3];
   // Interrupted after 2 steps (saved), then resumed: steps 3 and 4 match the straight run.
-  RunResult b1 = run_tightpipe(common + " --exit-interval 2 --out-dir " + dir + "/b --save " + dir + "/b/ckpt");
+  RunResult b1 = run_tightpipe(common + " --exit-interval 2 --out-dir " + dir + "/b --save " + dir +
+                               "/b/ckpt");
   ASSERT_EQ(b1.code, 0) << b1.output;
   RunResult b2 = run_tightpipe(common + " --load " + dir + "/b/ckpt --out-dir " + dir + "/b");
   ASSERT_EQ(b2.code, 0) << b2.output;
@@ -84,12 +85,14 @@ TEST(TrainCli, MetricsResumeAndSample) {
   }
   EXPECT_EQ(field(lb[3], "val_loss"), field(la[3], "val_loss"));
   // Sample.
-  RunResult s = run_tightpipe("sample --load " + dir + "/a/ckpt --prompt 'ROMEO:' --tokens 40 --seed 3");
+  RunResult s =
+      run_tightpipe("sample --load " + dir + "/a/ckpt --prompt 'ROMEO:' --tokens 40 --seed 3");
   ASSERT_EQ(s.code, 0) << s.output;
   EXPECT_EQ(s.output.rfind("ROMEO:", 0), 0u) << s.output;
   EXPECT_EQ(s.output.size(), 6u + 40u + 1u);
   // Loading a checkpoint into another shape names the file and the flag.
-  RunResult bad = run_tightpipe("train " + kTiny + " --hidden-size 64 --train-iters 1 --load " + dir + "/a/ckpt");
+  RunResult bad = run_tightpipe("train " + kTiny + " --hidden-size 64 --train-iters 1 --load " +
+                                dir + "/a/ckpt");
   expect_one_line_error(bad, 2, "manifest.txt");
   EXPECT_NE(bad.output.find("--hidden-size 32"), std::string::npos) << bad.output;
   RunResult missing = run_tightpipe("sample --load " + dir + "/nope");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -27,7 +28,8 @@ inline RunResult run_tightpipe(const std::string& args) {
 }
 
 inline std::string fresh_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("tp_nn_cli_" + name + "_" + std::to_string(::getpid()));
+  auto d = std::filesystem::temp_directory_path() /
+           ("tp_nn_cli_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d.string();
@@ -36,6 +38,7 @@ inline std::string fresh_dir(const std::string& name) {
 inline const std::string kText = TP_SHARED_DIR "/data/tinyshakespeare.txt";
 inline const std::string kTiny =
     "--pp 1 --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 32 "
-    "--micro-batch-size 4 --eval-iters 2 --data-path " + kText;
+    "--micro-batch-size 4 --eval-iters 2 --data-path " +
+    kText;
 
 }  // namespace tightpipe::testing_nn

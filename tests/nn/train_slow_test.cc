@@ -17,7 +17,8 @@ TEST(TrainSlow, TinyConfigReachesValidationLossBelow2p5) {
       "train --pp 1 --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 "
       "--micro-batch-size 8 --num-microbatches 1 --train-iters 300 --lr 3e-3 --min-lr 3e-4 "
       "--lr-warmup-iters 25 --clip-grad 1.0 --seed 1234 --eval-iters 8 --log-interval 50 "
-      "--data-path " + kText + " --out-dir " + dir);
+      "--data-path " +
+      kText + " --out-dir " + dir);
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream in(dir + "/metrics.jsonl");
   std::vector<nlohmann::json> rows;

@@ -6,8 +6,8 @@
 
 namespace tightpipe::nn {
 
-TP_VECTOR_CLONES void adamw_update(std::span<float> params, std::span<const float> grads, std::span<float> m,
-                  std::span<float> v, const AdamWHyper& h) {
+TP_VECTOR_CLONES void adamw_update(std::span<float> params, std::span<const float> grads,
+                                   std::span<float> m, std::span<float> v, const AdamWHyper& h) {
   // params, grads, m, v (N)
   const size_t n = params.size();
   const float b1 = h.beta1, b2 = h.beta2;
@@ -35,8 +35,8 @@ void adamw_update_ref(std::span<float> params, std::span<const float> grads, std
     v[i] = h.beta2 * v[i] + (1 - h.beta2) * grads[i] * grads[i];
     const double mhat = m[i] / (1.0 - std::pow(double(h.beta1), double(h.step)));
     const double vhat = v[i] / (1.0 - std::pow(double(h.beta2), double(h.step)));
-    params[i] = static_cast<float>(params[i] - h.lr * (mhat / (std::sqrt(vhat) + h.eps) +
-                                                        h.weight_decay * params[i]));
+    params[i] = static_cast<float>(
+        params[i] - h.lr * (mhat / (std::sqrt(vhat) + h.eps) + h.weight_decay * params[i]));
   }
 }
 

@@ -15,8 +15,8 @@ namespace {
 constexpr int kBlock = 64;
 }
 
-TP_VECTOR_CLONES void attention_forward(std::span<float> out, std::span<float> att, std::span<const float> qkv,
-                       int B, int T, int C, int NH) {
+TP_VECTOR_CLONES void attention_forward(std::span<float> out, std::span<float> att,
+                                        std::span<const float> qkv, int B, int T, int C, int NH) {
   // out (B,T,C), att (B,NH,T,T), qkv (B,T,3C)
   TP_CHECK(C % NH == 0 && out.size() >= size_t(B) * T * C && att.size() >= size_t(B) * NH * T * T &&
            qkv.size() >= size_t(B) * T * 3 * C);
@@ -54,8 +54,10 @@ TP_VECTOR_CLONES void attention_forward(std::span<float> out, std::span<float> a
 }
 
 TP_VECTOR_CLONES void attention_backward_input(std::span<float> dqkv, std::span<float> scratch,
-                              std::span<const float> dout, std::span<const float> qkv,
-                              std::span<const float> att, int B, int T, int C, int NH) {
+                                               std::span<const float> dout,
+                                               std::span<const float> qkv,
+                                               std::span<const float> att, int B, int T, int C,
+                                               int NH) {
   // dqkv (B,T,3C), scratch (T,T), dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T)
   TP_CHECK(scratch.size() >= size_t(T) * T && dqkv.size() >= size_t(B) * T * 3 * C);
   const int hs = C / NH;
@@ -128,15 +130,17 @@ void attention_forward_ref(std::span<F> out, std::span<F> att, std::span<const F
         F* o = out.data() + (size_t(b) * T + i) * C + h * hs;
         for (int e = 0; e < hs; ++e) {
           F s = 0;
-          for (int j = 0; j <= i; ++j) s += a[j] * qkv[(size_t(b) * T + j) * 3 * C + 2 * C + h * hs + e];
+          for (int j = 0; j <= i; ++j)
+            s += a[j] * qkv[(size_t(b) * T + j) * 3 * C + 2 * C + h * hs + e];
           o[e] = s;
         }
       }
 }
 
 template <typename F>
-void attention_backward_input_ref(std::span<F> dqkv, std::span<const F> dout, std::span<const F> qkv,
-                                  std::span<const F> att, int B, int T, int C, int NH) {
+void attention_backward_input_ref(std::span<F> dqkv, std::span<const F> dout,
+                                  std::span<const F> qkv, std::span<const F> att, int B, int T,
+                                  int C, int NH) {
   const int hs = C / NH;
   const F scale = F(1) / std::sqrt(F(hs));
   for (auto& x : dqkv) x = 0;
@@ -168,12 +172,12 @@ void attention_backward_input_ref(std::span<F> dqkv, std::span<const F> dout, st
       }
 }
 
-#define TP_INSTANTIATE(F)                                                                     \
-  template void attention_forward_ref<F>(std::span<F>, std::span<F>, std::span<const F>, int, \
-                                         int, int, int);                                      \
-  template void attention_backward_input_ref<F>(std::span<F>, std::span<const F>,             \
-                                                std::span<const F>, std::span<const F>, int,  \
-                                                int, int, int);
+#define TP_INSTANTIATE(F)                                                                          \
+  template void attention_forward_ref<F>(std::span<F>, std::span<F>, std::span<const F>, int, int, \
+                                         int, int);                                                \
+  template void attention_backward_input_ref<F>(std::span<F>, std::span<const F>,                  \
+                                                std::span<const F>, std::span<const F>, int, int,  \
+                                                int, int);
 TP_INSTANTIATE(float)
 TP_INSTANTIATE(double)
 #undef TP_INSTANTIATE

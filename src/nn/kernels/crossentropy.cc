@@ -8,7 +8,7 @@
 namespace tightpipe::nn {
 
 TP_VECTOR_CLONES double softmax_xent_forward(std::span<float> probs, std::span<const float> logits,
-                            std::span<const int32_t> targets, int N, int V) {
+                                             std::span<const int32_t> targets, int N, int V) {
   // probs (N,V), logits (N,V), targets (N)
   double loss = 0;
   for (int n = 0; n < N; ++n) {
@@ -28,8 +28,10 @@ TP_VECTOR_CLONES double softmax_xent_forward(std::span<float> probs, std::span<c
   return loss;
 }
 
-TP_VECTOR_CLONES void softmax_xent_backward_input(std::span<float> dlogits, std::span<const float> probs,
-                                 std::span<const int32_t> targets, float scale, int N, int V) {
+TP_VECTOR_CLONES void softmax_xent_backward_input(std::span<float> dlogits,
+                                                  std::span<const float> probs,
+                                                  std::span<const int32_t> targets, float scale,
+                                                  int N, int V) {
   // dlogits (N,V), probs (N,V), targets (N)
   for (int n = 0; n < N; ++n) {
     const float* p = probs.data() + size_t(n) * V;
@@ -49,7 +51,8 @@ double softmax_xent_forward_ref(std::span<F> probs, std::span<const F> logits,
     F sum = 0;
     for (int v = 0; v < V; ++v) sum += std::exp(logits[size_t(n) * V + v] - mx);
     const F zt = logits[size_t(n) * V + targets[n]];
-    for (int v = 0; v < V; ++v) probs[size_t(n) * V + v] = std::exp(logits[size_t(n) * V + v] - mx) / sum;
+    for (int v = 0; v < V; ++v)
+      probs[size_t(n) * V + v] = std::exp(logits[size_t(n) * V + v] - mx) / sum;
     loss += static_cast<double>(mx + std::log(sum) - zt);
   }
   return loss;

@@ -1,13 +1,13 @@
 // Token + position embedding.
-#include "tightpipe/check.h"
 #include "nn/kernels/fast_math.h"
+#include "tightpipe/check.h"
 #include "tightpipe/kernels.h"
 
 namespace tightpipe::nn {
 
 TP_VECTOR_CLONES void encoder_forward(std::span<float> out, std::span<const int32_t> tokens,
-                     std::span<const float> wte, std::span<const float> wpe, int B, int T, int C,
-                     int V) {
+                                      std::span<const float> wte, std::span<const float> wpe, int B,
+                                      int T, int C, int V) {
   // out (B,T,C), tokens (B,T), wte (V,C), wpe (T,C)
   TP_CHECK(out.size() >= size_t(B) * T * C && tokens.size() >= size_t(B) * T);
   for (int b = 0; b < B; ++b) {
@@ -23,8 +23,9 @@ TP_VECTOR_CLONES void encoder_forward(std::span<float> out, std::span<const int3
 }
 
 TP_VECTOR_CLONES void encoder_backward_weight(std::span<float> dwte, std::span<float> dwpe,
-                             std::span<const float> dout, std::span<const int32_t> tokens, int B,
-                             int T, int C, int V) {
+                                              std::span<const float> dout,
+                                              std::span<const int32_t> tokens, int B, int T, int C,
+                                              int V) {
   // dwte (V,C), dwpe (T,C), dout (B,T,C), tokens (B,T)
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
@@ -63,11 +64,10 @@ void encoder_backward_weight_ref(std::span<F> dwte, std::span<F> dwpe, std::span
       }
 }
 
-#define TP_INSTANTIATE(F)                                                                    \
-  template void encoder_forward_ref<F>(std::span<F>, std::span<const int32_t>,               \
-                                       std::span<const F>, std::span<const F>, int, int, int, \
-                                       int);                                                 \
-  template void encoder_backward_weight_ref<F>(std::span<F>, std::span<F>, std::span<const F>, \
+#define TP_INSTANTIATE(F)                                                                          \
+  template void encoder_forward_ref<F>(std::span<F>, std::span<const int32_t>, std::span<const F>, \
+                                       std::span<const F>, int, int, int, int);                    \
+  template void encoder_backward_weight_ref<F>(std::span<F>, std::span<F>, std::span<const F>,     \
                                                std::span<const int32_t>, int, int, int, int);
 TP_INSTANTIATE(float)
 TP_INSTANTIATE(double)

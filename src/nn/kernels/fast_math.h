@@ -8,7 +8,8 @@
 #include <cstdint>
 
 // Hot elementwise kernels are compiled twice, for x86-64-v3 (AVX2, FMA) and the baseline, and the
-// loader picks the one the CPU runs (GCC function multiversioning); the BLAS side dispatches itself.
+// loader picks the one the CPU runs (GCC function multiversioning); the BLAS side dispatches
+// itself.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else

@@ -22,7 +22,7 @@ TP_VECTOR_CLONES void gelu_forward(std::span<float> out, std::span<const float> 
 }
 
 TP_VECTOR_CLONES void gelu_backward_input(std::span<float> dinp, std::span<const float> dout,
-                         std::span<const float> inp, int64_t N) {
+                                          std::span<const float> inp, int64_t N) {
   // dinp (N), dout (N), inp (N)
   const float* x = inp.data();
   const float* d = dout.data();

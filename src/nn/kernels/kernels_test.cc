@@ -1,5 +1,7 @@
 // Rung 1 of the test ladder: every optimized kernel against its naive twin (float), and the twins'
 // backward_input / backward_weight against central finite differences in double precision.
+#include "tightpipe/kernels.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "tightpipe/base.h"
-#include "tightpipe/kernels.h"
 
 namespace tightpipe::nn {
 namespace {
@@ -20,11 +21,6 @@ std::vector<F> randn(size_t n, uint64_t seed, double scale = 1.0) {
   return v;
 }
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-std::vector<float> to_float(const std::vector<double>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = float(v[i]);
-  return out;
-}
 void expect_close(std::span<const float> a, std::span<const float> b, double atol, double rtol,
                   const char* what) {
   ASSERT_EQ(a.size(), b.size()) << what;

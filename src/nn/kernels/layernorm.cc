@@ -9,9 +9,10 @@ namespace {
 constexpr float kEps = 1e-5f;
 }
 
-TP_VECTOR_CLONES void layernorm_forward(std::span<float> out, std::span<float> mean, std::span<float> rstd,
-                       std::span<const float> inp, std::span<const float> weight,
-                       std::span<const float> bias, int N, int C) {
+TP_VECTOR_CLONES void layernorm_forward(std::span<float> out, std::span<float> mean,
+                                        std::span<float> rstd, std::span<const float> inp,
+                                        std::span<const float> weight, std::span<const float> bias,
+                                        int N, int C) {
   // out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
   for (int n = 0; n < N; ++n) {
     const float* x = inp.data() + size_t(n) * C;
@@ -31,9 +32,10 @@ TP_VECTOR_CLONES void layernorm_forward(std::span<float> out, std::span<float> m
 }
 
 TP_VECTOR_CLONES void layernorm_backward_input(std::span<float> dinp, std::span<const float> dout,
-                              std::span<const float> inp, std::span<const float> mean,
-                              std::span<const float> rstd, std::span<const float> weight, int N,
-                              int C) {
+                                               std::span<const float> inp,
+                                               std::span<const float> mean,
+                                               std::span<const float> rstd,
+                                               std::span<const float> weight, int N, int C) {
   // dinp (N,C), dout (N,C), inp (N,C), mean (N), rstd (N), weight (C)
   for (int n = 0; n < N; ++n) {
     const float* d = dout.data() + size_t(n) * C;
@@ -68,9 +70,10 @@ TP_VECTOR_CLONES void layernorm_backward_input(std::span<float> dinp, std::span<
 }
 
 TP_VECTOR_CLONES void layernorm_backward_weight(std::span<float> dweight, std::span<float> dbias,
-                               std::span<const float> dout, std::span<const float> inp,
-                               std::span<const float> mean, std::span<const float> rstd, int N,
-                               int C) {
+                                                std::span<const float> dout,
+                                                std::span<const float> inp,
+                                                std::span<const float> mean,
+                                                std::span<const float> rstd, int N, int C) {
   // dweight (C), dbias (C), dout (N,C), inp (N,C), mean (N), rstd (N)
   for (int n = 0; n < N; ++n) {
     const float* d = dout.data() + size_t(n) * C;
@@ -106,9 +109,10 @@ void layernorm_forward_ref(std::span<F> out, std::span<F> mean, std::span<F> rst
 }
 
 template <typename F>
-void layernorm_backward_input_ref(std::span<F> dinp, std::span<const F> dout, std::span<const F> inp,
-                                  std::span<const F> mean, std::span<const F> rstd,
-                                  std::span<const F> weight, int N, int C) {
+void layernorm_backward_input_ref(std::span<F> dinp, std::span<const F> dout,
+                                  std::span<const F> inp, std::span<const F> mean,
+                                  std::span<const F> rstd, std::span<const F> weight, int N,
+                                  int C) {
   for (int n = 0; n < N; ++n) {
     F dmean = 0, dxhat = 0;
     for (int c = 0; c < C; ++c) {
@@ -128,9 +132,9 @@ void layernorm_backward_input_ref(std::span<F> dinp, std::span<const F> dout, st
 }
 
 template <typename F>
-void layernorm_backward_weight_ref(std::span<F> dweight, std::span<F> dbias, std::span<const F> dout,
-                                   std::span<const F> inp, std::span<const F> mean,
-                                   std::span<const F> rstd, int N, int C) {
+void layernorm_backward_weight_ref(std::span<F> dweight, std::span<F> dbias,
+                                   std::span<const F> dout, std::span<const F> inp,
+                                   std::span<const F> mean, std::span<const F> rstd, int N, int C) {
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c) {
       const F xhat = (inp[size_t(n) * C + c] - mean[n]) * rstd[n];
@@ -139,15 +143,15 @@ void layernorm_backward_weight_ref(std::span<F> dweight, std::span<F> dbias, std
     }
 }
 
-#define TP_INSTANTIATE(F)                                                                         \
-  template void layernorm_forward_ref<F>(std::span<F>, std::span<F>, std::span<F>,                \
-                                         std::span<const F>, std::span<const F>,                  \
-                                         std::span<const F>, int, int);                           \
-  template void layernorm_backward_input_ref<F>(std::span<F>, std::span<const F>,                 \
-                                                std::span<const F>, std::span<const F>,           \
+#define TP_INSTANTIATE(F)                                                                          \
+  template void layernorm_forward_ref<F>(std::span<F>, std::span<F>, std::span<F>,                 \
+                                         std::span<const F>, std::span<const F>,                   \
+                                         std::span<const F>, int, int);                            \
+  template void layernorm_backward_input_ref<F>(std::span<F>, std::span<const F>,                  \
+                                                std::span<const F>, std::span<const F>,            \
                                                 std::span<const F>, std::span<const F>, int, int); \
-  template void layernorm_backward_weight_ref<F>(std::span<F>, std::span<F>, std::span<const F>,  \
-                                                 std::span<const F>, std::span<const F>,          \
+  template void layernorm_backward_weight_ref<F>(std::span<F>, std::span<F>, std::span<const F>,   \
+                                                 std::span<const F>, std::span<const F>,           \
                                                  std::span<const F>, int, int);
 TP_INSTANTIATE(float)
 TP_INSTANTIATE(double)

@@ -40,8 +40,8 @@ void matmul_backward_weight(std::span<float> dweight, std::span<float> dbias,
                             int OC) {
   // dweight (OC,IC) += dout (N,OC)^T @ inp (N,IC); dbias (OC) += sum_n dout
   TP_CHECK(dweight.size() >= size_t(OC) * IC && dout.size() >= size_t(N) * OC);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout.data(), OC,
-              inp.data(), IC, 1.0f, dweight.data(), IC);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout.data(), OC, inp.data(),
+              IC, 1.0f, dweight.data(), IC);
   if (!dbias.empty()) {
     for (int n = 0; n < N; ++n) {
       const float* d = dout.data() + size_t(n) * OC;
@@ -62,8 +62,8 @@ void matmul_forward_ref(std::span<F> out, std::span<const F> inp, std::span<cons
 }
 
 template <typename F>
-void matmul_backward_input_ref(std::span<F> dinp, std::span<const F> dout, std::span<const F> weight,
-                               int N, int IC, int OC) {
+void matmul_backward_input_ref(std::span<F> dinp, std::span<const F> dout,
+                               std::span<const F> weight, int N, int IC, int OC) {
   for (int n = 0; n < N; ++n)
     for (int i = 0; i < IC; ++i) {
       F s = 0;
@@ -89,12 +89,12 @@ void matmul_backward_weight_ref(std::span<F> dweight, std::span<F> dbias, std::s
   }
 }
 
-#define TP_INSTANTIATE(F)                                                                      \
-  template void matmul_forward_ref<F>(std::span<F>, std::span<const F>, std::span<const F>,    \
-                                      std::span<const F>, int, int, int);                      \
-  template void matmul_backward_input_ref<F>(std::span<F>, std::span<const F>,                 \
-                                             std::span<const F>, int, int, int);               \
-  template void matmul_backward_weight_ref<F>(std::span<F>, std::span<F>, std::span<const F>,  \
+#define TP_INSTANTIATE(F)                                                                          \
+  template void matmul_forward_ref<F>(std::span<F>, std::span<const F>, std::span<const F>,        \
+                                      std::span<const F>, int, int, int);                          \
+  template void matmul_backward_input_ref<F>(std::span<F>, std::span<const F>, std::span<const F>, \
+                                             int, int, int);                                       \
+  template void matmul_backward_weight_ref<F>(std::span<F>, std::span<F>, std::span<const F>,      \
                                               std::span<const F>, int, int, int);
 TP_INSTANTIATE(float)
 TP_INSTANTIATE(double)

@@ -4,8 +4,8 @@
 
 namespace tightpipe::nn {
 
-TP_VECTOR_CLONES void residual_forward(std::span<float> out, std::span<const float> a, std::span<const float> b,
-                      int64_t N) {
+TP_VECTOR_CLONES void residual_forward(std::span<float> out, std::span<const float> a,
+                                       std::span<const float> b, int64_t N) {
   // out (N) = a (N) + b (N)
   float* o = out.data();
   const float* x = a.data();
@@ -13,7 +13,8 @@ TP_VECTOR_CLONES void residual_forward(std::span<float> out, std::span<const flo
   for (int64_t i = 0; i < N; ++i) o[i] = x[i] + y[i];
 }
 
-TP_VECTOR_CLONES void residual_backward_input(std::span<float> dinp, std::span<const float> dout, int64_t N) {
+TP_VECTOR_CLONES void residual_backward_input(std::span<float> dinp, std::span<const float> dout,
+                                              int64_t N) {
   // dinp (N) += dout (N)
   float* di = dinp.data();
   const float* d = dout.data();
