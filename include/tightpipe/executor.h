@@ -51,6 +51,10 @@ struct ExecutorOptions {
   bool emulated = false;      // --compute emulated
   EmulatedCompute costs;      // used when emulated
   int64_t message_floats = 0; // (B,T,C) floats per activation/gradient message
+  // Failure injection for tests: in step fail_step, halfway through the program, exit the
+  // process (fail_stall_s <= 0) or stall for fail_stall_s seconds.
+  int32_t fail_step = -1;
+  double fail_stall_s = 0;
 };
 
 // Microbatch data for a step: tokens and targets of microbatch mb, fetched when the first stage

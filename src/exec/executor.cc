@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <deque>
 #include <thread>
@@ -184,8 +186,9 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
     auto it = posted.find(k);
     TP_CHECK(it != posted.end(), "no receive posted for ", to_string(recv_action));
     const double t0 = now();
-    TP_RETURN_IF_ERROR(it->second.req->wait(timeout));
     const int32_t src = sch.rank_of(grad ? consumer.stage + 1 : consumer.stage - 1);
+    TP_RETURN_IF_ERROR(it->second.req->wait(timeout).with_context(
+        fmt::format("waiting for {} from rank {}", to_string(recv_action), src)));
     record(&recv_action, to_string(recv_action), EventKind::kRecv, Lane::kComm, t0, now(), src,
            static_cast<int64_t>(it->second.buf.size() * sizeof(float)));
     (grad ? grad_in : act_in)[k] = std::move(it->second.buf);
@@ -195,6 +198,15 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
 
   for (size_t pc = 0; pc < prog.size(); ++pc) {
     const Action& a = prog[pc];
+    if (step == options_.fail_step && pc == prog.size() / 2) {
+      if (options_.fail_stall_s <= 0) {
+        std::fprintf(stderr, "rank %d: exiting in step %d before %s (failure injection)\n", rank_,
+                     step, to_string(a).c_str());
+        std::fflush(stderr);
+        std::_Exit(3);
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(options_.fail_stall_s));
+    }
     auto fail = [&](const Status& st) {
       return Status(st.code(), fmt::format("rank {} step {} action {} ({}): {}\n{}", rank_, step,
                                            to_string(a), pc, st.message(),

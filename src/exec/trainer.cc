@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -170,7 +171,12 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
   std::mutex summary_mu;
   auto body = [&](Transport& t) -> Status {
     const int32_t rank = t.rank();
-    PipelineRank pr(lowered, rank, t, opt.model, specs, opt.seed, opt.recompute, opt.exec);
+    ExecutorOptions eo = opt.exec;
+    if (rank == opt.debug_fail_rank) {
+      eo.fail_step = static_cast<int32_t>(opt.debug_fail_step);
+      eo.fail_stall_s = opt.debug_fail_mode == "stall" ? std::max(opt.debug_stall_seconds, 1e-3) : 0;
+    }
+    PipelineRank pr(lowered, rank, t, opt.model, specs, opt.seed, opt.recompute, eo);
     const bool needs_data =
         !opt.exec.emulated && (lowered.rank_of(0) == rank || lowered.rank_of(S - 1) == rank);
     std::unique_ptr<DataLoader> train_data, val_data;
