@@ -17,6 +17,8 @@
 //   backward_weight(mb)      W: only accumulates (+=) into the gradient arena; releases the stash.
 //   backward(mb, g)          B = I then W (bit-identical to calling them separately); it runs
 //                            each block's W right after its I, so its peak stash is lower.
+// forward and backward_input copy their inputs (tokens, targets, activations, grad_output): the
+// caller may reuse its buffers as soon as they return.
 // The span forward returns is owned by the stash of `mb` and stays valid until backward_input(mb);
 // the one backward_input returns until backward_weight(mb); the one backward returns until the
 // next backward on this stage. discard(mb) drops everything of mb.
