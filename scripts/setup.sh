@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas-dev libopenmpi-dev openmpi-bin
   libarchive-dev
   libexpat1-dev
+  chromium
 )
 PACKAGES+=(${TP_EXTRA_PACKAGES:-})
 

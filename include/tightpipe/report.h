@@ -1,0 +1,188 @@
+// The bubble report (`tightpipe report RUN_DIR`): reads what `tightpipe train --out-dir` wrote
+// (timeline_rank<R>.jsonl, summary.json, costs.json, schedule.csv, metrics.jsonl), explains every
+// rank's idle time per cause, replays the same lowered schedule in the simulator with the run's
+// measured costs (predicted vs measured, the gap and its largest contributors), re-simulates the
+// costs under other schedules (what-if), and renders a terminal table, a self-contained HTML page
+// (inline SVG and CSS), a Chrome trace and a costs.json that `simulate --costs` accepts.
+//
+// Idle causes (docs/report.md has the long form). Per rank and step, time [0, T] (T = the step's
+// end over all ranks) is busy (compute events F, I, W, B and the optimizer past the moment every
+// rank reached it) or idle; each idle instant gets exactly one cause, first match wins:
+//   data      covered by a `data` event (the loader);
+//   exposed   waiting for a message the peer had already posted (peer SEND start <= t < arrival);
+//             without overlap_p2p also the rank's own blocking SEND;
+//   fill      before the rank's first compute;
+//   drain     after the rank's last compute (includes waiting for the others at the optimizer);
+//   dependency waiting for a message the peer had not posted yet (t < peer SEND start);
+//   other     the rest (host overhead, waits whose peer timeline is missing).
+// Bubble ratio = idle / (P x T).
+//
+// Pure functions over plain data, except load_run/build_report/write_report (files).
+// Thread-compatible.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tightpipe/cost_model.h"
+#include "tightpipe/schedule.h"
+#include "tightpipe/simulator.h"
+#include "tightpipe/status.h"
+#include "tightpipe/timeline.h"
+
+namespace tightpipe {
+
+// ----- breakdown -------------------------------------------------------------------------------
+
+enum class BusyKind { kF = 0, kI, kW, kB, kOptimizer };
+inline constexpr int kNumBusyKinds = 5;
+enum class IdleCause { kFill = 0, kDrain, kDependency, kExposedComm, kData, kOther };
+inline constexpr int kNumIdleCauses = 6;
+
+std::string_view busy_kind_name(BusyKind kind);    // "F", "I", "W", "B", "optimizer"
+std::string_view idle_cause_name(IdleCause cause);  // "fill", "drain", "dependency wait", ...
+std::string_view idle_cause_color(IdleCause cause);
+
+struct RankBreakdown {
+  int32_t rank = 0;
+  bool present = true;                          // false: this rank's timeline is missing
+  std::array<double, kNumBusyKinds> busy{};     // time per busy kind
+  std::array<double, kNumIdleCauses> idle{};    // time per idle cause
+  double first_compute = 0, last_compute = 0;   // start of the first, end of the last F/I/W/B
+  double busy_total() const;
+  double idle_total() const;
+};
+
+struct StepBreakdown {
+  int32_t step = 0;
+  double step_time = 0;                            // T: latest event end over all ranks
+  std::vector<RankBreakdown> ranks;                // [P]
+  double bubble_ratio = 0;                         // idle / (present ranks x T)
+  std::array<double, kNumIdleCauses> cause_ratio{};  // per cause: idle / (present ranks x T)
+};
+
+struct BreakdownOptions {
+  bool overlap_p2p = true;  // false: a rank's own SEND blocks its compute lane (exposed comm)
+};
+
+// The breakdown of one step. `timeline` holds only that step's events, ranks in any order (a
+// missing rank is absent or empty); `num_ranks` is P.
+StepBreakdown breakdown_step(const Timeline& timeline, int32_t num_ranks, int32_t step,
+                             const BreakdownOptions& options = {});
+
+struct Spread {
+  double median = 0, p10 = 0, p90 = 0, min = 0, max = 0;
+};
+Spread spread_of(std::vector<double> values);
+
+// Steps aggregated: the median and spread of each quantity over the measured steps.
+struct BreakdownSummary {
+  std::vector<int32_t> steps;         // measured steps aggregated
+  std::vector<int32_t> warmup_steps;  // left out
+  Spread step_time, bubble_ratio;
+  std::array<Spread, kNumIdleCauses> cause_ratio;
+  // [P] medians over the steps, in time units.
+  std::vector<std::array<double, kNumBusyKinds>> rank_busy;
+  std::vector<std::array<double, kNumIdleCauses>> rank_idle;
+  std::vector<double> rank_bubble_ratio;  // median idle / T per rank
+};
+// REQUIRES: every step has the same number of ranks.
+BreakdownSummary summarize_steps(const std::vector<StepBreakdown>& steps, int64_t warmup_steps);
+
+// ----- run directory ---------------------------------------------------------------------------
+
+struct MetricPoint {
+  int64_t step = 0;
+  double loss = 0;
+  double step_time_s = 0;
+};
+
+struct RunData {
+  std::string dir;
+  int32_t num_ranks = 0;
+  std::string schedule_name;
+  int32_t vpp = 1;
+  int32_t microbatches = 0;
+  std::string transport, compute;
+  bool overlap_p2p = true;
+  int64_t warmup_steps_excluded = 1;
+  bool has_summary = false;
+  std::vector<double> measured_peak_act_bytes;   // [P] from summary.json (empty if absent)
+  std::vector<MetricPoint> metrics;              // metrics.jsonl
+  std::optional<CostModel> costs;                // costs.json
+  std::optional<Schedule> schedule;              // schedule.csv (lowered)
+  std::vector<RankTimeline> ranks;               // [P]; a missing rank has no events
+  std::vector<bool> rank_present;                // [P]
+  std::vector<std::string> warnings;             // what was missing or unreadable, and why
+};
+
+// Reads a run directory. Errors (naming the path): the directory does not exist or holds no
+// timeline_rank<R>.jsonl; summary.json, costs.json or schedule.csv exist but do not parse. A
+// missing or unreadable rank timeline, a truncated last line, missing optional files become
+// warnings (the rank is reported missing) and never a crash.
+Result<RunData> load_run(const std::string& dir);
+
+// ----- the report ------------------------------------------------------------------------------
+
+struct WhatIfSpec {
+  std::string name;    // generator name
+  int32_t chunks = 0;  // v; 0: the generator's default
+};
+// "zb-h1,zb-v,interleaved:2". Errors name the item.
+Result<std::vector<WhatIfSpec>> parse_what_if(std::string_view text);
+
+struct WhatIfResult {
+  std::string label;  // "interleaved:2"
+  std::string error;  // not empty: could not be simulated (why)
+  int32_t chunks = 1;
+  double makespan = 0, bubble_ratio = 0;
+  double step_saving = 0;       // baseline prediction - makespan (time units; > 0 saves)
+  double gpu_hours_saved = 0;   // steps x step_saving x P / 3600 (time unit s)
+  double bubble_saving = 0;     // baseline bubble ratio - bubble_ratio
+  double peak_act_bytes = 0;    // max over ranks
+  double peak_act_delta = 0;    // vs the baseline prediction (> 0 costs memory)
+};
+
+struct GapItem {
+  int32_t rank = 0;
+  std::string category;  // "exposed comm", "F"...
+  double delta = 0;      // measured - predicted, time units
+  std::string text;      // "rank 2: 3.1 ms of exposed comm not in the prediction"
+};
+
+struct ReportOptions {
+  std::vector<WhatIfSpec> what_if;
+};
+
+struct Report {
+  RunData run;
+  std::vector<StepBreakdown> steps;  // every complete step
+  BreakdownSummary summary;
+  int32_t shown_step = -1;           // the measured step drawn (median step time)
+  Timeline measured;                 // that step's events
+  const StepBreakdown* shown() const;
+  // Prediction (empty when costs.json or schedule.csv is missing).
+  bool has_prediction = false;
+  std::string prediction_error;
+  SimResult predicted;
+  StepBreakdown predicted_breakdown;
+  std::vector<double> gap_per_rank;  // [P] measured - predicted last compute end
+  double gap_total = 0;              // measured step time - predicted makespan
+  std::vector<GapItem> gap_contributors;  // largest first
+  std::vector<WhatIfResult> what_ifs;
+};
+
+Result<Report> build_report(const std::string& run_dir, const ReportOptions& options = {});
+
+// The terminal table.
+std::string format_report_text(const Report& report);
+// The self-contained page (inline SVG and CSS, no script, no network).
+std::string report_html(const Report& report);
+// Writes report.html, trace.json (every step, one after another) and costs.json into out_dir.
+Status write_report(const Report& report, const std::string& out_dir);
+
+}  // namespace tightpipe

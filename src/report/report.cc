@@ -1,0 +1,468 @@
+// build_report: breakdown per step, prediction, gap, what-if; the terminal table; the files.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "tightpipe/base.h"
+#include "tightpipe/prof.h"
+#include "tightpipe/report.h"
+#include "report/report_internal.h"
+
+namespace tightpipe {
+
+namespace report_internal {
+
+std::string fmt_time(double t, const std::string& unit) {
+  if (unit == "s") {
+    const double a = std::abs(t);
+    if (a >= 10) return fmt::format("{:.2f} s", t);
+    if (a >= 1e-3 || a == 0) return fmt::format("{:.2f} ms", t * 1e3);
+    return fmt::format("{:.1f} us", t * 1e6);
+  }
+  return fmt::format("{:.4g} {}", t, unit);
+}
+
+std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
+
+}  // namespace report_internal
+
+using report_internal::fmt_time;
+using report_internal::pct;
+
+const StepBreakdown* Report::shown() const {
+  for (const auto& s : steps)
+    if (s.step == shown_step) return &s;
+  return nullptr;
+}
+
+Result<std::vector<WhatIfSpec>> parse_what_if(std::string_view text) {
+  std::vector<WhatIfSpec> out;
+  for (const std::string& raw : split(text, ',')) {
+    const std::string item(trim(raw));
+    if (item.empty()) continue;
+    WhatIfSpec w;
+    const size_t colon = item.find(':');
+    w.name = item.substr(0, colon);
+    if (colon != std::string::npos) {
+      auto v = parse_int(item.substr(colon + 1));
+      if (!v.ok() || *v < 1 || *v > 64) {
+        return Status::invalid_argument(fmt::format(
+            "--what-if '{}': chunks after ':' must be an integer in [1, 64]; hint: "
+            "--what-if zb-h1,zb-v,interleaved:2",
+            item));
+      }
+      w.chunks = static_cast<int32_t>(*v);
+    }
+    if (!find_generator(w.name)) {
+      std::vector<std::string> names;
+      for (const auto& g : schedule_generators()) names.push_back(g.name);
+      return Status::invalid_argument(fmt::format("--what-if '{}': unknown schedule '{}'; hint: one of {}",
+                                                  item, w.name, join(names, ", ")));
+    }
+    out.push_back(w);
+  }
+  if (out.empty()) {
+    return Status::invalid_argument(
+        fmt::format("--what-if '{}': no schedule named; hint: --what-if zb-h1,zb-v,interleaved:2", text));
+  }
+  return out;
+}
+
+namespace {
+
+double median(std::vector<double> v) { return spread_of(std::move(v)).median; }
+
+// Median per (stage, kind) of the measured steps' compute times: a cost table like the trainer's.
+Result<CostModel> costs_from_timelines(const RunData& run, const std::set<int32_t>& steps,
+                                       int32_t num_stages) {
+  std::map<std::pair<int32_t, int>, std::vector<double>> time, bytes;
+  std::map<int32_t, std::vector<double>> msg;
+  for (const auto& rt : run.ranks) {
+    for (const auto& e : rt.events) {
+      if (!steps.contains(e.step)) continue;
+      int k = -1;
+      switch (e.kind) {
+        case EventKind::kForward: k = 0; break;
+        case EventKind::kBackwardInput: k = 1; break;
+        case EventKind::kBackwardWeight: k = 2; break;
+        case EventKind::kBackward: k = 3; break;
+        case EventKind::kSend: msg[e.stage].push_back(static_cast<double>(e.bytes)); break;
+        case EventKind::kRecv: case EventKind::kData: case EventKind::kOptimizer:
+        case EventKind::kOther: break;
+      }
+      if (k < 0 || e.stage < 0 || e.stage >= num_stages) continue;
+      time[{e.stage, k}].push_back(e.end - e.start);
+      bytes[{e.stage, k}].push_back(static_cast<double>(e.bytes));
+    }
+  }
+  std::vector<StageCost> stages(num_stages);
+  for (int32_t s = 0; s < num_stages; ++s) {
+    auto get = [&](int k) { auto it = time.find({s, k}); return it == time.end() ? -1.0 : median(it->second); };
+    const double f = get(0), i = get(1), w = get(2), b = get(3);
+    if (f < 0 || (b < 0 && i < 0)) {
+      return Status::not_found(fmt::format(
+          "no measured F/B events for stage {} (its rank's timeline is missing)", s));
+    }
+    StageCost& c = stages[s];
+    c.f = f;
+    c.b = b >= 0 ? b : i + std::max(0.0, w);
+    c.i = i >= 0 ? i : c.b / 2;
+    c.w = w >= 0 ? w : c.b - c.i;
+    c.recompute = c.f;
+    const double act = bytes.contains({s, 0}) ? median(bytes[{s, 0}]) : 0;
+    c.act_bytes = std::max(0.0, act);
+    const double after_i = bytes.contains({s, 1}) ? median(bytes[{s, 1}]) : 0;
+    c.act_after_i_bytes = std::clamp(c.act_bytes + after_i, 0.0, c.act_bytes);
+    c.input_bytes = c.act_bytes;
+    if (msg.contains(s)) c.message_bytes = static_cast<int64_t>(median(msg[s]));
+  }
+  return CostModel(stages, LinkCost{}, "s", "measured timelines");
+}
+
+// Per-stage costs for another placement: the rank totals of the run divided by the new v.
+CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
+                       const Schedule& target) {
+  const int32_t P = run_sched.num_ranks;
+  std::vector<StageCost> totals(P);
+  for (auto& t : totals) t = StageCost{0, 0, 0, 0, 0};
+  for (int32_t s = 0; s < run_sched.num_stages; ++s) {
+    const StageCost& c = run_costs.stage(s);
+    StageCost& t = totals[run_sched.rank_of(s)];
+    t.f += c.f; t.i += c.i; t.w += c.w; t.b += c.b; t.recompute += c.recompute;
+    t.act_bytes += c.act_bytes; t.act_after_i_bytes += c.act_after_i_bytes;
+    t.input_bytes += c.input_bytes; t.param_bytes += c.param_bytes; t.grad_bytes += c.grad_bytes;
+    t.optimizer_bytes += c.optimizer_bytes;
+    t.message_bytes = std::max(t.message_bytes, c.message_bytes);
+  }
+  const double v = target.chunks();
+  std::vector<StageCost> out(target.num_stages);
+  for (int32_t s = 0; s < target.num_stages; ++s) {
+    const StageCost& t = totals[target.rank_of(s)];
+    StageCost& c = out[s];
+    c.f = t.f / v; c.i = t.i / v; c.w = t.w / v; c.b = t.b / v; c.recompute = t.recompute / v;
+    c.act_bytes = t.act_bytes / v; c.act_after_i_bytes = t.act_after_i_bytes / v;
+    c.input_bytes = t.input_bytes / v; c.param_bytes = t.param_bytes / v;
+    c.grad_bytes = t.grad_bytes / v; c.optimizer_bytes = t.optimizer_bytes / v;
+    c.message_bytes = t.message_bytes;
+  }
+  return CostModel(out, run_costs.link(), run_costs.time_unit(), "derived from " + run_costs.source());
+}
+
+double max_peak(const SimResult& r) {
+  double m = 0;
+  for (const auto& x : r.ranks) m = std::max(m, x.peak_activation_bytes);
+  return m;
+}
+
+}  // namespace
+
+Result<Report> build_report(const std::string& run_dir, const ReportOptions& options) {
+  Report rep;
+  TP_ASSIGN_OR_RETURN(rep.run, load_run(run_dir));
+  const RunData& run = rep.run;
+  const int32_t P = run.num_ranks;
+
+  // Events per step; a step counts when every present rank finished it (has its optimizer event
+  // or, for timelines without one, any event).
+  std::map<int32_t, Timeline> per_step;
+  std::map<int32_t, std::set<int32_t>> finished;
+  for (int32_t r = 0; r < P; ++r) {
+    if (!run.rank_present[r]) continue;
+    for (const auto& e : run.ranks[r].events) {
+      Timeline& tl = per_step[e.step];
+      if (tl.ranks.empty()) {
+        tl.ranks.resize(P);
+        for (int32_t q = 0; q < P; ++q) tl.ranks[q].rank = q;
+      }
+      tl.ranks[r].events.push_back(e);
+      if (e.kind == EventKind::kOptimizer) finished[e.step].insert(r);
+    }
+  }
+  bool any_optimizer = !finished.empty();
+  int32_t present = 0;
+  for (bool b : run.rank_present) present += b;
+  std::vector<int32_t> incomplete;
+  for (auto& [step, tl] : per_step) {
+    bool complete = true;
+    for (int32_t r = 0; r < P; ++r) {
+      if (!run.rank_present[r]) continue;
+      if (any_optimizer ? !finished[step].contains(r) : tl.ranks[r].events.empty()) complete = false;
+    }
+    if (!complete) {
+      incomplete.push_back(step);
+      continue;
+    }
+    rep.steps.push_back(breakdown_step(tl, P, step, {run.overlap_p2p}));
+  }
+  if (!incomplete.empty()) {
+    std::vector<std::string> s;
+    for (int32_t k : incomplete) s.push_back(std::to_string(k));
+    rep.run.warnings.push_back(fmt::format(
+        "step(s) {} are incomplete on some rank (truncated timeline?): left out", join(s, ", ")));
+  }
+  if (rep.steps.empty()) {
+    return Status::corruption(fmt::format(
+        "run directory '{}': no complete step in the rank timelines; hint: the run may have died "
+        "in its first step",
+        run_dir));
+  }
+  rep.summary = summarize_steps(rep.steps, run.warmup_steps_excluded);
+  // The step drawn: the measured step whose time is closest to the median.
+  double best = 1e300;
+  for (const auto& s : rep.steps) {
+    if (std::find(rep.summary.steps.begin(), rep.summary.steps.end(), s.step) ==
+        rep.summary.steps.end())
+      continue;
+    const double d = std::abs(s.step_time - rep.summary.step_time.median);
+    if (d < best) {
+      best = d;
+      rep.shown_step = s.step;
+    }
+  }
+  rep.measured = per_step[rep.shown_step];
+  rep.measured.time_unit = "s";
+
+  // Prediction: the same lowered schedule under the run's costs.
+  std::optional<CostModel> costs = run.costs;
+  if (!costs && run.schedule && present == P) {
+    std::set<int32_t> used(rep.summary.steps.begin(), rep.summary.steps.end());
+    auto c = costs_from_timelines(run, used, run.schedule->num_stages);
+    if (c.ok()) {
+      costs = std::move(*c);
+      rep.run.warnings.push_back("costs derived from the timelines (no link latency known)");
+    } else {
+      rep.prediction_error = c.status().message();
+    }
+  }
+  if (costs) rep.run.costs = costs;
+  if (!run.schedule) {
+    rep.prediction_error = "schedule.csv missing or unreadable";
+  } else if (!costs) {
+    if (rep.prediction_error.empty()) rep.prediction_error = "no cost table (costs.json missing)";
+  } else if (Status st = costs->covers(*run.schedule); !st.ok()) {
+    rep.prediction_error = st.message();
+  } else {
+    SimOptions so;
+    so.comm_mode = run.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+    auto sim = simulate(*run.schedule, *costs, so);
+    if (!sim.ok()) {
+      rep.prediction_error = sim.status().message();
+    } else {
+      rep.has_prediction = true;
+      rep.predicted = std::move(*sim);
+      rep.predicted_breakdown = breakdown_step(rep.predicted.timeline, P, 0, {run.overlap_p2p});
+    }
+  }
+  if (rep.has_prediction) {
+    const std::string& unit = rep.predicted.time_unit;
+    rep.gap_total = rep.summary.step_time.median - rep.predicted.makespan;
+    rep.gap_per_rank.assign(P, 0);
+    std::vector<GapItem> items;
+    for (int32_t r = 0; r < P; ++r) {
+      if (!run.rank_present[r]) continue;
+      std::vector<double> last;
+      for (const auto& s : rep.steps)
+        if (std::find(rep.summary.steps.begin(), rep.summary.steps.end(), s.step) !=
+            rep.summary.steps.end())
+          last.push_back(s.ranks[r].last_compute);
+      rep.gap_per_rank[r] = median(last) - rep.predicted_breakdown.ranks[r].last_compute;
+      for (int k = 0; k < kNumBusyKinds; ++k) {
+        const double m = rep.summary.rank_busy[r][k], p = rep.predicted_breakdown.ranks[r].busy[k];
+        if (m - p <= 0) continue;
+        const std::string name(busy_kind_name(static_cast<BusyKind>(k)));
+        items.push_back({r, name, m - p,
+                         fmt::format("rank {}: {} took {} more than predicted ({} vs {})", r, name,
+                                     fmt_time(m - p, unit), fmt_time(m, unit), fmt_time(p, unit))});
+      }
+      for (int c = 0; c < kNumIdleCauses; ++c) {
+        const double m = rep.summary.rank_idle[r][c], p = rep.predicted_breakdown.ranks[r].idle[c];
+        if (m - p <= 0) continue;
+        const std::string name(idle_cause_name(static_cast<IdleCause>(c)));
+        items.push_back({r, name, m - p,
+                         fmt::format("rank {}: {} of {} not in the prediction ({} measured, {} "
+                                     "predicted)",
+                                     r, fmt_time(m - p, unit), name, fmt_time(m, unit),
+                                     fmt_time(p, unit))});
+      }
+    }
+    std::sort(items.begin(), items.end(),
+              [](const GapItem& a, const GapItem& b) { return a.delta > b.delta; });
+    const double floor = 0.005 * rep.summary.step_time.median;
+    for (const auto& it : items) {
+      if (rep.gap_contributors.size() >= 6 || it.delta < floor) break;
+      rep.gap_contributors.push_back(it);
+    }
+  }
+
+  // What-if: the run's costs, per rank, under other schedules.
+  for (const WhatIfSpec& w : options.what_if) {
+    WhatIfResult res;
+    res.label = w.chunks > 0 ? fmt::format("{}:{}", w.name, w.chunks) : w.name;
+    if (!rep.has_prediction) {
+      res.error = "no prediction for the run itself: " + rep.prediction_error;
+      rep.what_ifs.push_back(res);
+      continue;
+    }
+    GeneratorOptions go;
+    go.ranks = P;
+    go.microbatches = run.schedule->num_microbatches;
+    const GeneratorInfo* g = find_generator(w.name);
+    go.chunks = w.chunks > 0 ? w.chunks : (g && g->fixed_chunks > 0 ? g->fixed_chunks : 1);
+    res.chunks = go.chunks;
+    auto sched = generate_schedule(w.name, go);
+    Result<Schedule> lowered = sched.ok() ? lower(*sched) : Result<Schedule>(sched.status());
+    if (!lowered.ok()) {
+      res.error = lowered.status().message();
+      rep.what_ifs.push_back(res);
+      continue;
+    }
+    const CostModel derived = derive_costs(*costs, *run.schedule, *lowered);
+    SimOptions so;
+    so.comm_mode = run.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+    so.record_timeline = false;
+    auto sim = simulate(*lowered, derived, so);
+    if (!sim.ok()) {
+      res.error = sim.status().message();
+      rep.what_ifs.push_back(res);
+      continue;
+    }
+    res.makespan = sim->makespan;
+    res.bubble_ratio = sim->bubble_ratio;
+    res.step_saving = rep.predicted.makespan - sim->makespan;
+    res.bubble_saving = rep.predicted.bubble_ratio - sim->bubble_ratio;
+    const double steps = static_cast<double>(
+        std::max<size_t>(rep.run.metrics.size(), rep.steps.size()));
+    res.gpu_hours_saved = costs->time_unit() == "s" ? steps * res.step_saving * P / 3600.0 : 0;
+    res.peak_act_bytes = max_peak(*sim);
+    res.peak_act_delta = res.peak_act_bytes - max_peak(rep.predicted);
+    rep.what_ifs.push_back(res);
+  }
+  return rep;
+}
+
+std::string format_report_text(const Report& rep) {
+  const RunData& run = rep.run;
+  const auto& sm = rep.summary;
+  std::string out;
+  out += fmt::format("tightpipe report: {}\n", run.dir);
+  out += fmt::format("run: {}, p={}, v={}, m={}{}{}\n",
+                     run.schedule_name.empty() ? "?" : run.schedule_name, run.num_ranks, run.vpp,
+                     run.microbatches, run.transport.empty() ? "" : ", " + run.transport,
+                     run.compute.empty() ? "" : ", " + run.compute + " compute");
+  std::vector<std::string> missing;
+  for (int32_t r = 0; r < run.num_ranks; ++r)
+    if (!run.rank_present[r]) missing.push_back(std::to_string(r));
+  if (!missing.empty()) out += fmt::format("MISSING RANKS: {} (see warnings)\n", join(missing, ", "));
+  out += fmt::format("steps: {} measured, {} warm-up left out; shown step {}\n", sm.steps.size(),
+                     sm.warmup_steps.size(), rep.shown_step);
+  out += fmt::format("step time: median {} (p10 {}, p90 {}, min {}, max {})\n",
+                     fmt_time(sm.step_time.median, "s"), fmt_time(sm.step_time.p10, "s"),
+                     fmt_time(sm.step_time.p90, "s"), fmt_time(sm.step_time.min, "s"),
+                     fmt_time(sm.step_time.max, "s"));
+  out += fmt::format("bubble: measured {} (p10 {}, p90 {})", pct(sm.bubble_ratio.median),
+                     pct(sm.bubble_ratio.p10), pct(sm.bubble_ratio.p90));
+  if (rep.has_prediction) {
+    out += fmt::format(", predicted {} (simulator, measured costs)\n", pct(rep.predicted.bubble_ratio));
+  } else {
+    out += fmt::format("; no prediction: {}\n", rep.prediction_error);
+  }
+  out += "idle by cause (share of P x step time):";
+  for (int c = 0; c < kNumIdleCauses; ++c)
+    out += fmt::format(" {} {}{}", idle_cause_name(static_cast<IdleCause>(c)),
+                       pct(sm.cause_ratio[c].median), c + 1 < kNumIdleCauses ? "," : "");
+  out += "\n\nper rank (median over measured steps, ms):\n";
+  out += fmt::format("{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} | {:>7}",
+                     "rank", "F", "I", "W", "B", "optim", "fill", "drain", "dep", "exp.comm",
+                     "data", "other", "bubble");
+  if (rep.has_prediction) out += fmt::format(" {:>7} {:>9}", "pred", "gap");
+  out += "\n";
+  for (int32_t r = 0; r < run.num_ranks; ++r) {
+    if (!run.rank_present[r]) {
+      out += fmt::format("{:<5} missing\n", r);
+      continue;
+    }
+    out += fmt::format("{:<5}", r);
+    for (int k = 0; k < kNumBusyKinds; ++k) out += fmt::format(" {:>8.2f}", 1e3 * sm.rank_busy[r][k]);
+    out += " |";
+    for (int c = 0; c < kNumIdleCauses; ++c)
+      out += fmt::format(" {:>{}.2f}", 1e3 * sm.rank_idle[r][c], c == 3 ? 8 : 7);
+    out += fmt::format(" | {:>7}", pct(sm.rank_bubble_ratio[r]));
+    if (rep.has_prediction) {
+      const double pb = rep.predicted.makespan > 0
+                            ? rep.predicted_breakdown.ranks[r].idle_total() / rep.predicted.makespan
+                            : 0;
+      out += fmt::format(" {:>7} {:>9}", pct(pb), fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit));
+    }
+    out += "\n";
+  }
+  if (rep.has_prediction) {
+    out += fmt::format("\npredicted step {} vs measured {}: gap {}\n",
+                       fmt_time(rep.predicted.makespan, rep.predicted.time_unit),
+                       fmt_time(sm.step_time.median, "s"), fmt_time(rep.gap_total, "s"));
+    if (!rep.gap_contributors.empty()) out += "largest contributors to the gap:\n";
+    for (const auto& g : rep.gap_contributors) out += "  " + g.text + "\n";
+  }
+  if (!rep.what_ifs.empty()) {
+    out += "\nwhat-if (the run's measured costs per rank, re-simulated):\n";
+    out += fmt::format("{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14} {:>14}\n", "schedule", "v",
+                       "step", "bubble", "saves/step", "bubble -", "GPU-h saved", "peak act (+)");
+    for (const auto& w : rep.what_ifs) {
+      if (!w.error.empty()) {
+        out += fmt::format("{:<16} error: {}\n", w.label, w.error.substr(0, w.error.find('\n')));
+        continue;
+      }
+      out += fmt::format("{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14.4g} {:>14}\n", w.label,
+                         w.chunks, fmt_time(w.makespan, rep.predicted.time_unit), pct(w.bubble_ratio),
+                         fmt_time(w.step_saving, rep.predicted.time_unit),
+                         fmt::format("{:.1f} pp", 100 * w.bubble_saving), w.gpu_hours_saved,
+                         fmt::format("{} ({}{})", human_bytes(w.peak_act_bytes),
+                                     w.peak_act_delta >= 0 ? "+" : "-",
+                                     human_bytes(std::abs(w.peak_act_delta))));
+    }
+  }
+  if (!run.warnings.empty()) {
+    out += "\nwarnings:\n";
+    for (const auto& w : run.warnings) out += "  " + w + "\n";
+  }
+  return out;
+}
+
+Status write_report(const Report& rep, const std::string& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Status::io_error(fmt::format("--out '{}': {}", out_dir, ec.message()));
+  TP_RETURN_IF_ERROR(write_file(out_dir + "/report.html", report_html(rep)));
+  // The trace: every complete step one after another (each step's origin moved to the end of the
+  // previous one), one process per rank.
+  Timeline all;
+  all.time_unit = "s";
+  all.ranks.resize(rep.run.num_ranks);
+  for (int32_t r = 0; r < rep.run.num_ranks; ++r) all.ranks[r].rank = r;
+  std::map<int32_t, double> offset;
+  double t = 0;
+  for (const auto& s : rep.steps) {
+    offset[s.step] = t;
+    t += s.step_time;
+  }
+  for (int32_t r = 0; r < rep.run.num_ranks; ++r) {
+    for (const auto& e : rep.run.ranks[r].events) {
+      auto it = offset.find(e.step);
+      if (it == offset.end()) continue;
+      TimelineEvent x = e;
+      x.start += it->second;
+      x.end += it->second;
+      all.ranks[r].events.push_back(std::move(x));
+    }
+  }
+  TP_RETURN_IF_ERROR(write_chrome_trace(out_dir + "/trace.json", all));
+  if (rep.run.costs) {
+    TP_RETURN_IF_ERROR(write_file(out_dir + "/costs.json", cost_table_to_json(*rep.run.costs)));
+  }
+  return OkStatus();
+}
+
+}  // namespace tightpipe

@@ -1,0 +1,398 @@
+// The bubble report: idle causes on hand-built and emulated timelines with known injected delays
+// (slow link, slow loader), bad run directories, the Chrome trace of a real run, the CLI.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "run.h"
+#include "tightpipe/base.h"
+#include "tightpipe/report.h"
+#include "tightpipe/trainer.h"
+
+namespace tightpipe {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr double kMs = 1e-3;
+
+double cause(const StepBreakdown& s, IdleCause c) { return s.cause_ratio[static_cast<int>(c)]; }
+double ratio(const BreakdownSummary& s, IdleCause c) {
+  return s.cause_ratio[static_cast<int>(c)].median;
+}
+
+TimelineEvent ev(const std::string& name, EventKind kind, Lane lane, double t0, double t1) {
+  TimelineEvent e;
+  auto a = parse_action(name);
+  if (a.ok()) {
+    e.stage = a->stage;
+    e.microbatch = a->microbatch;
+  }
+  e.name = name;
+  e.kind = kind;
+  e.lane = lane;
+  e.start = t0;
+  e.end = t1;
+  return e;
+}
+
+// GPipe p = 2, m = 1, F = 4, B = 8, link 3 (ms): every cause at a known place.
+TEST(BreakdownTest, HandBuiltTimelineGetsEveryCauseRight) {
+  Timeline tl;
+  tl.ranks.resize(2);
+  tl.ranks[0].rank = 0;
+  tl.ranks[1].rank = 1;
+  auto& r0 = tl.ranks[0].events;
+  auto& r1 = tl.ranks[1].events;
+  r0.push_back(ev("data", EventKind::kData, Lane::kData, 0, 1));
+  r0.push_back(ev("0F0", EventKind::kForward, Lane::kCompute, 1, 5));
+  r0.push_back(ev("0SEND_F0", EventKind::kSend, Lane::kComm, 5, 8));
+  r0.push_back(ev("0RECV_B0", EventKind::kRecv, Lane::kComm, 5, 23));
+  r0.push_back(ev("0B0", EventKind::kBackward, Lane::kCompute, 23, 31));
+  r0.push_back(ev("optimizer", EventKind::kOptimizer, Lane::kCompute, 31, 32));
+  r1.push_back(ev("1RECV_F0", EventKind::kRecv, Lane::kComm, 0, 8));
+  r1.push_back(ev("1F0", EventKind::kForward, Lane::kCompute, 8, 12));
+  r1.push_back(ev("1B0", EventKind::kBackward, Lane::kCompute, 12, 20));
+  r1.push_back(ev("1SEND_B0", EventKind::kSend, Lane::kComm, 20, 23));
+  r1.push_back(ev("optimizer", EventKind::kOptimizer, Lane::kCompute, 20, 32));
+  auto s = breakdown_step(tl, 2, 0);
+  EXPECT_DOUBLE_EQ(s.step_time, 32);
+  const auto& a = s.ranks[0];
+  EXPECT_DOUBLE_EQ(a.busy[0], 4);
+  EXPECT_DOUBLE_EQ(a.busy[3], 8);
+  EXPECT_DOUBLE_EQ(a.busy[4], 1);  // optimizer past the sync point (31)
+  EXPECT_DOUBLE_EQ(a.idle[static_cast<int>(IdleCause::kData)], 1);
+  EXPECT_DOUBLE_EQ(a.idle[static_cast<int>(IdleCause::kDependency)], 15);  // 5..20
+  EXPECT_DOUBLE_EQ(a.idle[static_cast<int>(IdleCause::kExposedComm)], 3);  // 20..23
+  EXPECT_DOUBLE_EQ(a.idle_total(), 19);
+  const auto& b = s.ranks[1];
+  EXPECT_DOUBLE_EQ(b.idle[static_cast<int>(IdleCause::kFill)], 5);         // 0..5
+  EXPECT_DOUBLE_EQ(b.idle[static_cast<int>(IdleCause::kExposedComm)], 3);  // 5..8
+  EXPECT_DOUBLE_EQ(b.idle[static_cast<int>(IdleCause::kDrain)], 11);       // 20..31
+  EXPECT_DOUBLE_EQ(b.busy[4], 1);
+  EXPECT_NEAR(s.bubble_ratio, (19.0 + 19.0) / 64, 1e-12);
+  EXPECT_NEAR(cause(s, IdleCause::kExposedComm), 6.0 / 64, 1e-12);
+  // A missing peer: the wait cannot be split and is "other"; the rank is marked missing.
+  Timeline only0;
+  only0.ranks = {tl.ranks[0]};
+  auto m = breakdown_step(only0, 2, 0);
+  EXPECT_FALSE(m.ranks[1].present);
+  EXPECT_DOUBLE_EQ(m.ranks[0].idle[static_cast<int>(IdleCause::kOther)], 18);
+}
+
+TEST(BreakdownTest, SpreadAndWarmup) {
+  auto s = spread_of({5, 1, 3, 2, 4});
+  EXPECT_DOUBLE_EQ(s.median, 3);
+  EXPECT_DOUBLE_EQ(s.min, 1);
+  EXPECT_DOUBLE_EQ(s.max, 5);
+  std::vector<StepBreakdown> steps(4);
+  for (int k = 0; k < 4; ++k) {
+    steps[k].step = k;
+    steps[k].step_time = k == 0 ? 100 : 10 + k;
+    steps[k].ranks.resize(1);
+  }
+  auto sum = summarize_steps(steps, 1);
+  EXPECT_EQ(sum.warmup_steps, std::vector<int32_t>{0});
+  EXPECT_EQ(sum.steps.size(), 3u);
+  EXPECT_DOUBLE_EQ(sum.step_time.median, 12);
+}
+
+TEST(WhatIfTest, Parse) {
+  auto w = parse_what_if("zb-h1, zb-v,interleaved:2");
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  ASSERT_EQ(w->size(), 3u);
+  EXPECT_EQ((*w)[2].name, "interleaved");
+  EXPECT_EQ((*w)[2].chunks, 2);
+  EXPECT_FALSE(parse_what_if("nope").ok());
+  EXPECT_FALSE(parse_what_if("interleaved:x").ok());
+  EXPECT_NE(parse_what_if("nope").status().message().find("nope"), std::string::npos);
+}
+
+TrainOptions emulated(const std::string& out, const std::string& schedule, int pp, int m) {
+  TrainOptions o;
+  o.model.num_layers = 4;
+  o.model.hidden_size = 32;
+  o.model.num_heads = 2;
+  o.model.seq_length = 32;
+  o.model.micro_batch_size = 4;
+  o.schedule = schedule;
+  o.pp = pp;
+  o.microbatches = m;
+  o.train_iters = 4;
+  o.lr.lr = 3e-3f;
+  o.out_dir = out;
+  o.progress = false;
+  o.exec.emulated = true;
+  o.exec.costs = EmulatedCompute::parse("f=4,b=8").value();
+  return o;
+}
+
+// GPipe p = 2, m = 4, F = 4 ms, B = 8 ms, 3 ms per message. Closed form (ms): rank 1 waits 4 for
+// 0F0 to finish (fill) and 3 for it to cross the link (exposed); rank 0 waits 15 for 1B0 (from 16
+// to 31: dependency) and 3 for its gradient to cross (exposed); rank 1 drains 11. Step 66.
+TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
+  const std::string out = testutil::make_temp_dir("tp-rep-link");
+  TrainOptions o = emulated(out, "gpipe", 2, 4);
+  o.world.link = parse_link_options("latency_us=3000").value();
+  auto s = run_training(o);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  auto rep = build_report(out);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  const auto& sm = rep->summary;
+  const double T = sm.step_time.median;
+  EXPECT_NEAR(T, 66 * kMs, 4 * kMs);
+  const double PT = 2 * T;
+  EXPECT_NEAR(ratio(sm, IdleCause::kExposedComm), 6 * kMs / PT, 0.02);
+  EXPECT_NEAR(ratio(sm, IdleCause::kDependency), 15 * kMs / PT, 0.02);
+  EXPECT_NEAR(ratio(sm, IdleCause::kFill), 4 * kMs / PT, 0.02);
+  EXPECT_NEAR(ratio(sm, IdleCause::kDrain), 11 * kMs / PT, 0.02);
+  EXPECT_LT(ratio(sm, IdleCause::kData), 0.02);
+  EXPECT_LT(ratio(sm, IdleCause::kOther), 0.02);
+  std::printf("slow link: T %.2f ms, exposed %.2f%% (expected %.2f%%), dependency %.2f%% (%.2f%%), "
+              "fill %.2f%% (%.2f%%), drain %.2f%% (%.2f%%), other %.2f%%\n",
+              T / kMs, 100 * ratio(sm, IdleCause::kExposedComm), 100 * 6 * kMs / PT,
+              100 * ratio(sm, IdleCause::kDependency), 100 * 15 * kMs / PT,
+              100 * ratio(sm, IdleCause::kFill), 100 * 4 * kMs / PT,
+              100 * ratio(sm, IdleCause::kDrain), 100 * 11 * kMs / PT,
+              100 * ratio(sm, IdleCause::kOther));
+  // The prediction (costs.json carries the link) explains the same run.
+  ASSERT_TRUE(rep->has_prediction) << rep->prediction_error;
+  EXPECT_NEAR(rep->predicted.makespan, 66 * kMs, 3 * kMs);
+  EXPECT_NEAR(rep->predicted_breakdown.cause_ratio[static_cast<int>(IdleCause::kExposedComm)],
+              6.0 / 132, 0.01);
+  EXPECT_LT(std::abs(rep->gap_total), 5 * kMs);
+  // Without the slow link, no exposed communication.
+  const std::string out2 = testutil::make_temp_dir("tp-rep-nolink");
+  o = emulated(out2, "gpipe", 2, 4);
+  ASSERT_TRUE(run_training(o).ok());
+  auto rep2 = build_report(out2);
+  ASSERT_TRUE(rep2.ok()) << rep2.status().to_string();
+  EXPECT_LT(ratio(rep2->summary, IdleCause::kExposedComm), 0.02);
+}
+
+// 1F1B p = 4, m = 8; the loader sleeps 5 ms per microbatch on the first and the last rank: 2 x 8
+// x 5 ms of data wait per step.
+TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
+  const std::string out = testutil::make_temp_dir("tp-rep-data");
+  TrainOptions o = emulated(out, "1f1b", 4, 8);
+  o.data_delay_ms = 5;
+  auto s = run_training(o);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  ReportOptions ro;
+  ro.what_if = parse_what_if("zb-h1,zb-v,interleaved:2").value();
+  auto rep = build_report(out, ro);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  const auto& sm = rep->summary;
+  const double T = sm.step_time.median;
+  const double expected = 2 * 8 * 5 * kMs / (4 * T);
+  EXPECT_NEAR(ratio(sm, IdleCause::kData), expected, 0.02);
+  EXPECT_LT(ratio(sm, IdleCause::kExposedComm), 0.02);
+  EXPECT_LT(ratio(sm, IdleCause::kOther), 0.02);
+  std::printf("slow loader: T %.2f ms, data wait %.2f%% (expected %.2f%%), other %.2f%%\n", T / kMs,
+              100 * ratio(sm, IdleCause::kData), 100 * expected, 100 * ratio(sm, IdleCause::kOther));
+  // Per rank: only the first and the last rank wait for data, 40 ms each.
+  EXPECT_NEAR(sm.rank_idle[0][static_cast<int>(IdleCause::kData)], 40 * kMs, 3 * kMs);
+  EXPECT_NEAR(sm.rank_idle[3][static_cast<int>(IdleCause::kData)], 40 * kMs, 3 * kMs);
+  EXPECT_LT(sm.rank_idle[1][static_cast<int>(IdleCause::kData)], 1 * kMs);
+  // The prediction has no loader: the data wait is named as the gap's largest contributor.
+  ASSERT_TRUE(rep->has_prediction) << rep->prediction_error;
+  bool named = false;
+  for (const auto& g : rep->gap_contributors) {
+    std::printf("gap contributor: %s\n", g.text.c_str());
+    if (g.category == "data wait" && (g.rank == 0 || g.rank == 3)) {
+      named = true;
+      EXPECT_NEAR(g.delta, 40 * kMs, 3 * kMs) << g.text;
+    }
+  }
+  EXPECT_TRUE(named) << "the loader's 40 ms per rank is not among the gap's contributors";
+  // What-if: every schedule simulated; zb-h1 does not lose to 1f1b.
+  ASSERT_EQ(rep->what_ifs.size(), 3u);
+  for (const auto& w : rep->what_ifs) {
+    EXPECT_TRUE(w.error.empty()) << w.label << ": " << w.error;
+    EXPECT_GT(w.makespan, 0) << w.label;
+  }
+  EXPECT_GE(rep->what_ifs[0].step_saving, -1e-9);
+  EXPECT_EQ(rep->what_ifs[1].chunks, 2);
+  const std::string text = format_report_text(*rep);
+  EXPECT_NE(text.find("data wait"), std::string::npos) << text;
+  EXPECT_NE(text.find("what-if"), std::string::npos) << text;
+  std::printf("%s", text.c_str());
+}
+
+// ----- bad input ---------------------------------------------------------------------------------
+
+class BadRunDirTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    base_ = new std::string(testutil::make_temp_dir("tp-rep-base"));
+    TrainOptions o = emulated(*base_, "1f1b", 2, 4);
+    o.train_iters = 3;
+    auto s = run_training(o);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+  }
+  std::string copy() {
+    const std::string d = testutil::make_temp_dir("tp-rep-bad");
+    fs::copy(*base_, d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    return d;
+  }
+  static std::string* base_;
+};
+std::string* BadRunDirTest::base_ = nullptr;
+
+bool has_warning(const Report& r, const std::string& needle) {
+  for (const auto& w : r.run.warnings)
+    if (w.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+TEST_F(BadRunDirTest, MissingDirectoryNamesIt) {
+  auto r = build_report("/nonexistent/run-dir");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("/nonexistent/run-dir"), std::string::npos);
+  const std::string empty = testutil::make_temp_dir("tp-rep-empty");
+  r = build_report(empty);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("timeline_rank0.jsonl"), std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(BadRunDirTest, MissingRankIsReported) {
+  const std::string d = copy();
+  fs::remove(d + "/timeline_rank1.jsonl");
+  auto r = build_report(d);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->run.rank_present[1]);
+  EXPECT_TRUE(has_warning(*r, "timeline_rank1.jsonl"));
+  const std::string text = format_report_text(*r);
+  EXPECT_NE(text.find("MISSING RANKS: 1"), std::string::npos) << text;
+  EXPECT_NE(report_html(*r).find("missing"), std::string::npos);
+  EXPECT_TRUE(write_report(*r, d + "/out").ok());
+}
+
+TEST_F(BadRunDirTest, TruncatedTimelineKeepsCompleteSteps) {
+  const std::string d = copy();
+  const std::string p = d + "/timeline_rank0.jsonl";
+  std::string text = read_file(p).value();
+  ASSERT_TRUE(write_file(p, text.substr(0, text.size() * 2 / 3)).ok());  // cut mid-line
+  auto r = build_report(d);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(has_warning(*r, "timeline_rank0.jsonl:")) << format_report_text(*r);
+  EXPECT_TRUE(has_warning(*r, "incomplete"));
+  EXPECT_TRUE(r->run.rank_present[0]);
+  EXPECT_LT(r->steps.size(), 3u);
+  EXPECT_GE(r->steps.size(), 1u);
+}
+
+TEST_F(BadRunDirTest, CorruptTimelineMarksRankMissingWithTheLine) {
+  const std::string d = copy();
+  const std::string p = d + "/timeline_rank1.jsonl";
+  std::string text = read_file(p).value();
+  text.insert(text.find('\n') + 1, "{not json\n");
+  ASSERT_TRUE(write_file(p, text).ok());
+  auto r = build_report(d);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->run.rank_present[1]);
+  EXPECT_TRUE(has_warning(*r, "timeline_rank1.jsonl:2")) << format_report_text(*r);
+}
+
+TEST_F(BadRunDirTest, AllRanksUnreadableIsAnErrorNamingTheFiles) {
+  const std::string d = copy();
+  ASSERT_TRUE(write_file(d + "/timeline_rank0.jsonl", "garbage\nmore\n").ok());
+  ASSERT_TRUE(write_file(d + "/timeline_rank1.jsonl", "").ok());
+  auto r = build_report(d);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("timeline_rank0.jsonl:1"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("timeline_rank1.jsonl"), std::string::npos);
+}
+
+TEST_F(BadRunDirTest, CorruptOrMissingSideFilesAreWarnings) {
+  const std::string d = copy();
+  ASSERT_TRUE(write_file(d + "/summary.json", "{\"pp\": 2, ").ok());
+  ASSERT_TRUE(write_file(d + "/costs.json", "[1,2").ok());
+  fs::remove(d + "/metrics.jsonl");
+  auto r = build_report(d);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(has_warning(*r, "summary.json"));
+  EXPECT_TRUE(has_warning(*r, "costs.json"));
+  EXPECT_TRUE(has_warning(*r, "metrics.jsonl"));
+  EXPECT_EQ(r->run.num_ranks, 2);
+  // costs come from the timelines instead; the prediction still runs.
+  EXPECT_TRUE(r->has_prediction) << r->prediction_error;
+  fs::remove(d + "/schedule.csv");
+  r = build_report(d);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->has_prediction);
+  EXPECT_NE(format_report_text(*r).find("no prediction"), std::string::npos);
+  EXPECT_FALSE(report_html(*r).empty());
+}
+
+TEST_F(BadRunDirTest, Cli) {
+  const std::string tp = testutil::tightpipe_binary();
+  if (!fs::exists(tp)) GTEST_SKIP() << "tightpipe not built";
+  auto r = testutil::run_command(tp + " report /nonexistent/run");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("/nonexistent/run"), std::string::npos) << r.err;
+  r = testutil::run_command(tp + " report " + *base_ + " --what-if nope");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("nope"), std::string::npos) << r.err;
+  const std::string out = testutil::make_temp_dir("tp-rep-cli");
+  r = testutil::run_command(tp + " report " + *base_ + " --out " + out +
+                            " --what-if zb-h1,zb-v,interleaved:2");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("bubble"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("interleaved:2"), std::string::npos) << r.out;
+  for (const char* f : {"report.html", "trace.json", "costs.json"})
+    EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+  // costs.json is accepted by `simulate --costs`.
+  r = testutil::run_command(tp + " simulate --schedule 1f1b --pp 2 --num-microbatches 4 --costs " +
+                            out + "/costs.json");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+}
+
+// ----- Chrome trace of a real run ------------------------------------------------------------------
+
+TEST(ReportTraceTest, RealRunTraceHasOneProcessPerRank) {
+  const std::string out = testutil::make_temp_dir("tp-rep-real");
+  TrainOptions o = emulated(out, "1f1b", 2, 4);
+  o.exec.emulated = false;
+  o.train_iters = 3;
+  o.data.path = std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt";
+  auto s = run_training(o);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  auto rep = build_report(out);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  ASSERT_TRUE(write_report(*rep, out + "/report").ok());
+  auto j = nlohmann::json::parse(read_file(out + "/report/trace.json").value());
+  ASSERT_TRUE(j.contains("traceEvents") && j["traceEvents"].is_array());
+  std::set<int> pids, named;
+  size_t complete = 0;
+  for (const auto& e : j["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("pid")) << e.dump();
+    const std::string ph = e["ph"];
+    if (ph == "X") {
+      ++complete;
+      EXPECT_TRUE(e["ts"].is_number() && e["dur"].is_number() && e.contains("tid") &&
+                  e.contains("name"))
+          << e.dump();
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      pids.insert(e["pid"].get<int>());
+    } else if (ph == "M" && e["name"] == "process_name") {
+      named.insert(e["pid"].get<int>());
+    }
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+  EXPECT_EQ(named, pids);
+  EXPECT_GT(complete, 3u * 2 * 4);
+  // Real compute holds activations: measured and predicted memory are both there.
+  ASSERT_EQ(rep->run.measured_peak_act_bytes.size(), 2u);
+  EXPECT_GT(rep->run.measured_peak_act_bytes[0], 0);
+  ASSERT_TRUE(rep->has_prediction) << rep->prediction_error;
+  EXPECT_GT(rep->predicted.ranks[0].peak_activation_bytes, 0);
+}
+
+}  // namespace
+}  // namespace tightpipe
