@@ -11,9 +11,11 @@
 //   * Lowered schedules carry SEND/RECV. kOverlap: a SEND is posted when its producer is done
 //     and completes message_time later; the sender's compute lane is not held; a RECV is a post
 //     that completes when its SEND has (the message time sits on the dependency edge).
-//     kBlocking: a SEND holds the sender's compute lane for the message time; a RECV holds the
-//     receiver's lane from when it reaches the RECV until the message has arrived. Messages are
-//     eager (buffered): a SEND does not wait for its RECV to be posted. Links have no contention.
+//     kBlocking: a SEND holds the sender's compute lane for the message time (a blocking send
+//     right after its producer); a RECV is still a post, and the compute action that consumes the
+//     message waits for it (a blocking receive just before use), as the executor does without
+//     --overlap-p2p-communication. Messages are eager (buffered): a SEND does not wait for its
+//     RECV to be posted. Links have no contention.
 //   * A compute-only (not lowered) schedule is replayed with free messages; one whose cost model
 //     gives messages a time, or run in kBlocking mode, is rejected: lower() it first.
 //   * Memory per rank follows program order: F adds act_bytes (input_bytes under full

@@ -312,7 +312,7 @@ class Simulator {
     const auto& prog = sch_.programs[r];
     while (pc_[r] < prog.size()) {
       const Action& a = prog[pc_[r]];
-      const bool post_only = overlap_ && is_recv(a.type);
+      const bool post_only = is_recv(a.type);  // a RECV never holds the lane; its consumer waits
       if (!post_only) {
         for (const Action& d : dependencies(sch_, a)) {
           if (!done_.has(d)) {
@@ -357,17 +357,12 @@ class Simulator {
         }
         case ActionType::kRecvAct:
         case ActionType::kRecvGrad: {
-          if (overlap_) {
-            posted_at_[key(a)] = now;
-            ++outstanding_recvs_;
-            if (done_.has(matching(a))) push(now, a, r, false);
-            break;  // a post: the rank goes on
-          }
-          // Blocking: the SEND has completed (it is a dependency); the lane was held from when
-          // the rank reached the RECV (or the message started moving) until now.
-          posted_at_[key(a)] = lane_free_[r];
-          push(now, a, r, true);
-          return;
+          // In both modes a RECV is a post and the rank goes on; the compute action that consumes
+          // the message waits for it (as the executor does). Blocking mode differs in the SENDs.
+          posted_at_[key(a)] = now;
+          ++outstanding_recvs_;
+          if (done_.has(matching(a))) push(now, a, r, false);
+          break;
         }
       }
     }
@@ -394,7 +389,7 @@ class Simulator {
       const double start = std::max(posted_at_[key(a)], send_start_[key(matching(a))]);
       res_.ranks[e.rank].comm += t - start;
       record(e.rank, a, Lane::kComm, start, t);
-      if (overlap_) --outstanding_recvs_;
+      --outstanding_recvs_;
     }
     done_.mark(a);
     wake(key(a), t);
@@ -402,7 +397,7 @@ class Simulator {
       wake(key({ActionType::kBackwardInput, a.stage, a.microbatch}), t);
       wake(key({ActionType::kBackwardWeight, a.stage, a.microbatch}), t);
     }
-    if (overlap_ && is_send(a.type)) {
+    if (is_send(a.type)) {
       const Action recv = matching(a);
       if (posted_at_[key(recv)] >= 0 && !done_.has(recv)) {
         push(t, recv, sch_.stage_to_rank[recv.stage], false);
