@@ -284,7 +284,7 @@ int cmd_train(int argc, char** argv) {
   PipelineFlags pf;
   add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
-  if (wants_pipeline(pf, f.pp)) {  // any schedule on P ranks: the executor (src/exec)
+  if (wants_pipeline(pf, f.pp, f.data_path)) {  // any schedule on P ranks: the executor (src/exec)
     TrainOptions o;
     o.model = f.model;
     o.pipeline_layout = f.pipeline_layout;
