@@ -100,11 +100,12 @@ TEST(ReportBrowserTest, ReportRendersInHeadlessChromium) {
   auto dom = testutil::run_command("timeout 90 " + chrome + flags + "--enable-logging=stderr --v=0"
                                    " --dump-dom file://" + html);
   ASSERT_EQ(dom.exit_code, 0) << dom.err;
-  // No console errors (Chromium logs page console messages as "CONSOLE(...)" / "Uncaught").
+  // No console output at all (the page has no script): Chromium 120+ logs every page console
+  // message, errors and uncaught exceptions included, as "INFO:CONSOLE:<line>] ..." with
+  // --enable-logging=stderr (checked by hand with a page that throws).
   for (const auto* err : {&shot.err, &dom.err}) {
     EXPECT_EQ(err->find("Uncaught"), std::string::npos) << *err;
-    std::regex console_error(R"(:ERROR:CONSOLE|CONSOLE\(\d+\).*(error|Error))");
-    EXPECT_FALSE(std::regex_search(*err, console_error)) << *err;
+    EXPECT_FALSE(std::regex_search(*err, std::regex(R"(CONSOLE[:(])"))) << *err;
   }
   // The rendered DOM: both timelines (one row per rank each), the stacked bars, the loss curve,
   // the memory bars.

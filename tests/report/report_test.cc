@@ -142,7 +142,12 @@ TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
   ASSERT_TRUE(rep.ok()) << rep.status().to_string();
   const auto& sm = rep->summary;
   const double T = sm.step_time.median;
-  EXPECT_NEAR(T, 66 * kMs, 4 * kMs);
+  // The program ends at 66 ms; the optimizer's all-reduce crosses the slow link too (busy).
+  const StepBreakdown* shown = rep->shown();
+  ASSERT_NE(shown, nullptr);
+  const double program_end = std::max(shown->ranks[0].last_compute, shown->ranks[1].last_compute);
+  EXPECT_GE(program_end, 65 * kMs);
+  EXPECT_LE(program_end, 72 * kMs);  // sleeps overshoot on a loaded machine
   const double PT = 2 * T;
   EXPECT_NEAR(ratio(sm, IdleCause::kExposedComm), 6 * kMs / PT, 0.02);
   EXPECT_NEAR(ratio(sm, IdleCause::kDependency), 15 * kMs / PT, 0.02);
@@ -162,7 +167,7 @@ TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
   EXPECT_NEAR(rep->predicted.makespan, 66 * kMs, 3 * kMs);
   EXPECT_NEAR(rep->predicted_breakdown.cause_ratio[static_cast<int>(IdleCause::kExposedComm)],
               6.0 / 132, 0.01);
-  EXPECT_LT(std::abs(rep->gap_total), 5 * kMs);
+  EXPECT_LT(std::abs(rep->gap_total), 10 * kMs);  // the all-reduce over the slow link
   // Without the slow link, no exposed communication.
   const std::string out2 = testutil::make_temp_dir("tp-rep-nolink");
   o = emulated(out2, "gpipe", 2, 4);
@@ -276,7 +281,8 @@ TEST_F(BadRunDirTest, TruncatedTimelineKeepsCompleteSteps) {
   const std::string d = copy();
   const std::string p = d + "/timeline_rank0.jsonl";
   std::string text = read_file(p).value();
-  ASSERT_TRUE(write_file(p, text.substr(0, text.size() * 2 / 3)).ok());  // cut mid-line
+  const size_t cut = text.find('\n', text.size() * 2 / 3) + 20;  // mid-line
+  ASSERT_TRUE(write_file(p, text.substr(0, cut)).ok());
   auto r = build_report(d);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(has_warning(*r, "timeline_rank0.jsonl:")) << format_report_text(*r);
