@@ -225,6 +225,17 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
   }
   rep.measured = per_step[rep.shown_step];
   rep.measured.time_unit = "s";
+  {
+    // Draw the optimizer from when every rank reached it: before that it is the all-reduce
+    // waiting for the slowest rank, counted as drain (as in the breakdown).
+    double sync = 0;
+    for (const auto& rt : rep.measured.ranks)
+      for (const auto& e : rt.events)
+        if (e.kind == EventKind::kOptimizer) sync = std::max(sync, e.start);
+    for (auto& rt : rep.measured.ranks)
+      for (auto& e : rt.events)
+        if (e.kind == EventKind::kOptimizer) e.start = std::min(e.end, std::max(e.start, sync));
+  }
 
   // Prediction: the same lowered schedule under the run's costs.
   std::optional<CostModel> costs = run.costs;
