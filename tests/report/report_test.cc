@@ -177,6 +177,32 @@ TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
   EXPECT_LT(ratio(rep2->summary, IdleCause::kExposedComm), 0.02);
 }
 
+// 1F1B p = 4, m = 8 with a 3 ms link: every cause (summed over ranks) matches the simulator's
+// replay of the same schedule (overlap mode, the link on the dependency edges) within 2 points.
+TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
+  const std::string out = testutil::make_temp_dir("tp-rep-link4");
+  TrainOptions o = emulated(out, "1f1b", 4, 8);
+  o.world.link = parse_link_options("latency_us=3000").value();
+  ASSERT_TRUE(run_training(o).ok());
+  auto rep = build_report(out);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  ASSERT_TRUE(rep->has_prediction) << rep->prediction_error;
+  const auto& sm = rep->summary;
+  const double PT = 4 * sm.step_time.median;
+  for (int c = 0; c < kNumIdleCauses; ++c) {
+    double measured = 0, predicted = 0;
+    for (int r = 0; r < 4; ++r) {
+      measured += sm.rank_idle[r][c];
+      predicted += rep->predicted_breakdown.ranks[r].idle[c];
+    }
+    std::printf("1f1b slow link: %-16s measured %6.2f%% predicted %6.2f%%\n",
+                std::string(idle_cause_name(static_cast<IdleCause>(c))).c_str(),
+                100 * measured / PT, 100 * predicted / PT);
+    EXPECT_NEAR(measured / PT, predicted / PT, 0.02) << idle_cause_name(static_cast<IdleCause>(c));
+  }
+  EXPECT_GT(ratio(sm, IdleCause::kExposedComm), 0.05);  // 3 ms per message is visible
+}
+
 // 1F1B p = 4, m = 8; the loader sleeps 5 ms per microbatch on the first and the last rank: 2 x 8
 // x 5 ms of data wait per step.
 TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
