@@ -11,7 +11,7 @@ PACKAGES=(
   libopenblas-dev libopenmpi-dev openmpi-bin
   libarchive-dev
   libexpat1-dev
-  chromium
+  chromium libpng-dev
 )
 PACKAGES+=(${TP_EXTRA_PACKAGES:-})
 

@@ -43,25 +43,25 @@ inline constexpr int kNumBusyKinds = 5;
 enum class IdleCause { kFill = 0, kDrain, kDependency, kExposedComm, kData, kOther };
 inline constexpr int kNumIdleCauses = 6;
 
-std::string_view busy_kind_name(BusyKind kind);    // "F", "I", "W", "B", "optimizer"
+std::string_view busy_kind_name(BusyKind kind);     // "F", "I", "W", "B", "optimizer"
 std::string_view idle_cause_name(IdleCause cause);  // "fill", "drain", "dependency wait", ...
 std::string_view idle_cause_color(IdleCause cause);
 
 struct RankBreakdown {
   int32_t rank = 0;
-  bool present = true;                          // false: this rank's timeline is missing
-  std::array<double, kNumBusyKinds> busy{};     // time per busy kind
-  std::array<double, kNumIdleCauses> idle{};    // time per idle cause
-  double first_compute = 0, last_compute = 0;   // start of the first, end of the last F/I/W/B
+  bool present = true;                         // false: this rank's timeline is missing
+  std::array<double, kNumBusyKinds> busy{};    // time per busy kind
+  std::array<double, kNumIdleCauses> idle{};   // time per idle cause
+  double first_compute = 0, last_compute = 0;  // start of the first, end of the last F/I/W/B
   double busy_total() const;
   double idle_total() const;
 };
 
 struct StepBreakdown {
   int32_t step = 0;
-  double step_time = 0;                            // T: latest event end over all ranks
-  std::vector<RankBreakdown> ranks;                // [P]
-  double bubble_ratio = 0;                         // idle / (present ranks x T)
+  double step_time = 0;                              // T: latest event end over all ranks
+  std::vector<RankBreakdown> ranks;                  // [P]
+  double bubble_ratio = 0;                           // idle / (present ranks x T)
   std::array<double, kNumIdleCauses> cause_ratio{};  // per cause: idle / (present ranks x T)
 };
 
@@ -111,13 +111,13 @@ struct RunData {
   bool overlap_p2p = true;
   int64_t warmup_steps_excluded = 1;
   bool has_summary = false;
-  std::vector<double> measured_peak_act_bytes;   // [P] from summary.json (empty if absent)
-  std::vector<MetricPoint> metrics;              // metrics.jsonl
-  std::optional<CostModel> costs;                // costs.json
-  std::optional<Schedule> schedule;              // schedule.csv (lowered)
-  std::vector<RankTimeline> ranks;               // [P]; a missing rank has no events
-  std::vector<bool> rank_present;                // [P]
-  std::vector<std::string> warnings;             // what was missing or unreadable, and why
+  std::vector<double> measured_peak_act_bytes;  // [P] from summary.json (empty if absent)
+  std::vector<MetricPoint> metrics;             // metrics.jsonl
+  std::optional<CostModel> costs;               // costs.json
+  std::optional<Schedule> schedule;             // schedule.csv (lowered)
+  std::vector<RankTimeline> ranks;              // [P]; a missing rank has no events
+  std::vector<bool> rank_present;               // [P]
+  std::vector<std::string> warnings;            // what was missing or unreadable, and why
 };
 
 // Reads a run directory. Errors (naming the path): the directory does not exist or holds no
@@ -140,11 +140,11 @@ struct WhatIfResult {
   std::string error;  // not empty: could not be simulated (why)
   int32_t chunks = 1;
   double makespan = 0, bubble_ratio = 0;
-  double step_saving = 0;       // baseline prediction - makespan (time units; > 0 saves)
-  double gpu_hours_saved = 0;   // steps x step_saving x P / 3600 (time unit s)
-  double bubble_saving = 0;     // baseline bubble ratio - bubble_ratio
-  double peak_act_bytes = 0;    // max over ranks
-  double peak_act_delta = 0;    // vs the baseline prediction (> 0 costs memory)
+  double step_saving = 0;      // baseline prediction - makespan (time units; > 0 saves)
+  double gpu_hours_saved = 0;  // steps x step_saving x P / 3600 (time unit s)
+  double bubble_saving = 0;    // baseline bubble ratio - bubble_ratio
+  double peak_act_bytes = 0;   // max over ranks
+  double peak_act_delta = 0;   // vs the baseline prediction (> 0 costs memory)
 };
 
 struct GapItem {
@@ -162,16 +162,16 @@ struct Report {
   RunData run;
   std::vector<StepBreakdown> steps;  // every complete step
   BreakdownSummary summary;
-  int32_t shown_step = -1;           // the measured step drawn (median step time)
-  Timeline measured;                 // that step's events
+  int32_t shown_step = -1;  // the measured step drawn (median step time)
+  Timeline measured;        // that step's events
   const StepBreakdown* shown() const;
   // Prediction (empty when costs.json or schedule.csv is missing).
   bool has_prediction = false;
   std::string prediction_error;
   SimResult predicted;
   StepBreakdown predicted_breakdown;
-  std::vector<double> gap_per_rank;  // [P] measured - predicted last compute end
-  double gap_total = 0;              // measured step time - predicted makespan
+  std::vector<double> gap_per_rank;       // [P] measured - predicted last compute end
+  double gap_total = 0;                   // measured step time - predicted makespan
   std::vector<GapItem> gap_contributors;  // largest first
   std::vector<WhatIfResult> what_ifs;
 };

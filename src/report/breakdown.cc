@@ -10,35 +10,52 @@ namespace tightpipe {
 
 std::string_view busy_kind_name(BusyKind kind) {
   switch (kind) {
-    case BusyKind::kF: return "F";
-    case BusyKind::kI: return "I";
-    case BusyKind::kW: return "W";
-    case BusyKind::kB: return "B";
-    case BusyKind::kOptimizer: return "optimizer";
+    case BusyKind::kF:
+      return "F";
+    case BusyKind::kI:
+      return "I";
+    case BusyKind::kW:
+      return "W";
+    case BusyKind::kB:
+      return "B";
+    case BusyKind::kOptimizer:
+      return "optimizer";
   }
   return "?";
 }
 
 std::string_view idle_cause_name(IdleCause cause) {
   switch (cause) {
-    case IdleCause::kFill: return "fill";
-    case IdleCause::kDrain: return "drain";
-    case IdleCause::kDependency: return "dependency wait";
-    case IdleCause::kExposedComm: return "exposed comm";
-    case IdleCause::kData: return "data wait";
-    case IdleCause::kOther: return "other";
+    case IdleCause::kFill:
+      return "fill";
+    case IdleCause::kDrain:
+      return "drain";
+    case IdleCause::kDependency:
+      return "dependency wait";
+    case IdleCause::kExposedComm:
+      return "exposed comm";
+    case IdleCause::kData:
+      return "data wait";
+    case IdleCause::kOther:
+      return "other";
   }
   return "?";
 }
 
 std::string_view idle_cause_color(IdleCause cause) {
   switch (cause) {
-    case IdleCause::kFill: return "#c7c7c7";
-    case IdleCause::kDrain: return "#9d9d9d";
-    case IdleCause::kDependency: return "#76b7b2";
-    case IdleCause::kExposedComm: return "#e15759";
-    case IdleCause::kData: return "#9c755f";
-    case IdleCause::kOther: return "#d4a6c8";
+    case IdleCause::kFill:
+      return "#c7c7c7";
+    case IdleCause::kDrain:
+      return "#9d9d9d";
+    case IdleCause::kDependency:
+      return "#76b7b2";
+    case IdleCause::kExposedComm:
+      return "#e15759";
+    case IdleCause::kData:
+      return "#9c755f";
+    case IdleCause::kOther:
+      return "#d4a6c8";
   }
   return "#000000";
 }
@@ -58,15 +75,21 @@ namespace {
 
 int busy_index(EventKind k) {
   switch (k) {
-    case EventKind::kForward: return 0;
-    case EventKind::kBackwardInput: return 1;
-    case EventKind::kBackwardWeight: return 2;
-    case EventKind::kBackward: return 3;
-    case EventKind::kOptimizer: return 4;
+    case EventKind::kForward:
+      return 0;
+    case EventKind::kBackwardInput:
+      return 1;
+    case EventKind::kBackwardWeight:
+      return 2;
+    case EventKind::kBackward:
+      return 3;
+    case EventKind::kOptimizer:
+      return 4;
     case EventKind::kSend:
     case EventKind::kRecv:
     case EventKind::kData:
-    case EventKind::kOther: return -1;
+    case EventKind::kOther:
+      return -1;
   }
   return -1;
 }
@@ -153,9 +176,8 @@ StepBreakdown breakdown_step(const Timeline& timeline, int32_t num_ranks, int32_
     // The message the compute starting at `t` waited for: (posted, arrived); posted < 0 when the
     // peer's SEND is unknown.
     auto message_of = [&](double t, double& posted, double& arrived) {
-      auto it = std::lower_bound(
-          computes.begin(), computes.end(), t,
-          [](const TimelineEvent* c, double x) { return c->start < x; });
+      auto it = std::lower_bound(computes.begin(), computes.end(), t,
+                                 [](const TimelineEvent* c, double x) { return c->start < x; });
       if (it == computes.end() || (*it)->start != t) return false;
       const TimelineEvent& c = **it;
       const bool grad = c.kind != EventKind::kForward;

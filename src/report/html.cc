@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "report/report_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/prof.h"
 #include "tightpipe/report.h"
-#include "report/report_internal.h"
 
 namespace tightpipe {
 namespace {
@@ -19,11 +19,20 @@ std::string esc(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -120,7 +129,8 @@ std::string bars_svg(const Report& rep) {
     out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">rank {}</text>\n", left - 8,
                        y + 12, r);
     if (!rep.run.rank_present[r]) {
-      out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#c00\">missing</text>\n", left, y + 12);
+      out +=
+          fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#c00\">missing</text>\n", left, y + 12);
       continue;
     }
     const auto& sm = rep.summary;
@@ -133,9 +143,10 @@ std::string bars_svg(const Report& rep) {
       out += bar(y + bar_h + 3, segments(pr.busy, pr.idle), rep.predicted.makespan, "predicted", r);
     }
   }
-  out += fmt::format("<text x=\"{}\" y=\"{}\">0%</text><text x=\"{}\" y=\"{}\" "
-                     "text-anchor=\"end\">100% of the step</text>\n",
-                     left, height - 8, left + plot, height - 8);
+  out += fmt::format(
+      "<text x=\"{}\" y=\"{}\">0%</text><text x=\"{}\" y=\"{}\" "
+      "text-anchor=\"end\">100% of the step</text>\n",
+      left, height - 8, left + plot, height - 8);
   out += "</svg>\n";
   return out;
 }
@@ -156,7 +167,10 @@ std::string loss_svg(const std::vector<MetricPoint>& pts) {
     y1 = std::max(y1, p.loss);
   }
   if (x1 == x0) x1 = x0 + 1;
-  if (y1 - y0 < 1e-9) { y0 -= 0.5; y1 += 0.5; }
+  if (y1 - y0 < 1e-9) {
+    y0 -= 0.5;
+    y1 += 0.5;
+  }
   auto X = [&](double x) { return l + (x - x0) / (x1 - x0) * (w - l - r); };
   auto Y = [&](double y) { return t + (y1 - y) / (y1 - y0) * (h - t - b); };
   out += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>", l, h - b,
@@ -165,8 +179,10 @@ std::string loss_svg(const std::vector<MetricPoint>& pts) {
                      h - b);
   std::string poly;
   for (const auto& p : pts) poly += fmt::format("{:.2f},{:.2f} ", X(p.step), Y(p.loss));
-  out += fmt::format("<polyline class=\"curve\" fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\" "
-                     "points=\"{}\"/>\n", poly);
+  out += fmt::format(
+      "<polyline class=\"curve\" fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\" "
+      "points=\"{}\"/>\n",
+      poly);
   for (const auto& p : pts)
     out += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"2\" fill=\"#4e79a7\"/>", X(p.step),
                        Y(p.loss));
@@ -175,7 +191,8 @@ std::string loss_svg(const std::vector<MetricPoint>& pts) {
       "text-anchor=\"end\">{:.3f}</text>",
       l - 4, Y(y1) + 4, y1, l - 4, Y(y0) + 4, y0);
   out += fmt::format(
-      "<text x=\"{}\" y=\"{}\">{:g}</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">step {:g}</text>"
+      "<text x=\"{}\" y=\"{}\">{:g}</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">step "
+      "{:g}</text>"
       "<text x=\"12\" y=\"{}\" transform=\"rotate(-90 12 {})\">loss</text>\n",
       l, h - b + 16, x0, w - r, h - b + 16, x1, h / 2, h / 2);
   return out + "</svg>\n";
@@ -219,8 +236,10 @@ std::string memory_svg(const Report& rep) {
     out += "\n";
   }
   if (mx <= 0)
-    out += fmt::format("<text x=\"{}\" y=\"{}\">no activation memory recorded (emulated compute "
-                       "holds no activations)</text>\n", l, h - 6);
+    out += fmt::format(
+        "<text x=\"{}\" y=\"{}\">no activation memory recorded (emulated compute "
+        "holds no activations)</text>\n",
+        l, h - 6);
   return out + "</svg>\n";
 }
 
@@ -242,23 +261,24 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
 .row{display:flex;gap:24px;flex-wrap:wrap} .missing{color:#c00}
 </style></head><body>
 )";
-  h += fmt::format("<h1>tightpipe bubble report</h1><p>{}: <b>{}</b>, p={}, v={}, m={}{}{}; {} "
-                   "steps measured, {} warm-up left out; drawn: step {}</p>\n",
-                   esc(run.dir), esc(run.schedule_name.empty() ? "?" : run.schedule_name),
-                   run.num_ranks, run.vpp, run.microbatches,
-                   run.transport.empty() ? "" : ", " + esc(run.transport),
-                   run.compute.empty() ? "" : ", " + esc(run.compute) + " compute",
-                   sm.steps.size(), sm.warmup_steps.size(), rep.shown_step);
+  h += fmt::format(
+      "<h1>tightpipe bubble report</h1><p>{}: <b>{}</b>, p={}, v={}, m={}{}{}; {} "
+      "steps measured, {} warm-up left out; drawn: step {}</p>\n",
+      esc(run.dir), esc(run.schedule_name.empty() ? "?" : run.schedule_name), run.num_ranks,
+      run.vpp, run.microbatches, run.transport.empty() ? "" : ", " + esc(run.transport),
+      run.compute.empty() ? "" : ", " + esc(run.compute) + " compute", sm.steps.size(),
+      sm.warmup_steps.size(), rep.shown_step);
   if (!run.warnings.empty()) {
     h += "<div class=\"warn\"><b>Warnings</b><ul>";
     for (const auto& w : run.warnings) h += "<li>" + esc(w) + "</li>";
     h += "</ul></div>\n";
   }
-  h += fmt::format("<p><span class=\"kpi\">step time <b>{}</b> (p10 {}, p90 {})</span>"
-                   "<span class=\"kpi\">bubble measured <b>{}</b> (p10 {}, p90 {})</span>",
-                   fmt_time(sm.step_time.median, "s"), fmt_time(sm.step_time.p10, "s"),
-                   fmt_time(sm.step_time.p90, "s"), pct(sm.bubble_ratio.median),
-                   pct(sm.bubble_ratio.p10), pct(sm.bubble_ratio.p90));
+  h += fmt::format(
+      "<p><span class=\"kpi\">step time <b>{}</b> (p10 {}, p90 {})</span>"
+      "<span class=\"kpi\">bubble measured <b>{}</b> (p10 {}, p90 {})</span>",
+      fmt_time(sm.step_time.median, "s"), fmt_time(sm.step_time.p10, "s"),
+      fmt_time(sm.step_time.p90, "s"), pct(sm.bubble_ratio.median), pct(sm.bubble_ratio.p10),
+      pct(sm.bubble_ratio.p90));
   if (rep.has_prediction) {
     h += fmt::format("<span class=\"kpi\">predicted <b>{}</b>, step {}</span>",
                      pct(rep.predicted.bubble_ratio),
@@ -295,13 +315,17 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
   h += "</tr>\n";
   for (int r = 0; r < run.num_ranks; ++r) {
     if (!run.rank_present[r]) {
-      h += fmt::format("<tr><td class=\"l\">{}</td><td class=\"l missing\" colspan=\"12\">missing"
-                       "</td></tr>\n", r);
+      h += fmt::format(
+          "<tr><td class=\"l\">{}</td><td class=\"l missing\" colspan=\"12\">missing"
+          "</td></tr>\n",
+          r);
       continue;
     }
     h += fmt::format("<tr><td class=\"l\">{}</td>", r);
-    for (int k = 0; k < kNumBusyKinds; ++k) h += "<td>" + fmt_time(sm.rank_busy[r][k], "s") + "</td>";
-    for (int c = 0; c < kNumIdleCauses; ++c) h += "<td>" + fmt_time(sm.rank_idle[r][c], "s") + "</td>";
+    for (int k = 0; k < kNumBusyKinds; ++k)
+      h += "<td>" + fmt_time(sm.rank_busy[r][k], "s") + "</td>";
+    for (int c = 0; c < kNumIdleCauses; ++c)
+      h += "<td>" + fmt_time(sm.rank_idle[r][c], "s") + "</td>";
     h += "<td>" + pct(sm.rank_bubble_ratio[r]) + "</td>";
     if (rep.has_prediction) {
       const double pb = rep.predicted.makespan > 0
@@ -319,11 +343,11 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
   h += "</p>\n";
 
   if (rep.has_prediction) {
-    h += fmt::format("<h2>Predicted vs measured</h2><p>measured step {} vs predicted {}: gap "
-                     "<b>{}</b>.</p>",
-                     fmt_time(sm.step_time.median, "s"),
-                     fmt_time(rep.predicted.makespan, rep.predicted.time_unit),
-                     fmt_time(rep.gap_total, "s"));
+    h += fmt::format(
+        "<h2>Predicted vs measured</h2><p>measured step {} vs predicted {}: gap "
+        "<b>{}</b>.</p>",
+        fmt_time(sm.step_time.median, "s"),
+        fmt_time(rep.predicted.makespan, rep.predicted.time_unit), fmt_time(rep.gap_total, "s"));
     if (!rep.gap_contributors.empty()) {
       h += "<p>Largest contributors:</p><ol>";
       for (const auto& g : rep.gap_contributors) h += "<li>" + esc(g.text) + "</li>";

@@ -1,4 +1,6 @@
 // build_report: breakdown per step, prediction, gap, what-if; the terminal table; the files.
+#include "tightpipe/report.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,10 +9,9 @@
 #include <map>
 #include <set>
 
+#include "report/report_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/prof.h"
-#include "tightpipe/report.h"
-#include "report/report_internal.h"
 
 namespace tightpipe {
 
@@ -50,24 +51,25 @@ Result<std::vector<WhatIfSpec>> parse_what_if(std::string_view text) {
     if (colon != std::string::npos) {
       auto v = parse_int(item.substr(colon + 1));
       if (!v.ok() || *v < 1 || *v > 64) {
-        return Status::invalid_argument(fmt::format(
-            "--what-if '{}': chunks after ':' must be an integer in [1, 64]; hint: "
-            "--what-if zb-h1,zb-v,interleaved:2",
-            item));
+        return Status::invalid_argument(
+            fmt::format("--what-if '{}': chunks after ':' must be an integer in [1, 64]; hint: "
+                        "--what-if zb-h1,zb-v,interleaved:2",
+                        item));
       }
       w.chunks = static_cast<int32_t>(*v);
     }
     if (!find_generator(w.name)) {
       std::vector<std::string> names;
       for (const auto& g : schedule_generators()) names.push_back(g.name);
-      return Status::invalid_argument(fmt::format("--what-if '{}': unknown schedule '{}'; hint: one of {}",
-                                                  item, w.name, join(names, ", ")));
+      return Status::invalid_argument(
+          fmt::format("--what-if '{}': unknown schedule '{}'; hint: one of {}", item, w.name,
+                      join(names, ", ")));
     }
     out.push_back(w);
   }
   if (out.empty()) {
-    return Status::invalid_argument(
-        fmt::format("--what-if '{}': no schedule named; hint: --what-if zb-h1,zb-v,interleaved:2", text));
+    return Status::invalid_argument(fmt::format(
+        "--what-if '{}': no schedule named; hint: --what-if zb-h1,zb-v,interleaved:2", text));
   }
   return out;
 }
@@ -86,13 +88,26 @@ Result<CostModel> costs_from_timelines(const RunData& run, const std::set<int32_
       if (!steps.contains(e.step)) continue;
       int k = -1;
       switch (e.kind) {
-        case EventKind::kForward: k = 0; break;
-        case EventKind::kBackwardInput: k = 1; break;
-        case EventKind::kBackwardWeight: k = 2; break;
-        case EventKind::kBackward: k = 3; break;
-        case EventKind::kSend: msg[e.stage].push_back(static_cast<double>(e.bytes)); break;
-        case EventKind::kRecv: case EventKind::kData: case EventKind::kOptimizer:
-        case EventKind::kOther: break;
+        case EventKind::kForward:
+          k = 0;
+          break;
+        case EventKind::kBackwardInput:
+          k = 1;
+          break;
+        case EventKind::kBackwardWeight:
+          k = 2;
+          break;
+        case EventKind::kBackward:
+          k = 3;
+          break;
+        case EventKind::kSend:
+          msg[e.stage].push_back(static_cast<double>(e.bytes));
+          break;
+        case EventKind::kRecv:
+        case EventKind::kData:
+        case EventKind::kOptimizer:
+        case EventKind::kOther:
+          break;
       }
       if (k < 0 || e.stage < 0 || e.stage >= num_stages) continue;
       time[{e.stage, k}].push_back(e.end - e.start);
@@ -101,11 +116,14 @@ Result<CostModel> costs_from_timelines(const RunData& run, const std::set<int32_
   }
   std::vector<StageCost> stages(num_stages);
   for (int32_t s = 0; s < num_stages; ++s) {
-    auto get = [&](int k) { auto it = time.find({s, k}); return it == time.end() ? -1.0 : median(it->second); };
+    auto get = [&](int k) {
+      auto it = time.find({s, k});
+      return it == time.end() ? -1.0 : median(it->second);
+    };
     const double f = get(0), i = get(1), w = get(2), b = get(3);
     if (f < 0 || (b < 0 && i < 0)) {
-      return Status::not_found(fmt::format(
-          "no measured F/B events for stage {} (its rank's timeline is missing)", s));
+      return Status::not_found(
+          fmt::format("no measured F/B events for stage {} (its rank's timeline is missing)", s));
     }
     StageCost& c = stages[s];
     c.f = f;
@@ -132,9 +150,16 @@ CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
   for (int32_t s = 0; s < run_sched.num_stages; ++s) {
     const StageCost& c = run_costs.stage(s);
     StageCost& t = totals[run_sched.rank_of(s)];
-    t.f += c.f; t.i += c.i; t.w += c.w; t.b += c.b; t.recompute += c.recompute;
-    t.act_bytes += c.act_bytes; t.act_after_i_bytes += c.act_after_i_bytes;
-    t.input_bytes += c.input_bytes; t.param_bytes += c.param_bytes; t.grad_bytes += c.grad_bytes;
+    t.f += c.f;
+    t.i += c.i;
+    t.w += c.w;
+    t.b += c.b;
+    t.recompute += c.recompute;
+    t.act_bytes += c.act_bytes;
+    t.act_after_i_bytes += c.act_after_i_bytes;
+    t.input_bytes += c.input_bytes;
+    t.param_bytes += c.param_bytes;
+    t.grad_bytes += c.grad_bytes;
     t.optimizer_bytes += c.optimizer_bytes;
     t.message_bytes = std::max(t.message_bytes, c.message_bytes);
   }
@@ -143,13 +168,21 @@ CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
   for (int32_t s = 0; s < target.num_stages; ++s) {
     const StageCost& t = totals[target.rank_of(s)];
     StageCost& c = out[s];
-    c.f = t.f / v; c.i = t.i / v; c.w = t.w / v; c.b = t.b / v; c.recompute = t.recompute / v;
-    c.act_bytes = t.act_bytes / v; c.act_after_i_bytes = t.act_after_i_bytes / v;
-    c.input_bytes = t.input_bytes / v; c.param_bytes = t.param_bytes / v;
-    c.grad_bytes = t.grad_bytes / v; c.optimizer_bytes = t.optimizer_bytes / v;
+    c.f = t.f / v;
+    c.i = t.i / v;
+    c.w = t.w / v;
+    c.b = t.b / v;
+    c.recompute = t.recompute / v;
+    c.act_bytes = t.act_bytes / v;
+    c.act_after_i_bytes = t.act_after_i_bytes / v;
+    c.input_bytes = t.input_bytes / v;
+    c.param_bytes = t.param_bytes / v;
+    c.grad_bytes = t.grad_bytes / v;
+    c.optimizer_bytes = t.optimizer_bytes / v;
     c.message_bytes = t.message_bytes;
   }
-  return CostModel(out, run_costs.link(), run_costs.time_unit(), "derived from " + run_costs.source());
+  return CostModel(out, run_costs.link(), run_costs.time_unit(),
+                   "derived from " + run_costs.source());
 }
 
 double max_peak(const SimResult& r) {
@@ -190,7 +223,8 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
     bool complete = true;
     for (int32_t r = 0; r < P; ++r) {
       if (!run.rank_present[r]) continue;
-      if (any_optimizer ? !finished[step].contains(r) : tl.ranks[r].events.empty()) complete = false;
+      if (any_optimizer ? !finished[step].contains(r) : tl.ranks[r].events.empty())
+        complete = false;
     }
     if (!complete) {
       incomplete.push_back(step);
@@ -293,11 +327,11 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
         const double m = rep.summary.rank_idle[r][c], p = rep.predicted_breakdown.ranks[r].idle[c];
         if (m - p <= 0) continue;
         const std::string name(idle_cause_name(static_cast<IdleCause>(c)));
-        items.push_back({r, name, m - p,
-                         fmt::format("rank {}: {} of {} not in the prediction ({} measured, {} "
-                                     "predicted)",
-                                     r, fmt_time(m - p, unit), name, fmt_time(m, unit),
-                                     fmt_time(p, unit))});
+        items.push_back(
+            {r, name, m - p,
+             fmt::format("rank {}: {} of {} not in the prediction ({} measured, {} "
+                         "predicted)",
+                         r, fmt_time(m - p, unit), name, fmt_time(m, unit), fmt_time(p, unit))});
       }
     }
     std::sort(items.begin(), items.end(),
@@ -345,8 +379,8 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
     res.bubble_ratio = sim->bubble_ratio;
     res.step_saving = rep.predicted.makespan - sim->makespan;
     res.bubble_saving = rep.predicted.bubble_ratio - sim->bubble_ratio;
-    const double steps = static_cast<double>(
-        std::max<size_t>(rep.run.metrics.size(), rep.steps.size()));
+    const double steps =
+        static_cast<double>(std::max<size_t>(rep.run.metrics.size(), rep.steps.size()));
     res.gpu_hours_saved = costs->time_unit() == "s" ? steps * res.step_saving * P / 3600.0 : 0;
     res.peak_act_bytes = max_peak(*sim);
     res.peak_act_delta = res.peak_act_bytes - max_peak(rep.predicted);
@@ -367,7 +401,8 @@ std::string format_report_text(const Report& rep) {
   std::vector<std::string> missing;
   for (int32_t r = 0; r < run.num_ranks; ++r)
     if (!run.rank_present[r]) missing.push_back(std::to_string(r));
-  if (!missing.empty()) out += fmt::format("MISSING RANKS: {} (see warnings)\n", join(missing, ", "));
+  if (!missing.empty())
+    out += fmt::format("MISSING RANKS: {} (see warnings)\n", join(missing, ", "));
   out += fmt::format("steps: {} measured, {} warm-up left out; shown step {}\n", sm.steps.size(),
                      sm.warmup_steps.size(), rep.shown_step);
   out += fmt::format("step time: median {} (p10 {}, p90 {}, min {}, max {})\n",
@@ -377,7 +412,8 @@ std::string format_report_text(const Report& rep) {
   out += fmt::format("bubble: measured {} (p10 {}, p90 {})", pct(sm.bubble_ratio.median),
                      pct(sm.bubble_ratio.p10), pct(sm.bubble_ratio.p90));
   if (rep.has_prediction) {
-    out += fmt::format(", predicted {} (simulator, measured costs)\n", pct(rep.predicted.bubble_ratio));
+    out += fmt::format(", predicted {} (simulator, measured costs)\n",
+                       pct(rep.predicted.bubble_ratio));
   } else {
     out += fmt::format("; no prediction: {}\n", rep.prediction_error);
   }
@@ -386,9 +422,9 @@ std::string format_report_text(const Report& rep) {
     out += fmt::format(" {} {}{}", idle_cause_name(static_cast<IdleCause>(c)),
                        pct(sm.cause_ratio[c].median), c + 1 < kNumIdleCauses ? "," : "");
   out += "\n\nper rank (median over measured steps, ms):\n";
-  out += fmt::format("{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} | {:>7}",
-                     "rank", "F", "I", "W", "B", "optim", "fill", "drain", "dep", "exp.comm",
-                     "data", "other", "bubble");
+  out += fmt::format(
+      "{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} | {:>7}", "rank",
+      "F", "I", "W", "B", "optim", "fill", "drain", "dep", "exp.comm", "data", "other", "bubble");
   if (rep.has_prediction) out += fmt::format(" {:>7} {:>9}", "pred", "gap");
   out += "\n";
   for (int32_t r = 0; r < run.num_ranks; ++r) {
@@ -397,7 +433,8 @@ std::string format_report_text(const Report& rep) {
       continue;
     }
     out += fmt::format("{:<5}", r);
-    for (int k = 0; k < kNumBusyKinds; ++k) out += fmt::format(" {:>8.2f}", 1e3 * sm.rank_busy[r][k]);
+    for (int k = 0; k < kNumBusyKinds; ++k)
+      out += fmt::format(" {:>8.2f}", 1e3 * sm.rank_busy[r][k]);
     out += " |";
     for (int c = 0; c < kNumIdleCauses; ++c)
       out += fmt::format(" {:>{}.2f}", 1e3 * sm.rank_idle[r][c], c == 3 ? 8 : 7);
@@ -406,7 +443,8 @@ std::string format_report_text(const Report& rep) {
       const double pb = rep.predicted.makespan > 0
                             ? rep.predicted_breakdown.ranks[r].idle_total() / rep.predicted.makespan
                             : 0;
-      out += fmt::format(" {:>7} {:>9}", pct(pb), fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit));
+      out += fmt::format(" {:>7} {:>9}", pct(pb),
+                         fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit));
     }
     out += "\n";
   }
@@ -426,13 +464,13 @@ std::string format_report_text(const Report& rep) {
         out += fmt::format("{:<16} error: {}\n", w.label, w.error.substr(0, w.error.find('\n')));
         continue;
       }
-      out += fmt::format("{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14.4g} {:>14}\n", w.label,
-                         w.chunks, fmt_time(w.makespan, rep.predicted.time_unit), pct(w.bubble_ratio),
-                         fmt_time(w.step_saving, rep.predicted.time_unit),
-                         fmt::format("{:.1f} pp", 100 * w.bubble_saving), w.gpu_hours_saved,
-                         fmt::format("{} ({}{})", human_bytes(w.peak_act_bytes),
-                                     w.peak_act_delta >= 0 ? "+" : "-",
-                                     human_bytes(std::abs(w.peak_act_delta))));
+      out += fmt::format(
+          "{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14.4g} {:>14}\n", w.label, w.chunks,
+          fmt_time(w.makespan, rep.predicted.time_unit), pct(w.bubble_ratio),
+          fmt_time(w.step_saving, rep.predicted.time_unit),
+          fmt::format("{:.1f} pp", 100 * w.bubble_saving), w.gpu_hours_saved,
+          fmt::format("{} ({}{})", human_bytes(w.peak_act_bytes), w.peak_act_delta >= 0 ? "+" : "-",
+                      human_bytes(std::abs(w.peak_act_delta))));
     }
   }
   if (!run.warnings.empty()) {

@@ -62,10 +62,11 @@ Result<RunData> load_run(const std::string& dir) {
     if (std::regex_match(name, m, re)) max_rank = std::max(max_rank, std::stoi(m[1].str()));
   }
   if (max_rank < 0) {
-    return Status::not_found(fmt::format(
-        "run directory '{}' holds no timeline_rank<R>.jsonl (expected e.g. '{}/timeline_rank0.jsonl'); "
-        "hint: it is written by `tightpipe train --out-dir {}`",
-        dir, dir, dir));
+    return Status::not_found(
+        fmt::format("run directory '{}' holds no timeline_rank<R>.jsonl (expected e.g. "
+                    "'{}/timeline_rank0.jsonl'); "
+                    "hint: it is written by `tightpipe train --out-dir {}`",
+                    dir, dir, dir));
   }
 
   // summary.json
@@ -106,9 +107,9 @@ Result<RunData> load_run(const std::string& dir) {
       }
     }
   } else {
-    run.warnings.push_back(fmt::format(
-        "{} is missing (the run did not finish?); ranks taken from the timeline files",
-        summary_path));
+    run.warnings.push_back(
+        fmt::format("{} is missing (the run did not finish?); ranks taken from the timeline files",
+                    summary_path));
   }
   if (run.num_ranks <= 0) run.num_ranks = max_rank + 1;
   if (max_rank + 1 > run.num_ranks) {
@@ -161,7 +162,8 @@ Result<RunData> load_run(const std::string& dir) {
         p.step_time_s = j.value("step_time_s", 0.0);
         run.metrics.push_back(p);
       } catch (const nlohmann::json::exception&) {
-        run.warnings.push_back(fmt::format("{}:{}: bad metrics line skipped", metrics_path, line_no));
+        run.warnings.push_back(
+            fmt::format("{}:{}: bad metrics line skipped", metrics_path, line_no));
       }
     }
   } else {
@@ -175,10 +177,12 @@ Result<RunData> load_run(const std::string& dir) {
     if (cm.ok()) {
       run.costs = std::move(*cm);
     } else {
-      run.warnings.push_back(fmt::format("no prediction from the run's costs: {}", cm.status().message()));
+      run.warnings.push_back(
+          fmt::format("no prediction from the run's costs: {}", cm.status().message()));
     }
   } else {
-    run.warnings.push_back(fmt::format("{} is missing: costs are taken from the timelines", costs_path));
+    run.warnings.push_back(
+        fmt::format("{} is missing: costs are taken from the timelines", costs_path));
   }
   const std::string sched_path = dir + "/schedule.csv";
   if (auto text = read_file(sched_path); text.ok()) {

@@ -92,13 +92,18 @@ TEST(ReportBrowserTest, ReportRendersInHeadlessChromium) {
   const std::string flags =
       " --headless --no-sandbox --disable-gpu --disable-background-networking "
       "--disable-component-update --disable-sync --no-first-run --hide-scrollbars "
-      "--user-data-dir=" + testutil::make_temp_dir("tp-chrome-profile") + " ";
+      "--user-data-dir=" +
+      testutil::make_temp_dir("tp-chrome-profile") + " ";
   const std::string png = dir + "/shot.png";
-  auto shot = testutil::run_command("timeout 90 " + chrome + flags + "--enable-logging=stderr --v=0"
-                                    " --window-size=1200,1600 --screenshot=" + png + " file://" + html);
+  auto shot = testutil::run_command("timeout 90 " + chrome + flags +
+                                    "--enable-logging=stderr --v=0"
+                                    " --window-size=1200,1600 --screenshot=" +
+                                    png + " file://" + html);
   ASSERT_EQ(shot.exit_code, 0) << shot.err;
-  auto dom = testutil::run_command("timeout 90 " + chrome + flags + "--enable-logging=stderr --v=0"
-                                   " --dump-dom file://" + html);
+  auto dom = testutil::run_command("timeout 90 " + chrome + flags +
+                                   "--enable-logging=stderr --v=0"
+                                   " --dump-dom file://" +
+                                   html);
   ASSERT_EQ(dom.exit_code, 0) << dom.err;
   // No console output at all (the page has no script): Chromium 120+ logs every page console
   // message, errors and uncaught exceptions included, as "INFO:CONSOLE:<line>] ..." with
@@ -127,7 +132,8 @@ TEST(ReportBrowserTest, ReportRendersInHeadlessChromium) {
               st.height, static_cast<long long>(st.non_white),
               100.0 * st.non_white / (double(st.width) * st.height),
               static_cast<long long>(st.distinct_colors));
-  if (const char* keep = std::getenv("TP_REPORT_SCREENSHOT")) fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
+  if (const char* keep = std::getenv("TP_REPORT_SCREENSHOT"))
+    fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // The bubble report: idle causes on hand-built and emulated timelines with known injected delays
 // (slow link, slow loader), bad run directories, the Chrome trace of a real run, the CLI.
+#include "tightpipe/report.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,7 +11,6 @@
 
 #include "run.h"
 #include "tightpipe/base.h"
-#include "tightpipe/report.h"
 #include "tightpipe/trainer.h"
 
 namespace tightpipe {
@@ -155,13 +156,13 @@ TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
   EXPECT_NEAR(ratio(sm, IdleCause::kDrain), 11 * kMs / PT, 0.02);
   EXPECT_LT(ratio(sm, IdleCause::kData), 0.02);
   EXPECT_LT(ratio(sm, IdleCause::kOther), 0.02);
-  std::printf("slow link: T %.2f ms, exposed %.2f%% (expected %.2f%%), dependency %.2f%% (%.2f%%), "
-              "fill %.2f%% (%.2f%%), drain %.2f%% (%.2f%%), other %.2f%%\n",
-              T / kMs, 100 * ratio(sm, IdleCause::kExposedComm), 100 * 6 * kMs / PT,
-              100 * ratio(sm, IdleCause::kDependency), 100 * 15 * kMs / PT,
-              100 * ratio(sm, IdleCause::kFill), 100 * 4 * kMs / PT,
-              100 * ratio(sm, IdleCause::kDrain), 100 * 11 * kMs / PT,
-              100 * ratio(sm, IdleCause::kOther));
+  std::printf(
+      "slow link: T %.2f ms, exposed %.2f%% (expected %.2f%%), dependency %.2f%% (%.2f%%), "
+      "fill %.2f%% (%.2f%%), drain %.2f%% (%.2f%%), other %.2f%%\n",
+      T / kMs, 100 * ratio(sm, IdleCause::kExposedComm), 100 * 6 * kMs / PT,
+      100 * ratio(sm, IdleCause::kDependency), 100 * 15 * kMs / PT,
+      100 * ratio(sm, IdleCause::kFill), 100 * 4 * kMs / PT, 100 * ratio(sm, IdleCause::kDrain),
+      100 * 11 * kMs / PT, 100 * ratio(sm, IdleCause::kOther));
   // The prediction (costs.json carries the link) explains the same run.
   ASSERT_TRUE(rep->has_prediction) << rep->prediction_error;
   EXPECT_NEAR(rep->predicted.makespan, 66 * kMs, 3 * kMs);
@@ -222,7 +223,8 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   EXPECT_LT(ratio(sm, IdleCause::kExposedComm), 0.02);
   EXPECT_LT(ratio(sm, IdleCause::kOther), 0.02);
   std::printf("slow loader: T %.2f ms, data wait %.2f%% (expected %.2f%%), other %.2f%%\n", T / kMs,
-              100 * ratio(sm, IdleCause::kData), 100 * expected, 100 * ratio(sm, IdleCause::kOther));
+              100 * ratio(sm, IdleCause::kData), 100 * expected,
+              100 * ratio(sm, IdleCause::kOther));
   // Per rank: only the first and the last rank wait for data, 40 ms each.
   EXPECT_NEAR(sm.rank_idle[0][static_cast<int>(IdleCause::kData)], 40 * kMs, 3 * kMs);
   EXPECT_NEAR(sm.rank_idle[3][static_cast<int>(IdleCause::kData)], 40 * kMs, 3 * kMs);
@@ -385,7 +387,8 @@ TEST_F(BadRunDirTest, Cli) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
 }
 
-// ----- Chrome trace of a real run ------------------------------------------------------------------
+// ----- Chrome trace of a real run
+// ------------------------------------------------------------------
 
 TEST(ReportTraceTest, RealRunTraceHasOneProcessPerRank) {
   const std::string out = testutil::make_temp_dir("tp-rep-real");

@@ -18,8 +18,9 @@ int cmd_report(int argc, char** argv) {
   bool quiet = false;
   app.add_option("RUN_DIR", run_dir, "directory written by `tightpipe train --out-dir`")
       ->required();
-  app.add_option("--out", out_dir, "where to write report.html, trace.json, costs.json "
-                                   "(default: RUN_DIR)");
+  app.add_option("--out", out_dir,
+                 "where to write report.html, trace.json, costs.json "
+                 "(default: RUN_DIR)");
   app.add_option("--what-if", what_if,
                  "re-simulate the measured costs under other schedules, e.g. "
                  "zb-h1,zb-v,interleaved:2 (name:v sets the chunks)");
