@@ -50,7 +50,7 @@ Run threads_run(TrainOptions o) {
 
 Run mpi_run(const std::string& schedule, int vpp, int steps, const std::string& out) {
   const std::string cmd = fmt::format(
-      "mkdir -p {} && mpirun --allow-run-as-root --oversubscribe --mca btl_vader_single_copy_mechanism none -np 2 "
+      "mkdir -p {} && mpirun --allow-run-as-root --oversubscribe -np 2 "
       "{}/tools/tightpipe/tightpipe train --transport mpi --pp 2 --schedule {} {} --num-layers 4 "
       "--hidden-size 128 --num-attention-heads 4 --seq-length 128 --micro-batch-size 8 "
       "--num-microbatches 8 --train-iters {} --data-path {}/data/tinyshakespeare.txt --out-dir {} "
