@@ -45,5 +45,20 @@ TEST(FailureTest, KilledMpiRankEndsEveryOtherRankWithAnError) {
   EXPECT_NE(all.find("rank 1"), std::string::npos) << all;
 }
 
+TEST(FailureTest, MpiWorldSizeOtherThanPpStopsEveryRankBeforeWork) {
+  if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
+  auto r = run_command("mpirun --allow-run-as-root --oversubscribe -np 2 " + kTrain +
+                       " --transport mpi --pp 3");
+  const std::string all = r.out + r.err;
+  int lines = 0;
+  for (size_t pos = 0; (pos = all.find("this MPI job has 2 processes but the pipeline needs 3 ranks",
+                                       pos)) != std::string::npos;
+       ++pos)
+    ++lines;
+  EXPECT_EQ(lines, 2) << all;  // one clear line from each process
+  EXPECT_NE(all.find("hint: start it with mpirun -np 3"), std::string::npos) << all;
+  EXPECT_EQ(all.find("step "), std::string::npos) << "no work may start: " << all;
+}
+
 }  // namespace
 }  // namespace tightpipe
