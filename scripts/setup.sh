@@ -8,10 +8,10 @@ PACKAGES=(
   g++ cmake ninja-build pkg-config git tar
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libopenmpi-dev openmpi-bin
+  libopenblas-dev libopenmpi-dev openmpi-bin openssh-client
   libarchive-dev
   libexpat1-dev
-  chromium libpng-dev
+  chromium fonts-liberation libpng-dev
 )
 PACKAGES+=(${TP_EXTRA_PACKAGES:-})
 
