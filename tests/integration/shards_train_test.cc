@@ -1,0 +1,45 @@
+// Training from WebDataset shards end to end: `tightpipe data shard`, then `tightpipe train` with
+// a brace pattern, on one rank and on a pipeline.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "run.h"
+#include "tightpipe/base.h"
+
+namespace tightpipe {
+namespace {
+
+using testutil::run_command;
+
+TEST(ShardsTrainTest, TrainsFromABracePatternOnOneRankAndOnAPipeline) {
+  const std::string tp = testutil::tightpipe_binary();
+  const std::string dir = testutil::make_temp_dir("tp-shards");
+  auto w = run_command(tp + " data shard --input " + std::string(TP_SHARED_DIR) +
+                       "/data/tinyshakespeare.txt --out " + dir + "/shards --seq-length 128 " +
+                       "--samples-per-shard 1000");
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  int shards = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/shards"))
+    if (e.path().extension() == ".tar") ++shards;
+  ASSERT_GE(shards, 2);
+  const std::string pattern =
+      fmt::format("'{}/shards/shard-{{000000..{:06d}}}.tar'", dir, shards - 1);
+  for (const char* pp : {"1", "2"}) {
+    const std::string out = dir + "/run" + pp;
+    auto r = run_command(tp + " train --pp " + pp +
+                         " --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
+                         "--seq-length 64 --micro-batch-size 4 --num-microbatches 4 "
+                         "--train-iters 4 --eval-iters 2 --data-path " + pattern +
+                         " --out-dir " + out);
+    ASSERT_EQ(r.exit_code, 0) << "pp " << pp << "\n" << r.err << r.out;
+    auto sum = nlohmann::json::parse(read_file(out + "/summary.json").value());
+    EXPECT_EQ(sum["steps"].get<int>(), 4);
+    EXPECT_NEAR(sum["final_loss"].get<double>(), std::log(256.0), 1.0);
+    EXPECT_GT(sum["final_val_loss"].get<double>(), 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace tightpipe
