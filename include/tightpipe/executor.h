@@ -51,6 +51,9 @@ struct ExecutorOptions {
   bool emulated = false;      // --compute emulated
   EmulatedCompute costs;      // used when emulated
   int64_t message_floats = 0; // (B,T,C) floats per activation/gradient message
+  // With overlap_p2p: a helper thread tests posted sends every 50 us while compute runs, so
+  // that transports which move data only inside their calls (MPI) keep messages moving.
+  bool progress_thread = false;
   // Failure injection for tests: in step fail_step, halfway through the program, exit the
   // process (fail_stall_s <= 0) or stall for fail_stall_s seconds.
   int32_t fail_step = -1;

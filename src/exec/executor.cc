@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
@@ -81,7 +83,8 @@ struct PendingRecv {
 struct PendingSend {
   Buffer buf;
   std::unique_ptr<Request> req;
-  size_t event = 0;  // index of its SEND event, whose end is set when the send completes
+  size_t event = 0;         // index of its SEND event, whose end is set when the send completes
+  double completed = -1;    // when a test() first saw it complete (step-relative seconds)
 };
 
 std::span<std::byte> bytes_of(Buffer& b) { return std::as_writable_bytes(std::span<float>(b)); }
@@ -123,7 +126,36 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
   std::unordered_map<int64_t, PendingRecv> recv_act, recv_grad;  // posted early (overlap)
   std::unordered_map<int64_t, Buffer> act_in, grad_in;           // inputs ready for compute
   std::unordered_map<int64_t, Buffer> act_out, grad_out;         // outputs waiting for a SEND
+  // Posted sends, oldest first. With options_.progress_thread a helper thread tests them while
+  // this thread computes: MPI moves a large message only while the sender calls into MPI.
   std::deque<PendingSend> sends;
+  std::mutex sends_mu;
+  std::atomic<bool> stop_progress{false};
+  std::thread progress;
+  if (options_.overlap_p2p && options_.progress_thread) {
+    progress = std::thread([&] {
+      while (!stop_progress.load()) {
+        {
+          std::lock_guard<std::mutex> lock(sends_mu);
+          for (auto& p : sends) {
+            if (p.completed >= 0) continue;
+            auto done = p.req->test();
+            if (!done.ok() || !*done) break;  // errors surface on the executor thread
+            p.completed = now();
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    });
+  }
+  struct JoinProgress {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~JoinProgress() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } join_progress{stop_progress, progress};
 
   for (auto& [s, stage] : stages_) stage->reset_peak();
   auto stash_total = [&] {
@@ -158,11 +190,13 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms / v));
   };
   auto poll_sends = [&]() -> Status {
+    std::lock_guard<std::mutex> lock(sends_mu);
     while (!sends.empty()) {
       auto done = sends.front().req->test();
       if (!done.ok()) return done.status();
       if (!*done) break;
-      events[sends.front().event].end = now();
+      const double c = sends.front().completed;
+      events[sends.front().event].end = c >= 0 ? c : now();
       sends.pop_front();  // frees the buffer once the send has completed
     }
     return OkStatus();
@@ -331,6 +365,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
           if (Status st = p.req->wait(timeout); !st.ok()) return fail(st);
           events[p.event].end = now();
         } else {
+          std::lock_guard<std::mutex> lock(sends_mu);
           sends.push_back(std::move(p));
         }
         break;
@@ -347,12 +382,14 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
     if (Status st = poll_sends(); !st.ok()) return fail(st);
   }
   // Drain the sends: their buffers must outlive them.
+  stop_progress = true;
+  if (progress.joinable()) progress.join();
   for (auto& p : sends) {
     if (Status st = p.req->wait(timeout); !st.ok()) {
       return Status(st.code(), fmt::format("rank {} step {}: draining sends: {}", rank_, step,
                                            st.message()));
     }
-    events[p.event].end = now();
+    events[p.event].end = p.completed >= 0 ? p.completed : now();
   }
   sends.clear();
   TP_CHECK(act_in.empty() && grad_in.empty() && act_out.empty() && grad_out.empty() &&

@@ -139,6 +139,7 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
         ExecutorOptions eo;
         eo.overlap_p2p = overlap;
         eo.timeout_s = 60;
+        eo.progress_thread = w.kind == TransportKind::kMpi;  // as run_training sets it
         PipelineRank pr(*lowered, t.rank(), t, cfg, *specs, kSeed, {}, eo);
         std::vector<std::string> bad;
         for (int s = 0; s < kSteps; ++s) {
@@ -224,6 +225,7 @@ TEST(EmulatedTest, TimelineFollowsCosts) {
   auto lowered = lower(sched).value();
   auto transports = make_inproc_transports(2);
   std::vector<RankTimeline> tl(2);
+  const double origin = now_seconds();  // one clock origin for both thread ranks
   auto statuses = run_on_threads(transports, [&](Transport& t) -> Status {
     ExecutorOptions eo;
     eo.emulated = true;
@@ -231,7 +233,7 @@ TEST(EmulatedTest, TimelineFollowsCosts) {
     eo.message_floats = 64;
     Executor ex(lowered, t.rank(), t, {}, eo);
     TP_RETURN_IF_ERROR(barrier(t, 10));
-    TP_ASSIGN_OR_RETURN(RankStepResult r, ex.run_step(0, now_seconds(), {}, 1.0f));
+    TP_ASSIGN_OR_RETURN(RankStepResult r, ex.run_step(0, origin, {}, 1.0f));
     tl[t.rank()] = r.timeline;
     return OkStatus();
   });

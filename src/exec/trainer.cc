@@ -172,6 +172,7 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
   auto body = [&](Transport& t) -> Status {
     const int32_t rank = t.rank();
     ExecutorOptions eo = opt.exec;
+    eo.progress_thread = opt.world.kind == TransportKind::kMpi;
     if (rank == opt.debug_fail_rank) {
       eo.fail_step = static_cast<int32_t>(opt.debug_fail_step);
       eo.fail_stall_s = opt.debug_fail_mode == "stall" ? std::max(opt.debug_stall_seconds, 1e-3) : 0;
