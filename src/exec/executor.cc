@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <cstdio>
 #include <cstdlib>
@@ -132,19 +133,30 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
   std::mutex sends_mu;
   std::atomic<bool> stop_progress{false};
   std::thread progress;
+  std::condition_variable sends_cv;
   if (options_.overlap_p2p && options_.progress_thread) {
     progress = std::thread([&] {
+      std::unique_lock<std::mutex> lock(sends_mu);
       while (!stop_progress.load()) {
-        {
-          std::lock_guard<std::mutex> lock(sends_mu);
-          for (auto& p : sends) {
-            if (p.completed >= 0) continue;
-            auto done = p.req->test();
-            if (!done.ok() || !*done) break;  // errors surface on the executor thread
-            p.completed = now();
-          }
+        // Sleep until there is an incomplete send; then test with a growing interval.
+        auto pending = [&] {
+          for (auto& p : sends)
+            if (p.completed < 0) return true;
+          return false;
+        };
+        if (!pending()) {
+          sends_cv.wait_for(lock, std::chrono::milliseconds(5));
+          continue;
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        for (auto& p : sends) {
+          if (p.completed >= 0) continue;
+          auto done = p.req->test();
+          if (!done.ok() || !*done) break;  // errors surface on the executor thread
+          p.completed = now();
+        }
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        lock.lock();
       }
     });
   }
@@ -367,6 +379,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
         } else {
           std::lock_guard<std::mutex> lock(sends_mu);
           sends.push_back(std::move(p));
+          sends_cv.notify_one();
         }
         break;
       }
@@ -383,6 +396,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
   }
   // Drain the sends: their buffers must outlive them.
   stop_progress = true;
+  sends_cv.notify_one();
   if (progress.joinable()) progress.join();
   for (auto& p : sends) {
     if (Status st = p.req->wait(timeout); !st.ok()) {
