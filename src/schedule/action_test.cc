@@ -56,8 +56,12 @@ TEST(DependenciesTest, VPlacementHandsOffLocally) {
   // Stages 1 and 2 share rank 1: no SEND/RECV between them.
   for (const auto& prog : low.programs)
     for (const auto& a : prog) {
-      if (a.type == ActionType::kSendAct) EXPECT_NE(a.stage, 1) << to_string(a);
-      if (a.type == ActionType::kSendGrad) EXPECT_NE(a.stage, 2) << to_string(a);
+      if (a.type == ActionType::kSendAct) {
+        EXPECT_NE(a.stage, 1) << to_string(a);
+      }
+      if (a.type == ActionType::kSendGrad) {
+        EXPECT_NE(a.stage, 2) << to_string(a);
+      }
     }
   EXPECT_EQ(dependencies(low, {ActionType::kForward, 2, 0}),
             (std::vector<Action>{{ActionType::kForward, 1, 0}}));
