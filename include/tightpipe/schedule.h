@@ -101,6 +101,13 @@ const GeneratorInfo* find_generator(std::string_view name);
 // a hint.
 Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions& options);
 
+// A schedule file (.csv in PyTorch's layout, or .json), parsed and validated as it is (lowered
+// when it holds SEND/RECV).
+Result<Schedule> load_schedule_file(const std::string& path);
+// What `--schedule` names: a registry name generated with `options` (chunks 0: the generator's
+// default, 2 for zb-v and 1 otherwise), or a .csv/.json file; the compute-only schedule either way.
+Result<Schedule> schedule_from_name_or_file(const std::string& name, GeneratorOptions options);
+
 // ----- dependencies ----------------------------------------------------------------------------
 
 // What must have completed before `a` may start, as actions. A requirement of type

@@ -123,26 +123,15 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
   TP_RETURN_IF_ERROR(opt.lr.validate());
 
   // Everything that can be refused is refused here, identically on every process.
-  GeneratorOptions go{opt.pp, opt.microbatches, opt.vpp, opt.group_size};
-  Result<Schedule> sched = Status::internal("unset");
-  if (opt.schedule.ends_with(".csv") || opt.schedule.ends_with(".json")) {
-    TP_ASSIGN_OR_RETURN(std::string text, read_file(opt.schedule));
-    sched = opt.schedule.ends_with(".csv") ? parse_csv(text, opt.schedule) : parse_json(text, opt.schedule);
-    if (sched.ok()) sched = compute_only(*sched);
-    if (sched.ok() && (sched->num_ranks != opt.pp || sched->num_microbatches != opt.microbatches)) {
-      return Status::invalid_argument(fmt::format(
-          "--schedule {}: the file has {} ranks and {} microbatches but --pp is {} and "
-          "--num-microbatches {}; hint: pass the file's shape",
-          opt.schedule, sched->num_ranks, sched->num_microbatches, opt.pp, opt.microbatches));
-    }
-  } else {
-    if (go.chunks == 0) {
-      const GeneratorInfo* g = find_generator(opt.schedule);
-      go.chunks = g && g->fixed_chunks > 1 ? g->fixed_chunks : 1;
-    }
-    sched = generate_schedule(opt.schedule, go);
-  }
+  auto sched = schedule_from_name_or_file(
+      opt.schedule, {opt.pp, opt.microbatches, opt.vpp, opt.group_size});
   if (!sched.ok()) return sched.status();
+  if (sched->num_ranks != opt.pp || sched->num_microbatches != opt.microbatches) {
+    return Status::invalid_argument(fmt::format(
+        "--schedule {}: the file has {} ranks and {} microbatches but --pp is {} and "
+        "--num-microbatches {}; hint: pass the file's shape",
+        opt.schedule, sched->num_ranks, sched->num_microbatches, opt.pp, opt.microbatches));
+  }
   TP_ASSIGN_OR_RETURN(Schedule lowered, lower(*sched));
   TP_ASSIGN_OR_RETURN(std::vector<nn::StageSpec> specs,
                       nn::partition_layers(opt.model, lowered.num_stages, opt.pipeline_layout));

@@ -61,4 +61,21 @@ Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions
                   join(names, ", ")));
 }
 
+Result<Schedule> load_schedule_file(const std::string& path) {
+  TP_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return path.ends_with(".json") ? parse_json(text, path) : parse_csv(text, path);
+}
+
+Result<Schedule> schedule_from_name_or_file(const std::string& name, GeneratorOptions options) {
+  if (name.ends_with(".csv") || name.ends_with(".json")) {
+    TP_ASSIGN_OR_RETURN(Schedule s, load_schedule_file(name));
+    return compute_only(s);
+  }
+  if (options.chunks == 0) {
+    const GeneratorInfo* g = find_generator(name);
+    options.chunks = g && g->fixed_chunks > 1 ? g->fixed_chunks : 1;
+  }
+  return generate_schedule(name, options);
+}
+
 }  // namespace tightpipe

@@ -116,6 +116,17 @@ TEST(TrainIntegrationTest, InvalidCombinationsFailBeforeWork) {
   s = run_training(o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("--num-layers"), std::string::npos) << s.status().message();
+  // A schedule file whose shape disagrees with the flags.
+  o = tiny(out);
+  ASSERT_TRUE(write_file(out + "/s.csv",
+                         to_csv(generate_schedule("1f1b", {.ranks = 2, .microbatches = 3}).value()))
+                  .ok());
+  o.schedule = out + "/s.csv";
+  s = run_training(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("the file has 2 ranks and 3 microbatches"), std::string::npos)
+      << s.status().message();
+  EXPECT_NE(s.status().message().find("hint"), std::string::npos);
   o = tiny(out);
   o.data.path = "/nonexistent/x.txt";
   s = run_training(o);

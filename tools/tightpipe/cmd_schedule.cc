@@ -36,9 +36,7 @@ int cmd_schedule(int argc, char** argv) {
     return kExitOk;
   }
   if (!check.empty()) {
-    auto text = read_file(check);
-    if (!text.ok()) return report_error("schedule", text.status().with_context("--check"));
-    auto s = check.ends_with(".json") ? parse_json(*text, check) : parse_csv(*text, check);
+    auto s = load_schedule_file(check);
     if (!s.ok()) return report_error("schedule", s.status());
     std::printf("%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
                 "finishes (no deadlock)\n",

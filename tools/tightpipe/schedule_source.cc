@@ -25,24 +25,10 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
 }
 
 Result<Schedule> load_schedule(const ScheduleFlags& f) {
-  const std::string& name = f.schedule;
-  const bool is_file = name.ends_with(".csv") || name.ends_with(".json");
-  if (is_file) {
-    TP_ASSIGN_OR_RETURN(std::string text, read_file(name));
-    TP_ASSIGN_OR_RETURN(Schedule s, name.ends_with(".csv") ? parse_csv(text, name)
-                                                            : parse_json(text, name));
-    return compute_only(s);
-  }
-  GeneratorOptions o;
-  o.ranks = f.pp;
-  o.microbatches = f.microbatches;
-  o.group_size = f.group_size;
-  o.chunks = f.vpp;
-  if (o.chunks == 0) {
-    const GeneratorInfo* g = find_generator(name);
-    o.chunks = g && g->fixed_chunks > 1 ? g->fixed_chunks : 1;
-  }
-  return generate_schedule(name, o);
+  return schedule_from_name_or_file(f.schedule, {.ranks = f.pp,
+                                                 .microbatches = f.microbatches,
+                                                 .chunks = f.vpp,
+                                                 .group_size = f.group_size});
 }
 
 }  // namespace tightpipe::cli
