@@ -3,10 +3,14 @@
 //     next to (1 - predicted bubble), for 1F1B, ZB-H1 and ZB-V, on threads and on MPI.
 //  2. Overlap: emulated compute with an emulated slow link, step time with and without
 //     --overlap-p2p-communication.
-// Usage: pipeline_bench [--steps N] [--no-mpi]
+// Usage: pipeline_bench [--steps N] [--rounds R] [--no-mpi]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -69,41 +73,74 @@ Run mpi_run(const std::string& schedule, int vpp, int steps, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 8;
+  int steps = 8, rounds = 3;
   bool mpi = true;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--no-mpi")) mpi = false;
   }
   char tmpl[] = "/tmp/tp-pipeline-bench-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  std::printf("model 4 x 128, T=128, B=8, m=8, %d steps (medians after 1 warm-up step)\n\n", steps);
+  std::printf("model 4 x 128, T=128, B=8, m=8, %d steps (medians after 1 warm-up step), %d rounds\n",
+              steps, rounds);
+  std::printf("each pipeline run is compared with the mean of the single-rank runs just before and "
+              "just after it\n(the single-rank speed drifts by up to ~20%% within a minute on this "
+              "shared machine); per row the\nmedian over the rounds, and the range of the gap\n\n");
 
+  struct Case {
+    std::string schedule, transport;
+    int vpp;
+    std::vector<double> ratio, predicted, measured, tokens, single;
+  };
+  std::vector<Case> cases;
+  for (const auto& [schedule, vpp] : {std::pair<const char*, int>{"1f1b", 0}, {"zb-h1", 0},
+                                      {"zb-v", 2}}) {
+    cases.push_back({schedule, "threads", vpp, {}, {}, {}, {}, {}});
+    if (mpi) cases.push_back({schedule, "mpi", vpp, {}, {}, {}, {}, {}});
+  }
   TrainOptions single = base_options(steps, dir + "/single");
   single.pp = 1;
-  const Run one = threads_run(single);
-  std::printf("single rank: %.0f tokens/s\n\n", one.tokens_per_s);
-  std::printf("%-8s %-8s %5s %12s %22s %20s %16s\n", "schedule", "transport", "p", "tokens/s",
-              "tok/s / (2 x single)", "1 - predicted bubble", "measured bubble");
-  struct Case {
-    const char* schedule;
-    int vpp;
-  } cases[] = {{"1f1b", 0}, {"zb-h1", 0}, {"zb-v", 2}};
-  for (const auto& c : cases) {
-    TrainOptions o = base_options(steps, dir + "/" + c.schedule);
-    o.pp = 2;
-    o.schedule = c.schedule;
-    o.vpp = c.vpp;
-    const Run r = threads_run(o);
-    std::printf("%-8s %-8s %5d %12.0f %22.3f %20.3f %15.1f%%\n", c.schedule, "threads", 2,
-                r.tokens_per_s, r.tokens_per_s / (2 * one.tokens_per_s), 1 - r.predicted_bubble,
-                100 * r.measured_bubble);
-    if (mpi) {
-      const Run m = mpi_run(c.schedule, c.vpp, steps, dir + "/mpi-" + c.schedule);
-      std::printf("%-8s %-8s %5d %12.0f %22.3f %20.3f %15.1f%%\n", c.schedule, "mpi", 2,
-                  m.tokens_per_s, m.tokens_per_s / (2 * one.tokens_per_s), 1 - m.predicted_bubble,
-                  100 * m.measured_bubble);
+  double single_prev = threads_run(single).tokens_per_s;
+  for (int round = 0; round < rounds; ++round) {
+    for (Case& c : cases) {
+      Run r;
+      if (c.transport == "mpi") {
+        r = mpi_run(c.schedule, c.vpp, steps, dir + "/mpi-" + c.schedule);
+      } else {
+        TrainOptions o = base_options(steps, dir + "/" + c.schedule);
+        o.pp = 2;
+        o.schedule = c.schedule;
+        o.vpp = c.vpp;
+        r = threads_run(o);
+      }
+      const double single_next = threads_run(single).tokens_per_s;
+      const double one = 0.5 * (single_prev + single_next);
+      single_prev = single_next;
+      c.ratio.push_back(r.tokens_per_s / (2 * one));
+      c.predicted.push_back(1 - r.predicted_bubble);
+      c.measured.push_back(r.measured_bubble);
+      c.tokens.push_back(r.tokens_per_s);
+      c.single.push_back(one);
     }
+    std::fprintf(stderr, "round %d of %d done\n", round + 1, rounds);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  std::printf("%-8s %-9s %3s %10s %13s %21s %21s %12s %15s %16s\n", "schedule", "transport", "p",
+              "tokens/s", "single tok/s", "tok/s / (2 x single)", "1 - predicted bubble",
+              "gap (points)", "gap range", "measured bubble");
+  for (const Case& c : cases) {
+    std::vector<double> gap;
+    for (size_t i = 0; i < c.ratio.size(); ++i) gap.push_back(100 * (c.ratio[i] - c.predicted[i]));
+    const auto [lo, hi] = std::minmax_element(gap.begin(), gap.end());
+    std::printf("%-8s %-9s %3d %10.0f %13.0f %21.3f %21.3f %+12.1f %7.1f..%+5.1f %15.1f%%\n",
+                c.schedule.c_str(), c.transport.c_str(), 2, median(c.tokens), median(c.single),
+                median(c.ratio), median(c.predicted), median(gap), *lo, *hi,
+                100 * median(c.measured));
   }
 
   std::printf("\noverlap: emulated compute f=4,b=8 ms, p=4, m=8, 1f1b, link latency 2 ms, 1 Gbit/s\n");

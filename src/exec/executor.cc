@@ -134,11 +134,19 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
   std::atomic<bool> stop_progress{false};
   std::thread progress;
   std::condition_variable sends_cv;
+  size_t sends_posted = 0;  // guarded by sends_mu
   if (options_.overlap_p2p && options_.progress_thread) {
     progress = std::thread([&] {
+      // Tests incomplete sends at an interval that starts at 200 us when a send is posted or
+      // completes and doubles while none completes, up to 1.6 ms: a send whose receiver is busy
+      // computing (with Open MPI's single-copy transfer on one machine the receiver pulls the
+      // data, and the send completes only after that) costs a few wake-ups instead of one
+      // every 200 us, which took a few percent of the cores from compute (docs/transport.md).
+      constexpr double max_interval_us = 1600;
       std::unique_lock<std::mutex> lock(sends_mu);
+      double interval_us = 200;
+      size_t seen = 0;  // sends posted so far, to notice new ones
       while (!stop_progress.load()) {
-        // Sleep until there is an incomplete send; then test with a growing interval.
         auto pending = [&] {
           for (auto& p : sends)
             if (p.completed < 0) return true;
@@ -148,15 +156,20 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
           sends_cv.wait_for(lock, std::chrono::milliseconds(5));
           continue;
         }
+        if (sends_posted != seen) {
+          seen = sends_posted;
+          interval_us = 200;
+        }
+        bool any = false;
         for (auto& p : sends) {
           if (p.completed >= 0) continue;
           auto done = p.req->test();
           if (!done.ok() || !*done) break;  // errors surface on the executor thread
           p.completed = now();
+          any = true;
         }
-        lock.unlock();
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-        lock.lock();
+        interval_us = any ? 200 : std::min(max_interval_us, 2 * interval_us);
+        sends_cv.wait_for(lock, std::chrono::duration<double, std::micro>(interval_us));
       }
     });
   }
@@ -183,11 +196,28 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
   };
   res.peak_stash_bytes = stash_total();
 
+  // Message buffers come from free_buffers_ and go back once consumed or sent.
+  auto take_buffer = [&] {
+    if (free_buffers_.empty()) return Buffer(msg_floats);
+    Buffer b = std::move(free_buffers_.back());
+    free_buffers_.pop_back();
+    return b;
+  };
+  auto give_buffer = [&](Buffer& b) {
+    if (b.size() == msg_floats) free_buffers_.push_back(std::move(b));
+    b = Buffer();
+  };
+  auto copy_to_buffer = [&](std::span<const float> data) {
+    if (data.size() != msg_floats) return Buffer(data.begin(), data.end());
+    Buffer b = take_buffer();
+    std::copy(data.begin(), data.end(), b.begin());
+    return b;
+  };
   auto post_recv = [&](const Action& a) {
     const bool grad = a.type == ActionType::kRecvGrad;
     const int32_t src = sch.rank_of(grad ? a.stage + 1 : a.stage - 1);
     PendingRecv p;
-    p.buf.assign(msg_floats, 0.0f);
+    p.buf = take_buffer();
     p.req = transport_.irecv(src, message_tag(sch, grad, a.stage, a.microbatch), bytes_of(p.buf));
     return p;
   };
@@ -209,7 +239,8 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
       if (!*done) break;
       const double c = sends.front().completed;
       events[sends.front().event].end = c >= 0 ? c : now();
-      sends.pop_front();  // frees the buffer once the send has completed
+      give_buffer(sends.front().buf);  // reusable once the send has completed
+      sends.pop_front();
     }
     return OkStatus();
   };
@@ -300,8 +331,9 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
         }
         record(&a, to_string(a), EventKind::kForward, Lane::kCompute, t0, now());
         track_stash(stash_before);
+        give_buffer(input);  // the stage copied it
         if (a.stage + 1 < S) {
-          Buffer copy(out.begin(), out.end());
+          Buffer copy = copy_to_buffer(out);
           if (sch.rank_of(a.stage + 1) == rank_) {
             act_in[key(a.stage + 1, a.microbatch)] = std::move(copy);  // local hand-off
           } else {
@@ -336,8 +368,9 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
         record(&a, to_string(a), fused ? EventKind::kBackward : EventKind::kBackwardInput,
                Lane::kCompute, t0, now());
         track_stash(stash_before);
+        give_buffer(grad);
         if (a.stage > 0) {
-          Buffer copy(g.begin(), g.end());
+          Buffer copy = copy_to_buffer(g);
           if (sch.rank_of(a.stage - 1) == rank_) {
             grad_in[key(a.stage - 1, a.microbatch)] = std::move(copy);  // local hand-off
           } else {
@@ -379,6 +412,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
         } else {
           std::lock_guard<std::mutex> lock(sends_mu);
           sends.push_back(std::move(p));
+          ++sends_posted;
           sends_cv.notify_one();
         }
         break;
@@ -404,6 +438,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
                                            st.message()));
     }
     events[p.event].end = p.completed >= 0 ? p.completed : now();
+    give_buffer(p.buf);
   }
   sends.clear();
   TP_CHECK(act_in.empty() && grad_in.empty() && act_out.empty() && grad_out.empty() &&
