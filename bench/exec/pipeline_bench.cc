@@ -39,7 +39,16 @@ TrainOptions base_options(int steps, const std::string& out) {
 
 struct Run {
   double tokens_per_s = 0, predicted_bubble = 0, measured_bubble = 0, step_s = 0;
+  double compute_s = 0;  // one microbatch through every stage: sum of the measured F + B costs
 };
+
+Run from_summary(const std::string& dir) {
+  auto j = nlohmann::json::parse(read_file(dir + "/summary.json").value());
+  Run r{j["tokens_per_s"].get<double>(), j["predicted_bubble_ratio"].get<double>(),
+        j["measured_bubble_ratio"].get<double>(), j["step_time_s"].get<double>()};
+  for (const auto& c : j["measured_costs"]) r.compute_s += c["f_s"].get<double>() + c["b_s"].get<double>();
+  return r;
+}
 
 Run threads_run(TrainOptions o) {
   auto s = run_training(o);
@@ -47,9 +56,7 @@ Run threads_run(TrainOptions o) {
     std::fprintf(stderr, "run failed: %s\n", s.status().to_string().c_str());
     std::exit(1);
   }
-  auto j = nlohmann::json::parse(read_file(o.out_dir + "/summary.json").value());
-  return {s->tokens_per_s, s->predicted_bubble_ratio, s->measured_bubble_ratio,
-          j["step_time_s"].get<double>()};
+  return from_summary(o.out_dir);
 }
 
 Run mpi_run(const std::string& schedule, int vpp, int steps, const std::string& out) {
@@ -65,15 +72,13 @@ Run mpi_run(const std::string& schedule, int vpp, int steps, const std::string& 
     std::fprintf(stderr, "mpirun failed; see %s/log.txt\n", out.c_str());
     return {};
   }
-  auto j = nlohmann::json::parse(read_file(out + "/summary.json").value());
-  return {j["tokens_per_s"].get<double>(), j["predicted_bubble_ratio"].get<double>(),
-          j["measured_bubble_ratio"].get<double>(), j["step_time_s"].get<double>()};
+  return from_summary(out);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 8, rounds = 3;
+  int steps = 8, rounds = 5;
   bool mpi = true;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
@@ -91,7 +96,7 @@ int main(int argc, char** argv) {
   struct Case {
     std::string schedule, transport;
     int vpp;
-    std::vector<double> ratio, predicted, measured, tokens, single;
+    std::vector<double> ratio, predicted, measured, tokens, single, slower;
   };
   std::vector<Case> cases;
   for (const auto& [schedule, vpp] : {std::pair<const char*, int>{"1f1b", 0}, {"zb-h1", 0},
@@ -101,7 +106,7 @@ int main(int argc, char** argv) {
   }
   TrainOptions single = base_options(steps, dir + "/single");
   single.pp = 1;
-  double single_prev = threads_run(single).tokens_per_s;
+  Run single_prev = threads_run(single);
   for (int round = 0; round < rounds; ++round) {
     for (Case& c : cases) {
       Run r;
@@ -114,9 +119,11 @@ int main(int argc, char** argv) {
         o.vpp = c.vpp;
         r = threads_run(o);
       }
-      const double single_next = threads_run(single).tokens_per_s;
-      const double one = 0.5 * (single_prev + single_next);
+      const Run single_next = threads_run(single);
+      const double one = 0.5 * (single_prev.tokens_per_s + single_next.tokens_per_s);
+      const double one_compute = 0.5 * (single_prev.compute_s + single_next.compute_s);
       single_prev = single_next;
+      c.slower.push_back(r.compute_s / one_compute - 1);
       c.ratio.push_back(r.tokens_per_s / (2 * one));
       c.predicted.push_back(1 - r.predicted_bubble);
       c.measured.push_back(r.measured_bubble);
@@ -130,18 +137,21 @@ int main(int argc, char** argv) {
     const size_t n = v.size();
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   };
-  std::printf("%-8s %-9s %3s %10s %13s %21s %21s %12s %15s %16s\n", "schedule", "transport", "p",
-              "tokens/s", "single tok/s", "tok/s / (2 x single)", "1 - predicted bubble",
-              "gap (points)", "gap range", "measured bubble");
+  std::printf("%-8s %-9s %3s %9s %12s %20s %20s %12s %14s %15s %15s\n", "schedule", "transport",
+              "p", "tokens/s", "single tok/s", "tok/s/(2 x single)", "1 - predicted bubble",
+              "gap (points)", "gap range", "measured bubble", "compute +%");
   for (const Case& c : cases) {
     std::vector<double> gap;
     for (size_t i = 0; i < c.ratio.size(); ++i) gap.push_back(100 * (c.ratio[i] - c.predicted[i]));
     const auto [lo, hi] = std::minmax_element(gap.begin(), gap.end());
-    std::printf("%-8s %-9s %3d %10.0f %13.0f %21.3f %21.3f %+12.1f %7.1f..%+5.1f %15.1f%%\n",
+    std::printf("%-8s %-9s %3d %9.0f %12.0f %20.3f %20.3f %+12.1f %6.1f..%+5.1f %14.1f%% %+14.1f%%\n",
                 c.schedule.c_str(), c.transport.c_str(), 2, median(c.tokens), median(c.single),
                 median(c.ratio), median(c.predicted), median(gap), *lo, *hi,
-                100 * median(c.measured));
+                100 * median(c.measured), 100 * median(c.slower));
   }
+  std::printf("compute +%%: one microbatch's F + B summed over the stages, measured in the pipeline run, "
+              "against the\nsingle-rank runs around it; tok/s/(2 x single) is about (1 - measured "
+              "bubble) / (1 + compute +%%)\n");
 
   std::printf("\noverlap: emulated compute f=4,b=8 ms, p=4, m=8, 1f1b, link latency 2 ms, 1 Gbit/s\n");
   double step[2] = {0, 0};
