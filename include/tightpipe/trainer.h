@@ -74,8 +74,10 @@ struct TrainOptions {
   int64_t eval_interval = 0;           // --eval-interval (0: only at the end when eval_iters > 0)
   int64_t eval_iters = 0;              // --eval-iters: validation microbatches per evaluation
   std::string out_dir;                 // --out-dir: metrics.jsonl, summary.json, timelines
-  std::string save_dir;                // --save: checkpoint at the end
-  std::string load_dir;                // --load: resume from a checkpoint
+  std::string save_dir;                // --save: checkpoint at the end (and at the intervals)
+  std::string load_dir;                // --load: resume from a checkpoint at its step
+  int64_t save_interval = 0;           // --save-interval: also checkpoint every N steps (0: off)
+  int64_t exit_interval = 0;           // --exit-interval: stop (and save) at a multiple of N
   std::string trace_path;              // --trace: Chrome trace of the last step
   int64_t warmup_steps_excluded = 1;   // steps left out of the measured medians
   WorldOptions world;                  // --transport, --emulate-link

@@ -106,6 +106,14 @@ Status TrainOptions::validate() const {
   }
   if (!(lr.lr > 0)) return Status::invalid_argument(fmt::format("--lr {}: must be > 0", lr.lr));
   if (eval_iters < 0) return Status::invalid_argument(fmt::format("--eval-iters {}: must be >= 0", eval_iters));
+  if (save_interval < 0) {
+    return Status::invalid_argument(
+        fmt::format("--save-interval {}: must be >= 0 (0: save only at the end)", save_interval));
+  }
+  if (exit_interval < 0) {
+    return Status::invalid_argument(
+        fmt::format("--exit-interval {}: must be >= 0 (0: run to --train-iters)", exit_interval));
+  }
   TP_RETURN_IF_ERROR(world.validate());
   if (world.world_size != pp) {
     return Status::invalid_argument(fmt::format(
@@ -184,22 +192,42 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
       TP_ASSIGN_OR_RETURN(nn::Manifest man, nn::load_manifest(opt.load_dir));
       if (man.stages != specs) {
         return Status::invalid_argument(fmt::format(
-            "--load {}: the checkpoint's stages are '{}' but this run's are '{}'; hint: use the "
-            "model flags, --pp, --vpp and --pipeline-layout the checkpoint was saved with",
-            opt.load_dir, nn::format_layout(man.stages), nn::format_layout(specs)));
-      }
-      for (auto& [s, stage] : pr.stages()) {
-        TP_ASSIGN_OR_RETURN(nn::CheckpointState st,
-                            nn::load_stage_checkpoint(nn::stage_checkpoint_path(opt.load_dir, s), *stage));
-        start = st.step;
+            "--load {}: the checkpoint has {} stages '{}' but this run (--pp {}, --vpp {}) has {} "
+            "stages '{}'; hint: use the model flags, --pp, --vpp and --pipeline-layout the "
+            "checkpoint was saved with",
+            opt.load_dir, man.stages.size(), nn::format_layout(man.stages), P, lowered.chunks(),
+            specs.size(), nn::format_layout(specs)));
       }
       start = man.step;
-      if (train_data) {
-        auto pos_text = read_file(opt.load_dir + "/data_position.json");
-        if (pos_text.ok()) {
-          TP_ASSIGN_OR_RETURN(DataPosition pos, DataPosition::from_json(*pos_text));
-          TP_RETURN_IF_ERROR(train_data->restore(pos).with_context("--load data position"));
+      for (auto& [s, stage] : pr.stages()) {
+        const std::string path = nn::stage_checkpoint_path(opt.load_dir, s);
+        TP_ASSIGN_OR_RETURN(nn::CheckpointState st, nn::load_stage_checkpoint(path, *stage));
+        if (st.step != man.step) {  // a save interrupted between files mixes two checkpoints
+          return Status::corruption(fmt::format(
+              "--load {}: '{}' is at step {} but the manifest at step {}; hint: the save was "
+              "interrupted, use an older checkpoint",
+              opt.load_dir, path, st.step, man.step));
         }
+      }
+      if (start >= opt.train_iters) {
+        return Status::invalid_argument(fmt::format(
+            "--train-iters {}: the checkpoint --load {} is already at step {}; hint: --train-iters "
+            "counts all steps, pass more than {} to continue",
+            opt.train_iters, opt.load_dir, start, start));
+      }
+      // The ranks of the first and the last stage (tokens, targets) both resume where the rank
+      // of stage 0 saved its loader.
+      if (train_data) {
+        const std::string pos_path = opt.load_dir + "/data_position.json";
+        auto pos_text = read_file(pos_path);
+        if (!pos_text.ok()) {
+          return Status(pos_text.status().code(),
+                        fmt::format("--load {}: {}; hint: without it the data would restart at "
+                                    "the first batch; only the pipeline trainer writes it",
+                                    opt.load_dir, pos_text.status().message()));
+        }
+        TP_ASSIGN_OR_RETURN(DataPosition pos, DataPosition::from_json(*pos_text));
+        TP_RETURN_IF_ERROR(train_data->restore(pos).with_context("--load " + pos_path));
       }
     }
 
@@ -236,11 +264,36 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
       std::fflush(stdout);
     }
 
+    // Checkpoint after `done` steps: every rank its stages, the rank of stage 0 the data position,
+    // rank 0 the manifest.
+    auto save = [&](int64_t done) -> Status {
+      std::error_code ec;
+      std::filesystem::create_directories(opt.save_dir, ec);
+      if (ec) return Status::io_error(fmt::format("--save '{}': {}", opt.save_dir, ec.message()));
+      for (auto& [s, stage] : pr.stages()) {
+        TP_RETURN_IF_ERROR(nn::save_stage_checkpoint(nn::stage_checkpoint_path(opt.save_dir, s),
+                                                     *stage, {done, {}}));
+      }
+      if (rank == lowered.rank_of(0) && train_data) {
+        TP_RETURN_IF_ERROR(write_file(opt.save_dir + "/data_position.json",
+                                      train_data->position().to_json()));
+      }
+      if (rank == 0) {
+        nn::Manifest man;
+        man.step = done;
+        man.config = opt.model;
+        man.stages = specs;
+        TP_RETURN_IF_ERROR(nn::save_manifest(opt.save_dir, man));
+      }
+      return OkStatus();
+    };
+
     CostSamples samples;
     std::vector<StepRecord> records;
     double peak_stash = 0;
     RankTimeline last_timeline;
     const double run_start = now_seconds();
+    int64_t done = start;  // steps done (the checkpoint's step)
     for (int64_t step = start; step < opt.train_iters; ++step) {
       std::vector<Batch> batches;
       BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
@@ -352,29 +405,18 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
       }
       if (val_loss >= 0) summary.final_val_loss = val_loss;
       records.push_back(std::move(rec));
+      done = step + 1;
+      if (done == opt.train_iters) break;
+      if (opt.exit_interval > 0 && done % opt.exit_interval == 0) {
+        if (rank == 0 && opt.progress)
+          std::printf("exit at step %lld (--exit-interval)\n", static_cast<long long>(done));
+        break;
+      }
+      if (!opt.save_dir.empty() && opt.save_interval > 0 && done % opt.save_interval == 0)
+        TP_RETURN_IF_ERROR(save(done));
     }
     if (rank == 0) std::fflush(stdout);
-
-    // Checkpoint: every rank its stages, rank 0 the manifest and the data position.
-    if (!opt.save_dir.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(opt.save_dir, ec);
-      for (auto& [s, stage] : pr.stages()) {
-        TP_RETURN_IF_ERROR(nn::save_stage_checkpoint(nn::stage_checkpoint_path(opt.save_dir, s),
-                                                     *stage, {opt.train_iters, {}}));
-      }
-      if (rank == lowered.rank_of(0) && train_data) {
-        TP_RETURN_IF_ERROR(write_file(opt.save_dir + "/data_position.json",
-                                      train_data->position().to_json()));
-      }
-      if (rank == 0) {
-        nn::Manifest man;
-        man.step = opt.train_iters;
-        man.config = opt.model;
-        man.stages = specs;
-        TP_RETURN_IF_ERROR(nn::save_manifest(opt.save_dir, man));
-      }
-    }
+    if (!opt.save_dir.empty()) TP_RETURN_IF_ERROR(save(done));
 
     // Measured per-action costs (median per stage and kind), shared with every rank.
     std::vector<double> cost(static_cast<size_t>(S) * 8, 0.0);

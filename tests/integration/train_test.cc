@@ -1,11 +1,14 @@
 // run_training end to end on threads: real and emulated compute, metrics, summary, trace.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "run.h"
 #include "tightpipe/base.h"
+#include "tightpipe/checkpoint.h"
 #include "tightpipe/trainer.h"
 
 namespace tightpipe {
@@ -132,6 +135,159 @@ TEST(TrainIntegrationTest, InvalidCombinationsFailBeforeWork) {
   s = run_training(o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("/nonexistent/x.txt"), std::string::npos) << s.status().message();
+}
+
+// metrics.jsonl of an --out-dir, by step.
+std::map<int64_t, nlohmann::json> read_metrics(const std::string& out) {
+  std::map<int64_t, nlohmann::json> by_step;
+  for (const auto& l : split(read_file(out + "/metrics.jsonl").value(), '\n')) {
+    if (l.empty()) continue;
+    auto j = nlohmann::json::parse(l);
+    by_step[j["step"].get<int64_t>()] = j;
+  }
+  return by_step;
+}
+
+// A straight run of 8 steps equals 4 steps saved with --save, then --load up to --train-iters 8,
+// bit for bit: the losses, gradient norms and learning rates of every step, the validation loss,
+// and the saved checkpoints (parameters, AdamW moments and step count, data position). The LR warms
+// up over 2 steps and decays over the other 6 and the gradients are clipped, so the step counter,
+// the moments and the data position all show. 1f1b reads targets on rank 1 (its loader resumes
+// from the position rank 0 saved); zb-v holds the first and the last stage on rank 0.
+// The first part stops at --exit-interval 4 with --train-iters 8, as in Megatron-LM: a first part
+// run with --train-iters 4 decays the LR over 2 steps instead of 6 (its steps 4 differ).
+TEST(TrainIntegrationTest, ResumedRunEqualsStraightRun) {
+  for (const char* sched : {"1f1b", "zb-v"}) {
+    SCOPED_TRACE(sched);
+    const std::string dir = testutil::make_temp_dir("tp-resume");
+    auto options = [&](const std::string& name) {
+      TrainOptions o = tiny(dir + "/" + name);
+      o.schedule = sched;
+      o.vpp = std::string(sched) == "zb-v" ? 2 : 1;
+      o.train_iters = 8;
+      o.lr.warmup_iters = 2;
+      o.lr.min_lr = o.lr.lr / 10;
+      o.trace_path.clear();
+      o.save_dir = dir + "/" + name + "/ckpt";
+      return o;
+    };
+    const TrainOptions straight = options("straight");
+    TrainOptions first = options("first");
+    first.exit_interval = 4;
+    TrainOptions second = options("second");
+    second.load_dir = first.save_dir;
+    auto a = run_training(straight);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    auto b1 = run_training(first);
+    ASSERT_TRUE(b1.ok()) << b1.status().to_string();
+    EXPECT_EQ(b1->steps, 4);
+    ASSERT_EQ(nn::load_manifest(first.save_dir).value().step, 4);
+    auto b2 = run_training(second);
+    ASSERT_TRUE(b2.ok()) << b2.status().to_string();
+    EXPECT_EQ(b2->steps, 4);
+    EXPECT_EQ(b2->final_loss, a->final_loss);
+    EXPECT_EQ(b2->final_val_loss, a->final_val_loss);
+
+    const auto ma = read_metrics(straight.out_dir);
+    auto mb = read_metrics(first.out_dir);
+    ASSERT_EQ(mb.size(), 4u);
+    const auto mc = read_metrics(second.out_dir);
+    ASSERT_EQ(mc.size(), 4u);
+    mb.insert(mc.begin(), mc.end());
+    ASSERT_EQ(ma.size(), 8u);
+    bool clipped = false;
+    for (const auto& [step, j] : ma) {
+      SCOPED_TRACE(step);
+      ASSERT_TRUE(mb.contains(step));
+      for (const char* k : {"loss", "grad_norm", "lr"})
+        EXPECT_EQ(mb[step][k].get<double>(), j[k].get<double>()) << k;
+      clipped |= j["grad_norm"].get<double>() > straight.clip_grad;
+    }
+    EXPECT_TRUE(clipped) << "no step clipped its gradients";
+    EXPECT_LT(ma.at(1)["lr"].get<double>(), ma.at(2)["lr"].get<double>());  // warm-up
+    EXPECT_GT(ma.at(5)["lr"].get<double>(), ma.at(6)["lr"].get<double>());  // decay
+
+    // The checkpoints after 8 steps, byte for byte, and what they hold.
+    const nn::Manifest man = nn::load_manifest(second.save_dir).value();
+    EXPECT_EQ(man.step, 8);
+    ASSERT_EQ(man.stages.size(), std::string(sched) == "zb-v" ? 4u : 2u);
+    EXPECT_EQ(read_file(nn::manifest_path(second.save_dir)).value(),
+              read_file(nn::manifest_path(straight.save_dir)).value());
+    EXPECT_EQ(read_file(second.save_dir + "/data_position.json").value(),
+              read_file(straight.save_dir + "/data_position.json").value());
+    for (int s = 0; s < static_cast<int>(man.stages.size()); ++s) {
+      SCOPED_TRACE(s);
+      const std::string pa = nn::stage_checkpoint_path(straight.save_dir, s);
+      const std::string pb = nn::stage_checkpoint_path(second.save_dir, s);
+      EXPECT_TRUE(read_file(pa).value() == read_file(pb).value()) << pa << " differs from " << pb;
+      nn::GptStage sa(straight.model, man.stages[s], 1), sb(straight.model, man.stages[s], 2);
+      const auto st = nn::load_stage_checkpoint(pb, sb);
+      ASSERT_TRUE(st.ok()) << st.status().to_string();
+      ASSERT_TRUE(nn::load_stage_checkpoint(pa, sa).ok());
+      EXPECT_EQ(st->step, 8);
+      EXPECT_EQ(sb.adam_step(), 8);
+      EXPECT_TRUE(std::ranges::equal(sa.params(), sb.params()));
+      EXPECT_TRUE(std::ranges::equal(sa.adam_m(), sb.adam_m()));
+      EXPECT_TRUE(std::ranges::equal(sa.adam_v(), sb.adam_v()));
+      EXPECT_TRUE(std::ranges::any_of(sb.adam_v(), [](float v) { return v > 0; }));
+    }
+  }
+}
+
+// --load refuses, naming the flag and the values: a checkpoint of another --pp, a checkpoint
+// already at --train-iters, one without its data position, one whose files are of two saves.
+TEST(TrainIntegrationTest, LoadRefusesMismatchedCheckpoint) {
+  const std::string dir = testutil::make_temp_dir("tp-load-bad");
+  TrainOptions o = tiny(dir + "/out");
+  o.train_iters = 2;
+  o.eval_iters = 0;
+  o.trace_path.clear();
+  o.save_dir = dir + "/ckpt2";  // pp 2, 1f1b, step 2
+  ASSERT_TRUE(run_training(o).ok());
+  o.train_iters = 1;
+  o.save_dir = dir + "/ckpt1";  // step 1
+  ASSERT_TRUE(run_training(o).ok());
+
+  TrainOptions load = tiny(dir + "/out-load");
+  load.eval_iters = 0;
+  load.trace_path.clear();
+  load.load_dir = dir + "/ckpt2";
+  load.pp = 4;
+  auto s = run_training(load);
+  ASSERT_FALSE(s.ok());
+  const std::string& m = s.status().message();
+  EXPECT_NE(m.find("--load " + load.load_dir), std::string::npos) << m;
+  EXPECT_NE(m.find("2 stages"), std::string::npos) << m;
+  EXPECT_NE(m.find("--pp 4"), std::string::npos) << m;
+  EXPECT_NE(m.find("hint"), std::string::npos) << m;
+
+  load.pp = 2;
+  load.train_iters = 2;
+  s = run_training(load);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--train-iters 2"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("at step 2"), std::string::npos) << s.status().message();
+
+  load.train_iters = 3;
+  std::filesystem::copy_file(dir + "/ckpt2/data_position.json", dir + "/pos.json");
+  std::filesystem::remove(dir + "/ckpt2/data_position.json");
+  s = run_training(load);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("data_position.json"), std::string::npos)
+      << s.status().message();
+  std::filesystem::copy_file(dir + "/pos.json", dir + "/ckpt2/data_position.json");
+  ASSERT_TRUE(run_training(load).ok());
+
+  // Stage 1 of the step-2 save next to the step-1 manifest.
+  std::filesystem::copy_file(nn::stage_checkpoint_path(dir + "/ckpt2", 1),
+                             nn::stage_checkpoint_path(dir + "/ckpt1", 1),
+                             std::filesystem::copy_options::overwrite_existing);
+  load.load_dir = dir + "/ckpt1";
+  s = run_training(load);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("stage-1.ckpt' is at step 2 but the manifest at step 1"),
+            std::string::npos)
+      << s.status().message();
 }
 
 }  // namespace

@@ -303,6 +303,8 @@ int cmd_train(int argc, char** argv) {
     o.out_dir = f.out_dir;
     o.save_dir = f.save;
     o.load_dir = f.load;
+    o.save_interval = f.save_interval;
+    o.exit_interval = f.exit_interval;
     Status s = run_pipeline(o, pf);
     if (!s.ok()) return report_error("train", s);
     return kExitOk;
