@@ -294,6 +294,12 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
     RankTimeline last_timeline;
     const double run_start = now_seconds();
     int64_t done = start;  // steps done (the checkpoint's step)
+    // Where this run stops: --train-iters, or earlier at the next multiple of --exit-interval.
+    const int64_t stop = opt.exit_interval > 0
+                             ? std::min(opt.train_iters, (start / opt.exit_interval + 1) * opt.exit_interval)
+                             : opt.train_iters;
+    // Costs come from the steps after the warm-up, or from every step of a run too short for it.
+    const bool all_steps_measured = stop - start <= opt.warmup_steps_excluded;
     for (int64_t step = start; step < opt.train_iters; ++step) {
       std::vector<Batch> batches;
       BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
@@ -323,8 +329,7 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
         last_end = std::max(last_end, e.end);
         if (is_compute_kind(e.kind)) busy += e.end - e.start;
         if (e.kind == EventKind::kData) data_wait += e.end - e.start;
-        if (step - start >= opt.warmup_steps_excluded || opt.train_iters - start <= opt.warmup_steps_excluded)
-          samples.add(e);
+        if (step - start >= opt.warmup_steps_excluded || all_steps_measured) samples.add(e);
       }
       peak_stash = std::max(peak_stash, static_cast<double>(o.rank.peak_stash_bytes));
       const double mine[4] = {busy, last_end, data_wait, static_cast<double>(o.rank.peak_stash_bytes)};

@@ -236,6 +236,26 @@ TEST(TrainIntegrationTest, ResumedRunEqualsStraightRun) {
 
 // --load refuses, naming the flag and the values: a checkpoint of another --pp, a checkpoint
 // already at --train-iters, one without its data position, one whose files are of two saves.
+// A run that --exit-interval stops before its warm-up steps are over still measures costs (from
+// every step it ran) and predicts a bubble from them.
+TEST(TrainIntegrationTest, ShortRunStoppedByExitIntervalStillPredicts) {
+  const std::string dir = testutil::make_temp_dir("tp-train-exit");
+  TrainOptions o = tiny(dir);
+  o.trace_path.clear();
+  o.train_iters = 4;
+  o.exit_interval = 1;  // stops after step 1, inside the warm-up step left out of the medians
+  auto s = run_training(o);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->steps, 1);
+  EXPECT_GT(s->predicted_bubble_ratio, 0.0);
+  EXPECT_LT(s->predicted_bubble_ratio, 1.0);
+  const auto j = read_json(dir + "/summary.json");
+  for (const auto& c : j["measured_costs"]) {
+    EXPECT_GT(c["f_s"].get<double>(), 0.0) << c.dump();
+    EXPECT_GT(c["b_s"].get<double>(), 0.0) << c.dump();
+  }
+}
+
 TEST(TrainIntegrationTest, LoadRefusesMismatchedCheckpoint) {
   const std::string dir = testutil::make_temp_dir("tp-load-bad");
   TrainOptions o = tiny(dir + "/out");
