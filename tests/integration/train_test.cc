@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "run.h"
+#include "tiny_train.h"
 #include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
 #include "tightpipe/trainer.h"
@@ -15,22 +16,11 @@ namespace tightpipe {
 namespace {
 
 TrainOptions tiny(const std::string& out) {
-  TrainOptions o;
-  o.model.num_layers = 4;
-  o.model.hidden_size = 32;
-  o.model.num_heads = 2;
-  o.model.seq_length = 32;
-  o.model.micro_batch_size = 4;
-  o.schedule = "1f1b";
-  o.pp = 2;
-  o.microbatches = 4;
+  TrainOptions o = testutil::tiny_train_options(out);
   o.train_iters = 6;
-  o.lr.lr = 3e-3f;
   o.data.path = std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt";
-  o.out_dir = out;
   o.trace_path = out + "/trace.json";
   o.eval_iters = 2;
-  o.progress = false;
   return o;
 }
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "run.h"
+#include "tiny_train.h"
 #include "tightpipe/base.h"
 #include "tightpipe/report.h"
 #include "tightpipe/trainer.h"
@@ -61,18 +62,7 @@ TEST(ReportBrowserTest, ReportRendersInHeadlessChromium) {
   const std::string chrome = chromium();
   if (chrome.empty()) GTEST_SKIP() << "chromium not installed (apt-get install chromium)";
   const std::string dir = testutil::make_temp_dir("tp-rep-browser");
-  TrainOptions o;
-  o.model.num_layers = 4;
-  o.model.hidden_size = 32;
-  o.model.num_heads = 2;
-  o.model.seq_length = 32;
-  o.model.micro_batch_size = 4;
-  o.schedule = "1f1b";
-  o.pp = 4;
-  o.microbatches = 8;
-  o.train_iters = 4;
-  o.out_dir = dir + "/run";
-  o.progress = false;
+  TrainOptions o = testutil::tiny_train_options(dir + "/run", "1f1b", /*pp=*/4, /*microbatches=*/8);
   o.exec.emulated = true;
   o.exec.costs = EmulatedCompute::parse("f=2,b=4").value();
   o.world.link = parse_link_options("latency_us=1000").value();

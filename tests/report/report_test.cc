@@ -11,6 +11,7 @@
 #include <set>
 
 #include "run.h"
+#include "tiny_train.h"
 #include "tightpipe/base.h"
 #include "tightpipe/trainer.h"
 
@@ -113,19 +114,7 @@ TEST(WhatIfTest, Parse) {
 }
 
 TrainOptions emulated(const std::string& out, const std::string& schedule, int pp, int m) {
-  TrainOptions o;
-  o.model.num_layers = 4;
-  o.model.hidden_size = 32;
-  o.model.num_heads = 2;
-  o.model.seq_length = 32;
-  o.model.micro_batch_size = 4;
-  o.schedule = schedule;
-  o.pp = pp;
-  o.microbatches = m;
-  o.train_iters = 4;
-  o.lr.lr = 3e-3f;
-  o.out_dir = out;
-  o.progress = false;
+  TrainOptions o = testutil::tiny_train_options(out, schedule, pp, m);
   o.exec.emulated = true;
   o.exec.costs = EmulatedCompute::parse("f=4,b=8").value();
   return o;
