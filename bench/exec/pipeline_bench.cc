@@ -95,14 +95,20 @@ int main(int argc, char** argv) {
 
   struct Case {
     std::string schedule, transport;
-    int vpp;
+    int vpp = 0;
     std::vector<double> ratio, predicted, measured, tokens, single, slower;
   };
   std::vector<Case> cases;
   for (const auto& [schedule, vpp] : {std::pair<const char*, int>{"1f1b", 0}, {"zb-h1", 0},
                                       {"zb-v", 2}}) {
-    cases.push_back({schedule, "threads", vpp, {}, {}, {}, {}, {}});
-    if (mpi) cases.push_back({schedule, "mpi", vpp, {}, {}, {}, {}, {}});
+    for (const char* transport : {"threads", "mpi"}) {
+      if (!mpi && std::strcmp(transport, "mpi") == 0) continue;
+      Case c;
+      c.schedule = schedule;
+      c.transport = transport;
+      c.vpp = vpp;
+      cases.push_back(std::move(c));
+    }
   }
   TrainOptions single = base_options(steps, dir + "/single");
   single.pp = 1;
@@ -132,11 +138,6 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "round %d of %d done\n", round + 1, rounds);
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
   std::printf("%-8s %-9s %3s %9s %12s %20s %20s %12s %14s %15s %15s\n", "schedule", "transport",
               "p", "tokens/s", "single tok/s", "tok/s/(2 x single)", "1 - predicted bubble",
               "gap (points)", "gap range", "measured bubble", "compute +%");

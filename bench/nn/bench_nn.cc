@@ -26,11 +26,6 @@ struct Size {
   int L, C, NH, T, B;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // Single-thread SGEMM GFLOP/s on a square 512 problem and on the model's largest matmul shape.
 double sgemm_gflops(int M, int N, int K) {
   std::vector<float> a(size_t(M) * K, 0.5f), b(size_t(K) * N, 0.25f), c(size_t(M) * N);

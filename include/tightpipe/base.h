@@ -53,5 +53,7 @@ Result<double> parse_double(std::string_view s);
 Result<int64_t> parse_int(std::string_view s);
 // "1.5 KiB", "12.0 MiB"...
 std::string human_bytes(double bytes);
+// The middle value (the mean of the two middle ones for an even count); 0 for none.
+double median(std::vector<double> values);
 
 }  // namespace tightpipe

@@ -28,6 +28,8 @@ enum class EventKind {
 std::string lane_name(Lane lane);
 std::string event_kind_name(EventKind kind);
 bool is_compute_kind(EventKind kind);
+// The slot of a stage's per-action cost table: F, I, W, B -> 0, 1, 2, 3; any other kind -> -1.
+int cost_slot(EventKind kind);
 
 struct TimelineEvent {
   std::string name;        // "2F0", "1RECV_B3", "data", "optimizer"

@@ -23,13 +23,6 @@
 namespace tightpipe {
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Every rank contributes its own slot; the sum hands every rank everyone's values.
 Result<std::vector<double>> allgather(Transport& t, std::span<const double> mine, double timeout) {
   const size_t k = mine.size();
@@ -65,15 +58,7 @@ Result<std::vector<std::string>> gather_strings(Transport& t, const std::string&
 struct CostSamples {
   std::map<std::pair<int32_t, int>, std::vector<double>> time, bytes;
   void add(const TimelineEvent& e) {
-    int k = -1;
-    switch (e.kind) {
-      case EventKind::kForward: k = 0; break;
-      case EventKind::kBackwardInput: k = 1; break;
-      case EventKind::kBackwardWeight: k = 2; break;
-      case EventKind::kBackward: k = 3; break;
-      case EventKind::kSend: case EventKind::kRecv: case EventKind::kData:
-      case EventKind::kOptimizer: case EventKind::kOther: break;
-    }
+    const int k = cost_slot(e.kind);
     if (k < 0) return;
     time[{e.stage, k}].push_back(e.end - e.start);
     bytes[{e.stage, k}].push_back(static_cast<double>(e.bytes));

@@ -31,6 +31,26 @@ std::string event_kind_name(EventKind kind) {
   return "other";
 }
 
+int cost_slot(EventKind kind) {
+  switch (kind) {
+    case EventKind::kForward:
+      return 0;
+    case EventKind::kBackwardInput:
+      return 1;
+    case EventKind::kBackwardWeight:
+      return 2;
+    case EventKind::kBackward:
+      return 3;
+    case EventKind::kSend:
+    case EventKind::kRecv:
+    case EventKind::kData:
+    case EventKind::kOptimizer:
+    case EventKind::kOther:
+      return -1;
+  }
+  return -1;
+}
+
 bool is_compute_kind(EventKind kind) {
   switch (kind) {
     case EventKind::kForward:

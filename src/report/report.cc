@@ -76,8 +76,6 @@ Result<std::vector<WhatIfSpec>> parse_what_if(std::string_view text) {
 
 namespace {
 
-double median(std::vector<double> v) { return spread_of(std::move(v)).median; }
-
 // Median per (stage, kind) of the measured steps' compute times: a cost table like the trainer's.
 Result<CostModel> costs_from_timelines(const RunData& run, const std::set<int32_t>& steps,
                                        int32_t num_stages) {
@@ -86,29 +84,8 @@ Result<CostModel> costs_from_timelines(const RunData& run, const std::set<int32_
   for (const auto& rt : run.ranks) {
     for (const auto& e : rt.events) {
       if (!steps.contains(e.step)) continue;
-      int k = -1;
-      switch (e.kind) {
-        case EventKind::kForward:
-          k = 0;
-          break;
-        case EventKind::kBackwardInput:
-          k = 1;
-          break;
-        case EventKind::kBackwardWeight:
-          k = 2;
-          break;
-        case EventKind::kBackward:
-          k = 3;
-          break;
-        case EventKind::kSend:
-          msg[e.stage].push_back(static_cast<double>(e.bytes));
-          break;
-        case EventKind::kRecv:
-        case EventKind::kData:
-        case EventKind::kOptimizer:
-        case EventKind::kOther:
-          break;
-      }
+      if (e.kind == EventKind::kSend) msg[e.stage].push_back(static_cast<double>(e.bytes));
+      const int k = cost_slot(e.kind);
       if (k < 0 || e.stage < 0 || e.stage >= num_stages) continue;
       time[{e.stage, k}].push_back(e.end - e.start);
       bytes[{e.stage, k}].push_back(static_cast<double>(e.bytes));
