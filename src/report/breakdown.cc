@@ -73,26 +73,8 @@ double RankBreakdown::idle_total() const {
 
 namespace {
 
-int busy_index(EventKind k) {
-  switch (k) {
-    case EventKind::kForward:
-      return 0;
-    case EventKind::kBackwardInput:
-      return 1;
-    case EventKind::kBackwardWeight:
-      return 2;
-    case EventKind::kBackward:
-      return 3;
-    case EventKind::kOptimizer:
-      return 4;
-    case EventKind::kSend:
-    case EventKind::kRecv:
-    case EventKind::kData:
-    case EventKind::kOther:
-      return -1;
-  }
-  return -1;
-}
+// F, I, W, B -> 0..3 (cost_slot), the optimizer -> 4; nothing else is busy time.
+int busy_index(EventKind k) { return k == EventKind::kOptimizer ? 4 : cost_slot(k); }
 
 // (gradient?, stage, microbatch)
 using MsgKey = std::tuple<bool, int32_t, int32_t>;
