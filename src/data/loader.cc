@@ -457,6 +457,32 @@ Result<std::unique_ptr<DataLoader>> DataLoader::open(const DataOptions& options)
     sources.push_back(s);
     kept_files.push_back(t);
   }
+  if (shards.empty() && !texts.empty()) {
+    // Text only: the split must hold one window (T + 1 bytes), or every row would repeat the same
+    // few bytes (a validation split of a short file would "evaluate" on a loop of 20 bytes).
+    int64_t total = 0, in_split = 0;
+    for (const Source& s : sources) {
+      total += static_cast<int64_t>(std::filesystem::file_size(s.path));  // stat'ed above
+      in_split += s.end - s.begin;
+    }
+    const char* split_text = options.split == Split::kTrain ? "training split (the first 90%)"
+                             : options.split == Split::kVal ? "validation split (the last 10%)"
+                                                            : "text";
+    const int64_t need = int64_t(options.seq_length) + 1;
+    const std::string what = texts.size() == 1 ? fmt::format("text file '{}'", texts[0])
+                                               : fmt::format("the {} text files of '{}'",
+                                                             texts.size(), options.path);
+    if (total == 0) {
+      return Status::invalid_argument(fmt::format(
+          "{} is empty; hint: pass a text file with at least {} bytes", what, 10 * (need + 1)));
+    }
+    if (options.seq_length > 0 && in_split < need) {
+      return Status::invalid_argument(fmt::format(
+          "{} has {} bytes; its {} has {} bytes, fewer than --seq-length + 1 = {}; hint: use a "
+          "file of at least {} bytes or a smaller --seq-length",
+          what, total, split_text, in_split, need, 10 * (need + 1)));
+    }
+  }
   const int64_t S = static_cast<int64_t>(shards.size());
   const int64_t num_val = (S + 9) / 10;
   for (int64_t i = 0; i < S; ++i) {

@@ -244,6 +244,50 @@ TEST(DataLoaderText, ShakespeareFirstBatch) {
   EXPECT_EQ(b->tokens[128], static_cast<unsigned char>((*text)[129]));
 }
 
+// A text split shorter than one row (T + 1 bytes) is refused at open, naming the file, the split,
+// the sizes and the flag; rows would otherwise loop over the same few bytes. An empty file too.
+TEST(DataLoaderText, SplitShorterThanOneRowIsRefusedAtOpen) {
+  ScratchDir dir;
+  ASSERT_TRUE(write_file(dir.file("empty.txt"), "").ok());
+  ASSERT_TRUE(write_file(dir.file("small.txt"), make_text(200, 3)).ok());
+  DataOptions o;
+  o.micro_batch_size = 2;
+  o.seq_length = 128;
+  o.path = dir.file("empty.txt");
+  auto r = DataLoader::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("empty.txt' is empty"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("hint:"), std::string::npos);
+
+  o.path = dir.file("small.txt");
+  o.split = Split::kTrain;  // 180 bytes: enough for rows of 129
+  EXPECT_TRUE(DataLoader::open(o).ok());
+  o.split = Split::kVal;    // 20 bytes
+  r = DataLoader::open(o);
+  ASSERT_FALSE(r.ok());
+  for (const char* needle : {"small.txt' has 200 bytes", "validation split", "has 20 bytes",
+                             "--seq-length + 1 = 129", "hint:"}) {
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  }
+  o.seq_length = 19;  // rows of 20 bytes fit
+  EXPECT_TRUE(DataLoader::open(o).ok());
+
+  // Two files: the split counts their bytes together.
+  std::filesystem::create_directories(dir.file("more"));
+  ASSERT_TRUE(write_file(dir.file("more/t1.txt"), make_text(150, 4)).ok());
+  ASSERT_TRUE(write_file(dir.file("more/t2.txt"), make_text(150, 5)).ok());
+  o.path = dir.file("more/t{1..2}.txt");
+  o.seq_length = 25;  // 15 + 15 val bytes >= 26
+  o.split = Split::kVal;
+  EXPECT_TRUE(DataLoader::open(o).ok()) << DataLoader::open(o).status().to_string();
+  o.seq_length = 40;
+  r = DataLoader::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("the 2 text files of"), std::string::npos)
+      << r.status().message();
+}
+
 TEST(DataOptions, ValidateNamesTheField) {
   DataOptions o;
   o.path = "x";

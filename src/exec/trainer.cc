@@ -168,9 +168,19 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
     dopt.seq_length = opt.model.seq_length;
     dopt.vocab_size = opt.model.vocab_size;
     dopt.seed = opt.seed;
+    // Validation reads the same windows every time: a fresh loader per evaluation.
+    auto open_val = [&]() -> Result<std::unique_ptr<DataLoader>> {
+      DataOptions v = dopt;
+      v.split = Split::kVal;
+      v.shuffle_buffer = 1;
+      return DataLoader::open(v);
+    };
     if (needs_data) {
       dopt.split = Split::kTrain;
       TP_ASSIGN_OR_RETURN(train_data, DataLoader::open(dopt));
+      if (opt.eval_iters > 0) {
+        TP_RETURN_IF_ERROR(open_val().status());  // a split too small stops the run before work
+      }
     }
     int64_t start = 0;
     if (!opt.load_dir.empty()) {
@@ -348,10 +358,7 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
                              step + 1 == opt.train_iters);
       if (eval_now && !opt.exec.emulated) {
         if (needs_data) {
-          DataOptions v = dopt;
-          v.split = Split::kVal;
-          v.shuffle_buffer = 1;
-          TP_ASSIGN_OR_RETURN(val_data, DataLoader::open(v));  // the same windows every time
+          TP_ASSIGN_OR_RETURN(val_data, open_val());
         }
         std::vector<Batch> vb;
         BatchFetcher vfetch = [&](int32_t mb) -> Result<const Batch*> {

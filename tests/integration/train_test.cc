@@ -125,6 +125,16 @@ TEST(TrainIntegrationTest, InvalidCombinationsFailBeforeWork) {
   s = run_training(o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("/nonexistent/x.txt"), std::string::npos) << s.status().message();
+  // A text file whose validation split (the last 10%) is shorter than one row: refused before the
+  // first step, not at the first evaluation (no metrics line is written).
+  o = tiny(out + "/small");
+  ASSERT_TRUE(write_file(out + "/small.txt", std::string(300, 'a')).ok());
+  o.data.path = out + "/small.txt";  // 30 validation bytes < T + 1 = 33
+  s = run_training(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("validation split"), std::string::npos) << s.status().message();
+  EXPECT_FALSE(std::filesystem::exists(out + "/small/metrics.jsonl") &&
+               !read_file(out + "/small/metrics.jsonl").value().empty());
 }
 
 // metrics.jsonl of an --out-dir, by step.
