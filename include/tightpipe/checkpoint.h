@@ -44,6 +44,10 @@ Result<CheckpointState> load_stage_checkpoint(const std::string& path, GptStage&
 
 Status save_manifest(const std::string& dir, const Manifest& manifest);
 Result<Manifest> load_manifest(const std::string& dir);
+// OK when the manifest of `dir` describes a model of config's shape (layers, width, heads, T,
+// vocab); otherwise an error naming the manifest and both sets of flags.
+Status check_manifest_shape(const std::string& dir, const Manifest& manifest,
+                            const GptConfig& config);
 
 // Whole checkpoint of stages 0..S-1 held by this process (creates dir).
 Status save_checkpoint(const std::string& dir, std::span<GptStage* const> stages,

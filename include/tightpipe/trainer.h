@@ -91,6 +91,9 @@ struct TrainOptions {
   std::string debug_fail_mode = "exit";
   double debug_stall_seconds = 0;
   bool progress = true;                // one line per step on stderr
+  int64_t log_interval = 1;            // --log-interval: a progress line every N steps (and the
+                                       // first, the last and every evaluated step)
+  int32_t blas_threads = 1;            // --blas-threads: OpenBLAS threads of each rank
   Status validate() const;
 };
 

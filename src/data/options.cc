@@ -193,7 +193,10 @@ Result<std::vector<std::string>> expand_data_path(const std::string& path) {
   } else if (fs::is_regular_file(path, ec)) {
     files.push_back(path);
   } else {
-    return Status::not_found(fmt::format("data path '{}' does not exist", path));
+    return Status::not_found(fmt::format(
+        "data path '{}' does not exist; hint: a text file (e.g. ../shared/data/tinyshakespeare.txt), "
+        "a .tar shard, a directory of shards or a pattern like 'dir/shard-{{000000..000009}}.tar'",
+        path));
   }
   std::sort(files.begin(), files.end());
   files.erase(std::unique(files.begin(), files.end()), files.end());

@@ -91,6 +91,21 @@ Status TrainOptions::validate() const {
   }
   if (!(lr.lr > 0)) return Status::invalid_argument(fmt::format("--lr {}: must be > 0", lr.lr));
   if (eval_iters < 0) return Status::invalid_argument(fmt::format("--eval-iters {}: must be >= 0", eval_iters));
+  if (log_interval < 1) {
+    return Status::invalid_argument(fmt::format(
+        "--log-interval {}: must be >= 1; hint: 1 prints every step, N every N-th", log_interval));
+  }
+  if (blas_threads < 1) {
+    return Status::invalid_argument(fmt::format(
+        "--blas-threads {}: must be >= 1; hint: 1 per rank unless cores are left over", blas_threads));
+  }
+  if (blas_threads > 1 && pp > 1 && world.kind == TransportKind::kThreads) {
+    return Status::invalid_argument(fmt::format(
+        "--blas-threads {} with {} thread ranks in one process: OpenBLAS's thread count is one "
+        "setting for the whole process; hint: --blas-threads 1, or --transport mpi (one process "
+        "per rank)",
+        blas_threads, pp));
+  }
   if (save_interval < 0) {
     return Status::invalid_argument(
         fmt::format("--save-interval {}: must be >= 0 (0: save only at the end)", save_interval));
@@ -147,7 +162,7 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
     std::filesystem::create_directories(opt.out_dir, ec);
     if (ec) return Status::io_error(fmt::format("--out-dir '{}': {}", opt.out_dir, ec.message()));
   }
-  nn::set_blas_threads(1);
+  nn::set_blas_threads(opt.blas_threads);
 
   TrainSummary summary;
   std::mutex summary_mu;
@@ -185,6 +200,7 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
     int64_t start = 0;
     if (!opt.load_dir.empty()) {
       TP_ASSIGN_OR_RETURN(nn::Manifest man, nn::load_manifest(opt.load_dir));
+      TP_RETURN_IF_ERROR(nn::check_manifest_shape(opt.load_dir, man, opt.model));
       if (man.stages != specs) {
         return Status::invalid_argument(fmt::format(
             "--load {}: the checkpoint has {} stages '{}' but this run (--pp {}, --vpp {}) has {} "
@@ -218,11 +234,14 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
         if (!pos_text.ok()) {
           return Status(pos_text.status().code(),
                         fmt::format("--load {}: {}; hint: without it the data would restart at "
-                                    "the first batch; only the pipeline trainer writes it",
+                                    "the first batch; save the checkpoint again with this version",
                                     opt.load_dir, pos_text.status().message()));
         }
         TP_ASSIGN_OR_RETURN(DataPosition pos, DataPosition::from_json(*pos_text));
         TP_RETURN_IF_ERROR(train_data->restore(pos).with_context("--load " + pos_path));
+      }
+      if (rank == 0 && opt.progress) {
+        std::printf("loaded %s at step %lld\n", opt.load_dir.c_str(), static_cast<long long>(start));
       }
     }
 
@@ -279,6 +298,9 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
         man.config = opt.model;
         man.stages = specs;
         TP_RETURN_IF_ERROR(nn::save_manifest(opt.save_dir, man));
+        if (opt.progress) {
+          std::printf("saved %s at step %lld\n", opt.save_dir.c_str(), static_cast<long long>(done));
+        }
       }
       return OkStatus();
     };
@@ -387,7 +409,9 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
           std::fprintf(metrics, "%s\n", j.dump().c_str());
           std::fflush(metrics);
         }
-        if (opt.progress) {
+        const bool log_now = step == start || step + 1 == opt.train_iters || val_loss >= 0 ||
+                             (step + 1) % opt.log_interval == 0;
+        if (opt.progress && log_now) {
           const double elapsed = now_seconds() - run_start;
           const double eta = elapsed / double(step + 1 - start) * double(opt.train_iters - step - 1);
           std::string line = fmt::format(

@@ -256,10 +256,7 @@ Status save_checkpoint(const std::string& dir, std::span<GptStage* const> stages
   return save_manifest(dir, m);
 }
 
-Result<CheckpointState> load_checkpoint(const std::string& dir, std::span<GptStage* const> stages) {
-  TP_CHECK(!stages.empty());
-  TP_ASSIGN_OR_RETURN(Manifest m, load_manifest(dir));
-  const GptConfig& c = stages[0]->config();
+Status check_manifest_shape(const std::string& dir, const Manifest& m, const GptConfig& c) {
   if (m.config.num_layers != c.num_layers || m.config.hidden_size != c.hidden_size ||
       m.config.num_heads != c.num_heads || m.config.seq_length != c.seq_length ||
       m.config.vocab_size != c.vocab_size) {
@@ -268,6 +265,13 @@ Result<CheckpointState> load_checkpoint(const std::string& dir, std::span<GptSta
         "checkpoint was saved with",
         manifest_path(dir), shape_flags(m.config), shape_flags(c)));
   }
+  return OkStatus();
+}
+
+Result<CheckpointState> load_checkpoint(const std::string& dir, std::span<GptStage* const> stages) {
+  TP_CHECK(!stages.empty());
+  TP_ASSIGN_OR_RETURN(Manifest m, load_manifest(dir));
+  TP_RETURN_IF_ERROR(check_manifest_shape(dir, m, stages[0]->config()));
   if (m.stages.size() != stages.size()) {
     return Status::invalid_argument(fmt::format(
         "checkpoint '{}' has {} stages ('{}'), the model here has {}; hint: use the same --pp as "

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "cli_util.h"
@@ -42,6 +43,10 @@ TEST(TrainCli, BadInputIsOneClearLine) {
                         "places 1 transformer layers but --num-layers is 2");
   expect_one_line_error(run_tightpipe("train " + kTiny + " --recompute-granularity selective"), 2,
                         "--recompute-granularity");
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --pp 2 --blas-threads 2"), 2,
+                        "--blas-threads 2 with 2 thread ranks");
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --log-interval 0"), 2,
+                        "--log-interval 0");
   const RunResult usage = run_tightpipe("train --num-layers abc");
   EXPECT_EQ(usage.code, 2);
   EXPECT_NE(usage.output.find("--num-layers"), std::string::npos) << usage.output;
@@ -65,6 +70,15 @@ TEST(TrainCli, MetricsResumeAndSample) {
        {"\"step\":", "\"loss\":", "\"tokens_per_s\":", "\"lr\":", "\"grad_norm\":"})
     EXPECT_NE(la[0].find(key), std::string::npos) << la[0];
   EXPECT_NE(la[3].find("\"val_loss\":"), std::string::npos) << la[3];
+  // --pp 1 is the pipeline trainer with one rank: its summary and timeline are there too.
+  EXPECT_TRUE(std::filesystem::exists(dir + "/a/summary.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/a/timeline_rank0.jsonl"));
+  // --log-interval 3 over 4 steps: lines for step 1 (first), 3 and 4 (last, evaluated).
+  RunResult logged = run_tightpipe(common + " --log-interval 3");
+  ASSERT_EQ(logged.code, 0) << logged.output;
+  size_t step_lines = 0;
+  for (const auto& l : split(logged.output, '\n')) step_lines += l.rfind("step ", 0) == 0;
+  EXPECT_EQ(step_lines, 3u) << logged.output;
   // Interrupted after 2 steps (saved), then resumed: steps 3 and 4 match the straight run.
   RunResult b1 = run_tightpipe(common + " --exit-interval 2 --out-dir " + dir + "/b --save " + dir +
                                "/b/ckpt");

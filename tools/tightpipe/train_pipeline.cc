@@ -50,13 +50,6 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
   app.add_option("--debug-fail", f.debug_fail, "")->group("");
 }
 
-bool wants_pipeline(const PipelineFlags& f, int pp, const std::string& data_path) {
-  const bool shards = data_path.ends_with(".tar") || data_path.find('{') != std::string::npos ||
-                      std::filesystem::is_directory(data_path);
-  return shards || pp != 1 || !f.debug_fail.empty() || !f.schedule.empty() || f.transport != "threads" || f.compute != "real" ||
-         !f.emulate_link.empty() || !f.trace.empty() || f.data_delay_ms > 0;
-}
-
 Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   o.schedule = f.schedule.empty() ? "1f1b" : f.schedule;
   o.vpp = f.vpp;

@@ -29,9 +29,6 @@ struct PipelineFlags {
 };
 
 void add_pipeline_flags(CLI::App& app, PipelineFlags& flags);
-// True when the run needs the pipeline trainer (any --pp, --schedule, mpi, emulated compute,
-// tar shards as data...). The single-rank text-file path stays in cmd_train.cc.
-bool wants_pipeline(const PipelineFlags& flags, int pp, const std::string& data_path);
 // Fills the pipeline fields of `options` from the flags and runs the training.
 Status run_pipeline(TrainOptions options, const PipelineFlags& flags);
 
