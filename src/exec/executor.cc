@@ -141,7 +141,7 @@ Result<RankStepResult> Executor::run_step(int32_t step, double origin, const Bat
       // completes and doubles while none completes, up to 1.6 ms: a send whose receiver is busy
       // computing (with Open MPI's single-copy transfer on one machine the receiver pulls the
       // data, and the send completes only after that) costs a few wake-ups instead of one
-      // every 200 us, which took a few percent of the cores from compute (docs/transport.md).
+      // every 200 us, which took a few percent of the cores from compute (docs/design.md).
       constexpr double max_interval_us = 1600;
       std::unique_lock<std::mutex> lock(sends_mu);
       double interval_us = 200;
