@@ -56,7 +56,8 @@ void add_model_flags(CLI::App& app, GptConfig& m) {
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
-  CLI::App app{"train the GPT model (byte-level, vocab 256) on a text file", "tightpipe train"};
+  CLI::App app{"train the GPT model (byte-level, vocab 256) on --pp pipeline ranks with any schedule",
+               "tightpipe train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last one wins
   TrainFlags f;
   add_model_flags(app, f.model);
@@ -73,7 +74,8 @@ int cmd_train(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", f.seed, "seed of the initial weights and the data sampler")
       ->capture_default_str();
-  app.add_option("--data-path", f.data_path, "text file (train: first 90%, validation: last 10%)");
+  app.add_option("--data-path", f.data_path, "text file (train: first 90%, validation: last 10%), a .tar shard, a directory of shards or "
+                 "a pattern like 'dir/shard-{000000..000009}.tar'");
   app.add_option("--eval-interval", f.eval_interval, "validation every N steps (0: at the end)")
       ->capture_default_str();
   app.add_option("--eval-iters", f.eval_iters, "validation microbatches")->capture_default_str();
@@ -92,7 +94,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--recompute-method", f.recompute.method, "'uniform'")->capture_default_str();
   app.add_option("--recompute-num-layers", f.recompute.num_layers, "layers per recompute group")
       ->capture_default_str();
-  app.add_option("--blas-threads", f.blas_threads, "OpenBLAS threads")->capture_default_str();
+  app.add_option("--blas-threads", f.blas_threads, "OpenBLAS threads of each rank (1 when several thread ranks share the process)")->capture_default_str();
   PipelineFlags pf;
   add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
