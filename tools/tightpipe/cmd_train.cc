@@ -22,28 +22,6 @@ namespace {
 using nn::GptConfig;
 using nn::GptStage;
 
-struct TrainFlags {
-  GptConfig model;
-  int num_microbatches = 1;
-  int64_t train_iters = 100;
-  nn::LrSchedule lr;
-  float min_lr = -1;  // < 0: lr / 10
-  nn::AdamWConfig adam;
-  float clip_grad = 1.0f;
-  uint64_t seed = 1234;
-  std::string data_path;
-  int64_t eval_interval = 0;  // 0: only at the end
-  int eval_iters = 8;
-  int64_t log_interval = 1;
-  std::string out_dir, save, load;
-  int64_t save_interval = 0;  // 0: only at the end
-  int64_t exit_interval = 0;  // > 0: stop (and save) once the step count is a multiple of it
-  int pp = 1;
-  std::string pipeline_layout;
-  nn::RecomputeOptions recompute;
-  int blas_threads = 1;
-};
-
 void add_model_flags(CLI::App& app, GptConfig& m) {
   app.add_option("--num-layers", m.num_layers, "transformer layers L")->capture_default_str();
   app.add_option("--hidden-size", m.hidden_size, "hidden size C")->capture_default_str();
@@ -59,67 +37,54 @@ int cmd_train(int argc, char** argv) {
   CLI::App app{"train the GPT model (byte-level, vocab 256) on --pp pipeline ranks with any schedule",
                "tightpipe train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last one wins
-  TrainFlags f;
-  add_model_flags(app, f.model);
-  app.add_option("--num-microbatches", f.num_microbatches, "microbatches per optimizer step M")
+  // Flags bind straight to the trainer's options; the pipeline group's flags go through
+  // run_pipeline, which checks and converts them.
+  TrainOptions o;
+  o.eval_iters = 8;  // the CLI evaluates at the end by default
+  float min_lr = -1;  // < 0: lr / 10
+  add_model_flags(app, o.model);
+  app.add_option("--num-microbatches", o.microbatches, "microbatches per optimizer step M")
       ->capture_default_str();
-  app.add_option("--train-iters", f.train_iters, "optimizer steps")->capture_default_str();
-  app.add_option("--lr", f.lr.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--min-lr", f.min_lr, "final learning rate of the cosine decay (default lr/10)");
-  app.add_option("--lr-warmup-iters", f.lr.warmup_iters, "linear warm-up steps")
+  app.add_option("--train-iters", o.train_iters, "optimizer steps")->capture_default_str();
+  app.add_option("--lr", o.lr.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--min-lr", min_lr, "final learning rate of the cosine decay (default lr/10)");
+  app.add_option("--lr-warmup-iters", o.lr.warmup_iters, "linear warm-up steps")
       ->capture_default_str();
-  app.add_option("--weight-decay", f.adam.weight_decay, "AdamW decoupled weight decay")
+  app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")
       ->capture_default_str();
-  app.add_option("--clip-grad", f.clip_grad, "global gradient-norm clip (0: off)")
+  app.add_option("--clip-grad", o.clip_grad, "global gradient-norm clip (0: off)")
       ->capture_default_str();
-  app.add_option("--seed", f.seed, "seed of the initial weights and the data sampler")
+  app.add_option("--seed", o.seed, "seed of the initial weights and the data sampler")
       ->capture_default_str();
-  app.add_option("--data-path", f.data_path, "text file (train: first 90%, validation: last 10%), a .tar shard, a directory of shards or "
-                 "a pattern like 'dir/shard-{000000..000009}.tar'");
-  app.add_option("--eval-interval", f.eval_interval, "validation every N steps (0: at the end)")
+  app.add_option("--data-path", o.data.path,
+                 "text file (train: first 90%, validation: last 10%), a .tar shard, a directory of "
+                 "shards or a pattern like 'dir/shard-{000000..000009}.tar'");
+  app.add_option("--eval-interval", o.eval_interval, "validation every N steps (0: at the end)")
       ->capture_default_str();
-  app.add_option("--eval-iters", f.eval_iters, "validation microbatches")->capture_default_str();
-  app.add_option("--log-interval", f.log_interval, "print every N steps")->capture_default_str();
-  app.add_option("--out-dir", f.out_dir,
+  app.add_option("--eval-iters", o.eval_iters, "validation microbatches (0: none)")
+      ->capture_default_str();
+  app.add_option("--log-interval", o.log_interval, "print every N steps")->capture_default_str();
+  app.add_option("--out-dir", o.out_dir,
                  "directory for metrics.jsonl, summary.json, timeline_rank<R>.jsonl, schedule.csv");
-  app.add_option("--save", f.save, "checkpoint directory to write");
-  app.add_option("--save-interval", f.save_interval, "checkpoint every N steps (0: at the end)");
-  app.add_option("--exit-interval", f.exit_interval, "stop (saving with --save) at a multiple of N");
-  app.add_option("--load", f.load, "checkpoint directory to resume from");
-  app.add_option("--pp,--pipeline-model-parallel-size", f.pp, "pipeline stages")
+  app.add_option("--save", o.save_dir, "checkpoint directory to write");
+  app.add_option("--save-interval", o.save_interval, "checkpoint every N steps (0: at the end)");
+  app.add_option("--exit-interval", o.exit_interval, "stop (saving with --save) at a multiple of N");
+  app.add_option("--load", o.load_dir, "checkpoint directory to resume from");
+  app.add_option("--pp,--pipeline-model-parallel-size", o.pp, "pipeline stages")
       ->capture_default_str();
-  app.add_option("--pipeline-layout", f.pipeline_layout,
+  app.add_option("--pipeline-layout", o.pipeline_layout,
                  "explicit split, e.g. \"E,t*3|t*3|t*3|t*2,L\" (default: balanced)");
-  app.add_option("--recompute-granularity", f.recompute.granularity, "'full' to recompute");
-  app.add_option("--recompute-method", f.recompute.method, "'uniform'")->capture_default_str();
-  app.add_option("--recompute-num-layers", f.recompute.num_layers, "layers per recompute group")
+  app.add_option("--recompute-granularity", o.recompute.granularity, "'full' to recompute");
+  app.add_option("--recompute-method", o.recompute.method, "'uniform'")->capture_default_str();
+  app.add_option("--recompute-num-layers", o.recompute.num_layers, "layers per recompute group")
       ->capture_default_str();
-  app.add_option("--blas-threads", f.blas_threads, "OpenBLAS threads of each rank (1 when several thread ranks share the process)")->capture_default_str();
+  app.add_option("--blas-threads", o.blas_threads,
+                 "OpenBLAS threads of each rank (1 when several thread ranks share the process)")
+      ->capture_default_str();
   PipelineFlags pf;
   add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
-  TrainOptions o;
-  o.model = f.model;
-  o.pipeline_layout = f.pipeline_layout;
-  o.recompute = f.recompute;
-  o.pp = f.pp;
-  o.microbatches = f.num_microbatches;
-  o.train_iters = f.train_iters;
-  o.lr = f.lr;
-  o.lr.min_lr = f.min_lr < 0 ? f.lr.lr / 10 : f.min_lr;
-  o.adamw = f.adam;
-  o.clip_grad = f.clip_grad;
-  o.seed = f.seed;
-  o.data.path = f.data_path;
-  o.eval_interval = f.eval_interval;
-  o.eval_iters = f.eval_iters;
-  o.log_interval = f.log_interval;
-  o.blas_threads = f.blas_threads;
-  o.out_dir = f.out_dir;
-  o.save_dir = f.save;
-  o.load_dir = f.load;
-  o.save_interval = f.save_interval;
-  o.exit_interval = f.exit_interval;
+  o.lr.min_lr = min_lr < 0 ? o.lr.lr / 10 : min_lr;
   Status s = run_pipeline(o, pf);
   if (!s.ok()) return report_error("train", s);
   return kExitOk;
