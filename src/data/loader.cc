@@ -446,6 +446,7 @@ Result<std::unique_ptr<DataLoader>> DataLoader::open(const DataOptions& options)
 
   std::vector<Source> sources;
   std::vector<std::string> kept_files;
+  int64_t text_bytes = 0, text_bytes_in_split = 0;
   for (const std::string& t : texts) {
     std::error_code ec;
     int64_t size = static_cast<int64_t>(std::filesystem::file_size(t, ec));
@@ -454,17 +455,14 @@ Result<std::unique_ptr<DataLoader>> DataLoader::open(const DataOptions& options)
     Source s{t, false, 0, size, -1};
     if (options.split == Split::kTrain) s.end = cut;
     if (options.split == Split::kVal) s.begin = cut;
+    text_bytes += size;
+    text_bytes_in_split += s.end - s.begin;
     sources.push_back(s);
     kept_files.push_back(t);
   }
   if (shards.empty() && !texts.empty()) {
     // Text only: the split must hold one window (T + 1 bytes), or every row would repeat the same
     // few bytes (a validation split of a short file would "evaluate" on a loop of 20 bytes).
-    int64_t total = 0, in_split = 0;
-    for (const Source& s : sources) {
-      total += static_cast<int64_t>(std::filesystem::file_size(s.path));  // stat'ed above
-      in_split += s.end - s.begin;
-    }
     const char* split_text = options.split == Split::kTrain ? "training split (the first 90%)"
                              : options.split == Split::kVal ? "validation split (the last 10%)"
                                                             : "text";
@@ -472,15 +470,15 @@ Result<std::unique_ptr<DataLoader>> DataLoader::open(const DataOptions& options)
     const std::string what = texts.size() == 1 ? fmt::format("text file '{}'", texts[0])
                                                : fmt::format("the {} text files of '{}'",
                                                              texts.size(), options.path);
-    if (total == 0) {
+    if (text_bytes == 0) {
       return Status::invalid_argument(fmt::format(
           "{} is empty; hint: pass a text file with at least {} bytes", what, 10 * (need + 1)));
     }
-    if (options.seq_length > 0 && in_split < need) {
+    if (options.seq_length > 0 && text_bytes_in_split < need) {
       return Status::invalid_argument(fmt::format(
           "{} has {} bytes; its {} has {} bytes, fewer than --seq-length + 1 = {}; hint: use a "
           "file of at least {} bytes or a smaller --seq-length",
-          what, total, split_text, in_split, need, 10 * (need + 1)));
+          what, text_bytes, split_text, text_bytes_in_split, need, 10 * (need + 1)));
     }
   }
   const int64_t S = static_cast<int64_t>(shards.size());
