@@ -146,16 +146,18 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
   const int32_t P = opt.pp, S = lowered.num_stages, M = opt.microbatches;
   const int64_t tokens_per_step = int64_t(M) * opt.model.tokens_per_microbatch();
   const double timeout = opt.exec.timeout_s;
+  // The loaders' options: the flags' data options with the model's batch shape and the seed.
+  DataOptions data_opt = opt.data;
+  data_opt.micro_batch_size = opt.model.micro_batch_size;
+  data_opt.seq_length = opt.model.seq_length;
+  data_opt.vocab_size = opt.model.vocab_size;
+  data_opt.seed = opt.seed;
   if (!opt.exec.emulated) {
     if (opt.data.path.empty()) {
       return Status::invalid_argument(
           "--data-path is required; hint: e.g. --data-path ../shared/data/tinyshakespeare.txt");
     }
-    DataOptions d = opt.data;
-    d.micro_batch_size = opt.model.micro_batch_size;
-    d.seq_length = opt.model.seq_length;
-    d.vocab_size = opt.model.vocab_size;
-    TP_RETURN_IF_ERROR(d.validate().with_context("--data-path"));
+    TP_RETURN_IF_ERROR(data_opt.validate().with_context("--data-path"));
   }
   if (!opt.out_dir.empty()) {
     std::error_code ec;
@@ -178,11 +180,7 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
     const bool needs_data =
         !opt.exec.emulated && (lowered.rank_of(0) == rank || lowered.rank_of(S - 1) == rank);
     std::unique_ptr<DataLoader> train_data, val_data;
-    DataOptions dopt = opt.data;
-    dopt.micro_batch_size = opt.model.micro_batch_size;
-    dopt.seq_length = opt.model.seq_length;
-    dopt.vocab_size = opt.model.vocab_size;
-    dopt.seed = opt.seed;
+    DataOptions dopt = data_opt;
     // Validation reads the same windows every time: a fresh loader per evaluation.
     auto open_val = [&]() -> Result<std::unique_ptr<DataLoader>> {
       DataOptions v = dopt;
@@ -307,7 +305,6 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
 
     CostSamples samples;
     std::vector<StepRecord> records;
-    double peak_stash = 0;
     RankTimeline last_timeline;
     const double run_start = now_seconds();
     int64_t done = start;  // steps done (the checkpoint's step)
@@ -348,7 +345,6 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
         if (e.kind == EventKind::kData) data_wait += e.end - e.start;
         if (step - start >= opt.warmup_steps_excluded || all_steps_measured) samples.add(e);
       }
-      peak_stash = std::max(peak_stash, static_cast<double>(o.rank.peak_stash_bytes));
       const double mine[4] = {busy, last_end, data_wait, static_cast<double>(o.rank.peak_stash_bytes)};
       TP_ASSIGN_OR_RETURN(std::vector<double> all, allgather(t, mine, timeout));
       StepRecord rec;
@@ -479,8 +475,10 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
     so.comm_mode = opt.exec.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
     auto sim = simulate(lowered, measured, so);
 
-    std::vector<StepRecord> measured_steps(records.begin() + std::min<size_t>(records.size() - 1, opt.warmup_steps_excluded), records.end());
-    if (measured_steps.empty()) measured_steps = records;
+    // The steps after the warm-up; at least the last one (records is never empty).
+    std::vector<StepRecord> measured_steps(
+        records.begin() + std::min<size_t>(records.size() - 1, opt.warmup_steps_excluded),
+        records.end());
     std::vector<double> bubbles, tps;
     for (const auto& r : measured_steps) {
       bubbles.push_back(r.bubble);
