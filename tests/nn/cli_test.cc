@@ -47,6 +47,10 @@ TEST(TrainCli, BadInputIsOneClearLine) {
                         "--blas-threads 2 with 2 thread ranks");
   expect_one_line_error(run_tightpipe("train " + kTiny + " --log-interval 0"), 2,
                         "--log-interval 0");
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --compute fake"), 2,
+                        "--compute 'fake': expected real or emulated");
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --pipeline-timeout 0"), 2,
+                        "--pipeline-timeout 0: must be > 0");
   const RunResult usage = run_tightpipe("train --num-layers abc");
   EXPECT_EQ(usage.code, 2);
   EXPECT_NE(usage.output.find("--num-layers"), std::string::npos) << usage.output;

@@ -62,7 +62,9 @@ Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   }
   if (f.compute != "real" && f.compute != "emulated") {
     return Status::invalid_argument(
-        fmt::format("--compute '{}': expected real or emulated", f.compute));
+        fmt::format("--compute '{}': expected real or emulated; hint: --compute emulated "
+                    "--cost f=4,b=8 times each action instead of computing it",
+                    f.compute));
   }
   o.exec.emulated = f.compute == "emulated";
   if (o.exec.emulated) {
@@ -70,7 +72,9 @@ Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   }
   o.exec.overlap_p2p = !f.no_overlap;
   if (!(f.timeout_s > 0)) {
-    return Status::invalid_argument(fmt::format("--pipeline-timeout {}: must be > 0", f.timeout_s));
+    return Status::invalid_argument(fmt::format(
+        "--pipeline-timeout {}: must be > 0; hint: seconds a rank waits for a peer, e.g. 120",
+        f.timeout_s));
   }
   o.exec.timeout_s = f.timeout_s;
   o.trace_path = f.trace;
