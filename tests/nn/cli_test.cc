@@ -47,6 +47,7 @@ TEST(TrainCli, BadInputIsOneClearLine) {
                         "--blas-threads 2 with 2 thread ranks");
   expect_one_line_error(run_tightpipe("train " + kTiny + " --log-interval 0"), 2,
                         "--log-interval 0");
+  expect_one_line_error(run_tightpipe("train --train-iters 1"), 2, "--data-path is required");
   expect_one_line_error(run_tightpipe("train " + kTiny + " --compute fake"), 2,
                         "--compute 'fake': expected real or emulated");
   expect_one_line_error(run_tightpipe("train " + kTiny + " --pipeline-timeout 0"), 2,
