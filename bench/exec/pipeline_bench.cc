@@ -33,7 +33,6 @@ TrainOptions base_options(int steps, const std::string& out) {
   o.warmup_steps_excluded = 1;
   o.data.path = std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt";
   o.out_dir = out;
-  o.progress = false;
   return o;
 }
 

@@ -41,6 +41,10 @@ class Rng {
 
 // Seconds since an arbitrary fixed point, monotonic.
 double now_seconds();
+// Seconds the calling thread has spent ready to run but waiting for a core since it started (the
+// kernel's run-queue delay, /proc/thread-self/schedstat); -1 where the kernel does not say.
+// Cheap (one pread of an fd kept open per thread): called around every executed action.
+double thread_cpu_wait_seconds();
 
 Result<std::string> read_file(const std::string& path);
 Status write_file(const std::string& path, std::string_view contents);

@@ -14,12 +14,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tightpipe/schedule.h"
 #include "tightpipe/status.h"
+#include "tightpipe/timeline.h"
 
 namespace tightpipe {
 
@@ -30,6 +32,9 @@ struct StageCost {
   double w = 1;          // weight-gradient backward time
   double b = 2;          // fused backward time (usually i + w)
   double recompute = 1;  // time to re-run the forward before I or B under full recompute
+  // Time of this stage's share of the optimizer phase once per step (gradient-norm reduction,
+  // clipping, AdamW), run after every rank finished its program; 0: not modelled.
+  double optimizer = 0;
   // Memory, in bytes, of one microbatch on this stage.
   double act_bytes = 0;          // held from the end of F until I/B (no recompute)
   double act_after_i_bytes = 0;  // of which still held after I until W (<= act_bytes)
@@ -119,6 +124,50 @@ CostModel uniform_cost_model(const UniformCosts& costs, int32_t ranks, int32_t s
 // are InvalidArgument naming `source`, the key and the value.
 Result<CostModel> parse_cost_table(std::string_view json_text, std::string_view source);
 std::string cost_table_to_json(const CostModel& model);
+
+// ----- calibration: measured timelines -> cost table -------------------------------------------
+//
+// The one way a run's measured costs become a CostModel: the trainer's end-of-run prediction, the
+// report, the benches and the automatic schedules all call calibrate(). Rules (docs/cost_model.md,
+// "Calibration"), per stage, over the measured steps' samples:
+//   f, i, w, b = the median duration of that stage's F, I, W, B events; b = i + w when the run
+//   split every backward, i = b / 2 and w = b - i when it fused them (the split is unknown);
+//   recompute = f (a measured I or B already includes any re-run forward);
+//   act_bytes = the median stash growth of F; act_after_i_bytes = act_bytes + the median (negative)
+//   stash change of I, clamped to [0, act_bytes]; input_bytes = act_bytes;
+//   message_bytes = the median bytes of the stage's activation SENDs (else of the gradient SENDs
+//   of the next stage, else 0: a hand-off on one rank);
+//   optimizer = the median optimizer busy time (prof.h, after sync) of the stage's rank, shared
+//   evenly by the rank's stages.
+
+// Samples of the measured steps, gathered where the events are (one rank's, or every rank's from
+// its timeline file). Plain data; merge() combines ranks.
+struct CostSamples {
+  // (stage, cost_slot F=0 I=1 W=2 B=3) -> durations and stash-byte changes, in event order.
+  std::map<std::pair<int32_t, int>, std::vector<double>> time, stash;
+  std::map<std::pair<int32_t, bool>, std::vector<double>> sent;  // (stage, gradient?) -> bytes
+  std::map<int32_t, std::vector<double>> optimizer;              // rank -> busy time after sync
+
+  // An F/I/W/B or SEND event of a measured step (other kinds are ignored).
+  void add_event(const TimelineEvent& event);
+  // Every event of one step of every rank, and each rank's optimizer busy time (step_bubble).
+  void add_step(const Timeline& step);
+  // Appends `other`'s samples after this one's (ranks hold disjoint stages).
+  void merge(const CostSamples& other);
+  std::string to_json() const;
+  static Result<CostSamples> from_json(std::string_view text);
+};
+
+struct CalibrationOptions {
+  LinkCost link;                    // the link, when known (an emulated one); else free
+  std::string time_unit = "s";
+  std::string source = "measured";  // CostModel::source()
+};
+
+// REQUIRES: lowered is the schedule the samples were measured on. Errors: a stage without F
+// samples or without I or B samples (NotFound, naming the stage: its rank's timeline is missing).
+Result<CostModel> calibrate(const CostSamples& samples, const Schedule& lowered,
+                            const CalibrationOptions& options = {});
 
 // ----- GPT config + device ---------------------------------------------------------------------
 

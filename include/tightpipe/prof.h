@@ -16,15 +16,97 @@
 
 namespace tightpipe {
 
+// ----- the bubble: one definition --------------------------------------------------------------
+//
+// Every number called "bubble" (the trainer's step lines, metrics.jsonl, summary.json, `report`,
+// report.json, `simulate`, the benches), measured and predicted alike, comes from step_bubble()
+// and summarize_bubbles() below (docs/bubble.md has a worked example). For one step:
+//   * the window is [0, T]: from the step's common origin (ranks leave a barrier together; a
+//     simulation starts at 0) to T = the latest end of any event of any rank, which in a training
+//     step is the end of the slowest rank's optimizer;
+//   * a rank is busy while it runs a compute action (F, I, W, B: the union of their intervals)
+//     and while it runs the optimizer after `sync`, the moment the last rank reached it (before
+//     that the optimizer's all-reduce only waits for the slowest rank: idle, drain);
+//   * idle_r = T - busy_r; bubble ratio = sum of idle_r / (P x T) over the ranks present; the
+//     rank's own ratio is idle_r / T.
+// Several steps: the median of the step ratios over the measured steps (measured_step_range()).
+
+// What one rank contributes to its step's bubble: four numbers an MPI rank can ship.
+struct RankBusy {
+  bool present = true;           // false: this rank's timeline is missing (left out of the ratio)
+  double compute = 0;            // length of the union of its F, I, W, B intervals
+  double optimizer_start = -1;   // its optimizer event; -1 when it has none
+  double optimizer_end = -1;
+  double end = 0;                // the latest end of any of its events
+};
+
+// The union length of intervals fed in start order (touching or overlapping ones merge). The
+// simulator feeds it as it goes, rank_busy() from a rank's events: one rule, one result.
+class BusyUnion {
+ public:
+  // REQUIRES: start >= the start of the previous add().
+  void add(double start, double end);
+  double total() const;
+
+ private:
+  double closed_ = 0;
+  double cur_start_ = 0, cur_end_ = 0;
+  bool open_ = false;
+};
+
+// REQUIRES: compute events (F, I, W, B) in start order among themselves (as every timeline holds
+// them: one compute lane per rank).
+RankBusy rank_busy(const std::vector<TimelineEvent>& events);
+
+struct StepBubble {
+  double window = 0;            // T
+  double sync = 0;              // the latest optimizer start (0: no optimizer in the step)
+  int32_t ranks_present = 0;
+  std::vector<double> busy;     // [P] busy time of each rank (0 when absent)
+  std::vector<double> idle;     // [P] T - busy (0 when absent)
+  std::vector<double> optimizer;  // [P] of busy, the optimizer's part (after sync)
+  double total_busy = 0;        // over the ranks present
+  double total_idle = 0;
+  double ratio = 0;             // total_idle / (ranks_present x T); 0 for an empty window
+  // idle[r] / T; 0 for an empty window.
+  double rank_ratio(size_t r) const;
+};
+
+StepBubble step_bubble(const std::vector<RankBusy>& ranks);
+// One step's timeline (only that step's events): step_bubble of rank_busy() of each rank. A rank
+// without events counts as absent.
+StepBubble step_bubble(const Timeline& step);
+
+// The busy intervals of one rank in a step whose optimizer sync is `sync`, merged and sorted: the
+// complement in [0, T] is exactly the idle time step_bubble counts (the breakdown classifies it).
+struct Interval {
+  double start = 0, end = 0;
+};
+std::vector<Interval> busy_intervals(const std::vector<TimelineEvent>& events, double sync);
+
+// The steps a run's medians are taken over: [first, n). The first `warmup` steps are left out
+// when more than `warmup` ran; otherwise only the last step counts (never none when n > 0).
+struct StepRange {
+  size_t first = 0, last = 0;  // [first, last)
+};
+StepRange measured_step_range(size_t n, int64_t warmup);
+
+struct BubbleSummary {
+  double ratio = 0;                 // median of the steps' ratios
+  std::vector<double> rank_ratio;   // [P] median of each rank's idle / T
+};
+// REQUIRES: every step has the same number of ranks.
+BubbleSummary summarize_bubbles(const std::vector<StepBubble>& measured_steps);
+
 // ----- statistics ------------------------------------------------------------------------------
 
 struct RankTimelineStats {
   int32_t rank = 0;
   double first_start = 0;    // start of the first compute event (0 if none)
   double last_end = 0;       // end of the last compute event (0 if none)
-  double busy = 0;           // sum of compute-event durations (F, I, W, B, optimizer)
+  double busy = 0;           // busy time of step_bubble() (the one definition)
   double comm = 0;           // sum of SEND/RECV event durations (may overlap compute)
-  double idle = 0;           // makespan - busy
+  double idle = 0;           // idle time of step_bubble() (the one definition)
   double internal_idle = 0;  // last_end - first_start - busy: gaps between first and last compute
   int64_t compute_events = 0;
   int64_t messages_sent = 0;  // SEND events
@@ -34,7 +116,7 @@ struct RankTimelineStats {
 struct TimelineStats {
   double makespan = 0;      // latest end over all events of all ranks (origin 0)
   double total_busy = 0;    // sum of compute time over ranks
-  double bubble_ratio = 0;  // (P * makespan - total_busy) / (P * makespan); 0 when empty
+  double bubble_ratio = 0;  // step_bubble(timeline).ratio: the one definition
   std::vector<RankTimelineStats> ranks;  // [P], in Timeline order
 };
 

@@ -5,17 +5,21 @@
 // costs under other schedules (what-if), and renders a terminal table, a self-contained HTML page
 // (inline SVG and CSS), a Chrome trace and a costs.json that `simulate --costs` accepts.
 //
-// Idle causes (docs/report.md has the long form). Per rank and step, time [0, T] (T = the step's
-// end over all ranks) is busy (compute events F, I, W, B and the optimizer past the moment every
-// rank reached it) or idle; each idle instant gets exactly one cause, first match wins:
+// The bubble is prof.h's one definition (step_bubble: window [0, T], busy = F, I, W, B and the
+// optimizer after every rank reached it). Idle causes (docs/report.md has the long form): each
+// idle instant of a rank (the gaps between its busy_intervals) gets exactly one cause:
+//   cpu wait  the rank's thread was ready but waited for a core (the kernel's run-queue delay the
+//             executor records with the next busy event; placed at the end of the gap, where a
+//             woken rank waits); only measured runs on an oversubscribed host have it;
+//   then, first match wins:
 //   data      covered by a `data` event (the loader);
 //   exposed   waiting for a message the peer had already posted (peer SEND start <= t < arrival);
 //             without overlap_p2p also the rank's own blocking SEND;
-//   fill      before the rank's first compute;
 //   drain     after the rank's last compute (includes waiting for the others at the optimizer);
+//   fill      before the rank's first compute;
 //   dependency waiting for a message the peer had not posted yet (t < peer SEND start);
 //   other     the rest (host overhead, waits whose peer timeline is missing).
-// Bubble ratio = idle / (P x T).
+// The causes of a rank sum to its idle time, which sums to the step's bubble.
 //
 // Pure functions over plain data, except load_run/build_report/write_report (files).
 // Thread-compatible.
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "tightpipe/cost_model.h"
+#include "tightpipe/prof.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/simulator.h"
 #include "tightpipe/status.h"
@@ -40,8 +45,8 @@ namespace tightpipe {
 
 enum class BusyKind { kF = 0, kI, kW, kB, kOptimizer };
 inline constexpr int kNumBusyKinds = 5;
-enum class IdleCause { kFill = 0, kDrain, kDependency, kExposedComm, kData, kOther };
-inline constexpr int kNumIdleCauses = 6;
+enum class IdleCause { kFill = 0, kDrain, kDependency, kExposedComm, kData, kCpuWait, kOther };
+inline constexpr int kNumIdleCauses = static_cast<int>(IdleCause::kOther) + 1;
 
 std::string_view busy_kind_name(BusyKind kind);     // "F", "I", "W", "B", "optimizer"
 std::string_view idle_cause_name(IdleCause cause);  // "fill", "drain", "dependency wait", ...
@@ -61,7 +66,8 @@ struct StepBreakdown {
   int32_t step = 0;
   double step_time = 0;                              // T: latest event end over all ranks
   std::vector<RankBreakdown> ranks;                  // [P]
-  double bubble_ratio = 0;                           // idle / (present ranks x T)
+  StepBubble bubble;                                 // the one definition (prof.h)
+  double bubble_ratio = 0;                           // bubble.ratio
   std::array<double, kNumIdleCauses> cause_ratio{};  // per cause: idle / (present ranks x T)
 };
 
@@ -88,7 +94,7 @@ struct BreakdownSummary {
   // [P] medians over the steps, in time units.
   std::vector<std::array<double, kNumBusyKinds>> rank_busy;
   std::vector<std::array<double, kNumIdleCauses>> rank_idle;
-  std::vector<double> rank_bubble_ratio;  // median idle / T per rank
+  std::vector<double> rank_bubble_ratio;  // summarize_bubbles (prof.h): median idle / T per rank
 };
 // REQUIRES: every step has the same number of ranks.
 BreakdownSummary summarize_steps(const std::vector<StepBreakdown>& steps, int64_t warmup_steps);
@@ -110,6 +116,10 @@ struct RunData {
   std::string transport, compute;
   bool overlap_p2p = true;
   int64_t warmup_steps_excluded = 1;
+  // The host, from summary.json: more busy threads (ranks + loader workers) than cores.
+  int32_t cores = 0, busy_threads = 0, rank_threads = 0;
+  bool oversubscribed = false;
+  std::string cpu_note;
   bool has_summary = false;
   std::vector<double> measured_peak_act_bytes;  // [P] from summary.json (empty if absent)
   std::vector<MetricPoint> metrics;             // metrics.jsonl
@@ -182,7 +192,12 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
 std::string format_report_text(const Report& report);
 // The self-contained page (inline SVG and CSS, no script, no network).
 std::string report_html(const Report& report);
-// Writes report.html, trace.json (every step, one after another) and costs.json into out_dir.
+// report.json: the measured and predicted bubble under summary.json's key names
+// (measured_bubble_ratio, predicted_bubble_ratio, ..._per_rank), per rank and cause, the gap
+// (docs/report.md lists the keys).
+std::string report_json(const Report& report);
+// Writes report.html, report.json, trace.json (every step, one after another) and costs.json
+// into out_dir.
 Status write_report(const Report& report, const std::string& out_dir);
 
 }  // namespace tightpipe

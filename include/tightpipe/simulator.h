@@ -21,6 +21,10 @@
 //   * Memory per rank follows program order: F adds act_bytes (input_bytes under full
 //     recompute), I re-materializes the activation under full recompute and then keeps only
 //     act_after_i_bytes, W frees the rest, B frees all. Static bytes = params + grads + optimizer.
+//   * The optimizer: when the cost model gives stages an `optimizer` time, every rank runs its
+//     stages' sum once all ranks finished their programs (an "optimizer" event from the rank's
+//     program end to sync + its time, as measured runs record it).
+//   * The bubble ratio is prof.h's step_bubble() over the same quantities a measured step has.
 //   * A schedule that cannot finish returns FailedPrecondition naming each blocked rank's action
 //     and what it waits for; it never hangs.
 //
@@ -57,8 +61,9 @@ struct RankSimStats {
   int32_t rank = 0;
   double first_start = 0;    // start of the first compute action
   double last_end = 0;       // end of the last compute action
-  double busy = 0;           // compute time
+  double busy = 0;           // busy time (compute and the optimizer after sync; prof.h)
   double idle = 0;           // makespan - busy
+  double bubble_ratio = 0;   // idle / makespan (step_bubble: the one definition)
   double internal_idle = 0;  // last_end - first_start - busy
   double comm = 0;           // time of this rank's SEND and RECV events
   int64_t compute_actions = 0;
@@ -79,9 +84,10 @@ struct SimResult {
   Recompute recompute = Recompute::kNone;
   std::string cost_source;  // CostModel::source()
   std::string time_unit;    // CostModel::time_unit()
-  double makespan = 0;      // latest end of any event, from 0
-  double total_compute = 0;  // sum of compute time over ranks
-  double bubble_ratio = 0;   // (P * makespan - total_compute) / (P * makespan)
+  double makespan = 0;      // latest end of any event, from 0 (the optimizer's included)
+  double total_compute = 0;  // busy time summed over ranks (step_bubble)
+  double bubble_ratio = 0;   // step_bubble(...).ratio (prof.h): the one definition
+  bool optimizer = false;    // the cost model gave the optimizer a time: its phase is simulated
   double activation_unit_bytes = 0;  // one whole-rank microbatch activation (CostModel)
   bool real_bytes = true;  // false: memory sizes are abstract units (uniform model), not bytes
   int64_t messages = 0;      // SENDs simulated

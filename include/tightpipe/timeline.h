@@ -42,6 +42,10 @@ struct TimelineEvent {
   double end = 0;
   int32_t peer = -1;       // other rank of a SEND/RECV
   int64_t bytes = 0;       // message bytes of a SEND/RECV
+  // Compute events (F, I, W, B, optimizer) of measured runs: seconds the rank's thread was ready
+  // to run but waited for a core (the kernel's run-queue delay) since the rank's previous compute
+  // event ended (or the step began). 0: none, or not measured.
+  double cpu_wait = 0;
 };
 
 struct RankTimeline {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -83,14 +84,9 @@ struct TrainOptions {
   WorldOptions world;                  // --transport, --emulate-link
   ExecutorOptions exec;                // --overlap-p2p-communication, --compute emulated
   double data_delay_ms = 0;            // --emulate-data-delay-ms: the loader sleeps this long per batch
-  // Failure injection for tests (hidden flag --debug-fail): halfway through step debug_fail_step,
-  // rank debug_fail_rank exits the process (mode "exit", MPI) or stalls for debug_stall_seconds
-  // (mode "stall", any transport).
-  int32_t debug_fail_rank = -1;
-  int64_t debug_fail_step = 0;
-  std::string debug_fail_mode = "exit";
-  double debug_stall_seconds = 0;
-  bool progress = true;                // one line per step on stderr
+  // Where the run's progress lines go (rank 0 only): the step lines, loaded/saved/exit lines, the
+  // oversubscription warning and the summary. Empty: silent. The CLI prints them to stdout.
+  std::function<void(const std::string& line)> log;
   int64_t log_interval = 1;            // --log-interval: a progress line every N steps (and the
                                        // first, the last and every evaluated step)
   int32_t blas_threads = 1;            // --blas-threads: OpenBLAS threads of each rank
@@ -98,16 +94,26 @@ struct TrainOptions {
 };
 
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;                   // steps this run made
+  int64_t measured_steps = 0;          // of which the medians are taken (prof.h measured_step_range)
   double final_loss = 0;
   double final_val_loss = -1;          // < 0: not evaluated
-  double measured_bubble_ratio = 0;    // median over measured steps
-  double predicted_bubble_ratio = 0;   // simulator with the run's measured per-action costs
+  // The bubble, measured and predicted, by the one definition (prof.h step_bubble): medians over
+  // the measured steps; the prediction simulates the run's schedule with its calibrated costs.
+  double measured_bubble_ratio = 0;
+  double predicted_bubble_ratio = 0;
+  std::string prediction_error;        // not empty: no prediction (why)
   double tokens_per_s = 0;             // median
+  double step_time_s = 0;              // median wall time of a step
+  double data_wait_s = 0;              // median over steps of the slowest rank's loader wait
   std::vector<double> measured_bubble_per_rank;
   std::vector<double> predicted_bubble_per_rank;
   std::vector<double> peak_stash_bytes_per_rank;       // measured
   std::vector<double> predicted_peak_bytes_per_rank;   // simulator memory model
+  // The host: more busy threads than cores means ranks take turns on the cores.
+  int32_t cores = 0;
+  int32_t busy_threads = 0;            // computing rank threads + loader workers of this host
+  bool oversubscribed = false;
 };
 
 // The whole training run on the ranks this process hosts. On MPI every process calls it; rank 0

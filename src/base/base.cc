@@ -1,4 +1,8 @@
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <cerrno>
@@ -69,6 +73,44 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+namespace {
+
+// The calling thread's schedstat file, opened once per thread and closed with it.
+class SchedStat {
+ public:
+  SchedStat() {
+    const std::string path = fmt::format("/proc/self/task/{}/schedstat", gettid());
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  ~SchedStat() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SchedStat(const SchedStat&) = delete;
+  SchedStat& operator=(const SchedStat&) = delete;
+  double wait_seconds() const {
+    if (fd_ < 0) return -1;
+    char buf[128];
+    const ssize_t n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
+    if (n <= 0) return -1;
+    buf[n] = '\0';
+    // "<ns on cpu> <ns waiting on a run queue> <timeslices>"
+    char* end = nullptr;
+    std::strtoull(buf, &end, 10);
+    const unsigned long long wait_ns = std::strtoull(end, nullptr, 10);
+    return static_cast<double>(wait_ns) * 1e-9;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+double thread_cpu_wait_seconds() {
+  thread_local SchedStat stat;
+  return stat.wait_seconds();
 }
 
 double now_seconds() {

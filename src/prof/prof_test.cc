@@ -148,3 +148,97 @@ TEST(Svg, WellFormedOneRowPerRank) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// docs/bubble.md's worked example: 1F1B p=2 m=2, F=2, B=4, optimizer 1.
+Timeline worked_example(bool with_optimizer) {
+  auto e = [](std::string n, EventKind k, double s, double t) {
+    TimelineEvent x;
+    x.name = std::move(n);
+    x.kind = k;
+    x.start = s;
+    x.end = t;
+    return x;
+  };
+  Timeline tl;
+  RankTimeline r0{0, {e("0F0", EventKind::kForward, 0, 2), e("0F1", EventKind::kForward, 2, 4),
+                      e("0B0", EventKind::kBackward, 8, 12),
+                      e("0B1", EventKind::kBackward, 14, 18)}};
+  RankTimeline r1{1, {e("1F0", EventKind::kForward, 2, 4), e("1B0", EventKind::kBackward, 4, 8),
+                      e("1F1", EventKind::kForward, 8, 10),
+                      e("1B1", EventKind::kBackward, 10, 14)}};
+  if (with_optimizer) {
+    r0.events.push_back(e("optimizer", EventKind::kOptimizer, 18, 19));
+    r1.events.push_back(e("optimizer", EventKind::kOptimizer, 14, 19));
+  }
+  tl.ranks = {r0, r1};
+  return tl;
+}
+
+TEST(Bubble, WorkedExample) {
+  const StepBubble b = step_bubble(worked_example(true));
+  EXPECT_DOUBLE_EQ(b.window, 19);
+  EXPECT_DOUBLE_EQ(b.sync, 18);
+  EXPECT_DOUBLE_EQ(b.busy[0], 13);
+  EXPECT_DOUBLE_EQ(b.busy[1], 13);
+  EXPECT_DOUBLE_EQ(b.optimizer[1], 1);
+  EXPECT_DOUBLE_EQ(b.ratio, 12.0 / 38.0);
+  EXPECT_DOUBLE_EQ(b.rank_ratio(0), 6.0 / 19.0);
+  // Without the optimizer: the 1F1B closed form (p-1)/(m+p-1).
+  EXPECT_DOUBLE_EQ(step_bubble(worked_example(false)).ratio, 1.0 / 3.0);
+}
+
+TEST(Bubble, RankBusyShipsWhatTheTimelineSays) {
+  const Timeline tl = worked_example(true);
+  std::vector<RankBusy> parts;
+  for (const auto& rt : tl.ranks) parts.push_back(rank_busy(rt.events));
+  const StepBubble a = step_bubble(parts), b = step_bubble(tl);
+  EXPECT_EQ(a.ratio, b.ratio);  // exactly: one computation
+  EXPECT_EQ(parts[1].compute, 12);
+  EXPECT_EQ(parts[1].optimizer_start, 14);
+}
+
+TEST(Bubble, OverlappingAndTouchingIntervalsCountOnce) {
+  BusyUnion u;
+  u.add(0, 2);
+  u.add(1, 3);  // overlaps
+  u.add(3, 4);  // touches
+  u.add(6, 7);
+  EXPECT_DOUBLE_EQ(u.total(), 5);
+  const auto iv = busy_intervals(worked_example(true).ranks[1].events, 18);
+  ASSERT_EQ(iv.size(), 2u);
+  EXPECT_DOUBLE_EQ(iv[0].start, 2);
+  EXPECT_DOUBLE_EQ(iv[0].end, 14);
+  EXPECT_DOUBLE_EQ(iv[1].start, 18);  // the optimizer counts from sync
+}
+
+TEST(Bubble, MissingRankIsLeftOutAndEmptyStepIsZero) {
+  Timeline tl = worked_example(false);
+  tl.ranks[1].events.clear();
+  const StepBubble b = step_bubble(tl);
+  EXPECT_EQ(b.ranks_present, 1);
+  EXPECT_DOUBLE_EQ(b.ratio, 6.0 / 18.0);
+  EXPECT_EQ(step_bubble(Timeline{}).ratio, 0);
+}
+
+TEST(Bubble, MeasuredStepRangeAndMedians) {
+  EXPECT_EQ(measured_step_range(5, 1).first, 1u);
+  EXPECT_EQ(measured_step_range(1, 1).first, 0u);  // a run inside its warm-up: its last step
+  EXPECT_EQ(measured_step_range(3, 3).first, 2u);
+  EXPECT_EQ(measured_step_range(0, 1).last, 0u);
+  std::vector<StepBubble> steps(2);
+  steps[0].ratio = 0.1;
+  steps[0].window = 10;
+  steps[0].idle = {1, 2};
+  steps[1].ratio = 0.3;
+  steps[1].window = 10;
+  steps[1].idle = {3, 4};
+  const BubbleSummary s = summarize_bubbles(steps);
+  EXPECT_DOUBLE_EQ(s.ratio, 0.2);
+  EXPECT_DOUBLE_EQ(s.rank_ratio[1], 0.3);
+}
+
+}  // namespace
+}  // namespace tightpipe

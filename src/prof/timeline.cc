@@ -70,22 +70,26 @@ bool is_compute_kind(EventKind kind) {
 
 TimelineStats timeline_stats(const Timeline& timeline) {
   TimelineStats out;
+  const StepBubble bubble = step_bubble(timeline);
+  out.makespan = bubble.window;
+  out.total_busy = bubble.total_busy;
+  out.bubble_ratio = bubble.ratio;
   out.ranks.reserve(timeline.ranks.size());
-  for (const RankTimeline& rt : timeline.ranks) {
+  for (size_t k = 0; k < timeline.ranks.size(); ++k) {
+    const RankTimeline& rt = timeline.ranks[k];
     RankTimelineStats st;
     st.rank = rt.rank;
+    st.busy = bubble.busy[k];
+    st.idle = bubble.idle[k];
     double first = std::numeric_limits<double>::infinity();
     double last = -std::numeric_limits<double>::infinity();
     for (const TimelineEvent& e : rt.events) {
-      out.makespan = std::max(out.makespan, e.end);
-      const double d = e.end - e.start;
       if (is_compute_kind(e.kind)) {
-        st.busy += d;
         ++st.compute_events;
         first = std::min(first, e.start);
         last = std::max(last, e.end);
       } else if (e.kind == EventKind::kSend || e.kind == EventKind::kRecv) {
-        st.comm += d;
+        st.comm += e.end - e.start;
         if (e.kind == EventKind::kSend) {
           ++st.messages_sent;
           st.bytes_sent += e.bytes;
@@ -97,12 +101,8 @@ TimelineStats timeline_stats(const Timeline& timeline) {
       st.last_end = last;
       st.internal_idle = last - first - st.busy;
     }
-    out.total_busy += st.busy;
     out.ranks.push_back(st);
   }
-  for (RankTimelineStats& st : out.ranks) st.idle = out.makespan - st.busy;
-  const double denom = static_cast<double>(out.ranks.size()) * out.makespan;
-  out.bubble_ratio = denom > 0 ? (denom - out.total_busy) / denom : 0.0;
   return out;
 }
 

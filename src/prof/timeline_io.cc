@@ -10,10 +10,13 @@ namespace tightpipe {
 namespace {
 
 nlohmann::json to_j(const TimelineEvent& e) {
-  return {{"name", e.name},   {"kind", event_kind_name(e.kind)}, {"lane", lane_name(e.lane)},
-          {"stage", e.stage}, {"mb", e.microbatch},              {"step", e.step},
-          {"start", e.start}, {"end", e.end},                    {"peer", e.peer},
-          {"bytes", e.bytes}};
+  nlohmann::json j = {{"name", e.name},   {"kind", event_kind_name(e.kind)},
+                      {"lane", lane_name(e.lane)}, {"stage", e.stage},
+                      {"mb", e.microbatch}, {"step", e.step},
+                      {"start", e.start}, {"end", e.end},
+                      {"peer", e.peer},   {"bytes", e.bytes}};
+  if (e.cpu_wait > 0) j["cpu_wait"] = e.cpu_wait;
+  return j;
 }
 
 Result<TimelineEvent> from_j(const nlohmann::json& j, std::string_view where) {
@@ -47,6 +50,7 @@ Result<TimelineEvent> from_j(const nlohmann::json& j, std::string_view where) {
     e.end = j.at("end").get<double>();
     e.peer = j.value("peer", -1);
     e.bytes = j.value("bytes", int64_t{0});
+    e.cpu_wait = j.value("cpu_wait", 0.0);
   } catch (const nlohmann::json::exception& ex) {
     return Status::corruption(fmt::format("{}: bad timeline event: {}", where, ex.what()));
   }

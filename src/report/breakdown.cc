@@ -4,6 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include "tightpipe/base.h"
+#include "tightpipe/prof.h"
 #include "tightpipe/report.h"
 
 namespace tightpipe {
@@ -36,6 +38,8 @@ std::string_view idle_cause_name(IdleCause cause) {
       return "exposed comm";
     case IdleCause::kData:
       return "data wait";
+    case IdleCause::kCpuWait:
+      return "cpu wait";
     case IdleCause::kOther:
       return "other";
   }
@@ -54,6 +58,8 @@ std::string_view idle_cause_color(IdleCause cause) {
       return "#e15759";
     case IdleCause::kData:
       return "#9c755f";
+    case IdleCause::kCpuWait:
+      return "#f28e2b";
     case IdleCause::kOther:
       return "#d4a6c8";
   }
@@ -79,15 +85,132 @@ int busy_index(EventKind k) { return k == EventKind::kOptimizer ? 4 : cost_slot(
 // (gradient?, stage, microbatch)
 using MsgKey = std::tuple<bool, int32_t, int32_t>;
 
-struct Interval {
-  double a, b;
-};
-
 bool covered(const std::vector<Interval>& v, double t) {
   for (const Interval& i : v)
-    if (i.a <= t && t < i.b) return true;
+    if (i.start <= t && t < i.end) return true;
   return false;
 }
+
+// When each message of the step was posted (the earliest SEND start of its key).
+std::map<MsgKey, double> send_starts(const Timeline& timeline, int32_t num_ranks) {
+  std::map<MsgKey, double> out;
+  for (const RankTimeline& rt : timeline.ranks) {
+    if (rt.rank < 0 || rt.rank >= num_ranks) continue;
+    for (const TimelineEvent& e : rt.events) {
+      if (e.kind != EventKind::kSend) continue;
+      auto a = parse_action(e.name);
+      if (!a.ok()) continue;
+      const MsgKey k{a->type == ActionType::kSendGrad, a->stage, a->microbatch};
+      auto it = out.find(k);
+      if (it == out.end() || e.start < it->second) out[k] = e.start;
+    }
+  }
+  return out;
+}
+
+// Classifies one rank's idle time: the gaps between its busy intervals (prof.h busy_intervals,
+// the complement step_bubble counts), each instant one cause (report.h).
+class GapClassifier {
+ public:
+  GapClassifier(const RankTimeline& rt, const std::map<MsgKey, double>& send_start, double sync,
+                const BreakdownOptions& options, RankBreakdown& rb)
+      : send_start_(send_start), overlap_(options.overlap_p2p), rb_(rb) {
+    for (const TimelineEvent& e : rt.events) {
+      const int bi = busy_index(e.kind);
+      if (bi >= 0) starts_.push_back(&e);
+      if (bi >= 0 && bi < 4) {
+        computes_.push_back(&e);
+        rb.busy[bi] += e.end - e.start;
+      } else if (e.kind == EventKind::kData) {
+        data_.push_back({e.start, e.end});
+      } else if (e.kind == EventKind::kSend) {
+        sends_.push_back({e.start, e.end});
+      } else if (e.kind == EventKind::kRecv) {
+        auto a = parse_action(e.name);
+        if (a.ok()) recv_end_[{a->type == ActionType::kRecvGrad, a->stage, a->microbatch}] = e.end;
+      }
+    }
+    auto by_start = [](const TimelineEvent* x, const TimelineEvent* y) {
+      return x->start < y->start;
+    };
+    std::sort(computes_.begin(), computes_.end(), by_start);
+    std::sort(starts_.begin(), starts_.end(), by_start);
+    rb.first_compute = computes_.empty() ? 0 : computes_.front()->start;
+    rb.last_compute = 0;
+    for (const auto* c : computes_) rb.last_compute = std::max(rb.last_compute, c->end);
+    (void)sync;
+  }
+
+  // Splits [a, b): the core wait reported by the busy event starting at b comes last (a woken
+  // rank waits for a core just before it runs), the rest by the rules of report.h.
+  void classify(double a, double b) {
+    if (b <= a) return;
+    const TimelineEvent* next = event_starting_at(b);
+    const double cpu = next ? std::clamp(next->cpu_wait, 0.0, b - a) : 0.0;
+    if (cpu > 0) rb_.idle[static_cast<int>(IdleCause::kCpuWait)] += cpu;
+    classify_rest(a, b - cpu, b);
+  }
+
+ private:
+  const TimelineEvent* event_starting_at(double t) const {
+    auto it = std::lower_bound(starts_.begin(), starts_.end(), t,
+                               [](const TimelineEvent* c, double x) { return c->start < x; });
+    return it == starts_.end() || (*it)->start != t ? nullptr : *it;
+  }
+
+  // The message the compute starting at `t` waited for: (posted, arrived); posted < 0 when the
+  // peer's SEND is unknown.
+  bool message_of(double t, double& posted, double& arrived) const {
+    const TimelineEvent* c = event_starting_at(t);
+    if (!c || cost_slot(c->kind) < 0 || c->kind == EventKind::kBackwardWeight) return false;
+    const bool grad = c->kind != EventKind::kForward;
+    auto r = recv_end_.find({grad, c->stage, c->microbatch});
+    if (r == recv_end_.end()) return false;
+    arrived = r->second;
+    auto s = send_start_.find({grad, grad ? c->stage + 1 : c->stage - 1, c->microbatch});
+    posted = s == send_start_.end() ? -1 : s->second;
+    return true;
+  }
+
+  IdleCause cause_at(double m, bool msg, double posted, double arrived) const {
+    if (covered(data_, m)) return IdleCause::kData;
+    if (!overlap_ && covered(sends_, m)) return IdleCause::kExposedComm;
+    if (msg && posted >= 0 && posted <= m && m < arrived) return IdleCause::kExposedComm;
+    if (computes_.empty() || m >= rb_.last_compute) return IdleCause::kDrain;
+    if (m < rb_.first_compute) return IdleCause::kFill;
+    if (msg && posted >= 0 && m < posted) return IdleCause::kDependency;
+    return IdleCause::kOther;
+  }
+
+  // [a, b) of the gap that ends at `gap_end` (where the waiting compute starts).
+  void classify_rest(double a, double b, double gap_end) {
+    if (b <= a) return;
+    double posted = -1, arrived = -1;
+    const bool msg = message_of(gap_end, posted, arrived);
+    std::vector<double> cuts = {a, b, rb_.first_compute, rb_.last_compute};
+    if (msg) {
+      cuts.push_back(arrived);
+      if (posted >= 0) cuts.push_back(posted);
+    }
+    for (const auto& iv : data_) cuts.insert(cuts.end(), {iv.start, iv.end});
+    if (!overlap_)
+      for (const auto& iv : sends_) cuts.insert(cuts.end(), {iv.start, iv.end});
+    std::sort(cuts.begin(), cuts.end());
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      const double x = std::max(a, cuts[k]), y = std::min(b, cuts[k + 1]);
+      if (y <= x) continue;
+      rb_.idle[static_cast<int>(cause_at(0.5 * (x + y), msg, posted, arrived))] += y - x;
+    }
+  }
+
+  const std::map<MsgKey, double>& send_start_;
+  const bool overlap_;
+  RankBreakdown& rb_;
+  std::vector<const TimelineEvent*> computes_;  // F, I, W, B by start
+  std::vector<const TimelineEvent*> starts_;    // every busy event (optimizer too) by start
+  std::vector<Interval> data_, sends_;
+  std::map<MsgKey, double> recv_end_;
+};
 
 }  // namespace
 
@@ -96,136 +219,41 @@ StepBreakdown breakdown_step(const Timeline& timeline, int32_t num_ranks, int32_
   StepBreakdown out;
   out.step = step;
   out.ranks.resize(std::max(0, num_ranks));
+  // The ranks in rank order (absent ones empty): the one bubble definition (prof.h).
+  Timeline ordered;
+  ordered.ranks.resize(out.ranks.size());
   for (int32_t r = 0; r < num_ranks; ++r) {
     out.ranks[r].rank = r;
-    out.ranks[r].present = false;
+    ordered.ranks[r].rank = r;
   }
-  // Step end, the optimizer's sync point, and every posted SEND.
-  double T = 0, sync = 0;
-  std::map<MsgKey, double> send_start;
   for (const RankTimeline& rt : timeline.ranks) {
-    if (rt.rank < 0 || rt.rank >= num_ranks || rt.events.empty()) continue;
-    out.ranks[rt.rank].present = true;
-    for (const TimelineEvent& e : rt.events) {
-      T = std::max(T, e.end);
-      if (e.kind == EventKind::kOptimizer) sync = std::max(sync, e.start);
-      if (e.kind == EventKind::kSend) {
-        auto a = parse_action(e.name);
-        if (!a.ok()) continue;
-        const MsgKey k{a->type == ActionType::kSendGrad, a->stage, a->microbatch};
-        auto it = send_start.find(k);
-        if (it == send_start.end() || e.start < it->second) send_start[k] = e.start;
-      }
-    }
+    if (rt.rank < 0 || rt.rank >= num_ranks) continue;
+    auto& ev = ordered.ranks[rt.rank].events;
+    ev.insert(ev.end(), rt.events.begin(), rt.events.end());
   }
-  out.step_time = T;
-
-  for (const RankTimeline& rt : timeline.ranks) {
-    if (rt.rank < 0 || rt.rank >= num_ranks || rt.events.empty()) continue;
-    RankBreakdown& rb = out.ranks[rt.rank];
-    std::vector<const TimelineEvent*> computes;
-    std::vector<Interval> busy_iv, data_iv, send_iv;
-    std::map<MsgKey, double> recv_end;
-    for (const TimelineEvent& e : rt.events) {
-      const int bi = busy_index(e.kind);
-      if (bi >= 0 && bi < 4) {
-        computes.push_back(&e);
-        rb.busy[bi] += e.end - e.start;
-        busy_iv.push_back({e.start, e.end});
-      } else if (bi == 4) {
-        const double s = std::max(e.start, sync);
-        if (e.end > s) {
-          rb.busy[4] += e.end - s;
-          busy_iv.push_back({s, e.end});
-        }
-      } else if (e.kind == EventKind::kData) {
-        data_iv.push_back({e.start, e.end});
-      } else if (e.kind == EventKind::kSend) {
-        send_iv.push_back({e.start, e.end});
-      } else if (e.kind == EventKind::kRecv) {
-        auto a = parse_action(e.name);
-        if (a.ok()) recv_end[{a->type == ActionType::kRecvGrad, a->stage, a->microbatch}] = e.end;
-      }
-    }
-    std::sort(computes.begin(), computes.end(),
-              [](const TimelineEvent* x, const TimelineEvent* y) { return x->start < y->start; });
-    std::sort(busy_iv.begin(), busy_iv.end(),
-              [](const Interval& x, const Interval& y) { return x.a < y.a; });
-    rb.first_compute = computes.empty() ? 0 : computes.front()->start;
-    rb.last_compute = 0;
-    for (const auto* c : computes) rb.last_compute = std::max(rb.last_compute, c->end);
-
-    // The message the compute starting at `t` waited for: (posted, arrived); posted < 0 when the
-    // peer's SEND is unknown.
-    auto message_of = [&](double t, double& posted, double& arrived) {
-      auto it = std::lower_bound(computes.begin(), computes.end(), t,
-                                 [](const TimelineEvent* c, double x) { return c->start < x; });
-      if (it == computes.end() || (*it)->start != t) return false;
-      const TimelineEvent& c = **it;
-      const bool grad = c.kind != EventKind::kForward;
-      if (c.kind == EventKind::kBackwardWeight) return false;
-      auto r = recv_end.find({grad, c.stage, c.microbatch});
-      if (r == recv_end.end()) return false;
-      arrived = r->second;
-      auto s = send_start.find({grad, grad ? c.stage + 1 : c.stage - 1, c.microbatch});
-      posted = s == send_start.end() ? -1 : s->second;
-      return true;
-    };
-
-    auto classify_gap = [&](double a, double b) {
-      if (b <= a) return;
-      double posted = -1, arrived = -1;
-      const bool msg = message_of(b, posted, arrived);
-      std::vector<double> cuts = {a, b, rb.first_compute, rb.last_compute};
-      if (msg) {
-        cuts.push_back(arrived);
-        if (posted >= 0) cuts.push_back(posted);
-      }
-      for (const auto& iv : data_iv) cuts.insert(cuts.end(), {iv.a, iv.b});
-      if (!options.overlap_p2p)
-        for (const auto& iv : send_iv) cuts.insert(cuts.end(), {iv.a, iv.b});
-      std::sort(cuts.begin(), cuts.end());
-      for (size_t k = 0; k + 1 < cuts.size(); ++k) {
-        const double x = std::max(a, cuts[k]), y = std::min(b, cuts[k + 1]);
-        if (y <= x) continue;
-        const double m = 0.5 * (x + y);
-        IdleCause c;
-        if (covered(data_iv, m)) {
-          c = IdleCause::kData;
-        } else if (!options.overlap_p2p && covered(send_iv, m)) {
-          c = IdleCause::kExposedComm;
-        } else if (msg && posted >= 0 && posted <= m && m < arrived) {
-          c = IdleCause::kExposedComm;
-        } else if (computes.empty() || m >= rb.last_compute) {
-          c = IdleCause::kDrain;
-        } else if (m < rb.first_compute) {
-          c = IdleCause::kFill;
-        } else if (msg && posted >= 0 && m < posted) {
-          c = IdleCause::kDependency;
-        } else {
-          c = IdleCause::kOther;
-        }
-        rb.idle[static_cast<int>(c)] += y - x;
-      }
-    };
+  out.bubble = step_bubble(ordered);
+  out.step_time = out.bubble.window;
+  out.bubble_ratio = out.bubble.ratio;
+  const std::map<MsgKey, double> send_start = send_starts(ordered, num_ranks);
+  for (int32_t r = 0; r < num_ranks; ++r) {
+    const RankTimeline& rt = ordered.ranks[r];
+    RankBreakdown& rb = out.ranks[r];
+    rb.present = !rt.events.empty();
+    if (!rb.present) continue;
+    rb.busy[4] = out.bubble.optimizer[r];
+    GapClassifier gaps(rt, send_start, out.bubble.sync, options, rb);
     double t = 0;
-    for (const Interval& iv : busy_iv) {
-      if (iv.a > t) classify_gap(t, std::min(iv.a, T));
-      t = std::max(t, iv.b);
+    for (const Interval& iv : busy_intervals(rt.events, out.bubble.sync)) {
+      if (iv.start > t) gaps.classify(t, std::min(iv.start, out.step_time));
+      t = std::max(t, iv.end);
     }
-    if (T > t) classify_gap(t, T);
+    if (out.step_time > t) gaps.classify(t, out.step_time);
   }
-
-  int present = 0;
-  double idle = 0;
+  const double denom = out.bubble.ranks_present * out.step_time;
   for (const RankBreakdown& rb : out.ranks) {
     if (!rb.present) continue;
-    ++present;
-    idle += rb.idle_total();
     for (int c = 0; c < kNumIdleCauses; ++c) out.cause_ratio[c] += rb.idle[c];
   }
-  const double denom = present * T;
-  out.bubble_ratio = denom > 0 ? idle / denom : 0;
   for (double& x : out.cause_ratio) x = denom > 0 ? x / denom : 0;
   return out;
 }
@@ -240,7 +268,7 @@ Spread spread_of(std::vector<double> v) {
     const size_t hi = std::min(v.size() - 1, lo + 1);
     return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
   };
-  s.median = q(0.5);
+  s.median = median(v);  // base.h's median: the same number summaries elsewhere report
   s.p10 = q(0.1);
   s.p90 = q(0.9);
   s.min = v.front();
@@ -250,12 +278,15 @@ Spread spread_of(std::vector<double> v) {
 
 BreakdownSummary summarize_steps(const std::vector<StepBreakdown>& steps, int64_t warmup) {
   BreakdownSummary out;
+  const StepRange range = measured_step_range(steps.size(), warmup);
   std::vector<const StepBreakdown*> used;
+  std::vector<StepBubble> bubbles;
   for (size_t k = 0; k < steps.size(); ++k) {
-    if (static_cast<int64_t>(k) < warmup && static_cast<int64_t>(steps.size()) > warmup) {
+    if (k < range.first) {
       out.warmup_steps.push_back(steps[k].step);
     } else {
       used.push_back(&steps[k]);
+      bubbles.push_back(steps[k].bubble);
       out.steps.push_back(steps[k].step);
     }
   }
@@ -270,25 +301,23 @@ BreakdownSummary summarize_steps(const std::vector<StepBreakdown>& steps, int64_
   }
   out.step_time = spread_of(st);
   out.bubble_ratio = spread_of(br);
+  const BubbleSummary bubble = summarize_bubbles(bubbles);  // the one definition (prof.h)
+  out.bubble_ratio.median = bubble.ratio;
+  out.rank_bubble_ratio = bubble.rank_ratio;
   for (int c = 0; c < kNumIdleCauses; ++c) out.cause_ratio[c] = spread_of(cr[c]);
   out.rank_busy.assign(P, {});
   out.rank_idle.assign(P, {});
-  out.rank_bubble_ratio.assign(P, 0);
   for (size_t r = 0; r < P; ++r) {
     for (int k = 0; k < kNumBusyKinds; ++k) {
       std::vector<double> v;
       for (const auto* s : used) v.push_back(s->ranks[r].busy[k]);
-      out.rank_busy[r][k] = spread_of(v).median;
+      out.rank_busy[r][k] = median(v);
     }
     for (int c = 0; c < kNumIdleCauses; ++c) {
       std::vector<double> v;
       for (const auto* s : used) v.push_back(s->ranks[r].idle[c]);
-      out.rank_idle[r][c] = spread_of(v).median;
+      out.rank_idle[r][c] = median(v);
     }
-    std::vector<double> v;
-    for (const auto* s : used)
-      v.push_back(s->step_time > 0 ? s->ranks[r].idle_total() / s->step_time : 0);
-    out.rank_bubble_ratio[r] = spread_of(v).median;
   }
   return out;
 }

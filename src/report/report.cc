@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "report/report_internal.h"
@@ -76,46 +77,18 @@ Result<std::vector<WhatIfSpec>> parse_what_if(std::string_view text) {
 
 namespace {
 
-// Median per (stage, kind) of the measured steps' compute times: a cost table like the trainer's.
-Result<CostModel> costs_from_timelines(const RunData& run, const std::set<int32_t>& steps,
-                                       int32_t num_stages) {
-  std::map<std::pair<int32_t, int>, std::vector<double>> time, bytes;
-  std::map<int32_t, std::vector<double>> msg;
-  for (const auto& rt : run.ranks) {
-    for (const auto& e : rt.events) {
-      if (!steps.contains(e.step)) continue;
-      if (e.kind == EventKind::kSend) msg[e.stage].push_back(static_cast<double>(e.bytes));
-      const int k = cost_slot(e.kind);
-      if (k < 0 || e.stage < 0 || e.stage >= num_stages) continue;
-      time[{e.stage, k}].push_back(e.end - e.start);
-      bytes[{e.stage, k}].push_back(static_cast<double>(e.bytes));
-    }
+// The run's costs from its timelines when costs.json is missing: calibrate() (cost_model.h) over
+// the measured steps, the trainer's own rule.
+Result<CostModel> costs_from_timelines(const std::map<int32_t, Timeline>& per_step,
+                                       const std::vector<int32_t>& steps, const Schedule& lowered) {
+  CostSamples samples;
+  for (int32_t k : steps) {
+    auto it = per_step.find(k);
+    if (it != per_step.end()) samples.add_step(it->second);
   }
-  std::vector<StageCost> stages(num_stages);
-  for (int32_t s = 0; s < num_stages; ++s) {
-    auto get = [&](int k) {
-      auto it = time.find({s, k});
-      return it == time.end() ? -1.0 : median(it->second);
-    };
-    const double f = get(0), i = get(1), w = get(2), b = get(3);
-    if (f < 0 || (b < 0 && i < 0)) {
-      return Status::not_found(
-          fmt::format("no measured F/B events for stage {} (its rank's timeline is missing)", s));
-    }
-    StageCost& c = stages[s];
-    c.f = f;
-    c.b = b >= 0 ? b : i + std::max(0.0, w);
-    c.i = i >= 0 ? i : c.b / 2;
-    c.w = w >= 0 ? w : c.b - c.i;
-    c.recompute = c.f;
-    const double act = bytes.contains({s, 0}) ? median(bytes[{s, 0}]) : 0;
-    c.act_bytes = std::max(0.0, act);
-    const double after_i = bytes.contains({s, 1}) ? median(bytes[{s, 1}]) : 0;
-    c.act_after_i_bytes = std::clamp(c.act_bytes + after_i, 0.0, c.act_bytes);
-    c.input_bytes = c.act_bytes;
-    if (msg.contains(s)) c.message_bytes = static_cast<int64_t>(median(msg[s]));
-  }
-  return CostModel(stages, LinkCost{}, "s", "measured timelines");
+  CalibrationOptions co;
+  co.source = "measured timelines";
+  return calibrate(samples, lowered, co);
 }
 
 // Per-stage costs for another placement: the rank totals of the run divided by the new v.
@@ -251,8 +224,7 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
   // Prediction: the same lowered schedule under the run's costs.
   std::optional<CostModel> costs = run.costs;
   if (!costs && run.schedule && present == P) {
-    std::set<int32_t> used(rep.summary.steps.begin(), rep.summary.steps.end());
-    auto c = costs_from_timelines(run, used, run.schedule->num_stages);
+    auto c = costs_from_timelines(per_step, rep.summary.steps, *run.schedule);
     if (c.ok()) {
       costs = std::move(*c);
       rep.run.warnings.push_back("costs derived from the timelines (no link latency known)");
@@ -380,6 +352,12 @@ std::string format_report_text(const Report& rep) {
     if (!run.rank_present[r]) missing.push_back(std::to_string(r));
   if (!missing.empty())
     out += fmt::format("MISSING RANKS: {} (see warnings)\n", join(missing, ", "));
+  if (run.oversubscribed) {
+    out += fmt::format("OVERSUBSCRIBED: {} computing ranks ({} busy threads with the loaders) on {} "
+                       "cores: the ranks took turns on the cores; the time a ready rank waited for "
+                       "one is 'cpu wait', and the bubble is the machine's, not the schedule's\n",
+                       run.rank_threads, run.busy_threads, run.cores);
+  }
   out += fmt::format("steps: {} measured, {} warm-up left out; shown step {}\n", sm.steps.size(),
                      sm.warmup_steps.size(), rep.shown_step);
   out += fmt::format("step time: median {} (p10 {}, p90 {}, min {}, max {})\n",
@@ -400,8 +378,9 @@ std::string format_report_text(const Report& rep) {
                        pct(sm.cause_ratio[c].median), c + 1 < kNumIdleCauses ? "," : "");
   out += "\n\nper rank (median over measured steps, ms):\n";
   out += fmt::format(
-      "{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} | {:>7}", "rank",
-      "F", "I", "W", "B", "optim", "fill", "drain", "dep", "exp.comm", "data", "other", "bubble");
+      "{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} | {:>7}",
+      "rank", "F", "I", "W", "B", "optim", "fill", "drain", "dep", "exp.comm", "data", "cpu",
+      "other", "bubble");
   if (rep.has_prediction) out += fmt::format(" {:>7} {:>9}", "pred", "gap");
   out += "\n";
   for (int32_t r = 0; r < run.num_ranks; ++r) {
@@ -417,10 +396,7 @@ std::string format_report_text(const Report& rep) {
       out += fmt::format(" {:>{}.2f}", 1e3 * sm.rank_idle[r][c], c == 3 ? 8 : 7);
     out += fmt::format(" | {:>7}", pct(sm.rank_bubble_ratio[r]));
     if (rep.has_prediction) {
-      const double pb = rep.predicted.makespan > 0
-                            ? rep.predicted_breakdown.ranks[r].idle_total() / rep.predicted.makespan
-                            : 0;
-      out += fmt::format(" {:>7} {:>9}", pct(pb),
+      out += fmt::format(" {:>7} {:>9}", pct(rep.predicted.ranks[r].bubble_ratio),
                          fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit));
     }
     out += "\n";
@@ -457,11 +433,92 @@ std::string format_report_text(const Report& rep) {
   return out;
 }
 
+std::string report_json(const Report& rep) {
+  using nlohmann::ordered_json;
+  const BreakdownSummary& sm = rep.summary;
+  const int32_t P = rep.run.num_ranks;
+  ordered_json j;
+  j["run_dir"] = rep.run.dir;
+  j["schedule"] = rep.run.schedule_name;
+  j["pp"] = P;
+  j["bubble_definition"] = "docs/bubble.md";
+  j["measured_steps"] = sm.steps;
+  j["measured_bubble_ratio"] = sm.bubble_ratio.median;
+  j["measured_bubble_ratio_per_rank"] = sm.rank_bubble_ratio;
+  j["step_time_s"] = sm.step_time.median;
+  if (rep.has_prediction) {
+    j["predicted_bubble_ratio"] = rep.predicted.bubble_ratio;
+    std::vector<double> per_rank;
+    for (const auto& r : rep.predicted.ranks) per_rank.push_back(r.bubble_ratio);
+    j["predicted_bubble_ratio_per_rank"] = per_rank;
+    j["predicted_step_time"] = rep.predicted.makespan;
+    j["gap_bubble_ratio"] = sm.bubble_ratio.median - rep.predicted.bubble_ratio;
+    j["gap_step_time"] = rep.gap_total;
+    j["time_unit"] = rep.predicted.time_unit;
+  } else {
+    j["predicted_bubble_ratio"] = nullptr;
+    j["prediction_error"] = rep.prediction_error;
+  }
+  ordered_json causes;
+  for (int c = 0; c < kNumIdleCauses; ++c)
+    causes[std::string(idle_cause_name(static_cast<IdleCause>(c)))] = sm.cause_ratio[c].median;
+  j["idle_ratio_by_cause"] = causes;
+  ordered_json ranks = ordered_json::array();
+  for (int32_t r = 0; r < P; ++r) {
+    ordered_json o;
+    o["rank"] = r;
+    o["present"] = static_cast<bool>(rep.run.rank_present[r]);
+    if (!rep.run.rank_present[r]) {
+      ranks.push_back(o);
+      continue;
+    }
+    o["measured_bubble_ratio"] = sm.rank_bubble_ratio[r];
+    if (rep.has_prediction) {
+      o["predicted_bubble_ratio"] = rep.predicted.ranks[r].bubble_ratio;
+      o["gap_last_compute"] = rep.gap_per_rank[r];
+    }
+    ordered_json busy, idle;
+    for (int k = 0; k < kNumBusyKinds; ++k)
+      busy[std::string(busy_kind_name(static_cast<BusyKind>(k)))] = sm.rank_busy[r][k];
+    for (int c = 0; c < kNumIdleCauses; ++c)
+      idle[std::string(idle_cause_name(static_cast<IdleCause>(c)))] = sm.rank_idle[r][c];
+    o["busy_s"] = busy;
+    o["idle_s"] = idle;
+    ranks.push_back(o);
+  }
+  j["per_rank"] = ranks;
+  j["cpu"] = {{"cores", rep.run.cores},
+              {"rank_threads", rep.run.rank_threads},
+              {"busy_threads", rep.run.busy_threads},
+              {"oversubscribed", rep.run.oversubscribed}};
+  ordered_json gaps = ordered_json::array();
+  for (const auto& g : rep.gap_contributors)
+    gaps.push_back({{"rank", g.rank}, {"category", g.category}, {"delta", g.delta}, {"text", g.text}});
+  j["gap_contributors"] = gaps;
+  ordered_json wi = ordered_json::array();
+  for (const auto& w : rep.what_ifs) {
+    ordered_json o = {{"schedule", w.label}, {"vpp", w.chunks}};
+    if (!w.error.empty()) {
+      o["error"] = w.error;
+    } else {
+      o["predicted_bubble_ratio"] = w.bubble_ratio;
+      o["predicted_step_time"] = w.makespan;
+      o["step_saving"] = w.step_saving;
+      o["gpu_hours_saved"] = w.gpu_hours_saved;
+      o["peak_activation_bytes"] = w.peak_act_bytes;
+    }
+    wi.push_back(o);
+  }
+  j["what_if"] = wi;
+  return j.dump(2) + "\n";
+}
+
 Status write_report(const Report& rep, const std::string& out_dir) {
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Status::io_error(fmt::format("--out '{}': {}", out_dir, ec.message()));
   TP_RETURN_IF_ERROR(write_file(out_dir + "/report.html", report_html(rep)));
+  TP_RETURN_IF_ERROR(write_file(out_dir + "/report.json", report_json(rep)));
   // The trace: every complete step one after another (each step's origin moved to the end of the
   // previous one), one process per rank.
   Timeline all;

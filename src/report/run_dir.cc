@@ -98,6 +98,14 @@ Result<RunData> load_run(const std::string& dir) {
         run.compute = j.value("compute", std::string());
         run.overlap_p2p = j.value("overlap_p2p", true);
         run.warmup_steps_excluded = j.value("warmup_steps_excluded", int64_t{1});
+        if (j.contains("cpu") && j["cpu"].is_object()) {
+          const auto& c = j["cpu"];
+          run.cores = c.value("cores", 0);
+          run.busy_threads = c.value("busy_threads", 0);
+          run.rank_threads = c.value("rank_threads", 0);
+          run.oversubscribed = c.value("oversubscribed", false);
+          run.cpu_note = c.value("note", std::string());
+        }
         if (j.contains("measured_peak_activation_bytes_per_rank"))
           run.measured_peak_act_bytes =
               j["measured_peak_activation_bytes_per_rank"].get<std::vector<double>>();

@@ -76,7 +76,7 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
   const size_t n = stages->size();
   std::map<size_t, StageCost> by_stage;
   constexpr std::string_view kKeys =
-      "stage, f, i, w, b, recompute, act_bytes, act_after_i_bytes, input_bytes, param_bytes, "
+      "stage, f, i, w, b, recompute, optimizer, act_bytes, act_after_i_bytes, input_bytes, param_bytes, "
       "grad_bytes, optimizer_bytes, message_bytes";
   for (size_t k = 0; k < n; ++k) {
     const json& e = (*stages)[k];
@@ -110,6 +110,7 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
       else if (key == "w") c.w = x;
       else if (key == "b") c.b = x, have_b = true;
       else if (key == "recompute") c.recompute = x, have_rc = true;
+      else if (key == "optimizer") c.optimizer = x;
       else if (key == "act_bytes") c.act_bytes = x;
       else if (key == "act_after_i_bytes") c.act_after_i_bytes = x, have_after_i = true;
       else if (key == "input_bytes") c.input_bytes = x;
@@ -156,6 +157,7 @@ std::string cost_table_to_json(const CostModel& m) {
                       {"w", c.w},
                       {"b", c.b},
                       {"recompute", c.recompute},
+                      {"optimizer", c.optimizer},
                       {"act_bytes", c.act_bytes},
                       {"act_after_i_bytes", c.act_after_i_bytes},
                       {"input_bytes", c.input_bytes},

@@ -27,6 +27,9 @@ ordered_json result_json(const SimResult& r) {
   j["total_compute"] = r.total_compute;
   j["bubble_ratio"] = r.bubble_ratio;
   j["bubble_percent"] = 100.0 * r.bubble_ratio;
+  j["bubble_definition"] =
+      "idle / (ranks x makespan); busy = F, I, W, B and the optimizer after every rank reached it";
+  j["optimizer_modelled"] = r.optimizer;
   j["messages"] = r.messages;
   j["message_bytes"] = r.message_bytes;
   j["actions"] = r.actions;
@@ -40,6 +43,7 @@ ordered_json result_json(const SimResult& r) {
     o["last_end"] = s.last_end;
     o["busy"] = s.busy;
     o["idle"] = s.idle;
+    o["bubble_ratio"] = s.bubble_ratio;
     o["internal_idle"] = s.internal_idle;
     o["comm"] = s.comm;
     o["compute_actions"] = s.compute_actions;

@@ -10,6 +10,8 @@
 #include <limits>
 #include <queue>
 
+#include "tightpipe/prof.h"
+
 namespace tightpipe {
 
 std::string_view comm_mode_name(CommMode mode) {
@@ -203,6 +205,8 @@ class Simulator {
     lane_free_.assign(P_, 0.0);
     held_.assign(P_, 0.0);
     first_start_.assign(P_, std::numeric_limits<double>::infinity());
+    rank_end_.assign(P_, 0.0);
+    busy_.assign(P_, BusyUnion{});
     res_.ranks.resize(P_);
     res_.schedule = sch_.name;
     res_.num_ranks = P_;
@@ -258,6 +262,8 @@ class Simulator {
 
   void record(int32_t rank, const Action& a, Lane lane, double start, double end) {
     res_.makespan = std::max(res_.makespan, end);
+    rank_end_[rank] = std::max(rank_end_[rank], end);
+    if (lane == Lane::kCompute) busy_[rank].add(start, end);
     if (!opt_.record_timeline) return;
     auto& events = lane == Lane::kCompute ? res_.timeline.ranks[rank].events : comm_events_[rank];
     TimelineEvent& ev = events.emplace_back();
@@ -334,7 +340,6 @@ class Simulator {
         case ActionType::kBackward: {
           const double dur = cost_.compute_time(a.stage, a.type, opt_.recompute);
           first_start_[r] = std::min(first_start_[r], now);
-          st.busy += dur;
           st.last_end = now + dur;
           ++st.compute_actions;
           account_memory(r, a);
@@ -443,26 +448,59 @@ class Simulator {
         res_.makespan, blocked, format_grid(sch_, mark)));
   }
 
+  // The optimizer phase: once every rank has finished its program (sync), each rank runs its
+  // stages' optimizer time. Its event starts where the rank's program ended, as a measured one
+  // does (the wait for the slowest rank is idle time; prof.h, step_bubble).
+  std::vector<RankBusy> add_optimizer() {
+    std::vector<double> opt(P_, 0.0);
+    bool any = false;
+    for (int32_t s = 0; s < S_; ++s) {
+      opt[sch_.stage_to_rank[s]] += cost_.stage(s).optimizer;
+      any = any || cost_.stage(s).optimizer > 0;
+    }
+    const double sync = *std::max_element(rank_end_.begin(), rank_end_.end());
+    std::vector<RankBusy> busy(P_);
+    for (int32_t r = 0; r < P_; ++r) {
+      busy[r].compute = busy_[r].total();
+      busy[r].end = rank_end_[r];
+      if (!any) continue;
+      busy[r].optimizer_start = rank_end_[r];
+      busy[r].optimizer_end = busy[r].end = sync + opt[r];
+      res_.makespan = std::max(res_.makespan, sync + opt[r]);
+      res_.optimizer = true;
+      if (!opt_.record_timeline) continue;
+      TimelineEvent& ev = res_.timeline.ranks[r].events.emplace_back();
+      ev.name = "optimizer";
+      ev.kind = EventKind::kOptimizer;
+      ev.lane = Lane::kCompute;
+      ev.start = busy[r].optimizer_start;
+      ev.end = busy[r].optimizer_end;
+    }
+    return busy;
+  }
+
   void finish_stats() {
+    const StepBubble bubble = step_bubble(add_optimizer());
     for (int32_t r = 0; r < P_; ++r) {
       RankSimStats& st = res_.ranks[r];
+      st.busy = bubble.busy[r];
       if (st.compute_actions > 0) {
         st.first_start = first_start_[r];
-        st.internal_idle = st.last_end - st.first_start - st.busy;
+        st.internal_idle = st.last_end - st.first_start - busy_[r].total();
         // Summing many durations leaves rounding residue; a gap below 1e-12 of the span is none.
         if (std::abs(st.internal_idle) <= 1e-12 * std::max(1.0, st.last_end)) st.internal_idle = 0;
       }
-      st.idle = res_.makespan - st.busy;
+      st.idle = bubble.idle[r];
+      st.bubble_ratio = bubble.rank_ratio(r);
       st.peak_activations = res_.activation_unit_bytes > 0
                                 ? st.peak_activation_bytes / res_.activation_unit_bytes
                                 : 0.0;
       st.peak_bytes = st.peak_activation_bytes + st.static_bytes;
-      res_.total_compute += st.busy;
       res_.messages += st.messages_sent;
       res_.message_bytes += st.bytes_sent;
     }
-    const double denom = static_cast<double>(P_) * res_.makespan;
-    res_.bubble_ratio = denom > 0 ? (denom - res_.total_compute) / denom : 0.0;
+    res_.total_compute = bubble.total_busy;
+    res_.bubble_ratio = bubble.ratio;
     if (opt_.record_timeline) {
       // Compute events were recorded in start order. Comm events go after them (lane order),
       // sorted by start (RECVs are recorded when they end); ties keep creation order, so the
@@ -499,6 +537,8 @@ class Simulator {
   std::vector<double> lane_free_;
   std::vector<double> held_;
   std::vector<double> first_start_;
+  std::vector<double> rank_end_;     // [rank] latest end of its events
+  std::vector<BusyUnion> busy_;      // [rank] its compute intervals (prof.h, the one bubble)
   int64_t outstanding_recvs_ = 0;
   std::vector<std::vector<TimelineEvent>> comm_events_;  // [rank] until finish_stats()
   SimResult res_;

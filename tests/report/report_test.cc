@@ -215,6 +215,16 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   auto rep = build_report(out, ro);
   ASSERT_TRUE(rep.ok()) << rep.status().to_string();
   const auto& sm = rep->summary;
+  // The causes of every rank sum to its idle time of the one bubble definition, every step.
+  for (const StepBreakdown& st : rep->steps) {
+    double idle = 0;
+    for (size_t r = 0; r < st.ranks.size(); ++r) {
+      EXPECT_NEAR(st.ranks[r].idle_total(), st.bubble.idle[r], 1e-12 * st.step_time)
+          << "step " << st.step << " rank " << r;
+      idle += st.ranks[r].idle_total();
+    }
+    EXPECT_NEAR(idle / (4 * st.step_time), st.bubble_ratio, 1e-12) << "step " << st.step;
+  }
   for (const StepBreakdown& st : rep->steps) {
     if (std::find(sm.steps.begin(), sm.steps.end(), st.step) == sm.steps.end()) continue;
     const double expected = 2 * 8 * 5 * kMs / (4 * st.step_time);

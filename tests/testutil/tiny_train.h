@@ -24,7 +24,6 @@ inline TrainOptions tiny_train_options(const std::string& out_dir, std::string s
   o.train_iters = 4;
   o.lr.lr = 3e-3f;
   o.out_dir = out_dir;
-  o.progress = false;
   return o;
 }
 

@@ -1,0 +1,324 @@
+// RankRun: one rank's training run, phase by phase (train_internal.h).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "exec/train_internal.h"
+#include "tightpipe/base.h"
+#include "tightpipe/checkpoint.h"
+#include "tightpipe/timeline_io.h"
+
+namespace tightpipe::train_internal {
+
+namespace {
+
+// Every rank contributes its own slot; the sum hands every rank everyone's values (exactly: the
+// other slots are zeros).
+Result<std::vector<double>> allgather(Transport& t, std::span<const double> mine, double timeout) {
+  const size_t k = mine.size();
+  std::vector<double> all(k * t.size(), 0.0);
+  std::copy(mine.begin(), mine.end(), all.begin() + k * t.rank());
+  TP_RETURN_IF_ERROR(allreduce_sum(t, all, timeout));
+  return all;
+}
+
+// Strings to rank 0 (size, then bytes). Returns the P strings on rank 0, nothing elsewhere.
+Result<std::vector<std::string>> gather_strings(Transport& t, const std::string& mine,
+                                                double timeout) {
+  constexpr int kSizeTag = kMaxUserTag - 2, kDataTag = kMaxUserTag - 1;
+  std::vector<std::string> out;
+  if (t.rank() != 0) {
+    int64_t n = static_cast<int64_t>(mine.size());
+    TP_RETURN_IF_ERROR(
+        send(t, 0, kSizeTag, std::as_bytes(std::span<const int64_t>(&n, 1)), timeout));
+    TP_RETURN_IF_ERROR(send(t, 0, kDataTag, std::as_bytes(std::span<const char>(mine)), timeout));
+    return out;
+  }
+  out.push_back(mine);
+  for (int r = 1; r < t.size(); ++r) {
+    int64_t n = 0;
+    TP_RETURN_IF_ERROR(
+        recv(t, r, kSizeTag, std::as_writable_bytes(std::span<int64_t>(&n, 1)), timeout));
+    std::string s(static_cast<size_t>(n), '\0');
+    TP_RETURN_IF_ERROR(recv(t, r, kDataTag, std::as_writable_bytes(std::span<char>(s)), timeout));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// A fresh loader over the validation split: it reads the same windows every evaluation.
+Result<std::unique_ptr<DataLoader>> open_validation(const DataOptions& train) {
+  DataOptions v = train;
+  v.split = Split::kVal;
+  v.shuffle_buffer = 1;
+  return DataLoader::open(v);
+}
+
+// The fields one rank ships per step: RankBusy (5), data wait, peak stash.
+constexpr size_t kStepFields = 7;
+
+}  // namespace
+
+RankRun::RankRun(const RunPlan& plan, Transport& transport)
+    : plan_(plan),
+      opt_(plan.opt),
+      t_(transport),
+      rank_(transport.rank()),
+      pr_(plan.lowered, transport.rank(), transport, plan.opt.model, plan.specs, plan.opt.seed,
+          plan.opt.recompute,
+          [&] {
+            ExecutorOptions eo = plan.opt.exec;
+            eo.progress_thread = plan.opt.world.kind == TransportKind::kMpi;
+            return eo;
+          }()),
+      needs_data_(!plan.opt.exec.emulated &&
+                  (plan.lowered.rank_of(0) == transport.rank() ||
+                   plan.lowered.rank_of(plan.lowered.num_stages - 1) == transport.rank())) {}
+
+Status RankRun::open_data() {
+  if (!needs_data_) return OkStatus();
+  DataOptions d = plan_.data;
+  d.split = Split::kTrain;
+  TP_ASSIGN_OR_RETURN(train_data_, DataLoader::open(d));
+  // A validation split too small stops the run before any work.
+  if (opt_.eval_iters > 0) TP_RETURN_IF_ERROR(open_validation(plan_.data).status());
+  return OkStatus();
+}
+
+Result<int64_t> RankRun::resume() {
+  if (opt_.load_dir.empty()) return int64_t{0};
+  const std::string& dir = opt_.load_dir;
+  TP_ASSIGN_OR_RETURN(nn::Manifest man, nn::load_manifest(dir));
+  TP_RETURN_IF_ERROR(nn::check_manifest_shape(dir, man, opt_.model));
+  if (man.stages != plan_.specs) {
+    return Status::invalid_argument(fmt::format(
+        "--load {}: the checkpoint has {} stages '{}' but this run (--pp {}, --vpp {}) has {} "
+        "stages '{}'; hint: use the model flags, --pp, --vpp and --pipeline-layout the "
+        "checkpoint was saved with",
+        dir, man.stages.size(), nn::format_layout(man.stages), opt_.pp, plan_.lowered.chunks(),
+        plan_.specs.size(), nn::format_layout(plan_.specs)));
+  }
+  for (auto& [s, stage] : pr_.stages()) {
+    const std::string path = nn::stage_checkpoint_path(dir, s);
+    TP_ASSIGN_OR_RETURN(nn::CheckpointState st, nn::load_stage_checkpoint(path, *stage));
+    if (st.step != man.step) {  // a save interrupted between files mixes two checkpoints
+      return Status::corruption(fmt::format(
+          "--load {}: '{}' is at step {} but the manifest at step {}; hint: the save was "
+          "interrupted, use an older checkpoint",
+          dir, path, st.step, man.step));
+    }
+  }
+  if (man.step >= opt_.train_iters) {
+    return Status::invalid_argument(fmt::format(
+        "--train-iters {}: the checkpoint --load {} is already at step {}; hint: --train-iters "
+        "counts all steps, pass more than {} to continue",
+        opt_.train_iters, dir, man.step, man.step));
+  }
+  // The ranks of the first and the last stage (tokens, targets) both resume where the rank of
+  // stage 0 saved its loader.
+  if (train_data_) {
+    const std::string pos_path = dir + "/data_position.json";
+    auto pos_text = read_file(pos_path);
+    if (!pos_text.ok()) {
+      return Status(pos_text.status().code(),
+                    fmt::format("--load {}: {}; hint: without it the data would restart at the "
+                                "first batch; save the checkpoint again with this version",
+                                dir, pos_text.status().message()));
+    }
+    TP_ASSIGN_OR_RETURN(DataPosition pos, DataPosition::from_json(*pos_text));
+    TP_RETURN_IF_ERROR(train_data_->restore(pos).with_context("--load " + pos_path));
+  }
+  plan_.log(rank_, fmt::format("loaded {} at step {}", dir, man.step));
+  return man.step;
+}
+
+Status RankRun::open_files(int64_t start) {
+  if (opt_.out_dir.empty()) return OkStatus();
+  if (rank_ == 0) TP_RETURN_IF_ERROR(metrics_.open(opt_.out_dir + "/metrics.jsonl", start > 0));
+  return timeline_.open(fmt::format("{}/timeline_rank{}.jsonl", opt_.out_dir, rank_), false);
+}
+
+// Checkpoint after `done` steps: every rank its stages, the rank of stage 0 the data position,
+// rank 0 the manifest.
+Status RankRun::save(int64_t done) {
+  std::error_code ec;
+  std::filesystem::create_directories(opt_.save_dir, ec);
+  if (ec) return Status::io_error(fmt::format("--save '{}': {}", opt_.save_dir, ec.message()));
+  for (auto& [s, stage] : pr_.stages()) {
+    TP_RETURN_IF_ERROR(nn::save_stage_checkpoint(nn::stage_checkpoint_path(opt_.save_dir, s),
+                                                 *stage, {done, {}}));
+  }
+  if (rank_ == plan_.lowered.rank_of(0) && train_data_) {
+    TP_RETURN_IF_ERROR(
+        write_file(opt_.save_dir + "/data_position.json", train_data_->position().to_json()));
+  }
+  if (rank_ == 0) {
+    nn::Manifest man;
+    man.step = done;
+    man.config = opt_.model;
+    man.stages = plan_.specs;
+    TP_RETURN_IF_ERROR(nn::save_manifest(opt_.save_dir, man));
+    plan_.log(rank_, fmt::format("saved {} at step {}", opt_.save_dir, done));
+  }
+  return OkStatus();
+}
+
+Result<StepRecord> RankRun::step(int64_t step) {
+  std::vector<Batch> batches;
+  BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
+    while (static_cast<int32_t>(batches.size()) <= mb) {
+      if (opt_.data_delay_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt_.data_delay_ms));
+      }
+      if (train_data_) {
+        TP_ASSIGN_OR_RETURN(Batch b, train_data_->next());
+        batches.push_back(std::move(b));
+      } else {
+        batches.emplace_back();  // emulated compute: no data, only the (emulated) wait
+      }
+    }
+    return &batches[mb];
+  };
+  StepRecord rec;
+  rec.step = step;
+  rec.lr = nn::lr_at(opt_.lr, step);
+  const double t0 = now_seconds();
+  TP_ASSIGN_OR_RETURN(StepOutcome o, pipeline_step(pr_, t_, static_cast<int32_t>(step), fetch,
+                                                   plan_.tokens_per_step, opt_.adamw,
+                                                   static_cast<float>(rec.lr), opt_.clip_grad,
+                                                   opt_.exec.timeout_s));
+  rec.wall = now_seconds() - t0;
+  rec.loss = o.loss;
+  rec.grad_norm = o.grad_norm;
+  rec.tokens_per_s = double(plan_.tokens_per_step) / rec.wall;
+
+  // This rank's share of the step's bubble, shared with every rank (prof.h, the one definition).
+  const std::vector<TimelineEvent>& events = o.rank.timeline.events;
+  const RankBusy busy = rank_busy(events);
+  double data_wait = 0;
+  for (const auto& e : events)
+    if (e.kind == EventKind::kData) data_wait += e.end - e.start;
+  const double mine[kStepFields] = {busy.present ? 1.0 : 0.0, busy.compute, busy.optimizer_start,
+                                    busy.optimizer_end, busy.end, data_wait,
+                                    static_cast<double>(o.rank.peak_stash_bytes)};
+  TP_ASSIGN_OR_RETURN(std::vector<double> all, allgather(t_, mine, opt_.exec.timeout_s));
+  std::vector<RankBusy> ranks(t_.size());
+  for (int r = 0; r < t_.size(); ++r) {
+    const double* x = &all[kStepFields * r];
+    ranks[r] = {x[0] != 0, x[1], x[2], x[3], x[4]};
+    rec.data_wait.push_back(x[5]);
+    rec.peak_stash.push_back(x[6]);
+  }
+  rec.bubble = step_bubble(ranks);
+
+  CostSamples& samples = samples_.emplace_back();
+  for (const auto& e : events) {
+    samples.add_event(e);
+    timeline_.write(event_to_json(e));
+  }
+  last_ = std::move(o.rank.timeline);
+  return rec;
+}
+
+bool RankRun::eval_due(int64_t step) const {
+  if (opt_.eval_iters <= 0 || opt_.exec.emulated) return false;
+  return (opt_.eval_interval > 0 && (step + 1) % opt_.eval_interval == 0) ||
+         step + 1 == opt_.train_iters;
+}
+
+// Validation loss: forward only over the pipeline, the same windows every time.
+Result<double> RankRun::evaluate() {
+  std::unique_ptr<DataLoader> val;
+  if (needs_data_) {
+    TP_ASSIGN_OR_RETURN(val, open_validation(plan_.data));
+  }
+  std::vector<Batch> vb;
+  BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
+    while (static_cast<int32_t>(vb.size()) <= mb) {
+      TP_ASSIGN_OR_RETURN(Batch b, val->next());
+      vb.push_back(std::move(b));
+    }
+    return &vb[mb];
+  };
+  const float scale = 1.0f / float(opt_.eval_iters * opt_.model.tokens_per_microbatch());
+  TP_ASSIGN_OR_RETURN(double sum, pr_.executor().run_forward_only(
+                                      static_cast<int32_t>(opt_.eval_iters), fetch, scale));
+  double v[1] = {sum};
+  TP_RETURN_IF_ERROR(allreduce_sum(t_, v, opt_.exec.timeout_s));
+  return v[0];
+}
+
+// Every rank's samples of the measured steps and every rank's last step, on rank 0.
+Result<RunEnd> RankRun::gather_end() {
+  RunEnd end;
+  const StepRange range = measured_step_range(records_.size(), opt_.warmup_steps_excluded);
+  CostSamples mine;
+  for (size_t k = range.first; k < range.last; ++k) mine.merge(samples_[k]);
+  TP_ASSIGN_OR_RETURN(std::vector<std::string> samples,
+                      gather_strings(t_, mine.to_json(), opt_.exec.timeout_s));
+  TP_ASSIGN_OR_RETURN(std::vector<std::string> last,
+                      gather_strings(t_, events_to_json_array(last_), opt_.exec.timeout_s));
+  if (rank_ != 0) return end;
+  for (int r = 0; r < t_.size(); ++r) {
+    TP_ASSIGN_OR_RETURN(CostSamples s, CostSamples::from_json(samples[r]));
+    end.samples.merge(s);
+    TP_ASSIGN_OR_RETURN(RankTimeline rt, events_from_json_array(last[r], r));
+    end.last_step.ranks.push_back(std::move(rt));
+  }
+  end.last_step.time_unit = "s";
+  // The optimizer's busy time of every rank, from the steps' shared bubbles.
+  for (size_t k = range.first; k < range.last; ++k) {
+    for (int r = 0; r < t_.size(); ++r)
+      end.samples.optimizer[r].push_back(records_[k].bubble.optimizer[r]);
+  }
+  end.records = records_;
+  return end;
+}
+
+Result<std::optional<TrainSummary>> RankRun::run() {
+  TP_RETURN_IF_ERROR(open_data());
+  TP_ASSIGN_OR_RETURN(const int64_t start, resume());
+  TP_RETURN_IF_ERROR(open_files(start));
+  plan_.log(rank_, fmt::format("tightpipe train: {}, p={}, v={}, m={}, {}{}; model {} layers x {}, "
+                               "T={}, B={}; stages {}",
+                               plan_.lowered.name, opt_.pp, plan_.lowered.chunks(),
+                               opt_.microbatches, transport_kind_name(opt_.world.kind),
+                               opt_.exec.emulated ? ", emulated compute" : "",
+                               opt_.model.num_layers, opt_.model.hidden_size,
+                               opt_.model.seq_length, opt_.model.micro_batch_size,
+                               nn::format_layout(plan_.specs)));
+  if (plan_.cpu.oversubscribed()) plan_.log(rank_, plan_.cpu.warning());
+  const double run_start = now_seconds();
+  int64_t done = start;
+  for (int64_t s = start; s < opt_.train_iters; ++s) {
+    TP_ASSIGN_OR_RETURN(StepRecord rec, step(s));
+    if (eval_due(s)) {
+      TP_ASSIGN_OR_RETURN(rec.val_loss, evaluate());
+    }
+    metrics_.write(metrics_line(rec));
+    const bool log_now = s == start || s + 1 == opt_.train_iters || rec.val_loss >= 0 ||
+                         (s + 1) % opt_.log_interval == 0;
+    if (log_now) plan_.log(rank_, step_line(plan_, rec, start, now_seconds() - run_start));
+    records_.push_back(std::move(rec));
+    done = s + 1;
+    if (done == opt_.train_iters) break;
+    if (opt_.exit_interval > 0 && done % opt_.exit_interval == 0) {
+      plan_.log(rank_, fmt::format("exit at step {} (--exit-interval)", done));
+      break;
+    }
+    if (!opt_.save_dir.empty() && opt_.save_interval > 0 && done % opt_.save_interval == 0)
+      TP_RETURN_IF_ERROR(save(done));
+  }
+  TP_RETURN_IF_ERROR(metrics_.status());
+  TP_RETURN_IF_ERROR(timeline_.status());
+  if (!opt_.save_dir.empty()) TP_RETURN_IF_ERROR(save(done));
+  TP_ASSIGN_OR_RETURN(RunEnd end, gather_end());
+  if (rank_ != 0) return std::optional<TrainSummary>();
+  TP_ASSIGN_OR_RETURN(TrainSummary summary, summarize_run(plan_, end));
+  return std::optional<TrainSummary>(std::move(summary));
+}
+
+}  // namespace tightpipe::train_internal

@@ -1,0 +1,213 @@
+// The end of a run on rank 0: calibrate, predict, summarise, write, say (train_internal.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "exec/train_internal.h"
+#include "tightpipe/base.h"
+#include "tightpipe/simulator.h"
+
+namespace tightpipe::train_internal {
+
+namespace {
+
+// The measured steps' medians into the summary (the one bubble definition: prof.h).
+void summarize_measured(const std::vector<StepRecord>& records, int64_t warmup, TrainSummary& s) {
+  const StepRange range = measured_step_range(records.size(), warmup);
+  std::vector<StepBubble> bubbles;
+  std::vector<double> tps, wall, data_wait;
+  s.peak_stash_bytes_per_rank.assign(records.front().peak_stash.size(), 0);
+  for (size_t k = range.first; k < range.last; ++k) {
+    const StepRecord& r = records[k];
+    bubbles.push_back(r.bubble);
+    tps.push_back(r.tokens_per_s);
+    wall.push_back(r.wall);
+    data_wait.push_back(*std::max_element(r.data_wait.begin(), r.data_wait.end()));
+    for (size_t q = 0; q < r.peak_stash.size(); ++q)
+      s.peak_stash_bytes_per_rank[q] = std::max(s.peak_stash_bytes_per_rank[q], r.peak_stash[q]);
+  }
+  const BubbleSummary b = summarize_bubbles(bubbles);
+  s.steps = static_cast<int64_t>(records.size());
+  s.measured_steps = static_cast<int64_t>(range.last - range.first);
+  s.final_loss = records.back().loss;
+  for (const StepRecord& r : records)
+    if (r.val_loss >= 0) s.final_val_loss = r.val_loss;
+  s.measured_bubble_ratio = b.ratio;
+  s.measured_bubble_per_rank = b.rank_ratio;
+  s.tokens_per_s = median(tps);
+  s.step_time_s = median(wall);
+  s.data_wait_s = median(data_wait);
+}
+
+// The simulator on the run's own schedule with its calibrated costs.
+void predict(const RunPlan& plan, const Result<CostModel>& costs, TrainSummary& s) {
+  if (!costs.ok()) {
+    s.prediction_error = costs.status().message();
+    return;
+  }
+  SimOptions so;
+  so.comm_mode = plan.opt.exec.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+  auto sim = simulate(plan.lowered, *costs, so);
+  if (!sim.ok()) {
+    s.prediction_error = sim.status().message();
+    return;
+  }
+  s.predicted_bubble_ratio = sim->bubble_ratio;
+  for (const auto& r : sim->ranks) {
+    s.predicted_bubble_per_rank.push_back(r.bubble_ratio);
+    s.predicted_peak_bytes_per_rank.push_back(r.peak_activation_bytes);
+  }
+}
+
+nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
+                            const Result<CostModel>& costs) {
+  const TrainOptions& o = plan.opt;
+  nlohmann::json j;
+  j["schedule"] = plan.lowered.name;
+  j["pp"] = o.pp;
+  j["vpp"] = plan.lowered.chunks();
+  j["microbatches"] = o.microbatches;
+  j["transport"] = std::string(transport_kind_name(o.world.kind));
+  j["compute"] = o.exec.emulated ? "emulated" : "real";
+  j["overlap_p2p"] = o.exec.overlap_p2p;
+  j["steps"] = s.steps;
+  j["warmup_steps_excluded"] = o.warmup_steps_excluded;
+  j["measured_steps"] = s.measured_steps;
+  j["final_loss"] = s.final_loss;
+  if (s.final_val_loss >= 0) j["final_val_loss"] = s.final_val_loss;
+  j["tokens_per_s"] = s.tokens_per_s;
+  j["step_time_s"] = s.step_time_s;
+  j["data_wait_s"] = s.data_wait_s;
+  j["data_wait_ratio"] = s.step_time_s > 0 ? s.data_wait_s / s.step_time_s : 0;
+  j["bubble_definition"] = "docs/bubble.md";
+  j["measured_bubble_ratio"] = s.measured_bubble_ratio;
+  j["predicted_bubble_ratio"] = s.predicted_bubble_ratio;
+  j["measured_bubble_ratio_per_rank"] = s.measured_bubble_per_rank;
+  j["predicted_bubble_ratio_per_rank"] = s.predicted_bubble_per_rank;
+  j["measured_peak_activation_bytes_per_rank"] = s.peak_stash_bytes_per_rank;
+  j["predicted_peak_activation_bytes_per_rank"] = s.predicted_peak_bytes_per_rank;
+  if (!s.prediction_error.empty()) j["prediction_error"] = s.prediction_error;
+  j["cpu"] = {{"cores", s.cores},
+              {"rank_threads", plan.cpu.rank_threads},
+              {"loader_threads", plan.cpu.loader_threads},
+              {"busy_threads", s.busy_threads},
+              {"oversubscribed", s.oversubscribed},
+              {"shared_with_loaders", plan.cpu.shared_with_loaders()}};
+  if (s.oversubscribed) j["cpu"]["note"] = plan.cpu.warning();
+  if (costs.ok()) {
+    nlohmann::json c = nlohmann::json::array();
+    for (int32_t st = 0; st < costs->num_stages(); ++st) {
+      const StageCost& x = costs->stage(st);
+      c.push_back({{"stage", st}, {"rank", plan.lowered.rank_of(st)}, {"f_s", x.f},
+                   {"i_s", x.i}, {"w_s", x.w}, {"b_s", x.b}, {"optimizer_s", x.optimizer},
+                   {"activation_bytes", x.act_bytes}});
+    }
+    j["measured_costs"] = c;
+  }
+  return j;
+}
+
+Status write_outputs(const RunPlan& plan, const nlohmann::json& j, const Result<CostModel>& costs,
+                     const Timeline& last_step) {
+  const TrainOptions& o = plan.opt;
+  if (!o.out_dir.empty()) {
+    TP_RETURN_IF_ERROR(write_file(o.out_dir + "/summary.json", j.dump(2) + "\n"));
+    if (costs.ok()) {
+      TP_RETURN_IF_ERROR(write_file(o.out_dir + "/costs.json", cost_table_to_json(*costs)));
+    }
+    TP_RETURN_IF_ERROR(write_file(o.out_dir + "/schedule.csv", to_csv(plan.lowered)));
+  }
+  if (!o.trace_path.empty()) {
+    TP_RETURN_IF_ERROR(write_chrome_trace(o.trace_path, last_step).with_context("--trace"));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<TrainSummary> summarize_run(const RunPlan& plan, const RunEnd& end) {
+  TrainSummary s;
+  summarize_measured(end.records, plan.opt.warmup_steps_excluded, s);
+  s.cores = plan.cpu.cores;
+  s.busy_threads = plan.cpu.rank_threads + plan.cpu.loader_threads;
+  s.oversubscribed = plan.cpu.oversubscribed();
+  CalibrationOptions co;
+  if (plan.opt.world.link) {
+    co.link.latency = plan.opt.world.link->latency_us * 1e-6;
+    co.link.bandwidth = plan.opt.world.link->gbps > 0 ? plan.opt.world.link->gbps * 1e9 / 8 : 0;
+  }
+  const Result<CostModel> costs = calibrate(end.samples, plan.lowered, co);
+  predict(plan, costs, s);
+  TP_RETURN_IF_ERROR(write_outputs(plan, summary_json(s, plan, costs), costs, end.last_step));
+  for (const std::string& line : summary_lines(s, plan)) plan.log(0, line);
+  if (costs.ok()) {
+    std::string line = "measured per-action costs (ms, median):";
+    for (int32_t st = 0; st < costs->num_stages(); ++st) {
+      const StageCost& c = costs->stage(st);
+      line += fmt::format(" s{} F {:.2f} I {:.2f} W {:.2f} B {:.2f};", st, 1e3 * c.f, 1e3 * c.i,
+                          1e3 * c.w, 1e3 * c.b);
+    }
+    plan.log(0, line);
+  }
+  return s;
+}
+
+std::vector<std::string> summary_lines(const TrainSummary& s, const RunPlan& plan) {
+  std::vector<std::string> out;
+  out.push_back(fmt::format(
+      "\nsummary (median of {} steps after {} warm-up): {:.0f} tokens/s, step {:.1f} ms, data "
+      "wait {:.2f}% of the step",
+      s.measured_steps, plan.opt.warmup_steps_excluded, s.tokens_per_s, 1e3 * s.step_time_s,
+      s.step_time_s > 0 ? 100 * s.data_wait_s / s.step_time_s : 0));
+  out.push_back(fmt::format(
+      "bubble: measured {:.1f}%, predicted {} (simulator with the measured costs)",
+      100 * s.measured_bubble_ratio,
+      s.prediction_error.empty() ? fmt::format("{:.1f}%", 100 * s.predicted_bubble_ratio)
+                                 : "- (" + s.prediction_error + ")"));
+  if (s.oversubscribed) {
+    out.push_back(fmt::format("cpu: {} busy threads on {} cores (oversubscribed: see the note "
+                              "above; `tightpipe report` shows the cpu wait per rank)",
+                              s.busy_threads, s.cores));
+  }
+  out.push_back(fmt::format("{:<6} {:>10} {:>10} {:>16} {:>16}", "rank", "measured", "predicted",
+                            "peak act (meas)", "peak act (pred)"));
+  for (size_t r = 0; r < s.measured_bubble_per_rank.size(); ++r) {
+    const bool pred = r < s.predicted_bubble_per_rank.size();
+    out.push_back(fmt::format(
+        "{:<6} {:>9.1f}% {:>10} {:>16} {:>16}", r, 100 * s.measured_bubble_per_rank[r],
+        pred ? fmt::format("{:.1f}%", 100 * s.predicted_bubble_per_rank[r]) : "-",
+        human_bytes(s.peak_stash_bytes_per_rank[r]),
+        pred ? human_bytes(s.predicted_peak_bytes_per_rank[r]) : "-"));
+  }
+  if (s.final_val_loss >= 0) out.push_back(fmt::format("final validation loss {:.4f}", s.final_val_loss));
+  return out;
+}
+
+std::string metrics_line(const StepRecord& rec) {
+  nlohmann::json j = {{"step", rec.step + 1},
+                      {"loss", rec.loss},
+                      {"grad_norm", rec.grad_norm},
+                      {"lr", rec.lr},
+                      {"tokens_per_s", rec.tokens_per_s},
+                      {"step_time_s", rec.wall},
+                      {"bubble_ratio", rec.bubble.ratio},
+                      {"makespan_s", rec.bubble.window},
+                      {"data_wait_s", median(rec.data_wait)}};
+  if (rec.val_loss >= 0) j["val_loss"] = rec.val_loss;
+  return j.dump();
+}
+
+std::string step_line(const RunPlan& plan, const StepRecord& rec, int64_t first_step,
+                      double elapsed_s) {
+  const int64_t n = plan.opt.train_iters;
+  const double eta = elapsed_s / double(rec.step + 1 - first_step) * double(n - rec.step - 1);
+  return fmt::format(
+      "step {:>5}/{} | loss {:.4f}{} | {:>8.0f} tok/s | bubble {:5.1f}% | step {:.1f} ms | ETA "
+      "{:.0f}s",
+      rec.step + 1, n, rec.loss,
+      rec.val_loss >= 0 ? fmt::format(" | val {:.4f}", rec.val_loss) : std::string(),
+      rec.tokens_per_s, 100 * rec.bubble.ratio, 1e3 * rec.wall, eta);
+}
+
+}  // namespace tightpipe::train_internal

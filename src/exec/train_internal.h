@@ -1,0 +1,128 @@
+// The phases of run_training (trainer.h), each small enough to read on one screen:
+//   make_plan      validate the options, build the schedule and the layer split (every process);
+//   RankRun        one rank's run: open data, resume, the step loop, evaluate, checkpoint;
+//   summarize_run  rank 0: calibrate the measured costs, predict, write summary.json, say it.
+// Private to src/exec.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tightpipe/cost_model.h"
+#include "tightpipe/data.h"
+#include "tightpipe/model.h"
+#include "tightpipe/prof.h"
+#include "tightpipe/schedule.h"
+#include "tightpipe/trainer.h"
+#include "tightpipe/transport.h"
+#include <optional>
+
+namespace tightpipe::train_internal {
+
+// How many threads of this host want a core at once, against how many cores it has.
+struct CpuLoad {
+  int32_t cores = 1;           // CPUs this process may run on (sched_getaffinity)
+  int32_t rank_threads = 0;    // ranks computing on this host (0 with emulated compute: they sleep)
+  int32_t loader_threads = 0;  // data-loader workers of those ranks
+  // More computing ranks than cores: they take turns, every action stretches.
+  bool oversubscribed() const { return rank_threads > cores; }
+  // The loader workers need a core too: their bursts can delay a rank (measured as cpu wait).
+  bool shared_with_loaders() const { return rank_threads + loader_threads > cores; }
+  // "4 rank threads + 2 loader workers on 2 cores: ..." (empty when not oversubscribed).
+  std::string warning() const;
+};
+
+// Everything every rank shares, built and validated once before any rank starts.
+struct RunPlan {
+  TrainOptions opt;                  // validated; lr.total_iters = train_iters
+  Schedule lowered;                  // the schedule every rank runs
+  std::vector<nn::StageSpec> specs;  // the layer split, one per stage
+  DataOptions data;                  // the loaders' options (B, T, vocabulary and seed set)
+  int64_t tokens_per_step = 0;
+  CpuLoad cpu;
+  // Logs on rank 0 only (no-op when the options carry no sink).
+  void log(int32_t rank, const std::string& line) const;
+};
+
+Result<RunPlan> make_plan(const TrainOptions& options);
+
+// One step as every rank knows it after the step's exchange.
+struct StepRecord {
+  int64_t step = 0;  // 0-based
+  double loss = 0, grad_norm = 0, lr = 0;
+  double wall = 0, tokens_per_s = 0;
+  StepBubble bubble;                // the one definition (prof.h)
+  std::vector<double> data_wait;    // [P] seconds waiting for the loader
+  std::vector<double> peak_stash;   // [P] peak activation stash bytes
+  double val_loss = -1;             // < 0: not evaluated
+};
+
+// The run's end, computed on rank 0 from what every rank measured.
+struct RunEnd {
+  std::vector<StepRecord> records;  // every step of this run, in order
+  CostSamples samples;              // every rank's samples of the measured steps
+  Timeline last_step;               // every rank's events of the last step
+};
+
+// Calibrates, predicts, fills the summary, writes summary.json / costs.json / schedule.csv and
+// the trace, and logs the summary lines.
+Result<TrainSummary> summarize_run(const RunPlan& plan, const RunEnd& end);
+
+// The lines the run prints at its end (rank 0), from the summary alone.
+std::vector<std::string> summary_lines(const TrainSummary& s, const RunPlan& plan);
+
+// One metrics.jsonl line.
+std::string metrics_line(const StepRecord& rec);
+
+// A per-step progress line.
+std::string step_line(const RunPlan& plan, const StepRecord& rec, int64_t first_step,
+                      double elapsed_s);
+
+// Appends lines to a file; the first failure is kept and reported by status().
+class LineWriter {
+ public:
+  Status open(const std::string& path, bool append);
+  bool is_open() const { return out_.is_open(); }
+  void write(const std::string& line);
+  Status status() const;
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// One rank's run: the phases in order (set-up and resume, steps, evaluation, checkpoints, the
+// end-of-run exchange). Rank 0 also summarises.
+class RankRun {
+ public:
+  RankRun(const RunPlan& plan, Transport& transport);
+  // The whole run of this rank; the summary on rank 0, nullopt on the others.
+  Result<std::optional<TrainSummary>> run();
+
+ private:
+  Status open_data();
+  Result<int64_t> resume();  // the step to start at (0 without --load)
+  Status open_files(int64_t start);
+  Result<StepRecord> step(int64_t step);
+  Result<double> evaluate();
+  bool eval_due(int64_t step) const;
+  Status save(int64_t done);
+  Result<RunEnd> gather_end();
+
+  const RunPlan& plan_;
+  const TrainOptions& opt_;
+  Transport& t_;
+  const int32_t rank_;
+  PipelineRank pr_;
+  const bool needs_data_;
+  std::unique_ptr<DataLoader> train_data_;
+  LineWriter metrics_, timeline_;
+  std::vector<CostSamples> samples_;  // [step of this run] this rank's F/I/W/B/SEND samples
+  std::vector<StepRecord> records_;
+  RankTimeline last_;                 // this rank's events of the last step
+};
+
+}  // namespace tightpipe::train_internal

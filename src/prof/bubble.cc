@@ -1,0 +1,130 @@
+// The one definition of the bubble (prof.h, docs/bubble.md).
+#include <algorithm>
+
+#include "tightpipe/base.h"
+#include "tightpipe/prof.h"
+
+namespace tightpipe {
+
+namespace {
+
+bool is_action_kind(EventKind k) { return cost_slot(k) >= 0; }  // F, I, W, B
+
+double optimizer_busy(const RankBusy& r, double sync) {
+  if (r.optimizer_start < 0) return 0;
+  return std::max(0.0, r.optimizer_end - std::max(r.optimizer_start, sync));
+}
+
+}  // namespace
+
+void BusyUnion::add(double start, double end) {
+  if (end <= start) return;
+  if (open_ && start <= cur_end_) {
+    cur_end_ = std::max(cur_end_, end);
+    return;
+  }
+  if (open_) closed_ += cur_end_ - cur_start_;
+  cur_start_ = start;
+  cur_end_ = end;
+  open_ = true;
+}
+
+double BusyUnion::total() const { return open_ ? closed_ + (cur_end_ - cur_start_) : closed_; }
+
+RankBusy rank_busy(const std::vector<TimelineEvent>& events) {
+  RankBusy r;
+  r.present = !events.empty();
+  BusyUnion u;
+  for (const TimelineEvent& e : events) {
+    r.end = std::max(r.end, e.end);
+    if (is_action_kind(e.kind)) {
+      u.add(e.start, e.end);
+    } else if (e.kind == EventKind::kOptimizer) {
+      r.optimizer_start = r.optimizer_start < 0 ? e.start : std::min(r.optimizer_start, e.start);
+      r.optimizer_end = std::max(r.optimizer_end, e.end);
+    }
+  }
+  r.compute = u.total();
+  return r;
+}
+
+double StepBubble::rank_ratio(size_t r) const {
+  return window > 0 && r < idle.size() ? idle[r] / window : 0;
+}
+
+StepBubble step_bubble(const std::vector<RankBusy>& ranks) {
+  StepBubble b;
+  for (const RankBusy& r : ranks) {
+    if (!r.present) continue;
+    b.window = std::max(b.window, r.end);
+    if (r.optimizer_start >= 0) b.sync = std::max(b.sync, r.optimizer_start);
+  }
+  b.busy.assign(ranks.size(), 0);
+  b.idle.assign(ranks.size(), 0);
+  b.optimizer.assign(ranks.size(), 0);
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    if (!ranks[k].present) continue;
+    ++b.ranks_present;
+    b.optimizer[k] = optimizer_busy(ranks[k], b.sync);
+    b.busy[k] = ranks[k].compute + b.optimizer[k];
+    b.idle[k] = b.window - b.busy[k];
+    b.total_busy += b.busy[k];
+    b.total_idle += b.idle[k];
+  }
+  const double denom = b.ranks_present * b.window;
+  b.ratio = denom > 0 ? b.total_idle / denom : 0;
+  return b;
+}
+
+StepBubble step_bubble(const Timeline& step) {
+  std::vector<RankBusy> r;
+  r.reserve(step.ranks.size());
+  for (const RankTimeline& rt : step.ranks) r.push_back(rank_busy(rt.events));
+  return step_bubble(r);
+}
+
+std::vector<Interval> busy_intervals(const std::vector<TimelineEvent>& events, double sync) {
+  std::vector<Interval> iv;
+  for (const TimelineEvent& e : events) {
+    if (is_action_kind(e.kind)) {
+      iv.push_back({e.start, e.end});
+    } else if (e.kind == EventKind::kOptimizer) {
+      iv.push_back({std::max(e.start, sync), e.end});
+    }
+  }
+  std::sort(iv.begin(), iv.end(),
+            [](const Interval& a, const Interval& b) { return a.start < b.start; });
+  std::vector<Interval> merged;
+  for (const Interval& i : iv) {
+    if (i.end <= i.start) continue;
+    if (!merged.empty() && i.start <= merged.back().end) {
+      merged.back().end = std::max(merged.back().end, i.end);
+    } else {
+      merged.push_back(i);
+    }
+  }
+  return merged;
+}
+
+StepRange measured_step_range(size_t n, int64_t warmup) {
+  if (n == 0) return {0, 0};
+  const size_t w = static_cast<size_t>(std::max<int64_t>(0, warmup));
+  return {n > w ? w : n - 1, n};
+}
+
+BubbleSummary summarize_bubbles(const std::vector<StepBubble>& steps) {
+  BubbleSummary s;
+  if (steps.empty()) return s;
+  std::vector<double> ratios;
+  for (const StepBubble& b : steps) ratios.push_back(b.ratio);
+  s.ratio = median(ratios);
+  const size_t P = steps.front().idle.size();
+  for (size_t r = 0; r < P; ++r) {
+    std::vector<double> v;
+    for (const StepBubble& b : steps) v.push_back(b.rank_ratio(r));
+    s.rank_ratio.push_back(median(v));
+  }
+  return s;
+}
+
+}  // namespace tightpipe

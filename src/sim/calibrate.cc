@@ -1,0 +1,119 @@
+// calibrate(): measured samples -> CostModel, the one calibration (cost_model.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "tightpipe/base.h"
+#include "tightpipe/cost_model.h"
+#include "tightpipe/prof.h"
+
+namespace tightpipe {
+
+void CostSamples::add_event(const TimelineEvent& e) {
+  if (e.stage < 0) return;
+  if (e.kind == EventKind::kSend) {
+    auto a = parse_action(e.name);
+    if (a.ok()) sent[{e.stage, a->type == ActionType::kSendGrad}].push_back(double(e.bytes));
+    return;
+  }
+  const int k = cost_slot(e.kind);
+  if (k < 0) return;
+  time[{e.stage, k}].push_back(e.end - e.start);
+  stash[{e.stage, k}].push_back(static_cast<double>(e.bytes));
+}
+
+void CostSamples::add_step(const Timeline& step) {
+  for (const RankTimeline& rt : step.ranks)
+    for (const TimelineEvent& e : rt.events) add_event(e);
+  const StepBubble b = step_bubble(step);
+  for (size_t k = 0; k < step.ranks.size(); ++k) {
+    if (step.ranks[k].events.empty()) continue;
+    optimizer[step.ranks[k].rank].push_back(b.optimizer[k]);
+  }
+}
+
+namespace {
+
+template <typename Map>
+void append(Map& to, const Map& from) {
+  for (const auto& [k, v] : from) to[k].insert(to[k].end(), v.begin(), v.end());
+}
+
+}  // namespace
+
+void CostSamples::merge(const CostSamples& o) {
+  append(time, o.time);
+  append(stash, o.stash);
+  append(sent, o.sent);
+  append(optimizer, o.optimizer);
+}
+
+std::string CostSamples::to_json() const {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [k, v] : time) j.push_back({"t", k.first, k.second, v});
+  for (const auto& [k, v] : stash) j.push_back({"m", k.first, k.second, v});
+  for (const auto& [k, v] : sent) j.push_back({"s", k.first, k.second ? 1 : 0, v});
+  for (const auto& [k, v] : optimizer) j.push_back({"o", k, 0, v});
+  return j.dump();
+}
+
+Result<CostSamples> CostSamples::from_json(std::string_view text) {
+  CostSamples s;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    for (const auto& e : j) {
+      const std::string kind = e.at(0).get<std::string>();
+      const int32_t a = e.at(1).get<int32_t>();
+      const int b = e.at(2).get<int>();
+      auto v = e.at(3).get<std::vector<double>>();
+      if (kind == "t") s.time[{a, b}] = std::move(v);
+      else if (kind == "m") s.stash[{a, b}] = std::move(v);
+      else if (kind == "s") s.sent[{a, b != 0}] = std::move(v);
+      else if (kind == "o") s.optimizer[a] = std::move(v);
+      else return Status::corruption(fmt::format("cost samples: unknown record '{}'", kind));
+    }
+  } catch (const nlohmann::json::exception& ex) {
+    return Status::corruption(fmt::format("cost samples: {}", ex.what()));
+  }
+  return s;
+}
+
+Result<CostModel> calibrate(const CostSamples& samples, const Schedule& lowered,
+                            const CalibrationOptions& options) {
+  const int32_t S = lowered.num_stages;
+  auto med = [](const auto& map, const auto& key) -> std::optional<double> {
+    auto it = map.find(key);
+    if (it == map.end() || it->second.empty()) return std::nullopt;
+    return median(it->second);
+  };
+  std::vector<StageCost> stages(S);
+  for (int32_t s = 0; s < S; ++s) {
+    const auto f = med(samples.time, std::pair{s, 0}), i = med(samples.time, std::pair{s, 1}),
+               w = med(samples.time, std::pair{s, 2}), b = med(samples.time, std::pair{s, 3});
+    if (!f || (!b && !i)) {
+      return Status::not_found(fmt::format(
+          "calibrate: no measured {} events for stage {} (rank {}); hint: its rank's timeline "
+          "is missing or the run measured no step",
+          f ? "I or B" : "F", s, lowered.rank_of(s)));
+    }
+    StageCost& c = stages[s];
+    c.f = *f;
+    c.b = b ? *b : *i + w.value_or(0.0);
+    c.i = i ? *i : c.b / 2;
+    c.w = w ? *w : c.b - c.i;
+    c.recompute = c.f;
+    c.act_bytes = std::max(0.0, med(samples.stash, std::pair{s, 0}).value_or(0.0));
+    c.act_after_i_bytes = std::clamp(
+        c.act_bytes + med(samples.stash, std::pair{s, 1}).value_or(0.0), 0.0, c.act_bytes);
+    c.input_bytes = c.act_bytes;
+    auto msg = med(samples.sent, std::pair{s, false});
+    if (!msg) msg = med(samples.sent, std::pair{s + 1, true});
+    c.message_bytes = static_cast<int64_t>(msg.value_or(0.0));
+    const auto opt = med(samples.optimizer, lowered.rank_of(s));
+    c.optimizer = opt.value_or(0.0) / static_cast<double>(lowered.stages_of(lowered.rank_of(s)).size());
+  }
+  return CostModel(std::move(stages), options.link, options.time_unit, options.source);
+}
+
+}  // namespace tightpipe
