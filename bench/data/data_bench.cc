@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "bench_cli.h"
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
 #include "tightpipe/model.h"
@@ -44,7 +45,7 @@ ReadResult measure_reader(const DataOptions& o, int64_t tokens_wanted) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("loader tokens/s vs the tiny config's training tokens/s");
+  CLI::App app("loader tokens/s vs the tiny config's training tokens/s", "data_bench");
   std::string text = std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt";
   int64_t read_tokens = 4'000'000;
   int train_steps = 20;
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--read-tokens", read_tokens, "tokens read per reader measurement")
       ->capture_default_str();
   app.add_option("--train-steps", train_steps, "measured training steps")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
 
   const std::string dir = std::string(TP_BINARY_DIR) + "/data_bench_shards";
   std::filesystem::remove_all(dir);

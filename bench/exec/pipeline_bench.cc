@@ -3,18 +3,20 @@
 //     next to (1 - predicted bubble), for 1F1B, ZB-H1 and ZB-V, on threads and on MPI.
 //  2. Overlap: emulated compute with an emulated slow link, step time with and without
 //     --overlap-p2p-communication.
-// Usage: pipeline_bench [--steps N] [--rounds R] [--no-mpi]
+// Usage: pipeline_bench [--steps N] [--rounds R] [--schedules 1f1b,zb-h1,zb-v] [--no-mpi]
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-#include <cstring>
-#include <nlohmann/json.hpp>
 
+#include "bench_cli.h"
 #include "tightpipe/base.h"
+#include "tightpipe/schedule.h"
 #include "tightpipe/trainer.h"
 
 using namespace tightpipe;
@@ -77,13 +79,30 @@ Run mpi_run(const std::string& schedule, int vpp, int steps, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app(
+      "Pipeline tokens/s on real compute, p = 2, next to (1 - predicted bubble) per schedule, on "
+      "threads and MPI (each run compared with the single-rank runs around it), then the step "
+      "time with and without p2p overlap on emulated compute. About 5 minutes with the defaults.",
+      "pipeline_bench");
   int steps = 8, rounds = 5;
-  bool mpi = true;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
-    if (!std::strcmp(argv[i], "--no-mpi")) mpi = false;
+  std::string schedule_list = "1f1b,zb-h1,zb-v";
+  bool no_mpi = false;
+  app.add_option("--steps", steps, "training steps per run (the first is a warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1000));
+  app.add_option("--rounds", rounds, "rounds over every schedule and transport (medians)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  app.add_option("--schedules", schedule_list, "schedules to run, name[:v] comma-separated")
+      ->capture_default_str();
+  app.add_flag("--no-mpi", no_mpi, "threads only (no mpirun runs)");
+  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  auto specs = parse_schedule_specs("--schedules", schedule_list);
+  if (!specs.ok()) {
+    std::fprintf(stderr, "pipeline_bench: %s\n", specs.status().message().c_str());
+    return bench::kExitUsage;
   }
+  const bool mpi = !no_mpi;
   char tmpl[] = "/tmp/tp-pipeline-bench-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   std::printf("model 4 x 128, T=128, B=8, m=8, %d steps (medians after 1 warm-up step), %d rounds\n",
@@ -93,19 +112,19 @@ int main(int argc, char** argv) {
               "shared machine); per row the\nmedian over the rounds, and the range of the gap\n\n");
 
   struct Case {
-    std::string schedule, transport;
+    std::string schedule, label, transport;  // label: "zb-v", "interleaved:2"
     int vpp = 0;
     std::vector<double> ratio, predicted, measured, tokens, single, slower;
   };
   std::vector<Case> cases;
-  for (const auto& [schedule, vpp] : {std::pair<const char*, int>{"1f1b", 0}, {"zb-h1", 0},
-                                      {"zb-v", 2}}) {
+  for (const ScheduleSpec& spec : *specs) {
     for (const char* transport : {"threads", "mpi"}) {
       if (!mpi && std::strcmp(transport, "mpi") == 0) continue;
       Case c;
-      c.schedule = schedule;
+      c.schedule = spec.name;
+      c.label = spec.label();
       c.transport = transport;
-      c.vpp = vpp;
+      c.vpp = spec.chunks;
       cases.push_back(std::move(c));
     }
   }
@@ -116,9 +135,9 @@ int main(int argc, char** argv) {
     for (Case& c : cases) {
       Run r;
       if (c.transport == "mpi") {
-        r = mpi_run(c.schedule, c.vpp, steps, dir + "/mpi-" + c.schedule);
+        r = mpi_run(c.schedule, c.vpp, steps, dir + "/mpi-" + c.label);
       } else {
-        TrainOptions o = base_options(steps, dir + "/" + c.schedule);
+        TrainOptions o = base_options(steps, dir + "/" + c.label);
         o.pp = 2;
         o.schedule = c.schedule;
         o.vpp = c.vpp;
@@ -144,10 +163,11 @@ int main(int argc, char** argv) {
     std::vector<double> gap;
     for (size_t i = 0; i < c.ratio.size(); ++i) gap.push_back(100 * (c.ratio[i] - c.predicted[i]));
     const auto [lo, hi] = std::minmax_element(gap.begin(), gap.end());
-    std::printf("%-8s %-9s %3d %9.0f %12.0f %20.3f %20.3f %+12.1f %6.1f..%+5.1f %14.1f%% %+14.1f%%\n",
-                c.schedule.c_str(), c.transport.c_str(), 2, median(c.tokens), median(c.single),
-                median(c.ratio), median(c.predicted), median(gap), *lo, *hi,
-                100 * median(c.measured), 100 * median(c.slower));
+    std::printf(
+        "%-8s %-9s %3d %9.0f %12.0f %20.3f %20.3f %+12.1f %6.1f..%+5.1f %14.1f%% %+14.1f%%\n",
+        c.label.c_str(), c.transport.c_str(), 2, median(c.tokens), median(c.single),
+        median(c.ratio), median(c.predicted), median(gap), *lo, *hi, 100 * median(c.measured),
+        100 * median(c.slower));
   }
   std::printf("compute +%%: one microbatch's F + B summed over the stages, measured in the pipeline run, "
               "against the\nsingle-rank runs around it; tok/s/(2 x single) is about (1 - measured "

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/model.h"
@@ -112,7 +113,8 @@ Measured run_torch(const std::string& python, const std::string& script, const S
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tightpipe vs PyTorch single-rank GPT training throughput, one thread each"};
+  CLI::App app{"tightpipe vs PyTorch single-rank GPT training throughput, one thread each",
+               "bench_nn"};
   int steps = 10, warmup = 3;
   std::string sizes = "4x128,8x256,12x512";
   std::string python = "/usr/bin/python3";
@@ -129,7 +131,7 @@ int main(int argc, char** argv) {
   app.add_option("--script", script)->capture_default_str();
   app.add_option("--json", json_out, "write the results here");
   app.add_flag("--no-torch", no_torch, "only tightpipe");
-  CLI11_PARSE(app, argc, argv);
+  if (int rc = tightpipe::bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
 
   nn::set_blas_threads(1);
   const char* core_env = std::getenv("OPENBLAS_CORETYPE");

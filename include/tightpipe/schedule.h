@@ -101,6 +101,27 @@ const GeneratorInfo* find_generator(std::string_view name);
 // a hint.
 Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions& options);
 
+// The registered names, "gpipe, 1f1b, interleaved, ...", for hints and --help texts.
+std::string generator_names();
+
+// One item of a schedule list such as `--compare gpipe,1f1b,interleaved:2` or `--what-if
+// zb-v,interleaved:4`: a generator and, after ':', the chunks (virtual stages) per rank.
+struct ScheduleSpec {
+  std::string name;    // the generator's registry name ("zb-h1" for "ZBH1")
+  int32_t chunks = 0;  // v after ':'; 0: not given (the caller picks the default)
+
+  // "interleaved:2", or the name alone when no v was given.
+  std::string label() const;
+};
+
+// The one parser of schedule lists `name[:v],name[:v],...`: items are trimmed, empty items
+// skipped, names looked up as find_generator does. Errors are InvalidArgument, one line naming
+// `flag` (e.g. "--compare"), the item and a hint listing the generator names: an unknown name,
+// a v that is not an integer in [1, 64], a v the generator cannot take (1f1b:2, zb-v:3), a list
+// that names no schedule.
+Result<std::vector<ScheduleSpec>> parse_schedule_specs(std::string_view flag,
+                                                       std::string_view text);
+
 // A schedule file (.csv in PyTorch's layout, or .json), parsed and validated as it is (lowered
 // when it holds SEND/RECV).
 Result<Schedule> load_schedule_file(const std::string& path);

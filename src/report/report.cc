@@ -42,36 +42,9 @@ const StepBreakdown* Report::shown() const {
 }
 
 Result<std::vector<WhatIfSpec>> parse_what_if(std::string_view text) {
+  TP_ASSIGN_OR_RETURN(std::vector<ScheduleSpec> specs, parse_schedule_specs("--what-if", text));
   std::vector<WhatIfSpec> out;
-  for (const std::string& raw : split(text, ',')) {
-    const std::string item(trim(raw));
-    if (item.empty()) continue;
-    WhatIfSpec w;
-    const size_t colon = item.find(':');
-    w.name = item.substr(0, colon);
-    if (colon != std::string::npos) {
-      auto v = parse_int(item.substr(colon + 1));
-      if (!v.ok() || *v < 1 || *v > 64) {
-        return Status::invalid_argument(
-            fmt::format("--what-if '{}': chunks after ':' must be an integer in [1, 64]; hint: "
-                        "--what-if zb-h1,zb-v,interleaved:2",
-                        item));
-      }
-      w.chunks = static_cast<int32_t>(*v);
-    }
-    if (!find_generator(w.name)) {
-      std::vector<std::string> names;
-      for (const auto& g : schedule_generators()) names.push_back(g.name);
-      return Status::invalid_argument(
-          fmt::format("--what-if '{}': unknown schedule '{}'; hint: one of {}", item, w.name,
-                      join(names, ", ")));
-    }
-    out.push_back(w);
-  }
-  if (out.empty()) {
-    return Status::invalid_argument(fmt::format(
-        "--what-if '{}': no schedule named; hint: --what-if zb-h1,zb-v,interleaved:2", text));
-  }
+  for (const ScheduleSpec& s : specs) out.push_back({.name = s.name, .chunks = s.chunks});
   return out;
 }
 

@@ -47,11 +47,20 @@ Result<RunData> load_run(const std::string& dir) {
   RunData run;
   run.dir = dir;
   std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    const std::string parent = fs::path(dir).parent_path().string();
+    const bool parent_is_run =
+        fs::exists(fs::path(parent.empty() ? "." : parent) / "timeline_rank0.jsonl", ec);
+    return Status::invalid_argument(fmt::format(
+        "'{}' is a file, not a run directory; hint: pass the directory `tightpipe train "
+        "--out-dir` wrote{}",
+        dir,
+        parent_is_run ? fmt::format(" ('{}' here)", parent.empty() ? "." : parent)
+                      : std::string(" (it holds timeline_rank0.jsonl, summary.json ...)")));
+  }
   if (!fs::is_directory(dir, ec)) {
     return Status::not_found(fmt::format(
-        "run directory '{}' does not exist or is not a directory; hint: pass the --out-dir of "
-        "`tightpipe train`",
-        dir));
+        "run directory '{}' does not exist; hint: pass the --out-dir of `tightpipe train`", dir));
   }
   // Timeline files present.
   std::regex re(R"(timeline_rank(\d+)\.jsonl)");

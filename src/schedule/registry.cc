@@ -54,11 +54,9 @@ const GeneratorInfo* find_generator(std::string_view name) {
 
 Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions& options) {
   if (const GeneratorInfo* g = find_generator(name)) return g->fn(options);
-  std::vector<std::string> names;
-  for (const auto& g : schedule_generators()) names.push_back(g.name);
   return Status::invalid_argument(
       fmt::format("--schedule '{}': unknown schedule; hint: one of {} (or a CSV file path)", name,
-                  join(names, ", ")));
+                  generator_names()));
 }
 
 Result<Schedule> load_schedule_file(const std::string& path) {

@@ -97,6 +97,23 @@ TEST_F(SimulateCli, Compare) {
   EXPECT_DOUBLE_EQ(parsed["results"][0]["makespan"].get<double>(), 33);
 }
 
+// The README's comparison: name:v items in --compare (one parser with report --what-if).
+TEST_F(SimulateCli, CompareTakesChunksPerItem) {
+  CliRun r =
+      run("--pp 8 --microbatches 32 --cost f=1,i=1,w=1,comm=0.1 "
+          "--compare gpipe,1f1b,interleaved:2,zb-h1,zb-h2,zb-v --comm-mode overlap --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 6u);
+  EXPECT_EQ(j["results"][2]["schedule"], "interleaved");
+  EXPECT_EQ(j["results"][2]["chunks"], 2);
+  CliRun four = run("--pp 4 --microbatches 8 --compare interleaved:4,interleaved --json");
+  ASSERT_EQ(four.code, 0) << four.err;
+  auto k = nlohmann::json::parse(four.out);
+  EXPECT_EQ(k["results"][0]["chunks"], 4);
+  EXPECT_EQ(k["results"][1]["chunks"], 2);  // without :v, --vpp or 2
+}
+
 TEST_F(SimulateCli, GptModel) {
   CliRun r = run("--schedule 1f1b --pp 2 --microbatches 4 --model "
               "layers=4,hidden=256,heads=4,seq=128,flops=1e12 --json");
@@ -137,6 +154,12 @@ TEST_F(SimulateCli, BadInputExitsTwoWithOneLine) {
   expect_usage_error(base + "--recompute half", {"'half'", "none or full"});
   expect_usage_error(base + "--model layers=4,hidden=64", {"'heads'"});
   expect_usage_error("--schedule nosuch --pp 4 --microbatches 8", {"nosuch"});
+  expect_usage_error("--pp 4 --microbatches 8 --compare 1f1b,nosuch:2",
+                     {"--compare 'nosuch:2'", "unknown schedule 'nosuch'", "interleaved", "hint"});
+  expect_usage_error("--pp 4 --microbatches 8 --compare interleaved:x",
+                     {"--compare 'interleaved:x'", "[1, 64]"});
+  expect_usage_error("--pp 4 --microbatches 8 --compare zb-v:3", {"'zb-v:3'", "zb-v takes 2"});
+  expect_usage_error("--pp 4 --microbatches 8 --compare ,", {"--compare", "no schedule named"});
 }
 
 }  // namespace

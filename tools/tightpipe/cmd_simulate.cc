@@ -92,8 +92,9 @@ int cmd_simulate(int argc, char** argv) {
   app.add_option("--svg", svg, "write an SVG timeline here");
   auto* o_compare = app.add_option(
       "--compare", compare,
-      "comma-separated schedules to simulate side by side (e.g. 1f1b,interleaved,zb-h1,zb-v); "
-      "interleaved and looped-bfs use --vpp, default 2");
+      "comma-separated schedules to simulate side by side, name[:v] (e.g. "
+      "gpipe,1f1b,interleaved:2,zb-h1,zb-v); interleaved and looped-bfs without :v use --vpp, "
+      "default 2");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
   SimOptions opt;
@@ -118,28 +119,25 @@ int cmd_simulate(int argc, char** argv) {
                                     "NAME with them, not --compare"));
     }
     opt.record_timeline = false;
+    auto specs = parse_schedule_specs("--compare", compare);
+    if (!specs.ok()) return report_error(kCmd, specs.status());
     std::vector<SimResult> results;
-    for (const std::string& raw : split(compare, ',')) {
-      const std::string name(trim(raw));
-      if (name.empty()) continue;
+    for (const ScheduleSpec& spec : *specs) {
       ScheduleFlags one = sf;
-      one.schedule = name;
-      const GeneratorInfo* g = find_generator(name);
-      if (g != nullptr && g->takes_chunks && g->fixed_chunks == 0) {
+      one.schedule = spec.name;
+      const GeneratorInfo* g = find_generator(spec.name);
+      if (spec.chunks > 0) {
+        one.vpp = spec.chunks;
+      } else if (g->takes_chunks && g->fixed_chunks == 0) {
         one.vpp = sf.vpp > 0 ? sf.vpp : 2;
       } else {
         one.vpp = 0;  // the schedule's own (1, or 2 for zb-v)
       }
       auto s = load_schedule(one);
-      if (!s.ok()) return report_error(kCmd, s.status().with_context("--compare " + name));
+      if (!s.ok()) return report_error(kCmd, s.status().with_context("--compare " + spec.label()));
       auto r = run_one(*s, cf, opt);
-      if (!r.ok()) return report_error(kCmd, r.status().with_context("--compare " + name));
+      if (!r.ok()) return report_error(kCmd, r.status().with_context("--compare " + spec.label()));
       results.push_back(std::move(r).value());
-    }
-    if (results.empty()) {
-      return report_error(kCmd, Status::invalid_argument(
-                                    "--compare names no schedule; hint: e.g. --compare "
-                                    "1f1b,interleaved,zb-h1"));
     }
     const std::string text =
         json ? compare_results_to_json(results) + "\n" : format_compare_table(results);

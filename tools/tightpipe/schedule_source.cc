@@ -7,10 +7,8 @@
 namespace tightpipe::cli {
 
 void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
-  std::vector<std::string> names;
-  for (const auto& g : schedule_generators()) names.push_back(g.name);
   app.add_option("--schedule,--pipeline-schedule", f.schedule,
-                 "schedule name (" + join(names, ", ") + ") or a CSV/JSON schedule file")
+                 "schedule name (" + generator_names() + ") or a CSV/JSON schedule file")
       ->capture_default_str();
   app.add_option("--pp,--pipeline-model-parallel-size", f.pp, "pipeline ranks p")
       ->capture_default_str();
