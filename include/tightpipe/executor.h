@@ -57,10 +57,6 @@ struct ExecutorOptions {
   // backing off to 1.6 ms while none completes), so that transports which move data only
   // inside their calls (MPI) keep messages moving.
   bool progress_thread = false;
-  // Failure injection for tests: in step fail_step, halfway through the program, exit the
-  // process (fail_stall_s <= 0) or stall for fail_stall_s seconds.
-  int32_t fail_step = -1;
-  double fail_stall_s = 0;
 };
 
 // Microbatch data for a step: tokens and targets of microbatch mb, fetched when the first stage

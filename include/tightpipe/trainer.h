@@ -83,13 +83,6 @@ struct TrainOptions {
   WorldOptions world;                  // --transport, --emulate-link
   ExecutorOptions exec;                // --overlap-p2p-communication, --compute emulated
   double data_delay_ms = 0;            // --emulate-data-delay-ms: the loader sleeps this long per batch
-  // Failure injection for tests (hidden flag --debug-fail): halfway through step debug_fail_step,
-  // rank debug_fail_rank exits the process (mode "exit", MPI) or stalls for debug_stall_seconds
-  // (mode "stall", any transport).
-  int32_t debug_fail_rank = -1;
-  int64_t debug_fail_step = 0;
-  std::string debug_fail_mode = "exit";
-  double debug_stall_seconds = 0;
   bool progress = true;                // one line per step on stderr
   int64_t log_interval = 1;            // --log-interval: a progress line every N steps (and the
                                        // first, the last and every evaluated step)

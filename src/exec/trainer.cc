@@ -172,10 +172,6 @@ Result<TrainSummary> run_training(const TrainOptions& opt_in) {
     const int32_t rank = t.rank();
     ExecutorOptions eo = opt.exec;
     eo.progress_thread = opt.world.kind == TransportKind::kMpi;
-    if (rank == opt.debug_fail_rank) {
-      eo.fail_step = static_cast<int32_t>(opt.debug_fail_step);
-      eo.fail_stall_s = opt.debug_fail_mode == "stall" ? std::max(opt.debug_stall_seconds, 1e-3) : 0;
-    }
     PipelineRank pr(lowered, rank, t, opt.model, specs, opt.seed, opt.recompute, eo);
     const bool needs_data =
         !opt.exec.emulated && (lowered.rank_of(0) == rank || lowered.rank_of(S - 1) == rank);

@@ -43,11 +43,8 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
   g->add_option("--on-corrupt", f.on_corrupt, "corrupt shard: fail or skip")->capture_default_str();
   g->add_option("--emulate-data-delay-ms", f.data_delay_ms,
                 "make the loader sleep this long per batch (to study data waits)");
-  g->add_option("--measure-warmup-steps", f.warmup_steps,
-                "steps left out of the summary's medians")
+  g->add_option("--measure-warmup-steps", f.warmup_steps, "steps left out of the summary's medians")
       ->capture_default_str();
-  // Failure injection for the tests; hidden from --help.
-  app.add_option("--debug-fail", f.debug_fail, "")->group("");
 }
 
 Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
@@ -83,23 +80,6 @@ Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   TP_ASSIGN_OR_RETURN(o.data.on_corrupt, parse_on_corrupt(f.on_corrupt));
   o.data_delay_ms = f.data_delay_ms;
   o.warmup_steps_excluded = f.warmup_steps;
-  if (!f.debug_fail.empty()) {
-    const auto parts = split(f.debug_fail, ':');
-    auto rank = parts.size() >= 3 ? parse_int(parts[1]) : Result<int64_t>(Status::invalid_argument(""));
-    auto step = parts.size() >= 3 ? parse_int(parts[2]) : Result<int64_t>(Status::invalid_argument(""));
-    if (!rank.ok() || !step.ok() || (parts[0] != "exit" && parts[0] != "stall")) {
-      return Status::invalid_argument(fmt::format(
-          "--debug-fail '{}': expected exit:RANK:STEP or stall:RANK:STEP:SECONDS", f.debug_fail));
-    }
-    o.debug_fail_mode = parts[0];
-    o.debug_fail_rank = static_cast<int32_t>(*rank);
-    o.debug_fail_step = *step;
-    if (parts.size() >= 4) {
-      auto secs = parse_double(parts[3]);
-      if (!secs.ok()) return secs.status().with_context("--debug-fail");
-      o.debug_stall_seconds = *secs;
-    }
-  }
   TP_ASSIGN_OR_RETURN(TrainSummary s, run_training(o));
   (void)s;
   return OkStatus();

@@ -25,7 +25,6 @@ struct PipelineFlags {
   std::string on_corrupt = "fail"; // corrupt shards: fail | skip
   double data_delay_ms = 0;        // injected loader delay per batch
   int64_t warmup_steps = 1;        // steps left out of the summary's medians
-  std::string debug_fail;          // hidden: "exit:RANK:STEP" or "stall:RANK:STEP:SECONDS"
 };
 
 void add_pipeline_flags(CLI::App& app, PipelineFlags& flags);
