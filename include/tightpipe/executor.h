@@ -1,13 +1,15 @@
 // The executor: runs one rank's lowered program for one training step on real ranks, with one
 // exhaustive switch over ActionType (no default; built with -Werror=switch), and records every
 // action in the rank's Timeline under the action's text form ("2F0", "1RECV_B3"), the same names
-// the simulator uses.
+// the simulator uses. What an action waits for is what dependencies() names and where its message
+// comes from or goes to is message_route() (schedule.h): the executor restates neither.
 //
 // Ownership: the Executor borrows the schedule, the transport and the stages; it owns the
 // activation and gradient buffers in flight (received or handed off locally between stages of the
-// same rank) and the send buffers, each freed as soon as it has been consumed or its send has
-// completed. Gradients accumulate in the stages across microbatches; the optimizer step is the
-// caller's (trainer.h), after the global gradient norm is reduced across ranks.
+// same rank) and the send buffers, each back on a free list of message buffers (reused across
+// steps) as soon as it has been consumed or its send has completed. Gradients accumulate in the
+// stages across microbatches; the optimizer step is the caller's (trainer.h), after the global
+// gradient norm is reduced across ranks.
 //
 // Point-to-point: a RECV action never blocks; the compute action that consumes the message waits
 // for it just before use (recorded as the RECV's event on the comm lane). With overlap_p2p, every
@@ -55,10 +57,6 @@ struct ExecutorOptions {
   // backing off to 1.6 ms while none completes), so that transports which move data only
   // inside their calls (MPI) keep messages moving.
   bool progress_thread = false;
-  // Failure injection for tests: in step fail_step, halfway through the program, exit the
-  // process (fail_stall_s <= 0) or stall for fail_stall_s seconds.
-  int32_t fail_step = -1;
-  double fail_stall_s = 0;
 };
 
 // Microbatch data for a step: tokens and targets of microbatch mb, fetched when the first stage
@@ -92,7 +90,7 @@ class Executor {
   Result<double> run_forward_only(int32_t n, const BatchFetcher& fetch, float loss_scale);
 
  private:
-  struct Impl;
+  class StepRun;  // the state of one run_step (executor.cc)
   const Schedule& schedule_;
   int32_t rank_;
   Transport& transport_;
@@ -104,8 +102,8 @@ class Executor {
   std::vector<std::vector<float>> free_buffers_;
 };
 
-// Message tag of the activation entering (stage, mb) or the gradient entering (stage, mb);
-// evaluation messages use their own tag space.
-int message_tag(const Schedule& schedule, bool gradient, int32_t stage, int32_t mb);
+// Message tag of a training message (message_route(), schedule.h): one per (activation or
+// gradient, destination stage, microbatch); evaluation messages use their own tag space.
+int message_tag(const Schedule& schedule, const MessageRoute& message);
 
 }  // namespace tightpipe

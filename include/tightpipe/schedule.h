@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,10 @@ enum class ActionType {
   kSendGrad,        // SEND_B: send the input gradient of (stage, mb) to stage - 1
   kRecvGrad,        // RECV_B: receive the output gradient of (stage, mb) from stage + 1
 };
+// How many action types there are: the size of every table indexed by ActionType.
+inline constexpr int kNumActionTypes = 8;
+static_assert(kNumActionTypes == static_cast<int>(ActionType::kRecvGrad) + 1,
+              "kNumActionTypes must follow the last ActionType");
 
 struct Action {
   ActionType type = ActionType::kForward;
@@ -137,6 +142,39 @@ Result<Schedule> schedule_from_name_or_file(const std::string& name, GeneratorOp
 // action; for lowered ones they name the RECV (and a RECV requires the peer's SEND).
 // The single source of truth for validate, lower, the simulator and the executor.
 std::vector<Action> dependencies(const Schedule& schedule, const Action& a);
+
+// One point-to-point message of the pipeline, for one microbatch: the activation stage s sends to
+// stage s + 1, or the input gradient stage s sends to stage s - 1. It exists whether or not the two
+// stages share a rank (local(): handed off on the rank, no SEND/RECV).
+struct MessageRoute {
+  bool gradient = false;  // an input gradient (travels to stage - 1), else an activation (+ 1)
+  int32_t microbatch = 0;
+  int32_t src_stage = 0;  // the stage that produces it (F or I/B) and SENDs it
+  int32_t dst_stage = 0;  // the stage that RECVs and consumes it (F or I/B)
+  int32_t src_rank = 0;   // stage_to_rank[src_stage]
+  int32_t dst_rank = 0;   // stage_to_rank[dst_stage]
+
+  bool local() const { return src_rank == dst_rank; }
+  // SEND_F/SEND_B on the source stage and the matching RECV_F/RECV_B on the destination stage.
+  Action send() const;
+  Action recv() const;
+};
+
+// Which end of a message an action stands at.
+enum class MessageEnd {
+  kOut,  // the message leaves the action's stage: a SEND, or the compute that produces it
+  kIn,   // the message enters the action's stage: a RECV, or the compute that consumes it
+};
+
+// Where the message of `a` goes. kOut: SEND_F s and F s -> the activation from s to s + 1;
+// SEND_B s, I s and B s -> the gradient from s to s - 1. kIn: RECV_F s and F s <- the activation
+// from s - 1; RECV_B s, I s and B s <- the gradient from s + 1. nullopt where `a` has no message
+// at that end: W, a SEND asked for kIn, a RECV asked for kOut, and the ends of the pipeline (no
+// stage -1 or S). The single statement of the pipeline's message flow: dependencies, validate,
+// lower, the simulator and the executor all ask it.
+// REQUIRES: 0 <= a.stage < schedule.num_stages and stage_to_rank has num_stages entries.
+std::optional<MessageRoute> message_route(const Schedule& schedule, const Action& a,
+                                          MessageEnd end);
 
 // Which (type, stage, microbatch) actions have completed.
 class CompletionSet {

@@ -3,8 +3,9 @@
 //
 // One Transport object per rank. Backends: in-process threads (`make_inproc_transports`, the
 // default) and MPI processes (transport_mpi.h). `make_link_emulator` wraps any transport to add
-// latency and bandwidth. `run_world` is the one entry point the CLI and the executor use: it starts
-// the ranks this process hosts (P threads, or this MPI process) and runs a function on each.
+// latency and bandwidth; `WorldOptions::wrap` adds a caller's own decorator (tracing, or the
+// tests' fault injection). `run_world` is the one entry point the CLI and the executor use: it
+// starts the ranks this process hosts (P threads, or this MPI process) and runs a function on each.
 //
 // Buffer contract (gloo unbound_buffer.h): the bytes passed to isend/irecv must stay alive and
 // untouched (sender: unmodified; receiver: unread) until the Request's wait() returned OK or the
@@ -162,12 +163,20 @@ std::string_view transport_kind_name(TransportKind kind);
 // True when this binary was built with the MPI backend (TIGHTPIPE_HAVE_MPI).
 bool mpi_transport_available();
 
+// A decorator for one rank's transport: takes the transport and the rank, returns the wrapper
+// (which owns the inner transport). The link emulator is one; tests inject faults with another.
+using TransportWrapper =
+    std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport> inner, int rank)>;
+
 struct WorldOptions {
   TransportKind kind = TransportKind::kThreads;  // --transport
   int world_size = 1;               // P: threads to start, or the MPI world size mpirun must give
   std::optional<LinkOptions> link;  // --emulate-link; wraps every rank's transport
   InProcOptions inproc;             // threads backend tuning
   MpiOptions mpi;                   // mpi backend tuning
+  // Wraps each hosted rank's transport (outside the link emulator) before its body runs, e.g.
+  // to trace or to inject faults; empty: none. Called on the thread that calls run_world.
+  TransportWrapper wrap;
   Status validate() const;
 };
 

@@ -10,6 +10,18 @@ namespace comm_internal {
 Status run_rank_body(Transport& t, const std::function<Status(Transport&)>& body);
 }  // namespace comm_internal
 
+namespace {
+
+std::unique_ptr<Transport> wrapped(const WorldOptions& options, std::unique_ptr<Transport> t,
+                                   int rank) {
+  std::unique_ptr<Transport> w = options.wrap(std::move(t), rank);
+  TP_CHECK(w != nullptr, "WorldOptions::wrap returned no transport for rank ", rank);
+  TP_CHECK(w->rank() == rank, "WorldOptions::wrap changed rank ", rank, " into ", w->rank());
+  return w;
+}
+
+}  // namespace
+
 Result<TransportKind> parse_transport_kind(std::string_view name) {
   if (name == "threads") return TransportKind::kThreads;
   if (name == "mpi") return TransportKind::kMpi;
@@ -71,8 +83,9 @@ Result<std::vector<RankStatus>> run_world(const WorldOptions& options,
     case TransportKind::kThreads: {
       std::vector<std::unique_ptr<Transport>> ts =
           make_inproc_transports(options.world_size, options.inproc);
-      if (options.link) {
-        for (auto& t : ts) t = make_link_emulator(std::move(t), *options.link);
+      for (int r = 0; r < options.world_size; ++r) {
+        if (options.link) ts[r] = make_link_emulator(std::move(ts[r]), *options.link);
+        if (options.wrap) ts[r] = wrapped(options, std::move(ts[r]), r);
       }
       std::vector<Status> statuses = run_on_threads(ts, body);
       for (int r = 0; r < options.world_size; ++r) out.push_back({r, std::move(statuses[r])});
@@ -90,6 +103,10 @@ Result<std::vector<RankStatus>> run_world(const WorldOptions& options,
       }
       TP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, make_mpi_transport(scope, options.mpi));
       if (options.link) t = make_link_emulator(std::move(t), *options.link);
+      if (options.wrap) {
+        const int rank = t->rank();
+        t = wrapped(options, std::move(t), rank);
+      }
       out.push_back({t->rank(), comm_internal::run_rank_body(*t, body)});
       return out;
     }

@@ -1,15 +1,16 @@
+// The executor (executor.h): Executor::run_step runs a StepRun, which walks the rank's lowered
+// program with one switch over ActionType; what each action waits for comes from dependencies()
+// and where its message goes from message_route() (both in the schedule module).
 #include "tightpipe/executor.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <cstdio>
-#include <cstdlib>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -49,9 +50,10 @@ Result<EmulatedCompute> EmulatedCompute::parse(std::string_view text) {
   return c;
 }
 
-int message_tag(const Schedule& s, bool gradient, int32_t stage, int32_t mb) {
+int message_tag(const Schedule& s, const MessageRoute& m) {
   const int64_t tag =
-      (static_cast<int64_t>(gradient ? 1 : 0) * s.num_stages + stage) * s.num_microbatches + mb;
+      (static_cast<int64_t>(m.gradient ? 1 : 0) * s.num_stages + m.dst_stage) * s.num_microbatches +
+      m.microbatch;
   TP_CHECK(tag < kMaxUserTag, "schedule too large for the tag space: ", tag);
   return static_cast<int>(tag);
 }
@@ -76,376 +78,490 @@ namespace {
 
 using Buffer = std::vector<float>;
 
-struct PendingRecv {
+bool is_recv(ActionType t) { return t == ActionType::kRecvAct || t == ActionType::kRecvGrad; }
+
+std::span<std::byte> bytes_of(Buffer& b) { return std::as_writable_bytes(std::span<float>(b)); }
+
+// A message entering one of this rank's stages: a posted receive (req set) or, once received or
+// handed off locally by another stage of this rank, a ready buffer (req null).
+struct Incoming {
   Buffer buf;
-  std::unique_ptr<Request> req;
+  std::unique_ptr<Request> req;  // destroyed before buf
 };
 
 struct PendingSend {
   Buffer buf;
-  std::unique_ptr<Request> req;
-  size_t event = 0;         // index of its SEND event, whose end is set when the send completes
-  double completed = -1;    // when a test() first saw it complete (step-relative seconds)
+  std::unique_ptr<Request> req;  // destroyed before buf
+  size_t event = 0;              // index of its SEND event, whose end is set when it completes
+  double completed = -1;         // when a test() first saw it complete (step-relative seconds)
 };
 
-std::span<std::byte> bytes_of(Buffer& b) { return std::as_writable_bytes(std::span<float>(b)); }
+// The posted sends of one step, oldest first. With a progress thread, a helper tests them while
+// the rank computes: MPI moves a large message only while the sender calls into MPI.
+class SendQueue {
+ public:
+  SendQueue(bool progress_thread, std::function<double()> now) : now_(std::move(now)) {
+    if (progress_thread) thread_ = std::thread([this] { progress_loop(); });
+  }
+  ~SendQueue() { stop(); }
+  SendQueue(const SendQueue&) = delete;
+  SendQueue& operator=(const SendQueue&) = delete;
+
+  void push(PendingSend p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sends_.push_back(std::move(p));
+    ++posted_;
+    cv_.notify_one();
+  }
+  // Hands the completed sends at the front, oldest first, to `retire` and drops them.
+  Status poll(const std::function<void(PendingSend&)>& retire) {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!sends_.empty()) {
+      auto done = sends_.front().req->test();
+      if (!done.ok()) return done.status();
+      if (!*done) break;
+      retire(sends_.front());
+      sends_.pop_front();
+    }
+    return OkStatus();
+  }
+  // Stops the helper thread; the sends still queued are then the caller's (remaining()).
+  void stop() {
+    stop_ = true;
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  // REQUIRES: stop() was called.
+  std::deque<PendingSend>& remaining() { return sends_; }
+
+ private:
+  // Tests incomplete sends at an interval that starts at 200 us when a send is posted or
+  // completes and doubles while none completes, up to 1.6 ms: a send whose receiver is busy
+  // computing (with Open MPI's single-copy transfer on one machine the receiver pulls the data,
+  // and the send completes only after that) costs a few wake-ups instead of one every 200 us,
+  // which took a few percent of the cores from compute (docs/design.md).
+  void progress_loop() {
+    constexpr double kMaxIntervalUs = 1600;
+    std::unique_lock<std::mutex> lock(mu_);
+    double interval_us = 200;
+    size_t seen = 0;  // sends posted so far, to notice new ones
+    while (!stop_.load()) {
+      const bool pending =
+          std::any_of(sends_.begin(), sends_.end(), [](const auto& p) { return p.completed < 0; });
+      if (!pending) {
+        cv_.wait_for(lock, std::chrono::milliseconds(5));
+        continue;
+      }
+      if (posted_ != seen) {
+        seen = posted_;
+        interval_us = 200;
+      }
+      bool any = false;
+      for (auto& p : sends_) {
+        if (p.completed >= 0) continue;
+        auto done = p.req->test();
+        if (!done.ok() || !*done) break;  // errors surface on the executor thread
+        p.completed = now_();
+        any = true;
+      }
+      interval_us = any ? 200 : std::min(kMaxIntervalUs, 2 * interval_us);
+      cv_.wait_for(lock, std::chrono::duration<double, std::micro>(interval_us));
+    }
+  }
+
+  const std::function<double()> now_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<PendingSend> sends_;  // guarded by mu_
+  size_t posted_ = 0;              // guarded by mu_
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
-Result<RankStepResult> Executor::run_step(int32_t step, double origin, const BatchFetcher& fetch,
-                                          float loss_scale) {
-  const Schedule& sch = schedule_;
-  const auto& prog = sch.programs[rank_];
-  const int32_t S = sch.num_stages, M = sch.num_microbatches, v = sch.chunks();
-  const double timeout = options_.timeout_s;
-  const size_t msg_floats = static_cast<size_t>(options_.message_floats);
-  auto key = [M](int32_t stage, int32_t mb) { return static_cast<int64_t>(stage) * M + mb; };
-  auto now = [origin] { return now_seconds() - origin; };
-
-  RankStepResult res;
-  res.timeline.rank = rank_;
-  auto& events = res.timeline.events;
-  auto record = [&](const Action* a, std::string name, EventKind kind, Lane lane, double t0,
-                    double t1, int32_t peer = -1, int64_t bytes = 0) {
-    TimelineEvent e;
-    e.name = std::move(name);
-    e.kind = kind;
-    e.lane = lane;
-    if (a) {
-      e.stage = a->stage;
-      e.microbatch = a->microbatch;
-    }
-    e.step = step;
-    e.start = t0;
-    e.end = t1;
-    e.peer = peer;
-    e.bytes = bytes;
-    events.push_back(std::move(e));
-    return events.size() - 1;
-  };
-
-  std::unordered_map<int64_t, PendingRecv> recv_act, recv_grad;  // posted early (overlap)
-  std::unordered_map<int64_t, Buffer> act_in, grad_in;           // inputs ready for compute
-  std::unordered_map<int64_t, Buffer> act_out, grad_out;         // outputs waiting for a SEND
-  // Posted sends, oldest first. With options_.progress_thread a helper thread tests them while
-  // this thread computes: MPI moves a large message only while the sender calls into MPI.
-  std::deque<PendingSend> sends;
-  std::mutex sends_mu;
-  std::atomic<bool> stop_progress{false};
-  std::thread progress;
-  std::condition_variable sends_cv;
-  size_t sends_posted = 0;  // guarded by sends_mu
-  if (options_.overlap_p2p && options_.progress_thread) {
-    progress = std::thread([&] {
-      // Tests incomplete sends at an interval that starts at 200 us when a send is posted or
-      // completes and doubles while none completes, up to 1.6 ms: a send whose receiver is busy
-      // computing (with Open MPI's single-copy transfer on one machine the receiver pulls the
-      // data, and the send completes only after that) costs a few wake-ups instead of one
-      // every 200 us, which took a few percent of the cores from compute (docs/design.md).
-      constexpr double max_interval_us = 1600;
-      std::unique_lock<std::mutex> lock(sends_mu);
-      double interval_us = 200;
-      size_t seen = 0;  // sends posted so far, to notice new ones
-      while (!stop_progress.load()) {
-        auto pending = [&] {
-          for (auto& p : sends)
-            if (p.completed < 0) return true;
-          return false;
-        };
-        if (!pending()) {
-          sends_cv.wait_for(lock, std::chrono::milliseconds(5));
-          continue;
-        }
-        if (sends_posted != seen) {
-          seen = sends_posted;
-          interval_us = 200;
-        }
-        bool any = false;
-        for (auto& p : sends) {
-          if (p.completed >= 0) continue;
-          auto done = p.req->test();
-          if (!done.ok() || !*done) break;  // errors surface on the executor thread
-          p.completed = now();
-          any = true;
-        }
-        interval_us = any ? 200 : std::min(max_interval_us, 2 * interval_us);
-        sends_cv.wait_for(lock, std::chrono::duration<double, std::micro>(interval_us));
-      }
-    });
-  }
-  struct JoinProgress {
-    std::atomic<bool>& stop;
-    std::thread& t;
-    ~JoinProgress() {
-      stop = true;
-      if (t.joinable()) t.join();
-    }
-  } join_progress{stop_progress, progress};
-
-  for (auto& [s, stage] : stages_) stage->reset_peak();
-  auto stash_total = [&] {
-    size_t total = 0;
-    for (auto& [s, stage] : stages_) total += stage->stash_bytes();
-    return total;
-  };
-  // After a compute event: the peak, and the stash growth (F) or release (I, W, B) on the event.
-  auto track_stash = [&](int64_t before) {
-    const size_t total = stash_total();
-    res.peak_stash_bytes = std::max(res.peak_stash_bytes, total);
-    events.back().bytes = static_cast<int64_t>(total) - before;
-  };
-  res.peak_stash_bytes = stash_total();
-
-  // Message buffers come from free_buffers_ and go back once consumed or sent.
-  auto take_buffer = [&] {
-    if (free_buffers_.empty()) return Buffer(msg_floats);
-    Buffer b = std::move(free_buffers_.back());
-    free_buffers_.pop_back();
-    return b;
-  };
-  auto give_buffer = [&](Buffer& b) {
-    if (b.size() == msg_floats) free_buffers_.push_back(std::move(b));
-    b = Buffer();
-  };
-  auto copy_to_buffer = [&](std::span<const float> data) {
-    if (data.size() != msg_floats) return Buffer(data.begin(), data.end());
-    Buffer b = take_buffer();
-    std::copy(data.begin(), data.end(), b.begin());
-    return b;
-  };
-  auto post_recv = [&](const Action& a) {
-    const bool grad = a.type == ActionType::kRecvGrad;
-    const int32_t src = sch.rank_of(grad ? a.stage + 1 : a.stage - 1);
-    PendingRecv p;
-    p.buf = take_buffer();
-    p.req = transport_.irecv(src, message_tag(sch, grad, a.stage, a.microbatch), bytes_of(p.buf));
-    return p;
-  };
-  if (options_.overlap_p2p) {
-    for (const Action& a : prog) {
-      if (a.type == ActionType::kRecvAct) recv_act.emplace(key(a.stage, a.microbatch), post_recv(a));
-      if (a.type == ActionType::kRecvGrad) recv_grad.emplace(key(a.stage, a.microbatch), post_recv(a));
-    }
+// The state of one run_step: the messages in flight, the posted sends and the timeline. Each
+// action of the program goes through execute(); what a compute action waits for is what
+// dependencies() names, and where a message comes from or goes to is message_route().
+class Executor::StepRun {
+ public:
+  StepRun(Executor& ex, int32_t step, double origin, const BatchFetcher& fetch, float loss_scale)
+      : ex_(ex),
+        sch_(ex.schedule_),
+        step_(step),
+        origin_(origin),
+        fetch_(fetch),
+        loss_scale_(loss_scale),
+        msg_floats_(static_cast<size_t>(ex.options_.message_floats)),
+        done_(ex.schedule_),
+        sends_(ex.options_.overlap_p2p && ex.options_.progress_thread,
+               [origin] { return now_seconds() - origin; }) {
+    res_.timeline.rank = ex.rank_;
   }
 
-  auto emulate = [&](double ms) {
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms / v));
-  };
-  auto poll_sends = [&]() -> Status {
-    std::lock_guard<std::mutex> lock(sends_mu);
-    while (!sends.empty()) {
-      auto done = sends.front().req->test();
-      if (!done.ok()) return done.status();
-      if (!*done) break;
-      const double c = sends.front().completed;
-      events[sends.front().event].end = c >= 0 ? c : now();
-      give_buffer(sends.front().buf);  // reusable once the send has completed
-      sends.pop_front();
-    }
-    return OkStatus();
-  };
-  auto get_batch = [&](const Action& a) -> Result<const Batch*> {
-    if (!fetch) return static_cast<const Batch*>(nullptr);
-    const double t0 = now();
-    auto b = fetch(a.microbatch);
-    const double t1 = now();
-    record(&a, "data", EventKind::kData, Lane::kData, t0, t1);
-    return b;
-  };
+  Result<RankStepResult> run();
 
-  // Waits for the message feeding (stage, mb) and moves it into the compute inputs; the wait is
-  // the RECV's event on the comm lane.
-  auto await_input = [&](bool grad, const Action& consumer) -> Status {
-    const Action recv_action{grad ? ActionType::kRecvGrad : ActionType::kRecvAct, consumer.stage,
-                             consumer.microbatch};
-    const int64_t k = key(consumer.stage, consumer.microbatch);
-    auto& posted = grad ? recv_grad : recv_act;
-    auto it = posted.find(k);
-    TP_CHECK(it != posted.end(), "no receive posted for ", to_string(recv_action));
-    const double t0 = now();
-    const int32_t src = sch.rank_of(grad ? consumer.stage + 1 : consumer.stage - 1);
-    TP_RETURN_IF_ERROR(it->second.req->wait(timeout).with_context(
-        fmt::format("waiting for {} from rank {}", to_string(recv_action), src)));
-    record(&recv_action, to_string(recv_action), EventKind::kRecv, Lane::kComm, t0, now(), src,
-           static_cast<int64_t>(it->second.buf.size() * sizeof(float)));
-    (grad ? grad_in : act_in)[k] = std::move(it->second.buf);
-    posted.erase(it);
-    return OkStatus();
-  };
+ private:
+  double now() const { return now_seconds() - origin_; }
+  int64_t key(const MessageRoute& m) const { return message_tag(sch_, m); }
+  nn::GptStage* model(const Action& a) const {
+    return ex_.options_.emulated ? nullptr : ex_.stages_.at(a.stage);
+  }
 
+  // The one switch over the action types.
+  Status execute(const Action& a);
+  Status forward(const Action& a);
+  Status backward_input(const Action& a, bool fused);
+  Status backward_weight(const Action& a);
+  Status send(const Action& a);
+  void post_recv(const Action& recv);
+
+  // Inputs and outputs of compute actions.
+  Result<const Batch*> fetch_batch(const Action& a);
+  Status await_dependencies(const Action& a);
+  Status await_recv(const Action& recv);
+  Buffer take_input(const Action& a);
+  void hand_over_output(const Action& a, std::span<const float> out);
+
+  // Message buffers come from the executor's free list and go back once consumed or sent.
+  Buffer take_buffer();
+  void give_buffer(Buffer& b);
+  Buffer copy_to_buffer(std::span<const float> data);
+  Status poll_sends();
+  Status drain_sends();
+
+  size_t record(const Action* a, std::string name, EventKind kind, Lane lane, double t0, double t1,
+                int32_t peer = -1, int64_t bytes = 0);
+  int64_t stash_total() const;
+  void track_stash(int64_t before);
+  void emulate(double ms) const;
+  Status fail(size_t pc, const Action& a, const Status& st) const;
+
+  Executor& ex_;
+  const Schedule& sch_;
+  const int32_t step_;
+  const double origin_;
+  const BatchFetcher& fetch_;
+  const float loss_scale_;
+  const size_t msg_floats_;
+  RankStepResult res_;
+  CompletionSet done_;  // this rank's completed actions; a RECV counts once its message arrived
+  std::unordered_map<int64_t, Incoming> incoming_;  // by message key (message_tag)
+  std::unordered_map<int64_t, Buffer> outgoing_;    // outputs waiting for their SEND
+  SendQueue sends_;
+};
+
+Result<RankStepResult> Executor::StepRun::run() {
+  const auto& prog = sch_.programs[ex_.rank_];
+  for (auto& [s, stage] : ex_.stages_) stage->reset_peak();
+  res_.peak_stash_bytes = static_cast<size_t>(stash_total());
+  if (ex_.options_.overlap_p2p) {
+    for (const Action& a : prog)
+      if (is_recv(a.type)) post_recv(a);
+  }
   for (size_t pc = 0; pc < prog.size(); ++pc) {
     const Action& a = prog[pc];
-    if (step == options_.fail_step && pc == prog.size() / 2) {
-      if (options_.fail_stall_s <= 0) {
-        std::fprintf(stderr, "rank %d: exiting in step %d before %s (failure injection)\n", rank_,
-                     step, to_string(a).c_str());
-        std::fflush(stderr);
-        std::_Exit(3);
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double>(options_.fail_stall_s));
-    }
-    auto fail = [&](const Status& st) {
-      return Status(st.code(), fmt::format("rank {} step {} action {} ({}): {}\n{}", rank_, step,
-                                           to_string(a), pc, st.message(),
-                                           format_grid(sch, {rank_, static_cast<int32_t>(pc)})));
-    };
-    const int64_t k = key(a.stage, a.microbatch);
-    const int64_t stash_before = static_cast<int64_t>(stash_total());
-    nn::GptStage* model = options_.emulated ? nullptr : stages_.at(a.stage);
-    switch (a.type) {
-      case ActionType::kForward: {
-        const Batch* batch = nullptr;
-        if (a.stage == 0 || a.stage == S - 1) {  // emulated runs fetch too: loader waits count
-          auto b = get_batch(a);
-          if (!b.ok()) return fail(b.status());
-          batch = *b;
-        }
-        Buffer input;
-        if (a.stage > 0 && sch.rank_of(a.stage - 1) != rank_) {
-          if (Status st = await_input(false, a); !st.ok()) return fail(st);
-        }
-        if (a.stage > 0) {
-          auto it = act_in.find(k);
-          TP_CHECK(it != act_in.end(), "no input for ", to_string(a));
-          input = std::move(it->second);
-          act_in.erase(it);
-        }
-        const double t0 = now();
-        std::span<const float> out;
-        Buffer emulated_out;
-        if (options_.emulated) {
-          emulate(options_.costs.f_ms);
-          emulated_out.assign(msg_floats, 0.0f);
-          out = emulated_out;
-        } else {
-          nn::StageInput in = a.stage == 0 ? nn::StageInput(std::span<const int32_t>(batch->tokens))
-                                           : nn::StageInput(std::span<const float>(input));
-          std::span<const int32_t> targets;
-          if (a.stage == S - 1) targets = batch->targets;
-          auto o = model->forward(a.microbatch, in, targets, loss_scale);
-          out = o.activations;
-          if (a.stage == S - 1) {
-            res.loss += o.loss;
-            res.has_loss = true;
-          }
-        }
-        record(&a, to_string(a), EventKind::kForward, Lane::kCompute, t0, now());
-        track_stash(stash_before);
-        give_buffer(input);  // the stage copied it
-        if (a.stage + 1 < S) {
-          Buffer copy = copy_to_buffer(out);
-          if (sch.rank_of(a.stage + 1) == rank_) {
-            act_in[key(a.stage + 1, a.microbatch)] = std::move(copy);  // local hand-off
-          } else {
-            act_out[k] = std::move(copy);
-          }
-        }
-        break;
-      }
-      case ActionType::kBackwardInput:
-      case ActionType::kBackward: {
-        Buffer grad;
-        if (a.stage < S - 1 && sch.rank_of(a.stage + 1) != rank_) {
-          if (Status st = await_input(true, a); !st.ok()) return fail(st);
-        }
-        if (a.stage < S - 1) {
-          auto it = grad_in.find(k);
-          TP_CHECK(it != grad_in.end(), "no output gradient for ", to_string(a));
-          grad = std::move(it->second);
-          grad_in.erase(it);
-        }
-        const bool fused = a.type == ActionType::kBackward;
-        const double t0 = now();
-        std::span<const float> g;
-        Buffer emulated_g;
-        if (options_.emulated) {
-          emulate(fused ? options_.costs.b_ms : options_.costs.i_ms);
-          if (a.stage > 0) emulated_g.assign(msg_floats, 0.0f);
-          g = emulated_g;
-        } else {
-          g = fused ? model->backward(a.microbatch, grad) : model->backward_input(a.microbatch, grad);
-        }
-        record(&a, to_string(a), fused ? EventKind::kBackward : EventKind::kBackwardInput,
-               Lane::kCompute, t0, now());
-        track_stash(stash_before);
-        give_buffer(grad);
-        if (a.stage > 0) {
-          Buffer copy = copy_to_buffer(g);
-          if (sch.rank_of(a.stage - 1) == rank_) {
-            grad_in[key(a.stage - 1, a.microbatch)] = std::move(copy);  // local hand-off
-          } else {
-            grad_out[k] = std::move(copy);
-          }
-        }
-        break;
-      }
-      case ActionType::kBackwardWeight: {
-        const double t0 = now();
-        if (options_.emulated) {
-          emulate(options_.costs.w_ms);
-        } else {
-          model->backward_weight(a.microbatch);
-        }
-        record(&a, to_string(a), EventKind::kBackwardWeight, Lane::kCompute, t0, now());
-        track_stash(stash_before);
-        break;
-      }
-      case ActionType::kSendAct:
-      case ActionType::kSendGrad: {
-        const bool grad = a.type == ActionType::kSendGrad;
-        auto& outbox = grad ? grad_out : act_out;
-        auto it = outbox.find(k);
-        TP_CHECK(it != outbox.end(), "nothing to send for ", to_string(a));
-        PendingSend p;
-        p.buf = std::move(it->second);
-        outbox.erase(it);
-        const int32_t dst_stage = grad ? a.stage - 1 : a.stage + 1;
-        const int32_t dst = sch.rank_of(dst_stage);
-        const int64_t nbytes = static_cast<int64_t>(p.buf.size() * sizeof(float));
-        const double t0 = now();
-        p.req = transport_.isend(dst, message_tag(sch, grad, dst_stage, a.microbatch),
-                                 std::as_bytes(std::span<const float>(p.buf)));
-        p.event = record(&a, to_string(a), EventKind::kSend, Lane::kComm, t0, t0, dst, nbytes);
-        if (!options_.overlap_p2p) {
-          if (Status st = p.req->wait(timeout); !st.ok()) return fail(st);
-          events[p.event].end = now();
-        } else {
-          std::lock_guard<std::mutex> lock(sends_mu);
-          sends.push_back(std::move(p));
-          ++sends_posted;
-          sends_cv.notify_one();
-        }
-        break;
-      }
-      case ActionType::kRecvAct:
-      case ActionType::kRecvGrad: {
-        // Never waits here: the receive is posted (at step start with overlap, else now) and its
-        // consumer waits for it just before use.
-        auto& posted = a.type == ActionType::kRecvGrad ? recv_grad : recv_act;
-        if (!posted.contains(k)) posted.emplace(k, post_recv(a));
-        break;
-      }
-    }
-    if (Status st = poll_sends(); !st.ok()) return fail(st);
+    Status st = execute(a);
+    if (st.ok() && !is_recv(a.type)) done_.mark(a);
+    if (st.ok()) st = poll_sends();
+    if (!st.ok()) return fail(pc, a, st);
   }
-  // Drain the sends: their buffers must outlive them.
-  stop_progress = true;
-  sends_cv.notify_one();
-  if (progress.joinable()) progress.join();
-  for (auto& p : sends) {
-    if (Status st = p.req->wait(timeout); !st.ok()) {
-      return Status(st.code(), fmt::format("rank {} step {}: draining sends: {}", rank_, step,
+  TP_RETURN_IF_ERROR(drain_sends());
+  TP_CHECK(incoming_.empty() && outgoing_.empty(), "rank ", ex_.rank_, " ended step ", step_,
+           " with unconsumed buffers");
+  for (auto& [s, stage] : ex_.stages_) res_.grad_sq_norm += stage->grad_sq_norm();
+  return std::move(res_);
+}
+
+Status Executor::StepRun::execute(const Action& a) {
+  switch (a.type) {
+    case ActionType::kForward:
+      return forward(a);
+    case ActionType::kBackwardInput:
+      return backward_input(a, /*fused=*/false);
+    case ActionType::kBackward:
+      return backward_input(a, /*fused=*/true);
+    case ActionType::kBackwardWeight:
+      return backward_weight(a);
+    case ActionType::kSendAct:
+    case ActionType::kSendGrad:
+      return send(a);
+    case ActionType::kRecvAct:
+    case ActionType::kRecvGrad:
+      // Never waits here: the receive is posted (at step start with overlap, else now) and its
+      // consumer waits for it just before use.
+      post_recv(a);
+      return OkStatus();
+  }
+  return Status::internal(fmt::format("unknown action type {}", static_cast<int>(a.type)));
+}
+
+Status Executor::StepRun::forward(const Action& a) {
+  const int64_t stash_before = stash_total();
+  const std::optional<MessageRoute> in = message_route(sch_, a, MessageEnd::kIn);
+  const std::optional<MessageRoute> out_msg = message_route(sch_, a, MessageEnd::kOut);
+  const Batch* batch = nullptr;
+  if (!in || !out_msg) {  // tokens (first stage) or targets (last); emulated runs fetch too
+    TP_ASSIGN_OR_RETURN(batch, fetch_batch(a));
+  }
+  TP_RETURN_IF_ERROR(await_dependencies(a));
+  Buffer input = take_input(a);
+  const double t0 = now();
+  std::span<const float> out;
+  Buffer emulated_out;
+  if (ex_.options_.emulated) {
+    emulate(ex_.options_.costs.f_ms);
+    emulated_out.assign(msg_floats_, 0.0f);
+    out = emulated_out;
+  } else {
+    nn::StageInput stage_in = !in ? nn::StageInput(std::span<const int32_t>(batch->tokens))
+                                  : nn::StageInput(std::span<const float>(input));
+    std::span<const int32_t> targets;
+    if (!out_msg) targets = batch->targets;
+    auto o = model(a)->forward(a.microbatch, stage_in, targets, loss_scale_);
+    out = o.activations;
+    if (!out_msg) {
+      res_.loss += o.loss;
+      res_.has_loss = true;
+    }
+  }
+  record(&a, to_string(a), EventKind::kForward, Lane::kCompute, t0, now());
+  track_stash(stash_before);
+  give_buffer(input);  // the stage copied it
+  hand_over_output(a, out);
+  return OkStatus();
+}
+
+// I, or with `fused` B (I then W).
+Status Executor::StepRun::backward_input(const Action& a, bool fused) {
+  const int64_t stash_before = stash_total();
+  TP_RETURN_IF_ERROR(await_dependencies(a));
+  Buffer grad = take_input(a);
+  const double t0 = now();
+  std::span<const float> g;
+  Buffer emulated_g;
+  if (ex_.options_.emulated) {
+    emulate(fused ? ex_.options_.costs.b_ms : ex_.options_.costs.i_ms);
+    if (message_route(sch_, a, MessageEnd::kOut)) emulated_g.assign(msg_floats_, 0.0f);
+    g = emulated_g;
+  } else {
+    nn::GptStage* m = model(a);
+    g = fused ? m->backward(a.microbatch, grad) : m->backward_input(a.microbatch, grad);
+  }
+  record(&a, to_string(a), fused ? EventKind::kBackward : EventKind::kBackwardInput, Lane::kCompute,
+         t0, now());
+  track_stash(stash_before);
+  give_buffer(grad);
+  hand_over_output(a, g);
+  return OkStatus();
+}
+
+Status Executor::StepRun::backward_weight(const Action& a) {
+  const int64_t stash_before = stash_total();
+  TP_RETURN_IF_ERROR(await_dependencies(a));
+  const double t0 = now();
+  if (ex_.options_.emulated) {
+    emulate(ex_.options_.costs.w_ms);
+  } else {
+    model(a)->backward_weight(a.microbatch);
+  }
+  record(&a, to_string(a), EventKind::kBackwardWeight, Lane::kCompute, t0, now());
+  track_stash(stash_before);
+  return OkStatus();
+}
+
+// Posts the send of the output `a` names; without overlap waits for it right away.
+Status Executor::StepRun::send(const Action& a) {
+  TP_RETURN_IF_ERROR(await_dependencies(a));
+  const std::optional<MessageRoute> m = message_route(sch_, a, MessageEnd::kOut);
+  TP_CHECK(m.has_value(), "no receiver for ", to_string(a));
+  auto it = outgoing_.find(key(*m));
+  TP_CHECK(it != outgoing_.end(), "nothing to send for ", to_string(a));
+  PendingSend p;
+  p.buf = std::move(it->second);
+  outgoing_.erase(it);
+  const int64_t nbytes = static_cast<int64_t>(p.buf.size() * sizeof(float));
+  const double t0 = now();
+  p.req = ex_.transport_.isend(m->dst_rank, message_tag(sch_, *m),
+                               std::as_bytes(std::span<const float>(p.buf)));
+  p.event = record(&a, to_string(a), EventKind::kSend, Lane::kComm, t0, t0, m->dst_rank, nbytes);
+  if (ex_.options_.overlap_p2p) {
+    sends_.push(std::move(p));
+    return OkStatus();
+  }
+  TP_RETURN_IF_ERROR(p.req->wait(ex_.options_.timeout_s));
+  res_.timeline.events[p.event].end = now();
+  p.req.reset();
+  give_buffer(p.buf);
+  return OkStatus();
+}
+
+// Posts the receive of a RECV action unless it is posted already (at step start with overlap).
+void Executor::StepRun::post_recv(const Action& recv) {
+  const std::optional<MessageRoute> m = message_route(sch_, recv, MessageEnd::kIn);
+  TP_CHECK(m.has_value(), "no sender for ", to_string(recv));
+  const int64_t k = key(*m);
+  if (incoming_.contains(k)) return;
+  Incoming in;
+  in.buf = take_buffer();
+  in.req = ex_.transport_.irecv(m->src_rank, message_tag(sch_, *m), bytes_of(in.buf));
+  incoming_.emplace(k, std::move(in));
+}
+
+Result<const Batch*> Executor::StepRun::fetch_batch(const Action& a) {
+  if (!fetch_) return static_cast<const Batch*>(nullptr);
+  const double t0 = now();
+  auto b = fetch_(a.microbatch);
+  const double t1 = now();
+  record(&a, "data", EventKind::kData, Lane::kData, t0, t1);
+  return b;
+}
+
+// Waits for the messages `a` consumes from other ranks (the RECVs among its dependencies); every
+// other dependency is an earlier action of this rank's program.
+Status Executor::StepRun::await_dependencies(const Action& a) {
+  for (const Action& d : dependencies(sch_, a)) {
+    if (is_recv(d.type)) {
+      TP_RETURN_IF_ERROR(await_recv(d));
+    } else {
+      TP_CHECK(done_.has(d), to_string(a), " runs before its dependency ", to_string(d));
+    }
+  }
+  return OkStatus();
+}
+
+// Waits for the message of a posted RECV; the wait is the RECV's event on the comm lane.
+Status Executor::StepRun::await_recv(const Action& recv) {
+  const MessageRoute m = *message_route(sch_, recv, MessageEnd::kIn);
+  auto it = incoming_.find(key(m));
+  TP_CHECK(it != incoming_.end() && it->second.req, "no receive posted for ", to_string(recv));
+  const double t0 = now();
+  TP_RETURN_IF_ERROR(
+      it->second.req->wait(ex_.options_.timeout_s)
+          .with_context(fmt::format("waiting for {} from rank {}", to_string(recv), m.src_rank)));
+  record(&recv, to_string(recv), EventKind::kRecv, Lane::kComm, t0, now(), m.src_rank,
+         static_cast<int64_t>(it->second.buf.size() * sizeof(float)));
+  it->second.req.reset();
+  done_.mark(recv);
+  return OkStatus();
+}
+
+// The message compute action `a` consumes, received or handed off locally; empty if none.
+Buffer Executor::StepRun::take_input(const Action& a) {
+  const std::optional<MessageRoute> m = message_route(sch_, a, MessageEnd::kIn);
+  if (!m) return Buffer();
+  auto it = incoming_.find(key(*m));
+  TP_CHECK(it != incoming_.end() && !it->second.req, "no input for ", to_string(a));
+  Buffer b = std::move(it->second.buf);
+  incoming_.erase(it);
+  return b;
+}
+
+// Copies the output of compute action `a` into a message buffer: straight to the consuming stage
+// when it lives on this rank (local hand-off), else to wait for the SEND.
+void Executor::StepRun::hand_over_output(const Action& a, std::span<const float> out) {
+  const std::optional<MessageRoute> m = message_route(sch_, a, MessageEnd::kOut);
+  if (!m) return;
+  Buffer copy = copy_to_buffer(out);
+  if (m->local()) {
+    incoming_[key(*m)] = Incoming{std::move(copy), nullptr};
+  } else {
+    outgoing_[key(*m)] = std::move(copy);
+  }
+}
+
+Buffer Executor::StepRun::take_buffer() {
+  auto& free = ex_.free_buffers_;
+  if (free.empty()) return Buffer(msg_floats_);
+  Buffer b = std::move(free.back());
+  free.pop_back();
+  return b;
+}
+
+void Executor::StepRun::give_buffer(Buffer& b) {
+  if (b.size() == msg_floats_) ex_.free_buffers_.push_back(std::move(b));
+  b = Buffer();
+}
+
+Buffer Executor::StepRun::copy_to_buffer(std::span<const float> data) {
+  if (data.size() != msg_floats_) return Buffer(data.begin(), data.end());
+  Buffer b = take_buffer();
+  std::copy(data.begin(), data.end(), b.begin());
+  return b;
+}
+
+Status Executor::StepRun::poll_sends() {
+  auto& events = res_.timeline.events;
+  return sends_.poll([&](PendingSend& p) {
+    events[p.event].end = p.completed >= 0 ? p.completed : now();
+    p.req.reset();
+    give_buffer(p.buf);  // reusable once the send has completed
+  });
+}
+
+// Waits for the sends still in flight: their buffers must outlive them.
+Status Executor::StepRun::drain_sends() {
+  sends_.stop();
+  auto& events = res_.timeline.events;
+  for (PendingSend& p : sends_.remaining()) {
+    if (Status st = p.req->wait(ex_.options_.timeout_s); !st.ok()) {
+      return Status(st.code(), fmt::format("rank {} step {}: draining sends: {}", ex_.rank_, step_,
                                            st.message()));
     }
     events[p.event].end = p.completed >= 0 ? p.completed : now();
+    p.req.reset();
     give_buffer(p.buf);
   }
-  sends.clear();
-  TP_CHECK(act_in.empty() && grad_in.empty() && act_out.empty() && grad_out.empty() &&
-               recv_act.empty() && recv_grad.empty(),
-           "rank ", rank_, " ended step ", step, " with unconsumed buffers");
-  for (auto& [s, stage] : stages_) res.grad_sq_norm += stage->grad_sq_norm();
-  return res;
+  sends_.remaining().clear();
+  return OkStatus();
+}
+
+size_t Executor::StepRun::record(const Action* a, std::string name, EventKind kind, Lane lane,
+                                 double t0, double t1, int32_t peer, int64_t bytes) {
+  auto& events = res_.timeline.events;
+  TimelineEvent& e = events.emplace_back();
+  e.name = std::move(name);
+  e.kind = kind;
+  e.lane = lane;
+  if (a) {
+    e.stage = a->stage;
+    e.microbatch = a->microbatch;
+  }
+  e.step = step_;
+  e.start = t0;
+  e.end = t1;
+  e.peer = peer;
+  e.bytes = bytes;
+  return events.size() - 1;
+}
+
+int64_t Executor::StepRun::stash_total() const {
+  size_t total = 0;
+  for (auto& [s, stage] : ex_.stages_) total += stage->stash_bytes();
+  return static_cast<int64_t>(total);
+}
+
+// After a compute event: the peak, and the stash growth (F) or release (I, W, B) on the event.
+void Executor::StepRun::track_stash(int64_t before) {
+  const int64_t total = stash_total();
+  res_.peak_stash_bytes = std::max(res_.peak_stash_bytes, static_cast<size_t>(total));
+  res_.timeline.events.back().bytes = total - before;
+}
+
+void Executor::StepRun::emulate(double ms) const {
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms / sch_.chunks()));
+}
+
+Status Executor::StepRun::fail(size_t pc, const Action& a, const Status& st) const {
+  return Status(st.code(), fmt::format("rank {} step {} action {} ({}): {}\n{}", ex_.rank_, step_,
+                                       to_string(a), pc, st.message(),
+                                       format_grid(sch_, {ex_.rank_, static_cast<int32_t>(pc)})));
+}
+
+Result<RankStepResult> Executor::run_step(int32_t step, double origin, const BatchFetcher& fetch,
+                                          float loss_scale) {
+  StepRun run(*this, step, origin, fetch, loss_scale);
+  return run.run();
 }
 
 Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, float loss_scale) {
@@ -465,28 +581,33 @@ Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, 
     const Batch* batch = nullptr;
     for (int32_t s : local) {
       nn::GptStage* model = stages_.at(s);
-      if (s == 0 || s == S - 1) {
+      const Action f{ActionType::kForward, s, mb};
+      const std::optional<MessageRoute> in = message_route(sch, f, MessageEnd::kIn);
+      const std::optional<MessageRoute> out = message_route(sch, f, MessageEnd::kOut);
+      if (!in || !out) {
         TP_ASSIGN_OR_RETURN(batch, fetch(mb));
       }
-      if (s > 0 && sch.rank_of(s - 1) != rank_) {
+      if (in && !in->local()) {
         act.assign(msg_floats, 0.0f);
-        TP_RETURN_IF_ERROR(recv(transport_, sch.rank_of(s - 1), tag(s, mb),
-                                std::as_writable_bytes(std::span<float>(act)), options_.timeout_s)
-                               .with_context(fmt::format("rank {} evaluation {}F{}", rank_, s, mb)));
+        TP_RETURN_IF_ERROR(
+            recv(transport_, in->src_rank, tag(s, mb),
+                 std::as_writable_bytes(std::span<float>(act)), options_.timeout_s)
+                .with_context(fmt::format("rank {} evaluation {}F{}", rank_, s, mb)));
       }
       const int eval_mb = -1 - mb;  // never collides with a training microbatch in flight
-      nn::StageInput in = s == 0 ? nn::StageInput(std::span<const int32_t>(batch->tokens))
-                                 : nn::StageInput(std::span<const float>(act));
+      nn::StageInput stage_in = !in ? nn::StageInput(std::span<const int32_t>(batch->tokens))
+                                    : nn::StageInput(std::span<const float>(act));
       std::span<const int32_t> targets;
-      if (s == S - 1) targets = batch->targets;
-      auto out = model->forward(eval_mb, in, targets, loss_scale);
-      if (s == S - 1) loss += out.loss;
-      std::vector<float> next(out.activations.begin(), out.activations.end());
+      if (!out) targets = batch->targets;
+      auto o = model->forward(eval_mb, stage_in, targets, loss_scale);
+      if (!out) loss += o.loss;
+      std::vector<float> next(o.activations.begin(), o.activations.end());
       model->discard(eval_mb);
-      if (s + 1 < S && sch.rank_of(s + 1) != rank_) {
-        TP_RETURN_IF_ERROR(send(transport_, sch.rank_of(s + 1), tag(s + 1, mb),
-                                std::as_bytes(std::span<const float>(next)), options_.timeout_s)
-                               .with_context(fmt::format("rank {} evaluation {}SEND_F{}", rank_, s, mb)));
+      if (out && !out->local()) {
+        TP_RETURN_IF_ERROR(
+            send(transport_, out->dst_rank, tag(out->dst_stage, mb),
+                 std::as_bytes(std::span<const float>(next)), options_.timeout_s)
+                .with_context(fmt::format("rank {} evaluation {}SEND_F{}", rank_, s, mb)));
       }
       act = std::move(next);
     }

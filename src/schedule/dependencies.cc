@@ -2,36 +2,78 @@
 
 namespace tightpipe {
 
+Action MessageRoute::send() const {
+  return {gradient ? ActionType::kSendGrad : ActionType::kSendAct, src_stage, microbatch};
+}
+
+Action MessageRoute::recv() const {
+  return {gradient ? ActionType::kRecvGrad : ActionType::kRecvAct, dst_stage, microbatch};
+}
+
+std::optional<MessageRoute> message_route(const Schedule& sch, const Action& a, MessageEnd end) {
+  TP_CHECK(a.stage >= 0 && a.stage < sch.num_stages &&
+               static_cast<int32_t>(sch.stage_to_rank.size()) == sch.num_stages,
+           "message_route: ", to_string(a), " with ", sch.num_stages, " stages and ",
+           sch.stage_to_rank.size(), " placements");
+  const bool out = end == MessageEnd::kOut;
+  bool gradient = false;
+  switch (a.type) {
+    case ActionType::kForward:
+      break;
+    case ActionType::kBackwardInput:
+    case ActionType::kBackward:
+      gradient = true;
+      break;
+    case ActionType::kBackwardWeight:
+      return std::nullopt;
+    case ActionType::kSendAct:
+    case ActionType::kSendGrad:
+      if (!out) return std::nullopt;
+      gradient = a.type == ActionType::kSendGrad;
+      break;
+    case ActionType::kRecvAct:
+    case ActionType::kRecvGrad:
+      if (out) return std::nullopt;
+      gradient = a.type == ActionType::kRecvGrad;
+      break;
+  }
+  // Activations travel to the next stage, gradients to the previous one.
+  const int32_t direction = gradient ? -1 : 1;
+  const int32_t other = out ? a.stage + direction : a.stage - direction;
+  if (other < 0 || other >= sch.num_stages) return std::nullopt;
+  MessageRoute m;
+  m.gradient = gradient;
+  m.microbatch = a.microbatch;
+  m.src_stage = out ? a.stage : other;
+  m.dst_stage = out ? other : a.stage;
+  m.src_rank = sch.rank_of(m.src_stage);
+  m.dst_rank = sch.rank_of(m.dst_stage);
+  return m;
+}
+
 std::vector<Action> dependencies(const Schedule& sch, const Action& a) {
   const int32_t s = a.stage, mb = a.microbatch;
-  const bool lowered = sch.lowered;
-  const int32_t last = sch.num_stages - 1;
   std::vector<Action> deps;
-  // Input of stage s comes from stage s-1: locally, or through a RECV when lowered.
-  auto upstream_act = [&] {
-    if (s == 0) return;
-    if (lowered && sch.rank_of(s - 1) != sch.rank_of(s)) {
-      deps.push_back({ActionType::kRecvAct, s, mb});
+  // The message a compute action consumes: through its RECV when lowered and it crosses ranks,
+  // else straight from the compute action that produced it.
+  auto input_message = [&] {
+    const std::optional<MessageRoute> in = message_route(sch, a, MessageEnd::kIn);
+    if (!in) return;
+    if (sch.lowered && !in->local()) {
+      deps.push_back(in->recv());
     } else {
-      deps.push_back({ActionType::kForward, s - 1, mb});
-    }
-  };
-  auto downstream_grad = [&] {
-    if (s == last) return;
-    if (lowered && sch.rank_of(s + 1) != sch.rank_of(s)) {
-      deps.push_back({ActionType::kRecvGrad, s, mb});
-    } else {
-      deps.push_back({ActionType::kBackwardInput, s + 1, mb});
+      deps.push_back(
+          {in->gradient ? ActionType::kBackwardInput : ActionType::kForward, in->src_stage, mb});
     }
   };
   switch (a.type) {
     case ActionType::kForward:
-      upstream_act();
+      input_message();
       break;
     case ActionType::kBackwardInput:
     case ActionType::kBackward:
       deps.push_back({ActionType::kForward, s, mb});
-      downstream_grad();
+      input_message();
       break;
     case ActionType::kBackwardWeight:
       deps.push_back({ActionType::kBackwardInput, s, mb});
@@ -43,10 +85,8 @@ std::vector<Action> dependencies(const Schedule& sch, const Action& a) {
       deps.push_back({ActionType::kBackwardInput, s, mb});
       break;
     case ActionType::kRecvAct:
-      if (s > 0) deps.push_back({ActionType::kSendAct, s - 1, mb});
-      break;
     case ActionType::kRecvGrad:
-      if (s < last) deps.push_back({ActionType::kSendGrad, s + 1, mb});
+      if (auto in = message_route(sch, a, MessageEnd::kIn)) deps.push_back(in->send());
       break;
   }
   return deps;
@@ -55,7 +95,7 @@ std::vector<Action> dependencies(const Schedule& sch, const Action& a) {
 CompletionSet::CompletionSet(const Schedule& sch)
     : stages_(sch.num_stages),
       microbatches_(sch.num_microbatches),
-      done_(static_cast<size_t>(8) * sch.num_stages * sch.num_microbatches, 0) {}
+      done_(static_cast<size_t>(kNumActionTypes) * sch.num_stages * sch.num_microbatches, 0) {}
 
 size_t CompletionSet::index(ActionType t, int32_t stage, int32_t mb) const {
   TP_CHECK(stage >= 0 && stage < stages_ && mb >= 0 && mb < microbatches_, "stage=", stage,

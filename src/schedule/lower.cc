@@ -24,7 +24,7 @@ Result<Schedule> lower(const Schedule& in) {
     prog.clear();
     prog.reserve(in.programs.size() ? 3 * in.size() / in.programs.size() : 0);
   }
-  const int32_t P = in.num_ranks, S = in.num_stages;
+  const int32_t P = in.num_ranks;
   CompletionSet placed(out);
   std::vector<size_t> next(P, 0);
   size_t remaining = in.size();
@@ -39,24 +39,13 @@ Result<Schedule> lower(const Schedule& in) {
       ++next[r];
       --remaining;
       progress = true;
-      const bool makes_act = a.type == ActionType::kForward && a.stage + 1 < S;
-      const bool makes_grad =
-          (a.type == ActionType::kBackwardInput || a.type == ActionType::kBackward) && a.stage > 0;
-      if (makes_act && in.rank_of(a.stage + 1) != r) {
-        const Action send{ActionType::kSendAct, a.stage, a.microbatch};
-        const Action recv{ActionType::kRecvAct, a.stage + 1, a.microbatch};
-        out.programs[r].push_back(send);
-        out.programs[in.rank_of(a.stage + 1)].push_back(recv);
-        placed.mark(send);
-        placed.mark(recv);
-      }
-      if (makes_grad && in.rank_of(a.stage - 1) != r) {
-        const Action send{ActionType::kSendGrad, a.stage, a.microbatch};
-        const Action recv{ActionType::kRecvGrad, a.stage - 1, a.microbatch};
-        out.programs[r].push_back(send);
-        out.programs[in.rank_of(a.stage - 1)].push_back(recv);
-        placed.mark(send);
-        placed.mark(recv);
+      // A message that leaves the rank: its SEND right after the producer, and the matching
+      // RECV on the receiving rank at that same moment.
+      if (auto m = message_route(in, a, MessageEnd::kOut); m && !m->local()) {
+        out.programs[m->src_rank].push_back(m->send());
+        out.programs[m->dst_rank].push_back(m->recv());
+        placed.mark(m->send());
+        placed.mark(m->recv());
       }
     }
     if (!progress) {

@@ -24,7 +24,7 @@ struct Place {
 class Placements {
  public:
   Placements(int32_t stages, int32_t mbs)
-      : stages_(stages), mbs_(mbs), at_(static_cast<size_t>(8) * stages * mbs) {}
+      : stages_(stages), mbs_(mbs), at_(static_cast<size_t>(kNumActionTypes) * stages * mbs) {}
   Place& at(ActionType t, int32_t s, int32_t mb) {
     return at_[(static_cast<size_t>(t) * stages_ + s) * mbs_ + mb];
   }
@@ -147,38 +147,47 @@ Status validate(const Schedule& sch) {
                                 i ? "W" : (w ? "I" : "B"), mb));
       }
       if (!sch.lowered) continue;
-      const bool act_edge = s + 1 < S && sch.stage_to_rank[s + 1] != sch.stage_to_rank[s];
-      const bool grad_edge = s > 0 && sch.stage_to_rank[s - 1] != sch.stage_to_rank[s];
-      auto expect = [&](ActionType t, int32_t st, bool needed, const char* what) -> Status {
-        const Place p = seen.at(t, st, mb);
+      // The activation and the gradient stage s sends: a SEND and a RECV exactly when the message
+      // crosses ranks, none when it stays on the rank or there is no stage to receive it.
+      auto expect = [&](const Action& x, bool needed, const char* what) -> Status {
+        const Place p = seen.at(x.type, x.stage, x.microbatch);
         if (needed && p.rank < 0) {
-          return fail(sch, {sch.stage_to_rank[st], -1},
-                      fmt::format("{}{}{} is missing: {}", st, action_type_name(t), mb, what));
+          return fail(sch, {sch.stage_to_rank[x.stage], -1},
+                      fmt::format("{} is missing: {}", to_string(x), what));
         }
         if (!needed && p.rank >= 0) {
-          return fail(sch, {p.rank, p.step},
-                      fmt::format("{}{}{} has no peer: {}", st, action_type_name(t), mb, what));
+          return fail(sch, {p.rank, p.step}, fmt::format("{} has no peer: {}", to_string(x), what));
         }
         return OkStatus();
       };
-      TP_RETURN_IF_ERROR(expect(ActionType::kSendAct, s, act_edge,
-                                "a SEND_F exactly where stage s+1 lives on another rank"));
-      if (s + 1 < S)
-        TP_RETURN_IF_ERROR(expect(ActionType::kRecvAct, s + 1, act_edge,
-                                  "a RECV_F matches each SEND_F of the stage before"));
-      TP_RETURN_IF_ERROR(expect(ActionType::kSendGrad, s, grad_edge,
-                                "a SEND_B exactly where stage s-1 lives on another rank"));
-      if (s > 0)
-        TP_RETURN_IF_ERROR(expect(ActionType::kRecvGrad, s - 1, grad_edge,
-                                  "a RECV_B matches each SEND_B of the stage after"));
+      for (const bool gradient : {false, true}) {
+        const Action producer{gradient ? ActionType::kBackwardInput : ActionType::kForward, s, mb};
+        const std::optional<MessageRoute> m = message_route(sch, producer, MessageEnd::kOut);
+        const bool crosses = m && !m->local();
+        const Action send{gradient ? ActionType::kSendGrad : ActionType::kSendAct, s, mb};
+        TP_RETURN_IF_ERROR(expect(send, crosses,
+                                  gradient
+                                      ? "a SEND_B exactly where stage s-1 lives on another rank"
+                                      : "a SEND_F exactly where stage s+1 lives on another rank"));
+        if (m) {
+          TP_RETURN_IF_ERROR(expect(m->recv(), crosses,
+                                    gradient ? "a RECV_B matches each SEND_B of the stage after"
+                                             : "a RECV_F matches each SEND_F of the stage before"));
+        }
+      }
     }
   }
-  // Stray RECVs at the ends of the pipeline.
+  // Stray RECVs at the ends of the pipeline, where no stage sends.
   for (int32_t mb = 0; mb < M; ++mb) {
-    const Place a = seen.at(ActionType::kRecvAct, 0, mb);
-    if (a.rank >= 0) return fail(sch, {a.rank, a.step}, "stage 0 has no upstream to receive from");
-    const Place g = seen.at(ActionType::kRecvGrad, S - 1, mb);
-    if (g.rank >= 0) return fail(sch, {g.rank, g.step}, "the last stage has no downstream to receive from");
+    for (const Action& r :
+         {Action{ActionType::kRecvAct, 0, mb}, Action{ActionType::kRecvGrad, S - 1, mb}}) {
+      const Place p = seen.at(r.type, r.stage, r.microbatch);
+      if (p.rank < 0 || message_route(sch, r, MessageEnd::kIn)) continue;
+      return fail(sch, {p.rank, p.step},
+                  r.type == ActionType::kRecvAct
+                      ? "stage 0 has no upstream to receive from"
+                      : "the last stage has no downstream to receive from");
+    }
   }
 
   // Dry run: run every rank as far as its dependencies allow; all must finish.

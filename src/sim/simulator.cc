@@ -63,35 +63,15 @@ EventKind kind_of(ActionType t) {
   return EventKind::kOther;
 }
 
-// The stage on the other end of a message action: SEND_F s -> s+1, SEND_B s -> s-1,
-// RECV_F s <- s-1, RECV_B s <- s+1.
-int32_t peer_stage(const Action& a) {
-  switch (a.type) {
-    case ActionType::kSendAct:
-    case ActionType::kRecvGrad: return a.stage + 1;
-    case ActionType::kSendGrad:
-    case ActionType::kRecvAct: return a.stage - 1;
-    case ActionType::kForward:
-    case ActionType::kBackwardInput:
-    case ActionType::kBackwardWeight:
-    case ActionType::kBackward: break;
-  }
-  return -1;
+// The message a SEND or RECV carries; nullopt for one at the ends of the pipeline.
+std::optional<MessageRoute> comm_route(const Schedule& sch, const Action& a) {
+  return message_route(sch, a, is_send(a.type) ? MessageEnd::kOut : MessageEnd::kIn);
 }
 
-// The RECV matching a SEND, and the SEND matching a RECV.
-Action matching(const Action& a) {
-  switch (a.type) {
-    case ActionType::kSendAct: return {ActionType::kRecvAct, a.stage + 1, a.microbatch};
-    case ActionType::kRecvAct: return {ActionType::kSendAct, a.stage - 1, a.microbatch};
-    case ActionType::kSendGrad: return {ActionType::kRecvGrad, a.stage - 1, a.microbatch};
-    case ActionType::kRecvGrad: return {ActionType::kSendGrad, a.stage + 1, a.microbatch};
-    case ActionType::kForward:
-    case ActionType::kBackwardInput:
-    case ActionType::kBackwardWeight:
-    case ActionType::kBackward: break;
-  }
-  return a;
+// The RECV matching a SEND, and the SEND matching a RECV. REQUIRES: a checked comm action.
+Action matching(const Schedule& sch, const Action& a) {
+  const MessageRoute m = *comm_route(sch, a);
+  return is_send(a.type) ? m.recv() : m.send();
 }
 
 // to_string(a) without fmt: this runs once per simulated action.
@@ -166,10 +146,9 @@ class Simulator {
         }
         if (is_comm(a.type)) {
           has_comm = true;
-          const int32_t ps = peer_stage(a);
-          if (ps < 0 || ps >= S_) {
-            return Status::invalid_argument(
-                fmt::format("{}: there is no stage {} to talk to", where(), ps));
+          if (!comm_route(sch_, a)) {
+            return Status::invalid_argument(fmt::format(
+                "{}: there is no stage on the other end (stages 0..{})", where(), S_ - 1));
           }
         }
       }
@@ -180,9 +159,10 @@ class Simulator {
     }
     if (!sch_.lowered) {
       bool costly = false;
-      for (int32_t s = 0; s + 1 < S_; ++s)
-        if (sch_.stage_to_rank[s] != sch_.stage_to_rank[s + 1] && cost_.message_time(s, s + 1) > 0)
-          costly = true;
+      for (int32_t s = 0; s < S_; ++s) {
+        const auto m = message_route(sch_, {ActionType::kForward, s, 0}, MessageEnd::kOut);
+        if (m && !m->local() && cost_.message_time(m->src_stage, m->dst_stage) > 0) costly = true;
+      }
       if (costly || !overlap_) {
         return Status::invalid_argument(fmt::format(
             "simulate: schedule '{}' is compute-only but {}; hint: lower() it first so SEND/RECV "
@@ -195,7 +175,7 @@ class Simulator {
 
   Result<SimResult> run() {
     TP_RETURN_IF_ERROR(check_input());
-    const size_t keys = static_cast<size_t>(8) * S_ * M_;
+    const size_t keys = static_cast<size_t>(kNumActionTypes) * S_ * M_;
     wait_head_.assign(keys, -1);
     send_start_.assign(keys, -1.0);
     posted_at_.assign(keys, -1.0);
@@ -275,9 +255,9 @@ class Simulator {
     ev.start = start;
     ev.end = end;
     if (is_comm(a.type)) {
-      const int32_t ps = peer_stage(a);
-      ev.peer = sch_.stage_to_rank[ps];
-      ev.bytes = cost_.message_bytes(a.stage, ps);
+      const MessageRoute m = *comm_route(sch_, a);
+      ev.peer = is_send(a.type) ? m.dst_rank : m.src_rank;
+      ev.bytes = cost_.message_bytes(m.src_stage, m.dst_stage);
     }
   }
 
@@ -349,11 +329,11 @@ class Simulator {
         }
         case ActionType::kSendAct:
         case ActionType::kSendGrad: {
-          const int32_t ps = peer_stage(a);
-          const double dur = cost_.message_time(a.stage, ps);
+          const MessageRoute m = *comm_route(sch_, a);
+          const double dur = cost_.message_time(m.src_stage, m.dst_stage);
           send_start_[key(a)] = now;
           ++st.messages_sent;
-          st.bytes_sent += cost_.message_bytes(a.stage, ps);
+          st.bytes_sent += cost_.message_bytes(m.src_stage, m.dst_stage);
           st.comm += dur;
           record(r, a, Lane::kComm, now, now + dur);
           push(now + dur, a, r, !overlap_);
@@ -366,7 +346,7 @@ class Simulator {
           // the message waits for it (as the executor does). Blocking mode differs in the SENDs.
           posted_at_[key(a)] = now;
           ++outstanding_recvs_;
-          if (done_.has(matching(a))) push(now, a, r, false);
+          if (done_.has(matching(sch_, a))) push(now, a, r, false);
           break;
         }
       }
@@ -391,7 +371,7 @@ class Simulator {
     const double t = e.time;
     res_.makespan = std::max(res_.makespan, t);
     if (is_recv(a.type)) {
-      const double start = std::max(posted_at_[key(a)], send_start_[key(matching(a))]);
+      const double start = std::max(posted_at_[key(a)], send_start_[key(matching(sch_, a))]);
       res_.ranks[e.rank].comm += t - start;
       record(e.rank, a, Lane::kComm, start, t);
       --outstanding_recvs_;
@@ -403,9 +383,9 @@ class Simulator {
       wake(key({ActionType::kBackwardWeight, a.stage, a.microbatch}), t);
     }
     if (is_send(a.type)) {
-      const Action recv = matching(a);
-      if (posted_at_[key(recv)] >= 0 && !done_.has(recv)) {
-        push(t, recv, sch_.stage_to_rank[recv.stage], false);
+      const MessageRoute m = *comm_route(sch_, a);
+      if (posted_at_[key(m.recv())] >= 0 && !done_.has(m.recv())) {
+        push(t, m.recv(), m.dst_rank, false);
       }
     }
     if (e.occupies) {
@@ -437,7 +417,7 @@ class Simulator {
         for (const Action& a : sch_.programs[r]) {
           if (is_recv(a.type) && posted_at_[key(a)] >= 0 && !done_.has(a)) {
             blocked += fmt::format("\n  rank {}: {} posted but {} never sent", r, to_string(a),
-                                   to_string(matching(a)));
+                                   to_string(matching(sch_, a)));
           }
         }
       }

@@ -1,61 +1,90 @@
 // A dead or stalled peer ends the run on every other rank with a clear error within the timeout:
-// nothing hangs. Runs the tightpipe binary as a user would.
+// nothing hangs. The failures come from outside the library: a fault-injecting Transport
+// decorator (tests/testutil/fault_transport.h) put into the run through WorldOptions::wrap,
+// in-process on threads and, for MPI, in fault_train started under mpirun.
 #include <gtest/gtest.h>
 
+#include "fault_transport.h"
 #include "run.h"
 #include "tightpipe/base.h"
+#include "tightpipe/trainer.h"
+#include "tiny_train.h"
 
 namespace tightpipe {
 namespace {
 
 using testutil::run_command;
 
-const std::string kTrain =
-    testutil::tightpipe_binary() +
-    " train --compute emulated --cost f=2,b=4 --num-layers 4 --hidden-size 16 "
-    "--num-attention-heads 2 --seq-length 8 --micro-batch-size 2 --num-microbatches 6 "
-    "--train-iters 4 --pipeline-timeout 2";
+// In 1F1B with p = 3 and m = 6, rank 1 sends 12 messages per step (6 activations, 6 gradients):
+// failing at its 19th send is halfway through step 1.
+constexpr int64_t kHalfwayThroughStep1 = 18;
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t pos = 0; (pos = text.find(what, pos)) != std::string::npos; pos += what.size()) ++n;
+  return n;
+}
 
 TEST(FailureTest, StalledThreadRankStopsTheOthersWithinTheTimeout) {
+  TrainOptions o = testutil::tiny_emulated_options(3);
+  testutil::FaultOptions fault;
+  fault.rank = 1;
+  fault.after_sends = kHalfwayThroughStep1;
+  fault.kind = testutil::FaultKind::kStall;
+  fault.stall_s = 8;
+  o.world.wrap = testutil::fault_wrapper(fault);
   const double t0 = now_seconds();
-  auto r = run_command(kTrain + " --pp 3 --schedule 1f1b --debug-fail stall:1:1:8");
+  auto r = run_training(o);
   const double elapsed = now_seconds() - t0;
-  EXPECT_NE(r.exit_code, 0);
+  ASSERT_FALSE(r.ok()) << "a peer stalled for 8 s past a 2 s time-out";
   EXPECT_LT(elapsed, 15.0) << "a stalled peer must not hang the run";
-  // The error names the rank that gave up, the action it waited for and the silent peer.
-  EXPECT_NE(r.err.find("waiting for"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("from rank 1"), std::string::npos) << r.err;
+  // The error is a neighbour's own time-out (not the echo of an abort): it names the rank that
+  // gave up, the step, the action it waited for and the silent peer.
+  const Status& s = r.status();
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.to_string();
+  EXPECT_NE(s.message().find(" step 1 action "), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("waiting for"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("from rank 1"), std::string::npos) << s.message();
 }
 
 TEST(FailureTest, KilledMpiRankEndsEveryOtherRankWithAnError) {
   if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
+  // Rank 1 ends its process with status 0 and without MPI_Finalize. With
+  // orte_allowed_exit_without_sync that alone does not make mpirun stop the job, so the survivors
+  // run into their time-outs and report; the first survivor to exit with status 1 then makes
+  // mpirun stop the job and exit non-zero (--linger-s gives the other survivor time to report).
+  // (--enable-recovery would also keep the survivors alive, but mpirun then exits 0 whatever the
+  // ranks do.)
   const double t0 = now_seconds();
   auto r = run_command(
-      "mpirun --allow-run-as-root --oversubscribe --enable-recovery -np 3 " + kTrain +
-      " --transport mpi --pp 3 --schedule 1f1b --debug-fail exit:1:1");
+      "mpirun --allow-run-as-root --oversubscribe --mca orte_allowed_exit_without_sync 1 -np 3 " +
+      std::string(TP_BINARY_DIR) + "/tests/integration/fault_train --transport mpi --pp 3 " +
+      "--timeout 2 --linger-s 1 --fault kill:1:" + std::to_string(kHalfwayThroughStep1) + ":0");
   const double elapsed = now_seconds() - t0;
-  EXPECT_LT(elapsed, 30.0) << "a dead peer must not hang the run";
   const std::string all = r.out + r.err;
-  EXPECT_NE(all.find("rank 1: exiting in step 1"), std::string::npos) << all;
-  // Both survivors report an error of their own naming the dead peer.
-  int errors = 0;
-  for (size_t pos = 0; (pos = all.find("tightpipe train: error:", pos)) != std::string::npos; ++pos)
-    ++errors;
-  EXPECT_GE(errors, 2) << all;
-  EXPECT_NE(all.find("rank 1"), std::string::npos) << all;
+  EXPECT_LT(elapsed, 30.0) << "a dead peer must not hang the run";
+  EXPECT_NE(r.exit_code, 0) << all;
+  EXPECT_EQ(count(all, "rank 1: killed after 18 sends"), 1) << all;
+  // Both survivors report an error of their own, each naming the dead peer.
+  const std::string kError = "fault_train: error: ";
+  EXPECT_EQ(count(all, kError), 2) << all;
+  for (size_t pos = 0; (pos = all.find(kError, pos)) != std::string::npos; pos += kError.size()) {
+    const std::string line = all.substr(pos, all.find('\n', pos) - pos);
+    EXPECT_NE(line.find("rank 1"), std::string::npos) << line;
+  }
 }
 
 TEST(FailureTest, MpiWorldSizeOtherThanPpStopsEveryRankBeforeWork) {
   if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
-  auto r = run_command("mpirun --allow-run-as-root --oversubscribe -np 2 " + kTrain +
-                       " --transport mpi --pp 3");
+  auto r = run_command("mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                       testutil::tightpipe_binary() +
+                       " train --compute emulated --cost f=2,b=4 --num-layers 4 --hidden-size 16 "
+                       "--num-attention-heads 2 --seq-length 8 --micro-batch-size 2 "
+                       "--num-microbatches 6 --train-iters 4 --pipeline-timeout 2 --transport mpi "
+                       "--pp 3");
   const std::string all = r.out + r.err;
-  int lines = 0;
-  for (size_t pos = 0; (pos = all.find("this MPI job has 2 processes but the pipeline needs 3 ranks",
-                                       pos)) != std::string::npos;
-       ++pos)
-    ++lines;
-  EXPECT_EQ(lines, 2) << all;  // one clear line from each process
+  EXPECT_EQ(count(all, "this MPI job has 2 processes but the pipeline needs 3 ranks"), 2)
+      << all;  // one clear line from each process
   EXPECT_NE(all.find("hint: start it with mpirun -np 3"), std::string::npos) << all;
   EXPECT_EQ(all.find("step "), std::string::npos) << "no work may start: " << all;
 }

@@ -45,10 +45,8 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
   g->add_option("--on-corrupt", f.on_corrupt, "corrupt shard: fail or skip")->capture_default_str();
   g->add_option("--emulate-data-delay-ms", f.data_delay_ms,
                 "make the loader sleep this long per batch (to study data waits)");
-  g->add_option("--measure-warmup-steps", f.warmup_steps,
-                "steps left out of the summary's medians")
+  g->add_option("--measure-warmup-steps", f.warmup_steps, "steps left out of the summary's medians")
       ->capture_default_str();
-  // Failure injection for the tests; hidden from --help.
 }
 
 Status run_pipeline(TrainOptions o, const PipelineFlags& f) {

@@ -1,0 +1,52 @@
+// fault_train: a tiny emulated-compute training run (testutil::tiny_emulated_options) through
+// run_training with one injected failure (tests/testutil/fault_transport.h), for failure_test to
+// launch under mpirun:
+//
+//   mpirun -np 3 fault_train --transport mpi --pp 3 --fault kill:1:18
+//
+// Every rank that ends with an error prints one "fault_train: error: ..." block on stderr and
+// exits 1. With --linger-s it first waits that long, so that under mpirun the other survivors
+// report too before mpirun stops the job on the first non-zero exit.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "fault_transport.h"
+#include "tightpipe/trainer.h"
+#include "tiny_train.h"
+
+int main(int argc, char** argv) {
+  using namespace tightpipe;
+  CLI::App app{"tiny emulated training run with one injected failure", "fault_train"};
+  std::string transport = "threads", schedule = "1f1b", fault;
+  int32_t pp = 3;
+  double timeout_s = 2, linger_s = 0;
+  app.add_option("--transport", transport, "threads or mpi")->capture_default_str();
+  app.add_option("--pp", pp, "pipeline ranks")->capture_default_str();
+  app.add_option("--schedule", schedule, "schedule name")->capture_default_str();
+  app.add_option("--fault", fault, "stall:RANK:SENDS:SECONDS or kill:RANK:SENDS[:EXIT_CODE]")
+      ->required();
+  app.add_option("--timeout", timeout_s, "seconds a rank waits for a peer")->capture_default_str();
+  app.add_option("--linger-s", linger_s, "seconds to wait after an error before exiting")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  auto run = [&]() -> Status {
+    TrainOptions o = testutil::tiny_emulated_options(pp, schedule);
+    o.exec.timeout_s = timeout_s;
+    TP_ASSIGN_OR_RETURN(o.world.kind, parse_transport_kind(transport));
+    TP_ASSIGN_OR_RETURN(testutil::FaultOptions f, testutil::parse_fault(fault));
+    o.world.wrap = testutil::fault_wrapper(f);
+    return run_training(o).status();
+  };
+  const Status s = run();
+  if (s.ok()) {
+    std::printf("fault_train: ok\n");
+    return 0;
+  }
+  std::fprintf(stderr, "fault_train: error: %s\n", s.message().c_str());
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::duration<double>(linger_s));
+  return 1;
+}

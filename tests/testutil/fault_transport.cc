@@ -1,0 +1,110 @@
+#include "fault_transport.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "tightpipe/base.h"
+
+namespace tightpipe::testutil {
+namespace {
+
+class FaultTransport final : public Transport {
+ public:
+  FaultTransport(std::unique_ptr<Transport> inner, FaultOptions options)
+      : inner_(std::move(inner)), options_(options) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return "fault(" + inner_->name() + ")"; }
+
+  std::unique_ptr<Request> isend(int dst, int tag, std::span<const std::byte> data) override {
+    if (tag < kMaxUserTag && sends_.fetch_add(1) == options_.after_sends) fail(dst);
+    return inner_->isend(dst, tag, data);
+  }
+  std::unique_ptr<Request> irecv(int src, int tag, std::span<std::byte> data) override {
+    return inner_->irecv(src, tag, data);
+  }
+  void abort(std::string_view reason) override { inner_->abort(reason); }
+  std::optional<Status> aborted() const override { return inner_->aborted(); }
+
+ private:
+  void fail(int dst) {
+    const int r = inner_->rank();
+    const long long n = static_cast<long long>(options_.after_sends);
+    switch (options_.kind) {
+      case FaultKind::kStall:
+        std::fprintf(stderr, "rank %d: stalling %.3g s after %lld sends (fault injection)\n", r,
+                     options_.stall_s, n);
+        std::this_thread::sleep_for(std::chrono::duration<double>(options_.stall_s));
+        return;
+      case FaultKind::kKill:
+        std::fprintf(stderr,
+                     "rank %d: killed after %lld sends, before a send to rank %d (fault "
+                     "injection)\n",
+                     r, n, dst);
+        std::fflush(stderr);
+        std::fflush(stdout);
+        std::_Exit(options_.exit_code);
+    }
+  }
+
+  std::unique_ptr<Transport> inner_;
+  const FaultOptions options_;
+  std::atomic<int64_t> sends_{0};
+};
+
+}  // namespace
+
+Result<FaultOptions> parse_fault(std::string_view spec) {
+  auto bad = [&] {
+    return Status::invalid_argument(fmt::format(
+        "fault '{}': expected stall:RANK:SENDS:SECONDS or kill:RANK:SENDS[:EXIT_CODE]; hint: "
+        "stall:1:18:8 stalls rank 1 for 8 s when it posts its 19th send",
+        spec));
+  };
+  const std::vector<std::string> parts = split(spec, ':');
+  if (parts.size() < 3 || parts.size() > 4) return bad();
+  FaultOptions o;
+  if (parts[0] == "stall") {
+    o.kind = FaultKind::kStall;
+  } else if (parts[0] == "kill") {
+    o.kind = FaultKind::kKill;
+  } else {
+    return bad();
+  }
+  auto rank = parse_int(parts[1]);
+  auto sends = parse_int(parts[2]);
+  if (!rank.ok() || !sends.ok() || *rank < 0 || *sends < 0) return bad();
+  o.rank = static_cast<int>(*rank);
+  o.after_sends = *sends;
+  if (o.kind == FaultKind::kStall) {
+    if (parts.size() != 4) return bad();
+    auto secs = parse_double(parts[3]);
+    if (!secs.ok() || !(*secs >= 0)) return bad();
+    o.stall_s = *secs;
+  } else if (parts.size() == 4) {
+    auto code = parse_int(parts[3]);
+    if (!code.ok() || *code < 0 || *code > 255) return bad();
+    o.exit_code = static_cast<int>(*code);
+  }
+  return o;
+}
+
+std::unique_ptr<Transport> make_fault_transport(std::unique_ptr<Transport> inner, int rank,
+                                                FaultOptions options) {
+  if (rank != options.rank) return inner;
+  return std::make_unique<FaultTransport>(std::move(inner), options);
+}
+
+TransportWrapper fault_wrapper(FaultOptions options) {
+  return [options](std::unique_ptr<Transport> inner, int rank) {
+    return make_fault_transport(std::move(inner), rank, options);
+  };
+}
+
+}  // namespace tightpipe::testutil
