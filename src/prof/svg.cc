@@ -56,6 +56,110 @@ std::string_view event_kind_color(EventKind kind) {
   return "#000000";
 }
 
+namespace {
+
+// Where things go on the page: rows start at `top`, time t is drawn at x(t).
+struct SvgLayout {
+  int left = 70, right = 20;
+  int title_h = 0, legend_h = 26, top = 0, rows_h = 0, axis_h = 40, height = 0;
+  double makespan = 0, sx = 0;  // time end and pixels per time unit
+  double x(double t) const { return left + t * sx; }
+};
+
+SvgLayout svg_layout(const Timeline& timeline, const SvgOptions& options, double makespan) {
+  SvgLayout layout;
+  layout.title_h = options.title.empty() ? 0 : 24;
+  layout.top = 10 + layout.title_h + layout.legend_h;
+  layout.rows_h = options.row_height * static_cast<int>(timeline.ranks.size());
+  layout.height = layout.top + layout.rows_h + layout.axis_h;
+  const double plot_w = std::max(10, options.width - layout.left - layout.right);
+  layout.makespan = makespan;
+  layout.sx = makespan > 0 ? plot_w / makespan : 0.0;
+  return layout;
+}
+
+std::string svg_legend(const SvgLayout& layout) {
+  const int ly = 10 + layout.title_h;
+  std::string out = "<g class=\"legend\">\n";
+  struct Item {
+    const char* label;
+    std::string color;
+  };
+  const Item items[] = {
+      {"F forward", std::string(event_kind_color(EventKind::kForward))},
+      {"I input grad", std::string(event_kind_color(EventKind::kBackwardInput))},
+      {"W weight grad", std::string(event_kind_color(EventKind::kBackwardWeight))},
+      {"B full backward", std::string(event_kind_color(EventKind::kBackward))},
+      {"SEND", std::string(event_kind_color(EventKind::kSend))},
+      {"RECV", std::string(event_kind_color(EventKind::kRecv))},
+      {"other", std::string(event_kind_color(EventKind::kOther))},
+      {"idle", kIdleColor},
+  };
+  int x = layout.left;
+  for (const Item& it : items) {
+    out += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\" stroke=\"#666\" "
+        "stroke-width=\"0.5\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
+        x, ly, it.color, x + 16, ly + 10, it.label);
+    x += 30 + static_cast<int>(std::string_view(it.label).size()) * 7;
+  }
+  return out + "</g>\n";
+}
+
+// Row `i`: the idle background, then each event (compute as a bar, comm as a strip under it).
+std::string svg_rank_row(const RankTimeline& rt, size_t i, const SvgLayout& layout,
+                         const SvgOptions& options, bool titles) {
+  const double bar_h = options.row_height * 0.62;
+  const double comm_h = options.row_height * 0.18;
+  const double y = layout.top + static_cast<double>(i) * options.row_height;
+  std::string out = fmt::format("<g class=\"rank\" data-rank=\"{}\">\n", rt.rank);
+  out += fmt::format("<text x=\"{}\" y=\"{:.2f}\" text-anchor=\"end\">rank {}</text>\n",
+                     layout.left - 6, y + bar_h * 0.5 + 4, rt.rank);
+  out += fmt::format(
+      "<rect class=\"idle\" x=\"{}\" y=\"{:.2f}\" width=\"{:.3f}\" height=\"{:.2f}\" "
+      "fill=\"{}\"/>\n",
+      layout.left, y + 2, layout.makespan * layout.sx, bar_h, kIdleColor);
+  for (const TimelineEvent& e : rt.events) {
+    const bool comm = e.lane != Lane::kCompute;
+    const double ey = comm ? y + 2 + bar_h + 1 : y + 2;
+    const double eh = comm ? comm_h : bar_h;
+    const double w = std::max(0.0, (e.end - e.start) * layout.sx);
+    out += fmt::format(
+        "<rect class=\"ev\" x=\"{:.3f}\" y=\"{:.2f}\" width=\"{:.3f}\" height=\"{:.2f}\" "
+        "fill=\"{}\" stroke=\"#ffffff\" stroke-width=\"0.3\"",
+        layout.x(e.start), ey, w, eh, event_kind_color(e.kind));
+    if (titles) {
+      out += fmt::format("><title>{} [{:g}, {:g}]</title></rect>\n", xml_escape(e.name), e.start,
+                         e.end);
+    } else {
+      out += "/>\n";
+    }
+  }
+  return out + "</g>\n";
+}
+
+// The time axis under the rows: "nice" ticks and the unit.
+std::string svg_axis(const SvgLayout& layout, const std::string& time_unit) {
+  const double ay = layout.top + layout.rows_h + 4;
+  std::string out = "<g class=\"axis\">\n";
+  out +=
+      fmt::format("<line x1=\"{}\" y1=\"{:.2f}\" x2=\"{:.3f}\" y2=\"{:.2f}\" stroke=\"#333\"/>\n",
+                  layout.left, ay, layout.x(layout.makespan), ay);
+  const double step = nice_step(layout.makespan, 10);
+  for (int k = 0; layout.makespan > 0 && k * step <= layout.makespan * (1 + 1e-9); ++k) {
+    const double t = k * step;
+    out += fmt::format(
+        "<line x1=\"{:.3f}\" y1=\"{:.2f}\" x2=\"{:.3f}\" y2=\"{:.2f}\" stroke=\"#333\"/>"
+        "<text x=\"{:.3f}\" y=\"{:.2f}\" text-anchor=\"middle\">{:g}</text>\n",
+        layout.x(t), ay, layout.x(t), ay + 5, layout.x(t), ay + 18, t);
+  }
+  out += fmt::format("<text x=\"{:.3f}\" y=\"{:.2f}\" text-anchor=\"end\">time ({})</text>\n",
+                     layout.x(layout.makespan), ay + 34, xml_escape(time_unit));
+  return out + "</g>\n";
+}
+
+}  // namespace
+
 std::string to_svg(const Timeline& timeline, const SvgOptions& options) {
   double makespan = 0;
   size_t n_events = 0;
@@ -64,16 +168,7 @@ std::string to_svg(const Timeline& timeline, const SvgOptions& options) {
     for (const auto& e : r.events) makespan = std::max(makespan, e.end);
   }
   const bool titles = options.hover_titles && n_events <= 200000;
-  const int left = 70, right = 20;
-  const int title_h = options.title.empty() ? 0 : 24;
-  const int legend_h = 26;
-  const int top = 10 + title_h + legend_h;
-  const int rows_h = options.row_height * static_cast<int>(timeline.ranks.size());
-  const int axis_h = 40;
-  const int height = top + rows_h + axis_h;
-  const double plot_w = std::max(10, options.width - left - right);
-  const double sx = makespan > 0 ? plot_w / makespan : 0.0;
-  auto X = [&](double t) { return left + t * sx; };
+  const SvgLayout layout = svg_layout(timeline, options, makespan);
 
   std::string out;
   out.reserve(4096 + n_events * (titles ? 160 : 100));
@@ -81,92 +176,17 @@ std::string to_svg(const Timeline& timeline, const SvgOptions& options) {
   out += fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "viewBox=\"0 0 {} {}\" font-family=\"sans-serif\" font-size=\"12\">\n",
-      options.width, height, options.width, height);
+      options.width, layout.height, options.width, layout.height);
   out += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n",
-                     options.width, height);
+                     options.width, layout.height);
   if (!options.title.empty()) {
     out += fmt::format("<text x=\"{}\" y=\"22\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
-                       left, xml_escape(options.title));
+                       layout.left, xml_escape(options.title));
   }
-  // Legend.
-  {
-    const int ly = 10 + title_h;
-    out += "<g class=\"legend\">\n";
-    struct Item {
-      const char* label;
-      std::string color;
-    };
-    const Item items[] = {
-        {"F forward", std::string(event_kind_color(EventKind::kForward))},
-        {"I input grad", std::string(event_kind_color(EventKind::kBackwardInput))},
-        {"W weight grad", std::string(event_kind_color(EventKind::kBackwardWeight))},
-        {"B full backward", std::string(event_kind_color(EventKind::kBackward))},
-        {"SEND", std::string(event_kind_color(EventKind::kSend))},
-        {"RECV", std::string(event_kind_color(EventKind::kRecv))},
-        {"other", std::string(event_kind_color(EventKind::kOther))},
-        {"idle", kIdleColor},
-    };
-    int x = left;
-    for (const Item& it : items) {
-      out += fmt::format(
-          "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\" stroke=\"#666\" "
-          "stroke-width=\"0.5\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
-          x, ly, it.color, x + 16, ly + 10, it.label);
-      x += 30 + static_cast<int>(std::string_view(it.label).size()) * 7;
-    }
-    out += "</g>\n";
-  }
-  // Rows.
-  const double bar_h = options.row_height * 0.62;
-  const double comm_h = options.row_height * 0.18;
-  for (size_t i = 0; i < timeline.ranks.size(); ++i) {
-    const RankTimeline& rt = timeline.ranks[i];
-    const double y = top + static_cast<double>(i) * options.row_height;
-    out += fmt::format("<g class=\"rank\" data-rank=\"{}\">\n", rt.rank);
-    out += fmt::format("<text x=\"{}\" y=\"{:.2f}\" text-anchor=\"end\">rank {}</text>\n", left - 6,
-                       y + bar_h * 0.5 + 4, rt.rank);
-    out += fmt::format(
-        "<rect class=\"idle\" x=\"{}\" y=\"{:.2f}\" width=\"{:.3f}\" height=\"{:.2f}\" "
-        "fill=\"{}\"/>\n",
-        left, y + 2, makespan * sx, bar_h, kIdleColor);
-    for (const TimelineEvent& e : rt.events) {
-      const bool comm = e.lane != Lane::kCompute;
-      const double ey = comm ? y + 2 + bar_h + 1 : y + 2;
-      const double eh = comm ? comm_h : bar_h;
-      const double w = std::max(0.0, (e.end - e.start) * sx);
-      out += fmt::format(
-          "<rect class=\"ev\" x=\"{:.3f}\" y=\"{:.2f}\" width=\"{:.3f}\" height=\"{:.2f}\" "
-          "fill=\"{}\" stroke=\"#ffffff\" stroke-width=\"0.3\"",
-          X(e.start), ey, w, eh, event_kind_color(e.kind));
-      if (titles) {
-        out += fmt::format("><title>{} [{:g}, {:g}]</title></rect>\n", xml_escape(e.name), e.start,
-                           e.end);
-      } else {
-        out += "/>\n";
-      }
-    }
-    out += "</g>\n";
-  }
-  // Axis.
-  {
-    const double ay = top + rows_h + 4;
-    out += "<g class=\"axis\">\n";
-    out += fmt::format(
-        "<line x1=\"{}\" y1=\"{:.2f}\" x2=\"{:.3f}\" y2=\"{:.2f}\" stroke=\"#333\"/>\n", left, ay,
-        X(makespan), ay);
-    const double step = nice_step(makespan, 10);
-    for (int k = 0; makespan > 0 && k * step <= makespan * (1 + 1e-9); ++k) {
-      const double t = k * step;
-      out += fmt::format(
-          "<line x1=\"{:.3f}\" y1=\"{:.2f}\" x2=\"{:.3f}\" y2=\"{:.2f}\" stroke=\"#333\"/>"
-          "<text x=\"{:.3f}\" y=\"{:.2f}\" text-anchor=\"middle\">{:g}</text>\n",
-          X(t), ay, X(t), ay + 5, X(t), ay + 18, t);
-    }
-    out += fmt::format(
-        "<text x=\"{:.3f}\" y=\"{:.2f}\" text-anchor=\"end\">time ({})</text>\n", X(makespan),
-        ay + 34, xml_escape(timeline.time_unit));
-    out += "</g>\n";
-  }
+  out += svg_legend(layout);
+  for (size_t i = 0; i < timeline.ranks.size(); ++i)
+    out += svg_rank_row(timeline.ranks[i], i, layout, options, titles);
+  out += svg_axis(layout, timeline.time_unit);
   out += "</svg>\n";
   return out;
 }

@@ -41,6 +41,40 @@ double resolve_us_per_unit(const Timeline& t, double requested) {
   return 1e3;
 }
 
+// Each event's track (Chrome trace thread): tid = lane for the first track of a lane, 100*k + lane
+// for overflow tracks holding events that overlap an earlier one on the same lane.
+struct Tracks {
+  std::vector<int> tid_of;           // per event of the rank
+  std::map<int, std::string> names;  // tid -> thread name
+};
+
+Tracks assign_tracks(const RankTimeline& rt) {
+  std::vector<size_t> order(rt.events.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return rt.events[a].start < rt.events[b].start; });
+  std::map<int, std::vector<double>> track_ends;  // lane -> end time of each track
+  Tracks out;
+  out.tid_of.resize(rt.events.size());
+  for (size_t idx : order) {
+    const TimelineEvent& e = rt.events[idx];
+    const int lane = static_cast<int>(e.lane);
+    auto& ends = track_ends[lane];
+    size_t k = 0;
+    while (k < ends.size() && ends[k] > e.start + 1e-12 * std::max(1.0, std::abs(e.start))) ++k;
+    if (k == ends.size())
+      ends.push_back(e.end);
+    else
+      ends[k] = e.end;
+    const int tid = static_cast<int>(k) * 100 + lane;
+    out.tid_of[idx] = tid;
+    if (!out.names.count(tid)) {
+      out.names[tid] = k == 0 ? lane_name(e.lane) : fmt::format("{} #{}", lane_name(e.lane), k + 1);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string to_chrome_trace(const Timeline& timeline, const TraceOptions& options) {
@@ -67,31 +101,8 @@ std::string to_chrome_trace(const Timeline& timeline, const TraceOptions& option
     out += fmt::format(
         R"({{"ph":"M","name":"process_sort_index","pid":{},"tid":0,"args":{{"sort_index":{}}}}})",
         rt.rank, rt.rank);
-    // Assign each event a track: tid = lane for the first track of a lane, 100*k + lane for
-    // overflow tracks holding events that overlap an earlier one on the same lane.
-    std::vector<size_t> order(rt.events.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return rt.events[a].start < rt.events[b].start;
-    });
-    std::map<int, std::vector<double>> track_ends;  // lane -> end time of each track
-    std::map<int, std::string> tids;                // tid -> thread name
-    std::vector<int> tid_of(rt.events.size());
-    for (size_t idx : order) {
-      const TimelineEvent& e = rt.events[idx];
-      const int lane = static_cast<int>(e.lane);
-      auto& ends = track_ends[lane];
-      size_t k = 0;
-      while (k < ends.size() && ends[k] > e.start + 1e-12 * std::max(1.0, std::abs(e.start))) ++k;
-      if (k == ends.size()) ends.push_back(e.end);
-      else ends[k] = e.end;
-      const int tid = static_cast<int>(k) * 100 + lane;
-      tid_of[idx] = tid;
-      if (!tids.count(tid)) {
-        tids[tid] = k == 0 ? lane_name(e.lane) : fmt::format("{} #{}", lane_name(e.lane), k + 1);
-      }
-    }
-    for (const auto& [tid, name] : tids) {
+    const Tracks tracks = assign_tracks(rt);
+    for (const auto& [tid, name] : tracks.names) {
       sep();
       out += fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":)",
                          rt.rank, tid);
@@ -111,7 +122,7 @@ std::string to_chrome_trace(const Timeline& timeline, const TraceOptions& option
       append_json_string(out, event_kind_name(e.kind));
       out += fmt::format(
           R"(,"pid":{},"tid":{},"ts":{:.6f},"dur":{:.6f},"args":{{"stage":{},"microbatch":{},"step":{},"start":{},"end":{})",
-          rt.rank, tid_of[idx], e.start * scale, (e.end - e.start) * scale, e.stage,
+          rt.rank, tracks.tid_of[idx], e.start * scale, (e.end - e.start) * scale, e.stage,
           e.microbatch, e.step, e.start, e.end);
       if (e.peer >= 0) out += fmt::format(R"(,"peer":{},"bytes":{})", e.peer, e.bytes);
       out += "}}";

@@ -81,10 +81,47 @@ std::vector<Segment> segments(const std::array<double, kNumBusyKinds>& busy,
   return out;
 }
 
+// The breakdown bars' geometry: the plot starts at kBarsLeft, kBarsPlot wide.
+constexpr int kBarsLeft = 120, kBarsWidth = 1100, kBarsPlot = kBarsWidth - kBarsLeft - 80;
+constexpr int kBarH = 16;
+
+std::string bars_legend() {
+  std::string out = "<g class=\"legend\">";
+  int x = kBarsLeft;
+  for (const auto& s : segments({}, {})) {
+    out += fmt::format(
+        "<rect x=\"{}\" y=\"6\" width=\"12\" height=\"12\" fill=\"{}\" stroke=\"#666\" "
+        "stroke-width=\"0.5\"/><text x=\"{}\" y=\"16\">{}</text>",
+        x, s.color, x + 16, esc(s.label));
+    x += 28 + static_cast<int>(s.label.size()) * 7;
+  }
+  return out + "</g>\n";
+}
+
+// One stacked bar at height y: each segment's share of `total`, labelled `tag`.
+std::string bar_svg(double y, const std::vector<Segment>& segs, double total,
+                    const std::string& tag, int rank) {
+  std::string g = fmt::format("<g class=\"bar {}\" data-rank=\"{}\">", tag, rank);
+  double x = kBarsLeft;
+  for (const auto& s : segs) {
+    if (s.value <= 0 || total <= 0) continue;
+    const double w = kBarsPlot * s.value / total;
+    g += fmt::format(
+        "<rect class=\"seg\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" "
+        "fill=\"{}\"><title>rank {} {}: {} = {}</title></rect>",
+        x, y, w, kBarH, s.color, rank, tag, esc(s.label), fmt_time(s.value, "s"),
+        pct(s.value / total));
+    x += w;
+  }
+  g += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text></g>\n", kBarsLeft + kBarsPlot + 6, y + 12,
+                   tag);
+  return g;
+}
+
 std::string bars_svg(const Report& rep) {
   const int P = rep.run.num_ranks;
   const bool pred = rep.has_prediction;
-  const int left = 120, width = 1100, plot = width - left - 80, bar_h = 16;
+  const int left = kBarsLeft, width = kBarsWidth, plot = kBarsPlot, bar_h = kBarH;
   const int row_h = pred ? 2 * bar_h + 14 : bar_h + 10;
   const int legend_h = 26;
   const int height = legend_h + P * row_h + 30;
@@ -94,36 +131,7 @@ std::string bars_svg(const Report& rep) {
       width, height, width, height);
   out += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", width,
                      height);
-  {
-    auto legend = segments({}, {});
-    int x = left;
-    out += "<g class=\"legend\">";
-    for (const auto& s : legend) {
-      out += fmt::format(
-          "<rect x=\"{}\" y=\"6\" width=\"12\" height=\"12\" fill=\"{}\" stroke=\"#666\" "
-          "stroke-width=\"0.5\"/><text x=\"{}\" y=\"16\">{}</text>",
-          x, s.color, x + 16, esc(s.label));
-      x += 28 + static_cast<int>(s.label.size()) * 7;
-    }
-    out += "</g>\n";
-  }
-  auto bar = [&](double y, const std::vector<Segment>& segs, double total, const std::string& tag,
-                 int rank) {
-    std::string g = fmt::format("<g class=\"bar {}\" data-rank=\"{}\">", tag, rank);
-    double x = left;
-    for (const auto& s : segs) {
-      if (s.value <= 0 || total <= 0) continue;
-      const double w = plot * s.value / total;
-      g += fmt::format(
-          "<rect class=\"seg\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" "
-          "fill=\"{}\"><title>rank {} {}: {} = {}</title></rect>",
-          x, y, w, bar_h, s.color, rank, tag, esc(s.label), fmt_time(s.value, "s"),
-          pct(s.value / total));
-      x += w;
-    }
-    g += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text></g>\n", left + plot + 6, y + 12, tag);
-    return g;
-  };
+  out += bars_legend();
   for (int r = 0; r < P; ++r) {
     const double y = legend_h + r * row_h;
     out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">rank {}</text>\n", left - 8,
@@ -137,10 +145,11 @@ std::string bars_svg(const Report& rep) {
     double total = 0;
     for (double v : sm.rank_busy[r]) total += v;
     for (double v : sm.rank_idle[r]) total += v;
-    out += bar(y, segments(sm.rank_busy[r], sm.rank_idle[r]), total, "measured", r);
+    out += bar_svg(y, segments(sm.rank_busy[r], sm.rank_idle[r]), total, "measured", r);
     if (pred) {
       const auto& pr = rep.predicted_breakdown.ranks[r];
-      out += bar(y + bar_h + 3, segments(pr.busy, pr.idle), rep.predicted.makespan, "predicted", r);
+      out += bar_svg(y + bar_h + 3, segments(pr.busy, pr.idle), rep.predicted.makespan, "predicted",
+                     r);
     }
   }
   out += fmt::format(
@@ -243,13 +252,9 @@ std::string memory_svg(const Report& rep) {
   return out + "</svg>\n";
 }
 
-}  // namespace
-
-std::string report_html(const Report& rep) {
-  const RunData& run = rep.run;
-  const auto& sm = rep.summary;
-  std::string h;
-  h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
+// <head> with the page's style.
+std::string html_head(const RunData& run) {
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
   h += fmt::format("<title>tightpipe report: {}</title>\n", esc(run.dir));
   h += R"(<style>
 body{font-family:sans-serif;margin:20px;color:#222;max-width:1180px}
@@ -261,7 +266,14 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
 .row{display:flex;gap:24px;flex-wrap:wrap} .missing{color:#c00}
 </style></head><body>
 )";
-  h += fmt::format(
+  return h;
+}
+
+// The title line, the warnings and the headline numbers (step time, bubble measured/predicted).
+std::string html_summary(const Report& rep) {
+  const RunData& run = rep.run;
+  const auto& sm = rep.summary;
+  std::string h = fmt::format(
       "<h1>tightpipe bubble report</h1><p>{}: <b>{}</b>, p={}, v={}, m={}{}{}; {} "
       "steps measured, {} warm-up left out; drawn: step {}</p>\n",
       esc(run.dir), esc(run.schedule_name.empty() ? "?" : run.schedule_name), run.num_ranks,
@@ -286,11 +298,13 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
   } else {
     h += fmt::format("<span class=\"kpi\">no prediction: {}</span>", esc(rep.prediction_error));
   }
-  h += "</p>\n";
+  return h + "</p>\n";
+}
 
-  // Timelines on one axis.
-  h += "<h2>Timelines: measured (above) and predicted (below), one time axis</h2>\n";
-  double axis = rep.measured.ranks.empty() ? 0 : 0;
+// The measured step and the predicted one, one above the other on one time axis.
+std::string html_timelines(const Report& rep) {
+  std::string h = "<h2>Timelines: measured (above) and predicted (below), one time axis</h2>\n";
+  double axis = 0;
   for (const auto& rt : rep.measured.ranks)
     for (const auto& e : rt.events) axis = std::max(axis, e.end);
   if (rep.has_prediction) axis = std::max(axis, rep.predicted.makespan);
@@ -301,9 +315,36 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
                       fmt::format("predicted (simulator, {} costs)", rep.predicted.cost_source),
                       "predicted");
   }
+  return h;
+}
 
-  // Breakdown.
-  h += "<h2>Bubble breakdown per rank (median over measured steps)</h2>\n";
+// One row of the breakdown table.
+std::string html_rank_row(const Report& rep, int r) {
+  const auto& sm = rep.summary;
+  if (!rep.run.rank_present[r]) {
+    return fmt::format(
+        "<tr><td class=\"l\">{}</td><td class=\"l missing\" colspan=\"12\">missing"
+        "</td></tr>\n",
+        r);
+  }
+  std::string h = fmt::format("<tr><td class=\"l\">{}</td>", r);
+  for (int k = 0; k < kNumBusyKinds; ++k) h += "<td>" + fmt_time(sm.rank_busy[r][k], "s") + "</td>";
+  for (int c = 0; c < kNumIdleCauses; ++c)
+    h += "<td>" + fmt_time(sm.rank_idle[r][c], "s") + "</td>";
+  h += "<td>" + pct(sm.rank_bubble_ratio[r]) + "</td>";
+  if (rep.has_prediction) {
+    const double pb = rep.predicted.makespan > 0
+                          ? rep.predicted_breakdown.ranks[r].idle_total() / rep.predicted.makespan
+                          : 0;
+    h += "<td>" + pct(pb) + "</td><td>" + fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit) +
+         "</td>";
+  }
+  return h + "</tr>\n";
+}
+
+// The per-rank breakdown: stacked bars, the table and the idle share per cause.
+std::string html_breakdown(const Report& rep) {
+  std::string h = "<h2>Bubble breakdown per rank (median over measured steps)</h2>\n";
   h += bars_svg(rep);
   h += "<table><tr><th class=\"l\">rank</th>";
   for (int k = 0; k < kNumBusyKinds; ++k)
@@ -313,74 +354,67 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
   h += "<th>bubble</th>";
   if (rep.has_prediction) h += "<th>predicted bubble</th><th>gap (last compute)</th>";
   h += "</tr>\n";
-  for (int r = 0; r < run.num_ranks; ++r) {
-    if (!run.rank_present[r]) {
-      h += fmt::format(
-          "<tr><td class=\"l\">{}</td><td class=\"l missing\" colspan=\"12\">missing"
-          "</td></tr>\n",
-          r);
-      continue;
-    }
-    h += fmt::format("<tr><td class=\"l\">{}</td>", r);
-    for (int k = 0; k < kNumBusyKinds; ++k)
-      h += "<td>" + fmt_time(sm.rank_busy[r][k], "s") + "</td>";
-    for (int c = 0; c < kNumIdleCauses; ++c)
-      h += "<td>" + fmt_time(sm.rank_idle[r][c], "s") + "</td>";
-    h += "<td>" + pct(sm.rank_bubble_ratio[r]) + "</td>";
-    if (rep.has_prediction) {
-      const double pb = rep.predicted.makespan > 0
-                            ? rep.predicted_breakdown.ranks[r].idle_total() / rep.predicted.makespan
-                            : 0;
-      h += "<td>" + pct(pb) + "</td><td>" + fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit) +
-           "</td>";
-    }
-    h += "</tr>\n";
-  }
+  for (int r = 0; r < rep.run.num_ranks; ++r) h += html_rank_row(rep, r);
   h += "</table>\n<p>Idle by cause, share of P &times; step time:";
   for (int c = 0; c < kNumIdleCauses; ++c)
     h += fmt::format(" {} <b>{}</b>{}", idle_cause_name(static_cast<IdleCause>(c)),
-                     pct(sm.cause_ratio[c].median), c + 1 < kNumIdleCauses ? "," : ".");
-  h += "</p>\n";
+                     pct(rep.summary.cause_ratio[c].median), c + 1 < kNumIdleCauses ? "," : ".");
+  return h + "</p>\n";
+}
 
-  if (rep.has_prediction) {
-    h += fmt::format(
-        "<h2>Predicted vs measured</h2><p>measured step {} vs predicted {}: gap "
-        "<b>{}</b>.</p>",
-        fmt_time(sm.step_time.median, "s"),
-        fmt_time(rep.predicted.makespan, rep.predicted.time_unit), fmt_time(rep.gap_total, "s"));
-    if (!rep.gap_contributors.empty()) {
-      h += "<p>Largest contributors:</p><ol>";
-      for (const auto& g : rep.gap_contributors) h += "<li>" + esc(g.text) + "</li>";
-      h += "</ol>\n";
-    }
+// Predicted vs measured step time and the largest contributors to the gap.
+std::string html_gap(const Report& rep) {
+  if (!rep.has_prediction) return "";
+  std::string h = fmt::format(
+      "<h2>Predicted vs measured</h2><p>measured step {} vs predicted {}: gap "
+      "<b>{}</b>.</p>",
+      fmt_time(rep.summary.step_time.median, "s"),
+      fmt_time(rep.predicted.makespan, rep.predicted.time_unit), fmt_time(rep.gap_total, "s"));
+  if (!rep.gap_contributors.empty()) {
+    h += "<p>Largest contributors:</p><ol>";
+    for (const auto& g : rep.gap_contributors) h += "<li>" + esc(g.text) + "</li>";
+    h += "</ol>\n";
   }
+  return h;
+}
 
+std::string html_what_if(const Report& rep) {
+  if (rep.what_ifs.empty()) return "";
+  const std::string& unit = rep.predicted.time_unit;
+  std::string h =
+      "<h2>What-if: the run's measured costs under other schedules</h2>\n<table><tr>"
+      "<th class=\"l\">schedule</th><th>v</th><th>step</th><th>bubble</th><th>saves per step"
+      "</th><th>bubble saved</th><th>GPU-hours saved (run)</th><th>peak activations</th>"
+      "<th>memory cost</th></tr>\n";
+  for (const auto& w : rep.what_ifs) {
+    if (!w.error.empty()) {
+      h += fmt::format("<tr><td class=\"l\">{}</td><td class=\"l\" colspan=\"8\">{}</td></tr>\n",
+                       esc(w.label), esc(w.error.substr(0, w.error.find('\n'))));
+      continue;
+    }
+    h += fmt::format(
+        "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f} pp"
+        "</td><td>{:.4g}</td><td>{}</td><td>{}{}</td></tr>\n",
+        esc(w.label), w.chunks, fmt_time(w.makespan, unit), pct(w.bubble_ratio),
+        fmt_time(w.step_saving, unit), 100 * w.bubble_saving, w.gpu_hours_saved,
+        human_bytes(w.peak_act_bytes), w.peak_act_delta >= 0 ? "+" : "-",
+        human_bytes(std::abs(w.peak_act_delta)));
+  }
+  return h + "</table>\n";
+}
+
+}  // namespace
+
+std::string report_html(const Report& rep) {
+  std::string h = html_head(rep.run) + html_summary(rep);
+  h += html_timelines(rep);
+  h += html_breakdown(rep);
+  h += html_gap(rep);
   h += "<h2>Loss and peak activation memory</h2><div class=\"row\">";
-  h += loss_svg(run.metrics);
+  h += loss_svg(rep.run.metrics);
   h += memory_svg(rep);
   h += "</div>\n";
-
-  if (!rep.what_ifs.empty()) {
-    h += "<h2>What-if: the run's measured costs under other schedules</h2>\n<table><tr>"
-         "<th class=\"l\">schedule</th><th>v</th><th>step</th><th>bubble</th><th>saves per step"
-         "</th><th>bubble saved</th><th>GPU-hours saved (run)</th><th>peak activations</th>"
-         "<th>memory cost</th></tr>\n";
-    for (const auto& w : rep.what_ifs) {
-      if (!w.error.empty()) {
-        h += fmt::format("<tr><td class=\"l\">{}</td><td class=\"l\" colspan=\"8\">{}</td></tr>\n",
-                         esc(w.label), esc(w.error.substr(0, w.error.find('\n'))));
-        continue;
-      }
-      h += fmt::format(
-          "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f} pp"
-          "</td><td>{:.4g}</td><td>{}</td><td>{}{}</td></tr>\n",
-          esc(w.label), w.chunks, fmt_time(w.makespan, rep.predicted.time_unit),
-          pct(w.bubble_ratio), fmt_time(w.step_saving, rep.predicted.time_unit),
-          100 * w.bubble_saving, w.gpu_hours_saved, human_bytes(w.peak_act_bytes),
-          w.peak_act_delta >= 0 ? "+" : "-", human_bytes(std::abs(w.peak_act_delta)));
-    }
-    h += "</table>\n";
-  }
+  h += html_what_if(rep);
   h += "<p style=\"color:#777;font-size:12px\">Causes: fill = before the rank's first compute; "
        "drain = after its last; dependency wait = the peer had not sent the message yet; exposed "
        "comm = the message was posted but still in flight; data wait = the loader; other = the "

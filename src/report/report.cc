@@ -114,22 +114,21 @@ double max_peak(const SimResult& r) {
   return m;
 }
 
-}  // namespace
+// The run's events grouped by step. A step is complete when every present rank finished it (has
+// its optimizer event or, for timelines without one, any event).
+struct StepTimelines {
+  std::map<int32_t, Timeline> per_step;       // step -> that step's events, one row per rank
+  std::vector<int32_t> complete, incomplete;  // ascending
+};
 
-Result<Report> build_report(const std::string& run_dir, const ReportOptions& options) {
-  Report rep;
-  TP_ASSIGN_OR_RETURN(rep.run, load_run(run_dir));
-  const RunData& run = rep.run;
+StepTimelines group_by_step(const RunData& run) {
   const int32_t P = run.num_ranks;
-
-  // Events per step; a step counts when every present rank finished it (has its optimizer event
-  // or, for timelines without one, any event).
-  std::map<int32_t, Timeline> per_step;
+  StepTimelines out;
   std::map<int32_t, std::set<int32_t>> finished;
   for (int32_t r = 0; r < P; ++r) {
     if (!run.rank_present[r]) continue;
     for (const auto& e : run.ranks[r].events) {
-      Timeline& tl = per_step[e.step];
+      Timeline& tl = out.per_step[e.step];
       if (tl.ranks.empty()) {
         tl.ranks.resize(P);
         for (int32_t q = 0; q < P; ++q) tl.ranks[q].rank = q;
@@ -138,27 +137,219 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
       if (e.kind == EventKind::kOptimizer) finished[e.step].insert(r);
     }
   }
-  bool any_optimizer = !finished.empty();
-  int32_t present = 0;
-  for (bool b : run.rank_present) present += b;
-  std::vector<int32_t> incomplete;
-  for (auto& [step, tl] : per_step) {
+  const bool any_optimizer = !finished.empty();
+  for (const auto& [step, tl] : out.per_step) {
     bool complete = true;
     for (int32_t r = 0; r < P; ++r) {
       if (!run.rank_present[r]) continue;
       if (any_optimizer ? !finished[step].contains(r) : tl.ranks[r].events.empty())
         complete = false;
     }
-    if (!complete) {
-      incomplete.push_back(step);
-      continue;
-    }
-    rep.steps.push_back(breakdown_step(tl, P, step, {run.overlap_p2p}));
+    (complete ? out.complete : out.incomplete).push_back(step);
   }
-  if (!incomplete.empty()) {
+  return out;
+}
+
+// The step drawn: the measured step whose time is closest to the median (-1 when none).
+int32_t median_step(const std::vector<StepBreakdown>& steps, const BreakdownSummary& summary) {
+  int32_t shown = -1;
+  double best = 1e300;
+  for (const auto& s : steps) {
+    if (std::find(summary.steps.begin(), summary.steps.end(), s.step) == summary.steps.end())
+      continue;
+    const double d = std::abs(s.step_time - summary.step_time.median);
+    if (d < best) {
+      best = d;
+      shown = s.step;
+    }
+  }
+  return shown;
+}
+
+// One step's events as drawn (empty when the step is unknown). The optimizer is drawn from when
+// every rank reached it: before that it is the all-reduce waiting for the slowest rank, counted as
+// drain (as in the breakdown).
+Timeline drawn_step(const std::map<int32_t, Timeline>& per_step, int32_t step) {
+  const auto it = per_step.find(step);
+  Timeline tl = it != per_step.end() ? it->second : Timeline();
+  tl.time_unit = "s";
+  double sync = 0;
+  for (const auto& rt : tl.ranks)
+    for (const auto& e : rt.events)
+      if (e.kind == EventKind::kOptimizer) sync = std::max(sync, e.start);
+  for (auto& rt : tl.ranks)
+    for (auto& e : rt.events)
+      if (e.kind == EventKind::kOptimizer) e.start = std::min(e.end, std::max(e.start, sync));
+  return tl;
+}
+
+// When costs.json gave no cost table: calibrates one from the measured steps if the schedule is
+// known and every rank's timeline is there (a warning says no link latency is known), else the
+// reason goes to rep.prediction_error.
+void calibrate_missing_costs(const std::map<int32_t, Timeline>& per_step, Report& rep) {
+  RunData& run = rep.run;
+  const auto present = std::count(run.rank_present.begin(), run.rank_present.end(), true);
+  if (run.costs || !run.schedule || present != run.num_ranks) return;
+  auto c = costs_from_timelines(per_step, rep.summary.steps, *run.schedule);
+  if (c.ok()) {
+    run.costs = std::move(*c);
+    run.warnings.push_back("costs derived from the timelines (no link latency known)");
+  } else {
+    rep.prediction_error = c.status().message();
+  }
+}
+
+// The simulator's comm mode as the run ran.
+SimOptions run_sim_options(const RunData& run) {
+  SimOptions so;
+  so.comm_mode = run.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+  return so;
+}
+
+// Prediction: the same lowered schedule under the run's costs. Fills rep.predicted and its
+// breakdown, or says why not in rep.prediction_error.
+void predict(Report& rep) {
+  const RunData& run = rep.run;
+  if (!run.schedule) {
+    rep.prediction_error = "schedule.csv missing or unreadable";
+    return;
+  }
+  if (!run.costs) {
+    if (rep.prediction_error.empty()) rep.prediction_error = "no cost table (costs.json missing)";
+    return;
+  }
+  if (Status st = run.costs->covers(*run.schedule); !st.ok()) {
+    rep.prediction_error = st.message();
+    return;
+  }
+  auto sim = simulate(*run.schedule, *run.costs, run_sim_options(run));
+  if (!sim.ok()) {
+    rep.prediction_error = sim.status().message();
+    return;
+  }
+  rep.has_prediction = true;
+  rep.predicted = std::move(*sim);
+  rep.predicted_breakdown =
+      breakdown_step(rep.predicted.timeline, run.num_ranks, 0, {run.overlap_p2p});
+}
+
+// Rank r's median end of its last compute over the measured steps.
+double median_last_compute(const Report& rep, int32_t r) {
+  const std::vector<int32_t>& measured = rep.summary.steps;
+  std::vector<double> last;
+  for (const auto& s : rep.steps)
+    if (std::find(measured.begin(), measured.end(), s.step) != measured.end())
+      last.push_back(s.ranks[r].last_compute);
+  return median(last);
+}
+
+// Rank r's categories (busy kinds, then idle causes) whose measured median exceeds the prediction.
+std::vector<GapItem> rank_gap_items(const Report& rep, int32_t r) {
+  const std::string& unit = rep.predicted.time_unit;
+  const RankBreakdown& pred = rep.predicted_breakdown.ranks[r];
+  std::vector<GapItem> items;
+  for (int k = 0; k < kNumBusyKinds; ++k) {
+    const double m = rep.summary.rank_busy[r][k], p = pred.busy[k];
+    if (m - p <= 0) continue;
+    const std::string name(busy_kind_name(static_cast<BusyKind>(k)));
+    items.push_back({r, name, m - p,
+                     fmt::format("rank {}: {} took {} more than predicted ({} vs {})", r, name,
+                                 fmt_time(m - p, unit), fmt_time(m, unit), fmt_time(p, unit))});
+  }
+  for (int c = 0; c < kNumIdleCauses; ++c) {
+    const double m = rep.summary.rank_idle[r][c], p = pred.idle[c];
+    if (m - p <= 0) continue;
+    const std::string name(idle_cause_name(static_cast<IdleCause>(c)));
+    items.push_back(
+        {r, name, m - p,
+         fmt::format("rank {}: {} of {} not in the prediction ({} measured, {} "
+                     "predicted)",
+                     r, fmt_time(m - p, unit), name, fmt_time(m, unit), fmt_time(p, unit))});
+  }
+  return items;
+}
+
+// The gap between the measured run and its prediction: rep.gap_total, rep.gap_per_rank and the
+// largest contributors (at most 6, each at least 0.5% of the step).
+// REQUIRES: rep.has_prediction.
+void explain_gap(Report& rep) {
+  const int32_t P = rep.run.num_ranks;
+  rep.gap_total = rep.summary.step_time.median - rep.predicted.makespan;
+  rep.gap_per_rank.assign(P, 0);
+  std::vector<GapItem> items;
+  for (int32_t r = 0; r < P; ++r) {
+    if (!rep.run.rank_present[r]) continue;
+    rep.gap_per_rank[r] =
+        median_last_compute(rep, r) - rep.predicted_breakdown.ranks[r].last_compute;
+    for (GapItem& it : rank_gap_items(rep, r)) items.push_back(std::move(it));
+  }
+  std::sort(items.begin(), items.end(),
+            [](const GapItem& a, const GapItem& b) { return a.delta > b.delta; });
+  const double floor = 0.005 * rep.summary.step_time.median;
+  for (const auto& it : items) {
+    if (rep.gap_contributors.size() >= 6 || it.delta < floor) break;
+    rep.gap_contributors.push_back(it);
+  }
+}
+
+// What-if: the run's costs, per rank, re-simulated under another schedule with the same p and m.
+WhatIfResult what_if(const WhatIfSpec& w, const Report& rep) {
+  WhatIfResult res;
+  res.label = w.chunks > 0 ? fmt::format("{}:{}", w.name, w.chunks) : w.name;
+  if (!rep.has_prediction) {
+    res.error = "no prediction for the run itself: " + rep.prediction_error;
+    return res;
+  }
+  const RunData& run = rep.run;
+  const int32_t P = run.num_ranks;
+  GeneratorOptions go;
+  go.ranks = P;
+  go.microbatches = run.schedule->num_microbatches;
+  const GeneratorInfo* g = find_generator(w.name);
+  go.chunks = w.chunks > 0 ? w.chunks : (g && g->fixed_chunks > 0 ? g->fixed_chunks : 1);
+  res.chunks = go.chunks;
+  auto sched = generate_schedule(w.name, go);
+  Result<Schedule> lowered = sched.ok() ? lower(*sched) : Result<Schedule>(sched.status());
+  if (!lowered.ok()) {
+    res.error = lowered.status().message();
+    return res;
+  }
+  const CostModel derived = derive_costs(*run.costs, *run.schedule, *lowered);
+  SimOptions so = run_sim_options(run);
+  so.record_timeline = false;
+  auto sim = simulate(*lowered, derived, so);
+  if (!sim.ok()) {
+    res.error = sim.status().message();
+    return res;
+  }
+  res.makespan = sim->makespan;
+  res.bubble_ratio = sim->bubble_ratio;
+  res.step_saving = rep.predicted.makespan - sim->makespan;
+  res.bubble_saving = rep.predicted.bubble_ratio - sim->bubble_ratio;
+  const double steps = static_cast<double>(std::max<size_t>(run.metrics.size(), rep.steps.size()));
+  res.gpu_hours_saved = run.costs->time_unit() == "s" ? steps * res.step_saving * P / 3600.0 : 0;
+  res.peak_act_bytes = max_peak(*sim);
+  res.peak_act_delta = res.peak_act_bytes - max_peak(rep.predicted);
+  return res;
+}
+
+}  // namespace
+
+Result<Report> build_report(const std::string& run_dir, const ReportOptions& options) {
+  Report rep;
+  TP_ASSIGN_OR_RETURN(rep.run, load_run(run_dir));
+  RunData& run = rep.run;
+
+  // The breakdown of every complete step.
+  const StepTimelines by_step = group_by_step(run);
+  for (int32_t k : by_step.complete) {
+    rep.steps.push_back(
+        breakdown_step(by_step.per_step.at(k), run.num_ranks, k, {run.overlap_p2p}));
+  }
+  if (!by_step.incomplete.empty()) {
     std::vector<std::string> s;
-    for (int32_t k : incomplete) s.push_back(std::to_string(k));
-    rep.run.warnings.push_back(fmt::format(
+    for (int32_t k : by_step.incomplete) s.push_back(std::to_string(k));
+    run.warnings.push_back(fmt::format(
         "step(s) {} are incomplete on some rank (truncated timeline?): left out", join(s, ", ")));
   }
   if (rep.steps.empty()) {
@@ -168,150 +359,21 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
         run_dir));
   }
   rep.summary = summarize_steps(rep.steps, run.warmup_steps_excluded);
-  // The step drawn: the measured step whose time is closest to the median.
-  double best = 1e300;
-  for (const auto& s : rep.steps) {
-    if (std::find(rep.summary.steps.begin(), rep.summary.steps.end(), s.step) ==
-        rep.summary.steps.end())
-      continue;
-    const double d = std::abs(s.step_time - rep.summary.step_time.median);
-    if (d < best) {
-      best = d;
-      rep.shown_step = s.step;
-    }
-  }
-  rep.measured = per_step[rep.shown_step];
-  rep.measured.time_unit = "s";
-  {
-    // Draw the optimizer from when every rank reached it: before that it is the all-reduce
-    // waiting for the slowest rank, counted as drain (as in the breakdown).
-    double sync = 0;
-    for (const auto& rt : rep.measured.ranks)
-      for (const auto& e : rt.events)
-        if (e.kind == EventKind::kOptimizer) sync = std::max(sync, e.start);
-    for (auto& rt : rep.measured.ranks)
-      for (auto& e : rt.events)
-        if (e.kind == EventKind::kOptimizer) e.start = std::min(e.end, std::max(e.start, sync));
-  }
+  rep.shown_step = median_step(rep.steps, rep.summary);
+  rep.measured = drawn_step(by_step.per_step, rep.shown_step);
 
-  // Prediction: the same lowered schedule under the run's costs.
-  std::optional<CostModel> costs = run.costs;
-  if (!costs && run.schedule && present == P) {
-    auto c = costs_from_timelines(per_step, rep.summary.steps, *run.schedule);
-    if (c.ok()) {
-      costs = std::move(*c);
-      rep.run.warnings.push_back("costs derived from the timelines (no link latency known)");
-    } else {
-      rep.prediction_error = c.status().message();
-    }
-  }
-  if (costs) rep.run.costs = costs;
-  if (!run.schedule) {
-    rep.prediction_error = "schedule.csv missing or unreadable";
-  } else if (!costs) {
-    if (rep.prediction_error.empty()) rep.prediction_error = "no cost table (costs.json missing)";
-  } else if (Status st = costs->covers(*run.schedule); !st.ok()) {
-    rep.prediction_error = st.message();
-  } else {
-    SimOptions so;
-    so.comm_mode = run.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
-    auto sim = simulate(*run.schedule, *costs, so);
-    if (!sim.ok()) {
-      rep.prediction_error = sim.status().message();
-    } else {
-      rep.has_prediction = true;
-      rep.predicted = std::move(*sim);
-      rep.predicted_breakdown = breakdown_step(rep.predicted.timeline, P, 0, {run.overlap_p2p});
-    }
-  }
-  if (rep.has_prediction) {
-    const std::string& unit = rep.predicted.time_unit;
-    rep.gap_total = rep.summary.step_time.median - rep.predicted.makespan;
-    rep.gap_per_rank.assign(P, 0);
-    std::vector<GapItem> items;
-    for (int32_t r = 0; r < P; ++r) {
-      if (!run.rank_present[r]) continue;
-      std::vector<double> last;
-      for (const auto& s : rep.steps)
-        if (std::find(rep.summary.steps.begin(), rep.summary.steps.end(), s.step) !=
-            rep.summary.steps.end())
-          last.push_back(s.ranks[r].last_compute);
-      rep.gap_per_rank[r] = median(last) - rep.predicted_breakdown.ranks[r].last_compute;
-      for (int k = 0; k < kNumBusyKinds; ++k) {
-        const double m = rep.summary.rank_busy[r][k], p = rep.predicted_breakdown.ranks[r].busy[k];
-        if (m - p <= 0) continue;
-        const std::string name(busy_kind_name(static_cast<BusyKind>(k)));
-        items.push_back({r, name, m - p,
-                         fmt::format("rank {}: {} took {} more than predicted ({} vs {})", r, name,
-                                     fmt_time(m - p, unit), fmt_time(m, unit), fmt_time(p, unit))});
-      }
-      for (int c = 0; c < kNumIdleCauses; ++c) {
-        const double m = rep.summary.rank_idle[r][c], p = rep.predicted_breakdown.ranks[r].idle[c];
-        if (m - p <= 0) continue;
-        const std::string name(idle_cause_name(static_cast<IdleCause>(c)));
-        items.push_back(
-            {r, name, m - p,
-             fmt::format("rank {}: {} of {} not in the prediction ({} measured, {} "
-                         "predicted)",
-                         r, fmt_time(m - p, unit), name, fmt_time(m, unit), fmt_time(p, unit))});
-      }
-    }
-    std::sort(items.begin(), items.end(),
-              [](const GapItem& a, const GapItem& b) { return a.delta > b.delta; });
-    const double floor = 0.005 * rep.summary.step_time.median;
-    for (const auto& it : items) {
-      if (rep.gap_contributors.size() >= 6 || it.delta < floor) break;
-      rep.gap_contributors.push_back(it);
-    }
-  }
-
-  // What-if: the run's costs, per rank, under other schedules.
-  for (const WhatIfSpec& w : options.what_if) {
-    WhatIfResult res;
-    res.label = w.chunks > 0 ? fmt::format("{}:{}", w.name, w.chunks) : w.name;
-    if (!rep.has_prediction) {
-      res.error = "no prediction for the run itself: " + rep.prediction_error;
-      rep.what_ifs.push_back(res);
-      continue;
-    }
-    GeneratorOptions go;
-    go.ranks = P;
-    go.microbatches = run.schedule->num_microbatches;
-    const GeneratorInfo* g = find_generator(w.name);
-    go.chunks = w.chunks > 0 ? w.chunks : (g && g->fixed_chunks > 0 ? g->fixed_chunks : 1);
-    res.chunks = go.chunks;
-    auto sched = generate_schedule(w.name, go);
-    Result<Schedule> lowered = sched.ok() ? lower(*sched) : Result<Schedule>(sched.status());
-    if (!lowered.ok()) {
-      res.error = lowered.status().message();
-      rep.what_ifs.push_back(res);
-      continue;
-    }
-    const CostModel derived = derive_costs(*costs, *run.schedule, *lowered);
-    SimOptions so;
-    so.comm_mode = run.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
-    so.record_timeline = false;
-    auto sim = simulate(*lowered, derived, so);
-    if (!sim.ok()) {
-      res.error = sim.status().message();
-      rep.what_ifs.push_back(res);
-      continue;
-    }
-    res.makespan = sim->makespan;
-    res.bubble_ratio = sim->bubble_ratio;
-    res.step_saving = rep.predicted.makespan - sim->makespan;
-    res.bubble_saving = rep.predicted.bubble_ratio - sim->bubble_ratio;
-    const double steps =
-        static_cast<double>(std::max<size_t>(rep.run.metrics.size(), rep.steps.size()));
-    res.gpu_hours_saved = costs->time_unit() == "s" ? steps * res.step_saving * P / 3600.0 : 0;
-    res.peak_act_bytes = max_peak(*sim);
-    res.peak_act_delta = res.peak_act_bytes - max_peak(rep.predicted);
-    rep.what_ifs.push_back(res);
-  }
+  // Predicted vs measured, then the run's costs under other schedules.
+  calibrate_missing_costs(by_step.per_step, rep);
+  predict(rep);
+  if (rep.has_prediction) explain_gap(rep);
+  for (const WhatIfSpec& w : options.what_if) rep.what_ifs.push_back(what_if(w, rep));
   return rep;
 }
 
-std::string format_report_text(const Report& rep) {
+namespace {
+
+// The run, its steps, the step time, the bubble and its causes.
+std::string text_summary(const Report& rep) {
   const RunData& run = rep.run;
   const auto& sm = rep.summary;
   std::string out;
@@ -326,10 +388,11 @@ std::string format_report_text(const Report& rep) {
   if (!missing.empty())
     out += fmt::format("MISSING RANKS: {} (see warnings)\n", join(missing, ", "));
   if (run.oversubscribed) {
-    out += fmt::format("OVERSUBSCRIBED: {} computing ranks ({} busy threads with the loaders) on {} "
-                       "cores: the ranks took turns on the cores; the time a ready rank waited for "
-                       "one is 'cpu wait', and the bubble is the machine's, not the schedule's\n",
-                       run.rank_threads, run.busy_threads, run.cores);
+    out += fmt::format(
+        "OVERSUBSCRIBED: {} computing ranks ({} busy threads with the loaders) on {} "
+        "cores: the ranks took turns on the cores; the time a ready rank waited for "
+        "one is 'cpu wait', and the bubble is the machine's, not the schedule's\n",
+        run.rank_threads, run.busy_threads, run.cores);
   }
   out += fmt::format("steps: {} measured, {} warm-up left out; shown step {}\n", sm.steps.size(),
                      sm.warmup_steps.size(), rep.shown_step);
@@ -349,7 +412,14 @@ std::string format_report_text(const Report& rep) {
   for (int c = 0; c < kNumIdleCauses; ++c)
     out += fmt::format(" {} {}{}", idle_cause_name(static_cast<IdleCause>(c)),
                        pct(sm.cause_ratio[c].median), c + 1 < kNumIdleCauses ? "," : "");
-  out += "\n\nper rank (median over measured steps, ms):\n";
+  return out + "\n";
+}
+
+// Per rank: the medians of every busy kind and idle cause in ms, the bubble, the prediction.
+std::string text_rank_table(const Report& rep) {
+  const RunData& run = rep.run;
+  const auto& sm = rep.summary;
+  std::string out = "\nper rank (median over measured steps, ms):\n";
   out += fmt::format(
       "{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} | {:>7}",
       "rank", "F", "I", "W", "B", "optim", "fill", "drain", "dep", "exp.comm", "data", "cpu",
@@ -374,34 +444,86 @@ std::string format_report_text(const Report& rep) {
     }
     out += "\n";
   }
-  if (rep.has_prediction) {
-    out += fmt::format("\npredicted step {} vs measured {}: gap {}\n",
-                       fmt_time(rep.predicted.makespan, rep.predicted.time_unit),
-                       fmt_time(sm.step_time.median, "s"), fmt_time(rep.gap_total, "s"));
-    if (!rep.gap_contributors.empty()) out += "largest contributors to the gap:\n";
-    for (const auto& g : rep.gap_contributors) out += "  " + g.text + "\n";
-  }
-  if (!rep.what_ifs.empty()) {
-    out += "\nwhat-if (the run's measured costs per rank, re-simulated):\n";
-    out += fmt::format("{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14} {:>14}\n", "schedule", "v",
-                       "step", "bubble", "saves/step", "bubble -", "GPU-h saved", "peak act (+)");
-    for (const auto& w : rep.what_ifs) {
-      if (!w.error.empty()) {
-        out += fmt::format("{:<16} error: {}\n", w.label, w.error.substr(0, w.error.find('\n')));
-        continue;
-      }
-      out += fmt::format(
-          "{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14.4g} {:>14}\n", w.label, w.chunks,
-          fmt_time(w.makespan, rep.predicted.time_unit), pct(w.bubble_ratio),
-          fmt_time(w.step_saving, rep.predicted.time_unit),
-          fmt::format("{:.1f} pp", 100 * w.bubble_saving), w.gpu_hours_saved,
-          fmt::format("{} ({}{})", human_bytes(w.peak_act_bytes), w.peak_act_delta >= 0 ? "+" : "-",
-                      human_bytes(std::abs(w.peak_act_delta))));
+  return out;
+}
+
+// Predicted vs measured step time and the largest contributors to the gap.
+std::string text_gap(const Report& rep) {
+  if (!rep.has_prediction) return "";
+  std::string out =
+      fmt::format("\npredicted step {} vs measured {}: gap {}\n",
+                  fmt_time(rep.predicted.makespan, rep.predicted.time_unit),
+                  fmt_time(rep.summary.step_time.median, "s"), fmt_time(rep.gap_total, "s"));
+  if (!rep.gap_contributors.empty()) out += "largest contributors to the gap:\n";
+  for (const auto& g : rep.gap_contributors) out += "  " + g.text + "\n";
+  return out;
+}
+
+std::string text_what_if(const Report& rep) {
+  if (rep.what_ifs.empty()) return "";
+  const std::string& unit = rep.predicted.time_unit;
+  std::string out = "\nwhat-if (the run's measured costs per rank, re-simulated):\n";
+  out += fmt::format("{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14} {:>14}\n", "schedule", "v",
+                     "step", "bubble", "saves/step", "bubble -", "GPU-h saved", "peak act (+)");
+  for (const auto& w : rep.what_ifs) {
+    if (!w.error.empty()) {
+      out += fmt::format("{:<16} error: {}\n", w.label, w.error.substr(0, w.error.find('\n')));
+      continue;
     }
+    out += fmt::format(
+        "{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14.4g} {:>14}\n", w.label, w.chunks,
+        fmt_time(w.makespan, unit), pct(w.bubble_ratio), fmt_time(w.step_saving, unit),
+        fmt::format("{:.1f} pp", 100 * w.bubble_saving), w.gpu_hours_saved,
+        fmt::format("{} ({}{})", human_bytes(w.peak_act_bytes), w.peak_act_delta >= 0 ? "+" : "-",
+                    human_bytes(std::abs(w.peak_act_delta))));
   }
-  if (!run.warnings.empty()) {
+  return out;
+}
+
+// report.json's entry for rank r.
+nlohmann::ordered_json rank_json(const Report& rep, int32_t r) {
+  const BreakdownSummary& sm = rep.summary;
+  nlohmann::ordered_json o;
+  o["rank"] = r;
+  o["present"] = static_cast<bool>(rep.run.rank_present[r]);
+  if (!rep.run.rank_present[r]) return o;
+  o["measured_bubble_ratio"] = sm.rank_bubble_ratio[r];
+  if (rep.has_prediction) {
+    o["predicted_bubble_ratio"] = rep.predicted.ranks[r].bubble_ratio;
+    o["gap_last_compute"] = rep.gap_per_rank[r];
+  }
+  nlohmann::ordered_json busy, idle;
+  for (int k = 0; k < kNumBusyKinds; ++k)
+    busy[std::string(busy_kind_name(static_cast<BusyKind>(k)))] = sm.rank_busy[r][k];
+  for (int c = 0; c < kNumIdleCauses; ++c)
+    idle[std::string(idle_cause_name(static_cast<IdleCause>(c)))] = sm.rank_idle[r][c];
+  o["busy_s"] = busy;
+  o["idle_s"] = idle;
+  return o;
+}
+
+// report.json's entry for one what-if schedule.
+nlohmann::ordered_json what_if_json(const WhatIfResult& w) {
+  nlohmann::ordered_json o = {{"schedule", w.label}, {"vpp", w.chunks}};
+  if (!w.error.empty()) {
+    o["error"] = w.error;
+  } else {
+    o["predicted_bubble_ratio"] = w.bubble_ratio;
+    o["predicted_step_time"] = w.makespan;
+    o["step_saving"] = w.step_saving;
+    o["gpu_hours_saved"] = w.gpu_hours_saved;
+    o["peak_activation_bytes"] = w.peak_act_bytes;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string format_report_text(const Report& rep) {
+  std::string out = text_summary(rep) + text_rank_table(rep) + text_gap(rep) + text_what_if(rep);
+  if (!rep.run.warnings.empty()) {
     out += "\nwarnings:\n";
-    for (const auto& w : run.warnings) out += "  " + w + "\n";
+    for (const auto& w : rep.run.warnings) out += "  " + w + "\n";
   }
   return out;
 }
@@ -409,11 +531,10 @@ std::string format_report_text(const Report& rep) {
 std::string report_json(const Report& rep) {
   using nlohmann::ordered_json;
   const BreakdownSummary& sm = rep.summary;
-  const int32_t P = rep.run.num_ranks;
   ordered_json j;
   j["run_dir"] = rep.run.dir;
   j["schedule"] = rep.run.schedule_name;
-  j["pp"] = P;
+  j["pp"] = rep.run.num_ranks;
   j["bubble_definition"] = "docs/bubble.md";
   j["measured_steps"] = sm.steps;
   j["measured_bubble_ratio"] = sm.bubble_ratio.median;
@@ -437,28 +558,7 @@ std::string report_json(const Report& rep) {
     causes[std::string(idle_cause_name(static_cast<IdleCause>(c)))] = sm.cause_ratio[c].median;
   j["idle_ratio_by_cause"] = causes;
   ordered_json ranks = ordered_json::array();
-  for (int32_t r = 0; r < P; ++r) {
-    ordered_json o;
-    o["rank"] = r;
-    o["present"] = static_cast<bool>(rep.run.rank_present[r]);
-    if (!rep.run.rank_present[r]) {
-      ranks.push_back(o);
-      continue;
-    }
-    o["measured_bubble_ratio"] = sm.rank_bubble_ratio[r];
-    if (rep.has_prediction) {
-      o["predicted_bubble_ratio"] = rep.predicted.ranks[r].bubble_ratio;
-      o["gap_last_compute"] = rep.gap_per_rank[r];
-    }
-    ordered_json busy, idle;
-    for (int k = 0; k < kNumBusyKinds; ++k)
-      busy[std::string(busy_kind_name(static_cast<BusyKind>(k)))] = sm.rank_busy[r][k];
-    for (int c = 0; c < kNumIdleCauses; ++c)
-      idle[std::string(idle_cause_name(static_cast<IdleCause>(c)))] = sm.rank_idle[r][c];
-    o["busy_s"] = busy;
-    o["idle_s"] = idle;
-    ranks.push_back(o);
-  }
+  for (int32_t r = 0; r < rep.run.num_ranks; ++r) ranks.push_back(rank_json(rep, r));
   j["per_rank"] = ranks;
   j["cpu"] = {{"cores", rep.run.cores},
               {"rank_threads", rep.run.rank_threads},
@@ -466,22 +566,11 @@ std::string report_json(const Report& rep) {
               {"oversubscribed", rep.run.oversubscribed}};
   ordered_json gaps = ordered_json::array();
   for (const auto& g : rep.gap_contributors)
-    gaps.push_back({{"rank", g.rank}, {"category", g.category}, {"delta", g.delta}, {"text", g.text}});
+    gaps.push_back(
+        {{"rank", g.rank}, {"category", g.category}, {"delta", g.delta}, {"text", g.text}});
   j["gap_contributors"] = gaps;
   ordered_json wi = ordered_json::array();
-  for (const auto& w : rep.what_ifs) {
-    ordered_json o = {{"schedule", w.label}, {"vpp", w.chunks}};
-    if (!w.error.empty()) {
-      o["error"] = w.error;
-    } else {
-      o["predicted_bubble_ratio"] = w.bubble_ratio;
-      o["predicted_step_time"] = w.makespan;
-      o["step_saving"] = w.step_saving;
-      o["gpu_hours_saved"] = w.gpu_hours_saved;
-      o["peak_activation_bytes"] = w.peak_act_bytes;
-    }
-    wi.push_back(o);
-  }
+  for (const auto& w : rep.what_ifs) wi.push_back(what_if_json(w));
   j["what_if"] = wi;
   return j.dump(2) + "\n";
 }

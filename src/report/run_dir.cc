@@ -41,11 +41,9 @@ Result<RankTimeline> read_timeline_lenient(const std::string& path, int32_t rank
   return tl;
 }
 
-}  // namespace
-
-Result<RunData> load_run(const std::string& dir) {
-  RunData run;
-  run.dir = dir;
+// OK when `dir` is a directory; else an error for a file (naming the run directory above it when
+// there is one) or for nothing there.
+Status check_run_dir(const std::string& dir) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
     const std::string parent = fs::path(dir).parent_path().string();
@@ -62,7 +60,12 @@ Result<RunData> load_run(const std::string& dir) {
     return Status::not_found(fmt::format(
         "run directory '{}' does not exist; hint: pass the --out-dir of `tightpipe train`", dir));
   }
-  // Timeline files present.
+  return OkStatus();
+}
+
+// The highest R of the directory's timeline_rank<R>.jsonl files; an error when there is none.
+Result<int32_t> max_timeline_rank(const std::string& dir) {
+  std::error_code ec;
   std::regex re(R"(timeline_rank(\d+)\.jsonl)");
   int32_t max_rank = -1;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -77,9 +80,36 @@ Result<RunData> load_run(const std::string& dir) {
                     "hint: it is written by `tightpipe train --out-dir {}`",
                     dir, dir, dir));
   }
+  return max_rank;
+}
 
-  // summary.json
-  const std::string summary_path = dir + "/summary.json";
+// Fills a RunData from the files of a run directory, one file at a time. What is missing or
+// unreadable becomes a warning in the RunData (and never an error).
+class RunLoader {
+ public:
+  explicit RunLoader(const std::string& dir) : dir_(dir) { run_.dir = dir; }
+
+  // summary.json, then P: summary.json's pp, else from the timeline files.
+  void read_summary(int32_t max_rank);
+  // timeline_rank<R>.jsonl for R < P; a rank whose file is missing, bad or empty is absent.
+  void read_rank_timelines();
+  void read_metrics();
+  // costs.json and schedule.csv (the prediction needs both).
+  void read_costs();
+  void read_schedule();
+
+  const RunData& run() const { return run_; }
+  RunData take() { return std::move(run_); }
+
+ private:
+  void read_summary_fields(const nlohmann::json& j, const std::string& path);
+
+  std::string dir_;
+  RunData run_;
+};
+
+void RunLoader::read_summary(int32_t max_rank) {
+  const std::string summary_path = dir_ + "/summary.json";
   if (fs::exists(summary_path)) {
     auto text = read_file(summary_path);
     nlohmann::json j;
@@ -93,135 +123,161 @@ Result<RunData> load_run(const std::string& dir) {
       }
     }
     if (!ok) {
-      run.warnings.push_back(fmt::format(
+      run_.warnings.push_back(fmt::format(
           "{}: unreadable or not JSON (truncated?); ranks taken from the timeline files",
           summary_path));
     } else {
-      try {
-        run.has_summary = true;
-        run.num_ranks = j.value("pp", 0);
-        run.schedule_name = j.value("schedule", std::string());
-        run.vpp = j.value("vpp", 1);
-        run.microbatches = j.value("microbatches", 0);
-        run.transport = j.value("transport", std::string());
-        run.compute = j.value("compute", std::string());
-        run.overlap_p2p = j.value("overlap_p2p", true);
-        run.warmup_steps_excluded = j.value("warmup_steps_excluded", int64_t{1});
-        if (j.contains("cpu") && j["cpu"].is_object()) {
-          const auto& c = j["cpu"];
-          run.cores = c.value("cores", 0);
-          run.busy_threads = c.value("busy_threads", 0);
-          run.rank_threads = c.value("rank_threads", 0);
-          run.oversubscribed = c.value("oversubscribed", false);
-          run.cpu_note = c.value("note", std::string());
-        }
-        if (j.contains("measured_peak_activation_bytes_per_rank"))
-          run.measured_peak_act_bytes =
-              j["measured_peak_activation_bytes_per_rank"].get<std::vector<double>>();
-      } catch (const nlohmann::json::exception& ex) {
-        run.has_summary = false;
-        run.warnings.push_back(fmt::format("{}: bad field: {}", summary_path, ex.what()));
-      }
+      read_summary_fields(j, summary_path);
     }
   } else {
-    run.warnings.push_back(
+    run_.warnings.push_back(
         fmt::format("{} is missing (the run did not finish?); ranks taken from the timeline files",
                     summary_path));
   }
-  if (run.num_ranks <= 0) run.num_ranks = max_rank + 1;
-  if (max_rank + 1 > run.num_ranks) {
-    run.warnings.push_back(fmt::format("{}: timeline_rank{}.jsonl is beyond pp = {}; ignored", dir,
-                                       max_rank, run.num_ranks));
+  if (run_.num_ranks <= 0) run_.num_ranks = max_rank + 1;
+  if (max_rank + 1 > run_.num_ranks) {
+    run_.warnings.push_back(fmt::format("{}: timeline_rank{}.jsonl is beyond pp = {}; ignored",
+                                        dir_, max_rank, run_.num_ranks));
   }
+}
 
-  // Rank timelines.
-  const int32_t P = run.num_ranks;
-  run.ranks.resize(P);
-  run.rank_present.assign(P, false);
+void RunLoader::read_summary_fields(const nlohmann::json& j, const std::string& path) {
+  try {
+    run_.has_summary = true;
+    run_.num_ranks = j.value("pp", 0);
+    run_.schedule_name = j.value("schedule", std::string());
+    run_.vpp = j.value("vpp", 1);
+    run_.microbatches = j.value("microbatches", 0);
+    run_.transport = j.value("transport", std::string());
+    run_.compute = j.value("compute", std::string());
+    run_.overlap_p2p = j.value("overlap_p2p", true);
+    run_.warmup_steps_excluded = j.value("warmup_steps_excluded", int64_t{1});
+    if (j.contains("cpu") && j["cpu"].is_object()) {
+      const auto& c = j["cpu"];
+      run_.cores = c.value("cores", 0);
+      run_.busy_threads = c.value("busy_threads", 0);
+      run_.rank_threads = c.value("rank_threads", 0);
+      run_.oversubscribed = c.value("oversubscribed", false);
+      run_.cpu_note = c.value("note", std::string());
+    }
+    if (j.contains("measured_peak_activation_bytes_per_rank"))
+      run_.measured_peak_act_bytes =
+          j["measured_peak_activation_bytes_per_rank"].get<std::vector<double>>();
+  } catch (const nlohmann::json::exception& ex) {
+    run_.has_summary = false;
+    run_.warnings.push_back(fmt::format("{}: bad field: {}", path, ex.what()));
+  }
+}
+
+void RunLoader::read_rank_timelines() {
+  const int32_t P = run_.num_ranks;
+  run_.ranks.resize(P);
+  run_.rank_present.assign(P, false);
   for (int32_t r = 0; r < P; ++r) {
-    run.ranks[r].rank = r;
-    const std::string path = fmt::format("{}/timeline_rank{}.jsonl", dir, r);
+    run_.ranks[r].rank = r;
+    const std::string path = fmt::format("{}/timeline_rank{}.jsonl", dir_, r);
     if (!fs::exists(path)) {
-      run.warnings.push_back(fmt::format("rank {} missing: {} does not exist", r, path));
+      run_.warnings.push_back(fmt::format("rank {} missing: {} does not exist", r, path));
       continue;
     }
-    auto tl = read_timeline_lenient(path, r, run.warnings);
+    auto tl = read_timeline_lenient(path, r, run_.warnings);
     if (!tl.ok()) {
-      run.warnings.push_back(fmt::format("rank {} missing: {}", r, tl.status().message()));
+      run_.warnings.push_back(fmt::format("rank {} missing: {}", r, tl.status().message()));
       continue;
     }
     if (tl->events.empty()) {
-      run.warnings.push_back(fmt::format("rank {} missing: {} is empty", r, path));
+      run_.warnings.push_back(fmt::format("rank {} missing: {} is empty", r, path));
       continue;
     }
-    run.ranks[r] = std::move(*tl);
-    run.rank_present[r] = true;
+    run_.ranks[r] = std::move(*tl);
+    run_.rank_present[r] = true;
   }
+}
+
+void RunLoader::read_metrics() {
+  const std::string metrics_path = dir_ + "/metrics.jsonl";
+  auto text = read_file(metrics_path);
+  if (!text.ok()) {
+    run_.warnings.push_back(fmt::format("{} is missing: no loss curve", metrics_path));
+    return;
+  }
+  size_t line_no = 0;
+  for (const std::string& line : split(*text, '\n')) {
+    ++line_no;
+    if (trim(line).empty()) continue;
+    try {
+      auto j = nlohmann::json::parse(line);
+      MetricPoint p;
+      p.step = j.at("step").get<int64_t>();
+      p.loss = j.at("loss").get<double>();
+      p.step_time_s = j.value("step_time_s", 0.0);
+      run_.metrics.push_back(p);
+    } catch (const nlohmann::json::exception&) {
+      run_.warnings.push_back(
+          fmt::format("{}:{}: bad metrics line skipped", metrics_path, line_no));
+    }
+  }
+}
+
+void RunLoader::read_costs() {
+  const std::string costs_path = dir_ + "/costs.json";
+  auto text = read_file(costs_path);
+  if (!text.ok()) {
+    run_.warnings.push_back(
+        fmt::format("{} is missing: costs are taken from the timelines", costs_path));
+    return;
+  }
+  auto cm = parse_cost_table(*text, costs_path);
+  if (cm.ok()) {
+    run_.costs = std::move(*cm);
+  } else {
+    run_.warnings.push_back(
+        fmt::format("no prediction from the run's costs: {}", cm.status().message()));
+  }
+}
+
+// The lowered schedule that ran; its chunks and microbatches override summary.json's.
+void RunLoader::read_schedule() {
+  const std::string sched_path = dir_ + "/schedule.csv";
+  auto text = read_file(sched_path);
+  if (!text.ok()) {
+    run_.warnings.push_back(fmt::format("{} is missing: no prediction", sched_path));
+    return;
+  }
+  auto s = parse_csv(*text, sched_path);
+  if (s.ok() && s->num_ranks != run_.num_ranks) {
+    run_.warnings.push_back(fmt::format("{}: {} ranks but the run has {}; no prediction",
+                                        sched_path, s->num_ranks, run_.num_ranks));
+  } else if (s.ok()) {
+    if (run_.schedule_name.empty()) run_.schedule_name = s->name;
+    s->name = run_.schedule_name;
+    run_.schedule = std::move(*s);
+    run_.vpp = run_.schedule->chunks();
+    run_.microbatches = run_.schedule->num_microbatches;
+  } else {
+    run_.warnings.push_back(fmt::format("no prediction: {}", s.status().message()));
+  }
+}
+
+}  // namespace
+
+Result<RunData> load_run(const std::string& dir) {
+  TP_RETURN_IF_ERROR(check_run_dir(dir));
+  TP_ASSIGN_OR_RETURN(const int32_t max_rank, max_timeline_rank(dir));
+  RunLoader loader(dir);
+  loader.read_summary(max_rank);
+  loader.read_rank_timelines();
+  const RunData& run = loader.run();
   if (std::none_of(run.rank_present.begin(), run.rank_present.end(), [](bool b) { return b; })) {
     std::string why;
     for (const auto& w : run.warnings) why += "\n  " + w;
     return Status::corruption(
         fmt::format("run directory '{}': no rank timeline could be read:{}", dir, why));
   }
-
-  // metrics.jsonl
-  const std::string metrics_path = dir + "/metrics.jsonl";
-  if (auto text = read_file(metrics_path); text.ok()) {
-    size_t line_no = 0;
-    for (const std::string& line : split(*text, '\n')) {
-      ++line_no;
-      if (trim(line).empty()) continue;
-      try {
-        auto j = nlohmann::json::parse(line);
-        MetricPoint p;
-        p.step = j.at("step").get<int64_t>();
-        p.loss = j.at("loss").get<double>();
-        p.step_time_s = j.value("step_time_s", 0.0);
-        run.metrics.push_back(p);
-      } catch (const nlohmann::json::exception&) {
-        run.warnings.push_back(
-            fmt::format("{}:{}: bad metrics line skipped", metrics_path, line_no));
-      }
-    }
-  } else {
-    run.warnings.push_back(fmt::format("{} is missing: no loss curve", metrics_path));
-  }
-
-  // costs.json and schedule.csv (the prediction needs both).
-  const std::string costs_path = dir + "/costs.json";
-  if (auto text = read_file(costs_path); text.ok()) {
-    auto cm = parse_cost_table(*text, costs_path);
-    if (cm.ok()) {
-      run.costs = std::move(*cm);
-    } else {
-      run.warnings.push_back(
-          fmt::format("no prediction from the run's costs: {}", cm.status().message()));
-    }
-  } else {
-    run.warnings.push_back(
-        fmt::format("{} is missing: costs are taken from the timelines", costs_path));
-  }
-  const std::string sched_path = dir + "/schedule.csv";
-  if (auto text = read_file(sched_path); text.ok()) {
-    auto s = parse_csv(*text, sched_path);
-    if (s.ok() && s->num_ranks != P) {
-      run.warnings.push_back(fmt::format("{}: {} ranks but the run has {}; no prediction",
-                                         sched_path, s->num_ranks, P));
-    } else if (s.ok()) {
-      if (run.schedule_name.empty()) run.schedule_name = s->name;
-      s->name = run.schedule_name;
-      run.schedule = std::move(*s);
-    } else {
-      run.warnings.push_back(fmt::format("no prediction: {}", s.status().message()));
-    }
-  } else {
-    run.warnings.push_back(fmt::format("{} is missing: no prediction", sched_path));
-  }
-  if (run.schedule) {
-    run.vpp = run.schedule->chunks();
-    run.microbatches = run.schedule->num_microbatches;
-  }
-  return run;
+  loader.read_metrics();
+  loader.read_costs();
+  loader.read_schedule();
+  return loader.take();
 }
 
 }  // namespace tightpipe
