@@ -70,6 +70,9 @@ struct RankStepResult {
   double grad_sq_norm = 0;   // sum of squares of the gradients of this rank's stages
   size_t peak_stash_bytes = 0;  // peak activation stash over the step, all local stages
   RankTimeline timeline;     // events of this step; times in seconds from `origin`
+  // thread_cpu_wait_seconds() (base.h) when the last compute action ended (or the step began);
+  // -1 where the kernel does not say. The optimizer's event measures its cpu wait from here.
+  double cpu_wait_mark = -1;
 };
 
 class Executor {

@@ -176,6 +176,16 @@ enum class MessageEnd {
 std::optional<MessageRoute> message_route(const Schedule& schedule, const Action& a,
                                           MessageEnd end);
 
+// The rule under message_route, for callers without a Schedule (a timeline's events): whether
+// the message is a gradient, and the stage on its other end (activations go to stage + 1,
+// gradients to stage - 1). nullopt when `a` has no message at that end (W; a SEND asked kIn; a
+// RECV asked kOut). The other stage may be out of range: message_route checks it.
+struct MessageEnds {
+  bool gradient = false;
+  int32_t other_stage = 0;
+};
+std::optional<MessageEnds> message_ends(const Action& a, MessageEnd end);
+
 // Which (type, stage, microbatch) actions have completed.
 class CompletionSet {
  public:

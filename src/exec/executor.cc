@@ -232,6 +232,8 @@ class Executor::StepRun {
 
   size_t record(const Action* a, std::string name, EventKind kind, Lane lane, double t0, double t1,
                 int32_t peer = -1, int64_t bytes = 0);
+  double cpu_wait_since_mark() const;
+  void note_cpu_wait(double wait);
   int64_t stash_total() const;
   void track_stash(int64_t before);
   void emulate(double ms) const;
@@ -245,6 +247,7 @@ class Executor::StepRun {
   const float loss_scale_;
   const size_t msg_floats_;
   RankStepResult res_;
+  double cpu_mark_ = -1;  // the thread's run-queue delay when its last compute action ended
   CompletionSet done_;  // this rank's completed actions; a RECV counts once its message arrived
   std::unordered_map<int64_t, Incoming> incoming_;  // by message key (message_tag)
   std::unordered_map<int64_t, Buffer> outgoing_;    // outputs waiting for their SEND
@@ -255,6 +258,7 @@ Result<RankStepResult> Executor::StepRun::run() {
   const auto& prog = sch_.programs[ex_.rank_];
   for (auto& [s, stage] : ex_.stages_) stage->reset_peak();
   res_.peak_stash_bytes = static_cast<size_t>(stash_total());
+  cpu_mark_ = res_.cpu_wait_mark = thread_cpu_wait_seconds();
   if (ex_.options_.overlap_p2p) {
     for (const Action& a : prog)
       if (is_recv(a.type)) post_recv(a);
@@ -307,6 +311,7 @@ Status Executor::StepRun::forward(const Action& a) {
   TP_RETURN_IF_ERROR(await_dependencies(a));
   Buffer input = take_input(a);
   const double t0 = now();
+  const double cpu_wait = cpu_wait_since_mark();
   std::span<const float> out;
   Buffer emulated_out;
   if (ex_.options_.emulated) {
@@ -326,6 +331,7 @@ Status Executor::StepRun::forward(const Action& a) {
     }
   }
   record(&a, to_string(a), EventKind::kForward, Lane::kCompute, t0, now());
+  note_cpu_wait(cpu_wait);
   track_stash(stash_before);
   give_buffer(input);  // the stage copied it
   hand_over_output(a, out);
@@ -338,6 +344,7 @@ Status Executor::StepRun::backward_input(const Action& a, bool fused) {
   TP_RETURN_IF_ERROR(await_dependencies(a));
   Buffer grad = take_input(a);
   const double t0 = now();
+  const double cpu_wait = cpu_wait_since_mark();
   std::span<const float> g;
   Buffer emulated_g;
   if (ex_.options_.emulated) {
@@ -350,6 +357,7 @@ Status Executor::StepRun::backward_input(const Action& a, bool fused) {
   }
   record(&a, to_string(a), fused ? EventKind::kBackward : EventKind::kBackwardInput, Lane::kCompute,
          t0, now());
+  note_cpu_wait(cpu_wait);
   track_stash(stash_before);
   give_buffer(grad);
   hand_over_output(a, g);
@@ -360,12 +368,14 @@ Status Executor::StepRun::backward_weight(const Action& a) {
   const int64_t stash_before = stash_total();
   TP_RETURN_IF_ERROR(await_dependencies(a));
   const double t0 = now();
+  const double cpu_wait = cpu_wait_since_mark();
   if (ex_.options_.emulated) {
     emulate(ex_.options_.costs.w_ms);
   } else {
     model(a)->backward_weight(a.microbatch);
   }
   record(&a, to_string(a), EventKind::kBackwardWeight, Lane::kCompute, t0, now());
+  note_cpu_wait(cpu_wait);
   track_stash(stash_before);
   return OkStatus();
 }
@@ -514,6 +524,19 @@ Status Executor::StepRun::drain_sends() {
   }
   sends_.remaining().clear();
   return OkStatus();
+}
+
+// The run-queue delay of this rank's thread since its previous compute action ended (or the step
+// began): time it was ready but waited for a core (timeline.h, TimelineEvent::cpu_wait).
+double Executor::StepRun::cpu_wait_since_mark() const {
+  const double w = thread_cpu_wait_seconds();
+  return w >= 0 && cpu_mark_ >= 0 ? std::max(0.0, w - cpu_mark_) : 0.0;
+}
+
+void Executor::StepRun::note_cpu_wait(double wait) {
+  res_.timeline.events.back().cpu_wait = wait;
+  cpu_mark_ = thread_cpu_wait_seconds();
+  res_.cpu_wait_mark = cpu_mark_;
 }
 
 size_t Executor::StepRun::record(const Action* a, std::string name, EventKind kind, Lane lane,

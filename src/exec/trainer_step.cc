@@ -41,6 +41,10 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
   double sums[2] = {r.has_loss ? r.loss : 0.0, r.grad_sq_norm};
   TP_RETURN_IF_ERROR(allreduce_sum(transport, sums, timeout_s)
                          .with_context(fmt::format("step {} loss/grad-norm allreduce", step)));
+  // Ready to run the update since the all-reduce returned: the core wait before it (timeline.h).
+  const double cpu_now = thread_cpu_wait_seconds();
+  const double cpu_wait =
+      cpu_now >= 0 && r.cpu_wait_mark >= 0 ? std::max(0.0, cpu_now - r.cpu_wait_mark) : 0.0;
   out.loss = sums[0];
   out.grad_norm = std::sqrt(sums[1]);
   const float scale = nn::clip_scale(sums[1], clip);
@@ -57,6 +61,7 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
   opt.step = step;
   opt.start = out.optimizer_start;
   opt.end = out.optimizer_end;
+  opt.cpu_wait = cpu_wait;
   r.timeline.events.push_back(opt);
   out.rank = std::move(r);
   return out;

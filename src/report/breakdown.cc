@@ -162,12 +162,16 @@ class GapClassifier {
   // peer's SEND is unknown.
   bool message_of(double t, double& posted, double& arrived) const {
     const TimelineEvent* c = event_starting_at(t);
-    if (!c || cost_slot(c->kind) < 0 || c->kind == EventKind::kBackwardWeight) return false;
-    const bool grad = c->kind != EventKind::kForward;
+    if (!c || cost_slot(c->kind) < 0) return false;
+    auto action = parse_action(c->name);
+    if (!action.ok()) return false;
+    const std::optional<MessageEnds> in = message_ends(*action, MessageEnd::kIn);
+    if (!in) return false;  // W consumes no message
+    const bool grad = in->gradient;
     auto r = recv_end_.find({grad, c->stage, c->microbatch});
     if (r == recv_end_.end()) return false;
     arrived = r->second;
-    auto s = send_start_.find({grad, grad ? c->stage + 1 : c->stage - 1, c->microbatch});
+    auto s = send_start_.find({grad, in->other_stage, c->microbatch});
     posted = s == send_start_.end() ? -1 : s->second;
     return true;
   }

@@ -10,11 +10,7 @@ Action MessageRoute::recv() const {
   return {gradient ? ActionType::kRecvGrad : ActionType::kRecvAct, dst_stage, microbatch};
 }
 
-std::optional<MessageRoute> message_route(const Schedule& sch, const Action& a, MessageEnd end) {
-  TP_CHECK(a.stage >= 0 && a.stage < sch.num_stages &&
-               static_cast<int32_t>(sch.stage_to_rank.size()) == sch.num_stages,
-           "message_route: ", to_string(a), " with ", sch.num_stages, " stages and ",
-           sch.stage_to_rank.size(), " placements");
+std::optional<MessageEnds> message_ends(const Action& a, MessageEnd end) {
   const bool out = end == MessageEnd::kOut;
   bool gradient = false;
   switch (a.type) {
@@ -39,7 +35,18 @@ std::optional<MessageRoute> message_route(const Schedule& sch, const Action& a, 
   }
   // Activations travel to the next stage, gradients to the previous one.
   const int32_t direction = gradient ? -1 : 1;
-  const int32_t other = out ? a.stage + direction : a.stage - direction;
+  return MessageEnds{gradient, out ? a.stage + direction : a.stage - direction};
+}
+
+std::optional<MessageRoute> message_route(const Schedule& sch, const Action& a, MessageEnd end) {
+  TP_CHECK(a.stage >= 0 && a.stage < sch.num_stages &&
+               static_cast<int32_t>(sch.stage_to_rank.size()) == sch.num_stages,
+           "message_route: ", to_string(a), " with ", sch.num_stages, " stages and ",
+           sch.stage_to_rank.size(), " placements");
+  const std::optional<MessageEnds> ends = message_ends(a, end);
+  if (!ends) return std::nullopt;
+  const bool out = end == MessageEnd::kOut, gradient = ends->gradient;
+  const int32_t other = ends->other_stage;
   if (other < 0 || other >= sch.num_stages) return std::nullopt;
   MessageRoute m;
   m.gradient = gradient;

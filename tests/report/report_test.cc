@@ -157,13 +157,17 @@ TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
         100 * cause(st, IdleCause::kFill), 100 * 4 * kMs / PT, 100 * cause(st, IdleCause::kDrain),
         100 * 11 * kMs / PT, 100 * cause(st, IdleCause::kOther));
   }
-  (void)T;
   // The prediction (costs.json carries the link) explains the same run.
   ASSERT_TRUE(rep->has_prediction) << rep->prediction_error;
-  EXPECT_NEAR(rep->predicted.makespan, 66 * kMs, 3 * kMs);
+  // Its program ends at the closed form's 66 ms; its optimizer (the all-reduce over the slow link,
+  // calibrated from the run) ends the step where the measured one ends.
+  EXPECT_NEAR(std::max(rep->predicted_breakdown.ranks[0].last_compute,
+                       rep->predicted_breakdown.ranks[1].last_compute),
+              66 * kMs, 3 * kMs);
+  EXPECT_NEAR(rep->predicted.makespan, T, 3 * kMs);
   EXPECT_NEAR(rep->predicted_breakdown.cause_ratio[static_cast<int>(IdleCause::kExposedComm)],
-              6.0 / 132, 0.01);
-  EXPECT_LT(std::abs(rep->gap_total), 10 * kMs);  // the all-reduce over the slow link
+              6 * kMs / (2 * rep->predicted.makespan), 0.01);
+  EXPECT_LT(std::abs(rep->gap_total), 3 * kMs);
   // Without the slow link, no exposed communication.
   const std::string out2 = testutil::make_temp_dir("tp-rep-nolink");
   o = emulated(out2, "gpipe", 2, 4);
