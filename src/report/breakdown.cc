@@ -59,7 +59,7 @@ std::string_view idle_cause_color(IdleCause cause) {
     case IdleCause::kData:
       return "#9c755f";
     case IdleCause::kCpuWait:
-      return "#f28e2b";
+      return "#c2185b";
     case IdleCause::kOther:
       return "#d4a6c8";
   }

@@ -280,6 +280,14 @@ std::string html_summary(const Report& rep) {
       run.vpp, run.microbatches, run.transport.empty() ? "" : ", " + esc(run.transport),
       run.compute.empty() ? "" : ", " + esc(run.compute) + " compute", sm.steps.size(),
       sm.warmup_steps.size(), rep.shown_step);
+  if (run.oversubscribed) {
+    h += fmt::format(
+        "<div class=\"warn\"><b>Oversubscribed:</b> {} computing ranks ({} busy threads with the "
+        "loaders) on {} cores. The ranks took turns on the cores: actions stretched, and the time "
+        "a ready rank waited for a core is <i>cpu wait</i>. This bubble is the machine's, not "
+        "the schedule's.</div>\n",
+        run.rank_threads, run.busy_threads, run.cores);
+  }
   if (!run.warnings.empty()) {
     h += "<div class=\"warn\"><b>Warnings</b><ul>";
     for (const auto& w : run.warnings) h += "<li>" + esc(w) + "</li>";
@@ -323,9 +331,9 @@ std::string html_rank_row(const Report& rep, int r) {
   const auto& sm = rep.summary;
   if (!rep.run.rank_present[r]) {
     return fmt::format(
-        "<tr><td class=\"l\">{}</td><td class=\"l missing\" colspan=\"12\">missing"
+        "<tr><td class=\"l\">{}</td><td class=\"l missing\" colspan=\"{}\">missing"
         "</td></tr>\n",
-        r);
+        r, kNumBusyKinds + kNumIdleCauses + 1 + (rep.has_prediction ? 2 : 0));
   }
   std::string h = fmt::format("<tr><td class=\"l\">{}</td>", r);
   for (int k = 0; k < kNumBusyKinds; ++k) h += "<td>" + fmt_time(sm.rank_busy[r][k], "s") + "</td>";
@@ -417,8 +425,9 @@ std::string report_html(const Report& rep) {
   h += html_what_if(rep);
   h += "<p style=\"color:#777;font-size:12px\">Causes: fill = before the rank's first compute; "
        "drain = after its last; dependency wait = the peer had not sent the message yet; exposed "
-       "comm = the message was posted but still in flight; data wait = the loader; other = the "
-       "rest. docs/report.md.</p>\n";
+       "comm = the message was posted but still in flight; data wait = the loader; cpu wait = the "
+       "rank was ready but waited for a core; other = the rest. docs/report.md, docs/bubble.md."
+       "</p>\n";
   h += "</body></html>\n";
   return h;
 }

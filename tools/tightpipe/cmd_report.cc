@@ -38,7 +38,8 @@ int cmd_report(int argc, char** argv) {
   if (out_dir.empty()) out_dir = run_dir;
   if (Status st = write_report(*rep, out_dir); !st.ok()) return report_error("report", st);
   if (!quiet) std::fputs(format_report_text(*rep).c_str(), stdout);
-  std::printf("\nwrote %s/report.html, %s/trace.json%s\n", out_dir.c_str(), out_dir.c_str(),
+  std::printf("\nwrote %s/report.html, %s/report.json, %s/trace.json%s\n", out_dir.c_str(),
+              out_dir.c_str(), out_dir.c_str(),
               rep->run.costs ? fmt::format(", {}/costs.json", out_dir).c_str() : "");
   return kExitOk;
 }
