@@ -169,6 +169,39 @@ struct CalibrationOptions {
 Result<CostModel> calibrate(const CostSamples& samples, const Schedule& lowered,
                             const CalibrationOptions& options = {});
 
+// ----- per layer kind: costs for another layer split ---------------------------------------------
+//
+// A GPT stage holds the embedding (first stage), a run of transformer blocks and the head (final
+// LayerNorm, LM head and loss; last stage). Measured stage costs say what each kind costs:
+// fit_layer_costs() solves stage cost = embedding + blocks x block + head, field by field (least
+// squares, non-negative; with fewer distinct stages than kinds the embedding, then the head, is
+// taken as free, the cheapest assumption the data cannot refute), and cost_model_for_layout()
+// builds the cost table of any other split from it: what a what-if needs to predict a schedule
+// whose chunks hold other layers than the run's stages did.
+
+// What one stage of a layer split holds.
+struct StageLayers {
+  bool embedding = false;
+  int32_t blocks = 0;
+  bool head = false;
+};
+
+struct LayerCosts {
+  StageCost embedding, block, head;  // per kind, every time and byte field (message_bytes unused)
+  int64_t message_bytes = 0;         // one activation between stages (the same at every boundary)
+  LinkCost link;
+  std::string time_unit = "s";
+  std::string source;
+};
+
+// REQUIRES: layout.size() == stage_costs.num_stages(). Errors: empty layout, a stage with no layer.
+Result<LayerCosts> fit_layer_costs(const CostModel& stage_costs,
+                                   const std::vector<StageLayers>& layout);
+// The per-stage table of `layout` (stage cost = the sum of its layers' costs); `layout_name` (the
+// Megatron layout string, nn::format_layout) goes into the model's source.
+CostModel cost_model_for_layout(const LayerCosts& layers, const std::vector<StageLayers>& layout,
+                                const std::string& layout_name);
+
 // ----- GPT config + device ---------------------------------------------------------------------
 
 struct GptCostConfig {

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "tightpipe/cost_model.h"
+#include "tightpipe/model.h"
 #include "tightpipe/prof.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/simulator.h"
@@ -116,6 +117,9 @@ struct RunData {
   std::string transport, compute;
   bool overlap_p2p = true;
   int64_t warmup_steps_excluded = 1;
+  // The model and its layer split (summary.json): what-ifs re-split the layers for their stages.
+  std::optional<nn::GptConfig> model;
+  std::string layout;  // "E,t*2|t*2,L"
   // The host, from summary.json: more busy threads (ranks + loader workers) than cores.
   int32_t cores = 0, busy_threads = 0, rank_threads = 0;
   bool oversubscribed = false;
@@ -155,6 +159,9 @@ struct WhatIfResult {
   double bubble_saving = 0;    // baseline bubble ratio - bubble_ratio
   double peak_act_bytes = 0;   // max over ranks
   double peak_act_delta = 0;   // vs the baseline prediction (> 0 costs memory)
+  // The layer split the candidate was costed with ("E,t|t|t|t,L": what `train --schedule` would
+  // run), or "even" when the run's model is unknown and each rank's cost was spread evenly.
+  std::string layout;
 };
 
 struct GapItem {

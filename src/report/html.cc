@@ -393,20 +393,20 @@ std::string html_what_if(const Report& rep) {
       "<h2>What-if: the run's measured costs under other schedules</h2>\n<table><tr>"
       "<th class=\"l\">schedule</th><th>v</th><th>step</th><th>bubble</th><th>saves per step"
       "</th><th>bubble saved</th><th>GPU-hours saved (run)</th><th>peak activations</th>"
-      "<th>memory cost</th></tr>\n";
+      "<th>memory cost</th><th class=\"l\">layer split</th></tr>\n";
   for (const auto& w : rep.what_ifs) {
     if (!w.error.empty()) {
-      h += fmt::format("<tr><td class=\"l\">{}</td><td class=\"l\" colspan=\"8\">{}</td></tr>\n",
+      h += fmt::format("<tr><td class=\"l\">{}</td><td class=\"l\" colspan=\"9\">{}</td></tr>\n",
                        esc(w.label), esc(w.error.substr(0, w.error.find('\n'))));
       continue;
     }
     h += fmt::format(
         "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f} pp"
-        "</td><td>{:.4g}</td><td>{}</td><td>{}{}</td></tr>\n",
+        "</td><td>{:.4g}</td><td>{}</td><td>{}{}</td><td class=\"l\">{}</td></tr>\n",
         esc(w.label), w.chunks, fmt_time(w.makespan, unit), pct(w.bubble_ratio),
         fmt_time(w.step_saving, unit), 100 * w.bubble_saving, w.gpu_hours_saved,
         human_bytes(w.peak_act_bytes), w.peak_act_delta >= 0 ? "+" : "-",
-        human_bytes(std::abs(w.peak_act_delta)));
+        human_bytes(std::abs(w.peak_act_delta)), esc(w.layout));
   }
   return h + "</table>\n";
 }

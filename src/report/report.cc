@@ -78,6 +78,7 @@ CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
     t.w += c.w;
     t.b += c.b;
     t.recompute += c.recompute;
+    t.optimizer += c.optimizer;
     t.act_bytes += c.act_bytes;
     t.act_after_i_bytes += c.act_after_i_bytes;
     t.input_bytes += c.input_bytes;
@@ -96,6 +97,7 @@ CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
     c.w = t.w / v;
     c.b = t.b / v;
     c.recompute = t.recompute / v;
+    c.optimizer = t.optimizer / v;
     c.act_bytes = t.act_bytes / v;
     c.act_after_i_bytes = t.act_after_i_bytes / v;
     c.input_bytes = t.input_bytes / v;
@@ -106,6 +108,32 @@ CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
   }
   return CostModel(out, run_costs.link(), run_costs.time_unit(),
                    "derived from " + run_costs.source());
+}
+
+std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs) {
+  std::vector<StageLayers> out;
+  for (const nn::StageSpec& s : specs) out.push_back({s.has_embedding, s.num_layers, s.has_head});
+  return out;
+}
+
+// The cost table of a candidate schedule. When the run's model and layer split are known: the
+// run's stage costs per layer kind (embedding, block, head: fit_layer_costs), summed over the
+// layers each candidate stage would hold with the split `train --schedule` uses (the balanced
+// default). Otherwise each rank's total spread evenly over its new chunks. `layout` says which.
+CostModel candidate_costs(const RunData& run, const Schedule& target, std::string& layout) {
+  if (run.model && !run.layout.empty()) {
+    auto run_split = nn::partition_layers(*run.model, run.schedule->num_stages, run.layout);
+    auto split = nn::partition_layers(*run.model, target.num_stages, "");
+    if (run_split.ok() && split.ok()) {
+      auto layers = fit_layer_costs(*run.costs, stage_layers(*run_split));
+      if (layers.ok()) {
+        layout = nn::format_layout(*split);
+        return cost_model_for_layout(*layers, stage_layers(*split), layout);
+      }
+    }
+  }
+  layout = "even";
+  return derive_costs(*run.costs, *run.schedule, target);
 }
 
 double max_peak(const SimResult& r) {
@@ -314,7 +342,7 @@ WhatIfResult what_if(const WhatIfSpec& w, const Report& rep) {
     res.error = lowered.status().message();
     return res;
   }
-  const CostModel derived = derive_costs(*run.costs, *run.schedule, *lowered);
+  const CostModel derived = candidate_costs(run, *lowered, res.layout);
   SimOptions so = run_sim_options(run);
   so.record_timeline = false;
   auto sim = simulate(*lowered, derived, so);
@@ -462,20 +490,23 @@ std::string text_gap(const Report& rep) {
 std::string text_what_if(const Report& rep) {
   if (rep.what_ifs.empty()) return "";
   const std::string& unit = rep.predicted.time_unit;
-  std::string out = "\nwhat-if (the run's measured costs per rank, re-simulated):\n";
-  out += fmt::format("{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14} {:>14}\n", "schedule", "v",
-                     "step", "bubble", "saves/step", "bubble -", "GPU-h saved", "peak act (+)");
+  std::string out =
+      "\nwhat-if (the run's measured costs per layer kind, re-simulated on each schedule's split):\n";
+  out += fmt::format("{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14} {:>14}  {}\n", "schedule", "v",
+                     "step", "bubble", "saves/step", "bubble -", "GPU-h saved", "peak act (+)",
+                     "layout");
   for (const auto& w : rep.what_ifs) {
     if (!w.error.empty()) {
       out += fmt::format("{:<16} error: {}\n", w.label, w.error.substr(0, w.error.find('\n')));
       continue;
     }
     out += fmt::format(
-        "{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14.4g} {:>14}\n", w.label, w.chunks,
+        "{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14.4g} {:>14}  {}\n", w.label, w.chunks,
         fmt_time(w.makespan, unit), pct(w.bubble_ratio), fmt_time(w.step_saving, unit),
         fmt::format("{:.1f} pp", 100 * w.bubble_saving), w.gpu_hours_saved,
         fmt::format("{} ({}{})", human_bytes(w.peak_act_bytes), w.peak_act_delta >= 0 ? "+" : "-",
-                    human_bytes(std::abs(w.peak_act_delta))));
+                    human_bytes(std::abs(w.peak_act_delta))),
+        w.layout);
   }
   return out;
 }
@@ -513,6 +544,7 @@ nlohmann::ordered_json what_if_json(const WhatIfResult& w) {
     o["step_saving"] = w.step_saving;
     o["gpu_hours_saved"] = w.gpu_hours_saved;
     o["peak_activation_bytes"] = w.peak_act_bytes;
+    o["layout"] = w.layout;
   }
   return o;
 }

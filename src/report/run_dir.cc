@@ -152,6 +152,18 @@ void RunLoader::read_summary_fields(const nlohmann::json& j, const std::string& 
     run_.compute = j.value("compute", std::string());
     run_.overlap_p2p = j.value("overlap_p2p", true);
     run_.warmup_steps_excluded = j.value("warmup_steps_excluded", int64_t{1});
+    if (j.contains("model") && j["model"].is_object()) {
+      const auto& m = j["model"];
+      nn::GptConfig c;
+      c.num_layers = m.value("num_layers", c.num_layers);
+      c.hidden_size = m.value("hidden_size", c.hidden_size);
+      c.num_heads = m.value("num_attention_heads", c.num_heads);
+      c.seq_length = m.value("seq_length", c.seq_length);
+      c.micro_batch_size = m.value("micro_batch_size", c.micro_batch_size);
+      c.vocab_size = m.value("vocab_size", c.vocab_size);
+      if (c.validate().ok()) run_.model = c;
+      run_.layout = j.value("layout", std::string());
+    }
     if (j.contains("cpu") && j["cpu"].is_object()) {
       const auto& c = j["cpu"];
       run_.cores = c.value("cores", 0);

@@ -131,3 +131,58 @@ TEST(GptCostModel, BadInput) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// Stage costs built from known per-kind costs come back exactly, and re-split for another layout.
+TEST(LayerCosts, FitRecoversKindsAndResplits) {
+  const double e = 0.5, t = 3, h = 2;
+  auto stage = [&](StageLayers l) {
+    StageCost c;
+    c.f = (l.embedding ? e : 0) + l.blocks * t + (l.head ? h : 0);
+    c.i = 2 * c.f;
+    c.w = c.f;
+    c.b = 3 * c.f;
+    c.act_bytes = 100 * l.blocks;
+    c.message_bytes = 4096;
+    return c;
+  };
+  const std::vector<StageLayers> run = {{true, 1, false}, {false, 2, false}, {false, 1, true}};
+  std::vector<StageCost> sc;
+  for (const auto& l : run) sc.push_back(stage(l));
+  auto fit = fit_layer_costs(CostModel(sc, LinkCost{}, "s", "test"), run);
+  ASSERT_TRUE(fit.ok()) << fit.status().to_string();
+  EXPECT_NEAR(fit->embedding.f, e, 1e-9);
+  EXPECT_NEAR(fit->block.f, t, 1e-9);
+  EXPECT_NEAR(fit->head.f, h, 1e-9);
+  EXPECT_NEAR(fit->block.i, 2 * t, 1e-9);
+  EXPECT_NEAR(fit->block.act_bytes, 100, 1e-9);
+  const std::vector<StageLayers> v = {{true, 1, false}, {false, 1, false}, {false, 1, false},
+                                      {false, 1, true}};
+  const CostModel m = cost_model_for_layout(*fit, v, "E,t|t|t|t,L");
+  ASSERT_EQ(m.num_stages(), 4);
+  EXPECT_NEAR(m.stage(0).f, e + t, 1e-9);
+  EXPECT_NEAR(m.stage(1).f, t, 1e-9);
+  EXPECT_NEAR(m.stage(3).f, t + h, 1e-9);
+  EXPECT_EQ(m.stage(2).message_bytes, 4096);
+  EXPECT_NE(m.source().find("E,t|t|t|t,L"), std::string::npos);
+}
+
+// Two stages cannot separate three kinds: the embedding is taken as free, never negative.
+TEST(LayerCosts, UnderdeterminedTakesTheEmbeddingAsFree) {
+  std::vector<StageCost> sc(2);
+  sc[0].f = 12;  // E + 2t
+  sc[1].f = 14;  // 2t + L
+  auto fit = fit_layer_costs(CostModel(sc, LinkCost{}, "s", "test"),
+                             {{true, 2, false}, {false, 2, true}});
+  ASSERT_TRUE(fit.ok());
+  EXPECT_EQ(fit->embedding.f, 0);
+  EXPECT_NEAR(fit->block.f, 6, 1e-9);
+  EXPECT_NEAR(fit->head.f, 2, 1e-9);
+  for (const StageCost* c : {&fit->embedding, &fit->block, &fit->head}) EXPECT_GE(c->w, 0);
+  EXPECT_FALSE(fit_layer_costs(CostModel(sc, LinkCost{}, "s", "t"), {{true, 2, false}}).ok());
+}
+
+}  // namespace
+}  // namespace tightpipe

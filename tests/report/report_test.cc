@@ -263,6 +263,10 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   }
   EXPECT_GE(rep->what_ifs[0].step_saving, -1e-9);
   EXPECT_EQ(rep->what_ifs[1].chunks, 2);
+  // Each candidate is costed on a layer split it names: zb-h1 on the run's own.
+  ASSERT_FALSE(rep->run.layout.empty());
+  EXPECT_EQ(rep->what_ifs[0].layout, rep->run.layout);
+  for (const auto& w : rep->what_ifs) EXPECT_FALSE(w.layout.empty()) << w.label;
   const std::string text = format_report_text(*rep);
   EXPECT_NE(text.find("data wait"), std::string::npos) << text;
   EXPECT_NE(text.find("what-if"), std::string::npos) << text;
