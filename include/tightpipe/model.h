@@ -76,6 +76,26 @@ Result<std::vector<StageSpec>> partition_layers(const GptConfig& config, int num
 // "E,t*3|t*3|t*2,L": the inverse of the layout parser.
 std::string format_layout(const std::vector<StageSpec>& stages);
 
+// Megatron-LM's flags for an uneven layer split. Unset (-1 / false): not given.
+struct MegatronSplit {
+  int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers
+  int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers
+  bool account_for_embedding = false;  // --account-for-embedding-in-pipeline-split
+  bool account_for_loss = false;       // --account-for-loss-in-pipeline-split
+  bool any() const {
+    return first_stage_layers >= 0 || last_stage_layers >= 0 || account_for_embedding ||
+           account_for_loss;
+  }
+};
+// The layout string those flags mean, as Megatron-LM splits: with a first/last stage count the
+// remaining blocks divide evenly over the other stages; with the accounting flags the embedding
+// and/or the loss count as one layer each and (blocks + accounted) divide evenly over the stages.
+// Errors (InvalidArgument naming the flags, the counts and a hint): an uneven remainder, counts
+// above --num-layers, first/last counts together with the accounting flags (Megatron refuses
+// the mix), one stage. REQUIRES: num_stages >= 1.
+Result<std::string> megatron_layout(const GptConfig& config, int num_stages,
+                                    const MegatronSplit& split);
+
 // Activation recomputation, Megatron's spelling.
 struct RecomputeOptions {
   std::string granularity;         // "" (off) or "full" (--recompute-granularity)

@@ -60,6 +60,7 @@ Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int3
 struct TrainOptions {
   nn::GptConfig model;                 // --num-layers, --hidden-size, ...
   std::string pipeline_layout;         // --pipeline-layout ("" = balanced)
+  nn::MegatronSplit megatron_split;    // --decoder-first/last-pipeline-num-layers, --account-for-*
   nn::RecomputeOptions recompute;      // --recompute-*
   std::string schedule = "1f1b";       // --schedule: a name or a CSV/JSON file
   int32_t pp = 1;                      // --pp

@@ -141,6 +141,16 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
         opt.schedule, sched->num_ranks, sched->num_microbatches, opt.pp, opt.microbatches));
   }
   TP_ASSIGN_OR_RETURN(plan.lowered, lower(*sched));
+  if (opt.megatron_split.any()) {  // Megatron-LM's uneven-split flags become a layout string
+    if (!opt.pipeline_layout.empty()) {
+      return Status::invalid_argument(fmt::format(
+          "--pipeline-layout '{}' with --decoder-first/last-pipeline-num-layers or "
+          "--account-for-*-in-pipeline-split: give one of them",
+          opt.pipeline_layout));
+    }
+    TP_ASSIGN_OR_RETURN(opt.pipeline_layout, nn::megatron_layout(opt.model, plan.lowered.num_stages,
+                                                                 opt.megatron_split));
+  }
   TP_ASSIGN_OR_RETURN(plan.specs, nn::partition_layers(opt.model, plan.lowered.num_stages,
                                                        opt.pipeline_layout));
   plan.tokens_per_step = int64_t(opt.microbatches) * opt.model.tokens_per_microbatch();

@@ -142,16 +142,74 @@ Result<std::vector<StageSpec>> partition_layers(const GptConfig& config, int num
   return stages;
 }
 
+namespace {
+
+std::string stage_items(bool embedding, int blocks, bool head) {
+  std::vector<std::string> items;
+  if (embedding) items.push_back("E");
+  if (blocks == 1) items.push_back("t");
+  if (blocks > 1) items.push_back(fmt::format("t*{}", blocks));
+  if (head) items.push_back("L");
+  return join(items, ",");
+}
+
+std::string layout_of(const std::vector<int>& blocks) {
+  std::vector<std::string> parts;
+  for (size_t s = 0; s < blocks.size(); ++s)
+    parts.push_back(stage_items(s == 0, blocks[s], s + 1 == blocks.size()));
+  return join(parts, "|");
+}
+
+}  // namespace
+
+Result<std::string> megatron_layout(const GptConfig& config, int num_stages,
+                                    const MegatronSplit& f) {
+  const int L = config.num_layers, S = num_stages;
+  const bool counts = f.first_stage_layers >= 0 || f.last_stage_layers >= 0;
+  if (counts && (f.account_for_embedding || f.account_for_loss)) {
+    return Status::invalid_argument(
+        "--decoder-first/last-pipeline-num-layers with --account-for-embedding/loss-in-pipeline-"
+        "split: Megatron-LM takes one or the other; hint: give the first/last stage counts, or the "
+        "accounting flags");
+  }
+  std::vector<int> blocks(S, 0);
+  if (counts) {
+    const int first = f.first_stage_layers, last = f.last_stage_layers;
+    const int fixed = std::max(0, first) + std::max(0, last);
+    const int others = S - (first >= 0) - (last >= 0 && S > 1);
+    if (S < 2 || fixed > L || (others == 0 && fixed != L) || (others > 0 && (L - fixed) % others)) {
+      std::vector<std::string> given;
+      if (first >= 0) given.push_back(fmt::format("--decoder-first-pipeline-num-layers {}", first));
+      if (last >= 0) given.push_back(fmt::format("--decoder-last-pipeline-num-layers {}", last));
+      return Status::invalid_argument(fmt::format(
+          "{} with --num-layers {} over {} stages: the other {} blocks do not divide evenly over "
+          "the other {} stages; hint: choose counts that leave a multiple of the remaining stages "
+          "(or --pipeline-layout)",
+          join(given, " and "), L, S, L - fixed, others));
+    }
+    for (int s = 0; s < S; ++s) blocks[s] = others > 0 ? (L - fixed) / others : 0;
+    if (first >= 0) blocks[0] = first;
+    if (last >= 0) blocks[S - 1] = last;
+    return layout_of(blocks);
+  }
+  const int units = L + (f.account_for_embedding ? 1 : 0) + (f.account_for_loss ? 1 : 0);
+  if (units % S != 0 || units / S < 1) {
+    return Status::invalid_argument(fmt::format(
+        "--num-layers {}{}{} = {} layers do not divide evenly over {} pipeline stages; hint: "
+        "Megatron-LM needs (layers + accounted embedding/loss) to be a multiple of the stages",
+        L, f.account_for_embedding ? " + embedding" : "", f.account_for_loss ? " + loss" : "",
+        units, S));
+  }
+  for (int s = 0; s < S; ++s) blocks[s] = units / S;
+  if (f.account_for_embedding) --blocks[0];
+  if (f.account_for_loss) --blocks[S - 1];
+  return layout_of(blocks);
+}
+
 std::string format_layout(const std::vector<StageSpec>& stages) {
   std::vector<std::string> parts;
-  for (const StageSpec& s : stages) {
-    std::vector<std::string> items;
-    if (s.has_embedding) items.push_back("E");
-    if (s.num_layers == 1) items.push_back("t");
-    if (s.num_layers > 1) items.push_back(fmt::format("t*{}", s.num_layers));
-    if (s.has_head) items.push_back("L");
-    parts.push_back(join(items, ","));
-  }
+  for (const StageSpec& s : stages)
+    parts.push_back(stage_items(s.has_embedding, s.num_layers, s.has_head));
   return join(parts, "|");
 }
 

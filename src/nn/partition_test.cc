@@ -118,3 +118,46 @@ TEST(Optimizer, WarmupCosineAndClip) {
 
 }  // namespace
 }  // namespace tightpipe::nn
+
+namespace tightpipe::nn {
+namespace {
+
+TEST(MegatronSplit, FirstLastCountsAndAccountingFlags) {
+  MegatronSplit f;
+  f.first_stage_layers = 2;
+  f.last_stage_layers = 1;
+  auto l = megatron_layout(cfg(9), 4, f);  // 2 | 3 | 3 | 1
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_EQ(*l, "E,t*2|t*3|t*3|t,L");
+  EXPECT_TRUE(partition_layers(cfg(9), 4, *l).ok());
+  f = {};
+  f.first_stage_layers = 1;
+  EXPECT_EQ(megatron_layout(cfg(7), 4, f).value(), "E,t|t*2|t*2|t*2,L");
+  f = {};
+  f.account_for_embedding = true;
+  f.account_for_loss = true;
+  EXPECT_EQ(megatron_layout(cfg(6), 4, f).value(), "E,t|t*2|t*2|t,L");
+  f.account_for_embedding = false;
+  EXPECT_EQ(megatron_layout(cfg(7), 4, f).value(), "E,t*2|t*2|t*2|t,L");
+}
+
+TEST(MegatronSplit, UnevenOrMixedIsOneClearError) {
+  MegatronSplit f;
+  f.first_stage_layers = 2;
+  auto l = megatron_layout(cfg(9), 4, f);  // 7 over 3 stages
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("--decoder-first-pipeline-num-layers 2"), std::string::npos);
+  EXPECT_NE(l.status().message().find("hint:"), std::string::npos);
+  f.first_stage_layers = 20;
+  EXPECT_FALSE(megatron_layout(cfg(9), 4, f).ok());
+  f = {};
+  f.account_for_loss = true;
+  l = megatron_layout(cfg(8), 4, f);  // 9 units over 4 stages
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("multiple of the stages"), std::string::npos);
+  f.first_stage_layers = 1;
+  EXPECT_FALSE(megatron_layout(cfg(8), 4, f).ok());
+}
+
+}  // namespace
+}  // namespace tightpipe::nn

@@ -74,6 +74,14 @@ int cmd_train(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--pipeline-layout", o.pipeline_layout,
                  "explicit split, e.g. \"E,t*3|t*3|t*3|t*2,L\" (default: balanced)");
+  app.add_option("--decoder-first-pipeline-num-layers", o.megatron_split.first_stage_layers,
+                 "Megatron-LM: transformer layers of the first stage (the rest split evenly)");
+  app.add_option("--decoder-last-pipeline-num-layers", o.megatron_split.last_stage_layers,
+                 "Megatron-LM: transformer layers of the last stage (the rest split evenly)");
+  app.add_flag("--account-for-embedding-in-pipeline-split", o.megatron_split.account_for_embedding,
+               "Megatron-LM: the embedding counts as one layer of the first stage");
+  app.add_flag("--account-for-loss-in-pipeline-split", o.megatron_split.account_for_loss,
+               "Megatron-LM: the loss counts as one layer of the last stage");
   app.add_option("--recompute-granularity", o.recompute.granularity, "'full' to recompute");
   app.add_option("--recompute-method", o.recompute.method, "'uniform'")->capture_default_str();
   app.add_option("--recompute-num-layers", o.recompute.num_layers, "layers per recompute group")
