@@ -98,6 +98,49 @@ struct BubbleSummary {
 // REQUIRES: every step has the same number of ranks.
 BubbleSummary summarize_bubbles(const std::vector<StepBubble>& measured_steps);
 
+// ----- the span bubble: the zero-bubble paper's measure ---------------------------------------
+//
+// step_bubble() above is the makespan measure: every rank's window starts at the common origin 0,
+// so the stagger of the first forwards (fill) and of the last backwards (drain) counts as idle.
+// The zero-bubble paper measures ZB-H2, ZB-V and its automatic schedules by the per-rank span
+// instead, which counts only the gaps a rank has once it has started:
+//   * span_r = end of rank r's last compute action (F, I, W, B) - start of its first; the
+//     optimizer is outside every span (the span measures the schedule, not the step);
+//   * S = the longest span over the ranks present; busy_r = the union of r's F, I, W, B;
+//   * span bubble ratio = 1 - sum of busy_r / (P x S) over the ranks present; the rank's own
+//     ratio is (S - busy_r) / S, so the step's ratio is the mean of the ranks'.
+// A rank's own gaps inside its span are span_r - busy_r (the simulator's internal_idle).
+// With F = I = W, ZB-H2's span bubble is 0 while its makespan bubble is (p-1)/(3m+p-1). Outputs
+// show both side by side; `bubble_ratio` everywhere is the makespan measure.
+
+// What one rank contributes to its step's span bubble.
+struct RankSpan {
+  bool present = false;    // false: no compute event (left out of the ratio)
+  double first_start = 0;  // start of its first F, I, W or B
+  double last_end = 0;     // end of its last F, I, W or B
+  double compute = 0;      // length of the union of its F, I, W, B intervals
+};
+// REQUIRES: as rank_busy().
+RankSpan rank_span(const std::vector<TimelineEvent>& events);
+
+struct SpanBubble {
+  double max_span = 0;          // S: the longest span over the ranks present
+  int32_t ranks_present = 0;
+  std::vector<bool> present;    // [P] the rank ran compute
+  std::vector<double> span;     // [P] last_end - first_start (0 when absent)
+  std::vector<double> compute;  // [P] busy time inside the span (0 when absent)
+  double total_compute = 0;     // over the ranks present
+  double ratio = 0;             // 1 - total_compute / (ranks_present x S); 0 when S = 0
+  // (S - compute[r]) / S; 0 when S = 0 or r is absent.
+  double rank_ratio(size_t r) const;
+};
+
+SpanBubble span_bubble(const std::vector<RankSpan>& ranks);
+// One step's timeline: span_bubble of rank_span() of each rank.
+SpanBubble span_bubble(const Timeline& step);
+// The medians over steps, as summarize_bubbles() takes them (ratio and each rank's ratio).
+BubbleSummary summarize_span_bubbles(const std::vector<SpanBubble>& measured_steps);
+
 // ----- statistics ------------------------------------------------------------------------------
 
 struct RankTimelineStats {

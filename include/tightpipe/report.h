@@ -68,7 +68,8 @@ struct StepBreakdown {
   double step_time = 0;                              // T: latest event end over all ranks
   std::vector<RankBreakdown> ranks;                  // [P]
   StepBubble bubble;                                 // the one definition (prof.h)
-  double bubble_ratio = 0;                           // bubble.ratio
+  double bubble_ratio = 0;                           // bubble.ratio (the makespan measure)
+  SpanBubble span;                                   // the per-rank span measure (prof.h)
   std::array<double, kNumIdleCauses> cause_ratio{};  // per cause: idle / (present ranks x T)
 };
 
@@ -96,6 +97,10 @@ struct BreakdownSummary {
   std::vector<std::array<double, kNumBusyKinds>> rank_busy;
   std::vector<std::array<double, kNumIdleCauses>> rank_idle;
   std::vector<double> rank_bubble_ratio;  // summarize_bubbles (prof.h): median idle / T per rank
+  // The span measure (prof.h span_bubble): the longest rank span and the span bubble over the
+  // steps (median = summarize_span_bubbles), and each rank's median span bubble.
+  Spread max_span, span_bubble_ratio;
+  std::vector<double> rank_span_bubble_ratio;
 };
 // REQUIRES: every step has the same number of ranks.
 BreakdownSummary summarize_steps(const std::vector<StepBreakdown>& steps, int64_t warmup_steps);
@@ -154,6 +159,7 @@ struct WhatIfResult {
   std::string error;  // not empty: could not be simulated (why)
   int32_t chunks = 1;
   double makespan = 0, bubble_ratio = 0;
+  double span_bubble_ratio = 0;  // the per-rank span measure (prof.h span_bubble)
   double step_saving = 0;      // baseline prediction - makespan (time units; > 0 saves)
   double gpu_hours_saved = 0;  // steps x step_saving x P / 3600 (time unit s)
   double bubble_saving = 0;    // baseline bubble ratio - bubble_ratio
@@ -200,8 +206,9 @@ std::string format_report_text(const Report& report);
 // The self-contained page (inline SVG and CSS, no script, no network).
 std::string report_html(const Report& report);
 // report.json: the measured and predicted bubble under summary.json's key names
-// (measured_bubble_ratio, predicted_bubble_ratio, ..._per_rank), per rank and cause, the gap
-// (docs/report.md lists the keys).
+// (measured_bubble_ratio, predicted_bubble_ratio, ..._per_rank; bubble_measure "makespan"), the
+// span measure beside it (measured_span_bubble_ratio, predicted_span_bubble_ratio, ...), per
+// rank and cause, the gap (docs/report.md lists the keys).
 std::string report_json(const Report& report);
 // Writes report.html, report.json, trace.json (every step, one after another) and costs.json
 // into out_dir.

@@ -24,7 +24,9 @@
 //   * The optimizer: when the cost model gives stages an `optimizer` time, every rank runs its
 //     stages' sum once all ranks finished their programs (an "optimizer" event from the rank's
 //     program end to sync + its time, as measured runs record it).
-//   * The bubble ratio is prof.h's step_bubble() over the same quantities a measured step has.
+//   * The bubble ratio is prof.h's step_bubble() over the same quantities a measured step has
+//     (the makespan measure); span_bubble_ratio is prof.h's span_bubble() (each rank timed from
+//     its first compute action, the zero-bubble paper's measure).
 //   * A schedule that cannot finish returns FailedPrecondition naming each blocked rank's action
 //     and what it waits for; it never hangs.
 //
@@ -65,6 +67,8 @@ struct RankSimStats {
   double idle = 0;           // makespan - busy
   double bubble_ratio = 0;   // idle / makespan (step_bubble: the one definition)
   double internal_idle = 0;  // last_end - first_start - busy
+  double span = 0;           // last_end - first_start (prof.h span_bubble)
+  double span_bubble_ratio = 0;  // (max_span - compute) / max_span (prof.h span_bubble)
   double comm = 0;           // time of this rank's SEND and RECV events
   int64_t compute_actions = 0;
   int64_t messages_sent = 0;
@@ -86,7 +90,9 @@ struct SimResult {
   std::string time_unit;    // CostModel::time_unit()
   double makespan = 0;      // latest end of any event, from 0 (the optimizer's included)
   double total_compute = 0;  // busy time summed over ranks (step_bubble)
-  double bubble_ratio = 0;   // step_bubble(...).ratio (prof.h): the one definition
+  double bubble_ratio = 0;   // step_bubble(...).ratio (prof.h): the makespan measure
+  double max_span = 0;       // the longest rank span, first compute start to last compute end
+  double span_bubble_ratio = 0;  // span_bubble(...).ratio (prof.h): the per-rank span measure
   bool optimizer = false;    // the cost model gave the optimizer a time: its phase is simulated
   double activation_unit_bytes = 0;  // one whole-rank microbatch activation (CostModel)
   bool real_bytes = true;  // false: memory sizes are abstract units (uniform model), not bytes

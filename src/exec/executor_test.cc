@@ -89,7 +89,8 @@ struct Case {
   int p, m, v;
 };
 
-// Every generator x p in {1, 2, 4} x two microbatch counts (x v = 2 where the schedule takes it).
+// Every generator x p in {1, 2, 4} x two microbatch counts (x v = 2 where the schedule takes it;
+// zb-h2 shifted by p to meet its m >= 2p).
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (const auto& g : schedule_generators()) {
@@ -97,6 +98,7 @@ std::vector<Case> all_cases() {
     for (int p : {1, 2, 4}) {
       for (int m : {p, 2 * p + 1}) {
         if (g.name == "interleaved" && m % p != 0) m = 3 * p;
+        if (g.name == "zb-h2") m += p;  // p, 2p+1 -> 2p, 3p+1: it needs m >= 2p
         cases.push_back({g.name, p, m, v});
       }
     }

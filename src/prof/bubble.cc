@@ -106,25 +106,85 @@ std::vector<Interval> busy_intervals(const std::vector<TimelineEvent>& events, d
   return merged;
 }
 
+RankSpan rank_span(const std::vector<TimelineEvent>& events) {
+  RankSpan r;
+  BusyUnion u;
+  for (const TimelineEvent& e : events) {
+    if (!is_action_kind(e.kind)) continue;
+    r.first_start = r.present ? std::min(r.first_start, e.start) : e.start;
+    r.last_end = r.present ? std::max(r.last_end, e.end) : e.end;
+    r.present = true;
+    u.add(e.start, e.end);
+  }
+  r.compute = u.total();
+  return r;
+}
+
+double SpanBubble::rank_ratio(size_t r) const {
+  if (max_span <= 0 || r >= present.size() || !present[r]) return 0;
+  return (max_span - compute[r]) / max_span;
+}
+
+SpanBubble span_bubble(const std::vector<RankSpan>& ranks) {
+  SpanBubble b;
+  b.present.assign(ranks.size(), false);
+  b.span.assign(ranks.size(), 0);
+  b.compute.assign(ranks.size(), 0);
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    if (!ranks[k].present) continue;
+    b.present[k] = true;
+    ++b.ranks_present;
+    b.span[k] = ranks[k].last_end - ranks[k].first_start;
+    b.compute[k] = ranks[k].compute;
+    b.max_span = std::max(b.max_span, b.span[k]);
+    b.total_compute += b.compute[k];
+  }
+  const double denom = b.ranks_present * b.max_span;
+  b.ratio = denom > 0 ? std::max(0.0, 1.0 - b.total_compute / denom) : 0;
+  // Summing many durations leaves rounding residue; a bubble below 1e-12 is none.
+  if (b.ratio <= 1e-12) b.ratio = 0;
+  return b;
+}
+
+SpanBubble span_bubble(const Timeline& step) {
+  std::vector<RankSpan> r;
+  r.reserve(step.ranks.size());
+  for (const RankTimeline& rt : step.ranks) r.push_back(rank_span(rt.events));
+  return span_bubble(r);
+}
+
 StepRange measured_step_range(size_t n, int64_t warmup) {
   if (n == 0) return {0, 0};
   const size_t w = static_cast<size_t>(std::max<int64_t>(0, warmup));
   return {n > w ? w : n - 1, n};
 }
 
-BubbleSummary summarize_bubbles(const std::vector<StepBubble>& steps) {
+namespace {
+
+// The medians over steps of the step ratios and of each rank's ratio (StepBubble, SpanBubble).
+template <typename Step>
+BubbleSummary summarize(const std::vector<Step>& steps, size_t ranks) {
   BubbleSummary s;
   if (steps.empty()) return s;
   std::vector<double> ratios;
-  for (const StepBubble& b : steps) ratios.push_back(b.ratio);
+  for (const Step& b : steps) ratios.push_back(b.ratio);
   s.ratio = median(ratios);
-  const size_t P = steps.front().idle.size();
-  for (size_t r = 0; r < P; ++r) {
+  for (size_t r = 0; r < ranks; ++r) {
     std::vector<double> v;
-    for (const StepBubble& b : steps) v.push_back(b.rank_ratio(r));
+    for (const Step& b : steps) v.push_back(b.rank_ratio(r));
     s.rank_ratio.push_back(median(v));
   }
   return s;
+}
+
+}  // namespace
+
+BubbleSummary summarize_span_bubbles(const std::vector<SpanBubble>& steps) {
+  return summarize(steps, steps.empty() ? 0 : steps.front().span.size());
+}
+
+BubbleSummary summarize_bubbles(const std::vector<StepBubble>& steps) {
+  return summarize(steps, steps.empty() ? 0 : steps.front().idle.size());
 }
 
 }  // namespace tightpipe

@@ -223,6 +223,51 @@ TEST(Bubble, MissingRankIsLeftOutAndEmptyStepIsZero) {
   EXPECT_EQ(step_bubble(Timeline{}).ratio, 0);
 }
 
+// The span measure (docs/bubble.md): each rank timed from its first to its last compute.
+TEST(SpanBubble, WorkedExampleAgreesWithTheMakespanMeasure) {
+  // 1F1B: rank 0 spans the whole step, so both measures give (p-1)/(m+p-1) without optimizer.
+  const SpanBubble b = span_bubble(worked_example(true));  // the optimizer is outside the span
+  EXPECT_EQ(b.ranks_present, 2);
+  EXPECT_DOUBLE_EQ(b.span[0], 18);
+  EXPECT_DOUBLE_EQ(b.span[1], 12);
+  EXPECT_DOUBLE_EQ(b.max_span, 18);
+  EXPECT_DOUBLE_EQ(b.compute[1], 12);
+  EXPECT_DOUBLE_EQ(b.ratio, 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(b.rank_ratio(0), 6.0 / 18.0);
+  EXPECT_DOUBLE_EQ(b.rank_ratio(1), 6.0 / 18.0);
+}
+
+TEST(SpanBubble, StaggeredStartIsNotABubble) {
+  auto e = [](std::string n, double s, double t) {
+    TimelineEvent x;
+    x.name = std::move(n);
+    x.kind = EventKind::kForward;
+    x.start = s;
+    x.end = t;
+    return x;
+  };
+  // Rank 1 starts 1 later and ends 1 later, both busy for their whole span of 3.
+  Timeline tl;
+  tl.ranks = {{0, {e("0F0", 0, 1), e("0F1", 1, 2), e("0F2", 2, 3)}},
+              {1, {e("1F0", 1, 2), e("1F1", 2, 3), e("1F2", 3, 4)}},
+              {2, {}}};  // missing: left out
+  const SpanBubble b = span_bubble(tl);
+  EXPECT_EQ(b.ranks_present, 2);
+  EXPECT_DOUBLE_EQ(b.max_span, 3);
+  EXPECT_EQ(b.ratio, 0);
+  EXPECT_EQ(b.rank_ratio(1), 0);
+  EXPECT_EQ(b.rank_ratio(2), 0);
+  EXPECT_DOUBLE_EQ(step_bubble(tl).ratio, 2.0 / 8.0);  // the makespan measure counts the stagger
+  std::vector<RankSpan> parts;
+  for (const auto& rt : tl.ranks) parts.push_back(rank_span(rt.events));
+  EXPECT_FALSE(parts[2].present);
+  EXPECT_EQ(span_bubble(parts).ratio, b.ratio);
+  EXPECT_EQ(span_bubble(Timeline{}).ratio, 0);
+  const BubbleSummary s = summarize_span_bubbles({b, span_bubble(worked_example(false))});
+  EXPECT_DOUBLE_EQ(s.ratio, 1.0 / 6.0);  // median of 0 and 1/3
+  ASSERT_EQ(s.rank_ratio.size(), 3u);
+}
+
 TEST(Bubble, MeasuredStepRangeAndMedians) {
   EXPECT_EQ(measured_step_range(5, 1).first, 1u);
   EXPECT_EQ(measured_step_range(1, 1).first, 0u);  // a run inside its warm-up: its last step

@@ -236,6 +236,7 @@ StepBreakdown breakdown_step(const Timeline& timeline, int32_t num_ranks, int32_
     ev.insert(ev.end(), rt.events.begin(), rt.events.end());
   }
   out.bubble = step_bubble(ordered);
+  out.span = span_bubble(ordered);
   out.step_time = out.bubble.window;
   out.bubble_ratio = out.bubble.ratio;
   const std::map<MsgKey, double> send_start = send_starts(ordered, num_ranks);
@@ -285,22 +286,26 @@ BreakdownSummary summarize_steps(const std::vector<StepBreakdown>& steps, int64_
   const StepRange range = measured_step_range(steps.size(), warmup);
   std::vector<const StepBreakdown*> used;
   std::vector<StepBubble> bubbles;
+  std::vector<SpanBubble> spans;
   for (size_t k = 0; k < steps.size(); ++k) {
     if (k < range.first) {
       out.warmup_steps.push_back(steps[k].step);
     } else {
       used.push_back(&steps[k]);
       bubbles.push_back(steps[k].bubble);
+      spans.push_back(steps[k].span);
       out.steps.push_back(steps[k].step);
     }
   }
   if (used.empty()) return out;
   const size_t P = used.front()->ranks.size();
-  std::vector<double> st, br;
+  std::vector<double> st, br, ms, sb;
   std::array<std::vector<double>, kNumIdleCauses> cr;
   for (const auto* s : used) {
     st.push_back(s->step_time);
     br.push_back(s->bubble_ratio);
+    ms.push_back(s->span.max_span);
+    sb.push_back(s->span.ratio);
     for (int c = 0; c < kNumIdleCauses; ++c) cr[c].push_back(s->cause_ratio[c]);
   }
   out.step_time = spread_of(st);
@@ -308,6 +313,11 @@ BreakdownSummary summarize_steps(const std::vector<StepBreakdown>& steps, int64_
   const BubbleSummary bubble = summarize_bubbles(bubbles);  // the one definition (prof.h)
   out.bubble_ratio.median = bubble.ratio;
   out.rank_bubble_ratio = bubble.rank_ratio;
+  out.max_span = spread_of(ms);
+  out.span_bubble_ratio = spread_of(sb);
+  const BubbleSummary span = summarize_span_bubbles(spans);  // prof.h, the span measure
+  out.span_bubble_ratio.median = span.ratio;
+  out.rank_span_bubble_ratio = span.rank_ratio;
   for (int c = 0; c < kNumIdleCauses; ++c) out.cause_ratio[c] = spread_of(cr[c]);
   out.rank_busy.assign(P, {});
   out.rank_idle.assign(P, {});

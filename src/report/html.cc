@@ -306,6 +306,14 @@ std::string html_summary(const Report& rep) {
   } else {
     h += fmt::format("<span class=\"kpi\">no prediction: {}</span>", esc(rep.prediction_error));
   }
+  // The second measure (docs/bubble.md): each rank from its first to its last compute.
+  h += fmt::format(
+      "<span class=\"kpi\" title=\"each rank timed from its first to its last F/I/W/B, the "
+      "zero-bubble paper's measure; the bubble above times every rank from the step start to "
+      "the step end\">span bubble measured <b>{}</b>{}</span>",
+      pct(sm.span_bubble_ratio.median),
+      rep.has_prediction ? fmt::format(", predicted {}", pct(rep.predicted.span_bubble_ratio))
+                         : std::string());
   return h + "</p>\n";
 }
 

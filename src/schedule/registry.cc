@@ -24,7 +24,7 @@ const std::vector<GeneratorInfo>& schedule_generators() {
       {"looped-bfs", "breadth-first over --vpp chunks per rank (PyTorch ScheduleLoopedBFS)", true,
        0, detail::generate_looped_bfs},
       {"zb-h1", "zero bubble H1: split backward, 1F1B memory", false, 1, detail::generate_zb_h1},
-      {"zb-h2", "zero bubble H2: split backward, up to 2p-1 activations", false, 1,
+      {"zb-h2", "zero bubble H2: split backward, 2p-1 activations, m >= 2p", false, 1,
        detail::generate_zb_h2},
       {"zb-v", "zero bubble V: V placement, 2 chunks per rank", true, 2, detail::generate_zb_v},
   };

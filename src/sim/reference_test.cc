@@ -2,6 +2,8 @@
 // validate() and lower().
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <expat.h>
 #include <nlohmann/json.hpp>
@@ -87,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Vector{"interleaved", 2, 28.5, 15.8, {5.5, 4.5, 3.5, 2.5}},
                       Vector{"interleaved", 4, 26.25, 8.6, {4.75, 4.25, 3.75, 3.25}},
                       Vector{"zb-h1", 1, 27, 11.1, {4, 4, 4, 4}},
-                      Vector{"zb-h2", 1, 27, 11.1, {}},
+                      Vector{"zb-h2", 1, 27, 11.1, {7, 7, 7, 7}},
                       Vector{"zb-v", 2, 25.5, 5.9, {4, 4, 4, 4}}),
     [](const auto& info) {
       std::string n = std::string(info.param.name) + "_v" + std::to_string(info.param.v);
@@ -105,9 +107,15 @@ TEST(Reference2, ZbH2AndZbVHaveNoGapInsideARank) {
     }
     if (std::string(name) == "zb-h2") {
       // I frees nothing in the uniform model (so that ZB-H1 peaks at p, as REFERENCE.md says):
-      // stage 0 holds F0..F7 with only I0 done when F7 runs: 2p, the paper's limit.
-      EXPECT_DOUBLE_EQ(r.ranks[0].peak_activations, 8);
-      for (const auto& st : r.ranks) EXPECT_LE(st.peak_activations, 2 * 4);
+      // every stage holds 2p-1 = 7 microbatches (F done, W not) just before its first W.
+      for (const auto& st : r.ranks) EXPECT_DOUBLE_EQ(st.peak_activations, 2 * 4 - 1);
+      // The paper's measure: each stage busy from its first F to its last W (span 3m = 24), so
+      // the span bubble is 0 while the makespan bubble is REFERENCE.md's 11.1% (27 vs 24).
+      for (const auto& st : r.ranks) EXPECT_DOUBLE_EQ(st.span, 24);
+      EXPECT_DOUBLE_EQ(r.max_span, 24);
+      EXPECT_EQ(r.span_bubble_ratio, 0);
+      EXPECT_DOUBLE_EQ(r.makespan, 27);
+      EXPECT_DOUBLE_EQ(r.bubble_ratio, 3.0 / 27.0);
     }
   }
 }
@@ -132,9 +140,8 @@ TEST(Reference3, ClosedFormsSweep) {
             << "zb-h1 p=" << p << " m=" << m << " f,i,w=" << f << "," << i << "," << w;
         ++checked;
       }
-      // ZB-H2 with F = I = W: (p-1)(F + I - 2W) = 0 inside every stage, once m >= 2p - 1
-      // fills its warm-up (2p - 1 forwards on stage 0).
-      if (m >= 2 * p - 1) {
+      // ZB-H2 with F = I = W: (p-1)(F + I - 2W) = 0 inside every stage (it needs m >= 2p).
+      if (m >= 2 * p) {
         Built b = build("zb-h2", p, m, 1);
         SimResult r = sim(b.lowered, uniform(b.lowered));
         for (const auto& st : r.ranks) {
@@ -170,6 +177,36 @@ TEST(Reference3, ClosedFormsSweep) {
     }
   }
   EXPECT_GT(checked, 1500);
+}
+
+// ZB-H2 (the paper's rule) for p 2..8 and every m in 2p..8p: valid, the CSV round trip is exact,
+// and with uniform costs every stage peaks at exactly 2p-1 activations whatever m is; with
+// F = I = W no stage has a gap from its first F to its last W (span 3m).
+TEST(Reference3, ZbH2MemoryAndSpanSweep) {
+  int checked = 0;
+  for (int32_t p = 2; p <= 8; ++p) {
+    for (int32_t m = 2 * p; m <= 8 * p; ++m) {
+      const std::string where = fmt::format("zb-h2 p={} m={}", p, m);
+      Built b = build("zb-h2", p, m, 1);  // validate()s, as `schedule --check` does
+      auto csv = parse_csv(to_csv(b.compute_only), "zb-h2.csv");
+      ASSERT_TRUE(csv.ok()) << where << csv.status().message();
+      EXPECT_EQ(csv->programs, b.compute_only.programs) << where;
+      EXPECT_EQ(csv->stage_to_rank, b.compute_only.stage_to_rank) << where;
+      EXPECT_TRUE(validate(*csv).ok()) << where;
+      SimResult r = sim(b.lowered, uniform(b.lowered));
+      ASSERT_EQ(r.ranks.size(), static_cast<size_t>(p));
+      for (const auto& st : r.ranks) {
+        EXPECT_LE(st.peak_activations, 2 * p - 1) << where << " rank " << st.rank;
+        EXPECT_DOUBLE_EQ(st.peak_activations, 2 * p - 1) << where << " rank " << st.rank;
+        EXPECT_NEAR(st.internal_idle, 0, 1e-9) << where << " rank " << st.rank;
+        EXPECT_NEAR(st.span, 3.0 * m, 1e-9) << where << " rank " << st.rank;
+      }
+      EXPECT_NEAR(r.span_bubble_ratio, 0, 1e-12) << where;
+      EXPECT_NEAR(r.bubble_ratio, (p - 1.0) / (3.0 * m + p - 1), 1e-12) << where;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 217);
 }
 
 // With communication, overlap is never slower than blocking.

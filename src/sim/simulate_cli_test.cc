@@ -58,6 +58,36 @@ TEST_F(SimulateCli, JsonMatchesReference) {
   EXPECT_EQ(j["schedule"], "1f1b");
 }
 
+// Both measures of the bubble, and which one bubble_ratio is (docs/simulate_json.md): ZB-H2 with
+// F = I = W has REFERENCE.md's makespan bubble 11.1% and no bubble inside any rank's span.
+TEST_F(SimulateCli, JsonHasBothBubbleMeasures) {
+  CliRun r = run("--schedule zb-h2 --pp 4 --microbatches 8 --cost f=1,i=1,w=1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"bubble_ratio", "bubble_measure", "max_span", "span_bubble_ratio",
+                          "span_bubble_percent", "span_bubble_definition"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["bubble_measure"], "makespan");
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 27);
+  EXPECT_DOUBLE_EQ(j["bubble_ratio"].get<double>(), 3.0 / 27.0);
+  EXPECT_DOUBLE_EQ(j["max_span"].get<double>(), 24);
+  EXPECT_EQ(j["span_bubble_ratio"].get<double>(), 0);
+  for (const auto& rank : j["per_rank"]) {
+    EXPECT_DOUBLE_EQ(rank["span"].get<double>(), 24);
+    EXPECT_NEAR(rank["span_bubble_ratio"].get<double>(), 0, 1e-12);
+  }
+  CliRun t = run("--schedule zb-h2 --pp 4 --microbatches 8 --cost f=1,i=1,w=1");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("bubble 11.1%"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("max span 24   span bubble 0.0%"), std::string::npos) << t.out;
+  CliRun c = run("--compare 1f1b,zb-h2 --pp 4 --microbatches 8 --json");
+  ASSERT_EQ(c.code, 0) << c.err;
+  auto k = nlohmann::json::parse(c.out);
+  EXPECT_EQ(k["results"][0]["bubble_measure"], "makespan");
+  EXPECT_DOUBLE_EQ(k["results"][0]["span_bubble_ratio"].get<double>(), 9.0 / 33.0);  // 1F1B
+  EXPECT_EQ(k["results"][1]["span_bubble_ratio"].get<double>(), 0);
+}
+
 TEST_F(SimulateCli, MegatronAliases) {
   CliRun r = run("--schedule interleaved --pipeline-model-parallel-size 4 --num-microbatches 8 "
               "--num-virtual-stages-per-pipeline-rank 2 --json");
@@ -88,7 +118,7 @@ TEST_F(SimulateCli, HumanTableTraceAndSvg) {
 TEST_F(SimulateCli, Compare) {
   CliRun r = run("--compare 1f1b,interleaved,zb-h1,zb-v --pp 4 --microbatches 8");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* s : {"1f1b", "interleaved", "zb-h1", "zb-v", "bubble%", "28.5", "25.5"})
+  for (const char* s : {"1f1b", "interleaved", "zb-h1", "zb-v", "bubble%", "span%", "28.5", "25.5"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   CliRun j = run("--compare gpipe,zb-h2 --pp 4 --microbatches 8 --json");
   ASSERT_EQ(j.code, 0) << j.err;

@@ -481,6 +481,19 @@ class Simulator {
     }
     res_.total_compute = bubble.total_busy;
     res_.bubble_ratio = bubble.ratio;
+    // The span measure (prof.h span_bubble): each rank from its first compute to its last.
+    std::vector<RankSpan> spans(P_);
+    for (int32_t r = 0; r < P_; ++r) {
+      const RankSimStats& st = res_.ranks[r];
+      spans[r] = {st.compute_actions > 0, st.first_start, st.last_end, busy_[r].total()};
+    }
+    const SpanBubble span = span_bubble(spans);
+    res_.max_span = span.max_span;
+    res_.span_bubble_ratio = span.ratio;
+    for (int32_t r = 0; r < P_; ++r) {
+      res_.ranks[r].span = span.span[r];
+      res_.ranks[r].span_bubble_ratio = span.rank_ratio(r);
+    }
     if (opt_.record_timeline) {
       // Compute events were recorded in start order. Comm events go after them (lane order),
       // sorted by start (RECVs are recorded when they end); ties keep creation order, so the

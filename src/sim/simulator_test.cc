@@ -59,6 +59,15 @@ TEST(Simulator, HandBuilt1F1BComputeOnly) {
   EXPECT_DOUBLE_EQ(r->ranks[0].last_end, 9);
   EXPECT_DOUBLE_EQ(r->ranks[0].peak_activations, 2);
   EXPECT_DOUBLE_EQ(r->ranks[1].peak_activations, 1);
+  // The span measure by hand (docs/bubble.md): rank 0 spans [0, 9], rank 1 [1, 7], busy 6 each.
+  EXPECT_DOUBLE_EQ(r->ranks[0].span, 9);
+  EXPECT_DOUBLE_EQ(r->ranks[1].span, 6);
+  EXPECT_DOUBLE_EQ(r->ranks[0].internal_idle, 3);
+  EXPECT_DOUBLE_EQ(r->ranks[1].internal_idle, 0);
+  EXPECT_DOUBLE_EQ(r->max_span, 9);
+  EXPECT_DOUBLE_EQ(r->span_bubble_ratio, 1 - 12.0 / 18.0);
+  EXPECT_DOUBLE_EQ(r->ranks[0].span_bubble_ratio, 3.0 / 9.0);
+  EXPECT_DOUBLE_EQ(r->ranks[1].span_bubble_ratio, 3.0 / 9.0);
   ASSERT_EQ(r->timeline.ranks.size(), 2u);
   const auto& ev = r->timeline.ranks[1].events;
   ASSERT_EQ(ev.size(), 4u);

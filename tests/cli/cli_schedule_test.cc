@@ -53,6 +53,13 @@ TEST(CliScheduleTest, CheckAcceptsGoodAndRejectsBadFiles) {
   auto ok = run_command(kTp + " schedule --check " + dir + "/s.csv");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("no deadlock"), std::string::npos);
+  // ZB-H2 (the paper's rule, m >= 2p) written as CSV and checked back.
+  out = run_command(kTp + " schedule --schedule zb-h2 --pp 3 --microbatches 7 --format csv --out " +
+                    dir + "/h2.csv");
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  auto h2 = run_command(kTp + " schedule --check " + dir + "/h2.csv");
+  EXPECT_EQ(h2.exit_code, 0) << h2.err;
+  EXPECT_NE(h2.out.find("no deadlock"), std::string::npos) << h2.out;
 
   ASSERT_TRUE(write_file(dir + "/bad.csv", "0F0,0B0\n1F0,1Q0\n").ok());
   auto bad = run_command(kTp + " schedule --check " + dir + "/bad.csv");
@@ -77,6 +84,7 @@ TEST(CliScheduleTest, BadShapesAreUsageErrors) {
   } cases[] = {
       {"--schedule interleaved --pp 4 --vpp 2 --microbatches 9", "--microbatches 9"},
       {"--schedule zb-v --pp 4 --vpp 3 --microbatches 8", "--vpp 3"},
+      {"--schedule zb-h2 --pp 4 --microbatches 7", "m >= 2p = 8"},
       {"--schedule 1f1b --pp 0 --microbatches 8", "--pp 0"},
       {"--schedule 1f1b --pp 2 --microbatches 0", "--microbatches 0"},
       {"--schedule zz --pp 2 --microbatches 2", "unknown schedule"},

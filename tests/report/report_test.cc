@@ -77,6 +77,10 @@ TEST(BreakdownTest, HandBuiltTimelineGetsEveryCauseRight) {
   EXPECT_DOUBLE_EQ(b.busy[4], 1);
   EXPECT_NEAR(s.bubble_ratio, (19.0 + 19.0) / 64, 1e-12);
   EXPECT_NEAR(cause(s, IdleCause::kExposedComm), 6.0 / 64, 1e-12);
+  // The span measure (prof.h span_bubble): rank 0 spans [1, 31], rank 1 [8, 20], 12 busy each.
+  EXPECT_DOUBLE_EQ(s.span.max_span, 30);
+  EXPECT_DOUBLE_EQ(s.span.span[1], 12);
+  EXPECT_DOUBLE_EQ(s.span.ratio, 1 - 24.0 / 60);
   // A missing peer: the wait cannot be split and is "other"; the rank is marked missing.
   Timeline only0;
   only0.ranks = {tl.ranks[0]};
@@ -270,6 +274,21 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   const std::string text = format_report_text(*rep);
   EXPECT_NE(text.find("data wait"), std::string::npos) << text;
   EXPECT_NE(text.find("what-if"), std::string::npos) << text;
+  EXPECT_NE(text.find("span bubble: measured"), std::string::npos) << text;
+  // report.json: both measures, and which one bubble_ratio is.
+  auto j = nlohmann::json::parse(report_json(*rep));
+  EXPECT_EQ(j["bubble_measure"], "makespan");
+  EXPECT_EQ(j["measured_bubble_ratio"].get<double>(), sm.bubble_ratio.median);
+  EXPECT_EQ(j["measured_span_bubble_ratio"].get<double>(), sm.span_bubble_ratio.median);
+  EXPECT_GT(j["measured_max_span_s"].get<double>(), 0);
+  EXPECT_EQ(j["predicted_span_bubble_ratio"].get<double>(), rep->predicted.span_bubble_ratio);
+  EXPECT_GT(j["predicted_max_span"].get<double>(), 0);
+  EXPECT_EQ(j["measured_span_bubble_ratio_per_rank"].size(), 4u);
+  EXPECT_TRUE(j["per_rank"][0].contains("measured_span_bubble_ratio"));
+  EXPECT_TRUE(j["per_rank"][0].contains("predicted_span_bubble_ratio"));
+  EXPECT_TRUE(j["what_if"][0].contains("predicted_span_bubble_ratio"));
+  EXPECT_GE(rep->predicted.span_bubble_ratio, 0);
+  EXPECT_LT(rep->predicted.span_bubble_ratio, 1);
   std::printf("%s", text.c_str());
 }
 
