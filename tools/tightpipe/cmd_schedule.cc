@@ -11,10 +11,13 @@ namespace tightpipe::cli {
 
 int cmd_schedule(int argc, char** argv) {
   CLI::App app("Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout) or "
-               "JSON; or check a schedule file of your own (--check).",
+               "JSON; or check a schedule file of your own (--check). zb-auto, zb-1p and zb-2p are "
+               "built from the costs (--cost, --costs, --model) under --memory-limit.",
                "tightpipe schedule");
   ScheduleFlags flags;
   add_schedule_flags(app, flags);
+  add_cost_flags(app, flags.costs);
+  add_zb_auto_flags(app, flags.zb);
   bool lowered = false;
   std::string format = "grid", out, check;
   bool list = false;
@@ -33,6 +36,10 @@ int cmd_schedule(int argc, char** argv) {
     for (const auto& g : schedule_generators()) {
       std::printf("%-12s %s\n", g.name.c_str(), g.summary.c_str());
     }
+    std::printf("%-12s %s\n", "zb-auto",
+                "zero-bubble, v=1, built from the costs under --memory-limit (default p)");
+    std::printf("%-12s %s\n", "zb-1p", "zb-auto with --memory-limit p (1F1B's memory)");
+    std::printf("%-12s %s\n", "zb-2p", "zb-auto with --memory-limit 2p");
     return kExitOk;
   }
   if (!check.empty()) {

@@ -16,33 +16,6 @@ namespace {
 
 constexpr std::string_view kCmd = "simulate";
 
-struct CostFlags {
-  std::string cost;   // --cost f=1,i=1,w=1[,b=2][,comm=0]
-  std::string costs;  // --costs FILE.json
-  std::string model;  // --model layers=..,hidden=..,...
-};
-
-// The cost model for `schedule` from whichever of --cost, --costs, --model was given.
-Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) {
-  if (!f.costs.empty()) {
-    auto text = read_file(f.costs);
-    if (!text.ok()) {
-      return Status::invalid_argument(fmt::format(
-          "--costs {}: {}; hint: give the path of a JSON cost table (docs/cost_model.md)",
-          f.costs, text.status().message()));
-    }
-    TP_ASSIGN_OR_RETURN(CostModel m, parse_cost_table(*text, "--costs " + f.costs));
-    TP_RETURN_IF_ERROR(m.covers(schedule));
-    return m;
-  }
-  if (!f.model.empty()) {
-    TP_ASSIGN_OR_RETURN(GptCostConfig g, parse_gpt_cost_config(f.model));
-    return gpt_cost_model(g, schedule.num_ranks, schedule.num_stages);
-  }
-  TP_ASSIGN_OR_RETURN(UniformCosts u, parse_uniform_costs(f.cost.empty() ? "f=1,i=1,w=1" : f.cost));
-  return uniform_cost_model(u, schedule.num_ranks, schedule.num_stages);
-}
-
 Result<Schedule> lowered(Schedule s) {
   if (s.lowered) return s;
   return lower(s);
@@ -65,21 +38,11 @@ int cmd_simulate(int argc, char** argv) {
       "tightpipe simulate");
   ScheduleFlags sf;
   add_schedule_flags(app, sf);
-  CostFlags cf;
+  add_cost_flags(app, sf.costs);
+  add_zb_auto_flags(app, sf.zb);
+  const CostFlags& cf = sf.costs;
   std::string compare, comm_mode = "overlap", recompute = "none", trace, svg;
   bool json = false;
-  auto* o_cost = app.add_option(
-      "--cost", cf.cost,
-      "uniform whole-rank costs f=1,i=1,w=1[,b=i+w][,comm=0][,bytes=0][,act=1][,act_after_i=1]"
-      "[,input=0]; per chunk the compute costs divide by v (default f=1,i=1,w=1)");
-  auto* o_costs = app.add_option("--costs", cf.costs,
-                                 "per-stage cost table, JSON (docs/cost_model.md)");
-  auto* o_model = app.add_option(
-      "--model", cf.model,
-      "costs derived from a GPT config and device: layers=..,hidden=..,heads=..,seq=..[,mbs=1]"
-      "[,vocab=0][,flops=100e12][,latency=1e-5][,bandwidth=25e9] (times in seconds)");
-  o_cost->excludes(o_costs)->excludes(o_model);
-  o_costs->excludes(o_model);
   app.add_option("--comm-mode", comm_mode,
                  "overlap: messages on the dependency edges, compute lanes free; blocking: "
                  "SEND/RECV hold the compute lanes")

@@ -1,27 +1,53 @@
-// Shared by the subcommands that take a schedule: a registry name with a shape, or a CSV/JSON
-// file of the user's own.
+// Shared by the subcommands that take a schedule: a registry name with a shape, a CSV/JSON file
+// of the user's own, or a cost-aware schedule (zb-auto, zb-1p, zb-2p) built from the cost flags.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
+#include "tightpipe/cost_model.h"
 #include "tightpipe/schedule.h"
 
 namespace tightpipe::cli {
 
+// Where the costs come from; at most one is given (uniform f=1,i=1,w=1 when none is).
+struct CostFlags {
+  std::string cost;   // --cost f=1,i=1,w=1[,b=2][,comm=0]
+  std::string costs;  // --costs FILE.json
+  std::string model;  // --model layers=..,hidden=..,...
+};
+
+// zb-auto's options as given (nullopt: the default, ZbAutoOptions in auto_schedule.h).
+struct ZbAutoFlags {
+  std::optional<double> memory_limit;       // --memory-limit: whole-rank microbatch activations
+  std::optional<double> w_memory_fraction;  // --w-memory-fraction: share of F's kept by I until W
+  std::string objective;                    // --objective makespan|span ("": makespan)
+};
+
 struct ScheduleFlags {
-  std::string schedule = "1f1b";  // registry name, or a .csv / .json file
+  std::string schedule = "1f1b";  // registry name, zb-auto name, or a .csv / .json file
   int32_t pp = 4;                 // pipeline ranks
   int32_t microbatches = 8;       // microbatches per step
   int32_t vpp = 0;                // chunks per rank (0: the schedule's default)
   int32_t group_size = 0;         // interleaved microbatch group size (0: --pp)
+  CostFlags costs;                // the costs zb-auto is built from (and simulate runs with)
+  ZbAutoFlags zb;                 // zb-auto's memory limit, fraction and objective
 };
 
 // Adds --schedule, --pp, --microbatches, --vpp, --microbatch-group-size with Megatron's
 // spellings as aliases.
 void add_schedule_flags(CLI::App& app, ScheduleFlags& flags);
+// Adds --cost, --costs, --model (mutually exclusive).
+void add_cost_flags(CLI::App& app, CostFlags& flags);
+// Adds --memory-limit, --w-memory-fraction, --objective.
+void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
 
-// Generates (or loads and validates) the compute-only schedule the flags name.
+// The cost model for `schedule` from whichever of --cost, --costs, --model was given.
+Result<CostModel> make_cost_model(const CostFlags& flags, const Schedule& schedule);
+
+// Generates (or loads and validates) the compute-only schedule the flags name; zb-auto, zb-1p
+// and zb-2p are built from the cost flags (auto_schedule.h).
 Result<Schedule> load_schedule(const ScheduleFlags& flags);
 
 }  // namespace tightpipe::cli

@@ -1,0 +1,83 @@
+// Cost-aware schedules: zb-auto, a single-chunk (v = 1) zero-bubble schedule built from a cost
+// table under a memory limit (the zero-bubble paper's ZB-1p / ZB-2p; REFERENCE.md section 4).
+//
+// The schedule module stays free of costs, so the builder lives here, in the sim module: it
+// greedily places F, I and W per stage against the cost model's times and message latencies,
+// tries several variants (memory limits up to the requested one, warm-up caps, three yes/no
+// knobs), adds the
+// handcrafted zb-h1 and zb-h2 where they fit the limit, simulates every candidate with simulate()
+// (lowered, overlap mode) and keeps the best in the requested objective. The result is an
+// ordinary compute-only Schedule (F, I, W, loop placement, named "zb-auto") that validate()
+// accepts and lower() lowers. Rules and guarantees: docs/cost_model.md, "zb-auto".
+//
+// Memory is counted per rank in microbatch units, independent of timing: F adds 1, I frees
+// 1 - f, W frees f, with f the stage's w-memory fraction; no rank's running sum ever exceeds the
+// limit.
+//
+// Pure functions; thread-safe for distinct inputs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tightpipe/cost_model.h"
+#include "tightpipe/schedule.h"
+#include "tightpipe/status.h"
+
+namespace tightpipe {
+
+// What zb-auto minimizes.
+enum class ZbObjective {
+  kMakespan,  // the step's makespan, every stage starting at 0 (1F1B, ZB-H1 are measured so)
+  kSpan,      // max over stages of (end of its last action - start of its first F) (ZB-2p, ZB-H2)
+};
+
+std::string_view zb_objective_name(ZbObjective objective);  // "makespan", "span"
+// "makespan" or "span"; anything else is InvalidArgument naming --objective and the choices.
+Result<ZbObjective> parse_zb_objective(std::string_view text);
+
+// The least memory limit any schedule fits: one microbatch's activations after its F.
+inline constexpr double kZbAutoMinMemoryLimit = 1.0;
+
+struct ZbAutoOptions {
+  // The most microbatch activations of one whole rank that any rank may hold at once (1F1B's
+  // first rank holds p). nullopt: p.
+  std::optional<double> memory_limit;
+  // The share of an F's activations that I keeps until W (I frees the rest, W frees this), in
+  // [0, 1]. nullopt: from the cost model, per stage act_after_i_bytes / act_bytes, and 0.5 where
+  // a stage has no activation bytes.
+  std::optional<double> w_memory_fraction;
+  // What the candidates are compared by.
+  ZbObjective objective = ZbObjective::kMakespan;
+
+  // InvalidArgument naming the flag (--memory-limit, --w-memory-fraction), the value and a hint:
+  // a limit that is not finite or below kZbAutoMinMemoryLimit, a fraction that is not finite or
+  // outside [0, 1].
+  Status validate() const;
+};
+
+// The registry names that are zb-auto: "zb-auto", "zb-1p" (limit p), "zb-2p" (limit 2p);
+// case-insensitive. The generator registry (schedule module) cannot build them: they need costs.
+bool is_zb_auto_name(std::string_view name);
+// The memory limit a zb-auto name implies for p ranks: p for zb-1p, 2p for zb-2p, 0 (use the
+// options) for zb-auto.
+double zb_auto_name_memory_limit(std::string_view name, int32_t p);
+
+// The per-stage w-memory fractions the options and the cost model give (see w_memory_fraction).
+std::vector<double> zb_w_memory_fractions(const CostModel& costs, const ZbAutoOptions& o);
+
+// The peak of the running memory count (F +1, I -(1 - f), W -f, B -1) over the program of each
+// rank, in microbatch units. REQUIRES: fractions has one entry per stage.
+std::vector<double> zb_peak_memory_units(const Schedule& schedule,
+                                         const std::vector<double>& fractions);
+
+// zb-auto for p ranks (one stage each) and m microbatches under `costs` (p stages).
+// Errors (InvalidArgument, one line, naming the flag and a hint): p < 1, m < 1, a cost model
+// without p stages, and bad options (ZbAutoOptions::validate).
+Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
+                               const ZbAutoOptions& o = {});
+
+}  // namespace tightpipe
