@@ -198,6 +198,10 @@ struct SvgOptions {
 std::string to_svg(const Timeline& timeline, const SvgOptions& options = {});
 Status write_svg(const std::string& path, const Timeline& timeline, const SvgOptions& options = {});
 
+// Text made safe inside XML/HTML elements and attribute values (< > & " ' escaped): the SVG
+// writer's and the report page's one escaper.
+std::string xml_escape(std::string_view text);
+
 // Fill colour used for an event kind in the SVG (and documented in docs/trace_format.md).
 std::string_view event_kind_color(EventKind kind);
 

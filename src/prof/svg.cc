@@ -9,7 +9,6 @@
 #include "tightpipe/prof.h"
 
 namespace tightpipe {
-namespace {
 
 std::string xml_escape(std::string_view s) {
   std::string out;
@@ -26,6 +25,8 @@ std::string xml_escape(std::string_view s) {
   }
   return out;
 }
+
+namespace {
 
 // A "nice" tick step (1, 2 or 5 times a power of ten) giving about `target` ticks.
 double nice_step(double span, int target) {

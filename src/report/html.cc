@@ -15,28 +15,7 @@ namespace {
 using report_internal::fmt_time;
 using report_internal::pct;
 
-std::string esc(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+std::string esc(std::string_view s) { return xml_escape(s); }
 
 std::string strip_xml_decl(std::string svg) {
   if (svg.starts_with("<?xml")) svg.erase(0, svg.find('\n') + 1);

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "tightpipe/auto_schedule.h"
+#include "run.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
 
@@ -15,33 +16,10 @@ namespace {
 
 const std::string kBinary = std::string(TP_BINARY_DIR) + "/tools/tightpipe/tightpipe";
 
-struct CliRun {
-  int code;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+// The CLI run through the shell (testutil/run.h: exit code, stdout, stderr).
+using CliRun = testutil::CommandResult;
 
-std::string tmp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("tp_zb_cli_" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
-
-CliRun run(const std::string& args) {
-  const std::string err_file = tmp_path("stderr.txt");
-  const std::string cmd = kBinary + " " + args + " 2>" + err_file;
-  FILE* p = popen(cmd.c_str(), "r");
-  CliRun r{-1, "", ""};
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  auto e = read_file(err_file);
-  if (e.ok()) r.err = *e;
-  return r;
-}
+CliRun run(const std::string& args) { return testutil::run_command(kBinary + " " + args); }
 
 class ZbAutoCli : public ::testing::Test {
  protected:
@@ -54,7 +32,7 @@ TEST_F(ZbAutoCli, ScheduleCsvIsTheLibrarysSchedule) {
   CliRun r =
       run("schedule --schedule zb-auto --pp 4 --microbatches 8 --cost f=1,i=2,w=1,comm=0.3 "
           "--memory-limit 6 --format csv");
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   auto s = parse_csv(r.out, "stdout");
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   UniformCosts u;
@@ -70,10 +48,10 @@ TEST_F(ZbAutoCli, ScheduleCsvIsTheLibrarysSchedule) {
 // Checks the CLI's schedules with the library's simulator (not the simulate output's format).
 TEST_F(ZbAutoCli, SimulateZb1pMatchesZbH1AndZb2pHasNoGaps) {
   CliRun r = run("simulate --schedule zb-1p --pp 4 --microbatches 8 --cost f=1,i=1,w=1");
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("zb-1p"), std::string::npos) << r.out;
   r = run("schedule --schedule zb-1p --pp 4 --microbatches 8 --cost f=1,i=1,w=1 --format csv");
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   auto one = parse_csv(r.out, "stdout");
   ASSERT_TRUE(one.ok());
   auto one_sim = simulate(*one, uniform_cost_model(UniformCosts{}, 4, 4));
@@ -82,7 +60,7 @@ TEST_F(ZbAutoCli, SimulateZb1pMatchesZbH1AndZb2pHasNoGaps) {
   r =
       run("schedule --schedule zb-2p --pp 4 --microbatches 8 --cost f=1,i=1,w=1 --objective span "
           "--format csv");
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   auto s = parse_csv(r.out, "stdout");
   ASSERT_TRUE(s.ok());
   for (double peak : zb_peak_memory_units(*s, std::vector<double>(4, 1.0))) EXPECT_LE(peak, 8);
@@ -92,7 +70,7 @@ TEST_F(ZbAutoCli, SimulateZb1pMatchesZbH1AndZb2pHasNoGaps) {
 }
 
 TEST_F(ZbAutoCli, CostTableFile) {
-  const std::string costs = tmp_path("costs.json");
+  const std::string costs = testutil::make_temp_dir("tp_zb_cli") + "/costs.json";
   ASSERT_TRUE(write_file(costs, R"({"stages": [
     {"stage": 0, "f": 1.0, "i": 1.5, "w": 0.7, "act_bytes": 10, "act_after_i_bytes": 5},
     {"stage": 1, "f": 1.2, "i": 1.1, "w": 0.9, "act_bytes": 10, "act_after_i_bytes": 5},
@@ -100,10 +78,10 @@ TEST_F(ZbAutoCli, CostTableFile) {
                   .ok());
   CliRun r = run("simulate --schedule zb-auto --pp 3 --microbatches 6 --costs " + costs +
                  " --memory-limit 2.5");
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("zb-auto"), std::string::npos) << r.out;
   r = run("schedule --schedule zb-auto --pp 4 --microbatches 6 --costs " + costs);
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("has 3 stage(s)"), std::string::npos) << r.err;
 }
 
@@ -121,16 +99,16 @@ TEST_F(ZbAutoCli, BadInputIsOneLineWithAHint) {
        }) {
     SCOPED_TRACE(args);
     CliRun r = run(base + args);
-    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(r.exit_code, 2);
     EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("hint:"), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
   CliRun r = run("simulate --schedule zb-2p --pp 4 --memory-limit 4");
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("'zb-2p' implies 8"), std::string::npos) << r.err;
   r = run("simulate --schedule 1f1b --pp 4 --memory-limit 4");
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--memory-limit: only zb-auto"), std::string::npos) << r.err;
 }
 
