@@ -1,13 +1,12 @@
 // `tightpipe schedule` and `tightpipe simulate` with zb-auto, zb-1p, zb-2p: runs the built binary.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
-#include "tightpipe/auto_schedule.h"
 #include "run.h"
+#include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
 
