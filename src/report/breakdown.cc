@@ -112,7 +112,7 @@ std::map<MsgKey, double> send_starts(const Timeline& timeline, int32_t num_ranks
 // the complement step_bubble counts), each instant one cause (report.h).
 class GapClassifier {
  public:
-  GapClassifier(const RankTimeline& rt, const std::map<MsgKey, double>& send_start, double sync,
+  GapClassifier(const RankTimeline& rt, const std::map<MsgKey, double>& send_start,
                 const BreakdownOptions& options, RankBreakdown& rb)
       : send_start_(send_start), overlap_(options.overlap_p2p), rb_(rb) {
     for (const TimelineEvent& e : rt.events) {
@@ -138,7 +138,6 @@ class GapClassifier {
     rb.first_compute = computes_.empty() ? 0 : computes_.front()->start;
     rb.last_compute = 0;
     for (const auto* c : computes_) rb.last_compute = std::max(rb.last_compute, c->end);
-    (void)sync;
   }
 
   // Splits [a, b): the core wait reported by the busy event starting at b comes last (a woken
@@ -246,7 +245,7 @@ StepBreakdown breakdown_step(const Timeline& timeline, int32_t num_ranks, int32_
     rb.present = !rt.events.empty();
     if (!rb.present) continue;
     rb.busy[4] = out.bubble.optimizer[r];
-    GapClassifier gaps(rt, send_start, out.bubble.sync, options, rb);
+    GapClassifier gaps(rt, send_start, options, rb);
     double t = 0;
     for (const Interval& iv : busy_intervals(rt.events, out.bubble.sync)) {
       if (iv.start > t) gaps.classify(t, std::min(iv.start, out.step_time));

@@ -328,10 +328,7 @@ std::string html_rank_row(const Report& rep, int r) {
     h += "<td>" + fmt_time(sm.rank_idle[r][c], "s") + "</td>";
   h += "<td>" + pct(sm.rank_bubble_ratio[r]) + "</td>";
   if (rep.has_prediction) {
-    const double pb = rep.predicted.makespan > 0
-                          ? rep.predicted_breakdown.ranks[r].idle_total() / rep.predicted.makespan
-                          : 0;
-    h += "<td>" + pct(pb) + "</td><td>" + fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit) +
+    h += "<td>" + pct(rep.predicted.ranks[r].bubble_ratio) + "</td><td>" + fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit) +
          "</td>";
   }
   return h + "</tr>\n";
