@@ -139,6 +139,26 @@ TEST(TrainIntegrationTest, InvalidCombinationsFailBeforeWork) {
   EXPECT_NE(s.status().message().find("validation split"), std::string::npos) << s.status().message();
   EXPECT_FALSE(std::filesystem::exists(out + "/small/metrics.jsonl") &&
                !read_file(out + "/small/metrics.jsonl").value().empty());
+  // Megatron's split flags with an explicit layout, an uneven split, a negative loader delay.
+  o = tiny(out);
+  o.pipeline_layout = "E,t*2|t*2,L";
+  o.megatron_split.first_stage_layers = 1;
+  s = run_training(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--pipeline-layout 'E,t*2|t*2,L' with --decoder-first"),
+            std::string::npos)
+      << s.status().message();
+  o = tiny(out);
+  o.megatron_split.account_for_loss = true;  // 4 layers + loss over 2 stages
+  s = run_training(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("hint:"), std::string::npos) << s.status().message();
+  o = tiny(out);
+  o.data_delay_ms = -1;
+  s = run_training(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--emulate-data-delay-ms -1"), std::string::npos)
+      << s.status().message();
 }
 
 // metrics.jsonl of an --out-dir, by step.
