@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tightpipe/auto_schedule.h"
 #include "tightpipe/data.h"
 #include "tightpipe/executor.h"
 #include "tightpipe/model.h"
@@ -35,9 +36,14 @@ class PipelineRank {
   // Local stage id -> model stage (ascending stage ids).
   std::map<int32_t, nn::GptStage*> stages();
   Executor& executor() { return *executor_; }
+  // Runs `lowered` from the next step on, with the same model stages (an auto schedule's switch).
+  // `lowered` must outlive the rank. REQUIRES: lowered.lowered, the same stages on this rank.
+  void set_schedule(const Schedule& lowered);
 
  private:
   int32_t rank_;
+  Transport& transport_;
+  ExecutorOptions options_;
   std::vector<std::unique_ptr<nn::GptStage>> owned_;
   std::map<int32_t, nn::GptStage*> stages_;
   std::unique_ptr<Executor> executor_;
@@ -63,6 +69,12 @@ struct TrainOptions {
   nn::MegatronSplit megatron_split;    // --decoder-first/last-pipeline-num-layers, --account-for-*
   nn::RecomputeOptions recompute;      // --recompute-*
   std::string schedule = "1f1b";       // --schedule: a name or a CSV/JSON file
+  // --schedule zb-auto, zb-1p, zb-2p or zb-v-auto: the run profiles its first
+  // auto_schedule_profile_steps steps on the fixed counterpart (zb-h1, zb-v), builds the schedule
+  // from the measured costs under these options on rank 0, hands it to every rank and switches.
+  // A run resumed from a checkpoint that holds the built schedule (schedule.csv) keeps it.
+  ZbAutoOptions auto_schedule;         // --memory-limit, --w-memory-fraction, --objective
+  int32_t auto_schedule_profile_steps = 3;  // --auto-schedule-profile-steps
   int32_t pp = 1;                      // --pp
   int32_t vpp = 0;                     // --vpp (0: the schedule's default)
   int32_t microbatches = 1;            // --num-microbatches
@@ -111,6 +123,13 @@ struct TrainSummary {
   std::vector<double> predicted_bubble_per_rank;
   std::vector<double> peak_stash_bytes_per_rank;       // measured
   std::vector<double> predicted_peak_bytes_per_rank;   // simulator memory model
+  // An auto schedule (zb-auto...): the name it ran under after the switch ("" otherwise), the
+  // fixed schedule it profiled, the steps profiled (0: built by an earlier run and resumed), and
+  // the simulator's bubble of both with the profiled costs.
+  std::string auto_schedule;
+  std::string auto_profiled_with;
+  int64_t auto_profile_steps = 0;
+  double auto_predicted_before = 0, auto_predicted_after = 0;
   // The host: more busy threads than cores means ranks take turns on the cores.
   int32_t cores = 0;
   int32_t busy_threads = 0;            // computing rank threads + loader workers of this host

@@ -4,11 +4,13 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <cstdlib>
 #include <thread>
 
 #include "exec/train_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
+#include "tightpipe/cost_model.h"
 #include "tightpipe/timeline_io.h"
 
 namespace tightpipe::train_internal {
@@ -49,6 +51,15 @@ Result<std::vector<std::string>> gather_strings(Transport& t, const std::string&
   return out;
 }
 
+// `s` from `root` to every rank (size, then bytes).
+Result<std::string> broadcast_string(Transport& t, int root, std::string s, double timeout) {
+  int64_t n = static_cast<int64_t>(s.size());
+  TP_RETURN_IF_ERROR(broadcast(t, root, std::as_writable_bytes(std::span<int64_t>(&n, 1)), timeout));
+  s.resize(static_cast<size_t>(n));
+  TP_RETURN_IF_ERROR(broadcast(t, root, std::as_writable_bytes(std::span<char>(s)), timeout));
+  return s;
+}
+
 // A fresh loader over the validation split: it reads the same windows every evaluation.
 Result<std::unique_ptr<DataLoader>> open_validation(const DataOptions& train) {
   DataOptions v = train;
@@ -64,10 +75,10 @@ constexpr size_t kStepFields = 7;
 
 RankRun::RankRun(const RunPlan& plan, Transport& transport)
     : plan_(plan),
-      opt_(plan.opt),
+      opt_(plan_.opt),
       t_(transport),
       rank_(transport.rank()),
-      pr_(plan.lowered, transport.rank(), transport, plan.opt.model, plan.specs, plan.opt.seed,
+      pr_(plan_.lowered, transport.rank(), transport, plan.opt.model, plan.specs, plan.opt.seed,
           plan.opt.recompute,
           [&] {
             ExecutorOptions eo = plan.opt.exec;
@@ -156,6 +167,13 @@ Status RankRun::save(int64_t done) {
         write_file(opt_.save_dir + "/data_position.json", train_data_->position().to_json()));
   }
   if (rank_ == 0) {
+    // The schedule an auto run built goes with the weights: a resumed run keeps it.
+    const std::string sched = opt_.save_dir + "/" + kAutoScheduleFile;
+    if (plan_.auto_switch.built) {
+      TP_RETURN_IF_ERROR(write_file(sched, to_csv(plan_.auto_switch.schedule)));
+    } else {
+      std::filesystem::remove(sched, ec);  // not one of an earlier save into this directory
+    }
     nn::Manifest man;
     man.step = done;
     man.config = opt_.model;
@@ -251,29 +269,97 @@ Result<double> RankRun::evaluate() {
   return v[0];
 }
 
-// Every rank's samples of the measured steps and every rank's last step, on rank 0.
-Result<RunEnd> RankRun::gather_end() {
-  RunEnd end;
-  const StepRange range = measured_step_range(records_.size(), opt_.warmup_steps_excluded);
-  CostSamples mine;
+Result<CostSamples> RankRun::gather_samples(StepRange range) {
+  CostSamples mine, all;
   for (size_t k = range.first; k < range.last; ++k) mine.merge(samples_[k]);
   TP_ASSIGN_OR_RETURN(std::vector<std::string> samples,
                       gather_strings(t_, mine.to_json(), opt_.exec.timeout_s));
+  if (rank_ != 0) return all;
+  for (int r = 0; r < t_.size(); ++r) {
+    TP_ASSIGN_OR_RETURN(CostSamples s, CostSamples::from_json(samples[r]));
+    all.merge(s);
+  }
+  // The optimizer's busy time of every rank, from the steps' shared bubbles.
+  for (size_t k = range.first; k < range.last; ++k) {
+    for (int r = 0; r < t_.size(); ++r)
+      all.optimizer[r].push_back(records_[k].bubble.optimizer[r]);
+  }
+  return all;
+}
+
+bool RankRun::switch_due() const {
+  const AutoSwitch& as = plan_.auto_switch;
+  return !as.target.empty() && !as.built &&
+         static_cast<int64_t>(records_.size()) == opt_.auto_schedule_profile_steps;
+}
+
+// Rank 0 builds the schedule from every rank's profile samples and broadcasts it (with the two
+// predictions) as "ok <before> <after>\n<csv>", or "error <code>\n<message>" so that every rank
+// stops with the same error; every rank then lowers the same CSV and switches.
+Status RankRun::switch_schedule() {
+  AutoSwitch& as = plan_.auto_switch;
+  as.profile_steps = static_cast<int64_t>(records_.size());
+  TP_ASSIGN_OR_RETURN(CostSamples samples,
+                      gather_samples(measured_step_range(records_.size(),
+                                                         opt_.warmup_steps_excluded)));
+  std::string payload;
+  CostModel costs;
+  if (rank_ == 0) {
+    auto built = build_auto_from_samples(plan_, samples, &costs);
+    payload = built.ok() ? fmt::format("ok {:a} {:a}\n{}", as.predicted_before,
+                                       as.predicted_after, to_csv(*built))
+                         : fmt::format("error {}\n{}", static_cast<int>(built.status().code()),
+                                       built.status().message());
+  }
+  TP_ASSIGN_OR_RETURN(payload, broadcast_string(t_, 0, std::move(payload), opt_.exec.timeout_s));
+  const size_t eol = payload.find('\n');
+  const std::string head = payload.substr(0, eol);
+  char* end = nullptr;
+  if (head.rfind("error ", 0) == 0) {
+    const long code = std::strtol(head.c_str() + 6, &end, 10);
+    return Status(static_cast<StatusCode>(code), payload.substr(eol + 1));
+  }
+  TP_CHECK(head.rfind("ok ", 0) == 0, "auto schedule broadcast: bad header '", head, "'");
+  as.predicted_before = std::strtod(head.c_str() + 3, &end);  // hex floats: exact
+  as.predicted_after = std::strtod(end, nullptr);
+  TP_ASSIGN_OR_RETURN(Schedule built, parse_csv(payload.substr(eol + 1), as.target));
+  built.name = as.target;
+  TP_ASSIGN_OR_RETURN(Schedule lowered, lower(built));
+  plan_.lowered = std::move(lowered);
+  pr_.set_schedule(plan_.lowered);
+  as.built = true;
+  as.schedule = built;
+  if (rank_ != 0) return OkStatus();
+  std::string wrote;
+  if (!opt_.out_dir.empty()) {
+    TP_RETURN_IF_ERROR(write_file(opt_.out_dir + "/" + kAutoScheduleFile, to_csv(built)));
+    TP_RETURN_IF_ERROR(
+        write_file(opt_.out_dir + "/profile_costs.json", cost_table_to_json(costs)));
+    wrote = fmt::format("; wrote {0}/{1} and {0}/profile_costs.json", opt_.out_dir,
+                        kAutoScheduleFile);
+  }
+  plan_.log(rank_, fmt::format(
+                       "{}: built from {} profile step(s) on {}; predicted bubble {} {:.1f}% -> "
+                       "{} {:.1f}%; running it from step {}{}",
+                       as.target, as.profile_steps, as.counterpart, as.counterpart,
+                       100 * as.predicted_before, as.target, 100 * as.predicted_after,
+                       records_.size() + 1, wrote));
+  return OkStatus();
+}
+
+// Every rank's samples of the measured steps and every rank's last step, on rank 0.
+Result<RunEnd> RankRun::gather_end() {
+  RunEnd end;
+  TP_ASSIGN_OR_RETURN(end.samples, gather_samples(measured_step_range(
+                                       records_.size(), plan_.excluded_steps())));
   TP_ASSIGN_OR_RETURN(std::vector<std::string> last,
                       gather_strings(t_, events_to_json_array(last_), opt_.exec.timeout_s));
   if (rank_ != 0) return end;
   for (int r = 0; r < t_.size(); ++r) {
-    TP_ASSIGN_OR_RETURN(CostSamples s, CostSamples::from_json(samples[r]));
-    end.samples.merge(s);
     TP_ASSIGN_OR_RETURN(RankTimeline rt, events_from_json_array(last[r], r));
     end.last_step.ranks.push_back(std::move(rt));
   }
   end.last_step.time_unit = "s";
-  // The optimizer's busy time of every rank, from the steps' shared bubbles.
-  for (size_t k = range.first; k < range.last; ++k) {
-    for (int r = 0; r < t_.size(); ++r)
-      end.samples.optimizer[r].push_back(records_[k].bubble.optimizer[r]);
-  }
   end.records = records_;
   return end;
 }
@@ -282,9 +368,15 @@ Result<std::optional<TrainSummary>> RankRun::run() {
   TP_RETURN_IF_ERROR(open_data());
   TP_ASSIGN_OR_RETURN(const int64_t start, resume());
   TP_RETURN_IF_ERROR(open_files(start));
+  const AutoSwitch& as = plan_.auto_switch;
+  const std::string name =
+      as.target.empty() || as.built
+          ? plan_.lowered.name
+          : fmt::format("{} (profiling {} step(s) for {})", plan_.lowered.name,
+                        opt_.auto_schedule_profile_steps, as.target);
   plan_.log(rank_, fmt::format("tightpipe train: {}, p={}, v={}, m={}, {}{}; model {} layers x {}, "
                                "T={}, B={}; stages {}",
-                               plan_.lowered.name, opt_.pp, plan_.lowered.chunks(),
+                               name, opt_.pp, plan_.lowered.chunks(),
                                opt_.microbatches, transport_kind_name(opt_.world.kind),
                                opt_.exec.emulated ? ", emulated compute" : "",
                                opt_.model.num_layers, opt_.model.hidden_size,
@@ -305,12 +397,19 @@ Result<std::optional<TrainSummary>> RankRun::run() {
     records_.push_back(std::move(rec));
     done = s + 1;
     if (done == opt_.train_iters) break;
+    if (switch_due()) TP_RETURN_IF_ERROR(switch_schedule());
     if (opt_.exit_interval > 0 && done % opt_.exit_interval == 0) {
       plan_.log(rank_, fmt::format("exit at step {} (--exit-interval)", done));
       break;
     }
     if (!opt_.save_dir.empty() && opt_.save_interval > 0 && done % opt_.save_interval == 0)
       TP_RETURN_IF_ERROR(save(done));
+  }
+  if (!as.target.empty() && !as.built) {
+    plan_.log(rank_, fmt::format("note: {} was not built: this run made {} step(s), not more than "
+                                 "--auto-schedule-profile-steps {}, so it ran {} throughout",
+                                 as.target, done - start, opt_.auto_schedule_profile_steps,
+                                 as.counterpart));
   }
   TP_RETURN_IF_ERROR(metrics_.status());
   TP_RETURN_IF_ERROR(timeline_.status());

@@ -76,7 +76,20 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   j["compute"] = o.exec.emulated ? "emulated" : "real";
   j["overlap_p2p"] = o.exec.overlap_p2p;
   j["steps"] = s.steps;
-  j["warmup_steps_excluded"] = o.warmup_steps_excluded;
+  // Every leading step left out of the medians (the report reads it): an auto schedule's
+  // profile steps, then --measure-warmup-steps.
+  j["warmup_steps_excluded"] = plan.excluded_steps();
+  if (!s.auto_schedule.empty()) {
+    nlohmann::json& a = j["auto_schedule"];
+    a = {{"schedule", s.auto_schedule},
+         {"profiled_with", s.auto_profiled_with},
+         {"profile_steps", s.auto_profile_steps},
+         {"resumed", s.auto_profile_steps == 0}};
+    if (s.auto_profile_steps > 0) {  // the simulator with the profiled costs, at the switch
+      a["predicted_bubble_before"] = s.auto_predicted_before;
+      a["predicted_bubble_after"] = s.auto_predicted_after;
+    }
+  }
   j["measured_steps"] = s.measured_steps;
   j["final_loss"] = s.final_loss;
   if (s.final_val_loss >= 0) j["final_val_loss"] = s.final_val_loss;
@@ -132,16 +145,19 @@ Status write_outputs(const RunPlan& plan, const nlohmann::json& j, const Result<
 
 Result<TrainSummary> summarize_run(const RunPlan& plan, const RunEnd& end) {
   TrainSummary s;
-  summarize_measured(end.records, plan.opt.warmup_steps_excluded, s);
+  summarize_measured(end.records, plan.excluded_steps(), s);
   s.cores = plan.cpu.cores;
   s.busy_threads = plan.cpu.rank_threads + plan.cpu.loader_threads;
   s.oversubscribed = plan.cpu.oversubscribed();
-  CalibrationOptions co;
-  if (plan.opt.world.link) {
-    co.link.latency = plan.opt.world.link->latency_us * 1e-6;
-    co.link.bandwidth = plan.opt.world.link->gbps > 0 ? plan.opt.world.link->gbps * 1e9 / 8 : 0;
+  const AutoSwitch& as = plan.auto_switch;
+  if (as.built) {
+    s.auto_schedule = as.target;
+    s.auto_profiled_with = as.counterpart;
+    s.auto_profile_steps = as.profile_steps;
+    s.auto_predicted_before = as.predicted_before;
+    s.auto_predicted_after = as.predicted_after;
   }
-  const Result<CostModel> costs = calibrate(end.samples, plan.lowered, co);
+  const Result<CostModel> costs = calibrate(end.samples, plan.lowered, calibration_options(plan));
   predict(plan, costs, s);
   TP_RETURN_IF_ERROR(write_outputs(plan, summary_json(s, plan, costs), costs, end.last_step));
   for (const std::string& line : summary_lines(s, plan)) plan.log(0, line);
@@ -162,13 +178,23 @@ std::vector<std::string> summary_lines(const TrainSummary& s, const RunPlan& pla
   out.push_back(fmt::format(
       "\nsummary (median of {} steps after {} warm-up): {:.0f} tokens/s, step {:.1f} ms, data "
       "wait {:.2f}% of the step",
-      s.measured_steps, plan.opt.warmup_steps_excluded, s.tokens_per_s, 1e3 * s.step_time_s,
+      s.measured_steps, plan.excluded_steps(), s.tokens_per_s, 1e3 * s.step_time_s,
       s.step_time_s > 0 ? 100 * s.data_wait_s / s.step_time_s : 0));
   out.push_back(fmt::format(
       "bubble: measured {:.1f}%, predicted {} (simulator with the measured costs)",
       100 * s.measured_bubble_ratio,
       s.prediction_error.empty() ? fmt::format("{:.1f}%", 100 * s.predicted_bubble_ratio)
                                  : "- (" + s.prediction_error + ")"));
+  if (!s.auto_schedule.empty()) {
+    out.push_back(
+        s.auto_profile_steps > 0
+            ? fmt::format("{}: built from {} profile step(s) on {}, which it predicted at {:.1f}% "
+                          "(now {:.1f}%)",
+                          s.auto_schedule, s.auto_profile_steps, s.auto_profiled_with,
+                          100 * s.auto_predicted_before, 100 * s.auto_predicted_after)
+            : fmt::format("{}: the schedule of the checkpoint (built by an earlier run)",
+                          s.auto_schedule));
+  }
   if (s.oversubscribed) {
     out.push_back(fmt::format("cpu: {} busy threads on {} cores (oversubscribed: see the note "
                               "above; `tightpipe report` shows the cpu wait per rank)",

@@ -36,16 +36,43 @@ struct CpuLoad {
 };
 
 // Everything every rank shares, built and validated once before any rank starts.
+// An auto schedule (--schedule zb-auto, zb-1p, zb-2p, zb-v-auto; trainer.h): what it profiles on,
+// what it switched to and what the simulator predicted for both with the profiled costs.
+struct AutoSwitch {
+  std::string target;                // "zb-auto"...; empty: the run's schedule is not an auto one
+  std::string counterpart;           // the fixed schedule profiled first ("zb-h1", "zb-v")
+  bool built = false;                // the run now runs the built schedule (switched or resumed)
+  Schedule schedule;                 // when built: the compute-only schedule (what a save keeps)
+  int64_t profile_steps = 0;         // steps of this run on the counterpart (0: resumed)
+  double predicted_before = 0, predicted_after = 0;  // bubble ratios (prof.h step_bubble)
+};
+
 struct RunPlan {
   TrainOptions opt;                  // validated; lr.total_iters = train_iters
-  Schedule lowered;                  // the schedule every rank runs
+  Schedule lowered;                  // the schedule every rank runs (now)
+  AutoSwitch auto_switch;
   std::vector<nn::StageSpec> specs;  // the layer split, one per stage
   DataOptions data;                  // the loaders' options (B, T, vocabulary and seed set)
   int64_t tokens_per_step = 0;
   CpuLoad cpu;
   // Logs on rank 0 only (no-op when the options carry no sink).
   void log(int32_t rank, const std::string& line) const;
+  // Leading steps of this run left out of the medians: the profile steps of an auto schedule
+  // and then --measure-warmup-steps.
+  int64_t excluded_steps() const { return auto_switch.profile_steps + opt.warmup_steps_excluded; }
 };
+
+// The file in a checkpoint (and the out dir) that holds the schedule an auto run built.
+inline constexpr const char* kAutoScheduleFile = "schedule.csv";
+
+// How the measured samples are calibrated (the link when one is emulated).
+CalibrationOptions calibration_options(const RunPlan& plan);
+
+// Rank 0, at the switch: calibrates the profile steps' samples on the counterpart, builds the
+// auto schedule from those costs and predicts the bubble of both. Returns the compute-only
+// schedule and fills the plan's predictions.
+Result<Schedule> build_auto_from_samples(RunPlan& plan, const CostSamples& samples,
+                                         CostModel* costs_out);
 
 Result<RunPlan> make_plan(const TrainOptions& options);
 
@@ -110,9 +137,15 @@ class RankRun {
   Result<double> evaluate();
   bool eval_due(int64_t step) const;
   Status save(int64_t done);
+  // Every rank's samples of steps [range) on rank 0 (with each rank's optimizer time); empty
+  // elsewhere.
+  Result<CostSamples> gather_samples(StepRange range);
+  // An auto schedule: after the profile steps, build it on rank 0, hand it to every rank, switch.
+  bool switch_due() const;
+  Status switch_schedule();
   Result<RunEnd> gather_end();
 
-  const RunPlan& plan_;
+  RunPlan plan_;  // this rank's copy: an auto schedule's switch changes its schedule
   const TrainOptions& opt_;
   Transport& t_;
   const int32_t rank_;

@@ -3,13 +3,16 @@
 #include <fmt/format.h>
 #include <sched.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
 
 #include "exec/train_internal.h"
+#include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
+#include "tightpipe/simulator.h"
 #include "tightpipe/trainer.h"
 
 namespace tightpipe {
@@ -58,6 +61,13 @@ Status TrainOptions::validate() const {
         fmt::format("--exit-interval {}: must be >= 0 (0: run to --train-iters)", exit_interval));
   }
   TP_RETURN_IF_ERROR(world.validate());
+  TP_RETURN_IF_ERROR(auto_schedule.validate());
+  if (auto_schedule_profile_steps < 1 || auto_schedule_profile_steps > 1000) {
+    return Status::invalid_argument(fmt::format(
+        "--auto-schedule-profile-steps {}: must be in [1, 1000]; hint: 3 (the first step warms "
+        "up, the others are measured)",
+        auto_schedule_profile_steps));
+  }
   if (!(data_delay_ms >= 0) || data_delay_ms > 60e3) {
     return Status::invalid_argument(fmt::format(
         "--emulate-data-delay-ms {}: must be in [0, 60000]; hint: 0 turns the emulation off",
@@ -119,6 +129,46 @@ std::string CpuLoad::warning() const {
       rank_threads, loader_threads, cores, cores);
 }
 
+// What the run starts with: the named or file schedule; for an auto name the schedule an earlier
+// run built (the checkpoint's schedule.csv) or else the fixed counterpart to profile first.
+Result<Schedule> initial_schedule(const TrainOptions& opt, AutoSwitch& as) {
+  const GeneratorOptions shape{opt.pp, opt.microbatches, opt.vpp, opt.group_size};
+  if (!is_zb_auto_name(opt.schedule)) return schedule_from_name_or_file(opt.schedule, shape);
+  as.target = opt.schedule;
+  for (char& c : as.target) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  as.counterpart = "zb-h1";
+  const int32_t chunks = 1;
+  if (opt.vpp != 0 && opt.vpp != chunks) {
+    return Status::invalid_argument(fmt::format(
+        "--vpp {}: schedule '{}' runs {} chunk(s) per rank; hint: drop --vpp", opt.vpp,
+        opt.schedule, chunks));
+  }
+  const std::string saved = opt.load_dir + "/" + kAutoScheduleFile;
+  if (!opt.load_dir.empty() && std::filesystem::exists(saved)) {
+    TP_ASSIGN_OR_RETURN(std::string text, read_file(saved));
+    auto s = parse_csv(text, saved);
+    if (!s.ok()) {
+      return s.status().with_context(fmt::format(
+          "--load {}: the {} schedule the checkpoint ran", opt.load_dir, as.target));
+    }
+    s->name = as.target;
+    as.built = true;
+    as.schedule = *s;
+    return s;
+  }
+  return generate_schedule(as.counterpart,
+                           {.ranks = opt.pp, .microbatches = opt.microbatches, .chunks = chunks});
+}
+
+CalibrationOptions calibration_options(const RunPlan& plan) {
+  CalibrationOptions co;
+  if (plan.opt.world.link) {
+    co.link.latency = plan.opt.world.link->latency_us * 1e-6;
+    co.link.bandwidth = plan.opt.world.link->gbps > 0 ? plan.opt.world.link->gbps * 1e9 / 8 : 0;
+  }
+  return co;
+}
+
 void RunPlan::log(int32_t rank, const std::string& line) const {
   if (rank == 0 && opt.log) opt.log(line);
 }
@@ -131,8 +181,7 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
   TP_RETURN_IF_ERROR(opt.validate());
   opt.lr.total_iters = opt.train_iters;
   TP_RETURN_IF_ERROR(opt.lr.validate());
-  auto sched = schedule_from_name_or_file(opt.schedule,
-                                          {opt.pp, opt.microbatches, opt.vpp, opt.group_size});
+  auto sched = initial_schedule(opt, plan.auto_switch);
   if (!sched.ok()) return sched.status();
   if (sched->num_ranks != opt.pp || sched->num_microbatches != opt.microbatches) {
     return Status::invalid_argument(fmt::format(
@@ -140,7 +189,11 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
         "--num-microbatches {}; hint: pass the file's shape",
         opt.schedule, sched->num_ranks, sched->num_microbatches, opt.pp, opt.microbatches));
   }
-  TP_ASSIGN_OR_RETURN(plan.lowered, lower(*sched));
+  if (sched->lowered) {  // a run's schedule.csv holds the SEND/RECV it ran
+    plan.lowered = std::move(sched).value();
+  } else {
+    TP_ASSIGN_OR_RETURN(plan.lowered, lower(*sched));
+  }
   if (opt.megatron_split.any()) {  // Megatron-LM's uneven-split flags become a layout string
     if (!opt.pipeline_layout.empty()) {
       return Status::invalid_argument(fmt::format(

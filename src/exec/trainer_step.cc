@@ -11,7 +11,7 @@ PipelineRank::PipelineRank(const Schedule& lowered, int32_t rank, Transport& tra
                            const nn::GptConfig& config, const std::vector<nn::StageSpec>& specs,
                            uint64_t seed, const nn::RecomputeOptions& recompute,
                            ExecutorOptions options)
-    : rank_(rank) {
+    : rank_(rank), transport_(transport) {
   TP_CHECK(static_cast<int32_t>(specs.size()) == lowered.num_stages, "specs ", specs.size(),
            " for ", lowered.num_stages, " stages");
   if (!options.emulated) {
@@ -22,7 +22,15 @@ PipelineRank::PipelineRank(const Schedule& lowered, int32_t rank, Transport& tra
   }
   options.message_floats =
       int64_t(config.micro_batch_size) * config.seq_length * config.hidden_size;
+  options_ = options;
   executor_ = std::make_unique<Executor>(lowered, rank, transport, stages_, options);
+}
+
+void PipelineRank::set_schedule(const Schedule& lowered) {
+  TP_CHECK(lowered.stages_of(rank_).size() == stages_.size() || options_.emulated,
+           "set_schedule: rank ", rank_, " would change its stages");
+  executor_.reset();  // joins the old executor's send progress thread first
+  executor_ = std::make_unique<Executor>(lowered, rank_, transport_, stages_, options_);
 }
 
 std::map<int32_t, nn::GptStage*> PipelineRank::stages() { return stages_; }

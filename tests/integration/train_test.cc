@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "run.h"
 #include "tiny_train.h"
 #include "tightpipe/base.h"
+#include "tightpipe/auto_schedule.h"
 #include "tightpipe/checkpoint.h"
 #include "tightpipe/trainer.h"
 
@@ -159,6 +161,22 @@ TEST(TrainIntegrationTest, InvalidCombinationsFailBeforeWork) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("--emulate-data-delay-ms -1"), std::string::npos)
       << s.status().message();
+  // An auto schedule: its profile steps, its chunk count and its memory limit.
+  const std::pair<std::function<void(TrainOptions&)>, const char*> auto_cases[] = {
+      {[](TrainOptions& x) { x.auto_schedule_profile_steps = 0; },
+       "--auto-schedule-profile-steps 0"},
+      {[](TrainOptions& x) { x.vpp = 2; }, "--vpp 2"},
+      {[](TrainOptions& x) { x.auto_schedule.memory_limit = 0.5; }, "--memory-limit 0.5"},
+  };
+  for (const auto& [edit, want] : auto_cases) {
+    o = tiny(out);
+    o.schedule = "zb-auto";
+    edit(o);
+    s = run_training(o);
+    ASSERT_FALSE(s.ok()) << want;
+    EXPECT_NE(s.status().message().find(want), std::string::npos) << s.status().message();
+    EXPECT_NE(s.status().message().find("hint:"), std::string::npos) << s.status().message();
+  }
 }
 
 // metrics.jsonl of an --out-dir, by step.
@@ -254,6 +272,85 @@ TEST(TrainIntegrationTest, ResumedRunEqualsStraightRun) {
       EXPECT_TRUE(std::ranges::equal(sa.adam_m(), sb.adam_m()));
       EXPECT_TRUE(std::ranges::equal(sa.adam_v(), sb.adam_v()));
       EXPECT_TRUE(std::ranges::any_of(sb.adam_v(), [](float v) { return v > 0; }));
+    }
+  }
+}
+
+// The measure -> schedule -> run loop: `--schedule zb-1p` profiles 2 steps on zb-h1, builds the
+// schedule from the measured costs, switches, saves it with the checkpoint, and a resumed run
+// keeps it (no profiling). Whatever schedule the costs gave, training equals one rank: the loss
+// of every step bit for bit (no clipping; the gradient norm sums per stage, so within 1e-12).
+// The measured peak stash of every rank stays within the memory limit (p = 2 microbatches of
+// the rank's activations).
+TEST(TrainIntegrationTest, AutoScheduleProfilesSwitchesResumesAndTrainsAsOneRank) {
+  const std::string dir = testutil::make_temp_dir("tp-auto");
+  auto options = [&](const std::string& name, int32_t pp, const char* sched) {
+    TrainOptions o = tiny(dir + "/" + name);
+    o.schedule = sched;
+    o.pp = pp;
+    o.microbatches = 6;
+    o.train_iters = 7;
+    o.clip_grad = 0;
+    o.trace_path.clear();
+    o.auto_schedule_profile_steps = 2;
+    return o;
+  };
+  const TrainOptions one = options("one", 1, "1f1b");
+  TrainOptions first = options("first", 2, "zb-1p");
+  first.exit_interval = 4;
+  first.save_dir = dir + "/ckpt";
+  TrainOptions second = options("second", 2, "ZB-1P");
+  second.load_dir = first.save_dir;
+  auto a = run_training(one);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto b = run_training(first);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(b->auto_schedule, "zb-1p");
+  EXPECT_EQ(b->auto_profiled_with, "zb-h1");
+  EXPECT_EQ(b->auto_profile_steps, 2);
+  EXPECT_GE(b->auto_predicted_before, b->auto_predicted_after);  // never worse than zb-h1
+  const nlohmann::json sb = read_json(first.out_dir + "/summary.json");
+  EXPECT_EQ(sb["schedule"], "zb-1p");
+  EXPECT_EQ(sb["warmup_steps_excluded"], 3);  // 2 profile steps + 1 warm-up
+  EXPECT_EQ(sb["auto_schedule"]["profile_steps"], 2);
+  // The built schedule: in the out dir at the switch and in the checkpoint, valid, zb-1p's memory.
+  const std::string built = read_file(first.save_dir + "/schedule.csv").value();
+  auto sched = parse_csv(built, "ckpt/schedule.csv");
+  ASSERT_TRUE(sched.ok()) << sched.status().to_string();
+  EXPECT_TRUE(std::filesystem::exists(first.out_dir + "/profile_costs.json"));
+  for (double peak : zb_peak_memory_units(*sched, {0.5, 0.5})) EXPECT_LE(peak, 2.0 + 1e-9);
+
+  auto c = run_training(second);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->auto_schedule, "zb-1p");
+  EXPECT_EQ(c->auto_profile_steps, 0);  // resumed: no profiling
+  const nlohmann::json sc = read_json(second.out_dir + "/summary.json");
+  EXPECT_EQ(sc["auto_schedule"]["resumed"], true);
+  EXPECT_EQ(sc["warmup_steps_excluded"], 1);
+  // The out dir's schedule.csv is what ran (lowered): the checkpoint's schedule.
+  const auto ran = parse_csv(read_file(second.out_dir + "/schedule.csv").value(), "out");
+  ASSERT_TRUE(ran.ok()) << ran.status().to_string();
+  EXPECT_EQ(to_csv(lower(*sched).value()), to_csv(*ran));
+
+  auto ma = read_metrics(one.out_dir), mb = read_metrics(first.out_dir);
+  const auto mc = read_metrics(second.out_dir);
+  mb.insert(mc.begin(), mc.end());
+  ASSERT_EQ(ma.size(), 7u);
+  ASSERT_EQ(mb.size(), 7u);
+  for (const auto& [step, j] : ma) {
+    SCOPED_TRACE(step);
+    EXPECT_EQ(mb[step]["loss"].get<double>(), j["loss"].get<double>());
+    EXPECT_NEAR(mb[step]["grad_norm"].get<double>(), j["grad_norm"].get<double>(),
+                1e-12 * j["grad_norm"].get<double>());
+  }
+  // Memory: the executor's measured peak stash against the limit (p = 2 microbatches of each
+  // rank's measured activations).
+  for (const nlohmann::json* s : {&sb, &sc}) {
+    const auto& peaks = (*s)["measured_peak_activation_bytes_per_rank"];
+    for (const auto& cost : (*s)["measured_costs"]) {
+      const int r = cost["rank"].get<int>();
+      EXPECT_LE(peaks[r].get<double>(), 2 * cost["activation_bytes"].get<double>() * (1 + 1e-9))
+          << "rank " << r;
     }
   }
 }

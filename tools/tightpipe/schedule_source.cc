@@ -73,6 +73,38 @@ Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) 
   return uniform_cost_model(u, schedule.num_ranks, schedule.num_stages);
 }
 
+Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& schedule,
+                                      int32_t pp) {
+  ZbAutoOptions o;
+  if (!is_zb_auto_name(schedule)) {
+    const char* flag = f.memory_limit        ? "--memory-limit"
+                       : f.w_memory_fraction ? "--w-memory-fraction"
+                       : !f.objective.empty() ? "--objective"
+                                              : nullptr;
+    if (flag == nullptr) return o;
+    return Status::invalid_argument(fmt::format(
+        "{}: only zb-auto, zb-1p and zb-2p take it, not '{}'; hint: pass --schedule zb-auto, or "
+        "drop {}",
+        flag, schedule, flag));
+  }
+  o.memory_limit = f.memory_limit;
+  if (const double implied = zb_auto_name_memory_limit(schedule, pp); implied > 0) {
+    if (f.memory_limit && *f.memory_limit != implied) {
+      return Status::invalid_argument(fmt::format(
+          "--memory-limit {}: schedule '{}' implies {}; hint: use --schedule zb-auto with "
+          "--memory-limit, or drop --memory-limit",
+          *f.memory_limit, schedule, implied));
+    }
+    o.memory_limit = implied;
+  }
+  o.w_memory_fraction = f.w_memory_fraction;
+  if (!f.objective.empty()) {
+    TP_ASSIGN_OR_RETURN(o.objective, parse_zb_objective(f.objective));
+  }
+  TP_RETURN_IF_ERROR(o.validate());
+  return o;
+}
+
 namespace {
 
 // zb-auto, zb-1p or zb-2p for the flags' shape and costs.
@@ -83,22 +115,7 @@ Result<Schedule> load_zb_auto(const ScheduleFlags& f) {
         "for 2 chunks",
         f.vpp, f.schedule));
   }
-  ZbAutoOptions o;
-  o.memory_limit = f.zb.memory_limit;
-  if (const double implied = zb_auto_name_memory_limit(f.schedule, f.pp); implied > 0) {
-    if (f.zb.memory_limit && *f.zb.memory_limit != implied) {
-      return Status::invalid_argument(fmt::format(
-          "--memory-limit {}: schedule '{}' implies {}; hint: use --schedule zb-auto with "
-          "--memory-limit, or drop --memory-limit",
-          *f.zb.memory_limit, f.schedule, implied));
-    }
-    o.memory_limit = implied;
-  }
-  o.w_memory_fraction = f.zb.w_memory_fraction;
-  if (!f.zb.objective.empty()) {
-    TP_ASSIGN_OR_RETURN(o.objective, parse_zb_objective(f.zb.objective));
-  }
-  TP_RETURN_IF_ERROR(o.validate());
+  TP_ASSIGN_OR_RETURN(ZbAutoOptions o, zb_auto_options(f.zb, f.schedule, f.pp));
   if (f.pp < 1) {
     return Status::invalid_argument(fmt::format(
         "--pp {}: zb-auto needs at least 1 pipeline rank; hint: pass --pp 1 or more", f.pp));
@@ -118,16 +135,7 @@ Result<Schedule> load_zb_auto(const ScheduleFlags& f) {
 
 Result<Schedule> load_schedule(const ScheduleFlags& f) {
   if (is_zb_auto_name(f.schedule)) return load_zb_auto(f);
-  const char* zb_flag = f.zb.memory_limit         ? "--memory-limit"
-                        : f.zb.w_memory_fraction  ? "--w-memory-fraction"
-                        : !f.zb.objective.empty() ? "--objective"
-                                                  : nullptr;
-  if (zb_flag != nullptr) {
-    return Status::invalid_argument(fmt::format(
-        "{}: only zb-auto, zb-1p and zb-2p take it, not '{}'; hint: pass --schedule zb-auto, or "
-        "drop {}",
-        zb_flag, f.schedule, zb_flag));
-  }
+  TP_RETURN_IF_ERROR(zb_auto_options(f.zb, f.schedule, f.pp).status());  // refuses the zb flags
   return schedule_from_name_or_file(
       f.schedule,
       {.ranks = f.pp, .microbatches = f.microbatches, .chunks = f.vpp, .group_size = f.group_size});

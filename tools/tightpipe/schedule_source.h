@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "tightpipe/auto_schedule.h"
 #include "tightpipe/cost_model.h"
 #include "tightpipe/schedule.h"
 
@@ -42,6 +43,11 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& flags);
 void add_cost_flags(CLI::App& app, CostFlags& flags);
 // Adds --memory-limit, --w-memory-fraction, --objective.
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
+// The one conversion of those flags (schedule, simulate, train): the options for an auto
+// `schedule` on `pp` ranks (zb-1p, zb-2p imply their limit; a different --memory-limit is an
+// error); for any other schedule default options, or an error naming the first zb flag given.
+Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& flags, const std::string& schedule,
+                                      int32_t pp);
 
 // The cost model for `schedule` from whichever of --cost, --costs, --model was given.
 Result<CostModel> make_cost_model(const CostFlags& flags, const Schedule& schedule);

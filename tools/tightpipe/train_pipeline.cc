@@ -15,7 +15,9 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
   for (const auto& g : schedule_generators()) names.push_back(g.name);
   auto* g = app.add_option_group("pipeline", "pipeline schedule, ranks and measurement");
   g->add_option("--schedule,--pipeline-schedule", f.schedule,
-                "schedule: " + join(names, ", ") + ", or a CSV/JSON file (default 1f1b)");
+                "schedule: " + join(names, ", ") +
+                    ", zb-auto, zb-1p, zb-2p (built from costs measured in the first steps), or a "
+                    "CSV/JSON file (default 1f1b)");
   g->add_option("--vpp,--num-virtual-stages-per-pipeline-rank,--virtual-pipeline-model-parallel-size",
                 f.vpp, "chunks (virtual stages) per rank; default 1, and 2 for zb-v");
   g->add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
@@ -47,10 +49,17 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
                 "make the loader sleep this long per batch (to study data waits)");
   g->add_option("--measure-warmup-steps", f.warmup_steps, "steps left out of the summary's medians")
       ->capture_default_str();
+  add_zb_auto_flags(*g, f.zb);
+  g->add_option("--auto-schedule-profile-steps", f.auto_profile_steps,
+                "zb-auto, zb-1p, zb-2p: steps run on zb-h1 to measure the costs the schedule is "
+                "built from")
+      ->capture_default_str();
 }
 
 Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   o.schedule = f.schedule.empty() ? "1f1b" : f.schedule;
+  TP_ASSIGN_OR_RETURN(o.auto_schedule, zb_auto_options(f.zb, o.schedule, o.pp));
+  o.auto_schedule_profile_steps = f.auto_profile_steps;
   o.vpp = f.vpp;
   o.group_size = f.group_size;
   TP_ASSIGN_OR_RETURN(o.world.kind, parse_transport_kind(f.transport));

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "schedule_source.h"
 #include "tightpipe/trainer.h"
 
 namespace tightpipe::cli {
@@ -25,6 +26,8 @@ struct PipelineFlags {
   std::string on_corrupt = "fail"; // corrupt shards: fail | skip
   double data_delay_ms = 0;        // injected loader delay per batch
   int64_t warmup_steps = 1;        // steps left out of the summary's medians
+  ZbAutoFlags zb;                  // zb-auto...: --memory-limit, --w-memory-fraction, --objective
+  int32_t auto_profile_steps = 3;  // zb-auto...: steps profiled on the fixed counterpart
 };
 
 void add_pipeline_flags(CLI::App& app, PipelineFlags& flags);
