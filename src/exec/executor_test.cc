@@ -103,7 +103,33 @@ std::vector<Case> all_cases() {
       }
     }
   }
+  // The schedules built from costs (auto_schedule.h), on seeded uneven costs (auto_schedule()).
+  for (const char* name : {"zb-1p", "zb-2p"}) {
+    for (int p : {2, 4}) {
+      for (int m : {p, 2 * p + 1}) cases.push_back({name, p, m, 1});
+    }
+  }
   return cases;
+}
+
+// An auto schedule for p ranks and m microbatches, built from seeded uneven per-stage costs and
+// message latencies (the shape varies with the costs; every shape must train as one rank).
+Result<Schedule> auto_schedule(const std::string& name, int p, int m) {
+  Rng rng(static_cast<uint64_t>(1000 * p + m));
+  std::vector<StageCost> stages(p);
+  for (StageCost& c : stages) {
+    c.f = 0.5 + 1.5 * rng.uniform_double();
+    c.i = 0.5 + 2.0 * rng.uniform_double();
+    c.w = 0.2 + 1.5 * rng.uniform_double();
+    c.b = c.i + c.w;
+    c.act_bytes = 1;
+    c.act_after_i_bytes = 0.5;
+  }
+  const CostModel costs(stages, {.latency = 0.3 * rng.uniform_double(), .bandwidth = 0}, "unit",
+                        "random");
+  ZbAutoOptions o;
+  o.memory_limit = zb_auto_name_memory_limit(name, p);
+  return build_zb_auto(p, m, costs, o);
 }
 
 // Under mpirun (TP_TEST_TRANSPORT=mpi) the ranks are processes and only cases with p equal to the
@@ -125,7 +151,9 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
     const Case c = GetParam();
     const auto cfg = tiny_config();
     const auto batches = make_batches(cfg, kSteps, c.m, 99);
-    auto sched = generate_schedule(c.schedule, {.ranks = c.p, .microbatches = c.m, .chunks = c.v});
+    auto sched = is_zb_auto_name(c.schedule)
+                     ? auto_schedule(c.schedule, c.p, c.m)
+                     : generate_schedule(c.schedule, {.ranks = c.p, .microbatches = c.m, .chunks = c.v});
     ASSERT_TRUE(sched.ok()) << sched.status().message();
     auto lowered = lower(*sched);
     ASSERT_TRUE(lowered.ok());
