@@ -10,11 +10,11 @@
 namespace tightpipe::cli {
 
 int cmd_schedule(int argc, char** argv) {
-  CLI::App app(
-      "Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout) or "
-      "JSON; or check a schedule file of your own (--check). zb-auto, zb-1p, zb-2p and "
-      "zb-v-auto are built from the costs (--cost, --costs, --model) under --memory-limit.",
-      "tightpipe schedule");
+  CLI::App app("Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout) or "
+               "JSON; or check a schedule file of your own (--check). zb-auto, zb-1p, zb-2p and "
+               "zb-v-auto are built from the costs (--cost, --costs, --model) under "
+               "--memory-limit.",
+               "tightpipe schedule");
   ScheduleFlags flags;
   add_schedule_flags(app, flags);
   add_cost_flags(app, flags.costs);
@@ -49,11 +49,10 @@ int cmd_schedule(int argc, char** argv) {
   if (!check.empty()) {
     auto s = load_schedule_file(check);
     if (!s.ok()) return report_error("schedule", s.status());
-    std::printf(
-        "%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
-        "finishes (no deadlock)\n",
-        check.c_str(), s->lowered ? "lowered " : "", s->num_ranks, s->num_stages,
-        s->num_microbatches, s->size());
+    std::printf("%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
+                "finishes (no deadlock)\n",
+                check.c_str(), s->lowered ? "lowered " : "", s->num_ranks, s->num_stages,
+                s->num_microbatches, s->size());
     if (!s->lowered) {
       auto low = lower(*s);
       if (!low.ok()) return report_error("schedule", low.status());
@@ -80,8 +79,8 @@ int cmd_schedule(int argc, char** argv) {
     text = to_json(s);
   } else {
     text = fmt::format("{}: p={} stages={} m={} v={}{} ({} actions)\n{}", s.name, s.num_ranks,
-                       s.num_stages, s.num_microbatches, s.chunks(), s.lowered ? " lowered" : "",
-                       s.size(), format_grid(s));
+                       s.num_stages, s.num_microbatches, s.chunks(),
+                       s.lowered ? " lowered" : "", s.size(), format_grid(s));
   }
   if (out.empty()) {
     std::fputs(text.c_str(), stdout);
