@@ -33,13 +33,9 @@ Result<Schedule> build_auto_from_samples(RunPlan& plan, const CostSamples& sampl
         "--schedule {}: calibrating the {} profile steps on {}", as.target, as.profile_steps,
         as.counterpart));
   }
-  ZbAutoOptions o = plan.opt.auto_schedule;
-  if (const double implied = zb_auto_name_memory_limit(as.target, plan.opt.pp); implied > 0) {
-    o.memory_limit = implied;
-  }
-  auto built = build_zb_auto(plan.opt.pp, plan.opt.microbatches, *costs, o);
+  auto built = build_auto_schedule(as.target, plan.opt.pp, plan.opt.microbatches, *costs,
+                                   plan.opt.auto_schedule);
   if (!built.ok()) return built.status().with_context("--schedule " + as.target);
-  built->name = as.target;
   const bool overlap = plan.opt.exec.overlap_p2p;
   TP_ASSIGN_OR_RETURN(Schedule before, generate_schedule(as.counterpart,
                                                          {.ranks = plan.lowered.num_ranks,

@@ -104,9 +104,9 @@ std::vector<Case> all_cases() {
     }
   }
   // The schedules built from costs (auto_schedule.h), on seeded uneven costs (auto_schedule()).
-  for (const char* name : {"zb-1p", "zb-2p"}) {
+  for (const char* name : {"zb-1p", "zb-2p", "zb-v-auto"}) {
     for (int p : {2, 4}) {
-      for (int m : {p, 2 * p + 1}) cases.push_back({name, p, m, 1});
+      for (int m : {p, 2 * p + 1}) cases.push_back({name, p, m, auto_schedule_chunks(name)});
     }
   }
   return cases;
@@ -116,7 +116,7 @@ std::vector<Case> all_cases() {
 // message latencies (the shape varies with the costs; every shape must train as one rank).
 Result<Schedule> auto_schedule(const std::string& name, int p, int m) {
   Rng rng(static_cast<uint64_t>(1000 * p + m));
-  std::vector<StageCost> stages(p);
+  std::vector<StageCost> stages(p * auto_schedule_chunks(name));
   for (StageCost& c : stages) {
     c.f = 0.5 + 1.5 * rng.uniform_double();
     c.i = 0.5 + 2.0 * rng.uniform_double();
@@ -127,9 +127,7 @@ Result<Schedule> auto_schedule(const std::string& name, int p, int m) {
   }
   const CostModel costs(stages, {.latency = 0.3 * rng.uniform_double(), .bandwidth = 0}, "unit",
                         "random");
-  ZbAutoOptions o;
-  o.memory_limit = zb_auto_name_memory_limit(name, p);
-  return build_zb_auto(p, m, costs, o);
+  return build_auto_schedule(name, p, m, costs, {});
 }
 
 // Under mpirun (TP_TEST_TRANSPORT=mpi) the ranks are processes and only cases with p equal to the
@@ -151,7 +149,7 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
     const Case c = GetParam();
     const auto cfg = tiny_config();
     const auto batches = make_batches(cfg, kSteps, c.m, 99);
-    auto sched = is_zb_auto_name(c.schedule)
+    auto sched = is_auto_schedule_name(c.schedule)
                      ? auto_schedule(c.schedule, c.p, c.m)
                      : generate_schedule(c.schedule, {.ranks = c.p, .microbatches = c.m, .chunks = c.v});
     ASSERT_TRUE(sched.ok()) << sched.status().message();

@@ -133,11 +133,11 @@ std::string CpuLoad::warning() const {
 // run built (the checkpoint's schedule.csv) or else the fixed counterpart to profile first.
 Result<Schedule> initial_schedule(const TrainOptions& opt, AutoSwitch& as) {
   const GeneratorOptions shape{opt.pp, opt.microbatches, opt.vpp, opt.group_size};
-  if (!is_zb_auto_name(opt.schedule)) return schedule_from_name_or_file(opt.schedule, shape);
+  if (!is_auto_schedule_name(opt.schedule)) return schedule_from_name_or_file(opt.schedule, shape);
   as.target = opt.schedule;
   for (char& c : as.target) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  as.counterpart = "zb-h1";
-  const int32_t chunks = 1;
+  as.counterpart = auto_schedule_counterpart(as.target);
+  const int32_t chunks = auto_schedule_chunks(as.target);
   if (opt.vpp != 0 && opt.vpp != chunks) {
     return Status::invalid_argument(fmt::format(
         "--vpp {}: schedule '{}' runs {} chunk(s) per rank; hint: drop --vpp", opt.vpp,

@@ -29,19 +29,14 @@
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
+#include "zb_auto_internal.h"
 
 namespace tightpipe {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-// Slack on memory comparisons (fractions such as 0.1 do not add up exactly).
-constexpr double kMemEps = 1e-9;
-
-std::string lower_case(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
+constexpr double kMemEps = detail::kZbMemEps;
+std::string lower_case(std::string_view s) { return detail::zb_lower_case(s); }
 
 struct Knobs {
   // Most F in flight (F done, I not yet) on stage s: base - slope * s, at least 1; slope 0: only
@@ -238,27 +233,8 @@ class Greedy {
   std::vector<double> scratch_;
 };
 
-// Compared lexicographically and exactly, so the best of a superset of candidates is never worse.
-struct Score {
-  double primary = kInf;    // the objective
-  double secondary = kInf;  // the other one of makespan and span
-  double peak = kInf;       // the highest per-rank memory peak, in microbatch units
-
-  friend auto operator<=>(const Score&, const Score&) = default;
-};
-
-// Lowers and simulates `s` (overlap mode) and scores it in the objective (ties: the other one,
-// then the memory peak).
-Result<Score> score(const Schedule& s, const CostModel& costs, ZbObjective objective, double peak) {
-  TP_ASSIGN_OR_RETURN(Schedule low, lower(s));
-  SimOptions so;
-  so.record_timeline = false;
-  TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
-  double span = 0;
-  for (const RankSimStats& rs : r.ranks) span = std::max(span, rs.last_end - rs.first_start);
-  if (objective == ZbObjective::kSpan) return Score{span, r.makespan, peak};
-  return Score{r.makespan, span, peak};
-}
+using detail::Score;
+using detail::score;
 
 }  // namespace
 
@@ -328,22 +304,24 @@ std::vector<double> zb_w_memory_fractions(const CostModel& costs, const ZbAutoOp
 std::vector<double> zb_peak_memory_units(const Schedule& schedule,
                                          const std::vector<double>& fractions) {
   std::vector<double> peak(schedule.num_ranks, 0);
+  // A chunk holds 1/v of a rank's layers, so its F adds 1/v of a whole-rank activation.
+  const double unit = 1.0 / std::max(1, schedule.chunks());
   for (int32_t r = 0; r < schedule.num_ranks; ++r) {
     double mem = 0;
     for (const Action& a : schedule.programs[r]) {
       const double f = fractions.at(a.stage);
       switch (a.type) {
         case ActionType::kForward:
-          mem += 1;
+          mem += unit;
           break;
         case ActionType::kBackwardInput:
-          mem -= 1 - f;
+          mem -= (1 - f) * unit;
           break;
         case ActionType::kBackwardWeight:
-          mem -= f;
+          mem -= f * unit;
           break;
         case ActionType::kBackward:
-          mem -= 1;
+          mem -= unit;
           break;
         case ActionType::kSendAct:
         case ActionType::kRecvAct:

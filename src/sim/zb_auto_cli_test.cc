@@ -111,5 +111,56 @@ TEST_F(ZbAutoCli, BadInputIsOneLineWithAHint) {
   EXPECT_NE(r.err.find("--memory-limit: only zb-auto"), std::string::npos) << r.err;
 }
 
+TEST_F(ZbAutoCli, ZbVAutoCsvPassesCheckAndIsTheLibrarysSchedule) {
+  const std::string csv = testutil::make_temp_dir("tp_zbv_cli") + "/zbv.csv";
+  CliRun r =
+      run("schedule --schedule zb-v-auto --pp 3 --microbatches 6 "
+          "--cost f=1,i=2,w=1,comm=0.2 --memory-limit 4 --objective span --format csv "
+          "--out " +
+          csv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("schedule --check " + csv);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("valid schedule, 3 ranks, 6 stages, 6 microbatches"), std::string::npos)
+      << r.out;
+  auto text = read_file(csv);
+  ASSERT_TRUE(text.ok());
+  UniformCosts u;
+  u.i = 2;
+  u.comm = 0.2;
+  ZbAutoOptions o;
+  o.memory_limit = 4;
+  o.objective = ZbObjective::kSpan;
+  // --cost is whole-rank: per chunk the times halve (uniform_cost_model with 2p stages).
+  auto lib = build_zb_v_auto(3, 6, uniform_cost_model(u, 3, 6), o);
+  ASSERT_TRUE(lib.ok());
+  EXPECT_EQ(*text, to_csv(*lib));
+  r = run("simulate --schedule zb-v-auto --pp 3 --microbatches 6 --cost f=1,i=1,w=1 --vpp 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("zb-v-auto"), std::string::npos) << r.out;
+}
+
+TEST_F(ZbAutoCli, ZbVAutoBadInput) {
+  const std::string costs = testutil::make_temp_dir("tp_zbv_cli") + "/costs.json";
+  ASSERT_TRUE(write_file(costs, R"({"stages": [
+    {"stage": 0, "f": 1.0, "i": 1.5, "w": 0.7},
+    {"stage": 1, "f": 1.2, "i": 1.1, "w": 0.9},
+    {"stage": 2, "f": 0.8, "i": 1.9, "w": 0.4}]})")
+                  .ok());
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--pp 3 --costs " + costs, "has 3 stage(s)"},
+           {"--pp 3 --vpp 3", "--vpp 3: schedule 'zb-v-auto' runs exactly 2 chunks"},
+           {"--pp 3 --vpp 1", "--vpp 1"},
+           {"--pp 3 --memory-limit 0.5", "--memory-limit 0.5: below 1"},
+       }) {
+    SCOPED_TRACE(args);
+    CliRun r = run("schedule --schedule zb-v-auto --microbatches 6 " + args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("hint:"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace tightpipe

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <set>
 
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
@@ -31,6 +32,7 @@ struct Sim {
   double makespan = 0;
   double span = 0;
   std::vector<double> peak_bytes;  // per rank
+  std::vector<double> peak_units;  // per rank, whole-rank microbatch activations
   std::vector<double> internal_idle;
 };
 
@@ -44,6 +46,7 @@ Sim run(const Schedule& s, const CostModel& costs) {
   for (const RankSimStats& rs : r->ranks) {
     out.span = std::max(out.span, rs.last_end - rs.first_start);
     out.peak_bytes.push_back(rs.peak_activation_bytes);
+    out.peak_units.push_back(rs.peak_activations);
     out.internal_idle.push_back(rs.internal_idle);
   }
   return out;
@@ -56,8 +59,8 @@ Schedule zb_h1(int32_t p, int32_t m) {
 }
 
 // Validates, lowers, and round-trips through CSV exactly.
-void expect_ordinary(const Schedule& s) {
-  EXPECT_EQ(s.name, "zb-auto");
+void expect_ordinary(const Schedule& s, std::string_view name = "zb-auto") {
+  EXPECT_EQ(s.name, name);
   EXPECT_FALSE(s.lowered);
   ASSERT_TRUE(validate(s).ok()) << validate(s).to_string();
   for (const auto& prog : s.programs) {
@@ -66,7 +69,7 @@ void expect_ordinary(const Schedule& s) {
   auto low = lower(s);
   ASSERT_TRUE(low.ok()) << low.status().to_string();
   EXPECT_TRUE(validate(*low).ok());
-  auto back = parse_csv(to_csv(s), "zb-auto.csv");
+  auto back = parse_csv(to_csv(s), fmt::format("{}.csv", name));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->programs, s.programs);
   EXPECT_EQ(back->stage_to_rank, s.stage_to_rank);
@@ -105,10 +108,10 @@ TEST(ZbAuto, UniformLimit2PHasNoBubbleInsideAnyStage) {
   }
 }
 
-// Random uneven per-stage costs, activations of 1 byte per stage so the simulator's peak bytes
-// are microbatch units.
-CostModel random_costs(Rng& rng, int32_t p, double frac, bool comm) {
-  std::vector<StageCost> stages(p);
+// Random uneven per-stage costs for `stages` stages (default p), activations of 1 byte per stage
+// so the simulator's peak bytes are microbatch units at v = 1.
+CostModel random_costs(Rng& rng, int32_t p, double frac, bool comm, int32_t num_stages = 0) {
+  std::vector<StageCost> stages(num_stages > 0 ? num_stages : p);
   for (StageCost& c : stages) {
     c.f = 0.5 + rng.uniform_double() * 1.5;
     c.i = 0.5 + rng.uniform_double() * 2.0;
@@ -213,6 +216,169 @@ TEST(ZbAuto, Names) {
   EXPECT_EQ(zb_auto_name_memory_limit("zb-1p", 4), 4);
   EXPECT_EQ(zb_auto_name_memory_limit("zb-2p", 4), 8);
   EXPECT_EQ(zb_auto_name_memory_limit("zb-auto", 4), 0);
+  for (const char* name : {"zb-auto", "ZB-1p", "zb-2P", "zb-v-auto", "ZB-V-AUTO"}) {
+    EXPECT_TRUE(is_auto_schedule_name(name)) << name;
+  }
+  for (const char* name : {"zb-v", "zb-h1", "zb-vauto", ""}) {
+    EXPECT_FALSE(is_auto_schedule_name(name)) << name;
+  }
+  EXPECT_EQ(auto_schedule_counterpart("zb-2p"), "zb-h1");
+  EXPECT_EQ(auto_schedule_counterpart("Zb-V-Auto"), "zb-v");
+  EXPECT_EQ(auto_schedule_counterpart("1f1b"), "");
+  EXPECT_EQ(auto_schedule_chunks("zb-auto"), 1);
+  EXPECT_EQ(auto_schedule_chunks("zb-v-auto"), 2);
+  EXPECT_EQ(auto_schedule_chunks("zb-v"), 0);
+}
+
+// ----- zb-v-auto --------------------------------------------------------------------------------
+
+Schedule zb_v(int32_t p, int32_t m) {
+  auto s = generate_schedule("zb-v", {.ranks = p, .microbatches = m, .chunks = 2});
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return *s;
+}
+
+// The V placement: stage s on rank s below p, on rank 2p-1-s from p on.
+void expect_v_placement(const Schedule& s, int32_t p) {
+  ASSERT_EQ(s.num_ranks, p);
+  ASSERT_EQ(s.num_stages, 2 * p);
+  for (int32_t st = 0; st < 2 * p; ++st) {
+    EXPECT_EQ(s.stage_to_rank[st], st < p ? st : 2 * p - 1 - st) << "stage " << st;
+  }
+}
+
+TEST(ZbVAuto, PeakMemoryCountsHalfAUnitPerChunkAndZbVHoldsP) {
+  // REFERENCE.md section 2: ZB-V holds p whole-rank activations on every rank, like 1F1B's rank 0.
+  for (auto [p, m] : {std::pair{4, 8}, {2, 6}, {3, 9}, {5, 10}}) {
+    for (double frac : {0.0, 0.5, 1.0}) {
+      SCOPED_TRACE(fmt::format("p={} m={} frac={}", p, m, frac));
+      for (double peak : zb_peak_memory_units(zb_v(p, m), std::vector<double>(2 * p, frac))) {
+        EXPECT_NEAR(peak, p, 1e-12);
+      }
+    }
+  }
+  // v = 1 is unchanged: ZB-H1 holds p on rank 0 (F adds a whole unit).
+  EXPECT_NEAR(zb_peak_memory_units(zb_h1(4, 8), std::vector<double>(4, 0.5))[0], 4, 1e-12);
+}
+
+TEST(ZbVAuto, UniformLimitPHasZbVMakespan) {
+  for (auto [p, m] : {std::pair{4, 8}, {2, 4}, {3, 3}, {3, 9}, {4, 12}, {5, 7}}) {
+    for (std::optional<double> frac : {std::optional<double>(), std::optional<double>(0.5)}) {
+      SCOPED_TRACE(fmt::format("p={} m={} frac={}", p, m, frac.value_or(-1)));
+      const CostModel c = uniform_cost_model(UniformCosts{}, p, 2 * p);
+      auto s = build_zb_v_auto(p, m, c, opts({}, frac));  // default limit: p
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      expect_ordinary(*s, "zb-v-auto");
+      expect_v_placement(*s, p);
+      const Sim r = run(*s, c);
+      const double zbv = run(zb_v(p, m), c).makespan;
+      if (m >= 2 * p - 1) {
+        EXPECT_NEAR(r.makespan, zbv, 1e-9);
+      } else {  // zb-v drops the microbatches beyond m from its phases and leaves gaps
+        EXPECT_LE(r.makespan, zbv + 1e-9);
+      }
+      for (double peak : zb_peak_memory_units(*s, std::vector<double>(2 * p, frac.value_or(1)))) {
+        EXPECT_LE(peak, p + 1e-9);
+      }
+      if (!frac) {  // the simulator's peak agrees when the fraction is the costs' own
+        for (double peak : r.peak_units) EXPECT_LE(peak, p + 1e-9);
+      }
+      if (p == 4 && m == 8) {
+        EXPECT_NEAR(r.makespan, 25.5, 1e-9);  // REFERENCE.md section 2
+      }
+    }
+  }
+}
+
+TEST(ZbVAuto, RandomCostsNeverWorseThanZbVNorAtMoreMemory) {
+  Rng rng(20261201);
+  for (int trial = 0; trial < 16; ++trial) {
+    const int32_t p = 2 + trial % 4;                               // 2..5
+    const int32_t m = (trial / 4) % 2 == 0 ? 2 * p : 3 * p;        // 2p, 3p
+    const double frac = std::round(rng.uniform_double() * 4) / 4;  // 0, .25, .., 1
+    const ZbObjective objective = trial % 2 == 0 ? ZbObjective::kMakespan : ZbObjective::kSpan;
+    const CostModel c = random_costs(rng, p, frac, /*comm=*/trial % 3 != 0, 2 * p);
+    SCOPED_TRACE(fmt::format("trial {} p={} m={} frac={} comm={} objective={}", trial, p, m, frac,
+                             c.link().latency, zb_objective_name(objective)));
+    auto in_objective = [&](const Sim& r) {
+      return objective == ZbObjective::kSpan ? r.span : r.makespan;
+    };
+    const double zbv = in_objective(run(zb_v(p, m), c));
+    double previous = std::numeric_limits<double>::infinity();
+    // Ascending; the guarantee holds against the integer limits below (p - 0.5 is checked for
+    // memory only).
+    for (double limit : std::set<double>{1.0, 2.0, p - 0.5, 1.0 * p, p + 1.0, 2.0 * p}) {
+      auto s = build_zb_v_auto(p, m, c, opts(limit, {}, objective));
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      expect_ordinary(*s, "zb-v-auto");
+      expect_v_placement(*s, p);
+      const Sim r = run(*s, c);
+      for (double peak : r.peak_units) EXPECT_LE(peak, limit + 1e-9) << "limit " << limit;
+      for (double peak : zb_peak_memory_units(*s, zb_w_memory_fractions(c, {}))) {
+        EXPECT_LE(peak, limit + 1e-9) << "limit " << limit;
+      }
+      if (limit >= p) {
+        EXPECT_LE(in_objective(r), zbv + 1e-9) << "limit " << limit;
+      }
+      if (limit != std::floor(limit)) continue;
+      EXPECT_LE(in_objective(r), previous + 1e-9) << "limit " << limit;
+      previous = in_objective(r);
+    }
+  }
+}
+
+TEST(ZbVAuto, BuildAutoScheduleDispatchesAndNames) {
+  const CostModel c1 = uniform(4);
+  const CostModel c2 = uniform_cost_model(UniformCosts{}, 4, 8);
+  auto v = build_auto_schedule("ZB-V-Auto", 4, 8, c2);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->name, "zb-v-auto");
+  EXPECT_EQ(to_csv(*v).substr(to_csv(*v).find('\n')),
+            to_csv(*build_zb_v_auto(4, 8, c2)).substr(to_csv(*v).find('\n')));
+  auto two = build_auto_schedule("zb-2p", 4, 8, c1, opts({}, {}, ZbObjective::kSpan));
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  EXPECT_EQ(two->name, "zb-2p");
+  auto direct = build_zb_auto(4, 8, c1, opts(8, {}, ZbObjective::kSpan));
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(two->programs, direct->programs);
+  const Status conflict = build_auto_schedule("zb-1p", 4, 8, c1, opts(6)).status();
+  EXPECT_NE(conflict.message().find("'zb-1p' implies 4"), std::string::npos) << conflict.message();
+  const Status unknown = build_auto_schedule("zb-v", 4, 8, c2).status();
+  EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.message().find("hint:"), std::string::npos) << unknown.message();
+}
+
+TEST(ZbVAuto, LimitOneRunsEachMicrobatchThroughBothChunks) {
+  Rng rng(3);
+  const CostModel c = random_costs(rng, 3, 0.5, true, 6);
+  auto s = build_zb_v_auto(3, 5, c, opts(1));
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  expect_ordinary(*s, "zb-v-auto");
+  for (double peak : run(*s, c).peak_units) EXPECT_LE(peak, 1 + 1e-9);
+}
+
+TEST(ZbVAuto, BadInputIsOneLineNamingTheThing) {
+  const CostModel c = uniform_cost_model(UniformCosts{}, 4, 8);
+  auto expect_error = [&](const Status& st, std::string_view what) {
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("hint:"), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  };
+  // A cost table of p stages (zb-auto's) is not a V's 2p.
+  auto wrong = build_zb_v_auto(4, 8, uniform(4));
+  expect_error(wrong.status(), "has 4 stage(s)");
+  EXPECT_NE(wrong.status().message().find("8 stages"), std::string::npos);
+  expect_error(build_zb_v_auto(3, 8, c).status(), "2p = 6 stages");
+  for (double bad : {0.5, 0.0, -1.0}) {
+    auto low = build_zb_v_auto(4, 8, c, opts(bad));
+    expect_error(low.status(), fmt::format("--memory-limit {}", bad));
+    EXPECT_NE(low.status().message().find("below 1"), std::string::npos);
+  }
+  expect_error(build_zb_v_auto(4, 8, c, opts({}, 2.0)).status(), "--w-memory-fraction 2");
+  expect_error(build_zb_v_auto(4, 0, c).status(), "--microbatches 0");
+  expect_error(build_zb_v_auto(0, 8, c).status(), "--pp 0");
 }
 
 }  // namespace

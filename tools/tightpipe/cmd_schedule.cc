@@ -11,8 +11,9 @@ namespace tightpipe::cli {
 
 int cmd_schedule(int argc, char** argv) {
   CLI::App app("Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout) or "
-               "JSON; or check a schedule file of your own (--check). zb-auto, zb-1p and zb-2p are "
-               "built from the costs (--cost, --costs, --model) under --memory-limit.",
+               "JSON; or check a schedule file of your own (--check). zb-auto, zb-1p, zb-2p and "
+               "zb-v-auto are built from the costs (--cost, --costs, --model) under "
+               "--memory-limit.",
                "tightpipe schedule");
   ScheduleFlags flags;
   add_schedule_flags(app, flags);
@@ -40,6 +41,9 @@ int cmd_schedule(int argc, char** argv) {
                 "zero-bubble, v=1, built from the costs under --memory-limit (default p)");
     std::printf("%-12s %s\n", "zb-1p", "zb-auto with --memory-limit p (1F1B's memory)");
     std::printf("%-12s %s\n", "zb-2p", "zb-auto with --memory-limit 2p");
+    std::printf("%-12s %s\n", "zb-v-auto",
+                "zero-bubble, V placement (v=2, as zb-v), built from the costs under "
+                "--memory-limit (default p)");
     return kExitOk;
   }
   if (!check.empty()) {

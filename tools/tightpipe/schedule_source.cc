@@ -2,17 +2,16 @@
 
 #include <fmt/format.h>
 
-#include <cctype>
-
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 
 namespace tightpipe::cli {
 
 void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
-  app.add_option("--schedule,--pipeline-schedule", f.schedule,
-                 "schedule name (" + generator_names() +
-                     "; zb-auto, zb-1p, zb-2p from the costs) or a CSV/JSON schedule file")
+  app.add_option(
+         "--schedule,--pipeline-schedule", f.schedule,
+         "schedule name (" + generator_names() +
+             "; zb-auto, zb-1p, zb-2p, zb-v-auto from the costs) or a CSV/JSON schedule file")
       ->capture_default_str();
   app.add_option("--pp,--pipeline-model-parallel-size", f.pp, "pipeline ranks p")
       ->capture_default_str();
@@ -20,7 +19,7 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
       ->capture_default_str();
   app.add_option(
       "--vpp,--num-virtual-stages-per-pipeline-rank,--virtual-pipeline-model-parallel-size", f.vpp,
-      "chunks (virtual stages) per rank v; default 1, and 2 for zb-v");
+      "chunks (virtual stages) per rank v; default 1, and 2 for zb-v and zb-v-auto");
   app.add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
                  f.group_size, "interleaved: microbatches per group (default --pp)");
 }
@@ -43,14 +42,15 @@ void add_cost_flags(CLI::App& app, CostFlags& f) {
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& f) {
   app.add_option_function<double>(
       "--memory-limit", [&f](const double& v) { f.memory_limit = v; },
-      "zb-auto: the most whole-rank microbatch activations any rank may hold (at "
+      "zb-auto, zb-v-auto: the most whole-rank microbatch activations any rank may hold (at "
       "least 1; default --pp, 1F1B's memory; zb-1p and zb-2p set p and 2p)");
   app.add_option_function<double>(
       "--w-memory-fraction", [&f](const double& v) { f.w_memory_fraction = v; },
-      "zb-auto: share of an F's activations that I keeps until W, in [0, 1] (default: "
+      "zb-auto, zb-v-auto: share of an F's activations that I keeps until W, in [0, 1] (default: "
       "act_after_i of the costs, 0.5 where they have no activation sizes)");
   app.add_option("--objective", f.objective,
-                 "zb-auto: makespan (the step, every stage from 0) or span (max per-stage span)");
+                 "zb-auto, zb-v-auto: makespan (the step, every stage from 0) or span (max "
+                 "per-stage span)");
 }
 
 Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) {
@@ -73,30 +73,20 @@ Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) 
   return uniform_cost_model(u, schedule.num_ranks, schedule.num_stages);
 }
 
-Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& schedule,
-                                      int32_t pp) {
+Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& schedule) {
   ZbAutoOptions o;
-  if (!is_zb_auto_name(schedule)) {
+  if (!is_auto_schedule_name(schedule)) {
     const char* flag = f.memory_limit        ? "--memory-limit"
                        : f.w_memory_fraction ? "--w-memory-fraction"
                        : !f.objective.empty() ? "--objective"
                                               : nullptr;
     if (flag == nullptr) return o;
     return Status::invalid_argument(fmt::format(
-        "{}: only zb-auto, zb-1p and zb-2p take it, not '{}'; hint: pass --schedule zb-auto, or "
-        "drop {}",
+        "{}: only zb-auto, zb-1p, zb-2p and zb-v-auto take it, not '{}'; hint: pass --schedule "
+        "zb-auto (or zb-v-auto), or drop {}",
         flag, schedule, flag));
   }
-  o.memory_limit = f.memory_limit;
-  if (const double implied = zb_auto_name_memory_limit(schedule, pp); implied > 0) {
-    if (f.memory_limit && *f.memory_limit != implied) {
-      return Status::invalid_argument(fmt::format(
-          "--memory-limit {}: schedule '{}' implies {}; hint: use --schedule zb-auto with "
-          "--memory-limit, or drop --memory-limit",
-          *f.memory_limit, schedule, implied));
-    }
-    o.memory_limit = implied;
-  }
+  o.memory_limit = f.memory_limit;  // build_auto_schedule applies (and checks) zb-1p's, zb-2p's
   o.w_memory_fraction = f.w_memory_fraction;
   if (!f.objective.empty()) {
     TP_ASSIGN_OR_RETURN(o.objective, parse_zb_objective(f.objective));
@@ -107,35 +97,34 @@ Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& s
 
 namespace {
 
-// zb-auto, zb-1p or zb-2p for the flags' shape and costs.
-Result<Schedule> load_zb_auto(const ScheduleFlags& f) {
-  if (f.vpp > 1) {
-    return Status::invalid_argument(fmt::format(
-        "--vpp {}: schedule '{}' runs exactly 1 chunk per rank; hint: drop --vpp, or use zb-v "
-        "for 2 chunks",
-        f.vpp, f.schedule));
+// zb-auto, zb-1p, zb-2p or zb-v-auto for the flags' shape and costs.
+Result<Schedule> load_auto_schedule(const ScheduleFlags& f) {
+  const int32_t chunks = auto_schedule_chunks(f.schedule);
+  if (f.vpp != 0 && f.vpp != chunks) {
+    return Status::invalid_argument(
+        fmt::format("--vpp {}: schedule '{}' runs exactly {} chunk{} per rank; hint: {}", f.vpp,
+                    f.schedule, chunks, chunks == 1 ? "" : "s (V placement)",
+                    chunks == 1 ? "drop --vpp, or use zb-v-auto for 2 chunks"
+                                : "pass --vpp 2 or leave it out, or use zb-auto for 1 chunk"));
   }
-  TP_ASSIGN_OR_RETURN(ZbAutoOptions o, zb_auto_options(f.zb, f.schedule, f.pp));
+  TP_ASSIGN_OR_RETURN(ZbAutoOptions o, zb_auto_options(f.zb, f.schedule));
   if (f.pp < 1) {
     return Status::invalid_argument(fmt::format(
-        "--pp {}: zb-auto needs at least 1 pipeline rank; hint: pass --pp 1 or more", f.pp));
+        "--pp {}: {} needs at least 1 pipeline rank; hint: pass --pp 1 or more", f.pp, f.schedule));
   }
-  Schedule shape;  // what the cost model must cover: p stages
+  Schedule shape;  // what the cost model must cover: chunks * p stages
   shape.name = f.schedule;
   shape.num_ranks = f.pp;
-  shape.num_stages = f.pp;
+  shape.num_stages = chunks * f.pp;
   TP_ASSIGN_OR_RETURN(CostModel costs, make_cost_model(f.costs, shape));
-  TP_ASSIGN_OR_RETURN(Schedule s, build_zb_auto(f.pp, f.microbatches, costs, o));
-  s.name = f.schedule;  // zb-1p and zb-2p keep their names in tables and JSON
-  for (char& c : s.name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+  return build_auto_schedule(f.schedule, f.pp, f.microbatches, costs, o);
 }
 
 }  // namespace
 
 Result<Schedule> load_schedule(const ScheduleFlags& f) {
-  if (is_zb_auto_name(f.schedule)) return load_zb_auto(f);
-  TP_RETURN_IF_ERROR(zb_auto_options(f.zb, f.schedule, f.pp).status());  // refuses the zb flags
+  if (is_auto_schedule_name(f.schedule)) return load_auto_schedule(f);
+  TP_RETURN_IF_ERROR(zb_auto_options(f.zb, f.schedule).status());  // refuses the zb flags
   return schedule_from_name_or_file(
       f.schedule,
       {.ranks = f.pp, .microbatches = f.microbatches, .chunks = f.vpp, .group_size = f.group_size});

@@ -1,5 +1,6 @@
 // Shared by the subcommands that take a schedule: a registry name with a shape, a CSV/JSON file
-// of the user's own, or a cost-aware schedule (zb-auto, zb-1p, zb-2p) built from the cost flags.
+// of the user's own, or a cost-aware schedule (zb-auto, zb-1p, zb-2p, zb-v-auto) built from the
+// cost flags.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -44,16 +45,15 @@ void add_cost_flags(CLI::App& app, CostFlags& flags);
 // Adds --memory-limit, --w-memory-fraction, --objective.
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
 // The one conversion of those flags (schedule, simulate, train): the options for an auto
-// `schedule` on `pp` ranks (zb-1p, zb-2p imply their limit; a different --memory-limit is an
-// error); for any other schedule default options, or an error naming the first zb flag given.
-Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& flags, const std::string& schedule,
-                                      int32_t pp);
+// `schedule` (build_auto_schedule applies the limit zb-1p and zb-2p imply); for any other schedule
+// default options, or an error naming the first zb flag given.
+Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& flags, const std::string& schedule);
 
 // The cost model for `schedule` from whichever of --cost, --costs, --model was given.
 Result<CostModel> make_cost_model(const CostFlags& flags, const Schedule& schedule);
 
-// Generates (or loads and validates) the compute-only schedule the flags name; zb-auto, zb-1p
-// and zb-2p are built from the cost flags (auto_schedule.h).
+// Generates (or loads and validates) the compute-only schedule the flags name; the cost-aware
+// names (zb-auto, zb-1p, zb-2p, zb-v-auto) are built from the cost flags (auto_schedule.h).
 Result<Schedule> load_schedule(const ScheduleFlags& flags);
 
 }  // namespace tightpipe::cli

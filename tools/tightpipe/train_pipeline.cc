@@ -16,8 +16,8 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
   auto* g = app.add_option_group("pipeline", "pipeline schedule, ranks and measurement");
   g->add_option("--schedule,--pipeline-schedule", f.schedule,
                 "schedule: " + join(names, ", ") +
-                    ", zb-auto, zb-1p, zb-2p (built from costs measured in the first steps), or a "
-                    "CSV/JSON file (default 1f1b)");
+                    ", zb-auto, zb-1p, zb-2p, zb-v-auto (built from costs measured in the first "
+                    "steps), or a CSV/JSON file (default 1f1b)");
   g->add_option("--vpp,--num-virtual-stages-per-pipeline-rank,--virtual-pipeline-model-parallel-size",
                 f.vpp, "chunks (virtual stages) per rank; default 1, and 2 for zb-v");
   g->add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
@@ -51,14 +51,14 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
       ->capture_default_str();
   add_zb_auto_flags(*g, f.zb);
   g->add_option("--auto-schedule-profile-steps", f.auto_profile_steps,
-                "zb-auto, zb-1p, zb-2p: steps run on zb-h1 to measure the costs the schedule is "
-                "built from")
+                "zb-auto, zb-1p, zb-2p (zb-v-auto): steps run on zb-h1 (zb-v) to measure the costs "
+                "the schedule is built from")
       ->capture_default_str();
 }
 
 Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   o.schedule = f.schedule.empty() ? "1f1b" : f.schedule;
-  TP_ASSIGN_OR_RETURN(o.auto_schedule, zb_auto_options(f.zb, o.schedule, o.pp));
+  TP_ASSIGN_OR_RETURN(o.auto_schedule, zb_auto_options(f.zb, o.schedule));
   o.auto_schedule_profile_steps = f.auto_profile_steps;
   o.vpp = f.vpp;
   o.group_size = f.group_size;

@@ -1,0 +1,49 @@
+// The one entry point for every cost-aware schedule name (auto_schedule.h).
+#include "tightpipe/auto_schedule.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "zb_auto_internal.h"
+
+namespace tightpipe {
+
+bool is_auto_schedule_name(std::string_view name) {
+  return is_zb_auto_name(name) || detail::zb_lower_case(name) == "zb-v-auto";
+}
+
+std::string auto_schedule_counterpart(std::string_view name) {
+  if (is_zb_auto_name(name)) return "zb-h1";
+  return is_auto_schedule_name(name) ? "zb-v" : "";
+}
+
+int32_t auto_schedule_chunks(std::string_view name) {
+  if (is_zb_auto_name(name)) return 1;
+  return is_auto_schedule_name(name) ? 2 : 0;
+}
+
+Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m,
+                                     const CostModel& costs, const ZbAutoOptions& options) {
+  if (!is_auto_schedule_name(name)) {
+    return Status::invalid_argument(fmt::format(
+        "--schedule '{}': not a cost-aware schedule; hint: zb-auto, zb-1p, zb-2p or zb-v-auto",
+        name));
+  }
+  ZbAutoOptions o = options;
+  if (const double implied = zb_auto_name_memory_limit(name, p); implied > 0) {
+    if (o.memory_limit && *o.memory_limit != implied) {
+      return Status::invalid_argument(fmt::format(
+          "--memory-limit {}: schedule '{}' implies {}; hint: use --schedule zb-auto with "
+          "--memory-limit, or drop --memory-limit",
+          *o.memory_limit, name, implied));
+    }
+    o.memory_limit = implied;
+  }
+  TP_ASSIGN_OR_RETURN(Schedule s, auto_schedule_chunks(name) == 2 ? build_zb_v_auto(p, m, costs, o)
+                                                                  : build_zb_auto(p, m, costs, o));
+  s.name = detail::zb_lower_case(name);  // zb-1p and zb-2p keep their names in tables and JSON
+  return s;
+}
+
+}  // namespace tightpipe
