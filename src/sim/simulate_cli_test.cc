@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "layout.h"
 #include "tightpipe/base.h"
 
 namespace tightpipe {
@@ -155,20 +156,6 @@ TEST_F(SimulateCli, GptModel) {
   EXPECT_GT(j["per_rank"][0]["peak_bytes"].get<double>(), 0);
 }
 
-// Blocks per stage of a layout string ("E,t*3|t|t*2,L" -> 3, 1, 2), the test's own reading.
-std::vector<int> layout_blocks(const std::string& layout) {
-  std::vector<int> out;
-  for (const std::string& stage : split(layout, '|')) {
-    int n = 0;
-    for (const std::string& item : split(stage, ',')) {
-      if (item == "t") n += 1;
-      if (item.rfind("t*", 0) == 0) n += std::stoi(item.substr(2));
-    }
-    out.push_back(n);
-  }
-  return out;
-}
-
 TEST_F(SimulateCli, PipelineLayoutShownChosenAndChecked) {
   const std::string model = "--model layers=8,hidden=128,heads=4,seq=128,mbs=8,vocab=256 ";
   // No flag: the even split gpt_cost_model uses, written out.
@@ -191,7 +178,7 @@ TEST_F(SimulateCli, PipelineLayoutShownChosenAndChecked) {
                       "--pipeline-layout auto --json");
   ASSERT_EQ(chosen.code, 0) << chosen.err;
   auto a = nlohmann::json::parse(chosen.out);
-  const std::vector<int> blocks = layout_blocks(a["layout"].get<std::string>());
+  const std::vector<int> blocks = testutil::layout_blocks(a["layout"].get<std::string>());
   ASSERT_EQ(blocks.size(), 4u) << a["layout"];
   EXPECT_EQ(blocks[0] + blocks[1] + blocks[2] + blocks[3], 8) << a["layout"];
   EXPECT_LE(a["makespan"].get<double>(), e["makespan"].get<double>());
@@ -201,7 +188,7 @@ TEST_F(SimulateCli, PipelineLayoutShownChosenAndChecked) {
                    "--pipeline-layout auto --json");
   ASSERT_EQ(cmp.code, 0) << cmp.err;
   auto c = nlohmann::json::parse(cmp.out);
-  EXPECT_EQ(layout_blocks(c["results"][0]["layout"].get<std::string>()).size(), 2u);
+  EXPECT_EQ(testutil::layout_blocks(c["results"][0]["layout"].get<std::string>()).size(), 2u);
   EXPECT_EQ(c["results"][1]["layout"], a["layout"]);
   // Costs that know no layers show none.
   CliRun uniform = run("--schedule 1f1b --pp 2 --microbatches 4 --json");

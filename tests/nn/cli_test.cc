@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cli_util.h"
+#include "layout.h"
 #include "tightpipe/base.h"
 
 namespace tightpipe::testing_nn {
@@ -57,23 +58,6 @@ TEST(TrainCli, BadInputIsOneClearLine) {
   EXPECT_NE(usage.output.find("--num-layers"), std::string::npos) << usage.output;
 }
 
-// Blocks per stage of a valid layout string with `stages` stages, E first and L last; {} if not.
-std::vector<int> layout_blocks(const std::string& layout, size_t stages) {
-  const std::vector<std::string> parts = split(layout, '|');
-  if (parts.size() != stages || parts.front().rfind("E", 0) != 0) return {};
-  if (parts.back().empty() || parts.back().back() != 'L') return {};
-  std::vector<int> out;
-  for (const std::string& stage : parts) {
-    int n = 0;
-    for (const std::string& item : split(stage, ',')) {
-      if (item == "t") n += 1;
-      if (item.rfind("t*", 0) == 0) n += std::stoi(item.substr(2));
-    }
-    out.push_back(n);
-  }
-  return out;
-}
-
 // --pipeline-layout auto: the analytic costs, then a run's measured costs; the layout the run
 // logs is the one summary.json records, a valid split of the 6 layers over zb-v's 4 stages.
 TEST(TrainCli, PipelineLayoutAuto) {
@@ -91,7 +75,7 @@ TEST(TrainCli, PipelineLayoutAuto) {
     ASSERT_NE(at, std::string::npos) << *summary;
     const size_t begin = at + 11;
     const std::string layout = summary->substr(begin, summary->find('"', begin) - begin);
-    const std::vector<int> blocks = layout_blocks(layout, 4);
+    const std::vector<int> blocks = testutil::layout_blocks(layout);
     ASSERT_EQ(blocks.size(), 4u) << layout;
     EXPECT_EQ(blocks[0] + blocks[1] + blocks[2] + blocks[3], 6) << layout;
     EXPECT_GE(blocks[1], 1);
