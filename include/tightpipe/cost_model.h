@@ -227,7 +227,26 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text);
 // Per layer (REFERENCE.md section 3): F = sbh(24h+4s), I = sbh(24h+8s), W = sbh(24h) FLOPs;
 // activations held after F sb(34h+5as) bytes of which 32sbh stay until W; message bytes =
 // s*b*h*act_dtype_bytes; params 12h^2 per layer (+ Vh embedding on stage 0 and head on the last).
-// Times in seconds. REQUIRES: config fields positive (parse_gpt_cost_config checks).
+// Times in seconds. The layers split as even_layer_split(config.layers, stages).
+// REQUIRES: config fields positive (parse_gpt_cost_config checks).
 Result<CostModel> gpt_cost_model(const GptCostConfig& config, int32_t ranks, int32_t stages);
+
+// The same formulas per layer kind, so that any split can be costed (and chosen) before a run:
+// the embedding holds parameters only (a lookup costs no FLOPs; (V + s)h of them), a block the
+// per-layer costs above, the head the LM head (F = I = W = 2sbhV FLOPs, Vh parameters); with
+// vocab 0 the embedding and the head cost nothing. input_bytes is 0 for every kind: the stage
+// input kept under full recompute is per stage (gpt_cost_model_for_layout adds it).
+LayerCosts gpt_layer_costs(const GptCostConfig& config);
+
+// gpt_cost_model's split: `layers` / `stages` blocks per stage, the first layers % stages stages
+// one more; the embedding on stage 0, the head on the last. REQUIRES: stages >= 1.
+std::vector<StageLayers> even_layer_split(int64_t layers, int32_t stages);
+
+// gpt_cost_model for any split: cost_model_for_layout(gpt_layer_costs(config), layout) with each
+// stage's recompute input (s*b*h*act_dtype_bytes); the source names `layout_name` unless empty.
+// REQUIRES: the layout places config.layers blocks (nn::partition_layers checks layout strings).
+CostModel gpt_cost_model_for_layout(const GptCostConfig& config,
+                                    const std::vector<StageLayers>& layout,
+                                    const std::string& layout_name);
 
 }  // namespace tightpipe

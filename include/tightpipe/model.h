@@ -75,6 +75,9 @@ Result<std::vector<StageSpec>> partition_layers(const GptConfig& config, int num
                                                 std::string_view layout);
 // "E,t*3|t*3|t*2,L": the inverse of the layout parser.
 std::string format_layout(const std::vector<StageSpec>& stages);
+// The layout of a split given as blocks per stage, the embedding on the first stage and the loss
+// on the last: {3, 2, 3} -> "E,t*3|t*2|t*3,L".
+std::string layout_from_blocks(const std::vector<int>& blocks);
 
 // Megatron-LM's flags for an uneven layer split. Unset (-1 / false): not given.
 struct MegatronSplit {

@@ -145,6 +145,13 @@ struct RunData {
 // warnings (the rank is reported missing) and never a crash.
 Result<RunData> load_run(const std::string& dir);
 
+// The run's measured costs per layer kind: fit_layer_costs (cost_model.h) over costs.json and
+// the split summary.json names (`model`, `layout`). What the what-if re-splits layers with, and
+// what `train --pipeline-layout auto --layout-costs-from RUN_DIR` chooses a split from. Errors
+// (FailedPrecondition naming run.dir and the missing file or key, with a hint): no costs.json,
+// no model or layout in summary.json, a layout that does not split that model over the table.
+Result<LayerCosts> run_layer_costs(const RunData& run);
+
 // ----- the report ------------------------------------------------------------------------------
 
 struct WhatIfSpec {

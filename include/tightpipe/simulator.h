@@ -87,6 +87,9 @@ struct SimResult {
   CommMode comm_mode = CommMode::kOverlap;
   Recompute recompute = Recompute::kNone;
   std::string cost_source;  // CostModel::source()
+  // The layer split the costs assume ("E,t*2|t*2,L"), when they are per layer kind; "" otherwise.
+  // simulate() leaves it empty: the caller that built the costs from a split fills it in.
+  std::string layout;
   std::string time_unit;    // CostModel::time_unit()
   double makespan = 0;      // latest end of any event, from 0 (the optimizer's included)
   double total_compute = 0;  // busy time summed over ranks (step_bubble)
@@ -117,5 +120,35 @@ std::string format_sim_table(const SimResult& result);
 // rank, messages (the `--compare` table).
 std::string format_compare_table(const std::vector<SimResult>& results);
 std::string compare_results_to_json(const std::vector<SimResult>& results, int indent = 2);
+
+// ----- choosing the layer split ------------------------------------------------------------------
+//
+// choose_layer_split(): the split of `num_layers` transformer blocks over the schedule's stages
+// (the embedding on stage 0, the head on the last, every block once and in order; a middle stage
+// holds at least one block, the first and the last may hold none) whose simulated makespan under
+// cost_model_for_layout(costs, split) is the smallest. Ties (within 1e-9 relative): the more even
+// block counts (smaller sum of squares), then the lexicographically first. When there are at most
+// max_exhaustive splits every one is simulated (C(L+1, S-1) for S >= 2 stages); otherwise the
+// search starts from the better of the even split and the split that minimizes the largest stage
+// time (F + B, a DP), and moves one block across a stage boundary while that improves (a local
+// optimum, never worse than the even split). Deterministic.
+
+struct LayerSplitOptions {
+  SimOptions sim;               // how each split is simulated (no timeline is recorded)
+  int64_t max_exhaustive = 4096;  // simulate every split when there are at most this many
+};
+
+struct LayerSplit {
+  std::vector<StageLayers> stages;  // [S]
+  double makespan = 0;              // the schedule's simulated makespan under this split
+  double bubble_ratio = 0;          // and its bubble ratio (SimResult::bubble_ratio)
+  int64_t simulated = 0;            // splits simulated
+  bool exhaustive = false;          // every valid split was simulated: the minimum is global
+};
+
+// `schedule` may be compute-only (it is lowered first) or lowered. Errors (InvalidArgument):
+// fewer blocks than middle stages, a negative count, max_exhaustive < 1; and simulate()'s errors.
+Result<LayerSplit> choose_layer_split(const LayerCosts& costs, const Schedule& schedule,
+                                      int32_t num_layers, const LayerSplitOptions& options = {});
 
 }  // namespace tightpipe

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tightpipe/auto_schedule.h"
+#include "tightpipe/cost_model.h"
 #include "tightpipe/data.h"
 #include "tightpipe/executor.h"
 #include "tightpipe/model.h"
@@ -65,7 +66,10 @@ Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int3
 
 struct TrainOptions {
   nn::GptConfig model;                 // --num-layers, --hidden-size, ...
-  std::string pipeline_layout;         // --pipeline-layout ("" = balanced)
+  std::string pipeline_layout;         // --pipeline-layout ("" = balanced; "auto": simulated best)
+  // --layout-costs-from: a run's measured costs per layer kind that "auto" chooses the split
+  // with; unset: the analytic costs of `model` (gpt_layer_costs).
+  std::optional<LayerCosts> layout_costs;
   nn::MegatronSplit megatron_split;    // --decoder-first/last-pipeline-num-layers, --account-for-*
   nn::RecomputeOptions recompute;      // --recompute-*
   std::string schedule = "1f1b";       // --schedule: a name or a CSV/JSON file

@@ -382,6 +382,7 @@ Result<std::optional<TrainSummary>> RankRun::run() {
                                opt_.model.num_layers, opt_.model.hidden_size,
                                opt_.model.seq_length, opt_.model.micro_batch_size,
                                nn::format_layout(plan_.specs)));
+  if (!plan_.layout_note.empty()) plan_.log(rank_, plan_.layout_note);
   if (plan_.cpu.oversubscribed()) plan_.log(rank_, plan_.cpu.warning());
   const double run_start = now_seconds();
   int64_t done = start;

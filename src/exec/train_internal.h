@@ -52,6 +52,7 @@ struct RunPlan {
   Schedule lowered;                  // the schedule every rank runs (now)
   AutoSwitch auto_switch;
   std::vector<nn::StageSpec> specs;  // the layer split, one per stage
+  std::string layout_note;           // --pipeline-layout auto: what it chose and why ("" if not)
   DataOptions data;                  // the loaders' options (B, T, vocabulary and seed set)
   int64_t tokens_per_step = 0;
   CpuLoad cpu;
@@ -75,6 +76,13 @@ Result<Schedule> build_auto_from_samples(RunPlan& plan, const CostSamples& sampl
                                          CostModel* costs_out);
 
 Result<RunPlan> make_plan(const TrainOptions& options);
+
+// --pipeline-layout auto: replaces plan.opt.pipeline_layout with the split choose_layer_split()
+// (simulator.h) finds for plan.lowered under plan.opt.layout_costs, or the analytic costs of the
+// model, and says so in plan.layout_note. Any other layout is left as it is. Errors: auto with
+// the Megatron split flags, layout costs without auto, choose_layer_split's.
+// REQUIRES: plan.lowered is set.
+Status resolve_auto_layout(RunPlan& plan);
 
 // One step as every rank knows it after the step's exchange.
 struct StepRecord {

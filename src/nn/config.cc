@@ -153,14 +153,14 @@ std::string stage_items(bool embedding, int blocks, bool head) {
   return join(items, ",");
 }
 
-std::string layout_of(const std::vector<int>& blocks) {
+}  // namespace
+
+std::string layout_from_blocks(const std::vector<int>& blocks) {
   std::vector<std::string> parts;
   for (size_t s = 0; s < blocks.size(); ++s)
     parts.push_back(stage_items(s == 0, blocks[s], s + 1 == blocks.size()));
   return join(parts, "|");
 }
-
-}  // namespace
 
 Result<std::string> megatron_layout(const GptConfig& config, int num_stages,
                                     const MegatronSplit& f) {
@@ -190,7 +190,7 @@ Result<std::string> megatron_layout(const GptConfig& config, int num_stages,
     for (int s = 0; s < S; ++s) blocks[s] = others > 0 ? (L - fixed) / others : 0;
     if (first >= 0) blocks[0] = first;
     if (last >= 0) blocks[S - 1] = last;
-    return layout_of(blocks);
+    return layout_from_blocks(blocks);
   }
   const int units = L + (f.account_for_embedding ? 1 : 0) + (f.account_for_loss ? 1 : 0);
   if (units % S != 0 || units / S < 1) {
@@ -203,7 +203,7 @@ Result<std::string> megatron_layout(const GptConfig& config, int num_stages,
   for (int s = 0; s < S; ++s) blocks[s] = units / S;
   if (f.account_for_embedding) --blocks[0];
   if (f.account_for_loss) --blocks[S - 1];
-  return layout_of(blocks);
+  return layout_from_blocks(blocks);
 }
 
 std::string format_layout(const std::vector<StageSpec>& stages) {

@@ -122,14 +122,11 @@ std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs) {
 // default). Otherwise each rank's total spread evenly over its new chunks. `layout` says which.
 CostModel candidate_costs(const RunData& run, const Schedule& target, std::string& layout) {
   if (run.model && !run.layout.empty()) {
-    auto run_split = nn::partition_layers(*run.model, run.schedule->num_stages, run.layout);
+    auto layers = run_layer_costs(run);
     auto split = nn::partition_layers(*run.model, target.num_stages, "");
-    if (run_split.ok() && split.ok()) {
-      auto layers = fit_layer_costs(*run.costs, stage_layers(*run_split));
-      if (layers.ok()) {
-        layout = nn::format_layout(*split);
-        return cost_model_for_layout(*layers, stage_layers(*split), layout);
-      }
+    if (layers.ok() && split.ok()) {
+      layout = nn::format_layout(*split);
+      return cost_model_for_layout(*layers, stage_layers(*split), layout);
     }
   }
   layout = "even";
@@ -363,6 +360,24 @@ WhatIfResult what_if(const WhatIfSpec& w, const Report& rep) {
 }
 
 }  // namespace
+
+Result<LayerCosts> run_layer_costs(const RunData& run) {
+  auto missing = [&](const std::string& what) {
+    return Status::failed_precondition(fmt::format(
+        "run directory '{}': {}; hint: use a directory `tightpipe train --out-dir` wrote at the "
+        "end of a run (summary.json and costs.json)",
+        run.dir, what));
+  };
+  if (!run.costs) return missing("no cost table (costs.json missing or unreadable)");
+  if (!run.model || run.layout.empty()) {
+    return missing("summary.json names no model and layer split ('model', 'layout')");
+  }
+  auto split = nn::partition_layers(*run.model, run.costs->num_stages(), run.layout);
+  if (!split.ok()) return missing(std::string(split.status().message()));
+  auto layers = fit_layer_costs(*run.costs, stage_layers(*split));
+  if (!layers.ok()) return layers.status().with_context("run directory '" + run.dir + "'");
+  return layers;
+}
 
 Result<Report> build_report(const std::string& run_dir, const ReportOptions& options) {
   Report rep;

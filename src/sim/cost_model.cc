@@ -224,6 +224,77 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
   return c;
 }
 
+namespace {
+
+std::string gpt_source(const GptCostConfig& g) {
+  return fmt::format("--model layers={},hidden={},heads={},seq={},mbs={}", g.layers, g.hidden,
+                     g.heads, g.seq, g.micro_batch);
+}
+
+}  // namespace
+
+LayerCosts gpt_layer_costs(const GptCostConfig& g) {
+  const double s = static_cast<double>(g.seq), b = static_cast<double>(g.micro_batch),
+               h = static_cast<double>(g.hidden), a = static_cast<double>(g.heads),
+               V = static_cast<double>(g.vocab);
+  const double sbh = s * b * h;
+  const double dt = static_cast<double>(g.act_dtype_bytes) / 2.0;  // formulas assume 16-bit
+  const double param_bytes = static_cast<double>(g.param_dtype_bytes);
+  const double optimizer_bytes = static_cast<double>(g.optimizer_bytes_per_param);
+  // One kind from its FLOPs (f, i, w), activation bytes and parameter count.
+  auto kind = [&](double f, double i, double w, double act, double act_after_i, double params) {
+    StageCost c;
+    c.f = f / g.flops;
+    c.i = i / g.flops;
+    c.w = w / g.flops;
+    c.b = c.i + c.w;
+    c.recompute = c.f;
+    c.optimizer = 0;
+    c.act_bytes = act;
+    c.act_after_i_bytes = act_after_i;
+    c.input_bytes = 0;
+    c.param_bytes = params * param_bytes;
+    c.grad_bytes = c.param_bytes;
+    c.optimizer_bytes = params * optimizer_bytes;
+    return c;
+  };
+  LayerCosts out;
+  out.block = kind(sbh * (24 * h + 4 * s), sbh * (24 * h + 8 * s), sbh * (24 * h),
+                   s * b * (34 * h + 5 * a * s) * dt, 32 * sbh * dt, 12 * h * h + 13 * h);
+  const double head = g.vocab > 0 ? 2 * sbh * V : 0;  // LM head (untied) + loss
+  out.head = kind(head, head, head, 0, 0, V * h);
+  out.embedding = kind(0, 0, 0, 0, 0, g.vocab > 0 ? V * h + s * h : 0);  // token + position
+  out.message_bytes = static_cast<int64_t>(sbh) * g.act_dtype_bytes;
+  out.link = LinkCost{g.latency, g.bandwidth};
+  out.time_unit = "s";
+  out.source = gpt_source(g);
+  return out;
+}
+
+std::vector<StageLayers> even_layer_split(int64_t layers, int32_t stages) {
+  TP_CHECK(stages > 0, "stages=", stages);
+  std::vector<StageLayers> out(stages);
+  for (int32_t st = 0; st < stages; ++st) {
+    out[st].embedding = st == 0;
+    out[st].blocks = static_cast<int32_t>(layers / stages + (st < layers % stages ? 1 : 0));
+    out[st].head = st == stages - 1;
+  }
+  return out;
+}
+
+CostModel gpt_cost_model_for_layout(const GptCostConfig& g, const std::vector<StageLayers>& layout,
+                                    const std::string& layout_name) {
+  const CostModel summed = cost_model_for_layout(gpt_layer_costs(g), layout, layout_name);
+  std::vector<StageCost> stages;
+  for (int32_t st = 0; st < summed.num_stages(); ++st) {
+    stages.push_back(summed.stage(st));
+    stages.back().input_bytes =
+        static_cast<double>(g.seq * g.micro_batch * g.hidden * g.act_dtype_bytes);
+  }
+  return CostModel(std::move(stages), summed.link(), summed.time_unit(),
+                   layout_name.empty() ? gpt_source(g) : summed.source());
+}
+
 Result<CostModel> gpt_cost_model(const GptCostConfig& g, int32_t ranks, int32_t stages) {
   TP_CHECK(ranks > 0 && stages > 0, "ranks=", ranks, " stages=", stages);
   if (g.layers < stages) {
@@ -231,46 +302,7 @@ Result<CostModel> gpt_cost_model(const GptCostConfig& g, int32_t ranks, int32_t 
         "--model: {} layer(s) cannot fill {} stages; hint: use at least one layer per stage "
         "(layers >= pp * vpp)", g.layers, stages));
   }
-  const double s = static_cast<double>(g.seq), b = static_cast<double>(g.micro_batch),
-               h = static_cast<double>(g.hidden), a = static_cast<double>(g.heads),
-               V = static_cast<double>(g.vocab);
-  const double sbh = s * b * h;
-  const double f_layer = sbh * (24 * h + 4 * s);
-  const double i_layer = sbh * (24 * h + 8 * s);
-  const double w_layer = sbh * (24 * h);
-  const double dt = static_cast<double>(g.act_dtype_bytes) / 2.0;  // formulas assume 16-bit
-  const double act_layer = s * b * (34 * h + 5 * a * s) * dt;
-  const double act_after_i_layer = 32 * sbh * dt;
-  const double params_layer = 12 * h * h + 13 * h;
-  std::vector<StageCost> out(stages);
-  for (int32_t st = 0; st < stages; ++st) {
-    const int64_t n = g.layers / stages + (st < g.layers % stages ? 1 : 0);
-    double f = n * f_layer, i = n * i_layer, w = n * w_layer;
-    double params = n * params_layer;
-    if (g.vocab > 0 && st == 0) params += V * h + s * h;  // token + position embeddings
-    if (g.vocab > 0 && st == stages - 1) {                // LM head (untied) + loss
-      f += 2 * sbh * V;
-      i += 2 * sbh * V;
-      w += 2 * sbh * V;
-      params += V * h;
-    }
-    StageCost& c = out[st];
-    c.f = f / g.flops;
-    c.i = i / g.flops;
-    c.w = w / g.flops;
-    c.b = c.i + c.w;
-    c.recompute = c.f;
-    c.act_bytes = n * act_layer;
-    c.act_after_i_bytes = n * act_after_i_layer;
-    c.input_bytes = sbh * static_cast<double>(g.act_dtype_bytes);
-    c.param_bytes = params * static_cast<double>(g.param_dtype_bytes);
-    c.grad_bytes = c.param_bytes;
-    c.optimizer_bytes = params * static_cast<double>(g.optimizer_bytes_per_param);
-    c.message_bytes = static_cast<int64_t>(sbh) * g.act_dtype_bytes;
-  }
-  std::string src = fmt::format("--model layers={},hidden={},heads={},seq={},mbs={}", g.layers,
-                                g.hidden, g.heads, g.seq, g.micro_batch);
-  return CostModel(std::move(out), LinkCost{g.latency, g.bandwidth}, "s", std::move(src));
+  return gpt_cost_model_for_layout(g, even_layer_split(g.layers, stages), "");
 }
 
 }  // namespace tightpipe

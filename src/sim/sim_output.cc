@@ -22,6 +22,7 @@ ordered_json result_json(const SimResult& r) {
   j["comm_mode"] = comm_mode_name(r.comm_mode);
   j["recompute"] = recompute_name(r.recompute);
   j["cost_source"] = r.cost_source;
+  if (!r.layout.empty()) j["layout"] = r.layout;
   j["time_unit"] = r.time_unit;
   j["makespan"] = r.makespan;
   j["total_compute"] = r.total_compute;
@@ -96,6 +97,7 @@ std::string format_sim_table(const SimResult& r) {
                      r.num_ranks, v, r.num_microbatches, comm_mode_name(r.comm_mode),
                      recompute_name(r.recompute));
   out += fmt::format("costs    {} (time unit: {})\n", r.cost_source, r.time_unit);
+  if (!r.layout.empty()) out += fmt::format("layout   {}\n", r.layout);
   out += fmt::format("makespan {:.6g}   bubble {:.1f}%   compute {:.6g}   messages {} ({})\n",
                      r.makespan, 100.0 * r.bubble_ratio, r.total_compute, r.messages,
                      human_bytes(static_cast<double>(r.message_bytes)));

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "layout.h"
 #include "tightpipe/base.h"
 
 namespace tightpipe {
@@ -155,6 +156,46 @@ TEST_F(SimulateCli, GptModel) {
   EXPECT_GT(j["per_rank"][0]["peak_bytes"].get<double>(), 0);
 }
 
+TEST_F(SimulateCli, PipelineLayoutShownChosenAndChecked) {
+  const std::string model = "--model layers=8,hidden=128,heads=4,seq=128,mbs=8,vocab=256 ";
+  // No flag: the even split gpt_cost_model uses, written out.
+  CliRun even = run("--schedule zb-v --pp 2 --microbatches 8 " + model + "--json");
+  ASSERT_EQ(even.code, 0) << even.err;
+  auto e = nlohmann::json::parse(even.out);
+  EXPECT_EQ(e["layout"], "E,t*2|t*2|t*2|t*2,L");
+  CliRun text = run("--schedule zb-v --pp 2 --microbatches 8 " + model);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("layout   E,t*2|t*2|t*2|t*2,L\n"), std::string::npos) << text.out;
+  // An explicit layout is costed as given.
+  CliRun given = run("--schedule zb-v --pp 2 --microbatches 8 " + model +
+                     "--pipeline-layout 'E,t*3|t*2|t*2|t,L' --json");
+  ASSERT_EQ(given.code, 0) << given.err;
+  auto g = nlohmann::json::parse(given.out);
+  EXPECT_EQ(g["layout"], "E,t*3|t*2|t*2|t,L");
+  EXPECT_NE(g["makespan"].get<double>(), e["makespan"].get<double>());
+  // auto: a valid split of the 8 layers, never slower than the even one.
+  CliRun chosen = run("--schedule zb-v --pp 2 --microbatches 8 " + model +
+                      "--pipeline-layout auto --json");
+  ASSERT_EQ(chosen.code, 0) << chosen.err;
+  auto a = nlohmann::json::parse(chosen.out);
+  const std::vector<int> blocks = testutil::layout_blocks(a["layout"].get<std::string>());
+  ASSERT_EQ(blocks.size(), 4u) << a["layout"];
+  EXPECT_EQ(blocks[0] + blocks[1] + blocks[2] + blocks[3], 8) << a["layout"];
+  EXPECT_LE(a["makespan"].get<double>(), e["makespan"].get<double>());
+  EXPECT_LE(a["makespan"].get<double>(), g["makespan"].get<double>());
+  // --compare chooses per schedule.
+  CliRun cmp = run("--pp 2 --microbatches 8 --compare 1f1b,zb-v " + model +
+                   "--pipeline-layout auto --json");
+  ASSERT_EQ(cmp.code, 0) << cmp.err;
+  auto c = nlohmann::json::parse(cmp.out);
+  EXPECT_EQ(testutil::layout_blocks(c["results"][0]["layout"].get<std::string>()).size(), 2u);
+  EXPECT_EQ(c["results"][1]["layout"], a["layout"]);
+  // Costs that know no layers show none.
+  CliRun uniform = run("--schedule 1f1b --pp 2 --microbatches 4 --json");
+  ASSERT_EQ(uniform.code, 0) << uniform.err;
+  EXPECT_FALSE(nlohmann::json::parse(uniform.out).contains("layout"));
+}
+
 // Bad input: exit 2 and one line naming the key or file and the value, with a hint.
 void expect_usage_error(const std::string& args, std::initializer_list<const char*> parts) {
   CliRun r = run(args);
@@ -183,6 +224,19 @@ TEST_F(SimulateCli, BadInputExitsTwoWithOneLine) {
   expect_usage_error(base + "--comm-mode sometimes", {"'sometimes'", "overlap or blocking"});
   expect_usage_error(base + "--recompute half", {"'half'", "none or full"});
   expect_usage_error(base + "--model layers=4,hidden=64", {"'heads'"});
+  const std::string gpt = "--model layers=8,hidden=64,heads=4,seq=16 ";
+  expect_usage_error(base + gpt + "--pipeline-layout 'E,t*3|t*2|t*2,L'",
+                     {"--pipeline-layout", "3 stages", "has 4"});
+  expect_usage_error(base + gpt + "--pipeline-layout 'E,t*3|t*2|t*1|t,L'",
+                     {"--model layers=8", "places 7 transformer layers", "some are lost", "hint"});
+  expect_usage_error(base + gpt + "--pipeline-layout 'E,t*3|t*3|t*2|t*2,L'",
+                     {"places 10 transformer layers", "is 8", "some are repeated"});
+  expect_usage_error(base + "--pipeline-layout auto", {"--pipeline-layout 'auto'", "--model"});
+  expect_usage_error("--schedule zb-auto --pp 4 --microbatches 8 " + gpt + "--pipeline-layout auto",
+                     {"--pipeline-layout auto", "zb-auto", "hint"});
+  expect_usage_error("--schedule 1f1b --pp 4 --microbatches 8 --model "
+                     "layers=1,hidden=64,heads=4,seq=16 --pipeline-layout auto",
+                     {"1 transformer layer(s)", "2 middle stage(s)"});
   expect_usage_error("--schedule nosuch --pp 4 --microbatches 8", {"nosuch"});
   expect_usage_error("--pp 4 --microbatches 8 --compare 1f1b,nosuch:2",
                      {"--compare 'nosuch:2'", "unknown schedule 'nosuch'", "interleaved", "hint"});

@@ -151,6 +151,20 @@ TEST(TrainIntegrationTest, InvalidCombinationsFailBeforeWork) {
             std::string::npos)
       << s.status().message();
   o = tiny(out);
+  o.pipeline_layout = "auto";  // auto chooses the split itself
+  o.megatron_split.account_for_embedding = true;
+  s = run_training(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--pipeline-layout auto with --decoder-first"), std::string::npos)
+      << s.status().message();
+  o = tiny(out);
+  o.layout_costs = LayerCosts{};  // measured costs without auto
+  s = run_training(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--layout-costs-from needs --pipeline-layout auto"),
+            std::string::npos)
+      << s.status().message();
+  o = tiny(out);
   o.megatron_split.account_for_loss = true;  // 4 layers + loss over 2 stages
   s = run_training(o);
   ASSERT_FALSE(s.ok());

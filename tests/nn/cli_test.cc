@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cli_util.h"
+#include "layout.h"
 #include "tightpipe/base.h"
 
 namespace tightpipe::testing_nn {
@@ -55,6 +56,57 @@ TEST(TrainCli, BadInputIsOneClearLine) {
   const RunResult usage = run_tightpipe("train --num-layers abc");
   EXPECT_EQ(usage.code, 2);
   EXPECT_NE(usage.output.find("--num-layers"), std::string::npos) << usage.output;
+}
+
+// --pipeline-layout auto: the analytic costs, then a run's measured costs; the layout the run
+// logs is the one summary.json records, a valid split of the 6 layers over zb-v's 4 stages.
+TEST(TrainCli, PipelineLayoutAuto) {
+  const std::string dir = fresh_dir("auto");
+  const std::string common = "train " + kTiny +
+                             " --pp 2 --schedule zb-v --num-layers 6 --num-microbatches 4 "
+                             "--train-iters 2 --eval-iters 0 --pipeline-layout auto";
+  auto check = [&](const RunResult& r, const std::string& out) {
+    ASSERT_EQ(r.code, 0) << r.output;
+    const size_t note = r.output.find("--pipeline-layout auto: ");
+    ASSERT_NE(note, std::string::npos) << r.output;
+    auto summary = read_file(out + "/summary.json");
+    ASSERT_TRUE(summary.ok());
+    const size_t at = summary->find("\"layout\": \"");
+    ASSERT_NE(at, std::string::npos) << *summary;
+    const size_t begin = at + 11;
+    const std::string layout = summary->substr(begin, summary->find('"', begin) - begin);
+    const std::vector<int> blocks = testutil::layout_blocks(layout);
+    ASSERT_EQ(blocks.size(), 4u) << layout;
+    EXPECT_EQ(blocks[0] + blocks[1] + blocks[2] + blocks[3], 6) << layout;
+    EXPECT_GE(blocks[1], 1);
+    EXPECT_GE(blocks[2], 1);
+    EXPECT_EQ(r.output.substr(note + 24, layout.size()), layout) << r.output;
+    EXPECT_NE(r.output.find("stages " + layout), std::string::npos) << r.output;
+  };
+  RunResult analytic = run_tightpipe(common + " --out-dir " + dir + "/a");
+  check(analytic, dir + "/a");
+  EXPECT_NE(analytic.output.find("analytic FLOPs of 6 layers x 32"), std::string::npos)
+      << analytic.output;
+  // The measured costs of that run (another layer count is fine: the costs are per layer kind).
+  RunResult measured = run_tightpipe(common + " --num-layers 8 --out-dir " + dir + "/b" +
+                                     " --layout-costs-from " + dir + "/a");
+  if (measured.code == 0) {
+    EXPECT_NE(measured.output.find("per layer kind from"), std::string::npos) << measured.output;
+  }
+  ASSERT_EQ(measured.code, 0) << measured.output;
+  auto summary = read_file(dir + "/b/summary.json");
+  ASSERT_TRUE(summary.ok());
+  EXPECT_NE(summary->find("\"num_layers\": 8"), std::string::npos);
+  // Refused before any work, one line each.
+  expect_one_line_error(run_tightpipe(common + " --decoder-first-pipeline-num-layers 1"), 2,
+                        "--pipeline-layout auto with --decoder-first");
+  expect_one_line_error(run_tightpipe("train " + kTiny + " --layout-costs-from " + dir + "/a"), 2,
+                        "--layout-costs-from needs --pipeline-layout auto (got '')");
+  expect_one_line_error(run_tightpipe(common + " --layout-costs-from " + dir + "/nope"), 1,
+                        dir + "/nope");
+  expect_one_line_error(
+      run_tightpipe(common + " --hidden-size 64 --layout-costs-from " + dir + "/a"), 2,
+      "that run trained hidden 32");
 }
 
 TEST(TrainCli, MetricsResumeAndSample) {

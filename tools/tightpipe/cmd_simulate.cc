@@ -24,8 +24,10 @@ Result<Schedule> lowered(Schedule s) {
 Result<SimResult> run_one(const Schedule& compute_only_schedule, const CostFlags& cf,
                           const SimOptions& opt) {
   TP_ASSIGN_OR_RETURN(Schedule s, lowered(compute_only_schedule));
-  TP_ASSIGN_OR_RETURN(CostModel cost, make_cost_model(cf, s));
-  return simulate(s, cost, opt);
+  TP_ASSIGN_OR_RETURN(CostChoice cost, make_costs(cf, s, opt));
+  TP_ASSIGN_OR_RETURN(SimResult r, simulate(s, cost.model, opt));
+  r.layout = cost.layout;
+  return r;
 }
 
 }  // namespace

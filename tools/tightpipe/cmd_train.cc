@@ -16,6 +16,7 @@
 #include "tightpipe/kernels.h"
 #include "tightpipe/model.h"
 #include "tightpipe/optimizer.h"
+#include "tightpipe/report.h"
 
 namespace tightpipe::cli {
 namespace {
@@ -29,6 +30,28 @@ void add_model_flags(CLI::App& app, GptConfig& m) {
   app.add_option("--seq-length", m.seq_length, "sequence length T")->capture_default_str();
   app.add_option("--micro-batch-size", m.micro_batch_size, "microbatch size B")
       ->capture_default_str();
+}
+
+// --layout-costs-from RUN_DIR: that run's measured costs per layer kind (report.h), for a model
+// of the same shape (the layer count may differ).
+Result<LayerCosts> layout_costs_from(const std::string& dir, const GptConfig& model) {
+  auto run = load_run(dir);
+  if (!run.ok()) return run.status().with_context("--layout-costs-from");
+  auto costs = run_layer_costs(*run);
+  if (!costs.ok()) return costs.status().with_context("--layout-costs-from");
+  const GptConfig &theirs = *run->model, &ours = model;
+  if (theirs.hidden_size != ours.hidden_size || theirs.num_heads != ours.num_heads ||
+      theirs.seq_length != ours.seq_length || theirs.micro_batch_size != ours.micro_batch_size ||
+      theirs.vocab_size != ours.vocab_size) {
+    return Status::invalid_argument(fmt::format(
+        "--layout-costs-from {}: that run trained hidden {}, heads {}, T={}, B={}, V={} but this "
+        "one has hidden {}, heads {}, T={}, B={}, V={}; hint: measure the same model shape (the "
+        "layer count may differ), or drop --layout-costs-from for the analytic costs",
+        dir, theirs.hidden_size, theirs.num_heads, theirs.seq_length, theirs.micro_batch_size,
+        theirs.vocab_size, ours.hidden_size, ours.num_heads, ours.seq_length,
+        ours.micro_batch_size, ours.vocab_size));
+  }
+  return costs;
 }
 
 }  // namespace
@@ -73,7 +96,12 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--pp,--pipeline-model-parallel-size", o.pp, "pipeline stages")
       ->capture_default_str();
   app.add_option("--pipeline-layout", o.pipeline_layout,
-                 "explicit split, e.g. \"E,t*3|t*3|t*3|t*2,L\" (default: balanced)");
+                 "explicit split, e.g. \"E,t*3|t*3|t*3|t*2,L\", or auto: the split with the "
+                 "smallest simulated makespan of the schedule (default: balanced)");
+  std::string layout_costs_dir;
+  app.add_option("--layout-costs-from", layout_costs_dir,
+                 "with --pipeline-layout auto: choose from the measured costs of this earlier "
+                 "--out-dir run of the same model shape (default: analytic FLOPs)");
   app.add_option("--decoder-first-pipeline-num-layers", o.megatron_split.first_stage_layers,
                  "Megatron-LM: transformer layers of the first stage (the rest split evenly)");
   app.add_option("--decoder-last-pipeline-num-layers", o.megatron_split.last_stage_layers,
@@ -93,6 +121,11 @@ int cmd_train(int argc, char** argv) {
   add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   o.lr.min_lr = min_lr < 0 ? o.lr.lr / 10 : min_lr;
+  if (!layout_costs_dir.empty()) {
+    auto costs = layout_costs_from(layout_costs_dir, o.model);
+    if (!costs.ok()) return report_error("train", costs.status());
+    o.layout_costs = std::move(*costs);
+  }
   Status s = run_pipeline(o, pf);
   if (!s.ok()) return report_error("train", s);
   return kExitOk;

@@ -4,6 +4,7 @@
 
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/model.h"
 
 namespace tightpipe::cli {
 
@@ -37,6 +38,11 @@ void add_cost_flags(CLI::App& app, CostFlags& f) {
       "[,vocab=0][,flops=100e12][,latency=1e-5][,bandwidth=25e9] (times in seconds)");
   o_cost->excludes(o_costs)->excludes(o_model);
   o_costs->excludes(o_model);
+  app.add_option("--pipeline-layout", f.layout,
+                 "with --model: how the layers split over the stages, a layout like "
+                 "\"E,t*3|t*3|t,L\" (docs/cost_model.md), or auto: the split with the smallest "
+                 "simulated makespan of this schedule (default: even, the first stages get the "
+                 "remainder)");
 }
 
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& f) {
@@ -53,7 +59,63 @@ void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& f) {
                  "per-stage span)");
 }
 
+namespace {
+
+std::string layout_string(const std::vector<StageLayers>& split) {
+  std::vector<int> blocks;
+  for (const StageLayers& l : split) blocks.push_back(l.blocks);
+  return nn::layout_from_blocks(blocks);
+}
+
+// --model costs under the split --pipeline-layout asks for.
+Result<CostChoice> gpt_costs(const CostFlags& f, const Schedule& schedule, const SimOptions& sim) {
+  TP_ASSIGN_OR_RETURN(GptCostConfig g, parse_gpt_cost_config(f.model));
+  if (f.layout.empty()) {
+    TP_ASSIGN_OR_RETURN(CostModel m, gpt_cost_model(g, schedule.num_ranks, schedule.num_stages));
+    return CostChoice{std::move(m), layout_string(even_layer_split(g.layers, schedule.num_stages))};
+  }
+  std::vector<StageLayers> split;
+  if (f.layout == "auto") {
+    if (schedule.programs.empty()) {
+      return Status::invalid_argument(fmt::format(
+          "--pipeline-layout auto with schedule '{}': its programs are built from the costs, so "
+          "no split can be chosen for them; hint: give a layout string, or choose one with "
+          "`simulate --schedule NAME --pipeline-layout auto` first",
+          schedule.name));
+    }
+    TP_ASSIGN_OR_RETURN(LayerSplit best,
+                        choose_layer_split(gpt_layer_costs(g), schedule,
+                                           static_cast<int32_t>(g.layers), {.sim = sim}));
+    split = std::move(best.stages);
+  } else {
+    nn::GptConfig shape;  // only the layer count matters to the partition
+    shape.num_layers = static_cast<int>(g.layers);
+    auto specs = nn::partition_layers(shape, schedule.num_stages, f.layout);
+    if (!specs.ok()) {
+      return specs.status().with_context(fmt::format("--model layers={}", g.layers));
+    }
+    for (const nn::StageSpec& s : *specs) {
+      split.push_back({s.has_embedding, s.num_layers, s.has_head});
+    }
+  }
+  const std::string layout = layout_string(split);
+  return CostChoice{gpt_cost_model_for_layout(g, split, layout), layout};
+}
+
+}  // namespace
+
 Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) {
+  TP_ASSIGN_OR_RETURN(CostChoice c, make_costs(f, schedule));
+  return std::move(c.model);
+}
+
+Result<CostChoice> make_costs(const CostFlags& f, const Schedule& schedule, const SimOptions& sim) {
+  if (!f.layout.empty() && f.model.empty()) {
+    return Status::invalid_argument(fmt::format(
+        "--pipeline-layout '{}': only --model costs know the layers; hint: add --model "
+        "layers=..,hidden=..,heads=..,seq=.. or drop --pipeline-layout",
+        f.layout));
+  }
   if (!f.costs.empty()) {
     auto text = read_file(f.costs);
     if (!text.ok()) {
@@ -63,14 +125,11 @@ Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) 
     }
     TP_ASSIGN_OR_RETURN(CostModel m, parse_cost_table(*text, "--costs " + f.costs));
     TP_RETURN_IF_ERROR(m.covers(schedule));
-    return m;
+    return CostChoice{std::move(m), ""};
   }
-  if (!f.model.empty()) {
-    TP_ASSIGN_OR_RETURN(GptCostConfig g, parse_gpt_cost_config(f.model));
-    return gpt_cost_model(g, schedule.num_ranks, schedule.num_stages);
-  }
+  if (!f.model.empty()) return gpt_costs(f, schedule, sim);
   TP_ASSIGN_OR_RETURN(UniformCosts u, parse_uniform_costs(f.cost.empty() ? "f=1,i=1,w=1" : f.cost));
-  return uniform_cost_model(u, schedule.num_ranks, schedule.num_stages);
+  return CostChoice{uniform_cost_model(u, schedule.num_ranks, schedule.num_stages), ""};
 }
 
 Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& schedule) {

@@ -10,6 +10,7 @@
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/cost_model.h"
 #include "tightpipe/schedule.h"
+#include "tightpipe/simulator.h"
 
 namespace tightpipe::cli {
 
@@ -18,6 +19,7 @@ struct CostFlags {
   std::string cost;   // --cost f=1,i=1,w=1[,b=2][,comm=0]
   std::string costs;  // --costs FILE.json
   std::string model;  // --model layers=..,hidden=..,...
+  std::string layout;  // --pipeline-layout (with --model): "" (even split), "auto" or a layout
 };
 
 // zb-auto's options as given (nullopt: the default, ZbAutoOptions in auto_schedule.h).
@@ -40,7 +42,7 @@ struct ScheduleFlags {
 // Adds --schedule, --pp, --microbatches, --vpp, --microbatch-group-size with Megatron's
 // spellings as aliases.
 void add_schedule_flags(CLI::App& app, ScheduleFlags& flags);
-// Adds --cost, --costs, --model (mutually exclusive).
+// Adds --cost, --costs, --model (mutually exclusive) and --pipeline-layout.
 void add_cost_flags(CLI::App& app, CostFlags& flags);
 // Adds --memory-limit, --w-memory-fraction, --objective.
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
@@ -50,6 +52,15 @@ void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
 Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& flags, const std::string& schedule);
 
 // The cost model for `schedule` from whichever of --cost, --costs, --model was given.
+struct CostChoice {
+  CostModel model;
+  std::string layout;  // with --model: the layer split the costs assume ("E,t*2|t*2,L")
+};
+// With --model the layers split as --pipeline-layout says: "" the even split of gpt_cost_model,
+// "auto" the split choose_layer_split() finds for `schedule` simulated with `sim` (the schedule
+// must have its programs), otherwise the layout string (nn::partition_layers checks it).
+Result<CostChoice> make_costs(const CostFlags& flags, const Schedule& schedule,
+                              const SimOptions& sim = {});
 Result<CostModel> make_cost_model(const CostFlags& flags, const Schedule& schedule);
 
 // Generates (or loads and validates) the compute-only schedule the flags name; the cost-aware

@@ -1,0 +1,86 @@
+// resolve_auto_layout (train_internal.h): `train --pipeline-layout auto` becomes a layout string.
+#include <fmt/format.h>
+
+#include "tightpipe/simulator.h"
+#include "train_internal.h"
+
+namespace tightpipe::train_internal {
+namespace {
+
+// The analytic costs of the trained model: gpt_cost_model's formulas with float32 activations,
+// parameters and AdamW moments, and a free link (every split sends the same messages).
+LayerCosts analytic_layer_costs(const nn::GptConfig& m) {
+  GptCostConfig g;
+  g.layers = m.num_layers;
+  g.hidden = m.hidden_size;
+  g.heads = m.num_heads;
+  g.seq = m.seq_length;
+  g.micro_batch = m.micro_batch_size;
+  g.vocab = m.vocab_size;
+  g.latency = 0;
+  g.bandwidth = 0;
+  g.act_dtype_bytes = 4;
+  g.param_dtype_bytes = 4;
+  g.optimizer_bytes_per_param = 8;
+  LayerCosts c = gpt_layer_costs(g);
+  c.source = fmt::format("analytic FLOPs of {} layers x {}, T={}, B={}, V={}", m.num_layers,
+                         m.hidden_size, m.seq_length, m.micro_batch_size, m.vocab_size);
+  return c;
+}
+
+std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs) {
+  std::vector<StageLayers> out;
+  for (const nn::StageSpec& s : specs) out.push_back({s.has_embedding, s.num_layers, s.has_head});
+  return out;
+}
+
+}  // namespace
+
+Status resolve_auto_layout(RunPlan& plan) {
+  TrainOptions& opt = plan.opt;
+  if (opt.pipeline_layout != "auto") {
+    if (opt.layout_costs) {
+      return Status::invalid_argument(fmt::format(
+          "--layout-costs-from needs --pipeline-layout auto (got '{}'): the measured costs only "
+          "choose a split; hint: pass --pipeline-layout auto, or drop --layout-costs-from",
+          opt.pipeline_layout));
+    }
+    return OkStatus();
+  }
+  if (opt.megatron_split.any()) {
+    return Status::invalid_argument(
+        "--pipeline-layout auto with --decoder-first/last-pipeline-num-layers or "
+        "--account-for-*-in-pipeline-split: auto chooses the whole split itself; hint: drop the "
+        "Megatron split flags, or give them without --pipeline-layout");
+  }
+  const LayerCosts costs = opt.layout_costs ? *opt.layout_costs : analytic_layer_costs(opt.model);
+  LayerSplitOptions so;
+  so.sim.comm_mode = opt.exec.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+  so.sim.recompute = opt.recompute.enabled() ? Recompute::kFull : Recompute::kNone;
+  auto best = choose_layer_split(costs, plan.lowered, opt.model.num_layers, so);
+  if (!best.ok()) return best.status().with_context("--pipeline-layout auto");
+  std::vector<int> blocks;
+  for (const StageLayers& l : best->stages) blocks.push_back(l.blocks);
+  opt.pipeline_layout = nn::layout_from_blocks(blocks);
+
+  // The balanced default under the same costs, for comparison.
+  std::string versus;
+  auto def = nn::partition_layers(opt.model, plan.lowered.num_stages, "");
+  if (def.ok()) {
+    const std::string name = nn::format_layout(*def);
+    SimOptions sim = so.sim;
+    sim.record_timeline = false;
+    auto r = simulate(plan.lowered, cost_model_for_layout(costs, stage_layers(*def), name), sim);
+    if (r.ok()) {
+      versus = fmt::format(" vs {:.1f}% for the balanced default {}", 100.0 * r->bubble_ratio,
+                           name);
+    }
+  }
+  plan.layout_note = fmt::format(
+      "--pipeline-layout auto: {} (predicted bubble {:.1f}%{}; {} split(s) simulated{}; costs: {})",
+      opt.pipeline_layout, 100.0 * best->bubble_ratio, versus, best->simulated,
+      best->exhaustive ? ", all of them" : ", local search", costs.source);
+  return OkStatus();
+}
+
+}  // namespace tightpipe::train_internal
