@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,10 @@ Result<ZbObjective> parse_zb_objective(std::string_view text);
 // The least memory limit any schedule fits: one microbatch's activations after its F.
 inline constexpr double kZbAutoMinMemoryLimit = 1.0;
 
+// The search budget zb-auto spends after the greedy by default, and the most it accepts.
+inline constexpr double kZbDefaultSearchBudgetMs = 100;
+inline constexpr double kZbMaxSearchBudgetMs = 60000;
+
 struct ZbAutoOptions {
   // The most microbatch activations of one whole rank that any rank may hold at once (1F1B's
   // first rank holds p). nullopt: p.
@@ -52,10 +57,16 @@ struct ZbAutoOptions {
   std::optional<double> w_memory_fraction;
   // What the candidates are compared by.
   ZbObjective objective = ZbObjective::kMakespan;
+  // Wall-clock milliseconds improve_schedule() may spend on the best greedy candidate; 0: the
+  // greedy's choice as it is. The result is deterministic whenever the search ends at a local
+  // optimum within the budget (it does for small shapes); only a cut-short search depends on
+  // the machine's speed.
+  double search_budget_ms = kZbDefaultSearchBudgetMs;
 
-  // InvalidArgument naming the flag (--memory-limit, --w-memory-fraction), the value and a hint:
-  // a limit that is not finite or below kZbAutoMinMemoryLimit, a fraction that is not finite or
-  // outside [0, 1].
+  // InvalidArgument naming the flag (--memory-limit, --w-memory-fraction, --search-budget-ms),
+  // the value and a hint: a limit that is not finite or below kZbAutoMinMemoryLimit, a fraction
+  // that is not finite or outside [0, 1], a search budget that is not finite, negative or above
+  // kZbMaxSearchBudgetMs.
   Status validate() const;
 };
 
@@ -79,5 +90,42 @@ std::vector<double> zb_peak_memory_units(const Schedule& schedule,
 // without p stages, and bad options (ZbAutoOptions::validate).
 Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
                                const ZbAutoOptions& o = {});
+
+// ----- local search after the greedy ------------------------------------------------------------
+
+// When improve_schedule() stops besides at a local optimum.
+struct SearchBudget {
+  double ms = kZbDefaultSearchBudgetMs;  // wall clock, checked before every evaluation
+  int64_t max_evaluations = std::numeric_limits<int64_t>::max();  // simulated candidates
+};
+
+struct SearchStats {
+  int64_t moves_tried = 0;   // candidate moves looked at (including those the checks refused)
+  int64_t evaluations = 0;   // candidates simulated (the input's own score included)
+  int64_t accepted = 0;      // moves kept (each strictly improved the score)
+  bool local_optimum = false;  // a full pass over the moves found no improvement
+  bool time_limited = false;   // the time budget cut the search short
+  bool evaluation_limited = false;  // max_evaluations cut it short
+  double elapsed_ms = 0;
+  double start_objective = 0;  // the input's objective (makespan or span)
+  double final_objective = 0;  // the result's
+};
+
+// A local search from the compute-only F/I/W schedule `compute_only` (any chunks per rank, any
+// placement): moves one action of a rank's program by a few positions (this covers moving a W
+// earlier or later, swapping adjacent F and I, and so the warm-up counts), in a fixed order,
+// and keeps a move only if the result still passes validate() (the schedule module's dependency
+// rule), every rank's zb_peak_memory_units stays within `memory_limit`, and the score strictly
+// improves: the objective (lowered, simulated in overlap mode), then the other one of makespan
+// and span, then the highest memory peak. So the result is never worse than the input; it is
+// the input itself when no move helps. Stops at a local optimum, after budget.ms or after
+// budget.max_evaluations simulations. Deterministic unless the time budget cuts it short.
+// Errors (InvalidArgument, one line): a lowered or invalid input, fractions not one per stage, an
+// input over the memory limit, a negative or non-finite budget; and whatever simulate() says of
+// the input under `costs`.
+Result<Schedule> improve_schedule(const Schedule& compute_only, const CostModel& costs,
+                                  const std::vector<double>& w_fractions, double memory_limit,
+                                  ZbObjective objective, const SearchBudget& budget,
+                                  SearchStats* stats = nullptr);
 
 }  // namespace tightpipe

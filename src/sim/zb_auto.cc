@@ -15,6 +15,7 @@
 //      memory limit up to the requested one (so a larger limit never loses a candidate), plus
 //      zb-h1 and zb-h2 where they fit the limit; each distinct candidate is lowered and
 //      simulated, the best in the objective wins (ties: the earlier, handcrafted first).
+//   3. improve_schedule() (zb_search.cc): a local search from the winner, within the budget.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "sim/zb_score.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
@@ -34,8 +36,8 @@ namespace tightpipe {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-// Slack on memory comparisons (fractions such as 0.1 do not add up exactly).
-constexpr double kMemEps = 1e-9;
+using zb::kMemEps;
+using zb::Score;
 
 std::string lower_case(std::string_view s) {
   std::string out(s);
@@ -238,28 +240,6 @@ class Greedy {
   std::vector<double> scratch_;
 };
 
-// Compared lexicographically and exactly, so the best of a superset of candidates is never worse.
-struct Score {
-  double primary = kInf;    // the objective
-  double secondary = kInf;  // the other one of makespan and span
-  double peak = kInf;       // the highest per-rank memory peak, in microbatch units
-
-  friend auto operator<=>(const Score&, const Score&) = default;
-};
-
-// Lowers and simulates `s` (overlap mode) and scores it in the objective (ties: the other one,
-// then the memory peak).
-Result<Score> score(const Schedule& s, const CostModel& costs, ZbObjective objective, double peak) {
-  TP_ASSIGN_OR_RETURN(Schedule low, lower(s));
-  SimOptions so;
-  so.record_timeline = false;
-  TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
-  double span = 0;
-  for (const RankSimStats& rs : r.ranks) span = std::max(span, rs.last_end - rs.first_start);
-  if (objective == ZbObjective::kSpan) return Score{span, r.makespan, peak};
-  return Score{r.makespan, span, peak};
-}
-
 }  // namespace
 
 std::string_view zb_objective_name(ZbObjective objective) {
@@ -296,6 +276,13 @@ Status ZbAutoOptions::validate() const {
         "--w-memory-fraction {}: must be a finite number in [0, 1] (the share of an F's "
         "activations that I keeps until W); hint: 0.5, or leave it out to take it from the costs",
         *w_memory_fraction));
+  }
+  if (!(std::isfinite(search_budget_ms) && search_budget_ms >= 0 &&
+        search_budget_ms <= kZbMaxSearchBudgetMs)) {
+    return Status::invalid_argument(fmt::format(
+        "--search-budget-ms {}: must be a finite number of milliseconds in [0, {}]; hint: {} (the "
+        "default), or 0 for the greedy's schedule without the search",
+        search_budget_ms, kZbMaxSearchBudgetMs, kZbDefaultSearchBudgetMs));
   }
   return OkStatus();
 }
@@ -377,10 +364,7 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
   }
   const double limit = o.memory_limit.value_or(p);
   const std::vector<double> frac = zb_w_memory_fractions(costs, o);
-  auto peak_of = [&](const Schedule& s) {
-    const std::vector<double> peaks = zb_peak_memory_units(s, frac);
-    return *std::max_element(peaks.begin(), peaks.end());
-  };
+  auto peak_of = [&](const Schedule& s) { return zb::max_peak_units(s, frac); };
   auto fits = [&](const Schedule& s) { return peak_of(s) <= limit + kMemEps; };
 
   std::optional<Schedule> best;
@@ -389,7 +373,7 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
   auto consider = [&](Schedule s) -> Status {
     TP_CHECK(fits(s), "zb-auto candidate '", s.name, "' exceeds the memory limit ", limit);
     if (!seen.insert(to_csv(s)).second) return OkStatus();
-    TP_ASSIGN_OR_RETURN(Score sc, score(s, costs, o.objective, peak_of(s)));
+    TP_ASSIGN_OR_RETURN(Score sc, zb::score_schedule(s, costs, o.objective, peak_of(s)));
     if (!best || sc < best_score) {
       best = std::move(s);
       best_score = sc;
@@ -423,7 +407,8 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
     }
   }
   best->name = "zb-auto";
-  return std::move(*best);
+  if (o.search_budget_ms == 0) return std::move(*best);
+  return improve_schedule(*best, costs, frac, limit, o.objective, {.ms = o.search_budget_ms});
 }
 
 }  // namespace tightpipe

@@ -51,6 +51,11 @@ void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& f) {
       "act_after_i of the costs, 0.5 where they have no activation sizes)");
   app.add_option("--objective", f.objective,
                  "zb-auto: makespan (the step, every stage from 0) or span (max per-stage span)");
+  app.add_option_function<double>(
+      "--search-budget-ms", [&f](const double& v) { f.search_budget_ms = v; },
+      fmt::format("zb-auto: milliseconds of local search after the greedy, in [0, {}]; 0: the "
+                  "greedy's schedule (default {})",
+                  kZbMaxSearchBudgetMs, kZbDefaultSearchBudgetMs));
 }
 
 Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) {
@@ -98,6 +103,7 @@ Result<Schedule> load_zb_auto(const ScheduleFlags& f) {
   if (!f.zb.objective.empty()) {
     TP_ASSIGN_OR_RETURN(o.objective, parse_zb_objective(f.zb.objective));
   }
+  o.search_budget_ms = f.zb.search_budget_ms.value_or(kZbDefaultSearchBudgetMs);
   TP_RETURN_IF_ERROR(o.validate());
   if (f.pp < 1) {
     return Status::invalid_argument(fmt::format(
@@ -121,6 +127,7 @@ Result<Schedule> load_schedule(const ScheduleFlags& f) {
   const char* zb_flag = f.zb.memory_limit         ? "--memory-limit"
                         : f.zb.w_memory_fraction  ? "--w-memory-fraction"
                         : !f.zb.objective.empty() ? "--objective"
+                        : f.zb.search_budget_ms   ? "--search-budget-ms"
                                                   : nullptr;
   if (zb_flag != nullptr) {
     return Status::invalid_argument(fmt::format(

@@ -23,6 +23,7 @@ struct ZbAutoFlags {
   std::optional<double> memory_limit;       // --memory-limit: whole-rank microbatch activations
   std::optional<double> w_memory_fraction;  // --w-memory-fraction: share of F's kept by I until W
   std::string objective;                    // --objective makespan|span ("": makespan)
+  std::optional<double> search_budget_ms;   // --search-budget-ms: the search after the greedy
 };
 
 struct ScheduleFlags {
@@ -32,7 +33,7 @@ struct ScheduleFlags {
   int32_t vpp = 0;                // chunks per rank (0: the schedule's default)
   int32_t group_size = 0;         // interleaved microbatch group size (0: --pp)
   CostFlags costs;                // the costs zb-auto is built from (and simulate runs with)
-  ZbAutoFlags zb;                 // zb-auto's memory limit, fraction and objective
+  ZbAutoFlags zb;                 // zb-auto's memory limit, fraction, objective, search
 };
 
 // Adds --schedule, --pp, --microbatches, --vpp, --microbatch-group-size with Megatron's
@@ -40,7 +41,7 @@ struct ScheduleFlags {
 void add_schedule_flags(CLI::App& app, ScheduleFlags& flags);
 // Adds --cost, --costs, --model (mutually exclusive).
 void add_cost_flags(CLI::App& app, CostFlags& flags);
-// Adds --memory-limit, --w-memory-fraction, --objective.
+// Adds --memory-limit, --w-memory-fraction, --objective, --search-budget-ms.
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
 
 // The cost model for `schedule` from whichever of --cost, --costs, --model was given.
