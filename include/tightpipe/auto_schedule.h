@@ -6,7 +6,8 @@
 // tries several variants (memory limits up to the requested one, warm-up caps, three yes/no
 // knobs), adds the
 // handcrafted zb-h1 and zb-h2 where they fit the limit, simulates every candidate with simulate()
-// (lowered, overlap mode) and keeps the best in the requested objective. The result is an
+// (lowered, overlap mode), keeps the best in the requested objective and improves it with a
+// local search (improve_schedule(), within a time budget). The result is an
 // ordinary compute-only Schedule (F, I, W, loop placement, named "zb-auto") that validate()
 // accepts and lower() lowers. Rules and guarantees: docs/cost_model.md, "zb-auto".
 //
@@ -14,7 +15,7 @@
 // 1 - f, W frees f, with f the stage's w-memory fraction; no rank's running sum ever exceeds the
 // limit.
 //
-// Pure functions; thread-safe for distinct inputs.
+// Pure functions (but for the search's wall-clock budget); thread-safe for distinct inputs.
 #pragma once
 
 #include <cstdint>
@@ -101,7 +102,8 @@ struct SearchBudget {
 
 struct SearchStats {
   int64_t moves_tried = 0;   // candidate moves looked at (including those the checks refused)
-  int64_t evaluations = 0;   // candidates simulated (the input's own score included)
+  int64_t evaluations = 0;   // candidates simulated (the input's own score included; not the
+                             // one timeline simulation per kept move that finds the critical chain)
   int64_t accepted = 0;      // moves kept (each strictly improved the score)
   bool local_optimum = false;  // a full pass over the moves found no improvement
   bool time_limited = false;   // the time budget cut the search short
@@ -113,7 +115,8 @@ struct SearchStats {
 
 // A local search from the compute-only F/I/W schedule `compute_only` (any chunks per rank, any
 // placement): moves one action of a rank's program by a few positions (this covers moving a W
-// earlier or later, swapping adjacent F and I, and so the warm-up counts), in a fixed order,
+// earlier or later, swapping adjacent F and I, and so the warm-up counts), in a fixed order
+// (the actions on the current critical chain first, then a cyclic sweep over all positions),
 // and keeps a move only if the result still passes validate() (the schedule module's dependency
 // rule), every rank's zb_peak_memory_units stays within `memory_limit`, and the score strictly
 // improves: the objective (lowered, simulated in overlap mode), then the other one of makespan

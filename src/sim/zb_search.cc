@@ -2,8 +2,11 @@
 // docs/cost_model.md, "zb-auto").
 //
 // The neighbourhood: one action of one rank's program moves by a few positions (the actions in
-// between shift by one). The moves are tried in a fixed cyclic order (rank, position, shift);
-// each goes through cheap checks first and is simulated only if it passes them:
+// between shift by one). First the actions on the critical chain of the current schedule (one
+// simulation with a timeline: the chain of same-rank and dependency edges that ends the
+// objective) are tried, latest first; then a fixed cyclic order (rank, position, shift) goes on
+// where it stopped; after every kept move the search returns to the new critical chain. Each move
+// goes through cheap checks first and is simulated only if it passes them:
 //   1. the order on the rank: the action does not jump over one it depends on, nor over one
 //      that depends on it (dependencies(), CompletionSet: the schedule module's rule);
 //   2. memory: every rank's zb_peak_memory_units stays within the limit;
@@ -21,12 +24,14 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "sim/zb_score.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/simulator.h"
 
 namespace tightpipe {
 namespace {
@@ -90,15 +95,24 @@ class LocalSearch {
     }
     const int64_t slots = rank_first.back();
     int64_t since_improvement = 0;
-    for (int64_t slot = 0; since_improvement < slots; slot = (slot + 1) % slots) {
-      const int32_t r = static_cast<int32_t>(
-          std::upper_bound(rank_first.begin(), rank_first.end(), slot) - rank_first.begin() - 1);
-      const int64_t local = slot - rank_first[r];
-      const int32_t from = static_cast<int32_t>(local / kNumShifts);
-      const int32_t shift_index = static_cast<int32_t>(local % kNumShifts);
-      ++since_improvement;
-      if (out_of_budget()) break;
-      if (try_move(r, from, from + kShifts[shift_index], shift_index)) since_improvement = 0;
+    bool stopped = false;
+    // First the moves of the actions on the critical chain, again after each kept move; then the
+    // cyclic sweep (a kept move there sends the search back to the critical chain).
+    while (!stopped) {
+      bool kept = false;
+      const std::vector<std::pair<int32_t, int32_t>> chain = critical_chain();
+      for (size_t c = 0; c < chain.size() && !kept && !stopped; ++c) {
+        for (int32_t k = 0; k < kNumShifts && !kept; ++k) {
+          if ((stopped = out_of_budget())) break;
+          const auto [r, from] = chain[c];
+          kept = try_move(r, from, from + kShifts[k], k);
+        }
+      }
+      if (kept) {
+        since_improvement = 0;
+        continue;
+      }
+      if (!stopped) stopped = !sweep(rank_first, since_improvement);
     }
     stats_.local_optimum = since_improvement >= slots;
     stats_.final_objective = current_.score.primary;
@@ -106,6 +120,89 @@ class LocalSearch {
   }
 
  private:
+  // The cyclic sweep from slot_ until a move is kept (true) or a whole cycle keeps none or the
+  // budget ends (false).
+  bool sweep(const std::vector<int64_t>& rank_first, int64_t& since_improvement) {
+    const int64_t slots = rank_first.back();
+    for (; since_improvement < slots; slot_ = (slot_ + 1) % slots) {
+      const int64_t slot = slot_;
+      const int32_t r = static_cast<int32_t>(
+          std::upper_bound(rank_first.begin(), rank_first.end(), slot) - rank_first.begin() - 1);
+      const int64_t local = slot - rank_first[r];
+      const int32_t from = static_cast<int32_t>(local / kNumShifts);
+      const int32_t shift_index = static_cast<int32_t>(local % kNumShifts);
+      ++since_improvement;
+      if (out_of_budget()) return false;
+      if (try_move(r, from, from + kShifts[shift_index], shift_index)) {
+        since_improvement = 0;
+        slot_ = (slot_ + 1) % slots;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The (rank, position) of the actions on the current schedule's critical chain, latest first:
+  // from the action that ends last (makespan) or the last action of the longest rank (span), back
+  // to the previous action on its rank when it started as that one ended, else to the
+  // dependency that ended last. Empty if the schedule cannot be simulated with a timeline.
+  std::vector<std::pair<int32_t, int32_t>> critical_chain() const {
+    std::vector<std::pair<int32_t, int32_t>> chain;
+    Result<Schedule> low = lower(s_);
+    if (!low.ok()) return chain;
+    Result<SimResult> sim = simulate(*low, costs_);
+    if (!sim.ok()) return chain;
+    // Start and end of each program position, in program order (one compute lane per rank).
+    std::vector<std::vector<std::pair<double, double>>> at(s_.num_ranks);
+    const auto key = [&](const Action& a) {
+      return (static_cast<size_t>(a.type) * s_.num_stages + a.stage) * s_.num_microbatches +
+             a.microbatch;
+    };
+    std::vector<std::pair<int32_t, int32_t>> where(
+        static_cast<size_t>(kNumActionTypes) * s_.num_stages * s_.num_microbatches, {-1, -1});
+    for (const RankTimeline& rt : sim->timeline.ranks) {
+      for (const TimelineEvent& e : rt.events) {
+        if (e.lane == Lane::kCompute && cost_slot(e.kind) >= 0) {
+          at[rt.rank].push_back({e.start, e.end});
+        }
+      }
+    }
+    for (int32_t r = 0; r < s_.num_ranks; ++r) {
+      if (at[r].size() != s_.programs[r].size()) return chain;
+      for (size_t k = 0; k < at[r].size(); ++k) {
+        where[key(s_.programs[r][k])] = {r, static_cast<int32_t>(k)};
+      }
+    }
+    int32_t r = 0, k = -1;
+    double best = -1;
+    for (int32_t q = 0; q < s_.num_ranks; ++q) {
+      if (at[q].empty()) continue;
+      const double v = objective_ == ZbObjective::kSpan ? at[q].back().second - at[q][0].first
+                                                         : at[q].back().second;
+      if (v > best) std::tie(best, r, k) = std::tuple(v, q, static_cast<int32_t>(at[q].size()) - 1);
+    }
+    constexpr double kTol = 1e-9;
+    while (k >= 0) {
+      chain.push_back({r, k});
+      const double start = at[r][k].first;
+      if (k > 0 && at[r][k - 1].second >= start - kTol) {
+        --k;
+        continue;
+      }
+      std::pair<int32_t, int32_t> next{-1, -1};
+      double latest = -1;
+      for (const Action& d : dependencies(s_, s_.programs[r][k])) {
+        const auto [dr, dk] = where[key(d)];
+        if (dk >= 0 && at[dr][dk].second > latest) {
+          latest = at[dr][dk].second;
+          next = {dr, dk};
+        }
+      }
+      std::tie(r, k) = next;
+    }
+    return chain;
+  }
+
   bool out_of_budget() {
     if (stats_.evaluations >= budget_.max_evaluations) {
       stats_.evaluation_limited = true;
@@ -203,6 +300,7 @@ class LocalSearch {
   SearchStats& stats_;
   Clock::time_point start_;
   Scored current_;
+  int64_t slot_ = 0;  // where the cyclic sweep goes on
 };
 
 }  // namespace
