@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
       "zb-auto's local search (improve_schedule) against the plain greedy over seeded random "
       "uneven per-stage costs: how often and by how much it improves the objective, and its time.",
       "zb_search_bench");
-  int samples = 6;
+  int samples = 12;
   std::vector<int> ranks = {2, 4, 8};
   double budget_ms = kZbDefaultSearchBudgetMs;
   std::string objective_text = "makespan";
@@ -98,7 +98,9 @@ int main(int argc, char** argv) {
 
   fmt::print("objective {}, search budget {} ms, {} samples per row, seed {}, latency in "
              "[0, {})\nbetter = search strictly below the greedy; gain = % of the greedy's "
-             "objective; times are wall ms per schedule\n\n",
+             "objective; LB gap = how far the greedy's makespan lies above a simple makespan lower bound\n(any "
+             "objective); times are wall ms per schedule; moves = kept moves (tie-breaks included)"
+             "\n\n",
              zb_objective_name(*objective), budget_ms, samples, seed, max_comm);
   fmt::print("{:>3} {:>4} {:>5} | {:>7} {:>9} {:>8} {:>7} | {:>9} {:>9} {:>7} {:>6} {:>6} {:>6}\n",
              "p", "m", "limit", "better", "mean gain", "max gain", "LB gap", "greedy ms", "search ms", "evals",

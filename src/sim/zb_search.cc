@@ -131,8 +131,8 @@ class LocalSearch {
       const int64_t local = slot - rank_first[r];
       const int32_t from = static_cast<int32_t>(local / kNumShifts);
       const int32_t shift_index = static_cast<int32_t>(local % kNumShifts);
-      ++since_improvement;
       if (out_of_budget()) return false;
+      ++since_improvement;
       if (try_move(r, from, from + kShifts[shift_index], shift_index)) {
         since_improvement = 0;
         slot_ = (slot_ + 1) % slots;
