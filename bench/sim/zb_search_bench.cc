@@ -55,7 +55,7 @@ double makespan_lower_bound(const CostModel& c, int32_t p, int32_t m) {
 struct Row {
   int better = 0;
   double gain_sum = 0, gain_max = 0;  // % of the greedy's objective
-  double greedy_gap = 0;  // % the greedy's makespan lies above makespan_lower_bound
+  double greedy_gap = 0;              // % the greedy's makespan lies above makespan_lower_bound
   double greedy_ms = 0, search_ms = 0;
   int64_t evaluations = 0, accepted = 0;
   int local_optimum = 0, time_limited = 0;
@@ -96,15 +96,15 @@ int main(int argc, char** argv) {
     return bench::kExitUsage;
   }
 
-  fmt::print("objective {}, search budget {} ms, {} samples per row, seed {}, latency in "
-             "[0, {})\nbetter = search strictly below the greedy; gain = % of the greedy's "
-             "objective; LB gap = how far the greedy's makespan lies above a simple makespan lower bound\n(any "
-             "objective); times are wall ms per schedule; moves = kept moves (tie-breaks included)"
-             "\n\n",
-             zb_objective_name(*objective), budget_ms, samples, seed, max_comm);
+  fmt::print(
+      "objective {}, search budget {} ms, {} samples per row, seed {}, latency in [0, {})\n"
+      "better = search strictly below the greedy; gain = % of the greedy's objective;\n"
+      "LB gap = the greedy's makespan above a simple makespan lower bound (any objective);\n"
+      "times are wall ms per schedule; moves = kept moves (tie-breaks included)\n\n",
+      zb_objective_name(*objective), budget_ms, samples, seed, max_comm);
   fmt::print("{:>3} {:>4} {:>5} | {:>7} {:>9} {:>8} {:>7} | {:>9} {:>9} {:>7} {:>6} {:>6} {:>6}\n",
-             "p", "m", "limit", "better", "mean gain", "max gain", "LB gap", "greedy ms", "search ms", "evals",
-             "moves", "l.opt", "t.out");
+             "p", "m", "limit", "better", "mean gain", "max gain", "LB gap", "greedy ms",
+             "search ms", "evals", "moves", "l.opt", "t.out");
   Rng rng(seed);
   Row all;
   int total = 0;
@@ -124,8 +124,8 @@ int main(int argc, char** argv) {
           TP_CHECK(greedy.ok(), greedy.status().to_string());
           SearchStats st;
           t0 = wall_ms();
-          auto better = improve_schedule(*greedy, c, zb_w_memory_fractions(c, o), limit,
-                                         *objective, {.ms = budget_ms}, &st);
+          auto better = improve_schedule(*greedy, c, zb_w_memory_fractions(c, o), limit, *objective,
+                                         {.ms = budget_ms}, &st);
           row.search_ms += wall_ms() - t0;
           TP_CHECK(better.ok(), better.status().to_string());
           const double before = objective_of(*greedy, c, *objective);
@@ -133,7 +133,8 @@ int main(int argc, char** argv) {
           TP_CHECK(after <= before, "the search made the objective worse");
           const double gain = 100 * (before - after) / before;
           const double bound = makespan_lower_bound(c, p, m);
-          row.greedy_gap += 100 * (objective_of(*greedy, c, ZbObjective::kMakespan) - bound) / bound;
+          row.greedy_gap +=
+              100 * (objective_of(*greedy, c, ZbObjective::kMakespan) - bound) / bound;
           if (after < before) ++row.better;
           row.gain_sum += gain;
           row.gain_max = std::max(row.gain_max, gain);
@@ -144,11 +145,12 @@ int main(int argc, char** argv) {
         }
         const double n = samples;
         fmt::print(
-            "{:>3} {:>4} {:>5} | {:>6.0f}% {:>8.2f}% {:>7.2f}% {:>6.2f}% | {:>9.1f} {:>9.1f} {:>7.0f} "
+            "{:>3} {:>4} {:>5} | {:>6.0f}% {:>8.2f}% {:>7.2f}% {:>6.2f}% | {:>9.1f} {:>9.1f} "
+            "{:>7.0f} "
             "{:>6.1f} {:>5.0f}% {:>5.0f}%\n",
-            p, m, limit, 100 * row.better / n, row.gain_sum / n, row.gain_max, row.greedy_gap / n, row.greedy_ms / n,
-            row.search_ms / n, row.evaluations / n, row.accepted / n, 100 * row.local_optimum / n,
-            100 * row.time_limited / n);
+            p, m, limit, 100 * row.better / n, row.gain_sum / n, row.gain_max, row.greedy_gap / n,
+            row.greedy_ms / n, row.search_ms / n, row.evaluations / n, row.accepted / n,
+            100 * row.local_optimum / n, 100 * row.time_limited / n);
         all.better += row.better;
         all.gain_sum += row.gain_sum;
         all.gain_max = std::max(all.gain_max, row.gain_max);
@@ -159,9 +161,10 @@ int main(int argc, char** argv) {
     }
   }
   const double n = total;
-  fmt::print("\nall {} schedules: better in {:.0f}%, mean gain {:.2f}%, max gain {:.2f}%, mean "
-             "greedy {:.1f} ms, mean search {:.1f} ms\n",
-             total, 100 * all.better / n, all.gain_sum / n, all.gain_max, all.greedy_ms / n,
-             all.search_ms / n);
+  fmt::print(
+      "\nall {} schedules: better in {:.0f}%, mean gain {:.2f}%, max gain {:.2f}%, mean "
+      "greedy {:.1f} ms, mean search {:.1f} ms\n",
+      total, 100 * all.better / n, all.gain_sum / n, all.gain_max, all.greedy_ms / n,
+      all.search_ms / n);
   return 0;
 }

@@ -101,12 +101,14 @@ struct SearchBudget {
 };
 
 struct SearchStats {
-  int64_t moves_tried = 0;   // candidate moves looked at (including those the checks refused)
-  int64_t evaluations = 0;   // candidates simulated (the input's own score included; not the
-                             // one timeline simulation per kept move that finds the critical chain)
-  int64_t accepted = 0;      // moves kept (each strictly improved the score)
-  bool local_optimum = false;  // a full pass over the moves found no improvement
-  bool time_limited = false;   // the time budget cut the search short
+  // Candidate moves looked at (including those the checks refused).
+  int64_t moves_tried = 0;
+  // Candidates simulated: the input's own score included, not the one timeline simulation per
+  // kept move that finds the critical chain.
+  int64_t evaluations = 0;
+  int64_t accepted = 0;             // moves kept (each strictly improved the score)
+  bool local_optimum = false;       // a full pass over the moves found no improvement
+  bool time_limited = false;        // the time budget cut the search short
   bool evaluation_limited = false;  // max_evaluations cut it short
   double elapsed_ms = 0;
   double start_objective = 0;  // the input's objective (makespan or span)

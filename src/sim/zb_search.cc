@@ -178,7 +178,7 @@ class LocalSearch {
     for (int32_t q = 0; q < s_.num_ranks; ++q) {
       if (at[q].empty()) continue;
       const double v = objective_ == ZbObjective::kSpan ? at[q].back().second - at[q][0].first
-                                                         : at[q].back().second;
+                                                        : at[q].back().second;
       if (v > best) std::tie(best, r, k) = std::tuple(v, q, static_cast<int32_t>(at[q].size()) - 1);
     }
     constexpr double kTol = 1e-9;
@@ -325,14 +325,14 @@ Result<Schedule> improve_schedule(const Schedule& compute_only, const CostModel&
         compute_only.name));
   }
   if (static_cast<int32_t>(w_fractions.size()) != compute_only.num_stages) {
-    return Status::invalid_argument(fmt::format(
-        "w-memory fractions: {} given for {} stage(s); hint: one per stage "
-        "(zb_w_memory_fractions)",
-        w_fractions.size(), compute_only.num_stages));
+    return Status::invalid_argument(
+        fmt::format("w-memory fractions: {} given for {} stage(s); hint: one per stage "
+                    "(zb_w_memory_fractions)",
+                    w_fractions.size(), compute_only.num_stages));
   }
   if (const Status v = validate(compute_only); !v.ok()) {
-    return Status::invalid_argument(fmt::format(
-        "{}; hint: the search starts from a valid schedule", first_line(v.message())));
+    return Status::invalid_argument(
+        fmt::format("{}; hint: the search starts from a valid schedule", first_line(v.message())));
   }
   const double peak = zb::max_peak_units(compute_only, w_fractions);
   if (!(peak <= memory_limit + kMemEps)) {
