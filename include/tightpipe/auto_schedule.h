@@ -8,18 +8,19 @@
 // greedily places F, I and W against the cost model's times and message latencies, tries several
 // variants (memory limits up to the requested one, yes/no knobs), adds the handcrafted schedules
 // of the same shape where they fit the limit (zb-h1 and zb-h2; zb-v), simulates every candidate
-// with simulate() (lowered, overlap mode) and keeps the best in the requested objective. The
-// result is an ordinary compute-only Schedule (F, I, W) that validate() accepts and lower()
-// lowers.
+// with simulate() (lowered, overlap mode), keeps the best in the requested objective and
+// improves it with a local search (improve_schedule(), within a budget). The result is an
+// ordinary compute-only Schedule (F, I, W) that validate() accepts and lower() lowers.
 //
 // Memory is counted per rank in whole-rank microbatch units, independent of timing: with v chunks
 // per rank, F adds 1/v, I frees (1 - f)/v, W frees f/v, with f the stage's w-memory fraction; no
 // rank's running sum ever exceeds the limit.
 //
-// Pure functions; thread-safe for distinct inputs.
+// Pure functions (but for the search's wall-clock budget); thread-safe for distinct inputs.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,6 +46,12 @@ Result<ZbObjective> parse_zb_objective(std::string_view text);
 // after the F of both its chunks on a rank (zb-v-auto: chunk 0's are held until chunk 1's I).
 inline constexpr double kZbAutoMinMemoryLimit = 1.0;
 
+// The local search after the greedy: by default at most kZbDefaultSearchEvaluations simulated
+// candidates (deterministic: the same schedule on every machine; about 0.1 s for p = 8, m = 32
+// here), or a wall-clock budget the user gives (--search-budget-ms, at most kZbMaxSearchBudgetMs).
+inline constexpr int64_t kZbDefaultSearchEvaluations = 300;
+inline constexpr double kZbMaxSearchBudgetMs = 60000;
+
 struct ZbAutoOptions {
   // The most microbatch activations of one whole rank that any rank may hold at once (1F1B's
   // first rank holds p). nullopt: p.
@@ -55,10 +62,16 @@ struct ZbAutoOptions {
   std::optional<double> w_memory_fraction;
   // What the candidates are compared by.
   ZbObjective objective = ZbObjective::kMakespan;
+  // Wall-clock milliseconds improve_schedule() may spend on the best greedy candidate; 0: the
+  // greedy's choice as it is. nullopt: kZbDefaultSearchEvaluations simulations instead, so the
+  // result never depends on the machine's speed. A given budget is deterministic only when the
+  // search ends at a local optimum within it (small shapes do).
+  std::optional<double> search_budget_ms;
 
-  // InvalidArgument naming the flag (--memory-limit, --w-memory-fraction), the value and a hint:
-  // a limit that is not finite or below kZbAutoMinMemoryLimit, a fraction that is not finite or
-  // outside [0, 1].
+  // InvalidArgument naming the flag (--memory-limit, --w-memory-fraction, --search-budget-ms),
+  // the value and a hint: a limit that is not finite or below kZbAutoMinMemoryLimit, a fraction
+  // that is not finite or outside [0, 1], a search budget that is not finite, negative or above
+  // kZbMaxSearchBudgetMs.
   Status validate() const;
 };
 
@@ -72,11 +85,20 @@ double zb_auto_name_memory_limit(std::string_view name, int32_t p);
 // The per-stage w-memory fractions the options and the cost model give (see w_memory_fraction).
 std::vector<double> zb_w_memory_fractions(const CostModel& costs, const ZbAutoOptions& o);
 
-// The peak of the running memory count (F +1/v, I -(1 - f)/v, W -f/v, B -1/v, with
-// v = num_stages / num_ranks) over the program of each rank, in whole-rank microbatch units.
-// REQUIRES: fractions has one entry per stage.
+// What one F of each stage of `placement` adds, in whole-rank microbatch units: the stage's share
+// of its rank's activation bytes (act_bytes / the sum over the rank's stages), so a chunk that
+// holds the LM head counts for more than one that holds a block; 1/v for every stage of a rank
+// whose stages have no activation sizes (uniform costs).
+// REQUIRES: costs has placement.num_stages stages.
+std::vector<double> zb_f_memory_units(const CostModel& costs, const Schedule& placement);
+
+// The peak of the running memory count (F +u, I -(1 - f)u, W -fu, B -u, with u the stage's
+// f_units entry, or 1/v with v = num_stages / num_ranks when f_units is empty) over the program of
+// each rank, in whole-rank microbatch units. REQUIRES: fractions (and f_units, unless empty) has
+// one entry per stage.
 std::vector<double> zb_peak_memory_units(const Schedule& schedule,
-                                         const std::vector<double>& fractions);
+                                         const std::vector<double>& fractions,
+                                         const std::vector<double>& f_units = {});
 
 // zb-auto for p ranks (one stage each) and m microbatches under `costs` (p stages).
 // Errors (InvalidArgument, one line, naming the flag and a hint): p < 1, m < 1, a cost model
@@ -106,5 +128,50 @@ int32_t auto_schedule_chunks(std::string_view name);
 // builders (InvalidArgument, one line, naming the flag and a hint).
 Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m,
                                      const CostModel& costs, const ZbAutoOptions& o = {});
+
+// ----- local search after the greedy ------------------------------------------------------------
+
+struct SearchBudget;
+// The budget the options give (see ZbAutoOptions::search_budget_ms).
+SearchBudget zb_search_budget(const ZbAutoOptions& o);
+
+// When improve_schedule() stops besides at a local optimum.
+struct SearchBudget {
+  double ms = kZbMaxSearchBudgetMs;  // wall clock, checked before every evaluation
+  int64_t max_evaluations = std::numeric_limits<int64_t>::max();  // simulated candidates
+};
+
+struct SearchStats {
+  // Candidate moves looked at (including those the checks refused).
+  int64_t moves_tried = 0;
+  // Candidates simulated: the input's own score included, not the one timeline simulation per
+  // kept move that finds the critical chain.
+  int64_t evaluations = 0;
+  int64_t accepted = 0;             // moves kept (each strictly improved the score)
+  bool local_optimum = false;       // a full pass over the moves found no improvement
+  bool time_limited = false;        // the time budget cut the search short
+  bool evaluation_limited = false;  // max_evaluations cut it short
+  double elapsed_ms = 0;
+  double start_objective = 0;  // the input's objective (makespan or span)
+  double final_objective = 0;  // the result's
+};
+
+// A local search from the compute-only F/I/W schedule `compute_only` (any chunks per rank, any
+// placement): moves one action of a rank's program by a few positions (this covers moving a W
+// earlier or later, swapping adjacent F and I, and so the warm-up counts), in a fixed order
+// (the actions on the current critical chain first, then a cyclic sweep over all positions),
+// and keeps a move only if the result still passes validate() (the schedule module's dependency
+// rule), every rank's zb_peak_memory_units stays within `memory_limit`, and the score strictly
+// improves: the objective (lowered, simulated in overlap mode), then the other one of makespan
+// and span, then the highest memory peak. So the result is never worse than the input; it is
+// the input itself when no move helps. Stops at a local optimum, after budget.ms or after
+// budget.max_evaluations simulations. Deterministic unless the time budget cuts it short.
+// Errors (InvalidArgument, one line): a lowered or invalid input, fractions not one per stage, an
+// input over the memory limit, a negative or non-finite budget; and whatever simulate() says of
+// the input under `costs`.
+Result<Schedule> improve_schedule(const Schedule& compute_only, const CostModel& costs,
+                                  const std::vector<double>& w_fractions, double memory_limit,
+                                  ZbObjective objective, const SearchBudget& budget,
+                                  SearchStats* stats = nullptr);
 
 }  // namespace tightpipe

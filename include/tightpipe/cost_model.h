@@ -118,6 +118,13 @@ Result<UniformCosts> parse_uniform_costs(std::string_view text);
 // v = stages / ranks. act is taken as bytes (activation_unit_bytes() == act).
 CostModel uniform_cost_model(const UniformCosts& costs, int32_t ranks, int32_t stages);
 
+class Rng;  // base.h
+// Seeded random uneven per-stage costs, for the tests and benches of cost-aware schedules: per
+// stage F in [0.5, 2), I in [0.5, 2.5), W in [0.2, 1.7), B = I + W; 1 activation byte of which
+// `act_after_i` stays after I (so the simulator's peaks are microbatch units); 1 message byte and
+// one link latency in [0, max_latency) (none drawn when max_latency is 0). Source "random".
+CostModel random_cost_model(Rng& rng, int32_t stages, double act_after_i, double max_latency);
+
 // ----- per-stage table (JSON) ------------------------------------------------------------------
 
 // docs/cost_model.md. Unknown keys, missing or duplicate stages, non-numeric or negative values

@@ -5,12 +5,12 @@
 
 #include <string>
 
-#include "zb_auto_internal.h"
+#include "sim/zb_score.h"
 
 namespace tightpipe {
 
 bool is_auto_schedule_name(std::string_view name) {
-  return is_zb_auto_name(name) || detail::zb_lower_case(name) == "zb-v-auto";
+  return is_zb_auto_name(name) || zb::lower_case(name) == "zb-v-auto";
 }
 
 std::string auto_schedule_counterpart(std::string_view name) {
@@ -42,7 +42,7 @@ Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m
   }
   TP_ASSIGN_OR_RETURN(Schedule s, auto_schedule_chunks(name) == 2 ? build_zb_v_auto(p, m, costs, o)
                                                                   : build_zb_auto(p, m, costs, o));
-  s.name = detail::zb_lower_case(name);  // zb-1p and zb-2p keep their names in tables and JSON
+  s.name = zb::lower_case(name);  // zb-1p and zb-2p keep their names in tables and JSON
   return s;
 }
 

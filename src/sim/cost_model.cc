@@ -148,6 +148,23 @@ Result<UniformCosts> parse_uniform_costs(std::string_view text) {
   return c;
 }
 
+CostModel random_cost_model(Rng& rng, int32_t stages, double act_after_i, double max_latency) {
+  std::vector<StageCost> table(stages);
+  for (StageCost& c : table) {
+    c.f = 0.5 + rng.uniform_double() * 1.5;
+    c.i = 0.5 + rng.uniform_double() * 2.0;
+    c.w = 0.2 + rng.uniform_double() * 1.5;
+    c.b = c.i + c.w;
+    c.recompute = c.f;
+    c.act_bytes = 1;
+    c.act_after_i_bytes = act_after_i;
+    c.message_bytes = 1;
+  }
+  const LinkCost link{.latency = max_latency > 0 ? rng.uniform_double() * max_latency : 0,
+                      .bandwidth = 0};
+  return CostModel(std::move(table), link, "unit", "random", /*real_bytes=*/true);
+}
+
 CostModel uniform_cost_model(const UniformCosts& u, int32_t ranks, int32_t stages) {
   TP_CHECK(ranks > 0 && stages > 0 && stages % ranks == 0, "ranks=", ranks, " stages=", stages);
   const double v = static_cast<double>(stages / ranks);

@@ -15,6 +15,7 @@
 //      memory limit up to the requested one (so a larger limit never loses a candidate), plus
 //      zb-h1 and zb-h2 where they fit the limit; each distinct candidate is lowered and
 //      simulated, the best in the objective wins (ties: the earlier, handcrafted first).
+//   3. improve_schedule() (zb_search.cc): a local search from the winner, within the budget.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,17 +27,18 @@
 #include <unordered_set>
 #include <vector>
 
+#include "sim/zb_score.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
-#include "zb_auto_internal.h"
 
 namespace tightpipe {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kMemEps = detail::kZbMemEps;
-std::string lower_case(std::string_view s) { return detail::zb_lower_case(s); }
+using zb::kMemEps;
+using zb::lower_case;
+using zb::Score;
 
 struct Knobs {
   // Most F in flight (F done, I not yet) on stage s: base - slope * s, at least 1; slope 0: only
@@ -233,9 +235,6 @@ class Greedy {
   std::vector<double> scratch_;
 };
 
-using detail::Score;
-using detail::score;
-
 }  // namespace
 
 std::string_view zb_objective_name(ZbObjective objective) {
@@ -273,7 +272,20 @@ Status ZbAutoOptions::validate() const {
         "activations that I keeps until W); hint: 0.5, or leave it out to take it from the costs",
         *w_memory_fraction));
   }
+  if (search_budget_ms && !(std::isfinite(*search_budget_ms) && *search_budget_ms >= 0 &&
+                           *search_budget_ms <= kZbMaxSearchBudgetMs)) {
+    return Status::invalid_argument(fmt::format(
+        "--search-budget-ms {}: must be a finite number of milliseconds in [0, {}]; hint: 100, "
+        "0 for the greedy's schedule without the search, or leave it out for a fixed {} "
+        "simulations (the same schedule on every machine)",
+        *search_budget_ms, kZbMaxSearchBudgetMs, kZbDefaultSearchEvaluations));
+  }
   return OkStatus();
+}
+
+SearchBudget zb_search_budget(const ZbAutoOptions& o) {
+  if (o.search_budget_ms) return {.ms = *o.search_budget_ms};
+  return {.ms = kZbMaxSearchBudgetMs, .max_evaluations = kZbDefaultSearchEvaluations};
 }
 
 bool is_zb_auto_name(std::string_view name) {
@@ -301,15 +313,34 @@ std::vector<double> zb_w_memory_fractions(const CostModel& costs, const ZbAutoOp
   return f;
 }
 
+std::vector<double> zb_f_memory_units(const CostModel& costs, const Schedule& placement) {
+  std::vector<double> units(placement.num_stages, 0);
+  for (int32_t r = 0; r < placement.num_ranks; ++r) {
+    const std::vector<int32_t> stages = placement.stages_of(r);
+    double total = 0;
+    bool sized = true;
+    for (int32_t s : stages) {
+      total += costs.stage(s).act_bytes;
+      sized = sized && costs.stage(s).act_bytes > 0;
+    }
+    for (int32_t s : stages) {
+      units[s] = sized ? costs.stage(s).act_bytes / total : 1.0 / static_cast<double>(stages.size());
+    }
+  }
+  return units;
+}
+
 std::vector<double> zb_peak_memory_units(const Schedule& schedule,
-                                         const std::vector<double>& fractions) {
+                                         const std::vector<double>& fractions,
+                                         const std::vector<double>& f_units) {
   std::vector<double> peak(schedule.num_ranks, 0);
-  // A chunk holds 1/v of a rank's layers, so its F adds 1/v of a whole-rank activation.
-  const double unit = 1.0 / std::max(1, schedule.chunks());
+  // Without sizes a chunk holds 1/v of a rank's layers: its F adds 1/v of a whole-rank activation.
+  const double even = 1.0 / std::max(1, schedule.chunks());
   for (int32_t r = 0; r < schedule.num_ranks; ++r) {
     double mem = 0;
     for (const Action& a : schedule.programs[r]) {
       const double f = fractions.at(a.stage);
+      const double unit = f_units.empty() ? even : f_units.at(a.stage);
       switch (a.type) {
         case ActionType::kForward:
           mem += unit;
@@ -355,10 +386,7 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
   }
   const double limit = o.memory_limit.value_or(p);
   const std::vector<double> frac = zb_w_memory_fractions(costs, o);
-  auto peak_of = [&](const Schedule& s) {
-    const std::vector<double> peaks = zb_peak_memory_units(s, frac);
-    return *std::max_element(peaks.begin(), peaks.end());
-  };
+  auto peak_of = [&](const Schedule& s) { return zb::max_peak_units(s, frac); };
   auto fits = [&](const Schedule& s) { return peak_of(s) <= limit + kMemEps; };
 
   std::optional<Schedule> best;
@@ -367,7 +395,7 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
   auto consider = [&](Schedule s) -> Status {
     TP_CHECK(fits(s), "zb-auto candidate '", s.name, "' exceeds the memory limit ", limit);
     if (!seen.insert(to_csv(s)).second) return OkStatus();
-    TP_ASSIGN_OR_RETURN(Score sc, score(s, costs, o.objective, peak_of(s)));
+    TP_ASSIGN_OR_RETURN(Score sc, zb::score_schedule(s, costs, o.objective, peak_of(s)));
     if (!best || sc < best_score) {
       best = std::move(s);
       best_score = sc;
@@ -401,7 +429,8 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
     }
   }
   best->name = "zb-auto";
-  return std::move(*best);
+  if (o.search_budget_ms == 0.0) return std::move(*best);
+  return improve_schedule(*best, costs, frac, limit, o.objective, zb_search_budget(o));
 }
 
 }  // namespace tightpipe

@@ -30,7 +30,7 @@ class ZbAutoCli : public ::testing::Test {
 TEST_F(ZbAutoCli, ScheduleCsvIsTheLibrarysSchedule) {
   CliRun r =
       run("schedule --schedule zb-auto --pp 4 --microbatches 8 --cost f=1,i=2,w=1,comm=0.3 "
-          "--memory-limit 6 --format csv");
+          "--memory-limit 6 --search-budget-ms 60000 --format csv");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto s = parse_csv(r.out, "stdout");
   ASSERT_TRUE(s.ok()) << s.status().to_string();
@@ -39,6 +39,7 @@ TEST_F(ZbAutoCli, ScheduleCsvIsTheLibrarysSchedule) {
   u.comm = 0.3;
   ZbAutoOptions o;
   o.memory_limit = 6;
+  o.search_budget_ms = 60000;  // the search ends at a local optimum long before: deterministic
   auto lib = build_zb_auto(4, 8, uniform_cost_model(u, 4, 4), o);
   ASSERT_TRUE(lib.ok());
   EXPECT_EQ(r.out, to_csv(*lib));
@@ -95,6 +96,10 @@ TEST_F(ZbAutoCli, BadInputIsOneLineWithAHint) {
            {"--w-memory-fraction 2", "--w-memory-fraction 2"},
            {"--objective fastest", "--objective 'fastest'"},
            {"--vpp 2", "--vpp 2"},
+           {"--search-budget-ms -1", "--search-budget-ms -1: must be a finite number"},
+           {"--search-budget-ms nan", "--search-budget-ms nan"},
+           {"--search-budget-ms inf", "--search-budget-ms inf"},
+           {"--search-budget-ms 60001", "--search-budget-ms 60001: must be"},
        }) {
     SCOPED_TRACE(args);
     CliRun r = run(base + args);
@@ -109,6 +114,9 @@ TEST_F(ZbAutoCli, BadInputIsOneLineWithAHint) {
   r = run("simulate --schedule 1f1b --pp 4 --memory-limit 4");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--memory-limit: only zb-auto"), std::string::npos) << r.err;
+  r = run("schedule --schedule zb-h1 --pp 4 --search-budget-ms 10");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--search-budget-ms: only zb-auto"), std::string::npos) << r.err;
 }
 
 TEST_F(ZbAutoCli, ZbVAutoCsvPassesCheckAndIsTheLibrarysSchedule) {

@@ -5,6 +5,9 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
@@ -19,12 +22,14 @@ CostModel uniform(int32_t p, double comm = 0) {
   return uniform_cost_model(u, p, p);
 }
 
+// The greedy alone unless a search budget is given (its guarantees are the greedy's).
 ZbAutoOptions opts(std::optional<double> limit, std::optional<double> frac = {},
-                   ZbObjective objective = ZbObjective::kMakespan) {
+                   ZbObjective objective = ZbObjective::kMakespan, double search_ms = 0) {
   ZbAutoOptions o;
   o.memory_limit = limit;
   o.w_memory_fraction = frac;
   o.objective = objective;
+  o.search_budget_ms = search_ms;
   return o;
 }
 
@@ -89,6 +94,11 @@ TEST(ZbAuto, UniformLimitPHasZbH1Makespan) {
       if (p == 4 && m == 8) {
         EXPECT_NEAR(run(*s, c).makespan, 27, 1e-9);  // REFERENCE.md section 2
       }
+      // With the search: never worse than ZB-H1 either.
+      auto searched = build_zb_auto(p, m, c, opts(p, frac, ZbObjective::kMakespan, 60000));
+      ASSERT_TRUE(searched.ok()) << searched.status().to_string();
+      expect_ordinary(*searched);
+      EXPECT_LE(run(*searched, c).makespan, run(zb_h1(p, m), c).makespan + 1e-9);
     }
   }
 }
@@ -108,22 +118,10 @@ TEST(ZbAuto, UniformLimit2PHasNoBubbleInsideAnyStage) {
   }
 }
 
-// Random uneven per-stage costs for `stages` stages (default p), activations of 1 byte per stage
-// so the simulator's peak bytes are microbatch units at v = 1.
+// Random uneven per-stage costs (random_cost_model) for `num_stages` stages (default p),
+// activations of 1 byte per stage so the simulator's peak bytes are microbatch units at v = 1.
 CostModel random_costs(Rng& rng, int32_t p, double frac, bool comm, int32_t num_stages = 0) {
-  std::vector<StageCost> stages(num_stages > 0 ? num_stages : p);
-  for (StageCost& c : stages) {
-    c.f = 0.5 + rng.uniform_double() * 1.5;
-    c.i = 0.5 + rng.uniform_double() * 2.0;
-    c.w = 0.2 + rng.uniform_double() * 1.5;
-    c.b = c.i + c.w;
-    c.recompute = c.f;
-    c.act_bytes = 1;
-    c.act_after_i_bytes = frac;
-    c.message_bytes = 1;
-  }
-  LinkCost link{.latency = comm ? rng.uniform_double() * 0.8 : 0, .bandwidth = 0};
-  return CostModel(stages, link, "unit", "random", /*real_bytes=*/true);
+  return random_cost_model(rng, num_stages > 0 ? num_stages : p, frac, comm ? 0.8 : 0);
 }
 
 TEST(ZbAuto, RandomCostsNeverWorseThanZbH1NorAtMoreMemory) {
@@ -202,6 +200,15 @@ TEST(ZbAuto, BadInputIsOneLineNamingTheFlag) {
                "--w-memory-fraction");
   expect_error(build_zb_auto(4, 8, c, opts({}, 1.5)).status(), "--w-memory-fraction 1.5");
   expect_error(build_zb_auto(4, 8, c, opts({}, -0.1)).status(), "--w-memory-fraction -0.1");
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity(), 60001.0}) {
+    expect_error(build_zb_auto(4, 8, c, opts({}, {}, ZbObjective::kMakespan, bad)).status(),
+                 fmt::format("--search-budget-ms {}", bad));
+  }
+  EXPECT_TRUE(opts({}, {}, ZbObjective::kMakespan, 60000).validate().ok());
+  // The default budget counts simulations, not milliseconds: the same schedule on every machine.
+  EXPECT_FALSE(ZbAutoOptions{}.search_budget_ms.has_value());
+  EXPECT_EQ(zb_search_budget(ZbAutoOptions{}).max_evaluations, kZbDefaultSearchEvaluations);
+  EXPECT_EQ(zb_search_budget(opts({}, {}, ZbObjective::kMakespan, 5)).ms, 5);
   expect_error(parse_zb_objective("fastest").status(), "--objective 'fastest'");
   expect_error(build_zb_auto(4, 0, c).status(), "--microbatches 0");
   expect_error(build_zb_auto(3, 8, c).status(), "4 stage(s)");
@@ -379,6 +386,164 @@ TEST(ZbVAuto, BadInputIsOneLineNamingTheThing) {
   expect_error(build_zb_v_auto(4, 8, c, opts({}, 2.0)).status(), "--w-memory-fraction 2");
   expect_error(build_zb_v_auto(4, 0, c).status(), "--microbatches 0");
   expect_error(build_zb_v_auto(0, 8, c).status(), "--pp 0");
+}
+
+// ----- the local search after the greedy (zb_search.cc) -------------------------------------------
+
+// (objective, the other measure, highest memory peak): the order the search improves in.
+std::tuple<double, double, double> measures(const Schedule& s, const CostModel& c,
+                                            const std::vector<double>& frac, ZbObjective obj) {
+  const Sim r = run(s, c);
+  const std::vector<double> peaks = zb_peak_memory_units(s, frac);
+  const double peak = *std::max_element(peaks.begin(), peaks.end());
+  if (obj == ZbObjective::kSpan) return {r.span, r.makespan, peak};
+  return {r.makespan, r.span, peak};
+}
+
+// A budget that ends only at a local optimum or after `evaluations` (so the test is deterministic).
+SearchBudget evals(int64_t evaluations) { return {.ms = 1e9, .max_evaluations = evaluations}; }
+
+TEST(ZbSearch, HandBuiltWBeforeIMovesLater) {
+  // Rank 1 runs W0 before I1, so rank 0 waits a step for I1's gradient: makespan 8. Running I1
+  // first gives 7, the least possible (rank 1 holds 6 units of work and starts at 1).
+  const CostModel c = uniform(2);
+  auto s = parse_csv("0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1W0,1I1,1W1\n", "hand.csv");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  const std::vector<double> frac(2, 0.5);
+  EXPECT_NEAR(run(*s, c).makespan, 8, 1e-12);
+  SearchStats st;
+  auto better = improve_schedule(*s, c, frac, 2, ZbObjective::kMakespan, evals(1000), &st);
+  ASSERT_TRUE(better.ok()) << better.status().to_string();
+  ASSERT_TRUE(validate(*better).ok());
+  EXPECT_NEAR(run(*better, c).makespan, 7, 1e-12);
+  EXPECT_GE(st.accepted, 1);
+  EXPECT_TRUE(st.local_optimum);
+  EXPECT_FALSE(st.time_limited);
+  EXPECT_FALSE(st.evaluation_limited);
+  EXPECT_NEAR(st.start_objective, 8, 1e-12);
+  EXPECT_NEAR(st.final_objective, 7, 1e-12);
+  EXPECT_GT(st.evaluations, st.accepted);
+  EXPECT_GE(st.moves_tried, st.evaluations - 1);
+  EXPECT_EQ(better->name, "hand.csv");
+  // One evaluation (the input's score) or no time: the input comes back as it is.
+  for (const SearchBudget& b : {evals(1), SearchBudget{.ms = 0}}) {
+    auto same = improve_schedule(*s, c, frac, 2, ZbObjective::kMakespan, b, &st);
+    ASSERT_TRUE(same.ok());
+    EXPECT_EQ(same->programs, s->programs);
+    EXPECT_EQ(st.accepted, 0);
+    EXPECT_TRUE(st.time_limited || st.evaluation_limited);
+    EXPECT_FALSE(st.local_optimum);
+  }
+  // Deterministic: the same input gives the same moves.
+  auto again = improve_schedule(*s, c, frac, 2, ZbObjective::kMakespan, evals(1000));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->programs, better->programs);
+}
+
+TEST(ZbSearch, NeverWorseThanTheGreedyOnRandomCosts) {
+  Rng rng(424242);
+  int improved = 0, cases = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const int32_t p = 2 + static_cast<int32_t>(rng.below(4));      // 2..5
+    const int32_t m = p * (1 + static_cast<int32_t>(rng.below(3)));  // p, 2p, 3p
+    const double frac = std::round(rng.uniform_double() * 4) / 4;
+    const CostModel c = random_costs(rng, p, frac, /*comm=*/trial % 3 != 0);
+    const std::vector<double> fr = zb_w_memory_fractions(c, {});
+    for (double limit : {1.0 * p, 2.0 * p}) {
+      for (ZbObjective obj : {ZbObjective::kMakespan, ZbObjective::kSpan}) {
+        SCOPED_TRACE(fmt::format("trial {} p={} m={} frac={} comm={} limit={} {}", trial, p, m,
+                                 frac, c.link().latency, limit, zb_objective_name(obj)));
+        auto greedy = build_zb_auto(p, m, c, opts(limit, {}, obj));
+        ASSERT_TRUE(greedy.ok()) << greedy.status().to_string();
+        SearchStats st;
+        auto s = improve_schedule(*greedy, c, fr, limit, obj, evals(150), &st);
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        expect_ordinary(*s);
+        const auto before = measures(*greedy, c, fr, obj);
+        const auto after = measures(*s, c, fr, obj);
+        EXPECT_LE(std::get<0>(after), std::get<0>(before) + 1e-12);
+        EXPECT_TRUE(after <= before) << "score got worse";
+        if (st.accepted == 0) EXPECT_EQ(s->programs, greedy->programs);
+        for (double peak : zb_peak_memory_units(*s, fr)) EXPECT_LE(peak, limit + 1e-9);
+        for (double peak : run(*s, c).peak_bytes) EXPECT_LE(peak, limit + 1e-9);
+        EXPECT_NEAR(st.final_objective, std::get<0>(after), 1e-9);
+        EXPECT_FALSE(st.time_limited);
+        ++cases;
+        if (std::get<0>(after) < std::get<0>(before) - 1e-9) ++improved;
+      }
+    }
+  }
+  // The greedy is not always a local optimum on uneven costs: the search finds something (the
+  // count is deterministic: the budget is in evaluations).
+  EXPECT_GE(improved, 3) << improved << " of " << cases;
+}
+
+TEST(ZbSearch, BuildZbAutoSearchesTheGreedysBest) {
+  Rng rng(99);
+  const CostModel c = random_costs(rng, 4, 0.5, true);
+  auto greedy = build_zb_auto(4, 8, c, opts(4));
+  ASSERT_TRUE(greedy.ok());
+  // A budget the search never reaches on this shape: it ends at a local optimum, so the result
+  // is deterministic and equals improve_schedule() from the greedy's choice.
+  auto searched = build_zb_auto(4, 8, c, opts(4, {}, ZbObjective::kMakespan, 60000));
+  ASSERT_TRUE(searched.ok()) << searched.status().to_string();
+  expect_ordinary(*searched);
+  SearchStats st;
+  auto direct =
+      improve_schedule(*greedy, c, zb_w_memory_fractions(c, {}), 4, ZbObjective::kMakespan,
+                       {.ms = 60000}, &st);
+  ASSERT_TRUE(direct.ok());
+  EXPECT_TRUE(st.local_optimum);
+  EXPECT_EQ(searched->programs, direct->programs);
+  EXPECT_LE(run(*searched, c).makespan, run(*greedy, c).makespan + 1e-12);
+}
+
+TEST(ZbSearch, AnyPlacementAndChunks) {
+  // zb-v (V placement, 2 chunks per rank) and interleaved (loop placement, fused B) under uneven
+  // costs: valid, not worse, within the input's own memory peak.
+  Rng rng(5);
+  for (const auto& [name, v] : {std::pair<const char*, int32_t>{"zb-v", 2}, {"interleaved", 2}}) {
+    SCOPED_TRACE(name);
+    const int32_t p = 3, m = 6;
+    auto s = generate_schedule(name, {.ranks = p, .microbatches = m, .chunks = v});
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    const CostModel c = random_costs(rng, p * v, 0.5, true);
+    const std::vector<double> fr(p * v, 0.5);
+    const std::vector<double> peaks = zb_peak_memory_units(*s, fr);
+    const double limit = *std::max_element(peaks.begin(), peaks.end());
+    for (ZbObjective obj : {ZbObjective::kMakespan, ZbObjective::kSpan}) {
+      auto better = improve_schedule(*s, c, fr, limit, obj, evals(200));
+      ASSERT_TRUE(better.ok()) << better.status().to_string();
+      ASSERT_TRUE(validate(*better).ok());
+      EXPECT_EQ(better->stage_to_rank, s->stage_to_rank);
+      EXPECT_TRUE(measures(*better, c, fr, obj) <= measures(*s, c, fr, obj));
+      for (double peak : zb_peak_memory_units(*better, fr)) EXPECT_LE(peak, limit + 1e-9);
+    }
+  }
+}
+
+TEST(ZbSearch, BadInputIsOneLineWithAHint) {
+  const CostModel c = uniform(4);
+  const Schedule h1 = zb_h1(4, 8);
+  const std::vector<double> fr(4, 0.5);
+  auto expect_error = [](const Result<Schedule>& r, std::string_view want) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("hint:"), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+  };
+  const ZbObjective mk = ZbObjective::kMakespan;
+  expect_error(improve_schedule(*lower(h1), c, fr, 4, mk, {}), "not a lowered one");
+  expect_error(improve_schedule(h1, c, {0.5}, 4, mk, {}), "1 given for 4 stage(s)");
+  expect_error(improve_schedule(h1, c, fr, 2, mk, {}), "--memory-limit 2");
+  expect_error(improve_schedule(h1, c, fr, 4, mk, {.ms = -1}), "search budget -1 ms");
+  expect_error(improve_schedule(h1, c, fr, 4, mk, {.ms = std::nan("")}), "search budget");
+  expect_error(improve_schedule(h1, c, fr, 4, mk, {.ms = 5, .max_evaluations = -1}),
+               "-1 evaluations");
+  Schedule broken = h1;
+  std::swap(broken.programs[0][0], broken.programs[0].back());  // W7 before F0
+  expect_error(improve_schedule(broken, c, fr, 4, mk, {}), "invalid schedule");
 }
 
 }  // namespace

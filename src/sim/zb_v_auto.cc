@@ -35,14 +35,13 @@
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
-#include "zb_auto_internal.h"
+#include "sim/zb_score.h"
 
 namespace tightpipe {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kEps = detail::kZbMemEps;
-constexpr double kChunkUnit = 0.5;  // one chunk's F, in whole-rank microbatch activations
+constexpr double kEps = zb::kMemEps;
 
 // Which of two ready F runs first.
 enum class FChunkOrder { kChunk1First, kChunk0First, kAlternate };
@@ -64,8 +63,14 @@ class VGreedy {
     rk_.resize(p);
     end_f_.assign(static_cast<size_t>(S_) * m, kInf);
     end_i_.assign(static_cast<size_t>(S_) * m, kInf);
+    Schedule placement;
+    placement.num_ranks = p;
+    placement.num_stages = S_;
+    placement.stage_to_rank = rank_of_;
+    const std::vector<double> units = zb_f_memory_units(costs, placement);
     for (int32_t s = 0; s < S_; ++s) {
       StageState& x = st_[s];
+      x.unit = units[s];
       x.cf = costs.compute_time(s, ActionType::kForward);
       x.ci = costs.compute_time(s, ActionType::kBackwardInput);
       x.cw = costs.compute_time(s, ActionType::kBackwardWeight);
@@ -117,6 +122,7 @@ class VGreedy {
     int32_t nf = 0, ni = 0, nw = 0;  // next microbatch of F, I, W
     double cf = 0, ci = 0, cw = 0;   // compute times
     double comm_f = 0, comm_b = 0;   // message time to stage + 1 (activation), - 1 (gradient)
+    double unit = 0.5;               // what its F holds, in whole-rank units (zb_f_memory_units)
   };
   struct RankState {
     double free_at = 0;
@@ -200,7 +206,7 @@ class VGreedy {
       tf[c] = ready_f(s[c]);
       ti[c] = ready_i(s[c]);
       // A chunk-0 F keeps room for its microbatch's chunk-1 F on this rank.
-      const double need = c == 0 ? 2 * kChunkUnit : kChunkUnit;
+      const double need = c == 0 ? st_[s[0]].unit + st_[s[1]].unit : y.unit;
       fits[c] = x.mem + need <= limit_ + kEps;
       if (!fits[c] && tf[c] < kInf) memory_bound_ = true;
       f_ok[c] = fits[c] && tf[c] < kInf;
@@ -250,7 +256,7 @@ class VGreedy {
         x.free_at = c.start + y.cf;
         end_f(c.stage, y.nf) = x.free_at;
         prog.push_back({ActionType::kForward, c.stage, y.nf++});
-        x.mem += kChunkUnit;
+        x.mem += y.unit;
         x.last_f_chunk = c.stage == r ? 0 : 1;
         TP_CHECK(x.mem <= limit_ + 1e-6, "zb-v-auto: memory ", x.mem, " over ", limit_);
         break;
@@ -258,12 +264,12 @@ class VGreedy {
         x.free_at = c.start + y.ci;
         end_i(c.stage, y.ni) = x.free_at;
         prog.push_back({ActionType::kBackwardInput, c.stage, y.ni++});
-        x.mem -= (1 - frac_[c.stage]) * kChunkUnit;
+        x.mem -= (1 - frac_[c.stage]) * y.unit;
         break;
       case ActionType::kBackwardWeight:
         x.free_at = c.start + y.cw;
         prog.push_back({ActionType::kBackwardWeight, c.stage, y.nw++});
-        x.mem -= frac_[c.stage] * kChunkUnit;
+        x.mem -= frac_[c.stage] * y.unit;
         break;
       default:
         TP_CHECK(false, "zb-v-auto: unexpected action type");
@@ -320,20 +326,25 @@ Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
   }
   const double limit = o.memory_limit.value_or(p);
   const std::vector<double> frac = zb_w_memory_fractions(costs, o);
+  Schedule placement;  // the V: what zb_f_memory_units needs
+  placement.num_ranks = p;
+  placement.num_stages = 2 * p;
+  placement.stage_to_rank = place_stages(Placement::kV, p, 2 * p);
+  const std::vector<double> units = zb_f_memory_units(costs, placement);
   auto peak_of = [&](const Schedule& s) {
-    const std::vector<double> peaks = zb_peak_memory_units(s, frac);
+    const std::vector<double> peaks = zb_peak_memory_units(s, frac, units);
     return *std::max_element(peaks.begin(), peaks.end());
   };
   auto fits = [&](const Schedule& s) { return peak_of(s) <= limit + kEps; };
 
   // The pick, in one place: every distinct candidate is scored, the first best wins.
   std::optional<Schedule> best;
-  detail::Score best_score;
+  zb::Score best_score;
   std::unordered_set<std::string> seen;  // candidates already scored (many knobs agree)
   auto consider = [&](Schedule s) -> Status {
     TP_CHECK(fits(s), "zb-v-auto candidate '", s.name, "' exceeds the memory limit ", limit);
     if (!seen.insert(to_csv(s)).second) return OkStatus();
-    TP_ASSIGN_OR_RETURN(detail::Score sc, detail::score(s, costs, o.objective, peak_of(s)));
+    TP_ASSIGN_OR_RETURN(zb::Score sc, zb::score_schedule(s, costs, o.objective, peak_of(s)));
     if (!best || sc < best_score) {
       best = std::move(s);
       best_score = sc;
@@ -363,7 +374,8 @@ Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
     }
   }
   best->name = "zb-v-auto";
-  return std::move(*best);
+  if (o.search_budget_ms == 0.0) return std::move(*best);
+  return improve_schedule(*best, costs, frac, limit, o.objective, zb_search_budget(o));
 }
 
 }  // namespace tightpipe

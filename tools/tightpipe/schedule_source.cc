@@ -57,6 +57,12 @@ void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& f) {
   app.add_option("--objective", f.objective,
                  "zb-auto, zb-v-auto: makespan (the step, every stage from 0) or span (max "
                  "per-stage span)");
+  app.add_option_function<double>(
+      "--search-budget-ms", [&f](const double& v) { f.search_budget_ms = v; },
+      fmt::format("zb-auto, zb-v-auto: milliseconds of local search after the greedy, in [0, "
+                  "{}]; 0: the greedy's schedule (default: {} simulations, the same schedule on "
+                  "every machine)",
+                  kZbMaxSearchBudgetMs, kZbDefaultSearchEvaluations));
 }
 
 namespace {
@@ -138,6 +144,7 @@ Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& s
     const char* flag = f.memory_limit        ? "--memory-limit"
                        : f.w_memory_fraction ? "--w-memory-fraction"
                        : !f.objective.empty() ? "--objective"
+                       : f.search_budget_ms   ? "--search-budget-ms"
                                               : nullptr;
     if (flag == nullptr) return o;
     return Status::invalid_argument(fmt::format(
@@ -147,6 +154,7 @@ Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& s
   }
   o.memory_limit = f.memory_limit;  // build_auto_schedule applies (and checks) zb-1p's, zb-2p's
   o.w_memory_fraction = f.w_memory_fraction;
+  o.search_budget_ms = f.search_budget_ms;
   if (!f.objective.empty()) {
     TP_ASSIGN_OR_RETURN(o.objective, parse_zb_objective(f.objective));
   }

@@ -27,6 +27,7 @@ struct ZbAutoFlags {
   std::optional<double> memory_limit;       // --memory-limit: whole-rank microbatch activations
   std::optional<double> w_memory_fraction;  // --w-memory-fraction: share of F's kept by I until W
   std::string objective;                    // --objective makespan|span ("": makespan)
+  std::optional<double> search_budget_ms;   // --search-budget-ms: the search after the greedy
 };
 
 struct ScheduleFlags {
@@ -36,7 +37,7 @@ struct ScheduleFlags {
   int32_t vpp = 0;                // chunks per rank (0: the schedule's default)
   int32_t group_size = 0;         // interleaved microbatch group size (0: --pp)
   CostFlags costs;                // the costs zb-auto is built from (and simulate runs with)
-  ZbAutoFlags zb;                 // zb-auto's memory limit, fraction and objective
+  ZbAutoFlags zb;                 // zb-auto's memory limit, fraction, objective, search
 };
 
 // Adds --schedule, --pp, --microbatches, --vpp, --microbatch-group-size with Megatron's
@@ -44,7 +45,7 @@ struct ScheduleFlags {
 void add_schedule_flags(CLI::App& app, ScheduleFlags& flags);
 // Adds --cost, --costs, --model (mutually exclusive) and --pipeline-layout.
 void add_cost_flags(CLI::App& app, CostFlags& flags);
-// Adds --memory-limit, --w-memory-fraction, --objective.
+// Adds --memory-limit, --w-memory-fraction, --objective, --search-budget-ms.
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
 // The one conversion of those flags (schedule, simulate, train): the options for an auto
 // `schedule` (build_auto_schedule applies the limit zb-1p and zb-2p imply); for any other schedule

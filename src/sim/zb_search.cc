@@ -1,0 +1,360 @@
+// improve_schedule(): a local search after the zero-bubble greedy (auto_schedule.h; rules in
+// docs/cost_model.md, "zb-auto").
+//
+// The neighbourhood: one action of one rank's program moves by a few positions (the actions in
+// between shift by one). First the actions on the critical chain of the current schedule (one
+// simulation with a timeline: the chain of same-rank and dependency edges that ends the
+// objective) are tried, latest first; then a fixed cyclic order (rank, position, shift) goes on
+// where it stopped; after every kept move the search returns to the new critical chain. Each move
+// goes through cheap checks first and is simulated only if it passes them:
+//   1. the order on the rank: the action does not jump over one it depends on, nor over one
+//      that depends on it (dependencies(), CompletionSet: the schedule module's rule);
+//   2. memory: every rank's zb_peak_memory_units stays within the limit;
+//   3. validate() (lower() runs it before the simulation): the whole schedule is well formed and
+//      can finish (a move on one rank can deadlock against another rank's order);
+//   4. the score (zb_score.h) strictly improves, with the sum over ranks of the objective's
+//      per-rank measure as a last tie-break (so the search crosses plateaus where one move cannot
+//      yet shorten the longest rank); else the move is undone.
+// The search stops when a whole cycle of moves has brought no improvement (a local optimum), or
+// at the time or evaluation budget. Strict improvement of a lexicographic score means no move
+// sequence can cycle, and the result is never worse than the input.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "sim/zb_score.h"
+#include "tightpipe/auto_schedule.h"
+#include "tightpipe/base.h"
+#include "tightpipe/simulator.h"
+
+namespace tightpipe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using zb::kMemEps;
+using zb::Score;
+
+// How far the action at a position moves, in the order tried. +1 swaps it with the next action
+// (-1 would repeat that swap from the other side). The shifts past kShortShifts move W only: a W
+// may fill a gap anywhere after its I, while a far F or I move rarely keeps the order valid.
+constexpr int32_t kShifts[] = {1, -2, 2, -3, 3, -4, 4, -6, 6, -8, 8, -12, 12, -16, 16};
+constexpr int32_t kNumShifts = static_cast<int32_t>(std::size(kShifts));
+constexpr int32_t kShortShifts = 7;
+
+// The first line of a status message (validate() appends the schedule's grid).
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// A schedule's score plus the search's tie-break (zb_score.h, rank_sum).
+struct Scored {
+  Score score;
+  double rank_sum = 0;
+
+  // Lexicographic over (objective, other measure, peak, rank_sum); a component decides only when
+  // it is lower by more than a relative 1e-9 (reordering moves sums by an ulp), and none before
+  // it may be higher at all, so the Score of an accepted move is never above the current one.
+  bool beats(const Scored& b) const {
+    const double x[] = {score.primary, score.secondary, score.peak, rank_sum};
+    const double y[] = {b.score.primary, b.score.secondary, b.score.peak, b.rank_sum};
+    for (int k = 0; k < 4; ++k) {
+      if (x[k] < y[k] - 1e-9 * std::max(1.0, std::abs(y[k]))) return true;
+      if (x[k] > y[k]) return false;
+    }
+    return false;
+  }
+};
+
+class LocalSearch {
+ public:
+  LocalSearch(Schedule s, const CostModel& costs, const std::vector<double>& fractions,
+              double limit, ZbObjective objective, const SearchBudget& budget, SearchStats& stats)
+      : s_(std::move(s)),
+        costs_(costs),
+        frac_(fractions),
+        units_(zb_f_memory_units(costs, s_)),
+        limit_(limit),
+        objective_(objective),
+        budget_(budget),
+        stats_(stats),
+        start_(Clock::now()) {}
+
+  // Scores the input, then searches; returns the best schedule found.
+  Result<Schedule> run() {
+    TP_ASSIGN_OR_RETURN(current_.score,
+                        zb::score_schedule(s_, costs_, objective_, peak(), &current_.rank_sum));
+    ++stats_.evaluations;
+    stats_.start_objective = current_.score.primary;
+    // One slot per (rank, position, shift); moves keep every program's length.
+    std::vector<int64_t> rank_first(s_.num_ranks + 1, 0);
+    for (int32_t r = 0; r < s_.num_ranks; ++r) {
+      rank_first[r + 1] = rank_first[r] + static_cast<int64_t>(s_.programs[r].size()) * kNumShifts;
+    }
+    const int64_t slots = rank_first.back();
+    int64_t since_improvement = 0;
+    bool stopped = false;
+    // First the moves of the actions on the critical chain, again after each kept move; then the
+    // cyclic sweep (a kept move there sends the search back to the critical chain).
+    while (!stopped) {
+      bool kept = false;
+      const std::vector<std::pair<int32_t, int32_t>> chain = critical_chain();
+      for (size_t c = 0; c < chain.size() && !kept && !stopped; ++c) {
+        for (int32_t k = 0; k < kNumShifts && !kept; ++k) {
+          if ((stopped = out_of_budget())) break;
+          const auto [r, from] = chain[c];
+          kept = try_move(r, from, from + kShifts[k], k);
+        }
+      }
+      if (kept) {
+        since_improvement = 0;
+        continue;
+      }
+      if (!stopped) stopped = !sweep(rank_first, since_improvement);
+    }
+    stats_.local_optimum = since_improvement >= slots;
+    stats_.final_objective = current_.score.primary;
+    return std::move(s_);
+  }
+
+ private:
+  // The cyclic sweep from slot_ until a move is kept (true) or a whole cycle keeps none or the
+  // budget ends (false).
+  bool sweep(const std::vector<int64_t>& rank_first, int64_t& since_improvement) {
+    const int64_t slots = rank_first.back();
+    for (; since_improvement < slots; slot_ = (slot_ + 1) % slots) {
+      const int64_t slot = slot_;
+      const int32_t r = static_cast<int32_t>(
+          std::upper_bound(rank_first.begin(), rank_first.end(), slot) - rank_first.begin() - 1);
+      const int64_t local = slot - rank_first[r];
+      const int32_t from = static_cast<int32_t>(local / kNumShifts);
+      const int32_t shift_index = static_cast<int32_t>(local % kNumShifts);
+      if (out_of_budget()) return false;
+      ++since_improvement;
+      if (try_move(r, from, from + kShifts[shift_index], shift_index)) {
+        since_improvement = 0;
+        slot_ = (slot_ + 1) % slots;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The (rank, position) of the actions on the current schedule's critical chain, latest first:
+  // from the action that ends last (makespan) or the last action of the longest rank (span), back
+  // to the previous action on its rank when it started as that one ended, else to the
+  // dependency that ended last. Empty if the schedule cannot be simulated with a timeline.
+  std::vector<std::pair<int32_t, int32_t>> critical_chain() const {
+    std::vector<std::pair<int32_t, int32_t>> chain;
+    Result<Schedule> low = lower(s_);
+    if (!low.ok()) return chain;
+    Result<SimResult> sim = simulate(*low, costs_);
+    if (!sim.ok()) return chain;
+    // Start and end of each program position, in program order (one compute lane per rank).
+    std::vector<std::vector<std::pair<double, double>>> at(s_.num_ranks);
+    const auto key = [&](const Action& a) {
+      return (static_cast<size_t>(a.type) * s_.num_stages + a.stage) * s_.num_microbatches +
+             a.microbatch;
+    };
+    std::vector<std::pair<int32_t, int32_t>> where(
+        static_cast<size_t>(kNumActionTypes) * s_.num_stages * s_.num_microbatches, {-1, -1});
+    for (const RankTimeline& rt : sim->timeline.ranks) {
+      for (const TimelineEvent& e : rt.events) {
+        if (e.lane == Lane::kCompute && cost_slot(e.kind) >= 0) {
+          at[rt.rank].push_back({e.start, e.end});
+        }
+      }
+    }
+    for (int32_t r = 0; r < s_.num_ranks; ++r) {
+      if (at[r].size() != s_.programs[r].size()) return chain;
+      for (size_t k = 0; k < at[r].size(); ++k) {
+        where[key(s_.programs[r][k])] = {r, static_cast<int32_t>(k)};
+      }
+    }
+    int32_t r = 0, k = -1;
+    double best = -1;
+    for (int32_t q = 0; q < s_.num_ranks; ++q) {
+      if (at[q].empty()) continue;
+      const double v = objective_ == ZbObjective::kSpan ? at[q].back().second - at[q][0].first
+                                                        : at[q].back().second;
+      if (v > best) std::tie(best, r, k) = std::tuple(v, q, static_cast<int32_t>(at[q].size()) - 1);
+    }
+    constexpr double kTol = 1e-9;
+    while (k >= 0) {
+      chain.push_back({r, k});
+      const double start = at[r][k].first;
+      if (k > 0 && at[r][k - 1].second >= start - kTol) {
+        --k;
+        continue;
+      }
+      std::pair<int32_t, int32_t> next{-1, -1};
+      double latest = -1;
+      for (const Action& d : dependencies(s_, s_.programs[r][k])) {
+        const auto [dr, dk] = where[key(d)];
+        if (dk >= 0 && at[dr][dk].second > latest) {
+          latest = at[dr][dk].second;
+          next = {dr, dk};
+        }
+      }
+      std::tie(r, k) = next;
+    }
+    return chain;
+  }
+
+  bool out_of_budget() {
+    if (stats_.evaluations >= budget_.max_evaluations) {
+      stats_.evaluation_limited = true;
+      return true;
+    }
+    if (elapsed_ms() >= budget_.ms) {
+      stats_.time_limited = true;
+      return true;
+    }
+    return false;
+  }
+
+  double elapsed_ms() const {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+  }
+
+  double peak() const { return zb::max_peak_units(s_, frac_, units_); }
+
+  // Moves rank r's action at `from` to `to` if every check passes and the score improves.
+  bool try_move(int32_t r, int32_t from, int32_t to, int32_t shift_index) {
+    std::vector<Action>& prog = s_.programs[r];
+    if (to < 0 || to >= static_cast<int32_t>(prog.size())) return false;
+    if (shift_index >= kShortShifts && prog[from].type != ActionType::kBackwardWeight) return false;
+    if (only_passes_twins(prog, from, to)) return false;
+    ++stats_.moves_tried;
+    if (!keeps_rank_order(prog, from, to)) return false;
+    move(prog, from, to);
+    bool keep = false;
+    const std::vector<double> peaks = zb_peak_memory_units(s_, frac_, units_);
+    const double top = *std::max_element(peaks.begin(), peaks.end());
+    if (top <= limit_ + kMemEps) {
+      Scored c;
+      Result<Score> sc = zb::score_schedule(s_, costs_, objective_, top, &c.rank_sum);
+      ++stats_.evaluations;
+      if (sc.ok()) {  // not ok: lower()'s validate() refused it (a deadlock across ranks)
+        c.score = *sc;
+        if (c.beats(current_)) {
+          current_ = c;
+          ++stats_.accepted;
+          keep = true;
+        }
+      }
+    }
+    if (!keep) move(prog, to, from);
+    return keep;
+  }
+
+  // The action at `from` lands at `to`; the ones in between shift towards `from`.
+  static void move(std::vector<Action>& prog, int32_t from, int32_t to) {
+    if (from < to) {
+      std::rotate(prog.begin() + from, prog.begin() + from + 1, prog.begin() + to + 1);
+    } else {
+      std::rotate(prog.begin() + to, prog.begin() + from, prog.begin() + from + 1);
+    }
+  }
+
+  // True if a W would pass only W of its own stage: that relabels microbatches of equal cost and
+  // equal memory, so nothing changes.
+  static bool only_passes_twins(const std::vector<Action>& prog, int32_t from, int32_t to) {
+    const Action& a = prog[from];
+    if (a.type != ActionType::kBackwardWeight) return false;
+    for (int32_t k = std::min(from, to); k <= std::max(from, to); ++k) {
+      if (prog[k].type != a.type || prog[k].stage != a.stage) return false;
+    }
+    return true;
+  }
+
+  // False if the action at `from` would pass one it depends on (moving earlier) or one that
+  // depends on it (moving later), by dependencies() and CompletionSet's rule (B meets I).
+  bool keeps_rank_order(const std::vector<Action>& prog, int32_t from, int32_t to) const {
+    CompletionSet done(s_);
+    const Action& a = prog[from];
+    if (to < from) {
+      for (int32_t k = to; k < from; ++k) done.mark(prog[k]);
+      for (const Action& d : dependencies(s_, a)) {
+        if (done.has(d)) return false;
+      }
+      return true;
+    }
+    done.mark(a);
+    for (int32_t k = from + 1; k <= to; ++k) {
+      for (const Action& d : dependencies(s_, prog[k])) {
+        if (done.has(d)) return false;
+      }
+    }
+    return true;
+  }
+
+  Schedule s_;
+  const CostModel& costs_;
+  const std::vector<double>& frac_;
+  const std::vector<double> units_;  // what each stage's F adds (zb_f_memory_units)
+  double limit_;
+  ZbObjective objective_;
+  SearchBudget budget_;
+  SearchStats& stats_;
+  Clock::time_point start_;
+  Scored current_;
+  int64_t slot_ = 0;  // where the cyclic sweep goes on
+};
+
+}  // namespace
+
+Result<Schedule> improve_schedule(const Schedule& compute_only, const CostModel& costs,
+                                  const std::vector<double>& w_fractions, double memory_limit,
+                                  ZbObjective objective, const SearchBudget& budget,
+                                  SearchStats* stats) {
+  SearchStats local_stats;
+  SearchStats& st = stats != nullptr ? *stats : local_stats;
+  st = SearchStats{};
+  if (!std::isfinite(budget.ms) || budget.ms < 0 || budget.max_evaluations < 0) {
+    return Status::invalid_argument(fmt::format(
+        "search budget {} ms, {} evaluations: must be finite and not negative; hint: 0 ms keeps "
+        "the input as it is",
+        budget.ms, budget.max_evaluations));
+  }
+  if (compute_only.lowered || compute_only.has_comm_actions()) {
+    return Status::invalid_argument(fmt::format(
+        "schedule '{}': the search takes a compute-only schedule (F, I, W), not a lowered one; "
+        "hint: pass compute_only(schedule)",
+        compute_only.name));
+  }
+  if (static_cast<int32_t>(w_fractions.size()) != compute_only.num_stages) {
+    return Status::invalid_argument(
+        fmt::format("w-memory fractions: {} given for {} stage(s); hint: one per stage "
+                    "(zb_w_memory_fractions)",
+                    w_fractions.size(), compute_only.num_stages));
+  }
+  if (const Status v = validate(compute_only); !v.ok()) {
+    return Status::invalid_argument(
+        fmt::format("{}; hint: the search starts from a valid schedule", first_line(v.message())));
+  }
+  if (const Status c = costs.covers(compute_only); !c.ok()) return c;
+  const double peak =
+      zb::max_peak_units(compute_only, w_fractions, zb_f_memory_units(costs, compute_only));
+  if (!(peak <= memory_limit + kMemEps)) {
+    return Status::invalid_argument(fmt::format(
+        "--memory-limit {}: schedule '{}' already holds {} microbatch activations on a rank; "
+        "hint: start the search from a schedule within the limit, or raise the limit",
+        memory_limit, compute_only.name, peak));
+  }
+  const Clock::time_point start = Clock::now();
+  Result<Schedule> out = compute_only;
+  if (budget.ms == 0 || budget.max_evaluations == 0) {
+    st.time_limited = budget.ms == 0;
+    st.evaluation_limited = budget.max_evaluations == 0;
+  } else {
+    out = LocalSearch(compute_only, costs, w_fractions, memory_limit, objective, budget, st).run();
+  }
+  st.elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return out;
+}
+
+}  // namespace tightpipe
