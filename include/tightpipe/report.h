@@ -155,10 +155,17 @@ Result<LayerCosts> run_layer_costs(const RunData& run);
 // ----- the report ------------------------------------------------------------------------------
 
 struct WhatIfSpec {
-  std::string name;    // generator name
+  std::string name;    // generator name, or an auto name (zb-auto, zb-1p, zb-2p, zb-v-auto)
   int32_t chunks = 0;  // v; 0: the generator's default
+  // "@auto": the layer split choose_layer_split() picks for the candidate from the run's
+  // per-layer-kind costs (what `train --pipeline-layout auto --layout-costs-from RUN` would run);
+  // otherwise the even split `train` takes by default.
+  bool auto_layout = false;
+  std::string label() const;  // "interleaved:2", "zb-v-auto@auto"
 };
-// "zb-h1,zb-v,interleaved:2". Errors name the item.
+// "zb-h1,zb-v,interleaved:2,zb-v-auto@auto": registry items as parse_schedule_specs() reads
+// them, the auto names (built from the run's costs, auto_schedule.h), each optionally with
+// "@auto". Errors name the item.
 Result<std::vector<WhatIfSpec>> parse_what_if(std::string_view text);
 
 struct WhatIfResult {

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "report/report_internal.h"
+#include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/prof.h"
 
@@ -41,10 +42,41 @@ const StepBreakdown* Report::shown() const {
   return nullptr;
 }
 
+std::string WhatIfSpec::label() const {
+  std::string l = chunks > 0 ? fmt::format("{}:{}", name, chunks) : name;
+  return auto_layout ? l + "@auto" : l;
+}
+
 Result<std::vector<WhatIfSpec>> parse_what_if(std::string_view text) {
-  TP_ASSIGN_OR_RETURN(std::vector<ScheduleSpec> specs, parse_schedule_specs("--what-if", text));
   std::vector<WhatIfSpec> out;
-  for (const ScheduleSpec& s : specs) out.push_back({.name = s.name, .chunks = s.chunks});
+  for (const std::string& raw : split(text, ',')) {
+    std::string item(trim(raw));
+    if (item.empty()) continue;
+    WhatIfSpec w;
+    if (const size_t at = item.find('@'); at != std::string::npos) {
+      if (item.substr(at) != "@auto") {
+        return Status::invalid_argument(fmt::format(
+            "--what-if '{}': unknown layout '{}'; hint: '@auto' (the split auto chooses), or no "
+            "suffix for the even split",
+            item, item.substr(at)));
+      }
+      w.auto_layout = true;
+      item.resize(at);
+    }
+    if (is_auto_schedule_name(item)) {
+      w.name = item;
+      for (char& c : w.name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {  // the registry's names, through the one parser of schedule lists
+      TP_ASSIGN_OR_RETURN(std::vector<ScheduleSpec> specs, parse_schedule_specs("--what-if", item));
+      w.name = specs.at(0).name;
+      w.chunks = specs.at(0).chunks;
+    }
+    out.push_back(std::move(w));
+  }
+  if (out.empty()) {
+    return Status::invalid_argument(fmt::format(
+        "--what-if '{}': names no schedule; hint: e.g. --what-if zb-h1,zb-v,zb-v-auto@auto", text));
+  }
   return out;
 }
 
@@ -120,14 +152,48 @@ std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs) {
 // run's stage costs per layer kind (embedding, block, head: fit_layer_costs), summed over the
 // layers each candidate stage would hold with the split `train --schedule` uses (the balanced
 // default). Otherwise each rank's total spread evenly over its new chunks. `layout` says which.
-CostModel candidate_costs(const RunData& run, const Schedule& target, std::string& layout) {
+// The simulator's comm mode as the run ran.
+SimOptions run_sim_options(const RunData& run) {
+  SimOptions so;
+  so.comm_mode = run.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+  return so;
+}
+
+// The candidate's costs: per layer kind from its own layer split (the even one `train` takes, or
+// with `auto_layout` the one choose_layer_split() picks) when the run's model is known; else each
+// rank's measured cost spread evenly over the candidate's chunks ("even").
+Result<CostModel> candidate_costs(const RunData& run, const Schedule& target, bool auto_layout,
+                                  std::string& layout) {
   if (run.model && !run.layout.empty()) {
     auto layers = run_layer_costs(run);
     auto split = nn::partition_layers(*run.model, target.num_stages, "");
+    if (auto_layout && !layers.ok()) return layers.status();
+    if (auto_layout && !split.ok()) return split.status();
     if (layers.ok() && split.ok()) {
-      layout = nn::format_layout(*split);
-      return cost_model_for_layout(*layers, stage_layers(*split), layout);
+      std::vector<StageLayers> chosen = stage_layers(*split);
+      if (auto_layout) {
+        LayerSplitOptions lo;
+        lo.sim = run_sim_options(run);
+        TP_ASSIGN_OR_RETURN(LayerSplit best,
+                            choose_layer_split(*layers, target, run.model->num_layers, lo));
+        chosen = std::move(best.stages);
+      }
+      std::vector<int> blocks;
+      for (const StageLayers& l : chosen) blocks.push_back(l.blocks);
+      layout = nn::layout_from_blocks(blocks);
+      // The run's own stages: their measured costs as they are (a fit over more stages than
+      // kinds would only approximate them).
+      if (layout == run.layout && target.num_stages == run.costs->num_stages() &&
+          target.stage_to_rank == run.schedule->stage_to_rank) {
+        return *run.costs;
+      }
+      return cost_model_for_layout(*layers, chosen, layout);
     }
+  }
+  if (auto_layout) {
+    return Status::invalid_argument(
+        "@auto needs the run's model and layout (summary.json 'model', 'layout'); hint: a run "
+        "of this version, or drop @auto");
   }
   layout = "even";
   return derive_costs(*run.costs, *run.schedule, target);
@@ -224,12 +290,6 @@ void calibrate_missing_costs(const std::map<int32_t, Timeline>& per_step, Report
   }
 }
 
-// The simulator's comm mode as the run ran.
-SimOptions run_sim_options(const RunData& run) {
-  SimOptions so;
-  so.comm_mode = run.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
-  return so;
-}
 
 // Prediction: the same lowered schedule under the run's costs. Fills rep.predicted and its
 // breakdown, or says why not in rep.prediction_error.
@@ -317,32 +377,51 @@ void explain_gap(Report& rep) {
   }
 }
 
+// The what-if's lowered schedule and its costs. An auto name is built from the costs of its fixed
+// counterpart's shape (the same stages and placement), as `train --schedule NAME` would build it.
+Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, const RunData& run,
+                                                        std::string& layout) {
+  const bool is_auto = is_auto_schedule_name(w.name);
+  const std::string shape_name = is_auto ? auto_schedule_counterpart(w.name) : w.name;
+  GeneratorOptions go;
+  go.ranks = run.num_ranks;
+  go.microbatches = run.schedule->num_microbatches;
+  const GeneratorInfo* g = find_generator(shape_name);
+  go.chunks = is_auto          ? auto_schedule_chunks(w.name)
+              : w.chunks > 0   ? w.chunks
+              : g && g->fixed_chunks > 0 ? g->fixed_chunks
+                                         : 1;
+  TP_ASSIGN_OR_RETURN(Schedule shape, generate_schedule(shape_name, go));
+  TP_ASSIGN_OR_RETURN(Schedule lowered, lower(shape));
+  TP_ASSIGN_OR_RETURN(CostModel costs, candidate_costs(run, lowered, w.auto_layout, layout));
+  if (is_auto) {
+    TP_ASSIGN_OR_RETURN(Schedule built,
+                        build_auto_schedule(w.name, run.num_ranks, go.microbatches, costs, {}));
+    TP_ASSIGN_OR_RETURN(lowered, lower(built));
+  }
+  return std::pair{std::move(lowered), std::move(costs)};
+}
+
 // What-if: the run's costs, per rank, re-simulated under another schedule with the same p and m.
 WhatIfResult what_if(const WhatIfSpec& w, const Report& rep) {
   WhatIfResult res;
-  res.label = w.chunks > 0 ? fmt::format("{}:{}", w.name, w.chunks) : w.name;
+  res.label = w.label();
   if (!rep.has_prediction) {
     res.error = "no prediction for the run itself: " + rep.prediction_error;
     return res;
   }
   const RunData& run = rep.run;
   const int32_t P = run.num_ranks;
-  GeneratorOptions go;
-  go.ranks = P;
-  go.microbatches = run.schedule->num_microbatches;
-  const GeneratorInfo* g = find_generator(w.name);
-  go.chunks = w.chunks > 0 ? w.chunks : (g && g->fixed_chunks > 0 ? g->fixed_chunks : 1);
-  res.chunks = go.chunks;
-  auto sched = generate_schedule(w.name, go);
-  Result<Schedule> lowered = sched.ok() ? lower(*sched) : Result<Schedule>(sched.status());
-  if (!lowered.ok()) {
-    res.error = lowered.status().message();
+  auto built = what_if_schedule(w, run, res.layout);
+  if (!built.ok()) {
+    res.error = built.status().message();
     return res;
   }
-  const CostModel derived = candidate_costs(run, *lowered, res.layout);
+  const auto& [lowered, derived] = *built;
+  res.chunks = lowered.chunks();
   SimOptions so = run_sim_options(run);
   so.record_timeline = false;
-  auto sim = simulate(*lowered, derived, so);
+  auto sim = simulate(lowered, derived, so);
   if (!sim.ok()) {
     res.error = sim.status().message();
     return res;

@@ -169,7 +169,8 @@ TEST(LayerCosts, FitRecoversKindsAndResplits) {
   EXPECT_NE(m.source().find("E,t|t|t|t,L"), std::string::npos);
 }
 
-// Two stages cannot separate three kinds: the embedding is taken as free, never negative.
+// Two stages cannot separate three kinds: one end kind is taken as free (the embedding when that
+// fits), never negative.
 TEST(LayerCosts, UnderdeterminedTakesTheEmbeddingAsFree) {
   std::vector<StageCost> sc(2);
   sc[0].f = 12;  // E + 2t
@@ -182,6 +183,16 @@ TEST(LayerCosts, UnderdeterminedTakesTheEmbeddingAsFree) {
   EXPECT_NEAR(fit->head.f, 2, 1e-9);
   for (const StageCost* c : {&fit->embedding, &fit->block, &fit->head}) EXPECT_GE(c->w, 0);
   EXPECT_FALSE(fit_layer_costs(CostModel(sc, LinkCost{}, "s", "t"), {{true, 2, false}}).ok());
+  // The first stage measured slower (a small head, noise, the loader on its rank): the head is
+  // free and the embedding carries the difference, so both stages are reproduced exactly (a
+  // what-if of the run's own schedule and split is the run's prediction).
+  sc[0].f = 14;
+  sc[1].f = 12;
+  fit = fit_layer_costs(CostModel(sc, LinkCost{}, "s", "test"), {{true, 2, false}, {false, 2, true}});
+  ASSERT_TRUE(fit.ok());
+  EXPECT_NEAR(fit->embedding.f, 2, 1e-9);
+  EXPECT_NEAR(fit->block.f, 6, 1e-9);
+  EXPECT_EQ(fit->head.f, 0);
 }
 
 }  // namespace

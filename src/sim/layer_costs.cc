@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "tightpipe/cost_model.h"
 
@@ -49,34 +50,36 @@ bool solve(const std::vector<Row>& rows, const std::vector<double>& y,
   return true;
 }
 
-// One field: the three kinds' values, non-negative. Kinds the data cannot separate are taken as
-// free, the embedding first, then the head; a negative solution pins that kind at 0.
+// One field: the three kinds' values, non-negative, fitting the stages best (least squares).
+// Kinds the data cannot separate are taken as free: of the ways to pin the embedding and the head
+// at 0 (none, the embedding, the head, both) the non-negative solution with the smallest residual
+// wins, ties in that order (so with only "E + n blocks" and "n blocks + head" stages the cheaper
+// end kind is free and the other carries the difference: both stages are reproduced exactly).
+// The block is pinned at 0 only when nothing else fits.
 Row fit_field(const std::vector<Row>& rows, const std::vector<double>& y) {
-  std::array<bool, kKinds> free{true, true, true};
-  for (int k = 0; k < kKinds; ++k) {
-    bool used = false;
-    for (const Row& r : rows) used = used || r[k] != 0;
-    free[k] = used;
-  }
-  Row x{0, 0, 0};
-  for (int attempt = 0; attempt < 2 * kKinds; ++attempt) {
-    if (!solve(rows, y, free, x)) {
-      if (free[0]) {
-        free[0] = false;
-      } else if (free[2]) {
-        free[2] = false;
-      } else {
-        return {0, 0, 0};
-      }
-      continue;
+  std::array<bool, kKinds> used{};
+  for (int k = 0; k < kKinds; ++k)
+    for (const Row& r : rows) used[k] = used[k] || r[k] != 0;
+  Row best{0, 0, 0};
+  double best_residual = std::numeric_limits<double>::infinity();
+  for (int pins = 0; pins < 8; ++pins) {  // bit 0: embedding pinned, bit 1: head, bit 2: block
+    const std::array<bool, kKinds> free{used[0] && !(pins & 1), used[1] && !(pins & 4),
+                                        used[2] && !(pins & 2)};
+    Row x{0, 0, 0};
+    if (!solve(rows, y, free, x)) continue;
+    if (x[0] < 0 || x[1] < 0 || x[2] < 0) continue;
+    double residual = 0;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const double e = rows[r][0] * x[0] + rows[r][1] * x[1] + rows[r][2] * x[2] - y[r];
+      residual += e * e;
     }
-    int negative = -1;
-    for (int k = 0; k < kKinds; ++k)
-      if (free[k] && x[k] < 0) negative = k;
-    if (negative < 0) return x;
-    free[negative] = false;
+    const double scale = 1e-12 * (1 + std::abs(y.empty() ? 0 : y[0]));
+    if (residual < best_residual - scale * scale) {
+      best = x;
+      best_residual = residual;
+    }
   }
-  return x;
+  return best;
 }
 
 // The fields of StageCost that scale with the layers a stage holds.

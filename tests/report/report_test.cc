@@ -117,6 +117,17 @@ TEST(WhatIfTest, Parse) {
   EXPECT_FALSE(parse_what_if("nope").ok());
   EXPECT_FALSE(parse_what_if("interleaved:x").ok());
   EXPECT_NE(parse_what_if("nope").status().message().find("nope"), std::string::npos);
+  // The auto names (built from the run's costs) and the auto layer split.
+  w = parse_what_if("ZB-V-Auto@auto,zb-1p,zb-v@auto");
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  ASSERT_EQ(w->size(), 3u);
+  EXPECT_EQ((*w)[0].name, "zb-v-auto");
+  EXPECT_TRUE((*w)[0].auto_layout);
+  EXPECT_EQ((*w)[0].label(), "zb-v-auto@auto");
+  EXPECT_FALSE((*w)[1].auto_layout);
+  EXPECT_EQ((*w)[2].name, "zb-v");
+  EXPECT_NE(parse_what_if("zb-v@even").status().message().find("@even"), std::string::npos);
+  EXPECT_FALSE(parse_what_if(" , ").ok());
 }
 
 TrainOptions emulated(const std::string& out, const std::string& schedule, int pp, int m) {
@@ -226,7 +237,8 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   auto s = run_training(o);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   ReportOptions ro;
-  ro.what_if = parse_what_if("zb-h1,zb-v,interleaved:2").value();
+  ro.what_if =
+      parse_what_if("zb-h1,zb-v,interleaved:2,1f1b,zb-auto,zb-1p@auto").value();
   auto rep = build_report(out, ro);
   ASSERT_TRUE(rep.ok()) << rep.status().to_string();
   const auto& sm = rep->summary;
@@ -267,13 +279,19 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   }
   EXPECT_TRUE(named) << "the loader's 40 ms per rank is not among the gap's contributors";
   // What-if: every schedule simulated; zb-h1 does not lose to 1f1b.
-  ASSERT_EQ(rep->what_ifs.size(), 3u);
+  ASSERT_EQ(rep->what_ifs.size(), 6u);
   for (const auto& w : rep->what_ifs) {
     EXPECT_TRUE(w.error.empty()) << w.label << ": " << w.error;
     EXPECT_GT(w.makespan, 0) << w.label;
   }
   EXPECT_GE(rep->what_ifs[0].step_saving, -1e-9);
   EXPECT_EQ(rep->what_ifs[1].chunks, 2);
+  // The run's own schedule on its own split is the run's prediction (the layer-kind fit
+  // reproduces every stage); zb-auto, built from those costs, never loses to zb-h1.
+  EXPECT_NEAR(rep->what_ifs[3].makespan, rep->predicted.makespan, 1e-9 * rep->predicted.makespan);
+  EXPECT_LE(rep->what_ifs[4].makespan, rep->what_ifs[0].makespan * (1 + 1e-12));
+  EXPECT_EQ(rep->what_ifs[5].label, "zb-1p@auto");
+  EXPECT_EQ(rep->what_ifs[5].chunks, 1);
   // Each candidate is costed on a layer split it names: zb-h1 on the run's own.
   ASSERT_FALSE(rep->run.layout.empty());
   EXPECT_EQ(rep->what_ifs[0].layout, rep->run.layout);

@@ -23,7 +23,9 @@ int cmd_report(int argc, char** argv) {
                  "(default: RUN_DIR)");
   app.add_option("--what-if", what_if,
                  "re-simulate the measured costs under other schedules, e.g. "
-                 "zb-h1,zb-v,interleaved:2 (name:v sets the chunks)");
+                 "zb-h1,zb-v,interleaved:2 (name:v sets the chunks); zb-auto, zb-1p, zb-2p, "
+                 "zb-v-auto are built from the run's costs; NAME@auto costs the candidate with "
+                 "the layer split --pipeline-layout auto would choose");
   app.add_flag("--quiet", quiet, "no terminal table");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
