@@ -9,6 +9,7 @@
 // Usage: auto_schedule_bench [--steps N] [--rounds R]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +60,7 @@ struct Case {
   std::string what_if;   // the report's --what-if item for it
   bool auto_layout = false;
   std::vector<double> measured, predicted, what_if_pred;
+  std::vector<double> skew;  // slowest rank's F+I+W per microbatch / fastest's - 1
   std::string layout;
 };
 
@@ -107,6 +109,14 @@ int main(int argc, char** argv) {
       const TrainSummary s = or_die(run_training(o), c.schedule + " run");
       const auto j = nlohmann::json::parse(read_file(o.out_dir + "/summary.json").value());
       c.layout = j["layout"].get<std::string>();
+      std::vector<double> work(o.pp, 0.0);
+      for (const auto& st : j["measured_costs"]) {
+        work[st["rank"].get<int>()] +=
+            st["f_s"].get<double>() + st["i_s"].get<double>() + st["w_s"].get<double>();
+      }
+      c.skew.push_back(*std::max_element(work.begin(), work.end()) /
+                           *std::min_element(work.begin(), work.end()) -
+                       1);
       c.measured.push_back(s.measured_bubble_ratio);
       c.predicted.push_back(s.predicted_bubble_ratio);
       if (c.schedule == "zb-h1") {  // the what-ifs of every schedule, from this run
@@ -126,13 +136,15 @@ int main(int argc, char** argv) {
               "(medians after the warm-up and profile steps), %d rounds; bubble = the one "
               "definition (docs/bubble.md), median over the rounds\n\n",
               steps, rounds);
-  std::printf("%-24s %-22s %9s %10s %16s %10s\n", "schedule", "layout", "measured",
-              "predicted", "what-if (zb-h1)", "|gap| pp");
+  std::printf("%-24s %-22s %9s %9s %10s %16s %9s %10s\n", "schedule", "layout", "measured",
+              "best rnd", "predicted", "what-if (zb-h1)", "|gap| pp", "rank skew");
   double best = 1, v_even = 0, v_auto = 0, worst_gap = 0;
   for (const Case& c : cases) {
     const double m = median(c.measured), p = median(c.predicted), w = median(c.what_if_pred);
-    std::printf("%-24s %-22s %8.1f%% %9.1f%% %15.1f%% %10.1f\n", c.label.c_str(),
-                c.layout.c_str(), 100 * m, 100 * p, 100 * w, 100 * std::abs(w - m));
+    const double low = *std::min_element(c.measured.begin(), c.measured.end());
+    std::printf("%-24s %-22s %8.1f%% %8.1f%% %9.1f%% %15.1f%% %9.1f %9.1f%%\n", c.label.c_str(),
+                c.layout.c_str(), 100 * m, 100 * low, 100 * p, 100 * w, 100 * std::abs(w - m),
+                100 * median(c.skew));
     best = std::min(best, m);
     if (c.schedule == "zb-v") v_even = m;
     if (c.schedule == "zb-v-auto") v_auto = m;
@@ -142,7 +154,10 @@ int main(int argc, char** argv) {
   }
   std::printf("\nbest measured bubble %.1f%% (target < 5%%); zb-v-auto with the auto split %.1f%% "
               "vs zb-v with the default split %.1f%%; zb-v what-ifs from the zb-h1 run within "
-              "%.1f points of the runs (target 3)\n",
+              "%.1f points of the runs (target 3)\n"
+              "rank skew: how much slower the slowest rank computed its F+I+W per microbatch than "
+              "the fastest, in that run (the same work on both ranks but for zb-v's default split: "
+              "what the shared machine adds)\n",
               100 * best, 100 * v_auto, 100 * v_even, 100 * worst_gap);
   return 0;
 }

@@ -12,9 +12,10 @@
 // improves it with a local search (improve_schedule(), within a budget). The result is an
 // ordinary compute-only Schedule (F, I, W) that validate() accepts and lower() lowers.
 //
-// Memory is counted per rank in whole-rank microbatch units, independent of timing: with v chunks
-// per rank, F adds 1/v, I frees (1 - f)/v, W frees f/v, with f the stage's w-memory fraction; no
-// rank's running sum ever exceeds the limit.
+// Memory is counted per rank in whole-rank microbatch units, independent of timing: F adds u, the
+// stage's share of its rank's activation bytes (1/v without sizes; zb_f_memory_units), I frees
+// (1 - f)u, W frees fu, with f the stage's w-memory fraction; no rank's running sum ever exceeds
+// the limit.
 //
 // Pure functions (but for the search's wall-clock budget); thread-safe for distinct inputs.
 #pragma once

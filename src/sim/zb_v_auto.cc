@@ -2,8 +2,9 @@
 // memory limit (auto_schedule.h; rules in docs/cost_model.md, "zb-v-auto").
 //
 // Placement is zb-v's: rank r owns stage r (chunk 0, going down) and stage 2p-1-r (chunk 1,
-// coming back). Memory per rank in whole-rank microbatch units: a chunk's F adds 1/2, its I
-// frees (1 - f)/2, its W f/2.
+// coming back). Memory per rank in whole-rank microbatch units: a chunk's F adds u (its share of
+// the rank's activation bytes, zb_f_memory_units; 1/2 without sizes), its I frees (1 - f)u,
+// its W fu.
 //
 // Phases:
 //   1. VGreedy: one list-scheduling pass over the ranks. Every rank keeps the time its lane is
@@ -12,7 +13,7 @@
 //      (either chunk; a knob: chunk 1 first, chunk 0 first, or the other chunk than the last F,
 //      zb-v's alternation); else a pending W, to free memory for a ready F or to fill the gap
 //      until the next F or I; else the rank waits. A chunk-0 F also keeps room for the chunk-1 F
-//      of its microbatch (half a unit), so the oldest microbatch in flight can always go on: the
+//      of its microbatch, so the oldest microbatch in flight can always go on: the
 //      pass never deadlocks. Yes/no knobs as zb-auto's: F before a ready I, and W only when it
 //      ends before the next F or I (estimated).
 //   2. build_zb_v_auto(): the pass for every knob combination (24) and every integer memory
