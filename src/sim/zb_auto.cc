@@ -27,6 +27,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "sim/zb_chain.h"
 #include "sim/zb_score.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
@@ -58,8 +59,6 @@ class Greedy {
          double limit, Knobs knobs)
       : p_(p), m_(m), frac_(fractions), limit_(limit), knobs_(knobs) {
     st_.resize(p);
-    end_f_.assign(static_cast<size_t>(p) * m, kInf);
-    end_i_.assign(static_cast<size_t>(p) * m, kInf);
     for (int32_t s = 0; s < p; ++s) {
       st_[s].cf = costs.compute_time(s, ActionType::kForward);
       st_[s].ci = costs.compute_time(s, ActionType::kBackwardInput);
@@ -67,6 +66,9 @@ class Greedy {
       st_[s].comm_f = s + 1 < p ? costs.message_time(s, s + 1) : 0;
       st_[s].comm_b = s > 0 ? costs.message_time(s, s - 1) : 0;
     }
+    std::vector<zb::ChainTimes::Stage> chain;
+    for (const StageState& x : st_) chain.push_back({x.cf, x.ci, x.comm_f, x.comm_b});
+    chain_ = zb::ChainTimes(std::move(chain), m);
   }
 
   Schedule run() {
@@ -113,52 +115,20 @@ class Greedy {
     double start = kInf;
   };
 
-  double& end_f(int32_t s, int32_t k) { return end_f_[static_cast<size_t>(s) * m_ + k]; }
-  double& end_i(int32_t s, int32_t k) { return end_i_[static_cast<size_t>(s) * m_ + k]; }
+  double& end_f(int32_t s, int32_t k) { return chain_.end_f(s, k); }
+  double& end_i(int32_t s, int32_t k) { return chain_.end_i(s, k); }
 
   // When the next F of s can start by its dependencies (kInf: its input is not placed yet).
-  double ready_f(int32_t s) {
-    const StageState& x = st_[s];
-    if (x.nf >= m_) return kInf;
-    if (s == 0) return 0;
-    const double e = end_f(s - 1, x.nf);
-    return e == kInf ? kInf : e + st_[s - 1].comm_f;
-  }
+  double ready_f(int32_t s) { return st_[s].nf >= m_ ? kInf : chain_.ready_f(s, st_[s].nf); }
   // When the next I of s can start by its dependencies (kInf: not placed downstream yet).
   double ready_i(int32_t s) {
-    const StageState& x = st_[s];
-    if (x.ni >= x.nf) return kInf;
-    if (s == p_ - 1) return end_f(s, x.ni);
-    const double e = end_i(s + 1, x.ni);
-    return e == kInf ? kInf : std::max(end_f(s, x.ni), e + st_[s + 1].comm_b);
+    return st_[s].ni >= st_[s].nf ? kInf : chain_.ready_i(s, st_[s].ni);
   }
-  // A lower bound on when the next I of s can start: the known time, or the chain of the
-  // microbatch's remaining F and I downstream, each stage no earlier than its lane is free.
+  // A lower bound on when the next I of s can start (zb_chain.h), each stage no earlier than its
+  // lane is free.
   double estimate_i(int32_t s) {
-    const StageState& x = st_[s];
-    if (x.ni >= x.nf) return kInf;
-    const double known = ready_i(s);
-    if (known < kInf) return known;
-    const int32_t k = x.ni;
-    std::vector<double>& fe = scratch_;
-    fe.assign(p_, 0);
-    fe[s] = end_f(s, k);
-    for (int32_t j = s + 1; j < p_; ++j) {
-      const double e = end_f(j, k);
-      fe[j] = e < kInf ? e : std::max(st_[j].free_at, fe[j - 1] + st_[j - 1].comm_f) + st_[j].cf;
-    }
-    double ie = 0;  // end of I of stage j + 1
-    for (int32_t j = p_ - 1; j > s; --j) {
-      const double e = end_i(j, k);
-      if (e < kInf) {
-        ie = e;
-        continue;
-      }
-      double start = std::max(st_[j].free_at, fe[j]);
-      if (j + 1 < p_) start = std::max(start, ie + st_[j + 1].comm_b);
-      ie = start + st_[j].ci;
-    }
-    return std::max(fe[s], ie + st_[s + 1].comm_b);
+    if (st_[s].ni >= st_[s].nf) return kInf;
+    return chain_.estimate_i(s, st_[s].ni, [&](int32_t j) { return st_[j].free_at; });
   }
 
   // The next action of s. `relaxed` drops the two waiting knobs (used only if no stage could
@@ -231,8 +201,7 @@ class Greedy {
   double limit_;
   Knobs knobs_;
   std::vector<StageState> st_;
-  std::vector<double> end_f_, end_i_;  // [S * M] end times, kInf until placed
-  std::vector<double> scratch_;
+  zb::ChainTimes chain_;  // the placed F and I end times, and the dependency timing
 };
 
 }  // namespace

@@ -33,10 +33,11 @@
 #include <unordered_set>
 #include <vector>
 
+#include "sim/zb_chain.h"
+#include "sim/zb_score.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
-#include "sim/zb_score.h"
 
 namespace tightpipe {
 namespace {
@@ -62,8 +63,6 @@ class VGreedy {
     rank_of_ = place_stages(Placement::kV, p, S_);
     st_.resize(S_);
     rk_.resize(p);
-    end_f_.assign(static_cast<size_t>(S_) * m, kInf);
-    end_i_.assign(static_cast<size_t>(S_) * m, kInf);
     Schedule placement;
     placement.num_ranks = p;
     placement.num_stages = S_;
@@ -79,6 +78,9 @@ class VGreedy {
       if (s + 1 < S_ && rank_of_[s + 1] != rank_of_[s]) x.comm_f = costs.message_time(s, s + 1);
       if (s > 0 && rank_of_[s - 1] != rank_of_[s]) x.comm_b = costs.message_time(s, s - 1);
     }
+    std::vector<zb::ChainTimes::Stage> chain;
+    for (const StageState& x : st_) chain.push_back({x.cf, x.ci, x.comm_f, x.comm_b});
+    chain_ = zb::ChainTimes(std::move(chain), m);
   }
 
   Schedule run() {
@@ -137,53 +139,21 @@ class VGreedy {
   };
 
   int32_t stage_of(int32_t r, int32_t chunk) const { return chunk == 0 ? r : S_ - 1 - r; }
-  double& end_f(int32_t s, int32_t k) { return end_f_[static_cast<size_t>(s) * m_ + k]; }
-  double& end_i(int32_t s, int32_t k) { return end_i_[static_cast<size_t>(s) * m_ + k]; }
+  double& end_f(int32_t s, int32_t k) { return chain_.end_f(s, k); }
+  double& end_i(int32_t s, int32_t k) { return chain_.end_i(s, k); }
   double lane_free(int32_t s) const { return rk_[rank_of_[s]].free_at; }
 
   // When the next F of s can start by its dependencies (kInf: its input is not placed yet).
-  double ready_f(int32_t s) {
-    const StageState& x = st_[s];
-    if (x.nf >= m_) return kInf;
-    if (s == 0) return 0;
-    const double e = end_f(s - 1, x.nf);
-    return e == kInf ? kInf : e + st_[s - 1].comm_f;
-  }
+  double ready_f(int32_t s) { return st_[s].nf >= m_ ? kInf : chain_.ready_f(s, st_[s].nf); }
   // When the next I of s can start by its dependencies (kInf: not placed downstream yet).
   double ready_i(int32_t s) {
-    const StageState& x = st_[s];
-    if (x.ni >= x.nf) return kInf;
-    if (s == S_ - 1) return end_f(s, x.ni);
-    const double e = end_i(s + 1, x.ni);
-    return e == kInf ? kInf : std::max(end_f(s, x.ni), e + st_[s + 1].comm_b);
+    return st_[s].ni >= st_[s].nf ? kInf : chain_.ready_i(s, st_[s].ni);
   }
-  // A lower bound on when the next I of s can start: the known time, or the chain of the
-  // microbatch's remaining F and I downstream, each stage no earlier than its rank is free.
+  // A lower bound on when the next I of s can start (zb_chain.h), each stage no earlier than its
+  // lane is free.
   double estimate_i(int32_t s) {
-    const StageState& x = st_[s];
-    if (x.ni >= x.nf) return kInf;
-    const double known = ready_i(s);
-    if (known < kInf) return known;
-    const int32_t k = x.ni;
-    std::vector<double>& fe = scratch_;
-    fe.assign(S_, 0);
-    fe[s] = end_f(s, k);
-    for (int32_t j = s + 1; j < S_; ++j) {
-      const double e = end_f(j, k);
-      fe[j] = e < kInf ? e : std::max(lane_free(j), fe[j - 1] + st_[j - 1].comm_f) + st_[j].cf;
-    }
-    double ie = 0;  // end of I of stage j + 1
-    for (int32_t j = S_ - 1; j > s; --j) {
-      const double e = end_i(j, k);
-      if (e < kInf) {
-        ie = e;
-        continue;
-      }
-      double start = std::max(lane_free(j), fe[j]);
-      if (j + 1 < S_) start = std::max(start, ie + st_[j + 1].comm_b);
-      ie = start + st_[j].ci;
-    }
-    return std::max(fe[s], ie + st_[s + 1].comm_b);
+    if (st_[s].ni >= st_[s].nf) return kInf;
+    return chain_.estimate_i(s, st_[s].ni, [&](int32_t j) { return lane_free(j); });
   }
 
   // Of the chunks whose flag is set, `preferred` if it is one of them (-1: none).
@@ -284,8 +254,7 @@ class VGreedy {
   std::vector<int32_t> rank_of_;
   std::vector<StageState> st_;
   std::vector<RankState> rk_;
-  std::vector<double> end_f_, end_i_;  // [S * M] end times, kInf until placed
-  std::vector<double> scratch_;
+  zb::ChainTimes chain_;  // the placed F and I end times, and the dependency timing
   bool memory_bound_ = false;
 };
 

@@ -1,0 +1,83 @@
+// Internal to the sim module: the dependency timing the cost-aware greedies (zb_auto.cc,
+// zb_v_auto.cc) share, one definition for both. A chain of S stages (stage s feeds s + 1 with
+// F's activation; I flows back from s + 1 to s; the last stage turns its own F into I): the
+// end times of the F and I placed so far, and when a stage's next F or I may start.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace tightpipe::zb {
+
+class ChainTimes {
+ public:
+  static constexpr double kUnplaced = std::numeric_limits<double>::infinity();
+
+  // Per stage: compute times of F and I, message time to s + 1 (activation) and to s - 1
+  // (gradient); 0 where the neighbour is on the same rank.
+  struct Stage {
+    double cf = 0, ci = 0, comm_f = 0, comm_b = 0;
+  };
+
+  ChainTimes() = default;
+  ChainTimes(std::vector<Stage> stages, int32_t m)
+      : st_(std::move(stages)),
+        m_(m),
+        end_f_(st_.size() * static_cast<size_t>(m), kUnplaced),
+        end_i_(st_.size() * static_cast<size_t>(m), kUnplaced) {}
+
+  int32_t num_stages() const { return static_cast<int32_t>(st_.size()); }
+  double& end_f(int32_t s, int32_t k) { return end_f_[static_cast<size_t>(s) * m_ + k]; }
+  double& end_i(int32_t s, int32_t k) { return end_i_[static_cast<size_t>(s) * m_ + k]; }
+
+  // When F of microbatch k on s can start by its dependencies (kUnplaced: its input is not
+  // placed yet).
+  double ready_f(int32_t s, int32_t k) {
+    if (s == 0) return 0;
+    const double e = end_f(s - 1, k);
+    return e == kUnplaced ? kUnplaced : e + st_[s - 1].comm_f;
+  }
+  // When I of microbatch k on s can start (its F is placed; kUnplaced: not placed downstream).
+  double ready_i(int32_t s, int32_t k) {
+    if (s == num_stages() - 1) return end_f(s, k);
+    const double e = end_i(s + 1, k);
+    return e == kUnplaced ? kUnplaced : std::max(end_f(s, k), e + st_[s + 1].comm_b);
+  }
+  // A lower bound on when I of microbatch k on s can start: the known time, or the chain of the
+  // microbatch's remaining F and I downstream, each stage no earlier than lane_free(stage).
+  template <typename LaneFree>
+  double estimate_i(int32_t s, int32_t k, const LaneFree& lane_free) {
+    const double known = ready_i(s, k);
+    if (known < kUnplaced) return known;
+    const int32_t S = num_stages();
+    std::vector<double>& fe = scratch_;
+    fe.assign(S, 0);
+    fe[s] = end_f(s, k);
+    for (int32_t j = s + 1; j < S; ++j) {
+      const double e = end_f(j, k);
+      fe[j] = e < kUnplaced ? e : std::max(lane_free(j), fe[j - 1] + st_[j - 1].comm_f) + st_[j].cf;
+    }
+    double ie = 0;  // end of I of stage j + 1
+    for (int32_t j = S - 1; j > s; --j) {
+      const double e = end_i(j, k);
+      if (e < kUnplaced) {
+        ie = e;
+        continue;
+      }
+      double start = std::max(lane_free(j), fe[j]);
+      if (j + 1 < S) start = std::max(start, ie + st_[j + 1].comm_b);
+      ie = start + st_[j].ci;
+    }
+    return std::max(fe[s], ie + st_[s + 1].comm_b);
+  }
+
+ private:
+  std::vector<Stage> st_;
+  int32_t m_ = 0;
+  std::vector<double> end_f_, end_i_;  // [S * m]
+  std::vector<double> scratch_;
+};
+
+}  // namespace tightpipe::zb
