@@ -168,7 +168,7 @@ Status RankRun::save(int64_t done) {
   }
   if (rank_ == 0) {
     // The schedule an auto run built goes with the weights: a resumed run keeps it.
-    const std::string sched = opt_.save_dir + "/" + kAutoScheduleFile;
+    const std::string sched = fmt::format("{}/{}", opt_.save_dir, kAutoScheduleFile);
     if (plan_.auto_switch.built) {
       TP_RETURN_IF_ERROR(write_file(sched, to_csv(plan_.auto_switch.schedule)));
     } else {
@@ -312,17 +312,19 @@ Status RankRun::switch_schedule() {
                                        built.status().message());
   }
   TP_ASSIGN_OR_RETURN(payload, broadcast_string(t_, 0, std::move(payload), opt_.exec.timeout_s));
-  const size_t eol = payload.find('\n');
-  const std::string head = payload.substr(0, eol);
+  const std::string_view text(payload);
+  const size_t eol = std::min(text.find('\n'), text.size());
+  const std::string head(text.substr(0, eol));
+  const std::string_view body = eol < text.size() ? text.substr(eol + 1) : std::string_view();
   char* end = nullptr;
   if (head.rfind("error ", 0) == 0) {
     const long code = std::strtol(head.c_str() + 6, &end, 10);
-    return Status(static_cast<StatusCode>(code), payload.substr(eol + 1));
+    return Status(static_cast<StatusCode>(code), std::string(body));
   }
   TP_CHECK(head.rfind("ok ", 0) == 0, "auto schedule broadcast: bad header '", head, "'");
   as.predicted_before = std::strtod(head.c_str() + 3, &end);  // hex floats: exact
   as.predicted_after = std::strtod(end, nullptr);
-  TP_ASSIGN_OR_RETURN(Schedule built, parse_csv(payload.substr(eol + 1), as.target));
+  TP_ASSIGN_OR_RETURN(Schedule built, parse_csv(body, as.target));
   built.name = as.target;
   TP_ASSIGN_OR_RETURN(Schedule lowered, lower(built));
   plan_.lowered = std::move(lowered);
@@ -332,7 +334,7 @@ Status RankRun::switch_schedule() {
   if (rank_ != 0) return OkStatus();
   std::string wrote;
   if (!opt_.out_dir.empty()) {
-    TP_RETURN_IF_ERROR(write_file(opt_.out_dir + "/" + kAutoScheduleFile, to_csv(built)));
+    TP_RETURN_IF_ERROR(write_file(fmt::format("{}/{}", opt_.out_dir, kAutoScheduleFile), to_csv(built)));
     TP_RETURN_IF_ERROR(
         write_file(opt_.out_dir + "/profile_costs.json", cost_table_to_json(costs)));
     wrote = fmt::format("; wrote {0}/{1} and {0}/profile_costs.json", opt_.out_dir,
@@ -359,7 +361,6 @@ Result<RunEnd> RankRun::gather_end() {
     TP_ASSIGN_OR_RETURN(RankTimeline rt, events_from_json_array(last[r], r));
     end.last_step.ranks.push_back(std::move(rt));
   }
-  end.last_step.time_unit = "s";
   end.records = records_;
   return end;
 }

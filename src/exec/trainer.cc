@@ -143,7 +143,7 @@ Result<Schedule> initial_schedule(const TrainOptions& opt, AutoSwitch& as) {
         "--vpp {}: schedule '{}' runs {} chunk(s) per rank; hint: drop --vpp", opt.vpp,
         opt.schedule, chunks));
   }
-  const std::string saved = opt.load_dir + "/" + kAutoScheduleFile;
+  const std::string saved = fmt::format("{}/{}", opt.load_dir, kAutoScheduleFile);
   if (!opt.load_dir.empty() && std::filesystem::exists(saved)) {
     TP_ASSIGN_OR_RETURN(std::string text, read_file(saved));
     auto s = parse_csv(text, saved);

@@ -372,11 +372,24 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
     return OkStatus();
   };
 
-  // The handcrafted schedules first: on an exact tie they win (their rule is documented).
+  // The handcrafted schedules that fit, each at the first limit it fits in, before that limit's
+  // greedy passes: on an exact tie they win (their rule is documented).
+  std::vector<std::pair<Schedule, double>> hand;
   for (const char* name : {"zb-h1", "zb-h2"}) {
     auto s = generate_schedule(name, {.ranks = p, .microbatches = m, .chunks = 1});
-    if (s.ok() && fits(*s)) TP_RETURN_IF_ERROR(consider(std::move(s).value()));
+    if (s.ok() && fits(*s)) hand.emplace_back(std::move(s).value(), 0.0);
   }
+  for (auto& [s, peak] : hand) peak = peak_of(s);
+  auto consider_hand = [&](double l) -> Status {
+    for (auto& [s, peak] : hand) {
+      if (peak <= l + kMemEps && !s.programs.empty()) {
+        TP_RETURN_IF_ERROR(consider(std::move(s)));
+        s.programs.clear();  // considered
+      }
+    }
+    return OkStatus();
+  };
+  std::vector<std::pair<Schedule, double>> starts;  // the best up to each limit
   // Every integer limit up to the requested one (holding more than m is never needed), and the
   // limit itself: the candidates of a smaller integer limit are among those of a larger one.
   const double top = std::min(limit, static_cast<double>(m));
@@ -386,6 +399,7 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
   }
   if (limits.empty() || limits.back() < top - kMemEps) limits.push_back(top);
   for (double l : limits) {
+    TP_RETURN_IF_ERROR(consider_hand(l));
     const int32_t base = static_cast<int32_t>(std::floor(l + kMemEps));
     for (int bits = 0; bits < 24; ++bits) {
       const int family = bits / 8;  // 0: memory only; 1: base l, slope 1; 2: base l - 1, slope 2
@@ -396,10 +410,16 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
                     .w_closes_gap = (bits & 4) != 0};
       TP_RETURN_IF_ERROR(consider(Greedy(p, m, costs, frac, l, k).run()));
     }
+    starts.emplace_back(*best, l);
   }
-  best->name = "zb-auto";
-  if (o.search_budget_ms == 0.0) return std::move(*best);
-  return improve_schedule(*best, costs, frac, limit, o.objective, zb_search_budget(o));
+  TP_RETURN_IF_ERROR(consider_hand(limit));  // any that fit only above the last limit tried
+  starts.emplace_back(*best, limit);
+  const SearchBudget budget =
+      o.search_budget_ms == 0.0 ? SearchBudget{.ms = 0} : zb_search_budget(o);
+  TP_ASSIGN_OR_RETURN(Schedule out,
+                      zb::search_each_limit(starts, costs, frac, o.objective, budget));
+  out.name = "zb-auto";
+  return out;
 }
 
 }  // namespace tightpipe

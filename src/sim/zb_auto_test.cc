@@ -163,6 +163,38 @@ TEST(ZbAuto, RandomCostsNeverWorseThanZbH1NorAtMoreMemory) {
   }
 }
 
+// With the default search (a fixed number of simulations per start, from the best of every
+// limit): a larger limit is never worse, for zb-auto and zb-v-auto, and never worse than zb-h1
+// (zb-v) from their memory on.
+Schedule zb_v(int32_t p, int32_t m);  // below, with the zb-v-auto tests
+
+TEST(ZbAuto, WithTheSearchALargerLimitIsNeverWorse) {
+  Rng rng(7117);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int32_t p = 2 + trial % 3;
+    const int32_t m = 2 * p + trial;
+    for (const char* name : {"zb-auto", "zb-v-auto"}) {
+      const int32_t chunks = auto_schedule_chunks(name);
+      const CostModel c = random_costs(rng, p, 0.5, /*comm=*/true, chunks * p);
+      SCOPED_TRACE(fmt::format("{} trial {} p={} m={}", name, trial, p, m));
+      const double fixed = run(chunks == 1 ? zb_h1(p, m) : zb_v(p, m), c).makespan;
+      double previous = std::numeric_limits<double>::infinity();
+      for (int32_t limit = 1; limit <= 2 * p; ++limit) {
+        ZbAutoOptions o;
+        o.memory_limit = limit;
+        auto s = build_auto_schedule(name, p, m, c, o);
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        const double makespan = run(*s, c).makespan;
+        EXPECT_LE(makespan, previous + 1e-9) << "limit " << limit;
+        if (limit >= p) {
+          EXPECT_LE(makespan, fixed + 1e-9) << "limit " << limit;
+        }
+        previous = makespan;
+      }
+    }
+  }
+}
+
 TEST(ZbAuto, ExplicitFractionBoundsTheSimulatorsPeak) {
   // The fraction given overrides the table's; with act_after_i = fraction they agree.
   Rng rng(7);
@@ -463,7 +495,9 @@ TEST(ZbSearch, NeverWorseThanTheGreedyOnRandomCosts) {
         const auto after = measures(*s, c, fr, obj);
         EXPECT_LE(std::get<0>(after), std::get<0>(before) + 1e-12);
         EXPECT_TRUE(after <= before) << "score got worse";
-        if (st.accepted == 0) EXPECT_EQ(s->programs, greedy->programs);
+        if (st.accepted == 0) {
+          EXPECT_EQ(s->programs, greedy->programs);
+        }
         for (double peak : zb_peak_memory_units(*s, fr)) EXPECT_LE(peak, limit + 1e-9);
         for (double peak : run(*s, c).peak_bytes) EXPECT_LE(peak, limit + 1e-9);
         EXPECT_NEAR(st.final_objective, std::get<0>(after), 1e-9);

@@ -322,9 +322,18 @@ Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
     return OkStatus();
   };
 
-  // The handcrafted schedule first: on an exact tie it wins (its rule is documented).
+  // The handcrafted schedule, at the first limit it fits in, before that limit's greedy passes:
+  // on an exact tie it wins (its rule is documented).
   auto zb_v = generate_schedule("zb-v", {.ranks = p, .microbatches = m, .chunks = 2});
-  if (zb_v.ok() && fits(*zb_v)) TP_RETURN_IF_ERROR(consider(std::move(zb_v).value()));
+  const bool hand = zb_v.ok() && fits(*zb_v);
+  const double hand_peak = hand ? peak_of(*zb_v) : 0;
+  bool hand_done = !hand;
+  auto consider_hand = [&](double l) -> Status {
+    if (hand_done || hand_peak > l + kEps) return OkStatus();
+    hand_done = true;
+    return consider(std::move(zb_v).value());
+  };
+  std::vector<std::pair<Schedule, double>> starts;  // the best up to each limit
   // Every integer limit up to the requested one (holding more than m is never needed), and the
   // limit itself: the candidates of a smaller integer limit are among those of a larger one.
   const double top = std::min(limit, static_cast<double>(m));
@@ -336,16 +345,23 @@ Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
   const std::vector<VKnobs> knobs = all_knobs();
   std::vector<bool> settled(knobs.size(), false);  // the pass no longer depends on the limit
   for (double l : limits) {
+    TP_RETURN_IF_ERROR(consider_hand(l));
     for (size_t k = 0; k < knobs.size(); ++k) {
       if (settled[k]) continue;
       VGreedy pass(p, m, costs, frac, l, knobs[k]);
       TP_RETURN_IF_ERROR(consider(pass.run()));
       settled[k] = !pass.memory_bound();
     }
+    starts.emplace_back(*best, l);
   }
-  best->name = "zb-v-auto";
-  if (o.search_budget_ms == 0.0) return std::move(*best);
-  return improve_schedule(*best, costs, frac, limit, o.objective, zb_search_budget(o));
+  TP_RETURN_IF_ERROR(consider_hand(limit));  // if it fits only above the last limit tried
+  starts.emplace_back(*best, limit);
+  const SearchBudget budget =
+      o.search_budget_ms == 0.0 ? SearchBudget{.ms = 0} : zb_search_budget(o);
+  TP_ASSIGN_OR_RETURN(Schedule out,
+                      zb::search_each_limit(starts, costs, frac, o.objective, budget));
+  out.name = "zb-v-auto";
+  return out;
 }
 
 }  // namespace tightpipe
