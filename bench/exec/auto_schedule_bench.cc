@@ -70,10 +70,11 @@ int main(int argc, char** argv) {
   CLI::App app(
       "zb-h1, zb-1p, zb-2p, zb-v and zb-v-auto with the auto layer split on real compute (p = 2, "
       "8 layers x 128, m = 8): measured bubble, the run's prediction, and the what-if from the "
-      "zb-h1 run, side by side. About 3 minutes with the defaults.",
+      "zb-h1 run, side by side. About 4 minutes with the defaults.",
       "auto_schedule_bench");
-  int steps = 10, rounds = 3;
-  app.add_option("--steps", steps, "training steps per run (for zb-1p/zb-2p: 3 profile steps first)")
+  int steps = 10, rounds = 5;
+  app.add_option("--steps", steps,
+                 "training steps per run (for zb-1p/zb-2p: 3 profile steps first)")
       ->capture_default_str()
       ->check(CLI::Range(6, 1000));
   app.add_option("--rounds", rounds, "rounds over every schedule (medians)")
@@ -83,13 +84,19 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/tp-auto-bench-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
 
-  std::vector<Case> cases = {
-      {"zb-h1", "zb-h1", "zb-h1"},
-      {"zb-1p", "zb-1p", "zb-1p"},
-      {"zb-2p", "zb-2p", "zb-2p"},
-      {"zb-v (default split)", "zb-v", "zb-v"},
-      {"zb-v-auto (auto split)", "zb-v-auto", "zb-v-auto@auto", true},
-  };
+  std::vector<Case> cases(5);
+  const char* rows[][3] = {{"zb-h1", "zb-h1", "zb-h1"},
+                           {"zb-1p", "zb-1p", "zb-1p"},
+                           {"zb-2p", "zb-2p", "zb-2p"},
+                           {"zb-v (default split)", "zb-v", "zb-v"},
+                           {"zb-v-auto (auto split)", "zb-v-auto", "zb-v-auto@auto"}};
+  for (size_t k = 0; k < cases.size(); ++k) {
+    cases[k].label = rows[k][0];
+    cases[k].schedule = rows[k][1];
+    cases[k].what_if = rows[k][2];
+    cases[k].auto_layout = cases[k].what_if.ends_with("@auto");
+  }
+
   std::string what_if_list;
   for (const Case& c : cases) what_if_list += (what_if_list.empty() ? "" : ",") + c.what_if;
   const auto what_if = or_die(parse_what_if(what_if_list), "--what-if");
@@ -126,16 +133,18 @@ int main(int argc, char** argv) {
         for (const WhatIfResult& w : rep.what_ifs) predicted[w.label] = w;
       }
       const WhatIfResult& w = predicted.at(c.what_if);
-      if (!w.error.empty()) std::fprintf(stderr, "what-if %s: %s\n", c.what_if.c_str(), w.error.c_str());
+      if (!w.error.empty())
+        std::fprintf(stderr, "what-if %s: %s\n", c.what_if.c_str(), w.error.c_str());
       c.what_if_pred.push_back(w.bubble_ratio);
     }
     std::fprintf(stderr, "round %d of %d done\n", round + 1, rounds);
   }
 
-  std::printf("p=2 thread ranks, GPT 8 layers x 128 (4 heads, T=128, B=8), m=8, %d steps per run "
-              "(medians after the warm-up and profile steps), %d rounds; bubble = the one "
-              "definition (docs/bubble.md), median over the rounds\n\n",
-              steps, rounds);
+  std::printf(
+      "p=2 thread ranks, GPT 8 layers x 128 (4 heads, T=128, B=8), m=8, %d steps per run "
+      "(medians after the warm-up and profile steps), %d rounds; bubble = the one "
+      "definition (docs/bubble.md), median over the rounds\n\n",
+      steps, rounds);
   std::printf("%-24s %-22s %9s %9s %10s %16s %9s %10s\n", "schedule", "layout", "measured",
               "best rnd", "predicted", "what-if (zb-h1)", "|gap| pp", "rank skew");
   double best = 1, v_even = 0, v_auto = 0, worst_gap = 0;
@@ -152,12 +161,13 @@ int main(int argc, char** argv) {
       worst_gap = std::max(worst_gap, std::abs(w - m));
     }
   }
-  std::printf("\nbest measured bubble %.1f%% (target < 5%%); zb-v-auto with the auto split %.1f%% "
-              "vs zb-v with the default split %.1f%%; zb-v what-ifs from the zb-h1 run within "
-              "%.1f points of the runs (target 3)\n"
-              "rank skew: how much slower the slowest rank computed its F+I+W per microbatch than "
-              "the fastest, in that run (the same work on both ranks but for zb-v's default split: "
-              "what the shared machine adds)\n",
-              100 * best, 100 * v_auto, 100 * v_even, 100 * worst_gap);
+  std::printf(
+      "\nbest measured bubble %.1f%% (target < 5%%); zb-v-auto with the auto split %.1f%% "
+      "vs zb-v with the default split %.1f%%; zb-v what-ifs from the zb-h1 run within "
+      "%.1f points of the runs (target 3)\n"
+      "rank skew: how much slower the slowest rank computed its F+I+W per microbatch than "
+      "the fastest, in that run (the same work on both ranks but for zb-v's default split: "
+      "what the shared machine adds)\n",
+      100 * best, 100 * v_auto, 100 * v_even, 100 * worst_gap);
   return 0;
 }

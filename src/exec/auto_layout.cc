@@ -1,6 +1,7 @@
 // resolve_auto_layout (train_internal.h): `train --pipeline-layout auto` becomes a layout string.
 #include <fmt/format.h>
 
+#include "tightpipe/checkpoint.h"
 #include "tightpipe/simulator.h"
 #include "train_internal.h"
 
@@ -53,6 +54,16 @@ Status resolve_auto_layout(RunPlan& plan) {
         "--account-for-*-in-pipeline-split: auto chooses the whole split itself; hint: drop the "
         "Megatron split flags, or give them without --pipeline-layout");
   }
+  // A resumed run keeps the split its checkpoint was trained with (costs re-measured since, or an
+  // auto schedule built since, could choose another one, which the weights do not fit).
+  if (!opt.load_dir.empty()) {
+    TP_ASSIGN_OR_RETURN(nn::Manifest man, nn::load_manifest(opt.load_dir));
+    opt.pipeline_layout = nn::format_layout(man.stages);
+    plan.layout_note =
+        fmt::format("--pipeline-layout auto: {} (the split of the checkpoint --load {})",
+                    opt.pipeline_layout, opt.load_dir);
+    return OkStatus();
+  }
   const LayerCosts costs = opt.layout_costs ? *opt.layout_costs : analytic_layer_costs(opt.model);
   LayerSplitOptions so;
   so.sim.comm_mode = opt.exec.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
@@ -72,8 +83,8 @@ Status resolve_auto_layout(RunPlan& plan) {
     sim.record_timeline = false;
     auto r = simulate(plan.lowered, cost_model_for_layout(costs, stage_layers(*def), name), sim);
     if (r.ok()) {
-      versus = fmt::format(" vs {:.1f}% for the balanced default {}", 100.0 * r->bubble_ratio,
-                           name);
+      versus =
+          fmt::format(" vs {:.1f}% for the balanced default {}", 100.0 * r->bubble_ratio, name);
     }
   }
   plan.layout_note = fmt::format(

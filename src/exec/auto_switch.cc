@@ -29,18 +29,18 @@ Result<Schedule> build_auto_from_samples(RunPlan& plan, const CostSamples& sampl
   AutoSwitch& as = plan.auto_switch;
   auto costs = calibrate(samples, plan.lowered, calibration_options(plan));
   if (!costs.ok()) {
-    return costs.status().with_context(fmt::format(
-        "--schedule {}: calibrating the {} profile steps on {}", as.target, as.profile_steps,
-        as.counterpart));
+    return costs.status().with_context(
+        fmt::format("--schedule {}: calibrating the {} profile steps on {}", as.target,
+                    as.profile_steps, as.counterpart));
   }
   auto built = build_auto_schedule(as.target, plan.opt.pp, plan.opt.microbatches, *costs,
                                    plan.opt.auto_schedule);
   if (!built.ok()) return built.status().with_context("--schedule " + as.target);
   const bool overlap = plan.opt.exec.overlap_p2p;
-  TP_ASSIGN_OR_RETURN(Schedule before, generate_schedule(as.counterpart,
-                                                         {.ranks = plan.lowered.num_ranks,
-                                                          .microbatches = plan.opt.microbatches,
-                                                          .chunks = plan.lowered.chunks()}));
+  TP_ASSIGN_OR_RETURN(Schedule before,
+                      generate_schedule(as.counterpart, {.ranks = plan.lowered.num_ranks,
+                                                         .microbatches = plan.opt.microbatches,
+                                                         .chunks = plan.lowered.chunks()}));
   TP_ASSIGN_OR_RETURN(as.predicted_before, predicted_bubble(before, *costs, overlap));
   TP_ASSIGN_OR_RETURN(as.predicted_after, predicted_bubble(*built, *costs, overlap));
   if (costs_out != nullptr) *costs_out = *costs;

@@ -149,9 +149,10 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
     const Case c = GetParam();
     const auto cfg = tiny_config();
     const auto batches = make_batches(cfg, kSteps, c.m, 99);
-    auto sched = is_auto_schedule_name(c.schedule)
-                     ? auto_schedule(c.schedule, c.p, c.m)
-                     : generate_schedule(c.schedule, {.ranks = c.p, .microbatches = c.m, .chunks = c.v});
+    auto sched =
+        is_auto_schedule_name(c.schedule)
+            ? auto_schedule(c.schedule, c.p, c.m)
+            : generate_schedule(c.schedule, {.ranks = c.p, .microbatches = c.m, .chunks = c.v});
     ASSERT_TRUE(sched.ok()) << sched.status().message();
     auto lowered = lower(*sched);
     ASSERT_TRUE(lowered.ok());

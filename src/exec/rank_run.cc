@@ -2,9 +2,9 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <cstdlib>
 #include <thread>
 
 #include "exec/train_internal.h"
@@ -54,7 +54,8 @@ Result<std::vector<std::string>> gather_strings(Transport& t, const std::string&
 // `s` from `root` to every rank (size, then bytes).
 Result<std::string> broadcast_string(Transport& t, int root, std::string s, double timeout) {
   int64_t n = static_cast<int64_t>(s.size());
-  TP_RETURN_IF_ERROR(broadcast(t, root, std::as_writable_bytes(std::span<int64_t>(&n, 1)), timeout));
+  TP_RETURN_IF_ERROR(
+      broadcast(t, root, std::as_writable_bytes(std::span<int64_t>(&n, 1)), timeout));
   s.resize(static_cast<size_t>(n));
   TP_RETURN_IF_ERROR(broadcast(t, root, std::as_writable_bytes(std::span<char>(s)), timeout));
   return s;
@@ -281,8 +282,7 @@ Result<CostSamples> RankRun::gather_samples(StepRange range) {
   }
   // The optimizer's busy time of every rank, from the steps' shared bubbles.
   for (size_t k = range.first; k < range.last; ++k) {
-    for (int r = 0; r < t_.size(); ++r)
-      all.optimizer[r].push_back(records_[k].bubble.optimizer[r]);
+    for (int r = 0; r < t_.size(); ++r) all.optimizer[r].push_back(records_[k].bubble.optimizer[r]);
   }
   return all;
 }
@@ -299,15 +299,14 @@ bool RankRun::switch_due() const {
 Status RankRun::switch_schedule() {
   AutoSwitch& as = plan_.auto_switch;
   as.profile_steps = static_cast<int64_t>(records_.size());
-  TP_ASSIGN_OR_RETURN(CostSamples samples,
-                      gather_samples(measured_step_range(records_.size(),
-                                                         opt_.warmup_steps_excluded)));
+  TP_ASSIGN_OR_RETURN(CostSamples samples, gather_samples(measured_step_range(
+                                               records_.size(), opt_.warmup_steps_excluded)));
   std::string payload;
   CostModel costs;
   if (rank_ == 0) {
     auto built = build_auto_from_samples(plan_, samples, &costs);
-    payload = built.ok() ? fmt::format("ok {:a} {:a}\n{}", as.predicted_before,
-                                       as.predicted_after, to_csv(*built))
+    payload = built.ok() ? fmt::format("ok {:a} {:a}\n{}", as.predicted_before, as.predicted_after,
+                                       to_csv(*built))
                          : fmt::format("error {}\n{}", static_cast<int>(built.status().code()),
                                        built.status().message());
   }
@@ -334,26 +333,26 @@ Status RankRun::switch_schedule() {
   if (rank_ != 0) return OkStatus();
   std::string wrote;
   if (!opt_.out_dir.empty()) {
-    TP_RETURN_IF_ERROR(write_file(fmt::format("{}/{}", opt_.out_dir, kAutoScheduleFile), to_csv(built)));
     TP_RETURN_IF_ERROR(
-        write_file(opt_.out_dir + "/profile_costs.json", cost_table_to_json(costs)));
-    wrote = fmt::format("; wrote {0}/{1} and {0}/profile_costs.json", opt_.out_dir,
-                        kAutoScheduleFile);
+        write_file(fmt::format("{}/{}", opt_.out_dir, kAutoScheduleFile), to_csv(built)));
+    TP_RETURN_IF_ERROR(write_file(opt_.out_dir + "/profile_costs.json", cost_table_to_json(costs)));
+    wrote =
+        fmt::format("; wrote {0}/{1} and {0}/profile_costs.json", opt_.out_dir, kAutoScheduleFile);
   }
-  plan_.log(rank_, fmt::format(
-                       "{}: built from {} profile step(s) on {}; predicted bubble {} {:.1f}% -> "
-                       "{} {:.1f}%; running it from step {}{}",
-                       as.target, as.profile_steps, as.counterpart, as.counterpart,
-                       100 * as.predicted_before, as.target, 100 * as.predicted_after,
-                       records_.size() + 1, wrote));
+  plan_.log(rank_,
+            fmt::format("{}: built from {} profile step(s) on {}; predicted bubble {} {:.1f}% -> "
+                        "{} {:.1f}%; running it from step {}{}",
+                        as.target, as.profile_steps, as.counterpart, as.counterpart,
+                        100 * as.predicted_before, as.target, 100 * as.predicted_after,
+                        records_.size() + 1, wrote));
   return OkStatus();
 }
 
 // Every rank's samples of the measured steps and every rank's last step, on rank 0.
 Result<RunEnd> RankRun::gather_end() {
   RunEnd end;
-  TP_ASSIGN_OR_RETURN(end.samples, gather_samples(measured_step_range(
-                                       records_.size(), plan_.excluded_steps())));
+  TP_ASSIGN_OR_RETURN(end.samples,
+                      gather_samples(measured_step_range(records_.size(), plan_.excluded_steps())));
   TP_ASSIGN_OR_RETURN(std::vector<std::string> last,
                       gather_strings(t_, events_to_json_array(last_), opt_.exec.timeout_s));
   if (rank_ != 0) return end;
@@ -370,19 +369,17 @@ Result<std::optional<TrainSummary>> RankRun::run() {
   TP_ASSIGN_OR_RETURN(const int64_t start, resume());
   TP_RETURN_IF_ERROR(open_files(start));
   const AutoSwitch& as = plan_.auto_switch;
-  const std::string name =
-      as.target.empty() || as.built
-          ? plan_.lowered.name
-          : fmt::format("{} (profiling {} step(s) for {})", plan_.lowered.name,
-                        opt_.auto_schedule_profile_steps, as.target);
+  const std::string name = as.target.empty() || as.built
+                               ? plan_.lowered.name
+                               : fmt::format("{} (profiling {} step(s) for {})", plan_.lowered.name,
+                                             opt_.auto_schedule_profile_steps, as.target);
   plan_.log(rank_, fmt::format("tightpipe train: {}, p={}, v={}, m={}, {}{}; model {} layers x {}, "
                                "T={}, B={}; stages {}",
-                               name, opt_.pp, plan_.lowered.chunks(),
-                               opt_.microbatches, transport_kind_name(opt_.world.kind),
+                               name, opt_.pp, plan_.lowered.chunks(), opt_.microbatches,
+                               transport_kind_name(opt_.world.kind),
                                opt_.exec.emulated ? ", emulated compute" : "",
-                               opt_.model.num_layers, opt_.model.hidden_size,
-                               opt_.model.seq_length, opt_.model.micro_batch_size,
-                               nn::format_layout(plan_.specs)));
+                               opt_.model.num_layers, opt_.model.hidden_size, opt_.model.seq_length,
+                               opt_.model.micro_batch_size, nn::format_layout(plan_.specs)));
   if (!plan_.layout_note.empty()) plan_.log(rank_, plan_.layout_note);
   if (plan_.cpu.oversubscribed()) plan_.log(rank_, plan_.cpu.warning());
   const double run_start = now_seconds();

@@ -1,5 +1,7 @@
 // run_training: set-up (make_plan), then every rank runs RankRun (rank_run.cc), then rank 0
 // summarises (run_summary.cc). The phases are in train_internal.h.
+#include "tightpipe/trainer.h"
+
 #include <fmt/format.h>
 #include <sched.h>
 
@@ -13,7 +15,6 @@
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/simulator.h"
-#include "tightpipe/trainer.h"
 
 namespace tightpipe {
 
@@ -139,17 +140,17 @@ Result<Schedule> initial_schedule(const TrainOptions& opt, AutoSwitch& as) {
   as.counterpart = auto_schedule_counterpart(as.target);
   const int32_t chunks = auto_schedule_chunks(as.target);
   if (opt.vpp != 0 && opt.vpp != chunks) {
-    return Status::invalid_argument(fmt::format(
-        "--vpp {}: schedule '{}' runs {} chunk(s) per rank; hint: drop --vpp", opt.vpp,
-        opt.schedule, chunks));
+    return Status::invalid_argument(
+        fmt::format("--vpp {}: schedule '{}' runs {} chunk(s) per rank; hint: drop --vpp", opt.vpp,
+                    opt.schedule, chunks));
   }
   const std::string saved = fmt::format("{}/{}", opt.load_dir, kAutoScheduleFile);
   if (!opt.load_dir.empty() && std::filesystem::exists(saved)) {
     TP_ASSIGN_OR_RETURN(std::string text, read_file(saved));
     auto s = parse_csv(text, saved);
     if (!s.ok()) {
-      return s.status().with_context(fmt::format(
-          "--load {}: the {} schedule the checkpoint ran", opt.load_dir, as.target));
+      return s.status().with_context(
+          fmt::format("--load {}: the {} schedule the checkpoint ran", opt.load_dir, as.target));
     }
     s->name = as.target;
     as.built = true;

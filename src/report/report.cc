@@ -290,7 +290,6 @@ void calibrate_missing_costs(const std::map<int32_t, Timeline>& per_step, Report
   }
 }
 
-
 // Prediction: the same lowered schedule under the run's costs. Fills rep.predicted and its
 // breakdown, or says why not in rep.prediction_error.
 void predict(Report& rep) {
@@ -387,8 +386,8 @@ Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, con
   go.ranks = run.num_ranks;
   go.microbatches = run.schedule->num_microbatches;
   const GeneratorInfo* g = find_generator(shape_name);
-  go.chunks = is_auto          ? auto_schedule_chunks(w.name)
-              : w.chunks > 0   ? w.chunks
+  go.chunks = is_auto                    ? auto_schedule_chunks(w.name)
+              : w.chunks > 0             ? w.chunks
               : g && g->fixed_chunks > 0 ? g->fixed_chunks
                                          : 1;
   TP_ASSIGN_OR_RETURN(Schedule shape, generate_schedule(shape_name, go));

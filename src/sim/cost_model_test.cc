@@ -188,7 +188,8 @@ TEST(LayerCosts, UnderdeterminedTakesTheEmbeddingAsFree) {
   // what-if of the run's own schedule and split is the run's prediction).
   sc[0].f = 14;
   sc[1].f = 12;
-  fit = fit_layer_costs(CostModel(sc, LinkCost{}, "s", "test"), {{true, 2, false}, {false, 2, true}});
+  fit =
+      fit_layer_costs(CostModel(sc, LinkCost{}, "s", "test"), {{true, 2, false}, {false, 2, true}});
   ASSERT_TRUE(fit.ok());
   EXPECT_NEAR(fit->embedding.f, 2, 1e-9);
   EXPECT_NEAR(fit->block.f, 6, 1e-9);

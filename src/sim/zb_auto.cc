@@ -121,9 +121,7 @@ class Greedy {
   // When the next F of s can start by its dependencies (kInf: its input is not placed yet).
   double ready_f(int32_t s) { return st_[s].nf >= m_ ? kInf : chain_.ready_f(s, st_[s].nf); }
   // When the next I of s can start by its dependencies (kInf: not placed downstream yet).
-  double ready_i(int32_t s) {
-    return st_[s].ni >= st_[s].nf ? kInf : chain_.ready_i(s, st_[s].ni);
-  }
+  double ready_i(int32_t s) { return st_[s].ni >= st_[s].nf ? kInf : chain_.ready_i(s, st_[s].ni); }
   // A lower bound on when the next I of s can start (zb_chain.h), each stage no earlier than its
   // lane is free.
   double estimate_i(int32_t s) {
@@ -242,7 +240,7 @@ Status ZbAutoOptions::validate() const {
         *w_memory_fraction));
   }
   if (search_budget_ms && !(std::isfinite(*search_budget_ms) && *search_budget_ms >= 0 &&
-                           *search_budget_ms <= kZbMaxSearchBudgetMs)) {
+                            *search_budget_ms <= kZbMaxSearchBudgetMs)) {
     return Status::invalid_argument(fmt::format(
         "--search-budget-ms {}: must be a finite number of milliseconds in [0, {}]; hint: 100, "
         "0 for the greedy's schedule without the search, or leave it out for a fixed {} "
@@ -293,7 +291,8 @@ std::vector<double> zb_f_memory_units(const CostModel& costs, const Schedule& pl
       sized = sized && costs.stage(s).act_bytes > 0;
     }
     for (int32_t s : stages) {
-      units[s] = sized ? costs.stage(s).act_bytes / total : 1.0 / static_cast<double>(stages.size());
+      units[s] =
+          sized ? costs.stage(s).act_bytes / total : 1.0 / static_cast<double>(stages.size());
     }
   }
   return units;

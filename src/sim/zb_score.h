@@ -1,13 +1,13 @@
 // Internal to the sim module: how the cost-aware zero-bubble builders (zb_auto.cc, zb_v_auto.cc)
-// and the local search (zb_search.cc) compare schedules, and their small helpers. One definition, so a candidate the builder kept and
-// the search's starting point are scored alike.
+// and the local search (zb_search.cc) compare schedules, and their small helpers. One definition,
+// so a candidate the builder kept and the search's starting point are scored alike.
 #pragma once
 
 #include <cctype>
 #include <compare>
+#include <limits>
 #include <string>
 #include <string_view>
-#include <limits>
 #include <utility>
 #include <vector>
 

@@ -373,8 +373,8 @@ Result<Schedule> search_each_limit(const std::vector<std::pair<Schedule, double>
     if (last != nullptr && csv == *last) continue;  // the same start: the same result
     last_csv = std::move(csv);
     last = &last_csv;
-    TP_ASSIGN_OR_RETURN(Schedule s, improve_schedule(start, costs, fractions, limit, objective,
-                                                     budget));
+    TP_ASSIGN_OR_RETURN(Schedule s,
+                        improve_schedule(start, costs, fractions, limit, objective, budget));
     const double peak = max_peak_units(s, fractions, zb_f_memory_units(costs, s));
     TP_ASSIGN_OR_RETURN(Score sc, score_schedule(s, costs, objective, peak));
     if (!best || sc < best_score) {

@@ -146,9 +146,7 @@ class VGreedy {
   // When the next F of s can start by its dependencies (kInf: its input is not placed yet).
   double ready_f(int32_t s) { return st_[s].nf >= m_ ? kInf : chain_.ready_f(s, st_[s].nf); }
   // When the next I of s can start by its dependencies (kInf: not placed downstream yet).
-  double ready_i(int32_t s) {
-    return st_[s].ni >= st_[s].nf ? kInf : chain_.ready_i(s, st_[s].ni);
-  }
+  double ready_i(int32_t s) { return st_[s].ni >= st_[s].nf ? kInf : chain_.ready_i(s, st_[s].ni); }
   // A lower bound on when the next I of s can start (zb_chain.h), each stage no earlier than its
   // lane is free.
   double estimate_i(int32_t s) {
