@@ -67,6 +67,7 @@ using BatchFetcher = std::function<Result<const Batch*>(int32_t mb)>;
 struct RankStepResult {
   double loss = 0;           // sum over this rank's last-stage microbatches of the scaled loss
   bool has_loss = false;     // this rank owns the last stage
+  int32_t first_nonfinite_loss_microbatch = -1;  // the first microbatch whose loss was NaN/Inf
   double grad_sq_norm = 0;   // sum of squares of the gradients of this rank's stages
   size_t peak_stash_bytes = 0;  // peak activation stash over the step, all local stages
   RankTimeline timeline;     // events of this step; times in seconds from `origin`

@@ -37,12 +37,14 @@ class PipelineRank {
   // Local stage id -> model stage (ascending stage ids).
   std::map<int32_t, nn::GptStage*> stages();
   Executor& executor() { return *executor_; }
+  int32_t num_stages() const { return num_stages_; }  // of the whole pipeline
   // Runs `lowered` from the next step on, with the same model stages (an auto schedule's switch).
   // `lowered` must outlive the rank. REQUIRES: lowered.lowered, the same stages on this rank.
   void set_schedule(const Schedule& lowered);
 
  private:
   int32_t rank_;
+  int32_t num_stages_ = 0;
   Transport& transport_;
   ExecutorOptions options_;
   std::vector<std::unique_ptr<nn::GptStage>> owned_;
@@ -59,10 +61,14 @@ struct StepOutcome {
 
 // One optimizer step: barrier, run the program, allreduce [loss, squared norm], clip, AdamW on
 // every local stage, zero the gradients. Every rank must call it the same number of times.
+// With `check_nan` (Megatron's --check-for-nan-in-loss-and-grad) a non-finite loss or gradient
+// norm stops every rank before the optimizer step with one error (the same on every rank) that
+// names the step, the stage(s) whose gradients are not finite and the first microbatch whose
+// loss was not: the weights stay those of the last good step.
 Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int32_t step,
                                   const BatchFetcher& fetch, int64_t tokens_per_step,
                                   const nn::AdamWConfig& adamw, float lr, float clip,
-                                  double timeout_s);
+                                  double timeout_s, bool check_nan = true);
 
 struct TrainOptions {
   nn::GptConfig model;                 // --num-layers, --hidden-size, ...
@@ -87,6 +93,7 @@ struct TrainOptions {
   nn::LrSchedule lr;                   // --lr, --min-lr, --lr-warmup-iters
   nn::AdamWConfig adamw;               // --weight-decay ...
   float clip_grad = 1.0f;              // --clip-grad (0: off)
+  bool check_for_nan = true;           // --check-for-nan-in-loss-and-grad (pipeline_step)
   uint64_t seed = 1234;                // --seed: model init and data order
   DataOptions data;                    // --data-path, --num-workers, ... (B, T from model)
   int64_t eval_interval = 0;           // --eval-interval (0: only at the end when eval_iters > 0)

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -328,6 +329,9 @@ Status Executor::StepRun::forward(const Action& a) {
     if (!out_msg) {
       res_.loss += o.loss;
       res_.has_loss = true;
+      if (!std::isfinite(o.loss) && res_.first_nonfinite_loss_microbatch < 0) {
+        res_.first_nonfinite_loss_microbatch = a.microbatch;
+      }
     }
   }
   record(&a, to_string(a), EventKind::kForward, Lane::kCompute, t0, now());

@@ -208,7 +208,7 @@ Result<StepRecord> RankRun::step(int64_t step) {
   TP_ASSIGN_OR_RETURN(StepOutcome o, pipeline_step(pr_, t_, static_cast<int32_t>(step), fetch,
                                                    plan_.tokens_per_step, opt_.adamw,
                                                    static_cast<float>(rec.lr), opt_.clip_grad,
-                                                   opt_.exec.timeout_s));
+                                                   opt_.exec.timeout_s, opt_.check_for_nan));
   rec.wall = now_seconds() - t0;
   rec.loss = o.loss;
   rec.grad_norm = o.grad_norm;

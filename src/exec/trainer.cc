@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -36,7 +37,12 @@ Status TrainOptions::validate() const {
   if (train_iters < 1) {
     return Status::invalid_argument(fmt::format("--train-iters {}: needs at least 1", train_iters));
   }
-  if (!(lr.lr > 0)) return Status::invalid_argument(fmt::format("--lr {}: must be > 0", lr.lr));
+  // --lr and the rest of the schedule: LrSchedule::validate (make_plan, once train_iters is set).
+  if (!(std::isfinite(clip_grad) && clip_grad >= 0)) {
+    return Status::invalid_argument(fmt::format(
+        "--clip-grad {}: must be a finite number >= 0; hint: 1.0, or 0 to turn clipping off",
+        clip_grad));
+  }
   if (eval_iters < 0) return Status::invalid_argument(fmt::format("--eval-iters {}: must be >= 0", eval_iters));
   if (log_interval < 1) {
     return Status::invalid_argument(fmt::format(

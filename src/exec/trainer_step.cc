@@ -11,7 +11,7 @@ PipelineRank::PipelineRank(const Schedule& lowered, int32_t rank, Transport& tra
                            const nn::GptConfig& config, const std::vector<nn::StageSpec>& specs,
                            uint64_t seed, const nn::RecomputeOptions& recompute,
                            ExecutorOptions options)
-    : rank_(rank), transport_(transport) {
+    : rank_(rank), num_stages_(lowered.num_stages), transport_(transport) {
   TP_CHECK(static_cast<int32_t>(specs.size()) == lowered.num_stages, "specs ", specs.size(),
            " for ", lowered.num_stages, " stages");
   if (!options.emulated) {
@@ -35,10 +35,41 @@ void PipelineRank::set_schedule(const Schedule& lowered) {
 
 std::map<int32_t, nn::GptStage*> PipelineRank::stages() { return stages_; }
 
+namespace {
+
+// Every rank's view of a non-finite step, summed over the ranks: per stage 1 where its gradients
+// are not finite, then 1 + the first microbatch whose loss was not (0: every loss finite).
+Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
+                       const RankStepResult& r, double loss, double grad_sq, float lr,
+                       double timeout_s) {
+  std::vector<double> flags(pr.num_stages() + 1, 0.0);
+  for (auto& [s, stage] : pr.stages()) {
+    if (!std::isfinite(stage->grad_sq_norm())) flags[s] = 1;
+  }
+  if (r.first_nonfinite_loss_microbatch >= 0) flags.back() = 1 + r.first_nonfinite_loss_microbatch;
+  TP_RETURN_IF_ERROR(allreduce_sum(transport, flags, timeout_s)
+                         .with_context(fmt::format("step {} non-finite check", step)));
+  std::vector<std::string> stages;
+  for (int32_t s = 0; s < pr.num_stages(); ++s)
+    if (flags[s] != 0) stages.push_back(std::to_string(s));
+  return Status::failed_precondition(fmt::format(
+      "step {}: loss {}, gradient norm {} (--check-for-nan-in-loss-and-grad): non-finite "
+      "gradients on stage(s) {}; {}; the optimizer step was not taken and nothing of this step "
+      "is saved; hint: lower --lr (now {}) or keep --clip-grad on, and resume from the last "
+      "checkpoint (--load)",
+      step + 1, loss, std::fabs(std::sqrt(grad_sq)), stages.empty() ? "none" : join(stages, ", "),
+      flags.back() > 0 ? fmt::format("the loss was first non-finite at microbatch {}",
+                                     static_cast<int64_t>(flags.back()) - 1)
+                       : std::string("every microbatch's loss was finite"),
+      lr));
+}
+
+}  // namespace
+
 Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_t step,
                                   const BatchFetcher& fetch, int64_t tokens_per_step,
                                   const nn::AdamWConfig& adamw, float lr, float clip,
-                                  double timeout_s) {
+                                  double timeout_s, bool check_nan) {
   // A common origin for the step's timeline: every rank leaves the barrier at about the same time.
   TP_RETURN_IF_ERROR(barrier(transport, timeout_s).with_context(fmt::format("step {} barrier", step)));
   const double origin = now_seconds();
@@ -53,6 +84,9 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
   const double cpu_now = thread_cpu_wait_seconds();
   const double cpu_wait =
       cpu_now >= 0 && r.cpu_wait_mark >= 0 ? std::max(0.0, cpu_now - r.cpu_wait_mark) : 0.0;
+  if (check_nan && !(std::isfinite(sums[0]) && std::isfinite(sums[1]))) {
+    return nonfinite_error(pr, transport, step, r, sums[0], sums[1], lr, timeout_s);
+  }
   out.loss = sums[0];
   out.grad_norm = std::sqrt(sums[1]);
   const float scale = nn::clip_scale(sums[1], clip);

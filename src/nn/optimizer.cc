@@ -19,7 +19,10 @@ Status AdamWConfig::validate() const {
 }
 
 Status LrSchedule::validate() const {
-  if (!(lr > 0)) return Status::invalid_argument(fmt::format("--lr must be positive, got {}", lr));
+  if (!(std::isfinite(lr) && lr > 0)) {
+    return Status::invalid_argument(
+        fmt::format("--lr {}: must be a finite number > 0; hint: e.g. --lr 3e-4", lr));
+  }
   if (!(min_lr >= 0 && min_lr <= lr))
     return Status::invalid_argument(fmt::format(
         "--min-lr {} must be in [0, --lr {}]; hint: e.g. --min-lr {}", min_lr, lr, lr / 10));

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -383,6 +385,70 @@ TEST(TrainIntegrationTest, AutoScheduleProfilesSwitchesResumesAndTrainsAsOneRank
     }
   }
  }
+}
+
+// --check-for-nan-in-loss-and-grad (on by default): --lr 1e6 drives the loss to NaN/Inf within a
+// few steps; the run stops at the first such step with an error naming the step and the stages,
+// before its optimizer step, and the checkpoint saved every step holds the step before, with
+// finite weights. Switched off, the same run goes on to the end (Megatron's
+// --no-check-for-nan-in-loss-and-grad). A non-finite --lr or --clip-grad is refused.
+TEST(TrainIntegrationTest, NonFiniteLossStopsBeforeTheOptimizerStep) {
+  const std::string dir = testutil::make_temp_dir("tp-nan");
+  TrainOptions o = tiny(dir + "/run");
+  o.trace_path.clear();
+  o.eval_iters = 0;
+  o.train_iters = 12;
+  o.lr.lr = 1e6f;
+  o.lr.min_lr = 1e5f;
+  o.clip_grad = 0;
+  o.save_dir = dir + "/ckpt";
+  o.save_interval = 1;
+  auto s = run_training(o);
+  ASSERT_FALSE(s.ok()) << "a --lr 1e6 run finished";
+  const std::string msg(s.status().message());
+  EXPECT_NE(msg.find("--check-for-nan-in-loss-and-grad"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stage(s)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("hint:"), std::string::npos) << msg;
+  const size_t at = msg.find("step ");
+  ASSERT_NE(at, std::string::npos) << msg;
+  const int64_t bad_step = std::stoll(msg.substr(at + 5));  // 1-based, as the progress lines
+  ASSERT_GE(bad_step, 2) << msg;
+  ASSERT_LE(bad_step, 12) << msg;
+  const nn::Manifest man = nn::load_manifest(o.save_dir).value();
+  EXPECT_EQ(man.step, bad_step - 1) << msg;
+  for (int st = 0; st < static_cast<int>(man.stages.size()); ++st) {
+    nn::GptStage stage(o.model, man.stages[st], 1);
+    ASSERT_TRUE(nn::load_stage_checkpoint(nn::stage_checkpoint_path(o.save_dir, st), stage).ok());
+    EXPECT_TRUE(std::ranges::all_of(stage.params(), [](float v) { return std::isfinite(v); }))
+        << "stage " << st;
+  }
+  std::printf("non-finite run: %s\n", msg.c_str());
+
+  TrainOptions off = tiny(dir + "/off");
+  off.trace_path.clear();
+  off.eval_iters = 0;
+  off.train_iters = bad_step + 1;
+  off.lr = o.lr;
+  off.clip_grad = 0;
+  off.check_for_nan = false;
+  auto t = run_training(off);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_TRUE(!std::isfinite(t->final_loss) || t->final_loss > 1e10)
+      << "the unchecked run's loss stayed sane: " << t->final_loss;
+
+  for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    TrainOptions x = tiny(dir + "/bad");
+    x.lr.lr = bad;
+    auto r = run_training(x);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("--lr"), std::string::npos) << r.status().message();
+    x = tiny(dir + "/bad");
+    x.clip_grad = bad;
+    r = run_training(x);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("--clip-grad"), std::string::npos)
+        << r.status().message();
+  }
 }
 
 // --load refuses, naming the flag and the values: a checkpoint of another --pp, a checkpoint

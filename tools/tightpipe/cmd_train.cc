@@ -77,6 +77,10 @@ int cmd_train(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--clip-grad", o.clip_grad, "global gradient-norm clip (0: off)")
       ->capture_default_str();
+  app.add_flag("--check-for-nan-in-loss-and-grad,!--no-check-for-nan-in-loss-and-grad",
+               o.check_for_nan,
+               "stop at the first step whose loss or gradient norm is NaN/Inf, before its "
+               "optimizer step, naming the stages and the microbatch (default on)");
   app.add_option("--seed", o.seed, "seed of the initial weights and the data sampler")
       ->capture_default_str();
   app.add_option("--data-path", o.data.path,
