@@ -79,8 +79,14 @@ Result<Action> parse_action(std::string_view token) {
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
     return ec == std::errc() && p == s.data() + s.size();
   };
-  if (!parse_num(token.substr(0, i), a.stage)) return bad("the stage is not a plain number");
-  if (!parse_num(mb_text, a.microbatch)) return bad("the microbatch is not a plain number");
+  if (!parse_num(token.substr(0, i), a.stage) || a.stage >= kMaxStages) {
+    return bad(fmt::format("the stage is not a plain number below {} (tightpipe's limit)",
+                           kMaxStages));
+  }
+  if (!parse_num(mb_text, a.microbatch) || a.microbatch >= kMaxMicrobatches) {
+    return bad(fmt::format("the microbatch is not a plain number below {} (tightpipe's limit)",
+                           kMaxMicrobatches));
+  }
   return a;
 }
 

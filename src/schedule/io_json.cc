@@ -4,6 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "tightpipe/schedule.h"
 
 namespace tightpipe {
@@ -25,6 +28,31 @@ std::string to_json(const Schedule& sch) {
   return j.dump(1) + "\n";
 }
 
+namespace {
+
+// A count of the header: a JSON integer in [1, limit] (2.7 or 4294967298 are not read as 2).
+Result<int32_t> json_count(const nlohmann::json& j, const char* key, int32_t limit,
+                           std::string_view source) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer()) {
+    return Status::invalid_argument(fmt::format(
+        "{}: \"{}\" is {}, not a whole number; hint: e.g. \"{}\": 4", source, key,
+        v.dump().substr(0, 40), key));
+  }
+  const auto n = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
+                                              v.get<uint64_t>(), uint64_t{1} << 62))
+                                        : v.get<int64_t>();
+  if (n < 1 || n > limit) {
+    return Status::invalid_argument(fmt::format(
+        "{}: \"{}\" {} is outside [1, {}] (tightpipe's limit); hint: a schedule this tool wrote "
+        "(tightpipe schedule --format json)",
+        source, key, n, limit));
+  }
+  return static_cast<int32_t>(n);
+}
+
+}  // namespace
+
 Result<Schedule> parse_json(std::string_view text, std::string_view source) {
   nlohmann::json j;
   try {
@@ -35,10 +63,28 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
   Schedule sch;
   try {
     sch.name = j.value("name", std::string(source));
-    sch.num_ranks = j.at("ranks").get<int32_t>();
-    sch.num_stages = j.at("stages").get<int32_t>();
-    sch.num_microbatches = j.at("microbatches").get<int32_t>();
-    sch.stage_to_rank = j.at("stage_to_rank").get<std::vector<int32_t>>();
+    TP_ASSIGN_OR_RETURN(sch.num_ranks, json_count(j, "ranks", kMaxRanks, source));
+    TP_ASSIGN_OR_RETURN(sch.num_stages, json_count(j, "stages", kMaxStages, source));
+    TP_ASSIGN_OR_RETURN(sch.num_microbatches,
+                        json_count(j, "microbatches", kMaxMicrobatches, source));
+    TP_RETURN_IF_ERROR(check_schedule_shape(source, sch.num_ranks, sch.num_stages,
+                                            sch.num_microbatches));
+    const auto& map = j.at("stage_to_rank");
+    if (!map.is_array() || map.size() != static_cast<size_t>(sch.num_stages)) {
+      return Status::invalid_argument(fmt::format(
+          "{}: \"stage_to_rank\" must list one rank per stage ({} stages); hint: a schedule this "
+          "tool wrote (tightpipe schedule --format json)",
+          source, sch.num_stages));
+    }
+    for (const auto& r : map) {
+      if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= sch.num_ranks) {
+        return Status::invalid_argument(fmt::format(
+            "{}: \"stage_to_rank\" holds {}, not a rank in [0, {}); hint: a schedule this tool "
+            "wrote (tightpipe schedule --format json)",
+            source, r.dump().substr(0, 40), sch.num_ranks));
+      }
+      sch.stage_to_rank.push_back(static_cast<int32_t>(r.get<int64_t>()));
+    }
     const auto& progs = j.at("programs");
     for (size_t r = 0; r < progs.size(); ++r) {
       sch.programs.emplace_back();

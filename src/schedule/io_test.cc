@@ -54,5 +54,53 @@ TEST(GridTest, PrintsRowsPerRank) {
   EXPECT_EQ(format_grid(s), "r0: 0F0 0F1 0B0 0B1\nr1: 1F0 1B0 1F1 1B1\n");
 }
 
+// Inputs that crashed or allocated gigabytes (issue 13): each is refused in one line that names
+// the file or flags, the value and the limit, before anything of that size is allocated.
+TEST(LimitsTest, HugeCountsAreRefusedBeforeAllocating) {
+  auto expect_refused = [](const Status& st, std::string_view want) {
+    ASSERT_FALSE(st.ok()) << want;
+    const std::string m(st.message());
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  };
+  // CSV: a stage at INT32_MAX (signed overflow, SIGSEGV before), microbatch ids far out.
+  expect_refused(parse_csv("0F0,0I0,0W0\n2147483647F0\n", "s.csv").status(), "s.csv:2:1");
+  expect_refused(parse_csv("0F999999999\n", "m.csv").status(), "below 65536");
+  expect_refused(parse_csv("0F0,0I0,0W0\n1F99999999\n", "t.csv").status(), "'1F99999999'");
+  expect_refused(parse_csv("0F2147483648\n", "o.csv").status(), "'0F2147483648'");
+  // JSON: counts that are not whole numbers, or over the limit (they were cut to 32 bits).
+  const std::string ok = to_json(generate_schedule("zb-h1", {.ranks = 2, .microbatches = 2}).value());
+  auto with = [&](std::string_view from, std::string_view to) {
+    std::string t = ok;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return t.replace(at, from.size(), to);
+  };
+  ASSERT_TRUE(parse_json(ok, "ok.json").ok());
+  expect_refused(parse_json(with("\"microbatches\": 2", "\"microbatches\": 99999999999"), "a.json")
+                     .status(),
+                 "99999999999");
+  expect_refused(parse_json(with("\"microbatches\": 2", "\"microbatches\": 4294967298"), "b.json")
+                     .status(),
+                 "4294967298");
+  expect_refused(parse_json(with("\"microbatches\": 2", "\"microbatches\": 2.7"), "c.json").status(),
+                 "2.7, not a whole number");
+  expect_refused(parse_json(with("\"ranks\": 2", "\"ranks\": 1000000000"), "d.json").status(),
+                 "1000000000");
+  // Generators: --microbatches 2e9, --vpp 1e8, --pp 1e5 x --microbatches 1e5.
+  expect_refused(generate_schedule("gpipe", {.ranks = 2, .microbatches = 2000000000}).status(),
+                 "microbatches 2000000000");
+  expect_refused(
+      generate_schedule("interleaved", {.ranks = 2, .microbatches = 2, .chunks = 100000000})
+          .status(),
+      "--vpp 100000000");
+  expect_refused(generate_schedule("1f1b", {.ranks = 100000, .microbatches = 100000}).status(),
+                 "pipeline ranks 100000");
+  expect_refused(generate_schedule("1f1b", {.ranks = 1024, .microbatches = 65536}).status(),
+                 "stages x microbatches");
+  EXPECT_TRUE(check_schedule_shape("x", kMaxRanks, kMaxStages, kMaxStageMicrobatches / kMaxStages)
+                  .ok());
+}
+
 }  // namespace
 }  // namespace tightpipe

@@ -52,7 +52,34 @@ const GeneratorInfo* find_generator(std::string_view name) {
   return nullptr;
 }
 
+Status check_schedule_shape(std::string_view what, int64_t ranks, int64_t stages,
+                            int64_t microbatches) {
+  auto over = [&](std::string_view count, int64_t value, int64_t limit, std::string_view hint) {
+    return Status::invalid_argument(fmt::format(
+        "{}: {} {} is over tightpipe's limit of {}; hint: {}", what, count, value, limit, hint));
+  };
+  if (ranks > kMaxRanks) {
+    return over("pipeline ranks", ranks, kMaxRanks, "use fewer --pp");
+  }
+  if (stages > kMaxStages) {
+    return over("stages (ranks x chunks)", stages, kMaxStages, "fewer --vpp or --pp");
+  }
+  if (microbatches > kMaxMicrobatches) {
+    return over("microbatches", microbatches, kMaxMicrobatches,
+                "fewer --microbatches (a step of more rarely pays: the bubble is ~(p-1)/m)");
+  }
+  if (stages > 0 && microbatches > kMaxStageMicrobatches / stages) {
+    return over("stages x microbatches", stages * microbatches, kMaxStageMicrobatches,
+                "fewer stages or microbatches (each pair is 3 actions to schedule)");
+  }
+  return OkStatus();
+}
+
 Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions& options) {
+  TP_RETURN_IF_ERROR(check_schedule_shape(
+      fmt::format("--pp {} --vpp {} --microbatches {}", options.ranks, options.chunks,
+                  options.microbatches),
+      options.ranks, int64_t{options.ranks} * std::max(1, options.chunks), options.microbatches));
   if (const GeneratorInfo* g = find_generator(name)) return g->fn(options);
   return Status::invalid_argument(
       fmt::format("--schedule '{}': unknown schedule; hint: one of {} (or a CSV file path)", name,

@@ -19,8 +19,6 @@ std::string ScheduleSpec::label() const {
 
 namespace {
 
-constexpr int32_t kMaxChunks = 64;
-
 // "; hint: one of gpipe, 1f1b, ..., with :v for the chunks per rank (e.g. 1f1b,zb-v,interleaved:2)"
 std::string names_hint(std::string_view flag) {
   return fmt::format(

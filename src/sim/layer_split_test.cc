@@ -85,7 +85,9 @@ void expect_well_formed(const LayerSplit& split, int32_t S, int32_t L) {
   for (int32_t s = 0; s < S; ++s) {
     EXPECT_EQ(split.stages[s].embedding, s == 0);
     EXPECT_EQ(split.stages[s].head, s == S - 1);
-    if (s > 0 && s < S - 1) EXPECT_GE(split.stages[s].blocks, 1);
+    if (s > 0 && s < S - 1) {
+      EXPECT_GE(split.stages[s].blocks, 1);
+    }
     total += split.stages[s].blocks;
   }
   EXPECT_EQ(total, L);
