@@ -65,7 +65,7 @@ Result<TimelineEvent> event_from_json(std::string_view line, std::string_view wh
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& ex) {
+  } catch (const nlohmann::json::exception& ex) {  // parse_error, or out_of_range (1e999)
     return Status::corruption(fmt::format("{}: not a JSON event (truncated file?): {}", where, ex.what()));
   }
   return from_j(j, where);
@@ -97,7 +97,7 @@ Result<RankTimeline> events_from_json_array(std::string_view text, int32_t rank)
   nlohmann::json arr;
   try {
     arr = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& ex) {
+  } catch (const nlohmann::json::exception& ex) {  // parse_error, or out_of_range (1e999)
     return Status::corruption(fmt::format("rank {} timeline: {}", rank, ex.what()));
   }
   for (const auto& j : arr) {

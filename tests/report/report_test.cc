@@ -395,6 +395,28 @@ TEST_F(BadRunDirTest, CorruptTimelineMarksRankMissingWithTheLine) {
   EXPECT_TRUE(has_warning(*r, "timeline_rank1.jsonl:2")) << format_report_text(*r);
 }
 
+// Issue 13's crashes: a time of 1e999 (an uncaught out_of_range before) and "pp": 1000000000
+// (bad_alloc before) are warnings naming the file and the value.
+TEST_F(BadRunDirTest, OverflowingNumbersAreWarnings) {
+  const std::string d = copy();
+  const std::string p = d + "/timeline_rank1.jsonl";
+  std::string text = read_file(p).value();
+  const size_t end = text.find("\"end\":");
+  ASSERT_NE(end, std::string::npos);
+  text.replace(end, 7, "\"end\":1e999,\"x\":");
+  ASSERT_TRUE(write_file(p, text).ok());
+  std::string summary = read_file(d + "/summary.json").value();
+  const size_t pp = summary.find("\"pp\": 2");
+  ASSERT_NE(pp, std::string::npos);
+  summary.replace(pp, 7, "\"pp\": 1000000000");
+  ASSERT_TRUE(write_file(d + "/summary.json", summary).ok());
+  auto r = build_report(d);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(has_warning(*r, "timeline_rank1.jsonl:1")) << format_report_text(*r);
+  EXPECT_TRUE(has_warning(*r, "\"pp\" 1000000000")) << format_report_text(*r);
+  EXPECT_EQ(r->run.num_ranks, 2);  // from the timeline files
+}
+
 TEST_F(BadRunDirTest, AllRanksUnreadableIsAnErrorNamingTheFiles) {
   const std::string d = copy();
   ASSERT_TRUE(write_file(d + "/timeline_rank0.jsonl", "garbage\nmore\n").ok());

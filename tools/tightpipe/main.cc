@@ -1,6 +1,8 @@
 // tightpipe: pipeline-parallel training with measured and simulated bubbles.
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string_view>
 
 #include "commands.h"
@@ -19,6 +21,9 @@ constexpr const char* kUsage =
     "  sample     generate text from a checkpoint\n"
     "  data       write WebDataset-style tar shards from text\n"
     "  report     bubble report of a training run: measured vs predicted, HTML, trace\n";
+
+int dispatch(std::string_view cmd, int sub_argc, char** sub_argv);
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -27,10 +32,29 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? kExitUsage : kExitOk;
   }
-  std::string_view cmd = argv[1];
-  // Each subcommand sees its own name as argv[0].
-  int sub_argc = argc - 1;
-  char** sub_argv = argv + 1;
+  const std::string_view cmd = argv[1];
+  // The last resort: an exception no command turned into an error is still one line and exit 1
+  // (a bug to report, or memory the machine does not have), never an abort with a core dump.
+  try {
+    return dispatch(cmd, argc - 1, argv + 1);  // each subcommand sees its own name as argv[0]
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "tightpipe %s: error: out of memory; hint: a smaller model, --num-microbatches "
+                 "or --micro-batch-size, or a machine with more memory\n",
+                 argv[1]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "tightpipe %s: error: internal error: %.200s; hint: this is a bug, please report "
+                 "it with the command line\n",
+                 argv[1], e.what());
+  }
+  return 1;
+}
+
+namespace {
+
+int dispatch(std::string_view cmd, int sub_argc, char** sub_argv) {
+  using namespace tightpipe::cli;
   if (cmd == "schedule") return cmd_schedule(sub_argc, sub_argv);
   if (cmd == "simulate") return cmd_simulate(sub_argc, sub_argv);
   if (cmd == "train") return cmd_train(sub_argc, sub_argv);
@@ -38,8 +62,10 @@ int main(int argc, char** argv) {
   if (cmd == "data") return cmd_data(sub_argc, sub_argv);
   if (cmd == "report") return cmd_report(sub_argc, sub_argv);
   std::fprintf(stderr,
-               "tightpipe: unknown command '%s'\nhint: one of schedule, simulate, train, sample, "
+               "tightpipe: unknown command '%.*s'\nhint: one of schedule, simulate, train, sample, "
                "data, report; see 'tightpipe --help'\n",
-               argv[1]);
+               static_cast<int>(cmd.size()), cmd.data());
   return kExitUsage;
 }
+
+}  // namespace
