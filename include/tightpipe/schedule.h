@@ -78,6 +78,21 @@ struct Schedule {
   std::vector<int32_t> stages_of(int32_t rank) const;
 };
 
+// ----- limits ----------------------------------------------------------------------------------
+//
+// The largest pipeline a schedule may describe. Every generator, reader (CSV, JSON) and validate()
+// refuses more before allocating anything of that size, so no input can make a command allocate
+// gigabytes or run for minutes before its error (docs/schedule_ir.md, "Limits").
+inline constexpr int32_t kMaxRanks = 1024;          // p
+inline constexpr int32_t kMaxChunks = 64;           // v, virtual stages per rank
+inline constexpr int32_t kMaxStages = 8192;         // S = p x v
+inline constexpr int32_t kMaxMicrobatches = 65536;  // m
+inline constexpr int64_t kMaxStageMicrobatches = int64_t{1} << 21;  // S x m (x3 compute actions)
+
+// OK, or InvalidArgument naming `what` (a flag or a file), the count over its limit and a hint.
+Status check_schedule_shape(std::string_view what, int64_t ranks, int64_t stages,
+                            int64_t microbatches);
+
 // ----- generators ----------------------------------------------------------------------------
 
 struct GeneratorOptions {
