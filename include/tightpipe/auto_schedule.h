@@ -125,6 +125,12 @@ bool is_auto_schedule_name(std::string_view name);
 std::string auto_schedule_counterpart(std::string_view name);
 // Chunks per rank: 1 for the single-chunk names, 2 for zb-v-auto; 0 for other names.
 int32_t auto_schedule_chunks(std::string_view name);
+// The canonical spelling of an auto name (lower case: "ZB-1P" -> "zb-1p"), as
+// build_auto_schedule() names its result.
+std::string auto_schedule_name(std::string_view name);
+// OK when --vpp `vpp` fits the auto schedule `name` (0: not given, or its chunk count);
+// otherwise InvalidArgument naming --vpp, the value, the chunk count and a hint.
+Status check_auto_schedule_vpp(std::string_view name, int32_t vpp);
 // Builds the named schedule (build_zb_auto or build_zb_v_auto) and names it `name` lower-cased.
 // zb-1p and zb-2p set the memory limit (p, 2p); a different options.memory_limit is an error.
 // `costs` has auto_schedule_chunks(name) * p stages. Errors: an unknown name, and those of the

@@ -66,7 +66,7 @@ Status resolve_auto_layout(RunPlan& plan) {
   }
   const LayerCosts costs = opt.layout_costs ? *opt.layout_costs : analytic_layer_costs(opt.model);
   LayerSplitOptions so;
-  so.sim.comm_mode = opt.exec.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+  so.sim = run_sim_options(plan);
   so.sim.recompute = opt.recompute.enabled() ? Recompute::kFull : Recompute::kNone;
   auto best = choose_layer_split(costs, plan.lowered, opt.model.num_layers, so);
   if (!best.ok()) return best.status().with_context("--pipeline-layout auto");

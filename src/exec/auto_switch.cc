@@ -11,14 +11,13 @@ namespace tightpipe::train_internal {
 
 namespace {
 
-// The simulator's bubble (the one definition) of `compute_only` with `costs`.
-Result<double> predicted_bubble(const Schedule& compute_only, const CostModel& costs,
-                                bool overlap_p2p) {
-  TP_ASSIGN_OR_RETURN(Schedule low, lower(compute_only));
-  SimOptions so;
+// The simulator's bubble (the one definition) of the lowered `lowered` with `costs`, simulated
+// as the run runs.
+Result<double> predicted_bubble(const RunPlan& plan, const Schedule& lowered,
+                                const CostModel& costs) {
+  SimOptions so = run_sim_options(plan);
   so.record_timeline = false;
-  so.comm_mode = overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
-  TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
+  TP_ASSIGN_OR_RETURN(SimResult r, simulate(lowered, costs, so));
   return r.bubble_ratio;
 }
 
@@ -36,13 +35,10 @@ Result<Schedule> build_auto_from_samples(RunPlan& plan, const CostSamples& sampl
   auto built = build_auto_schedule(as.target, plan.opt.pp, plan.opt.microbatches, *costs,
                                    plan.opt.auto_schedule);
   if (!built.ok()) return built.status().with_context("--schedule " + as.target);
-  const bool overlap = plan.opt.exec.overlap_p2p;
-  TP_ASSIGN_OR_RETURN(Schedule before,
-                      generate_schedule(as.counterpart, {.ranks = plan.lowered.num_ranks,
-                                                         .microbatches = plan.opt.microbatches,
-                                                         .chunks = plan.lowered.chunks()}));
-  TP_ASSIGN_OR_RETURN(as.predicted_before, predicted_bubble(before, *costs, overlap));
-  TP_ASSIGN_OR_RETURN(as.predicted_after, predicted_bubble(*built, *costs, overlap));
+  // plan.lowered is still the counterpart the samples were measured on.
+  TP_ASSIGN_OR_RETURN(as.predicted_before, predicted_bubble(plan, plan.lowered, *costs));
+  TP_ASSIGN_OR_RETURN(const Schedule built_lowered, lower(*built));
+  TP_ASSIGN_OR_RETURN(as.predicted_after, predicted_bubble(plan, built_lowered, *costs));
   if (costs_out != nullptr) *costs_out = *costs;
   return built;
 }

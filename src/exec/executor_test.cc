@@ -116,17 +116,8 @@ std::vector<Case> all_cases() {
 // message latencies (the shape varies with the costs; every shape must train as one rank).
 Result<Schedule> auto_schedule(const std::string& name, int p, int m) {
   Rng rng(static_cast<uint64_t>(1000 * p + m));
-  std::vector<StageCost> stages(p * auto_schedule_chunks(name));
-  for (StageCost& c : stages) {
-    c.f = 0.5 + 1.5 * rng.uniform_double();
-    c.i = 0.5 + 2.0 * rng.uniform_double();
-    c.w = 0.2 + 1.5 * rng.uniform_double();
-    c.b = c.i + c.w;
-    c.act_bytes = 1;
-    c.act_after_i_bytes = 0.5;
-  }
-  const CostModel costs(stages, {.latency = 0.3 * rng.uniform_double(), .bandwidth = 0}, "unit",
-                        "random");
+  const CostModel costs =
+      random_cost_model(rng, p * auto_schedule_chunks(name), /*act_after_i=*/0.5, 0.3);
   return build_auto_schedule(name, p, m, costs, {});
 }
 

@@ -46,9 +46,7 @@ void predict(const RunPlan& plan, const Result<CostModel>& costs, TrainSummary& 
     s.prediction_error = costs.status().message();
     return;
   }
-  SimOptions so;
-  so.comm_mode = plan.opt.exec.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
-  auto sim = simulate(plan.lowered, *costs, so);
+  auto sim = simulate(plan.lowered, *costs, run_sim_options(plan));
   if (!sim.ok()) {
     s.prediction_error = sim.status().message();
     return;

@@ -16,6 +16,7 @@
 #include "tightpipe/model.h"
 #include "tightpipe/prof.h"
 #include "tightpipe/schedule.h"
+#include "tightpipe/simulator.h"
 #include "tightpipe/trainer.h"
 #include "tightpipe/transport.h"
 #include <optional>
@@ -68,6 +69,9 @@ inline constexpr const char* kAutoScheduleFile = "schedule.csv";
 
 // How the measured samples are calibrated (the link when one is emulated).
 CalibrationOptions calibration_options(const RunPlan& plan);
+// How the run's schedules are simulated with those costs (its p2p overlap mode): the run's
+// prediction and the auto schedule's before/after predictions.
+SimOptions run_sim_options(const RunPlan& plan);
 
 // Rank 0, at the switch: calibrates the profile steps' samples on the counterpart, builds the
 // auto schedule from those costs and predicts the bubble of both. Returns the compute-only

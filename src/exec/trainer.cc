@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <sched.h>
 
-#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -141,15 +140,10 @@ std::string CpuLoad::warning() const {
 Result<Schedule> initial_schedule(const TrainOptions& opt, AutoSwitch& as) {
   const GeneratorOptions shape{opt.pp, opt.microbatches, opt.vpp, opt.group_size};
   if (!is_auto_schedule_name(opt.schedule)) return schedule_from_name_or_file(opt.schedule, shape);
-  as.target = opt.schedule;
-  for (char& c : as.target) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  as.target = auto_schedule_name(opt.schedule);
   as.counterpart = auto_schedule_counterpart(as.target);
   const int32_t chunks = auto_schedule_chunks(as.target);
-  if (opt.vpp != 0 && opt.vpp != chunks) {
-    return Status::invalid_argument(
-        fmt::format("--vpp {}: schedule '{}' runs {} chunk(s) per rank; hint: drop --vpp", opt.vpp,
-                    opt.schedule, chunks));
-  }
+  TP_RETURN_IF_ERROR(check_auto_schedule_vpp(opt.schedule, opt.vpp));
   const std::string saved = fmt::format("{}/{}", opt.load_dir, kAutoScheduleFile);
   if (!opt.load_dir.empty() && std::filesystem::exists(saved)) {
     TP_ASSIGN_OR_RETURN(std::string text, read_file(saved));
@@ -174,6 +168,12 @@ CalibrationOptions calibration_options(const RunPlan& plan) {
     co.link.bandwidth = plan.opt.world.link->gbps > 0 ? plan.opt.world.link->gbps * 1e9 / 8 : 0;
   }
   return co;
+}
+
+SimOptions run_sim_options(const RunPlan& plan) {
+  SimOptions so;
+  so.comm_mode = plan.opt.exec.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+  return so;
 }
 
 void RunPlan::log(int32_t rank, const std::string& line) const {

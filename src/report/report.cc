@@ -64,8 +64,7 @@ Result<std::vector<WhatIfSpec>> parse_what_if(std::string_view text) {
       item.resize(at);
     }
     if (is_auto_schedule_name(item)) {
-      w.name = item;
-      for (char& c : w.name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      w.name = auto_schedule_name(item);
     } else {  // the registry's names, through the one parser of schedule lists
       TP_ASSIGN_OR_RETURN(std::vector<ScheduleSpec> specs, parse_schedule_specs("--what-if", item));
       w.name = specs.at(0).name;

@@ -43,7 +43,7 @@ Status validate(const Schedule& sch) {
         "invalid schedule '{}': shape ranks={} stages={} microbatches={} must all be >= 1",
         sch.name, P, S, M));
   }
-  TP_RETURN_IF_ERROR(check_schedule_shape(fmt::format("schedule '{}'", sch.name), P, S, M));
+  TP_RETURN_IF_ERROR(check_schedule_shape(sch.name, P, S, M).with_context("invalid schedule"));
   if (static_cast<int32_t>(sch.programs.size()) != P) {
     return Status::invalid_argument(fmt::format("invalid schedule '{}': {} programs for {} ranks",
                                                 sch.name, sch.programs.size(), P));

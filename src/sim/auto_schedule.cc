@@ -23,6 +23,18 @@ int32_t auto_schedule_chunks(std::string_view name) {
   return is_auto_schedule_name(name) ? 2 : 0;
 }
 
+std::string auto_schedule_name(std::string_view name) { return zb::lower_case(name); }
+
+Status check_auto_schedule_vpp(std::string_view name, int32_t vpp) {
+  const int32_t chunks = auto_schedule_chunks(name);
+  if (vpp == 0 || vpp == chunks) return OkStatus();
+  return Status::invalid_argument(
+      fmt::format("--vpp {}: schedule '{}' runs exactly {} chunk{} per rank; hint: {}", vpp, name,
+                  chunks, chunks == 1 ? "" : "s (V placement)",
+                  chunks == 1 ? "drop --vpp, or use zb-v-auto for 2 chunks"
+                              : "pass --vpp 2 or leave it out, or use zb-auto for 1 chunk"));
+}
+
 Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m,
                                      const CostModel& costs, const ZbAutoOptions& options) {
   if (!is_auto_schedule_name(name)) {
@@ -42,7 +54,7 @@ Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m
   }
   TP_ASSIGN_OR_RETURN(Schedule s, auto_schedule_chunks(name) == 2 ? build_zb_v_auto(p, m, costs, o)
                                                                   : build_zb_auto(p, m, costs, o));
-  s.name = zb::lower_case(name);  // zb-1p and zb-2p keep their names in tables and JSON
+  s.name = auto_schedule_name(name);  // zb-1p and zb-2p keep their names in tables and JSON
   return s;
 }
 

@@ -57,17 +57,13 @@ struct VKnobs {
 
 class VGreedy {
  public:
+  // `units`: what each stage's F holds (zb_f_memory_units of the V placement).
   VGreedy(int32_t p, int32_t m, const CostModel& costs, const std::vector<double>& fractions,
-          double limit, VKnobs knobs)
+          const std::vector<double>& units, double limit, VKnobs knobs)
       : p_(p), S_(2 * p), m_(m), frac_(fractions), limit_(limit), knobs_(knobs) {
     rank_of_ = place_stages(Placement::kV, p, S_);
     st_.resize(S_);
     rk_.resize(p);
-    Schedule placement;
-    placement.num_ranks = p;
-    placement.num_stages = S_;
-    placement.stage_to_rank = rank_of_;
-    const std::vector<double> units = zb_f_memory_units(costs, placement);
     for (int32_t s = 0; s < S_; ++s) {
       StageState& x = st_[s];
       x.unit = units[s];
@@ -346,7 +342,7 @@ Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
     TP_RETURN_IF_ERROR(consider_hand(l));
     for (size_t k = 0; k < knobs.size(); ++k) {
       if (settled[k]) continue;
-      VGreedy pass(p, m, costs, frac, l, knobs[k]);
+      VGreedy pass(p, m, costs, frac, units, l, knobs[k]);
       TP_RETURN_IF_ERROR(consider(pass.run()));
       settled[k] = !pass.memory_bound();
     }

@@ -167,13 +167,7 @@ namespace {
 // zb-auto, zb-1p, zb-2p or zb-v-auto for the flags' shape and costs.
 Result<Schedule> load_auto_schedule(const ScheduleFlags& f) {
   const int32_t chunks = auto_schedule_chunks(f.schedule);
-  if (f.vpp != 0 && f.vpp != chunks) {
-    return Status::invalid_argument(
-        fmt::format("--vpp {}: schedule '{}' runs exactly {} chunk{} per rank; hint: {}", f.vpp,
-                    f.schedule, chunks, chunks == 1 ? "" : "s (V placement)",
-                    chunks == 1 ? "drop --vpp, or use zb-v-auto for 2 chunks"
-                                : "pass --vpp 2 or leave it out, or use zb-auto for 1 chunk"));
-  }
+  TP_RETURN_IF_ERROR(check_auto_schedule_vpp(f.schedule, f.vpp));
   TP_ASSIGN_OR_RETURN(ZbAutoOptions o, zb_auto_options(f.zb, f.schedule));
   if (f.pp < 1) {
     return Status::invalid_argument(fmt::format(
