@@ -55,6 +55,10 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 // Parses a whole string as a number; no trailing junk, no empty input.
 Result<double> parse_double(std::string_view s);
 Result<int64_t> parse_int(std::string_view s);
+// A value as an error message shows it: bytes outside printable ASCII (a NUL, a newline, UTF-8)
+// and the backslash escaped as \xNN / \\, cut after max_chars with "... (N bytes in all)". Every
+// message that echoes user input (a CSV cell, a flag value, a file's bytes) passes it through this.
+std::string printable(std::string_view s, size_t max_chars = 80);
 // "1.5 KiB", "12.0 MiB"...
 std::string human_bytes(double bytes);
 // The middle value (the mean of the two middle ones for an even count); 0 for none.

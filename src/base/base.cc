@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cfloat>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -176,8 +177,17 @@ Result<double> parse_double(std::string_view s) {
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(str.c_str(), &end);
-  if (end != str.c_str() + str.size() || errno == ERANGE || !std::isfinite(v)) {
-    return Status::invalid_argument(fmt::format("expected a number, got '{}'", str));
+  if (end != str.c_str() + str.size() || std::isnan(v) || (std::isinf(v) && errno != ERANGE)) {
+    return Status::invalid_argument(fmt::format("expected a number, got '{}'", printable(str)));
+  }
+  if (errno == ERANGE && std::abs(v) > 1.0) {
+    return Status::invalid_argument(fmt::format(
+        "number '{}' is out of range (beyond +-{:g})", printable(str), DBL_MAX));
+  }
+  if (errno == ERANGE) {
+    return Status::invalid_argument(fmt::format(
+        "number '{}' is too small to represent (below {:g}); hint: use 0 or a larger value",
+        printable(str), DBL_MIN));
   }
   return v;
 }
@@ -187,10 +197,31 @@ Result<int64_t> parse_int(std::string_view s) {
   if (t.empty()) return Status::invalid_argument("expected an integer, got an empty string");
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec == std::errc::result_out_of_range && ptr == t.data() + t.size()) {
+    return Status::invalid_argument(
+        fmt::format("integer '{}' is out of range (beyond +-2^63)", printable(t)));
+  }
   if (ec != std::errc() || ptr != t.data() + t.size()) {
-    return Status::invalid_argument(fmt::format("expected an integer, got '{}'", t));
+    return Status::invalid_argument(fmt::format("expected an integer, got '{}'", printable(t)));
   }
   return v;
+}
+
+std::string printable(std::string_view s, size_t max_chars) {
+  std::string out;
+  const size_t shown = std::min(s.size(), max_chars);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  if (shown < s.size()) out += fmt::format("... ({} bytes in all)", s.size());
+  return out;
 }
 
 std::string human_bytes(double bytes) {

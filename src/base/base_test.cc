@@ -1,3 +1,4 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "tightpipe/base.h"
@@ -5,6 +6,8 @@
 
 namespace tightpipe {
 namespace {
+
+using ::testing::HasSubstr;
 
 Result<int> half(int x) {
   if (x % 2) return Status::invalid_argument("odd");
@@ -68,6 +71,30 @@ TEST(StringsTest, ParseAndSplit) {
   EXPECT_EQ(split("a,b,,c", ','), (std::vector<std::string>{"a", "b", "", "c"}));
   EXPECT_EQ(join({"a", "b"}, "-"), "a-b");
   EXPECT_EQ(human_bytes(2048), "2.0 KiB");
+}
+
+TEST(StringsTest, OutOfRangeNumbersSayWhy) {
+  auto tiny = parse_double("1e-320");
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_THAT(tiny.status().message(), HasSubstr("too small"));
+  auto huge = parse_double("1e999");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(huge.status().message(), HasSubstr("out of range"));
+  EXPECT_FALSE(parse_double("inf").ok());
+  EXPECT_FALSE(parse_double("nan").ok());
+  auto big = parse_int("99999999999999999999");
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(big.status().message(), HasSubstr("out of range"));
+}
+
+TEST(StringsTest, PrintableEscapesAndCuts) {
+  EXPECT_EQ(printable("abc"), "abc");
+  EXPECT_EQ(printable(std::string_view("a\0b\n", 4)), "a\\x00b\\x0a");
+  EXPECT_EQ(printable("a\\b"), "a\\\\b");
+  const std::string big(10'000'000, 'x');
+  const std::string shown = printable(big);
+  EXPECT_LT(shown.size(), 120u);
+  EXPECT_THAT(shown, HasSubstr("10000000 bytes in all"));
 }
 
 TEST(FilesTest, MissingFileNamesPath) {
