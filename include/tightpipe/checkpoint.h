@@ -93,8 +93,8 @@ Status write_tracker(const std::string& root, int64_t step);
 
 // What --load PATH means.
 struct ResolvedCheckpoint {
-  std::string dir;                    // the checkpoint directory to read (an iter_* directory)
-  Manifest manifest;                  // its manifest (manifest.step: the step it holds)
+  std::string dir;    // the checkpoint directory to read (an iter_* directory)
+  Manifest manifest;  // its manifest (manifest.step: the step it holds)
   // One line per thing skipped and why (tracker missing, an incomplete iteration): "warning:
   // --load PATH: ...; took DIR (step N)".
   std::vector<std::string> warnings;
@@ -125,7 +125,6 @@ Status save_checkpoint(const std::string& root, std::span<GptStage* const> stage
                        const CheckpointState& state);
 // Loads every stage of the checkpoint resolve_checkpoint(path) takes; the manifest must describe
 // the same model and split, and every stage file the manifest's step.
-Result<CheckpointState> load_checkpoint(const std::string& path,
-                                        std::span<GptStage* const> stages);
+Result<CheckpointState> load_checkpoint(const std::string& path, std::span<GptStage* const> stages);
 
 }  // namespace tightpipe::nn

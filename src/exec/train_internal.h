@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,6 @@
 #include "tightpipe/simulator.h"
 #include "tightpipe/trainer.h"
 #include "tightpipe/transport.h"
-#include <optional>
 
 namespace tightpipe::train_internal {
 

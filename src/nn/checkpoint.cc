@@ -141,9 +141,9 @@ Result<StageFile> read_stage_header(const std::string& path) {
   StageFile f;
   f.size = size;
   if (size < static_cast<int64_t>(sizeof(Header))) {
-    return Status::corruption(fmt::format(
-        "checkpoint '{}' is truncated: {} bytes, the header alone needs {}; {}", path, size,
-        sizeof(Header), kOlderHint));
+    return Status::corruption(
+        fmt::format("checkpoint '{}' is truncated: {} bytes, the header alone needs {}; {}", path,
+                    size, sizeof(Header), kOlderHint));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in.read(reinterpret_cast<char*>(&f.h), sizeof(Header))) {
@@ -152,9 +152,9 @@ Result<StageFile> read_stage_header(const std::string& path) {
   }
   const Header& h = f.h;
   if (std::memcmp(h.magic, kMagic, 8) != 0) {
-    return Status::corruption(fmt::format(
-        "'{}' is not a tightpipe stage checkpoint (bad magic '{}'); {}", path,
-        printable(std::string_view(h.magic, 8)), kOlderHint));
+    return Status::corruption(
+        fmt::format("'{}' is not a tightpipe stage checkpoint (bad magic '{}'); {}", path,
+                    printable(std::string_view(h.magic, 8)), kOlderHint));
   }
   if (h.version != kVersion) {
     return Status::corruption(fmt::format(
@@ -189,8 +189,8 @@ Status check_stage_size(const std::string& path, const StageFile& f) {
 }
 
 GptConfig header_config(const Header& h, int micro_batch_size) {
-  return GptConfig{h.vocab_size, h.seq_length,  h.num_layers,
-                   h.hidden_size, h.num_heads, micro_batch_size};
+  return GptConfig{h.vocab_size,  h.seq_length, h.num_layers,
+                   h.hidden_size, h.num_heads,  micro_batch_size};
 }
 StageSpec header_spec(const Header& h) {
   return StageSpec{h.first_layer, h.stage_layers, h.has_embedding != 0, h.has_head != 0};
@@ -338,10 +338,10 @@ Result<CheckpointState> load_stage_checkpoint(const std::string& path, GptStage&
   const size_t n = stage.num_params() * sizeof(float);
   const size_t expected = sizeof(Header) + 3 * n + sizeof(uint64_t);
   if (bytes.size() != expected) {  // changed since the header was read
-    return Status::corruption(fmt::format(
-        "checkpoint '{}' is {}: {} bytes, expected {} for {} parameters; {}", path,
-        bytes.size() < expected ? "truncated" : "too long", bytes.size(), expected,
-        stage.num_params(), kOlderHint));
+    return Status::corruption(
+        fmt::format("checkpoint '{}' is {}: {} bytes, expected {} for {} parameters; {}", path,
+                    bytes.size() < expected ? "truncated" : "too long", bytes.size(), expected,
+                    stage.num_params(), kOlderHint));
   }
   uint64_t sum;
   std::memcpy(&sum, bytes.data() + expected - sizeof(sum), sizeof(sum));
@@ -381,9 +381,10 @@ Result<Manifest> load_manifest(const std::string& dir) {
                              "; hint: --load must name a directory written by --save");
   }
   if (*size > kMaxManifestBytes) {
-    return Status::corruption(fmt::format("manifest '{}' is {} bytes, more than the {} a manifest "
-                                          "can be; {}",
-                                          path, *size, kMaxManifestBytes, kOlderHint));
+    return Status::corruption(
+        fmt::format("manifest '{}' is {} bytes, more than the {} a manifest "
+                    "can be; {}",
+                    path, *size, kMaxManifestBytes, kOlderHint));
   }
   TP_ASSIGN_OR_RETURN(const std::string text, read_file(path));
   Manifest m;
@@ -433,7 +434,8 @@ Result<Manifest> load_manifest(const std::string& dir) {
       continue;
     }
     auto v = parse_int(val);
-    if (!v.ok()) return bad(fmt::format("bad value for '{}': '{}'", printable(key), printable(val)));
+    if (!v.ok())
+      return bad(fmt::format("bad value for '{}': '{}'", printable(key), printable(val)));
     if (key == "step") {
       if (*v < 0) return bad(fmt::format("'step' is {}, expected >= 0", *v));
       m.step = *v;
@@ -495,14 +497,14 @@ Result<Manifest> check_checkpoint_complete(const std::string& dir) {
           format_layout({m.stages[s]}), shape_flags(m.config), kOlderHint));
     }
     if (f.h.step != m.step) {  // a save interrupted between files mixes two checkpoints
-      return Status::corruption(fmt::format(
-          "'{}' is at step {} but the manifest at step {}; {}", path, f.h.step, m.step,
-          kOlderHint));
+      return Status::corruption(fmt::format("'{}' is at step {} but the manifest at step {}; {}",
+                                            path, f.h.step, m.step, kOlderHint));
     }
   }
   for (const std::string& name : m.extra_files) {
     auto size = regular_file_size((fs::path(dir) / name).string(), "checkpoint file");
-    if (!size.ok()) return Status(size.status().code(), size.status().message() + "; " + kOlderHint);
+    if (!size.ok())
+      return Status(size.status().code(), size.status().message() + "; " + kOlderHint);
   }
   return m;
 }
@@ -552,7 +554,8 @@ Result<ResolvedCheckpoint> resolve_checkpoint(const std::string& path) {
     no_tracker = size.status().code() == StatusCode::kNotFound;
     r.warnings.push_back(no_tracker ? fmt::format("no {}", tracker) : size.status().message());
   } else if (*size > 64) {
-    r.warnings.push_back(fmt::format("tracker '{}' is {} bytes, not a step number", tracker, *size));
+    r.warnings.push_back(
+        fmt::format("tracker '{}' is {} bytes, not a step number", tracker, *size));
   } else if (auto text = read_file(tracker); !text.ok()) {
     r.warnings.push_back(text.status().message());
   } else if (auto step = parse_int(trim(*text)); !step.ok() || *step < 0) {
@@ -563,8 +566,8 @@ Result<ResolvedCheckpoint> resolve_checkpoint(const std::string& path) {
     const std::string dir = iteration_dir(path, *step);
     auto m = check_checkpoint_complete(dir);
     if (m.ok()) return take(dir, std::move(*m));
-    r.warnings.push_back(fmt::format("tracker '{}' names {}, which is incomplete: {}", tracker,
-                                     dir, m.status().message()));
+    r.warnings.push_back(fmt::format("tracker '{}' names {}, which is incomplete: {}", tracker, dir,
+                                     m.status().message()));
   }
   for (const auto& [step, dir] : iterations) {
     if (tracked && step == *tracked) continue;  // checked above
@@ -578,10 +581,11 @@ Result<ResolvedCheckpoint> resolve_checkpoint(const std::string& path) {
         "directory written by --save",
         path, kTrackerFile, kManifestFile));
   }
-  return Status::corruption(fmt::format("--load '{}' holds no complete checkpoint: {}; hint: the "
-                                        "saves were interrupted or damaged; train from scratch "
-                                        "or restore a copy",
-                                        path, join(r.warnings, "; ")));
+  return Status::corruption(
+      fmt::format("--load '{}' holds no complete checkpoint: {}; hint: the "
+                  "saves were interrupted or damaged; train from scratch "
+                  "or restore a copy",
+                  path, join(r.warnings, "; ")));
 }
 
 std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep_last,
@@ -602,9 +606,9 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
                  : fmt::format("incomplete: {}", m.status().message());
     std::error_code ec;
     fs::remove_all(dir, ec);
-    lines.push_back(ec ? fmt::format("warning: could not remove {} ({}): {}", dir, why,
-                                     ec.message())
-                       : fmt::format("removed {} ({})", dir, why));
+    lines.push_back(
+        ec ? fmt::format("warning: could not remove {} ({}): {}", dir, why, ec.message())
+           : fmt::format("removed {} ({})", dir, why));
   }
   return lines;
 }
@@ -613,8 +617,8 @@ Status prepare_iteration_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    return Status::io_error(fmt::format("cannot create checkpoint directory '{}': {}", dir,
-                                        io_reason(ec.value())));
+    return Status::io_error(
+        fmt::format("cannot create checkpoint directory '{}': {}", dir, io_reason(ec.value())));
   }
   // An earlier attempt at this step (killed, or resumed from an older one since) may have left
   // its manifest: without it the directory reads as incomplete until this save's manifest lands.

@@ -4,7 +4,6 @@
 #include "tightpipe/checkpoint.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -247,7 +246,8 @@ TEST(Checkpoint, HalfWrittenNewestIterationIsSkippedWithAWarning) {
   ASSERT_TRUE(write_file(tracker_path(root), "release\n").ok());
   r = resolve_checkpoint(root);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_TRUE(has(r->warnings, "holds 'release\\x0a', not a step number")) << join(r->warnings, "\n");
+  EXPECT_TRUE(has(r->warnings, "holds 'release\\x0a', not a step number"))
+      << join(r->warnings, "\n");
   // Nothing complete at all: an error listing what was skipped.
   for (int step = 1; step <= 3; ++step) fs::remove(manifest_path(iteration_dir(root, step)));
   r = resolve_checkpoint(root);

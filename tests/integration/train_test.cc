@@ -340,7 +340,8 @@ TEST(TrainIntegrationTest, AutoScheduleProfilesSwitchesResumesAndTrainsAsOneRank
   EXPECT_EQ(sb["warmup_steps_excluded"], 3);  // 2 profile steps + 1 warm-up
   EXPECT_EQ(sb["auto_schedule"]["profile_steps"], 2);
   // The built schedule: in the out dir at the switch and in the checkpoint, valid, zb-1p's memory.
-  const std::string built = read_file(nn::iteration_dir(first.save_dir, 4) + "/schedule.csv").value();
+  const std::string built =
+      read_file(nn::iteration_dir(first.save_dir, 4) + "/schedule.csv").value();
   auto sched = parse_csv(built, "ckpt/schedule.csv");
   ASSERT_TRUE(sched.ok()) << sched.status().to_string();
   EXPECT_EQ(sched->chunks(), auto_schedule_chunks(name));

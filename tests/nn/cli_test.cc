@@ -181,8 +181,7 @@ TEST(TrainCli, MetricsResumeAndSample) {
   ASSERT_EQ(partial.code, 0) << partial.output;
   EXPECT_NE(partial.output.find("warning: --load " + dir + "/a/ckpt: tracker"), std::string::npos)
       << partial.output;
-  EXPECT_NE(partial.output.find("took " + dir + "/a/ckpt/iter_0000004 (step 4)"),
-            std::string::npos)
+  EXPECT_NE(partial.output.find("took " + dir + "/a/ckpt/iter_0000004 (step 4)"), std::string::npos)
       << partial.output;
   EXPECT_NE(partial.output.find(s.output), std::string::npos) << partial.output;
   expect_one_line_error(run_tightpipe(common + " --keep-last-checkpoints -1"), 2,

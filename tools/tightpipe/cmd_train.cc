@@ -93,8 +93,9 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--log-interval", o.log_interval, "print every N steps")->capture_default_str();
   app.add_option("--out-dir", o.out_dir,
                  "directory for metrics.jsonl, summary.json, timeline_rank<R>.jsonl, schedule.csv");
-  app.add_option("--save", o.save_dir,
-                 "checkpoint root: DIR/iter_<step>/ per save, DIR/latest_checkpointed_iteration.txt");
+  app.add_option(
+      "--save", o.save_dir,
+      "checkpoint root: DIR/iter_<step>/ per save, DIR/latest_checkpointed_iteration.txt");
   app.add_option("--save-interval", o.save_interval, "checkpoint every N steps (0: at the end)");
   app.add_option("--exit-interval", o.exit_interval, "stop (saving with --save) at a multiple of N");
   app.add_option("--load", o.load_dir,
@@ -166,8 +167,8 @@ int cmd_sample(int argc, char** argv) {
     std::vector<GptStage> stages;
     for (const nn::StageSpec& s : m.stages) stages.emplace_back(c, s, 0);
     for (size_t s = 0; s < stages.size(); ++s) {
-      TP_ASSIGN_OR_RETURN(auto st, nn::load_stage_checkpoint(
-                                        nn::stage_checkpoint_path(ck.dir, int(s)), stages[s]));
+      TP_ASSIGN_OR_RETURN(
+          auto st, nn::load_stage_checkpoint(nn::stage_checkpoint_path(ck.dir, int(s)), stages[s]));
       (void)st;
     }
     std::vector<int32_t> ctx;
