@@ -478,6 +478,17 @@ TEST(TrainIntegrationTest, ShortRunStoppedByExitIntervalStillPredicts) {
   }
 }
 
+// `steps` steps of the tiny model (no evaluation, no trace) saving into dir/ckpt after each.
+TrainOptions saving_every_step(const std::string& dir, int64_t steps) {
+  TrainOptions o = tiny(dir + "/out");
+  o.train_iters = steps;
+  o.eval_iters = 0;
+  o.trace_path.clear();
+  o.save_dir = dir + "/ckpt";
+  o.save_interval = 1;
+  return o;
+}
+
 // --save ROOT with --save-interval 1 and --keep-last-checkpoints 2 keeps iter_0000003 and
 // iter_0000004 and the tracker at 4; a save killed before its manifest (the tracker already
 // naming it, as a kill between the files of two saves can leave) is skipped with a warning and
@@ -486,12 +497,7 @@ TEST(TrainIntegrationTest, SavesIterationsKeepsLastKAndResumesFromTheNewestCompl
   namespace fs = std::filesystem;
   const std::string dir = testutil::make_temp_dir("tp-iters");
   std::vector<std::string> log;
-  TrainOptions o = tiny(dir + "/out");
-  o.train_iters = 4;
-  o.eval_iters = 0;
-  o.trace_path.clear();
-  o.save_dir = dir + "/ckpt";
-  o.save_interval = 1;
+  TrainOptions o = saving_every_step(dir, 4);
   o.keep_last_checkpoints = 2;
   o.log = [&](const std::string& line) { log.push_back(line); };
   auto r = run_training(o);
@@ -529,12 +535,7 @@ TEST(TrainIntegrationTest, SaveFailingOnOneRankLeavesTheTrackerOnTheLastComplete
   namespace fs = std::filesystem;
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
   const std::string dir = testutil::make_temp_dir("tp-full");
-  TrainOptions o = tiny(dir + "/out");
-  o.train_iters = 2;
-  o.eval_iters = 0;
-  o.trace_path.clear();
-  o.save_dir = dir + "/ckpt";
-  o.save_interval = 1;
+  TrainOptions o = saving_every_step(dir, 2);
   const std::string it2 = nn::iteration_dir(o.save_dir, 2);
   fs::create_directories(it2);
   fs::create_symlink("/dev/full", nn::stage_checkpoint_path(it2, 1) + ".tmp");
