@@ -182,6 +182,15 @@ Status check_stage_size(const std::string& path, const StageFile& f) {
   const bool too_many = n > payload / (3 * sizeof(float));
   const uint64_t needed = too_many ? 0 : sizeof(Header) + 3 * sizeof(float) * n + 8;
   if (!too_many && size == needed) return OkStatus();
+  // A size that holds a whole number of parameters other than the header's: most likely the
+  // count was damaged (a cut file ends on such a boundary once in 12).
+  const uint64_t body = payload >= 8 ? payload - 8 : 1;
+  if (body % (3 * sizeof(float)) == 0) {
+    return Status::corruption(fmt::format(
+        "checkpoint '{}' is corrupt: its header records {} parameters, but its size ({} bytes) "
+        "holds {} (a damaged header, or a cut file); {}",
+        path, n, size, body / (3 * sizeof(float)), kOlderHint));
+  }
   return Status::corruption(fmt::format(
       "checkpoint '{}' is {}: {} bytes, the {} parameters its header records need {}; {}", path,
       too_many || size < needed ? "truncated" : "too long", size, n,
