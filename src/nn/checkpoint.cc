@@ -235,6 +235,12 @@ std::vector<std::pair<int64_t, std::string>> list_iterations(const std::string& 
   return out;
 }
 
+// Why a candidate was skipped: its error without the hint (the caller gives one hint).
+std::string reason(const Status& s) {
+  const std::string& m = s.message();
+  return m.substr(0, m.find("; hint:"));
+}
+
 bool plain_file_name(std::string_view name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
          name.find('\0') == std::string_view::npos;
@@ -561,7 +567,7 @@ Result<ResolvedCheckpoint> resolve_checkpoint(const std::string& path) {
   bool no_tracker = false;
   if (auto size = regular_file_size(tracker, "tracker"); !size.ok()) {
     no_tracker = size.status().code() == StatusCode::kNotFound;
-    r.warnings.push_back(no_tracker ? fmt::format("no {}", tracker) : size.status().message());
+    r.warnings.push_back(no_tracker ? fmt::format("no {}", tracker) : reason(size.status()));
   } else if (*size > 64) {
     r.warnings.push_back(
         fmt::format("tracker '{}' is {} bytes, not a step number", tracker, *size));
@@ -576,13 +582,13 @@ Result<ResolvedCheckpoint> resolve_checkpoint(const std::string& path) {
     auto m = check_checkpoint_complete(dir);
     if (m.ok()) return take(dir, std::move(*m));
     r.warnings.push_back(fmt::format("tracker '{}' names {}, which is incomplete: {}", tracker, dir,
-                                     m.status().message()));
+                                     reason(m.status())));
   }
   for (const auto& [step, dir] : iterations) {
     if (tracked && step == *tracked) continue;  // checked above
     auto m = check_checkpoint_complete(dir);
     if (m.ok()) return take(dir, std::move(*m));
-    r.warnings.push_back(fmt::format("skipped {}: {}", dir, m.status().message()));
+    r.warnings.push_back(fmt::format("skipped {}: {}", dir, reason(m.status())));
   }
   if (no_tracker && iterations.empty()) {
     return Status::not_found(fmt::format(
@@ -612,7 +618,7 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
     auto m = check_checkpoint_complete(dir);
     if (m.ok() && ++kept <= keep_last) continue;
     why = m.ok() ? fmt::format("older than the newest {} (--keep-last-checkpoints)", keep_last)
-                 : fmt::format("incomplete: {}", m.status().message());
+                 : fmt::format("incomplete: {}", reason(m.status()));
     std::error_code ec;
     fs::remove_all(dir, ec);
     lines.push_back(
