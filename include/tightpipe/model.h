@@ -45,6 +45,11 @@
 
 namespace tightpipe::nn {
 
+// Limits of the model flags (docs/limits.md): GptConfig::validate() refuses a value above them
+// with one line naming the flag. Whether a model within them fits in memory is the trainer's
+// memory check (trainer.h), before anything of its size is allocated.
+inline constexpr int kMaxNumLayers = 1024;  // --num-layers
+
 struct GptConfig {
   int vocab_size = 256;      // V (byte tokenizer)
   int seq_length = 128;      // T (--seq-length)

@@ -100,7 +100,9 @@ struct TrainOptions {
   int64_t eval_iters = 0;              // --eval-iters: validation microbatches per evaluation
   std::string out_dir;                 // --out-dir: metrics.jsonl, summary.json, timelines
   std::string save_dir;                // --save: checkpoint at the end (and at the intervals)
-  std::string load_dir;                // --load: resume from a checkpoint at its step
+  std::string load_dir;                // --load: resume from a checkpoint at its step (a --save
+                                       // root: its newest complete one; or an iter_* directory)
+  int64_t keep_last_checkpoints = 0;   // --keep-last-checkpoints: newest K kept (0: all)
   int64_t save_interval = 0;           // --save-interval: also checkpoint every N steps (0: off)
   int64_t exit_interval = 0;           // --exit-interval: stop (and save) at a multiple of N
   std::string trace_path;              // --trace: Chrome trace of the last step

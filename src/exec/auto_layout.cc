@@ -57,8 +57,7 @@ Status resolve_auto_layout(RunPlan& plan) {
   // A resumed run keeps the split its checkpoint was trained with (costs re-measured since, or an
   // auto schedule built since, could choose another one, which the weights do not fit).
   if (!opt.load_dir.empty()) {
-    TP_ASSIGN_OR_RETURN(nn::Manifest man, nn::load_manifest(opt.load_dir));
-    opt.pipeline_layout = nn::format_layout(man.stages);
+    opt.pipeline_layout = nn::format_layout(plan.load.manifest.stages);
     plan.layout_note =
         fmt::format("--pipeline-layout auto: {} (the split of the checkpoint --load {})",
                     opt.pipeline_layout, opt.load_dir);

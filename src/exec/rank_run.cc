@@ -102,8 +102,9 @@ Status RankRun::open_data() {
 
 Result<int64_t> RankRun::resume() {
   if (opt_.load_dir.empty()) return int64_t{0};
-  const std::string& dir = opt_.load_dir;
-  TP_ASSIGN_OR_RETURN(nn::Manifest man, nn::load_manifest(dir));
+  const std::string& dir = opt_.load_dir;  // the directory make_plan resolved --load to
+  const nn::Manifest& man = plan_.load.manifest;
+  for (const std::string& w : plan_.load.warnings) plan_.log(rank_, w);
   TP_RETURN_IF_ERROR(nn::check_manifest_shape(dir, man, opt_.model));
   if (man.stages != plan_.specs) {
     return Status::invalid_argument(fmt::format(
@@ -116,7 +117,7 @@ Result<int64_t> RankRun::resume() {
   for (auto& [s, stage] : pr_.stages()) {
     const std::string path = nn::stage_checkpoint_path(dir, s);
     TP_ASSIGN_OR_RETURN(nn::CheckpointState st, nn::load_stage_checkpoint(path, *stage));
-    if (st.step != man.step) {  // a save interrupted between files mixes two checkpoints
+    if (st.step != man.step) {  // changed since make_plan checked it
       return Status::corruption(fmt::format(
           "--load {}: '{}' is at step {} but the manifest at step {}; hint: the save was "
           "interrupted, use an older checkpoint",
@@ -132,7 +133,7 @@ Result<int64_t> RankRun::resume() {
   // The ranks of the first and the last stage (tokens, targets) both resume where the rank of
   // stage 0 saved its loader.
   if (train_data_) {
-    const std::string pos_path = dir + "/data_position.json";
+    const std::string pos_path = (std::filesystem::path(dir) / nn::kDataPositionFile).string();
     auto pos_text = read_file(pos_path);
     if (!pos_text.ok()) {
       return Status(pos_text.status().code(),
@@ -140,8 +141,15 @@ Result<int64_t> RankRun::resume() {
                                 "first batch; save the checkpoint again with this version",
                                 dir, pos_text.status().message()));
     }
-    TP_ASSIGN_OR_RETURN(DataPosition pos, DataPosition::from_json(*pos_text));
-    TP_RETURN_IF_ERROR(train_data_->restore(pos).with_context("--load " + pos_path));
+    auto pos = DataPosition::from_json(*pos_text);
+    if (!pos.ok()) {
+      return Status::corruption(fmt::format(
+          "--load {}: '{}' is damaged: {}; hint: it holds the loader's position as train --save "
+          "wrote it; --load the --save directory to take an older complete checkpoint, or restore "
+          "the file",
+          dir, pos_path, pos.status().message()));
+    }
+    TP_RETURN_IF_ERROR(train_data_->restore(*pos).with_context("--load " + pos_path));
   }
   plan_.log(rank_, fmt::format("loaded {} at step {}", dir, man.step));
   return man.step;
@@ -153,34 +161,70 @@ Status RankRun::open_files(int64_t start) {
   return timeline_.open(fmt::format("{}/timeline_rank{}.jsonl", opt_.out_dir, rank_), false);
 }
 
-// Checkpoint after `done` steps: every rank its stages, the rank of stage 0 the data position,
-// rank 0 the manifest.
-Status RankRun::save(int64_t done) {
-  std::error_code ec;
-  std::filesystem::create_directories(opt_.save_dir, ec);
-  if (ec) return Status::io_error(fmt::format("--save '{}': {}", opt_.save_dir, ec.message()));
-  for (auto& [s, stage] : pr_.stages()) {
-    TP_RETURN_IF_ERROR(nn::save_stage_checkpoint(nn::stage_checkpoint_path(opt_.save_dir, s),
-                                                 *stage, {done, {}}));
+// Every rank learns whether any rank's `mine` failed: the failing rank returns its own error, the
+// others an Unavailable naming `what` (the run reports the first real failure, trainer.cc).
+Status RankRun::agree(Status mine, std::string_view what) {
+  double failed[1] = {mine.ok() ? 0.0 : 1.0};
+  Status s = allreduce_sum(t_, failed, opt_.exec.timeout_s);
+  if (!mine.ok()) return mine;
+  TP_RETURN_IF_ERROR(s);
+  if (failed[0] > 0) {
+    return Status::unavailable(
+        fmt::format("{}: {} other rank(s) failed to write their part", what, failed[0]));
   }
-  if (rank_ == plan_.lowered.rank_of(0) && train_data_) {
+  return OkStatus();
+}
+
+// This rank's files of the checkpoint after `done` steps: its stages, the data position (the rank
+// of stage 0), the built schedule (rank 0).
+Status RankRun::save_parts(const std::string& dir, int64_t done) {
+  for (auto& [s, stage] : pr_.stages()) {
     TP_RETURN_IF_ERROR(
-        write_file(opt_.save_dir + "/data_position.json", train_data_->position().to_json()));
+        nn::save_stage_checkpoint(nn::stage_checkpoint_path(dir, s), *stage, {done, {}}));
+  }
+  const std::filesystem::path d(dir);
+  if (rank_ == plan_.lowered.rank_of(0) && train_data_) {
+    TP_RETURN_IF_ERROR(nn::write_checkpoint_file((d / nn::kDataPositionFile).string(),
+                                                 train_data_->position().to_json()));
   }
   if (rank_ == 0) {
     // The schedule an auto run built goes with the weights: a resumed run keeps it.
-    const std::string sched = fmt::format("{}/{}", opt_.save_dir, kAutoScheduleFile);
+    const std::string sched = (d / kAutoScheduleFile).string();
     if (plan_.auto_switch.built) {
-      TP_RETURN_IF_ERROR(write_file(sched, to_csv(plan_.auto_switch.schedule)));
+      TP_RETURN_IF_ERROR(nn::write_checkpoint_file(sched, to_csv(plan_.auto_switch.schedule)));
     } else {
-      std::filesystem::remove(sched, ec);  // not one of an earlier save into this directory
+      std::error_code ec;
+      std::filesystem::remove(sched, ec);  // not one of an earlier attempt at this step
     }
+  }
+  return OkStatus();
+}
+
+// Checkpoint after `done` steps into --save/iter_<done>: rank 0 prepares the directory, every
+// rank writes its files, and once all have (a collective), rank 0 writes the manifest and then
+// the tracker, so the tracker never names an incomplete directory; then --keep-last-checkpoints.
+Status RankRun::save(int64_t done) {
+  const std::string& root = opt_.save_dir;
+  const std::string dir = nn::iteration_dir(root, done);
+  const std::string what = fmt::format("--save {}: checkpoint at step {}", root, done);
+  TP_RETURN_IF_ERROR(agree(rank_ == 0 ? nn::prepare_iteration_dir(dir) : OkStatus(), what));
+  TP_RETURN_IF_ERROR(agree(save_parts(dir, done), what));
+  Status committed;
+  if (rank_ == 0) {
     nn::Manifest man;
     man.step = done;
     man.config = opt_.model;
     man.stages = plan_.specs;
-    TP_RETURN_IF_ERROR(nn::save_manifest(opt_.save_dir, man));
-    plan_.log(rank_, fmt::format("saved {} at step {}", opt_.save_dir, done));
+    if (!opt_.exec.emulated) man.extra_files.push_back(nn::kDataPositionFile);
+    if (plan_.auto_switch.built) man.extra_files.push_back(kAutoScheduleFile);
+    committed = nn::commit_checkpoint(root, man);
+  }
+  TP_RETURN_IF_ERROR(agree(committed, what));
+  if (rank_ != 0) return OkStatus();
+  plan_.log(rank_, fmt::format("saved {} at step {}", dir, done));
+  if (opt_.keep_last_checkpoints > 0) {
+    for (const std::string& line : nn::prune_checkpoints(root, opt_.keep_last_checkpoints, done))
+      plan_.log(rank_, "--keep-last-checkpoints: " + line);
   }
   return OkStatus();
 }

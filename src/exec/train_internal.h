@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "tightpipe/checkpoint.h"
 #include "tightpipe/cost_model.h"
 #include "tightpipe/data.h"
 #include "tightpipe/model.h"
@@ -19,7 +21,6 @@
 #include "tightpipe/simulator.h"
 #include "tightpipe/trainer.h"
 #include "tightpipe/transport.h"
-#include <optional>
 
 namespace tightpipe::train_internal {
 
@@ -54,6 +55,9 @@ struct RunPlan {
   AutoSwitch auto_switch;
   std::vector<nn::StageSpec> specs;  // the layer split, one per stage
   std::string layout_note;           // --pipeline-layout auto: what it chose and why ("" if not)
+  // --load resolved (opt.load_dir is then load.dir): the checkpoint directory, its manifest and
+  // the warnings about what was skipped; load.dir empty: no --load.
+  nn::ResolvedCheckpoint load;
   DataOptions data;                  // the loaders' options (B, T, vocabulary and seed set)
   int64_t tokens_per_step = 0;
   CpuLoad cpu;
@@ -149,6 +153,9 @@ class RankRun {
   Result<double> evaluate();
   bool eval_due(int64_t step) const;
   Status save(int64_t done);
+  Status save_parts(const std::string& dir, int64_t done);
+  // A collective: fails on every rank when `mine` failed on any.
+  Status agree(Status mine, std::string_view what);
   // Every rank's samples of steps [range) on rank 0 (with each rank's optimizer time); empty
   // elsewhere.
   Result<CostSamples> gather_samples(StepRange range);

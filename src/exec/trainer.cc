@@ -62,6 +62,11 @@ Status TrainOptions::validate() const {
     return Status::invalid_argument(
         fmt::format("--save-interval {}: must be >= 0 (0: save only at the end)", save_interval));
   }
+  if (keep_last_checkpoints < 0) {
+    return Status::invalid_argument(fmt::format(
+        "--keep-last-checkpoints {}: must be >= 0; hint: 0 keeps every checkpoint, K the newest K",
+        keep_last_checkpoints));
+  }
   if (exit_interval < 0) {
     return Status::invalid_argument(
         fmt::format("--exit-interval {}: must be >= 0 (0: run to --train-iters)", exit_interval));
@@ -188,6 +193,10 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
   TP_RETURN_IF_ERROR(opt.validate());
   opt.lr.total_iters = opt.train_iters;
   TP_RETURN_IF_ERROR(opt.lr.validate());
+  if (!opt.load_dir.empty()) {  // once, before anything reads the checkpoint
+    TP_ASSIGN_OR_RETURN(plan.load, nn::resolve_checkpoint(opt.load_dir));
+    opt.load_dir = plan.load.dir;
+  }
   auto sched = initial_schedule(opt, plan.auto_switch);
   if (!sched.ok()) return sched.status();
   if (sched->num_ranks != opt.pp || sched->num_microbatches != opt.microbatches) {

@@ -1,8 +1,13 @@
-// Checkpoints: exact round trip, and clear errors for truncated, corrupt and mismatched files.
+// Checkpoints: exact round trip; clear errors for truncated, corrupt and mismatched files; the
+// iteration directories and the tracker (newest complete taken, partial ones skipped with a
+// warning, --keep-last-checkpoints); a full disk; counts refused before any allocation.
 #include "tightpipe/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "tightpipe/base.h"
@@ -74,7 +79,8 @@ TEST(Checkpoint, RoundTripIsExact) {
   const std::string dir = fresh_dir("roundtrip");
   CheckpointState st{17, {1, 2, 3, 0xffffffffffffffffULL}};
   ASSERT_TRUE(save_checkpoint(dir, ptrs(a), st).ok());
-  EXPECT_TRUE(std::filesystem::exists(manifest_path(dir)));
+  EXPECT_TRUE(std::filesystem::exists(manifest_path(dir + "/iter_0000017")));
+  EXPECT_EQ(read_file(dir + "/latest_checkpointed_iteration.txt").value(), "17\n");
   auto b = stages(c, 2, 999);  // different init
   auto loaded = load_checkpoint(dir, ptrs(b));
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
@@ -90,7 +96,7 @@ TEST(Checkpoint, RoundTripIsExact) {
   train_a_bit(a);
   train_a_bit(b);
   for (int s = 0; s < 2; ++s) EXPECT_TRUE(std::ranges::equal(a[s].params(), b[s].params()));
-  auto m = load_manifest(dir);
+  auto m = load_manifest(iteration_dir(dir, 17));
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->stages.size(), 2u);
   EXPECT_EQ(m->config.hidden_size, 16);
@@ -101,7 +107,7 @@ TEST(Checkpoint, TruncatedFileNamesTheFile) {
   auto a = stages(c, 1, 1);
   const std::string dir = fresh_dir("trunc");
   ASSERT_TRUE(save_checkpoint(dir, ptrs(a), {}).ok());
-  const std::string path = stage_checkpoint_path(dir, 0);
+  const std::string path = stage_checkpoint_path(iteration_dir(dir, 0), 0);
   std::string bytes = *read_file(path);
   ASSERT_TRUE(write_file(path, std::string_view(bytes).substr(0, bytes.size() - 100)).ok());
   auto r = load_checkpoint(dir, ptrs(a));
@@ -136,7 +142,7 @@ TEST(Checkpoint, OtherShapeIsAClearError) {
       << r.status().message();
   EXPECT_NE(r.status().message().find("hint:"), std::string::npos);
   // The stage file alone also refuses it, naming the file.
-  auto r2 = load_stage_checkpoint(stage_checkpoint_path(dir, 0), b[0]);
+  auto r2 = load_stage_checkpoint(stage_checkpoint_path(iteration_dir(dir, 0), 0), b[0]);
   ASSERT_FALSE(r2.ok());
   EXPECT_NE(r2.status().message().find("hidden_size 16, the model has 32"), std::string::npos)
       << r2.status().message();
@@ -145,14 +151,275 @@ TEST(Checkpoint, OtherShapeIsAClearError) {
   auto r3 = load_checkpoint(dir, ptrs(two));
   ASSERT_FALSE(r3.ok());
   EXPECT_NE(r3.status().message().find("1 stages"), std::string::npos) << r3.status().message();
-  auto r4 = load_stage_checkpoint(stage_checkpoint_path(dir, 0), two[1]);
+  auto r4 = load_stage_checkpoint(stage_checkpoint_path(iteration_dir(dir, 0), 0), two[1]);
   ASSERT_FALSE(r4.ok());
   EXPECT_NE(r4.status().message().find("holds stage 'E,t*3,L'"), std::string::npos)
       << r4.status().message();
   // Missing directory.
   auto r5 = load_checkpoint(dir + "-missing", ptrs(a));
   ASSERT_FALSE(r5.ok());
-  EXPECT_NE(r5.status().message().find("manifest.txt"), std::string::npos);
+  EXPECT_EQ(r5.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r5.status().message().find(dir + "-missing' does not exist"), std::string::npos)
+      << r5.status().message();
+}
+
+bool has(const std::vector<std::string>& lines, const std::string& part) {
+  return std::ranges::any_of(lines, [&](const std::string& l) { return l.find(part) != l.npos; });
+}
+
+// Saves steps 1..n (a little training between them) into root.
+std::vector<GptStage> save_steps(const std::string& root, int n) {
+  auto a = stages(small(), 2, 1);
+  for (int step = 1; step <= n; ++step) {
+    train_a_bit(a);
+    EXPECT_TRUE(save_checkpoint(root, ptrs(a), {step, {}}).ok());
+  }
+  return a;
+}
+
+TEST(Checkpoint, LoadTakesTheNewestCompleteIteration) {
+  const std::string root = fresh_dir("newest");
+  save_steps(root, 3);
+  auto r = resolve_checkpoint(root);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->dir, iteration_dir(root, 3));
+  EXPECT_EQ(r->manifest.step, 3);
+  EXPECT_TRUE(r->warnings.empty());
+  // An iteration directory named directly is taken as it is.
+  r = resolve_checkpoint(iteration_dir(root, 2));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->manifest.step, 2);
+  auto b = stages(small(), 2, 7);
+  auto st = load_checkpoint(root, ptrs(b));
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->step, 3);
+}
+
+// A save killed half-way: the newest directory without its manifest, with a stage file of another
+// step, or named by a tracker that got ahead; each time the step before loads, with a warning
+// naming what was skipped and why.
+TEST(Checkpoint, HalfWrittenNewestIterationIsSkippedWithAWarning) {
+  namespace fs = std::filesystem;
+  const std::string root = fresh_dir("half");
+  save_steps(root, 4);
+  const std::string it3 = iteration_dir(root, 3), it4 = iteration_dir(root, 4);
+  // 1. iter 4 without its manifest, the tracker naming it.
+  fs::remove(manifest_path(it4));
+  auto r = resolve_checkpoint(root);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->dir, it3);
+  ASSERT_EQ(r->warnings.size(), 1u);
+  EXPECT_NE(r->warnings[0].find("names " + it4 + ", which is incomplete"), std::string::npos)
+      << r->warnings[0];
+  EXPECT_NE(r->warnings[0].find("manifest.txt' does not exist"), std::string::npos)
+      << r->warnings[0];
+  EXPECT_NE(r->warnings[0].find("took " + it3 + " (step 3)"), std::string::npos) << r->warnings[0];
+  // 2. No tracker: the scan skips iter 4 and says so.
+  fs::remove(tracker_path(root));
+  r = resolve_checkpoint(root);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->dir, it3);
+  EXPECT_TRUE(has(r->warnings, "no " + tracker_path(root))) << join(r->warnings, "\n");
+  EXPECT_TRUE(has(r->warnings, "skipped " + it4)) << join(r->warnings, "\n");
+  // 3. iter 4 complete but for one stage file of step 3 (stage files at one step, manifest at
+  // another), the tracker naming it.
+  fs::remove_all(it4);
+  fs::copy(it3, it4);
+  Manifest m = load_manifest(it3).value();
+  m.step = 4;
+  ASSERT_TRUE(save_manifest(it4, m).ok());
+  auto a = stages(small(), 2, 3);
+  ASSERT_TRUE(save_stage_checkpoint(stage_checkpoint_path(it4, 0), a[0], {4, {}}).ok());
+  ASSERT_TRUE(write_tracker(root, 4).ok());
+  r = resolve_checkpoint(root);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->dir, it3);
+  EXPECT_TRUE(has(r->warnings, "stage-1.ckpt' is at step 3 but the manifest at step 4"))
+      << join(r->warnings, "\n");
+  // Named directly, the incomplete directory is an error saying why.
+  auto direct = resolve_checkpoint(it4);
+  ASSERT_FALSE(direct.ok());
+  EXPECT_NE(direct.status().message().find("is at step 3 but the manifest at step 4"),
+            std::string::npos)
+      << direct.status().message();
+  // 4. A tracker that is not a number.
+  ASSERT_TRUE(write_file(tracker_path(root), "release\n").ok());
+  r = resolve_checkpoint(root);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(has(r->warnings, "holds 'release\\x0a', not a step number"))
+      << join(r->warnings, "\n");
+  // Nothing complete at all: an error listing what was skipped.
+  for (int step = 1; step <= 3; ++step) fs::remove(manifest_path(iteration_dir(root, step)));
+  r = resolve_checkpoint(root);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("holds no complete checkpoint"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("skipped " + iteration_dir(root, 1)), std::string::npos)
+      << r.status().message();
+}
+
+// The flat layout of tightpipe before iteration directories (manifest and stage files in the
+// --save directory) still loads.
+TEST(Checkpoint, FlatLayoutStillLoads) {
+  const std::string dir = fresh_dir("flat");
+  auto a = stages(small(), 2, 1);
+  train_a_bit(a);
+  std::filesystem::create_directories(dir);
+  Manifest m;
+  m.step = 5;
+  m.config = small();
+  for (int s = 0; s < 2; ++s) {
+    m.stages.push_back(a[s].spec());
+    ASSERT_TRUE(save_stage_checkpoint(stage_checkpoint_path(dir, s), a[s], {5, {}}).ok());
+  }
+  ASSERT_TRUE(save_manifest(dir, m).ok());
+  auto b = stages(small(), 2, 9);
+  auto st = load_checkpoint(dir, ptrs(b));
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->step, 5);
+  EXPECT_TRUE(std::ranges::equal(a[1].params(), b[1].params()));
+}
+
+TEST(Checkpoint, KeepLastKeepsExactlyK) {
+  namespace fs = std::filesystem;
+  const std::string root = fresh_dir("keep");
+  save_steps(root, 6);
+  fs::remove(manifest_path(iteration_dir(root, 3)));  // an incomplete older one
+  fs::create_directories(iteration_dir(root, 9));     // newer than this run: left alone
+  auto lines = prune_checkpoints(root, 2, 6);
+  std::vector<int64_t> left;
+  for (int step = 0; step <= 9; ++step)
+    if (fs::exists(iteration_dir(root, step))) left.push_back(step);
+  EXPECT_EQ(left, (std::vector<int64_t>{5, 6, 9}));
+  EXPECT_TRUE(has(lines, "removed " + iteration_dir(root, 3) + " (incomplete:"))
+      << join(lines, "\n");
+  EXPECT_TRUE(has(lines, "removed " + iteration_dir(root, 1) + " (older than the newest 2"))
+      << join(lines, "\n");
+  EXPECT_EQ(lines.size(), 4u) << join(lines, "\n");
+  // K = 1 keeps the tracker's one only.
+  prune_checkpoints(root, 1, 6);
+  EXPECT_FALSE(fs::exists(iteration_dir(root, 5)));
+  EXPECT_TRUE(fs::exists(iteration_dir(root, 6)));
+  EXPECT_TRUE(resolve_checkpoint(root).ok());
+}
+
+// A full disk (a write into /dev/full fails with ENOSPC): the message names the file and the
+// cause, no .tmp is left and the tracker keeps naming the previous checkpoint.
+TEST(Checkpoint, FullDiskSaysSoAndLeavesNoTmp) {
+  namespace fs = std::filesystem;
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  const std::string root = fresh_dir("full");
+  fs::create_directories(root);
+  const std::string file = root + "/data_position.json";
+  fs::create_symlink("/dev/full", file + ".tmp");
+  Status s = write_checkpoint_file(file, std::string(100000, 'x'));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kIOError);
+  EXPECT_NE(s.message().find(file + ".tmp"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("hint:"), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(fs::symlink_status(file + ".tmp")));
+  EXPECT_FALSE(fs::exists(file));
+  // A whole save: the stage file hits the full disk; the tracker still names step 1.
+  auto a = save_steps(root, 1);
+  const std::string it2 = iteration_dir(root, 2);
+  fs::create_directories(it2);
+  fs::create_symlink("/dev/full", stage_checkpoint_path(it2, 1) + ".tmp");
+  s = save_checkpoint(root, ptrs(a), {2, {}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("stage-1.ckpt.tmp"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  EXPECT_EQ(read_file(tracker_path(root)).value(), "1\n");
+  auto r = resolve_checkpoint(root);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->manifest.step, 1);
+}
+
+// Damage a message must name and explain: a flipped byte of the header's parameter count (the
+// file is damaged; the shape flags are right), a stage file that is a directory.
+TEST(Checkpoint, DamagedHeaderAndDirectoryAreNamedWithTheRightHint) {
+  namespace fs = std::filesystem;
+  const std::string root = fresh_dir("damaged");
+  auto a = stages(small(), 1, 1);
+  ASSERT_TRUE(save_checkpoint(root, ptrs(a), {1, {}}).ok());
+  const std::string path = stage_checkpoint_path(iteration_dir(root, 1), 0);
+  std::string bytes = read_file(path).value();
+  constexpr size_t kNumParamsOffset = 8 + 4 + 9 * 4;  // magic, version, nine int32
+  bytes[kNumParamsOffset + 1] ^= 0x01;
+  ASSERT_TRUE(write_file(path, bytes).ok());
+  auto r = load_stage_checkpoint(path, a[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  const std::string& msg = r.status().message();
+  EXPECT_NE(msg.find("'" + path + "' is corrupt: its header records"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("pass the shape"), std::string::npos) << msg;  // the old, misleading hint
+  EXPECT_NE(msg.find("hint:"), std::string::npos) << msg;
+  auto whole = load_checkpoint(root, ptrs(a));  // the only iteration: nothing complete
+  ASSERT_FALSE(whole.ok());
+  EXPECT_NE(whole.status().message().find("'" + path + "' is corrupt: its header records"),
+            std::string::npos)
+      << whole.status().message();
+  EXPECT_EQ(whole.status().message().find("truncated"), std::string::npos)
+      << whole.status().message();
+  // A directory where the stage file should be.
+  fs::remove(path);
+  fs::create_directories(path);
+  r = load_stage_checkpoint(path, a[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'" + path + "' is a directory, not a file"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(r.status().message().find("truncated"), std::string::npos) << r.status().message();
+}
+
+// Every count of a manifest is range-checked before anything is allocated: num_stages 10^9 (it
+// allocated 23 GB before an error), counts beyond 32 bits, a huge manifest.
+TEST(Checkpoint, HugeManifestCountsAreRefusedFast) {
+  const std::string dir = fresh_dir("huge");
+  std::filesystem::create_directories(dir);
+  const std::string head = "tightpipe-checkpoint 1\nstep 3\n";
+  const std::string shape =
+      "vocab_size 256\nseq_length 8\nnum_layers 3\nhidden_size 16\nnum_heads 2\n";
+  struct Case {
+    std::string text, expect;
+  };
+  const std::vector<Case> cases = {
+      {head + "num_stages 1000000000\n" + shape, "'num_stages' is 1000000000, expected 1 to 5"},
+      {head + "num_stages 2\nvocab_size 256\nseq_length 8\nnum_layers 1000000000\nhidden_size "
+              "16\nnum_heads 2\n",
+       "'num_stages' is 2"},
+      {head + "num_stages 1000000000\nvocab_size 256\nseq_length 8\nnum_layers 1000000000\n"
+              "hidden_size 16\nnum_heads 2\n",
+       "'num_stages' is 1000000000, expected 1 to 1026"},
+      {head + "num_stages 1\n" + shape + "hidden_size 4294967312\n",
+       "'hidden_size' is 4294967312, expected a count in [1, 2147483647]"},
+      {head + "num_stages -1\n" + shape, "'num_stages' is -1"},
+      {"tightpipe-checkpoint 1\nstep -2\nnum_stages 1\n" + shape, "'step' is -2"},
+      {head + "num_stages 1\n" + shape + "file ../../etc/passwd\n", "is not a file name"},
+      {head + shape, "no 'num_stages' line"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(write_file(manifest_path(dir), c.text).ok());
+    const auto t0 = std::chrono::steady_clock::now();
+    auto m = load_manifest(dir);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (c.expect == "'num_stages' is 2") {  // 10^9 layers is the model limits' to refuse
+      EXPECT_LT(s, 1.0);
+      continue;
+    }
+    ASSERT_FALSE(m.ok()) << c.text;
+    EXPECT_EQ(m.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(m.status().message().find(c.expect), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find(manifest_path(dir)), std::string::npos);
+    EXPECT_NE(m.status().message().find("hint:"), std::string::npos) << m.status().message();
+    EXPECT_LT(s, 1.0) << c.text;
+  }
+  ASSERT_TRUE(write_file(manifest_path(dir), head + std::string(kMaxManifestBytes, '\n')).ok());
+  auto m = load_manifest(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("more than the"), std::string::npos) << m.status().message();
 }
 
 }  // namespace

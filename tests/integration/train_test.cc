@@ -239,7 +239,7 @@ TEST(TrainIntegrationTest, ResumedRunEqualsStraightRun) {
     auto b1 = run_training(first);
     ASSERT_TRUE(b1.ok()) << b1.status().to_string();
     EXPECT_EQ(b1->steps, 4);
-    ASSERT_EQ(nn::load_manifest(first.save_dir).value().step, 4);
+    ASSERT_EQ(nn::load_manifest(nn::iteration_dir(first.save_dir, 4)).value().step, 4);
     auto b2 = run_training(second);
     ASSERT_TRUE(b2.ok()) << b2.status().to_string();
     EXPECT_EQ(b2->steps, 4);
@@ -266,17 +266,19 @@ TEST(TrainIntegrationTest, ResumedRunEqualsStraightRun) {
     EXPECT_GT(ma.at(5)["lr"].get<double>(), ma.at(6)["lr"].get<double>());  // decay
 
     // The checkpoints after 8 steps, byte for byte, and what they hold.
-    const nn::Manifest man = nn::load_manifest(second.save_dir).value();
+    const std::string ca = nn::iteration_dir(straight.save_dir, 8);
+    const std::string cb = nn::iteration_dir(second.save_dir, 8);
+    EXPECT_EQ(nn::resolve_checkpoint(second.save_dir).value().dir, cb);
+    const nn::Manifest man = nn::load_manifest(cb).value();
     EXPECT_EQ(man.step, 8);
     ASSERT_EQ(man.stages.size(), std::string(sched) == "zb-v" ? 4u : 2u);
-    EXPECT_EQ(read_file(nn::manifest_path(second.save_dir)).value(),
-              read_file(nn::manifest_path(straight.save_dir)).value());
-    EXPECT_EQ(read_file(second.save_dir + "/data_position.json").value(),
-              read_file(straight.save_dir + "/data_position.json").value());
+    EXPECT_EQ(read_file(nn::manifest_path(cb)).value(), read_file(nn::manifest_path(ca)).value());
+    EXPECT_EQ(read_file(cb + "/data_position.json").value(),
+              read_file(ca + "/data_position.json").value());
     for (int s = 0; s < static_cast<int>(man.stages.size()); ++s) {
       SCOPED_TRACE(s);
-      const std::string pa = nn::stage_checkpoint_path(straight.save_dir, s);
-      const std::string pb = nn::stage_checkpoint_path(second.save_dir, s);
+      const std::string pa = nn::stage_checkpoint_path(ca, s);
+      const std::string pb = nn::stage_checkpoint_path(cb, s);
       EXPECT_TRUE(read_file(pa).value() == read_file(pb).value()) << pa << " differs from " << pb;
       nn::GptStage sa(straight.model, man.stages[s], 1), sb(straight.model, man.stages[s], 2);
       const auto st = nn::load_stage_checkpoint(pb, sb);
@@ -338,7 +340,8 @@ TEST(TrainIntegrationTest, AutoScheduleProfilesSwitchesResumesAndTrainsAsOneRank
   EXPECT_EQ(sb["warmup_steps_excluded"], 3);  // 2 profile steps + 1 warm-up
   EXPECT_EQ(sb["auto_schedule"]["profile_steps"], 2);
   // The built schedule: in the out dir at the switch and in the checkpoint, valid, zb-1p's memory.
-  const std::string built = read_file(first.save_dir + "/schedule.csv").value();
+  const std::string built =
+      read_file(nn::iteration_dir(first.save_dir, 4) + "/schedule.csv").value();
   auto sched = parse_csv(built, "ckpt/schedule.csv");
   ASSERT_TRUE(sched.ok()) << sched.status().to_string();
   EXPECT_EQ(sched->chunks(), auto_schedule_chunks(name));
@@ -414,11 +417,12 @@ TEST(TrainIntegrationTest, NonFiniteLossStopsBeforeTheOptimizerStep) {
   const int64_t bad_step = std::stoll(msg.substr(at + 5));  // 1-based, as the progress lines
   ASSERT_GE(bad_step, 2) << msg;
   ASSERT_LE(bad_step, 12) << msg;
-  const nn::Manifest man = nn::load_manifest(o.save_dir).value();
+  const nn::ResolvedCheckpoint ck = nn::resolve_checkpoint(o.save_dir).value();
+  const nn::Manifest& man = ck.manifest;
   EXPECT_EQ(man.step, bad_step - 1) << msg;
   for (int st = 0; st < static_cast<int>(man.stages.size()); ++st) {
     nn::GptStage stage(o.model, man.stages[st], 1);
-    ASSERT_TRUE(nn::load_stage_checkpoint(nn::stage_checkpoint_path(o.save_dir, st), stage).ok());
+    ASSERT_TRUE(nn::load_stage_checkpoint(nn::stage_checkpoint_path(ck.dir, st), stage).ok());
     EXPECT_TRUE(std::ranges::all_of(stage.params(), [](float v) { return std::isfinite(v); }))
         << "stage " << st;
   }
@@ -452,7 +456,8 @@ TEST(TrainIntegrationTest, NonFiniteLossStopsBeforeTheOptimizerStep) {
 }
 
 // --load refuses, naming the flag and the values: a checkpoint of another --pp, a checkpoint
-// already at --train-iters, one without its data position, one whose files are of two saves.
+// already at --train-iters, one without its data position or with a damaged one, one whose files
+// are of two saves.
 // A run that --exit-interval stops before its warm-up steps are over still measures costs (from
 // every step it ran) and predicts a bubble from them.
 TEST(TrainIntegrationTest, ShortRunStoppedByExitIntervalStillPredicts) {
@@ -471,6 +476,80 @@ TEST(TrainIntegrationTest, ShortRunStoppedByExitIntervalStillPredicts) {
     EXPECT_GT(c["f_s"].get<double>(), 0.0) << c.dump();
     EXPECT_GT(c["b_s"].get<double>(), 0.0) << c.dump();
   }
+}
+
+// `steps` steps of the tiny model (no evaluation, no trace) saving into dir/ckpt after each.
+TrainOptions saving_every_step(const std::string& dir, int64_t steps) {
+  TrainOptions o = tiny(dir + "/out");
+  o.train_iters = steps;
+  o.eval_iters = 0;
+  o.trace_path.clear();
+  o.save_dir = dir + "/ckpt";
+  o.save_interval = 1;
+  return o;
+}
+
+// --save ROOT with --save-interval 1 and --keep-last-checkpoints 2 keeps iter_0000003 and
+// iter_0000004 and the tracker at 4; a save killed before its manifest (the tracker already
+// naming it, as a kill between the files of two saves can leave) is skipped with a warning and
+// the run resumes from the step before, saying which directory it loaded.
+TEST(TrainIntegrationTest, SavesIterationsKeepsLastKAndResumesFromTheNewestComplete) {
+  namespace fs = std::filesystem;
+  const std::string dir = testutil::make_temp_dir("tp-iters");
+  std::vector<std::string> log;
+  TrainOptions o = saving_every_step(dir, 4);
+  o.keep_last_checkpoints = 2;
+  o.log = [&](const std::string& line) { log.push_back(line); };
+  auto r = run_training(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto logged = [&](const std::string& part) {
+    return std::ranges::any_of(log, [&](const std::string& l) { return l.find(part) != l.npos; });
+  };
+  std::vector<int> left;
+  for (int step = 0; step <= 4; ++step)
+    if (fs::exists(nn::iteration_dir(o.save_dir, step))) left.push_back(step);
+  EXPECT_EQ(left, (std::vector<int>{3, 4}));
+  EXPECT_EQ(read_file(nn::tracker_path(o.save_dir)).value(), "4\n");
+  EXPECT_TRUE(logged("--keep-last-checkpoints: removed " + nn::iteration_dir(o.save_dir, 1)));
+  EXPECT_TRUE(logged("saved " + nn::iteration_dir(o.save_dir, 4) + " at step 4"));
+
+  fs::remove(nn::manifest_path(nn::iteration_dir(o.save_dir, 4)));
+  log.clear();
+  TrainOptions resume = o;
+  resume.train_iters = 6;
+  resume.load_dir = o.save_dir;
+  r = run_training(resume);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->steps, 3);
+  EXPECT_TRUE(logged("warning: --load " + o.save_dir + ": tracker")) << testing::PrintToString(log);
+  EXPECT_TRUE(logged("names " + nn::iteration_dir(o.save_dir, 4) + ", which is incomplete"));
+  EXPECT_TRUE(logged("loaded " + nn::iteration_dir(o.save_dir, 3) + " at step 3"))
+      << testing::PrintToString(log);
+  EXPECT_EQ(read_file(nn::tracker_path(o.save_dir)).value(), "6\n");
+}
+
+// A save that fails on one rank (rank 1's stage file meets a full disk: /dev/full) fails the run
+// on every rank with the cause and the path, leaves no .tmp, and the tracker keeps naming the
+// previous complete checkpoint, which loads.
+TEST(TrainIntegrationTest, SaveFailingOnOneRankLeavesTheTrackerOnTheLastCompleteOne) {
+  namespace fs = std::filesystem;
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  const std::string dir = testutil::make_temp_dir("tp-full");
+  TrainOptions o = saving_every_step(dir, 2);
+  const std::string it2 = nn::iteration_dir(o.save_dir, 2);
+  fs::create_directories(it2);
+  fs::create_symlink("/dev/full", nn::stage_checkpoint_path(it2, 1) + ".tmp");
+  auto r = run_training(o);
+  ASSERT_FALSE(r.ok());
+  const std::string& m = r.status().message();
+  EXPECT_EQ(r.status().code(), StatusCode::kIOError) << m;
+  EXPECT_NE(m.find(nn::stage_checkpoint_path(it2, 1) + ".tmp"), std::string::npos) << m;
+  EXPECT_NE(m.find("No space left on device"), std::string::npos) << m;
+  for (const auto& e : fs::recursive_directory_iterator(o.save_dir))
+    EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  EXPECT_FALSE(fs::exists(nn::manifest_path(it2)));
+  EXPECT_EQ(read_file(nn::tracker_path(o.save_dir)).value(), "1\n");
+  EXPECT_EQ(nn::resolve_checkpoint(o.save_dir).value().dir, nn::iteration_dir(o.save_dir, 1));
 }
 
 TEST(TrainIntegrationTest, LoadRefusesMismatchedCheckpoint) {
@@ -506,18 +585,30 @@ TEST(TrainIntegrationTest, LoadRefusesMismatchedCheckpoint) {
   EXPECT_NE(s.status().message().find("at step 2"), std::string::npos) << s.status().message();
 
   load.train_iters = 3;
-  std::filesystem::copy_file(dir + "/ckpt2/data_position.json", dir + "/pos.json");
-  std::filesystem::remove(dir + "/ckpt2/data_position.json");
+  const std::string pos = nn::iteration_dir(dir + "/ckpt2", 2) + "/data_position.json";
+  std::filesystem::copy_file(pos, dir + "/pos.json");
+  std::filesystem::remove(pos);
   s = run_training(load);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("data_position.json"), std::string::npos)
+  EXPECT_NE(s.status().message().find(pos + "' does not exist"), std::string::npos)
       << s.status().message();
-  std::filesystem::copy_file(dir + "/pos.json", dir + "/ckpt2/data_position.json");
+  // A damaged data position: the message names the file, what is wrong and a hint.
+  ASSERT_TRUE(write_file(pos, "{\"version\": 1, \"epoch\": 0}").ok());
+  s = run_training(load);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(s.status().message().find("'" + pos + "' is damaged"), std::string::npos)
+      << s.status().message();
+  EXPECT_NE(s.status().message().find("samples_in_epoch"), std::string::npos)
+      << s.status().message();
+  EXPECT_NE(s.status().message().find("hint:"), std::string::npos) << s.status().message();
+  std::filesystem::remove(pos);
+  std::filesystem::copy_file(dir + "/pos.json", pos);
   ASSERT_TRUE(run_training(load).ok());
 
   // Stage 1 of the step-2 save next to the step-1 manifest.
-  std::filesystem::copy_file(nn::stage_checkpoint_path(dir + "/ckpt2", 1),
-                             nn::stage_checkpoint_path(dir + "/ckpt1", 1),
+  std::filesystem::copy_file(nn::stage_checkpoint_path(nn::iteration_dir(dir + "/ckpt2", 2), 1),
+                             nn::stage_checkpoint_path(nn::iteration_dir(dir + "/ckpt1", 1), 1),
                              std::filesystem::copy_options::overwrite_existing);
   load.load_dir = dir + "/ckpt1";
   s = run_training(load);

@@ -142,7 +142,8 @@ TEST(TrainCli, MetricsResumeAndSample) {
   ASSERT_EQ(b1.code, 0) << b1.output;
   RunResult b2 = run_tightpipe(common + " --load " + dir + "/b/ckpt --out-dir " + dir + "/b");
   ASSERT_EQ(b2.code, 0) << b2.output;
-  EXPECT_NE(b2.output.find("loaded"), std::string::npos) << b2.output;
+  EXPECT_NE(b2.output.find("loaded " + dir + "/b/ckpt/iter_0000002 at step 2"), std::string::npos)
+      << b2.output;
   const auto lb = read_lines(dir + "/b/metrics.jsonl");
   ASSERT_EQ(lb.size(), 4u);
   auto field = [](const std::string& line, const std::string& key) {
@@ -168,7 +169,23 @@ TEST(TrainCli, MetricsResumeAndSample) {
   EXPECT_NE(bad.output.find("--hidden-size 32"), std::string::npos) << bad.output;
   RunResult missing = run_tightpipe("sample --load " + dir + "/nope");
   EXPECT_EQ(missing.code, 1);
-  EXPECT_NE(missing.output.find("manifest.txt"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find(dir + "/nope' does not exist"), std::string::npos)
+      << missing.output;
+  // A save killed before its manifest, the tracker naming it: sample takes the step before and
+  // says what it skipped.
+  std::filesystem::copy(dir + "/a/ckpt/iter_0000004", dir + "/a/ckpt/iter_0000005");
+  std::filesystem::remove(dir + "/a/ckpt/iter_0000005/manifest.txt");
+  ASSERT_TRUE(write_file(dir + "/a/ckpt/latest_checkpointed_iteration.txt", "5\n").ok());
+  RunResult partial =
+      run_tightpipe("sample --load " + dir + "/a/ckpt --prompt 'ROMEO:' --tokens 40 --seed 3");
+  ASSERT_EQ(partial.code, 0) << partial.output;
+  EXPECT_NE(partial.output.find("warning: --load " + dir + "/a/ckpt: tracker"), std::string::npos)
+      << partial.output;
+  EXPECT_NE(partial.output.find("took " + dir + "/a/ckpt/iter_0000004 (step 4)"), std::string::npos)
+      << partial.output;
+  EXPECT_NE(partial.output.find(s.output), std::string::npos) << partial.output;
+  expect_one_line_error(run_tightpipe(common + " --keep-last-checkpoints -1"), 2,
+                        "--keep-last-checkpoints -1: must be >= 0");
 }
 
 }  // namespace

@@ -93,10 +93,16 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--log-interval", o.log_interval, "print every N steps")->capture_default_str();
   app.add_option("--out-dir", o.out_dir,
                  "directory for metrics.jsonl, summary.json, timeline_rank<R>.jsonl, schedule.csv");
-  app.add_option("--save", o.save_dir, "checkpoint directory to write");
+  app.add_option(
+      "--save", o.save_dir,
+      "checkpoint root: DIR/iter_<step>/ per save, DIR/latest_checkpointed_iteration.txt");
   app.add_option("--save-interval", o.save_interval, "checkpoint every N steps (0: at the end)");
   app.add_option("--exit-interval", o.exit_interval, "stop (saving with --save) at a multiple of N");
-  app.add_option("--load", o.load_dir, "checkpoint directory to resume from");
+  app.add_option("--load", o.load_dir,
+                 "resume from a --save root (its newest complete checkpoint) or an iter_* dir");
+  app.add_option("--keep-last-checkpoints", o.keep_last_checkpoints,
+                 "after each save keep only the newest K checkpoints of --save (0: all)")
+      ->capture_default_str();
   app.add_option("--pp,--pipeline-model-parallel-size", o.pp, "pipeline stages")
       ->capture_default_str();
   app.add_option("--pipeline-layout", o.pipeline_layout,
@@ -142,7 +148,8 @@ int cmd_sample(int argc, char** argv) {
   int num_tokens = 200;
   float temperature = 0.8f;
   uint64_t seed = 1;
-  app.add_option("--load", load, "checkpoint directory")->required();
+  app.add_option("--load", load, "a --save root (its newest complete checkpoint) or an iter_* dir")
+      ->required();
   app.add_option("--prompt", prompt, "text to continue")->capture_default_str();
   app.add_option("--tokens", num_tokens, "bytes to generate")->capture_default_str();
   app.add_option("--temperature", temperature, "softmax temperature (0: greedy)")
@@ -152,14 +159,16 @@ int cmd_sample(int argc, char** argv) {
   auto run = [&]() -> Status {
     if (prompt.empty()) return Status::invalid_argument("--prompt must not be empty");
     nn::set_blas_threads(1);
-    TP_ASSIGN_OR_RETURN(nn::Manifest m, nn::load_manifest(load));
+    TP_ASSIGN_OR_RETURN(const nn::ResolvedCheckpoint ck, nn::resolve_checkpoint(load));
+    for (const std::string& w : ck.warnings) std::fprintf(stderr, "%s\n", w.c_str());
+    const nn::Manifest& m = ck.manifest;
     GptConfig c = m.config;
     c.micro_batch_size = 1;
     std::vector<GptStage> stages;
     for (const nn::StageSpec& s : m.stages) stages.emplace_back(c, s, 0);
     for (size_t s = 0; s < stages.size(); ++s) {
-      TP_ASSIGN_OR_RETURN(auto st, nn::load_stage_checkpoint(nn::stage_checkpoint_path(load, int(s)),
-                                                             stages[s]));
+      TP_ASSIGN_OR_RETURN(
+          auto st, nn::load_stage_checkpoint(nn::stage_checkpoint_path(ck.dir, int(s)), stages[s]));
       (void)st;
     }
     std::vector<int32_t> ctx;
