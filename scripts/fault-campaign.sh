@@ -119,6 +119,8 @@ secs_since() { awk -v a="$(now_us)" -v b="$1" 'BEGIN { printf "%.2f", (a - b) / 
 rand_delay() { awk -v r=$RANDOM -v lo="$1" -v hi="$2" 'BEGIN { printf "%.3f", lo + r / 32767 * (hi - lo) }'; }
 # Live (not zombie) processes of session $1.
 session_pids() { ps -e -o pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ { print $1 }'; }
+# The run's processes in session $1: all but the shell that leads it.
+run_pids() { session_pids "$1" | grep -vx "$1"; }
 # The pid of MPI rank $2 in session $1.
 rank_pid() {
   local p
@@ -187,7 +189,9 @@ trial() {
     [[ $mode == recovery ]] && flags+=(--enable-recovery)
     cmd=("${flags[@]}" -np "$PP" "${cmd[@]}")
   fi
-  setsid "${cmd[@]}" >"$log" 2>&1 </dev/null &
+  # A shell leads the run's session and outlives the run's processes, so that killing them is not
+  # a job of this script dying by a signal (bash would print "Killed" for it).
+  setsid sh -c '"$@"; exit $?' sh "${cmd[@]}" >"$log" 2>&1 </dev/null &
   local pid=$!
   local sid
   sid=$(ps -o sid= -p "$pid" | tr -d ' ')
@@ -200,7 +204,7 @@ trial() {
   # The fault comes after the first complete save, at a random time.
   if ! wait_for_line "$log" "^saved .* at step" 60 "$pid"; then
     verdict+=("no save within 60 s: $(grep -m1 -i error "$log" | head -c 300)")
-    kill -9 $(session_pids "$sid") 2>/dev/null
+    kill -9 $(run_pids "$sid") 2>/dev/null
     { wait "$pid"; } 2>/dev/null
     finish_trial "$kind" "$name" 0 "${verdict[*]}"
     return
@@ -213,7 +217,7 @@ trial() {
       vpid=$(rank_pid "$sid" "$victim")
       if [[ -z $vpid ]]; then
         verdict+=("rank $victim not found in session $sid")
-        kill -9 $(session_pids "$sid") 2>/dev/null
+        kill -9 $(run_pids "$sid") 2>/dev/null
         { wait "$pid"; } 2>/dev/null
         finish_trial "$kind" "$name" 0 "${verdict[*]}"
         return
@@ -228,14 +232,14 @@ trial() {
       ;;
     kill-save)
       local pids inflight=0
-      pids=$(session_pids "$sid")
+      pids=$(run_pids "$sid")
       # Polled without a fork (a save without fsync takes about a millisecond here).
       local until=$((${EPOCHREALTIME/./} + 3000000))
       while ((${EPOCHREALTIME/./} < until)); do
         tmp_files "$save" >/dev/null && { inflight=1; break; }
       done
       kill -KILL $pids 2>/dev/null
-      kill -KILL $(session_pids "$sid") 2>/dev/null
+      kill -KILL $(run_pids "$sid") 2>/dev/null
       ((inflight)) && T_INFLIGHT[$kind]=$((T_INFLIGHT[$kind] + 1))
       what="SIGKILL all $(wc -w <<<"$pids") process(es) $( ((inflight)) && echo "with a .tmp in flight" || echo "(no .tmp seen in 3 s)")"
       ;;
@@ -253,7 +257,7 @@ trial() {
   local hung=0
   if kill -0 "$pid" 2>/dev/null; then
     hung=1
-    kill -9 $(session_pids "$sid") 2>/dev/null
+    kill -9 $(run_pids "$sid") 2>/dev/null
   fi
   { wait "$pid"; } 2>/dev/null
   local rc=$?
@@ -306,6 +310,7 @@ trial() {
     >"$dir/resume.log" 2>&1 </dev/null
   local rrc=$?
   loaded=$(last_step "$dir/resume.log" loaded)
+  ((rrc)) && loaded=""  # a rank may say "loaded" while another one fails to
   local lost=0
   if ((rrc == 0)) && [[ -n $loaded ]]; then
     T_LOADABLE[$kind]=$((T_LOADABLE[$kind] + 1))
