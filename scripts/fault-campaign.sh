@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2046,SC2086,SC2128  # pid lists are split into words on purpose
 # Fault campaign (issue 13 item 8): real `tightpipe train` runs of a tiny model, each hit by one
 # fault at a random time, then checked:
 #   kill-rank  kill -9 one random MPI rank (mpirun, with and without --enable-recovery by turns)
@@ -22,10 +23,10 @@
 #   scripts/fault-campaign.sh                      # CI size: 2 trials per kind
 #   scripts/fault-campaign.sh -n 20 --seed 7       # bigger local run (FAULT_N=20 works too)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 usage() {
-  sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  sed -n '3,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
   cat <<'EOF'
 flags:
   -n N              trials per kind (default $FAULT_N or 2)
@@ -116,7 +117,7 @@ LIMIT=$(awk -v t="$TIMEOUT" -v l="$LINGER" -v s="$SLACK" 'BEGIN { print t + l + 
 
 now_us() { echo "${EPOCHREALTIME/./}"; }
 secs_since() { awk -v a="$(now_us)" -v b="$1" 'BEGIN { printf "%.2f", (a - b) / 1e6 }'; }
-rand_delay() { awk -v r=$RANDOM -v lo="$1" -v hi="$2" 'BEGIN { printf "%.3f", lo + r / 32767 * (hi - lo) }'; }
+rand_delay() { awk -v r="$RANDOM" -v lo="$1" -v hi="$2" 'BEGIN { printf "%.3f", lo + r / 32767 * (hi - lo) }'; }
 # Live (not zombie) processes of session $1.
 session_pids() { ps -e -o pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ { print $1 }'; }
 # The run's processes in session $1: all but the shell that leads it.
@@ -157,7 +158,7 @@ declare -A T_RUN T_NOTRUN T_CLEAN T_CLEAN_ASKED T_ORPHANS T_LOADABLE T_LOST T_ST
 for k in "${KIND_LIST[@]}"; do
   for t in T_RUN T_NOTRUN T_CLEAN T_CLEAN_ASKED T_ORPHANS T_LOADABLE T_LOST T_STEPS_LOST T_REDONE \
     T_INFLIGHT T_MAXEND T_NOSPACE; do
-    printf -v "$t[$k]" 0
+    printf -v "${t}[$k]" 0
   done
 done
 FAILED_TRIALS=()
@@ -250,7 +251,8 @@ trial() {
   esac
   t_fault=$(now_us)
   # Wait for the run to end (kill-save: it is dead already).
-  local limit_us=$(awk -v l="$LIMIT" 'BEGIN { printf "%d", l * 1e6 }')
+  local limit_us
+  limit_us=$(awk -v l="$LIMIT" 'BEGIN { printf "%d", l * 1e6 }')
   while kill -0 "$pid" 2>/dev/null && (($(now_us) - t_fault < limit_us)); do sleep 0.05; done
   local ended_in
   ended_in=$(secs_since "$t_fault")
