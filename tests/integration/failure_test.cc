@@ -64,6 +64,22 @@ std::string mpirun_fault_train(const std::string& mpirun_flags, const std::strin
          "/tests/integration/fault_train --transport mpi --pp 3 --timeout 2 --fault " + fault;
 }
 
+// Runs fault_train under mpirun with `fault`, which ends rank 1's process, and checks what such
+// a run must show: no hang, mpirun's non-zero exit status, rank 1's one line (`dead_line`) and
+// one error line from each survivor naming rank 1.
+void expect_dead_rank_fails_the_job(const std::string& mpirun_flags, const std::string& fault,
+                                    const std::string& dead_line) {
+  const double t0 = now_seconds();
+  auto r = run_command(mpirun_fault_train(mpirun_flags, fault));
+  const double elapsed = now_seconds() - t0;
+  const std::string all = r.out + r.err;
+  EXPECT_LT(elapsed, 30.0) << "a dead peer must not hang the run";
+  EXPECT_NE(r.exit_code, 0) << "mpirun " << mpirun_flags << " must fail a job whose ranks failed\n"
+                            << all;
+  EXPECT_EQ(count(all, dead_line), 1) << all;
+  expect_survivor_errors(all, 2, "rank 1");
+}
+
 TEST(FailureTest, KilledMpiRankEndsEveryOtherRankWithAnError) {
   if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
   // Rank 1 ends its process with status 0 and without MPI_Finalize. With
@@ -71,15 +87,9 @@ TEST(FailureTest, KilledMpiRankEndsEveryOtherRankWithAnError) {
   // run into their time-outs and report; the first survivor to exit with status 1 then makes
   // mpirun stop the job and exit non-zero (fail_launched_job first gives the other survivor time
   // to report).
-  const double t0 = now_seconds();
-  auto r = run_command(mpirun_fault_train("--mca orte_allowed_exit_without_sync 1",
-                                          "kill:1:" + std::to_string(kHalfwayThroughStep1) + ":0"));
-  const double elapsed = now_seconds() - t0;
-  const std::string all = r.out + r.err;
-  EXPECT_LT(elapsed, 30.0) << "a dead peer must not hang the run";
-  EXPECT_NE(r.exit_code, 0) << all;
-  EXPECT_EQ(count(all, "rank 1: killed after 18 sends"), 1) << all;
-  expect_survivor_errors(all, 2, "rank 1");
+  expect_dead_rank_fails_the_job("--mca orte_allowed_exit_without_sync 1",
+                                 "kill:1:" + std::to_string(kHalfwayThroughStep1) + ":0",
+                                 "rank 1: killed after 18 sends");
 }
 
 // Issue 13 item 6: under --enable-recovery mpirun keeps the survivors alive when a rank dies, so
@@ -87,16 +97,9 @@ TEST(FailureTest, KilledMpiRankEndsEveryOtherRankWithAnError) {
 // makes it exit non-zero after both survivors printed their line.
 TEST(FailureTest, KilledMpiRankUnderRecoveryFailsTheJob) {
   if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
-  const double t0 = now_seconds();
-  auto r = run_command(
-      mpirun_fault_train("--enable-recovery", "sigkill:1:" + std::to_string(kHalfwayThroughStep1)));
-  const double elapsed = now_seconds() - t0;
-  const std::string all = r.out + r.err;
-  EXPECT_LT(elapsed, 30.0) << "a dead peer must not hang the run";
-  EXPECT_NE(r.exit_code, 0) << "mpirun --enable-recovery must fail a job whose ranks failed\n"
-                            << all;
-  EXPECT_EQ(count(all, "rank 1: SIGKILL after 18 sends"), 1) << all;
-  expect_survivor_errors(all, 2, "rank 1");
+  expect_dead_rank_fails_the_job("--enable-recovery",
+                                 "sigkill:1:" + std::to_string(kHalfwayThroughStep1),
+                                 "rank 1: SIGKILL after 18 sends");
 }
 
 // Without recovery: a silent (stalled) rank is not a dead process for mpirun, so the survivors

@@ -44,21 +44,16 @@ class FaultTransport final : public Transport {
         std::this_thread::sleep_for(std::chrono::duration<double>(options_.stall_s));
         return;
       case FaultKind::kKill:
+      case FaultKind::kSigkill: {
+        const bool sigkill = options_.kind == FaultKind::kSigkill;
         std::fprintf(stderr,
-                     "rank %d: killed after %lld sends, before a send to rank %d (fault "
-                     "injection)\n",
-                     r, n, dst);
+                     "rank %d: %s after %lld sends, before a send to rank %d (fault injection)\n",
+                     r, sigkill ? "SIGKILL" : "killed", n, dst);
         std::fflush(stderr);
         std::fflush(stdout);
+        if (sigkill) std::raise(SIGKILL);
         std::_Exit(options_.exit_code);
-      case FaultKind::kSigkill:
-        std::fprintf(stderr,
-                     "rank %d: SIGKILL after %lld sends, before a send to rank %d (fault "
-                     "injection)\n",
-                     r, n, dst);
-        std::fflush(stderr);
-        std::fflush(stdout);
-        std::raise(SIGKILL);
+      }
     }
   }
 
