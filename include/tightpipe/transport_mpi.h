@@ -59,6 +59,21 @@ class MpiScope {
 // MPICH variables); tests use it to decide whether the MPI backend can be exercised.
 bool launched_by_mpirun();
 
+// Seconds fail_launched_job() waits before the launcher may stop the job: time for the other
+// ranks, which got this one's abort message, to print their own error line.
+constexpr double kLauncherLingerS = 1.0;
+
+// For main, after it printed this process's error and before it exits non-zero: makes the job
+// fail as a whole, so that the launcher's exit status is non-zero too. Under mpirun (more than
+// one process) it first waits linger_s: mpirun stops the whole job once a process exits non-zero.
+// Open MPI's mpirun exits non-zero by itself then, except with --enable-recovery, where it exits 0
+// whatever its processes do (a non-zero exit, MPI_Abort, death by a signal): there this sends
+// SIGTERM to the parent process (mpirun, or the orted it started on this node), which makes
+// mpirun stop the job and exit 1. No-op outside mpirun. FailedPrecondition (for a note) when it
+// cannot make sure of a non-zero exit: recovery on and the parent is not mpirun or orted.
+// Plain POSIX; works whether or not MPI was built in.
+Status fail_launched_job(double linger_s = kLauncherLingerS);
+
 // Collective over MPI_COMM_WORLD: every process must call it, in the same order (it duplicates
 // the world communicator twice).
 Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope> scope,

@@ -47,47 +47,103 @@ TEST(FailureTest, StalledThreadRankStopsTheOthersWithinTheTimeout) {
   EXPECT_NE(s.message().find("from rank 1"), std::string::npos) << s.message();
 }
 
+// The survivors' error lines ("fault_train: error: ..."): one per survivor, each naming the dead
+// or silent rank.
+void expect_survivor_errors(const std::string& all, int survivors, const std::string& peer) {
+  const std::string kError = "fault_train: error: ";
+  EXPECT_EQ(count(all, kError), survivors) << all;
+  for (size_t pos = 0; (pos = all.find(kError, pos)) != std::string::npos; pos += kError.size()) {
+    const std::string line = all.substr(pos, all.find('\n', pos) - pos);
+    EXPECT_NE(line.find(peer), std::string::npos) << line;
+  }
+}
+
+std::string mpirun_fault_train(const std::string& mpirun_flags, const std::string& fault) {
+  return "mpirun --allow-run-as-root --oversubscribe " + mpirun_flags + " -np 3 " +
+         std::string(TP_BINARY_DIR) +
+         "/tests/integration/fault_train --transport mpi --pp 3 --timeout 2 --fault " + fault;
+}
+
+// Runs fault_train under mpirun with `fault`, which ends rank 1's process, and checks what such
+// a run must show: no hang, mpirun's non-zero exit status, rank 1's one line (`dead_line`) and
+// one error line from each survivor naming rank 1.
+void expect_dead_rank_fails_the_job(const std::string& mpirun_flags, const std::string& fault,
+                                    const std::string& dead_line) {
+  const double t0 = now_seconds();
+  auto r = run_command(mpirun_fault_train(mpirun_flags, fault));
+  const double elapsed = now_seconds() - t0;
+  const std::string all = r.out + r.err;
+  EXPECT_LT(elapsed, 30.0) << "a dead peer must not hang the run";
+  EXPECT_NE(r.exit_code, 0) << "mpirun " << mpirun_flags << " must fail a job whose ranks failed\n"
+                            << all;
+  EXPECT_EQ(count(all, dead_line), 1) << all;
+  expect_survivor_errors(all, 2, "rank 1");
+}
+
 TEST(FailureTest, KilledMpiRankEndsEveryOtherRankWithAnError) {
   if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
   // Rank 1 ends its process with status 0 and without MPI_Finalize. With
   // orte_allowed_exit_without_sync that alone does not make mpirun stop the job, so the survivors
   // run into their time-outs and report; the first survivor to exit with status 1 then makes
-  // mpirun stop the job and exit non-zero (--linger-s gives the other survivor time to report).
-  // (--enable-recovery would also keep the survivors alive, but mpirun then exits 0 whatever the
-  // ranks do.)
-  const double t0 = now_seconds();
-  auto r = run_command(
-      "mpirun --allow-run-as-root --oversubscribe --mca orte_allowed_exit_without_sync 1 -np 3 " +
-      std::string(TP_BINARY_DIR) + "/tests/integration/fault_train --transport mpi --pp 3 " +
-      "--timeout 2 --linger-s 1 --fault kill:1:" + std::to_string(kHalfwayThroughStep1) + ":0");
-  const double elapsed = now_seconds() - t0;
-  const std::string all = r.out + r.err;
-  EXPECT_LT(elapsed, 30.0) << "a dead peer must not hang the run";
-  EXPECT_NE(r.exit_code, 0) << all;
-  EXPECT_EQ(count(all, "rank 1: killed after 18 sends"), 1) << all;
-  // Both survivors report an error of their own, each naming the dead peer.
-  const std::string kError = "fault_train: error: ";
-  EXPECT_EQ(count(all, kError), 2) << all;
-  for (size_t pos = 0; (pos = all.find(kError, pos)) != std::string::npos; pos += kError.size()) {
-    const std::string line = all.substr(pos, all.find('\n', pos) - pos);
-    EXPECT_NE(line.find("rank 1"), std::string::npos) << line;
-  }
+  // mpirun stop the job and exit non-zero (fail_launched_job first gives the other survivor time
+  // to report).
+  expect_dead_rank_fails_the_job("--mca orte_allowed_exit_without_sync 1",
+                                 "kill:1:" + std::to_string(kHalfwayThroughStep1) + ":0",
+                                 "rank 1: killed after 18 sends");
 }
 
-TEST(FailureTest, MpiWorldSizeOtherThanPpStopsEveryRankBeforeWork) {
+// Issue 13 item 6: under --enable-recovery mpirun keeps the survivors alive when a rank dies, so
+// they report, but it exits 0 whatever they do (non-zero exit, MPI_Abort); fail_launched_job
+// makes it exit non-zero after both survivors printed their line.
+TEST(FailureTest, KilledMpiRankUnderRecoveryFailsTheJob) {
   if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
-  auto r = run_command("mpirun --allow-run-as-root --oversubscribe -np 2 " +
+  expect_dead_rank_fails_the_job("--enable-recovery",
+                                 "sigkill:1:" + std::to_string(kHalfwayThroughStep1),
+                                 "rank 1: SIGKILL after 18 sends");
+}
+
+// Without recovery: a silent (stalled) rank is not a dead process for mpirun, so the survivors
+// report on their own time-out; the first to exit stops the job, and mpirun exits non-zero
+// without waiting for the stalled rank. Both survivors report before that.
+TEST(FailureTest, StalledMpiRankFailsTheJobAfterEverySurvivorReported) {
+  if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
+  const double t0 = now_seconds();
+  auto r = run_command(
+      mpirun_fault_train("", "stall:1:" + std::to_string(kHalfwayThroughStep1) + ":20"));
+  const double elapsed = now_seconds() - t0;
+  const std::string all = r.out + r.err;
+  EXPECT_LT(elapsed, 15.0) << "the job must end on the time-out, not after the 20 s stall\n" << all;
+  EXPECT_NE(r.exit_code, 0) << all;
+  expect_survivor_errors(all, 2, "rank");
+}
+
+// An error every rank finds before any work (here the world size) fails the job in both modes:
+// each process prints its line, and mpirun exits non-zero also under --enable-recovery.
+class MpiWorldSizeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MpiWorldSizeTest, OtherThanPpStopsEveryRankBeforeWork) {
+  if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
+  auto r = run_command("mpirun --allow-run-as-root --oversubscribe " + GetParam() + " -np 2 " +
                        testutil::tightpipe_binary() +
                        " train --compute emulated --cost f=2,b=4 --num-layers 4 --hidden-size 16 "
                        "--num-attention-heads 2 --seq-length 8 --micro-batch-size 2 "
                        "--num-microbatches 6 --train-iters 4 --pipeline-timeout 2 --transport mpi "
                        "--pp 3");
   const std::string all = r.out + r.err;
+  EXPECT_NE(r.exit_code, 0) << all;
   EXPECT_EQ(count(all, "this MPI job has 2 processes but the pipeline needs 3 ranks"), 2)
       << all;  // one clear line from each process
   EXPECT_NE(all.find("hint: start it with mpirun -np 3"), std::string::npos) << all;
   EXPECT_EQ(all.find("step "), std::string::npos) << "no work may start: " << all;
+  EXPECT_EQ(all.find("tightpipe: note:"), std::string::npos) << all;
 }
+
+INSTANTIATE_TEST_SUITE_P(Launcher, MpiWorldSizeTest,
+                         ::testing::Values(std::string(), std::string("--enable-recovery")),
+                         [](const auto& info) {
+                           return info.param.empty() ? std::string("Default")
+                                                     : std::string("EnableRecovery");
+                         });
 
 }  // namespace
 }  // namespace tightpipe

@@ -4,16 +4,16 @@
 //
 //   mpirun -np 3 fault_train --transport mpi --pp 3 --fault kill:1:18
 //
-// Every rank that ends with an error prints one "fault_train: error: ..." block on stderr and
-// exits 1. With --linger-s it first waits that long, so that under mpirun the other survivors
-// report too before mpirun stops the job on the first non-zero exit.
+// Every rank that ends with an error prints one "fault_train: error: ..." line on stderr and
+// exits 1 the way tightpipe's main does (fail_launched_job, transport_mpi.h): under mpirun it
+// first lingers so that the other survivors report too, and under --enable-recovery it makes
+// mpirun exit non-zero.
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include "fault_transport.h"
 #include "tightpipe/trainer.h"
+#include "tightpipe/transport_mpi.h"
 #include "tiny_train.h"
 
 int main(int argc, char** argv) {
@@ -21,15 +21,14 @@ int main(int argc, char** argv) {
   CLI::App app{"tiny emulated training run with one injected failure", "fault_train"};
   std::string transport = "threads", schedule = "1f1b", fault;
   int32_t pp = 3;
-  double timeout_s = 2, linger_s = 0;
+  double timeout_s = 2;
   app.add_option("--transport", transport, "threads or mpi")->capture_default_str();
   app.add_option("--pp", pp, "pipeline ranks")->capture_default_str();
   app.add_option("--schedule", schedule, "schedule name")->capture_default_str();
-  app.add_option("--fault", fault, "stall:RANK:SENDS:SECONDS or kill:RANK:SENDS[:EXIT_CODE]")
+  app.add_option("--fault", fault,
+                 "stall:RANK:SENDS:SECONDS, kill:RANK:SENDS[:EXIT_CODE] or sigkill:RANK:SENDS")
       ->required();
   app.add_option("--timeout", timeout_s, "seconds a rank waits for a peer")->capture_default_str();
-  app.add_option("--linger-s", linger_s, "seconds to wait after an error before exiting")
-      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   auto run = [&]() -> Status {
@@ -47,6 +46,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "fault_train: error: %s\n", s.message().c_str());
   std::fflush(stderr);
-  std::this_thread::sleep_for(std::chrono::duration<double>(linger_s));
+  const Status launcher = fail_launched_job();
+  if (!launcher.ok()) std::fprintf(stderr, "fault_train: note: %s\n", launcher.message().c_str());
   return 1;
 }

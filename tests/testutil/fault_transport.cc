@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -43,13 +44,16 @@ class FaultTransport final : public Transport {
         std::this_thread::sleep_for(std::chrono::duration<double>(options_.stall_s));
         return;
       case FaultKind::kKill:
+      case FaultKind::kSigkill: {
+        const bool sigkill = options_.kind == FaultKind::kSigkill;
         std::fprintf(stderr,
-                     "rank %d: killed after %lld sends, before a send to rank %d (fault "
-                     "injection)\n",
-                     r, n, dst);
+                     "rank %d: %s after %lld sends, before a send to rank %d (fault injection)\n",
+                     r, sigkill ? "SIGKILL" : "killed", n, dst);
         std::fflush(stderr);
         std::fflush(stdout);
+        if (sigkill) std::raise(SIGKILL);
         std::_Exit(options_.exit_code);
+      }
     }
   }
 
@@ -62,10 +66,11 @@ class FaultTransport final : public Transport {
 
 Result<FaultOptions> parse_fault(std::string_view spec) {
   auto bad = [&] {
-    return Status::invalid_argument(fmt::format(
-        "fault '{}': expected stall:RANK:SENDS:SECONDS or kill:RANK:SENDS[:EXIT_CODE]; hint: "
-        "stall:1:18:8 stalls rank 1 for 8 s when it posts its 19th send",
-        spec));
+    return Status::invalid_argument(
+        fmt::format("fault '{}': expected stall:RANK:SENDS:SECONDS, kill:RANK:SENDS[:EXIT_CODE] or "
+                    "sigkill:RANK:SENDS; hint: "
+                    "stall:1:18:8 stalls rank 1 for 8 s when it posts its 19th send",
+                    spec));
   };
   const std::vector<std::string> parts = split(spec, ':');
   if (parts.size() < 3 || parts.size() > 4) return bad();
@@ -74,6 +79,8 @@ Result<FaultOptions> parse_fault(std::string_view spec) {
     o.kind = FaultKind::kStall;
   } else if (parts[0] == "kill") {
     o.kind = FaultKind::kKill;
+  } else if (parts[0] == "sigkill" && parts.size() == 3) {
+    o.kind = FaultKind::kSigkill;
   } else {
     return bad();
   }

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "commands.h"
+#include "tightpipe/transport_mpi.h"
 
 namespace {
 constexpr const char* kUsage =
@@ -24,9 +25,8 @@ constexpr const char* kUsage =
 
 int dispatch(std::string_view cmd, int sub_argc, char** sub_argv);
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command's exit status; its error line is printed.
+int run(int argc, char** argv) {
   using namespace tightpipe::cli;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -48,7 +48,22 @@ int main(int argc, char** argv) {
                  "it with the command line\n",
                  argv[1], e.what());
   }
-  return 1;
+  return kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rc = run(argc, argv);
+  if (rc != tightpipe::cli::kExitOk) {
+    // Under mpirun: the job fails as a whole, mpirun's exit status included (--enable-recovery
+    // too), after the other ranks had a moment to print their own line.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const tightpipe::Status s = tightpipe::fail_launched_job();
+    if (!s.ok()) std::fprintf(stderr, "tightpipe: note: %s\n", s.message().c_str());
+  }
+  return rc;
 }
 
 namespace {

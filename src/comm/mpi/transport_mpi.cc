@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -389,13 +388,6 @@ MpiScope::~MpiScope() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (owns_init_ && !finalized && !peer_failure()) MPI_Finalize();
-}
-
-bool launched_by_mpirun() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"}) {
-    if (std::getenv(v) != nullptr) return true;
-  }
-  return false;
 }
 
 Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope> scope,

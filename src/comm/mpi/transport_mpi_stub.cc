@@ -1,7 +1,6 @@
 // Built instead of transport_mpi.cc when MPI is not available (TIGHTPIPE_WITH_MPI off or not
-// found): every entry point says so.
-#include <cstdlib>
-
+// found): every entry point says so (launched_by_mpirun and fail_launched_job are in
+// launcher.cc, built either way).
 #include "tightpipe/transport_mpi.h"
 
 namespace tightpipe {
@@ -16,13 +15,6 @@ Status not_built() {
 
 Result<std::shared_ptr<MpiScope>> MpiScope::acquire() { return not_built(); }
 MpiScope::~MpiScope() = default;
-
-bool launched_by_mpirun() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"}) {
-    if (std::getenv(v) != nullptr) return true;
-  }
-  return false;
-}
 
 Result<std::unique_ptr<Transport>> make_mpi_transport(std::shared_ptr<MpiScope>, MpiOptions) {
   return not_built();
