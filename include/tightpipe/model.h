@@ -45,15 +45,15 @@
 
 namespace tightpipe::nn {
 
-// Limits of the model flags (docs/limits.md): GptConfig::validate() refuses a value above them
+// Limits of the model flags (docs/train_limits.md): GptConfig::validate() refuses a value above them
 // with one line naming the flag. Whether a model within them fits in memory is the trainer's
 // memory check (trainer.h), before anything of its size is allocated.
-inline constexpr int kMaxNumLayers = 1024;         // --num-layers
-inline constexpr int kMaxHiddenSize = 65536;       // --hidden-size
-inline constexpr int kMaxNumHeads = 1024;          // --num-attention-heads
-inline constexpr int kMaxSeqLength = 65536;        // --seq-length
-inline constexpr int kMaxMicroBatchSize = 65536;   // --micro-batch-size
-inline constexpr int kMaxVocabSize = 1 << 20;      // V (256 for the byte tokenizer)
+inline constexpr int kMaxNumLayers = 1024;        // --num-layers
+inline constexpr int kMaxHiddenSize = 65536;      // --hidden-size
+inline constexpr int kMaxNumHeads = 1024;         // --num-attention-heads
+inline constexpr int kMaxSeqLength = 65536;       // --seq-length
+inline constexpr int kMaxMicroBatchSize = 65536;  // --micro-batch-size
+inline constexpr int kMaxVocabSize = 1 << 20;     // V (256 for the byte tokenizer)
 
 struct GptConfig {
   int vocab_size = 256;      // V (byte tokenizer)

@@ -1,6 +1,6 @@
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -274,7 +274,8 @@ AvailableMemory available_memory() {
   }
   const double max = cgroup_number("/sys/fs/cgroup/memory.max");
   if (max >= 0) {
-    const double left = std::max(0.0, max - std::max(0.0, cgroup_number("/sys/fs/cgroup/memory.current")));
+    const double left =
+        std::max(0.0, max - std::max(0.0, cgroup_number("/sys/fs/cgroup/memory.current")));
     if (left < m.bytes) m = {left, "the cgroup's memory.max less memory.current"};
   }
   return m;

@@ -52,24 +52,28 @@ Result<OnCorrupt> parse_on_corrupt(std::string_view name) {
 }
 
 Status DataOptions::validate() const {
-  auto range = [](std::string_view field, int64_t v, int64_t lo, int64_t hi) -> Status {
+  // `flag`: the command-line spelling (train --micro-batch-size, data check --batch-size...).
+  auto range = [](std::string_view field, std::string_view flag, int64_t v, int64_t lo,
+                  int64_t hi) -> Status {
     if (v >= lo && v <= hi) return OkStatus();
     return Status::invalid_argument(
-        fmt::format("data option {} = {} is out of range [{}, {}]", field, v, lo, hi));
+        fmt::format("data option {} ({}) = {} is out of range [{}, {}]; hint: pass a value in it",
+                    field, flag, v, lo, hi));
   };
   if (path.empty()) {
     return Status::invalid_argument(
         "data option path is empty; hint: a text file, a shard, a "
         "directory of shards or 'DIR/shard-{000000..000009}.tar'");
   }
-  TP_RETURN_IF_ERROR(range("micro_batch_size", micro_batch_size, 1, 1 << 20));
-  TP_RETURN_IF_ERROR(range("seq_length", seq_length, 1, 1 << 24));
-  TP_RETURN_IF_ERROR(range("num_workers", num_workers, 1, 256));
-  TP_RETURN_IF_ERROR(range("prefetch", prefetch, 1, 1 << 16));
-  TP_RETURN_IF_ERROR(range("shuffle_buffer", shuffle_buffer, 0, 1 << 24));
-  TP_RETURN_IF_ERROR(range("num_replicas", num_replicas, 1, 1 << 20));
-  TP_RETURN_IF_ERROR(range("replica", replica, 0, num_replicas - 1));
-  TP_RETURN_IF_ERROR(range("vocab_size", vocab_size, 1, (int64_t{1} << 31) - 1));
+  TP_RETURN_IF_ERROR(range("micro_batch_size", "--micro-batch-size, data check --batch-size",
+                           micro_batch_size, 1, 1 << 20));
+  TP_RETURN_IF_ERROR(range("seq_length", "--seq-length", seq_length, 1, 1 << 24));
+  TP_RETURN_IF_ERROR(range("num_workers", "--num-workers", num_workers, 1, 256));
+  TP_RETURN_IF_ERROR(range("prefetch", "--prefetch", prefetch, 1, 1 << 16));
+  TP_RETURN_IF_ERROR(range("shuffle_buffer", "shuffle buffer", shuffle_buffer, 0, 1 << 24));
+  TP_RETURN_IF_ERROR(range("num_replicas", "data-parallel replicas", num_replicas, 1, 1 << 20));
+  TP_RETURN_IF_ERROR(range("replica", "data-parallel replica", replica, 0, num_replicas - 1));
+  TP_RETURN_IF_ERROR(range("vocab_size", "vocabulary", vocab_size, 1, (int64_t{1} << 31) - 1));
   return OkStatus();
 }
 
@@ -129,9 +133,9 @@ Status check_input_file(std::string_view what, const std::string& path) {
     case fs::file_type::regular:
       break;
     case fs::file_type::not_found:
-      return Status::not_found(fmt::format(
-          "{} '{}' does not exist; hint: check the path (relative paths start at {})", what, shown,
-          printable(fs::current_path(ec).string(), 200)));
+      return Status::not_found(
+          fmt::format("{} '{}' does not exist; hint: check the path (relative paths start at {})",
+                      what, shown, printable(fs::current_path(ec).string(), 200)));
     case fs::file_type::directory:
       kind = "a directory";
       break;
@@ -250,7 +254,8 @@ Result<std::vector<std::string>> expand_data_path(const std::string& path) {
     files.push_back(path);
   } else {
     return Status::not_found(fmt::format(
-        "data path '{}' does not exist; hint: a text file (e.g. ../shared/data/tinyshakespeare.txt), "
+        "data path '{}' does not exist; hint: a text file (e.g. "
+        "../shared/data/tinyshakespeare.txt), "
         "a .tar shard, a directory of shards or a pattern like 'dir/shard-{{000000..000009}}.tar'",
         printable(path, 200)));
   }

@@ -109,9 +109,9 @@ Result<std::vector<std::string>> list_inputs(const std::vector<std::string>& inp
       std::sort(found.begin(), found.end());
       if (found.empty()) {
         return Status::not_found(fmt::format(
-          "--input directory '{}' holds no regular files; hint: pass text files or a directory "
-          "of them",
-          printable(in, 200)));
+            "--input directory '{}' holds no regular files; hint: pass text files or a directory "
+            "of them",
+            printable(in, 200)));
       }
       files.insert(files.end(), found.begin(), found.end());
     } else {
@@ -178,8 +178,9 @@ Result<ShardWriteSummary> write_shards(const ShardWriterOptions& options) {
   for (const std::string& file : files) {
     std::ifstream in(file, std::ios::binary);
     if (!in) {
-      return Status::io_error(fmt::format("cannot open --input '{}': {}; hint: check its permissions",
-                                          printable(file, 200), std::strerror(errno)));
+      return Status::io_error(
+          fmt::format("cannot open --input '{}': {}; hint: check its permissions",
+                      printable(file, 200), std::strerror(errno)));
     }
     const int64_t chunk = options.seq_length > 0 ? int64_t{options.seq_length} + 1
                                                  : std::numeric_limits<int64_t>::max();

@@ -191,12 +191,13 @@ void RankRun::report_skips() {
   for (; skips_reported_ < st.corrupt_skipped; ++skips_reported_) {
     const auto k = static_cast<size_t>(skips_reported_);
     if (k < st.corrupt_messages.size()) {
-      plan_.log(rank_, fmt::format("data: skipped (--on-corrupt skip): {}", st.corrupt_messages[k]));
+      plan_.log(rank_,
+                fmt::format("data: skipped (--on-corrupt skip): {}", st.corrupt_messages[k]));
     } else {  // the loader keeps the first reasons only
-      plan_.log(rank_, fmt::format("data: skipped {} more shard(s)/sample(s) (--on-corrupt skip; "
-                                   "the loader keeps the reasons of the first {})",
-                                   st.corrupt_skipped - skips_reported_,
-                                   st.corrupt_messages.size()));
+      plan_.log(rank_,
+                fmt::format("data: skipped {} more shard(s)/sample(s) (--on-corrupt skip; "
+                            "the loader keeps the reasons of the first {})",
+                            st.corrupt_skipped - skips_reported_, st.corrupt_messages.size()));
       skips_reported_ = st.corrupt_skipped;
       break;
     }

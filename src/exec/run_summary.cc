@@ -104,7 +104,8 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   j["predicted_peak_activation_bytes_per_rank"] = s.predicted_peak_bytes_per_rank;
   if (!s.prediction_error.empty()) j["prediction_error"] = s.prediction_error;
   // --on-corrupt skip: how much training data was skipped, and why (the first reasons).
-  nlohmann::json skipped = {{"count", s.data_skipped}, {"on_corrupt", on_corrupt_name(o.data.on_corrupt)}};
+  nlohmann::json skipped = {{"count", s.data_skipped},
+                            {"on_corrupt", on_corrupt_name(o.data.on_corrupt)}};
   const size_t listed = std::min(s.data_skipped_reasons.size(), kMaxListedSkips);
   skipped["reasons"] = std::vector<std::string>(s.data_skipped_reasons.begin(),
                                                 s.data_skipped_reasons.begin() + listed);
@@ -203,9 +204,10 @@ std::vector<std::string> summary_lines(const TrainSummary& s, const RunPlan& pla
                           s.auto_schedule));
   }
   if (s.data_skipped > 0) {
-    out.push_back(fmt::format("data: skipped {} corrupt shard(s)/sample(s) (--on-corrupt skip); "
-                              "the reasons are above and in summary.json (data_skipped)",
-                              s.data_skipped));
+    out.push_back(
+        fmt::format("data: skipped {} corrupt shard(s)/sample(s) (--on-corrupt skip); "
+                    "the reasons are above and in summary.json (data_skipped)",
+                    s.data_skipped));
   }
   if (s.oversubscribed) {
     out.push_back(fmt::format("cpu: {} busy threads on {} cores (oversubscribed: see the note "

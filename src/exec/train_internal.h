@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,6 @@
 #include "tightpipe/simulator.h"
 #include "tightpipe/trainer.h"
 #include "tightpipe/transport.h"
-#include <optional>
 
 namespace tightpipe::train_internal {
 
@@ -96,7 +96,7 @@ LayerCosts analytic_layer_costs(const nn::GptConfig& model);
 // The split as the cost model describes it (embedding, blocks, head per stage).
 std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs);
 
-// What the ranks of this process hold at their peak, in bytes (docs/limits.md): the weights,
+// What the ranks of this process hold at their peak, in bytes (docs/train_limits.md): the weights,
 // gradients and AdamW moments of their stages, the activation stash of the microbatches in flight
 // (the simulator's memory model on the run's schedule with the analytic costs, plus the softmax
 // of the loss stage), the step's token batches and the loaders' prefetch queues, and each stage's
@@ -126,7 +126,7 @@ struct RunEnd {
   std::vector<StepRecord> records;  // every step of this run, in order
   CostSamples samples;              // every rank's samples of the measured steps
   Timeline last_step;               // every rank's events of the last step
-  DataStats data;                   // the training loader of rank 0 (what --on-corrupt skip skipped)
+  DataStats data;  // the training loader of rank 0 (what --on-corrupt skip skipped)
 };
 
 // summary.json lists at most this many skip reasons, then the count of the rest.

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -29,7 +30,7 @@ Status TrainOptions::validate() const {
     return Status::invalid_argument(
         fmt::format("--pp {}: needs at least 1 pipeline rank; hint: --pp 1 trains on one rank", pp));
   }
-  // One line per count: the flag, the value, its range (docs/limits.md) and a hint.
+  // One line per count: the flag, the value, its range (docs/train_limits.md) and a hint.
   auto in_range = [](const char* flag, int64_t v, int64_t lo, int64_t hi,
                      std::string_view hint) -> Status {
     if (v >= lo && v <= hi) return OkStatus();

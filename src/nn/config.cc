@@ -20,8 +20,8 @@ Status GptConfig::validate() const {
   TP_RETURN_IF_ERROR(in_range(seq_length, kMaxSeqLength, "--seq-length", "e.g. --seq-length 128"));
   TP_RETURN_IF_ERROR(in_range(micro_batch_size, kMaxMicroBatchSize, "--micro-batch-size",
                               "e.g. --micro-batch-size 8"));
-  TP_RETURN_IF_ERROR(in_range(vocab_size, kMaxVocabSize, "vocab size",
-                              "the byte tokenizer has 256 tokens"));
+  TP_RETURN_IF_ERROR(
+      in_range(vocab_size, kMaxVocabSize, "vocab size", "the byte tokenizer has 256 tokens"));
   if (hidden_size % num_heads != 0) {
     int lo = hidden_size - hidden_size % num_heads;
     return Status::invalid_argument(fmt::format(
@@ -132,12 +132,19 @@ Result<std::vector<StageSpec>> partition_layers(const GptConfig& config, int num
         int64_t n = 1;
         if (item != "t") {
           auto r = parse_int(item.substr(2));
-          if (!r.ok() || *r < 0)
-            return layout_error(layout, fmt::format("bad repeat count in '{}'", item));
+          if (!r.ok() || *r < 0 || *r > kMaxNumLayers) {
+            return layout_error(layout, fmt::format("bad repeat count in '{}' (a whole number in "
+                                                    "[0, {}])",
+                                                    printable(item), kMaxNumLayers));
+          }
           n = *r;
         }
         st.num_layers += int(n);
         first += int(n);
+        if (first > kMaxNumLayers) {
+          return layout_error(
+              layout, fmt::format("it places more than {} transformer layers", kMaxNumLayers));
+        }
       } else {
         return layout_error(layout, fmt::format("unknown item '{}' in stage {}", item, s));
       }
@@ -188,6 +195,15 @@ Result<std::string> megatron_layout(const GptConfig& config, int num_stages,
   }
   std::vector<int> blocks(S, 0);
   if (counts) {
+    for (const auto& [flag, n] :
+         {std::pair{"--decoder-first-pipeline-num-layers", f.first_stage_layers},
+          std::pair{"--decoder-last-pipeline-num-layers", f.last_stage_layers}}) {
+      if (n > L) {  // also keeps first + last from overflowing int
+        return Status::invalid_argument(
+            fmt::format("{} {}: more than --num-layers {}; hint: at most {} layers on one stage",
+                        flag, n, L, L));
+      }
+    }
     const int first = f.first_stage_layers, last = f.last_stage_layers;
     const int fixed = std::max(0, first) + std::max(0, last);
     const int others = S - (first >= 0) - (last >= 0 && S > 1);

@@ -25,9 +25,9 @@ Status LrSchedule::validate() const {
         fmt::format("--lr {}: must be a finite number > 0; hint: e.g. --lr 3e-4", lr));
   }
   if (!(min_lr >= 0 && min_lr <= lr))  // NaN fails both comparisons
-    return Status::invalid_argument(fmt::format(
-        "--min-lr {}: must be a finite number in [0, --lr {}]; hint: e.g. --min-lr {}", min_lr, lr,
-        lr / 10));
+    return Status::invalid_argument(
+        fmt::format("--min-lr {}: must be a finite number in [0, --lr {}]; hint: e.g. --min-lr {}",
+                    min_lr, lr, lr / 10));
   if (warmup_iters < 0)
     return Status::invalid_argument(
         fmt::format("--lr-warmup-iters must be >= 0, got {}", warmup_iters));

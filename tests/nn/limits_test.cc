@@ -91,8 +91,8 @@ TEST(SampleLimits, TemperatureAndTokens) {
 // Runs tightpipe with at most `limit_kib` of address space and a `seconds` deadline (exit 124).
 RunResult run_limited(const std::string& args, long limit_kib, int seconds) {
   const std::string cmd = "ulimit -v " + std::to_string(limit_kib) + " && exec timeout " +
-                          std::to_string(seconds) + " " TP_BINARY_DIR "/tools/tightpipe/tightpipe " +
-                          args + " 2>&1";
+                          std::to_string(seconds) +
+                          " " TP_BINARY_DIR "/tools/tightpipe/tightpipe " + args + " 2>&1";
   RunResult r;
   std::FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -155,8 +155,9 @@ TEST(DataInputs, NotARegularFileSaysWhatItIs) {
   ASSERT_TRUE(write_file(empty, "").ok());
   expect_one_line_error(run_tightpipe("data shard --input " + empty + " --out " + dir + "/o3"), 2,
                         "empty (0 bytes)");
-  EXPECT_NE(run_tightpipe("data shard --input " + empty + " --out " + dir + "/o3").output.find(empty),
-            std::string::npos);
+  EXPECT_NE(
+      run_tightpipe("data shard --input " + empty + " --out " + dir + "/o3").output.find(empty),
+      std::string::npos);
 
   const std::string binary = dir + "/binary.txt";
   ASSERT_TRUE(write_file(binary, std::string("text\0more", 9)).ok());
@@ -168,10 +169,17 @@ TEST(DataInputs, NotARegularFileSaysWhatItIs) {
   expect_one_line_error(run_tightpipe("data shard --input " + empty_dir + " --out " + dir + "/o5"),
                         1, "holds no regular files");
 
+  expect_one_line_error(run_tightpipe("data check --data-path " + kText + " --batch-size 0"), 2,
+                        "data check --batch-size) = 0 is out of range");
+  expect_one_line_error(run_tightpipe("data check --data-path " + kText + " --max-batches -1"), 2,
+                        "--max-batches -1: must be >= 0");
+
   const std::string zero_shard = dir + "/zero.tar";
   ASSERT_TRUE(write_file(zero_shard, "").ok());
-  expect_one_line_error(run_tightpipe("data check --data-path " + zero_shard), 1,
-                        "empty file (0 bytes), not a tar archive");
+  r = run_tightpipe("data check --data-path " + zero_shard);  // a stats line, then the error
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("empty file (0 bytes), not a tar archive"), std::string::npos)
+      << r.output;
 }
 
 // A real shard with one corrupt sample (a token id >= 256): with --on-corrupt skip the run says
@@ -188,15 +196,18 @@ TEST(DataInputs, SkippedSamplesAreReported) {
   const std::string shard = dir + "/shards/shard-000000.tar";
   std::string bytes = *read_file(shard);
   // Each sample: a .tokens entry (512-byte header + 64 bytes padded to 512) and a .json entry
-  // (512 + 512). The high byte of sample 3's first token: id >= 256.
+  // (512 + 512). The high byte of sample 3's first token: id >= 256. 10 steps of 2 rows take 20
+  // of the 36 training samples (one epoch): the bad one is met once.
   const size_t at = 3 * 2048 + 512 + 1;
   ASSERT_LT(at, bytes.size());
   bytes[at] = static_cast<char>(0x7f);
   ASSERT_TRUE(write_file(shard, bytes).ok());
 
-  const std::string args = "train --pp 1 --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
-                           "--seq-length 31 --micro-batch-size 2 --train-iters 20 --eval-iters 0 "
-                           "--data-path " + shard + " --out-dir " + dir + "/out";
+  const std::string args =
+      "train --pp 1 --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
+      "--seq-length 31 --micro-batch-size 2 --train-iters 10 --eval-iters 0 "
+      "--data-path " +
+      shard + " --out-dir " + dir + "/out";
   RunResult fail = run_tightpipe(args);
   EXPECT_NE(fail.code, 0) << fail.output;  // --on-corrupt fail, the default
   RunResult r = run_tightpipe(args + " --on-corrupt skip");

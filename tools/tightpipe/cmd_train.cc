@@ -23,7 +23,7 @@ namespace {
 using nn::GptConfig;
 using nn::GptStage;
 
-constexpr int kMaxSampleTokens = 1'000'000;  // sample --tokens (docs/limits.md)
+constexpr int kMaxSampleTokens = 1'000'000;  // sample --tokens (docs/train_limits.md)
 
 void add_model_flags(CLI::App& app, GptConfig& m) {
   app.add_option("--num-layers", m.num_layers, "transformer layers L")->capture_default_str();
@@ -156,9 +156,9 @@ int cmd_sample(int argc, char** argv) {
   auto run = [&]() -> Status {
     if (prompt.empty()) return Status::invalid_argument("--prompt must not be empty");
     if (num_tokens < 0 || num_tokens > kMaxSampleTokens) {
-      return Status::invalid_argument(fmt::format(
-          "--tokens {}: must be in [0, {}]; hint: bytes to generate, e.g. --tokens 200", num_tokens,
-          kMaxSampleTokens));
+      return Status::invalid_argument(
+          fmt::format("--tokens {}: must be in [0, {}]; hint: bytes to generate, e.g. --tokens 200",
+                      num_tokens, kMaxSampleTokens));
     }
     if (!(std::isfinite(temperature) && temperature >= 0)) {
       return Status::invalid_argument(fmt::format(

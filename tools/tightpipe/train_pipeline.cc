@@ -11,7 +11,7 @@
 namespace tightpipe::cli {
 
 namespace {
-constexpr double kMaxPipelineTimeout = 7 * 24 * 3600.0;  // a week (docs/limits.md)
+constexpr double kMaxPipelineTimeout = 7 * 24 * 3600.0;  // a week (docs/train_limits.md)
 }  // namespace
 
 void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
