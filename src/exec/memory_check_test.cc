@@ -5,20 +5,13 @@
 
 #include "exec/train_internal.h"
 #include "tightpipe/model.h"
+#include "tiny_train.h"
 
 namespace tightpipe::train_internal {
 namespace {
 
 TrainOptions small_run() {
-  TrainOptions o;
-  o.model.num_layers = 4;
-  o.model.hidden_size = 64;
-  o.model.num_heads = 4;
-  o.model.seq_length = 32;
-  o.model.micro_batch_size = 2;
-  o.pp = 2;
-  o.microbatches = 4;
-  o.train_iters = 1;
+  TrainOptions o = testutil::tiny_train_options("");
   o.data.path = TP_SHARED_DIR "/data/tinyshakespeare.txt";
   return o;
 }
@@ -47,7 +40,7 @@ TEST(MemoryCheck, RefusesWhatDoesNotFitNamingTheFlags) {
   Status s = check_memory(*plan, {1024, "a test limit"});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  for (const char* part : {"--num-layers 4 --hidden-size 64 --seq-length 32 --micro-batch-size 2",
+  for (const char* part : {"--num-layers 4 --hidden-size 32 --seq-length 32 --micro-batch-size 4",
                            "--num-microbatches 4 --pp 2", "the model needs", "in this process",
                            "weights", "AdamW state", "activations",
                            "1.0 KiB is available (a test "

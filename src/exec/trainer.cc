@@ -153,10 +153,12 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
     r.adamw += c.optimizer_bytes;
     r.buffers += (T * T + B * T * C) * 4;  // a stage's attention and layer scratch
   }
-  // Each data rank keeps the step's batches (tokens and targets) and its loader's queues.
+  // Each data rank keeps the batches (tokens and targets) of a step or of an evaluation, and its
+  // loader's queues.
   const double batch = B * T * 2 * 4, samples = double(o.data.num_workers) * o.data.prefetch * B;
+  const double batches = double(std::max<int64_t>(o.microbatches, o.eval_iters));
   for (int32_t s : {0, plan.lowered.num_stages - 1}) {
-    ranks[plan.lowered.rank_of(s)].buffers += o.microbatches * batch + samples * (T + 1) * 4;
+    ranks[plan.lowered.rank_of(s)].buffers += batches * batch + samples * (T + 1) * 4;
     if (plan.lowered.rank_of(0) == plan.lowered.rank_of(plan.lowered.num_stages - 1)) break;
   }
   for (const RankSimStats& r : sim.ranks) ranks[r.rank].activations += r.peak_activation_bytes;

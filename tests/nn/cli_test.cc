@@ -13,15 +13,6 @@
 namespace tightpipe::testing_nn {
 namespace {
 
-// One line on stderr, "tightpipe train: error: ...", naming `needle`, with a hint.
-void expect_one_line_error(const RunResult& r, int code, const std::string& needle) {
-  EXPECT_EQ(r.code, code) << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-  EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
-}
-
 TEST(TrainCli, BadInputIsOneClearLine) {
   expect_one_line_error(
       run_tightpipe("train " + kTiny + " --hidden-size 30 --num-attention-heads 4"), 2,

@@ -27,15 +27,6 @@ constexpr bool kSanitized = false;
 constexpr bool kSanitized = false;
 #endif
 
-// One line on stderr naming `needle`, with a hint, exit `code`.
-void expect_one_line_error(const RunResult& r, int code, const std::string& needle) {
-  EXPECT_EQ(r.code, code) << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-  EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(needle), std::string::npos) << "'" << needle << "' not in: " << r.output;
-  EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
-}
-
 TEST(TrainLimits, EveryCountHasALimitNamedInOneLine) {
   const std::pair<const char*, const char*> cases[] = {
       {"--num-layers 1025", "--num-layers 1025: must be in [1, 1024]"},
@@ -90,17 +81,8 @@ TEST(SampleLimits, TemperatureAndTokens) {
 
 // Runs tightpipe with at most `limit_kib` of address space and a `seconds` deadline (exit 124).
 RunResult run_limited(const std::string& args, long limit_kib, int seconds) {
-  const std::string cmd = "ulimit -v " + std::to_string(limit_kib) + " && exec timeout " +
-                          std::to_string(seconds) +
-                          " " TP_BINARY_DIR "/tools/tightpipe/tightpipe " + args + " 2>&1";
-  RunResult r;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_shell("ulimit -v " + std::to_string(limit_kib) + " && exec timeout " +
+                   std::to_string(seconds) + " " + kTightpipe + " " + args);
 }
 
 // Every model flag that drives memory, at a value within its limit but far beyond 1.5 GB: a
