@@ -57,8 +57,8 @@ Status DataOptions::validate() const {
                   int64_t hi) -> Status {
     if (v >= lo && v <= hi) return OkStatus();
     return Status::invalid_argument(
-        fmt::format("data option {} ({}) = {} is out of range [{}, {}]; hint: pass a value in it",
-                    field, flag, v, lo, hi));
+        fmt::format("data option {} = {} ({}) is out of range [{}, {}]; hint: pass a value in it",
+                    field, v, flag, lo, hi));
   };
   if (path.empty()) {
     return Status::invalid_argument(

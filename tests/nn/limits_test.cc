@@ -152,7 +152,7 @@ TEST(DataInputs, NotARegularFileSaysWhatItIs) {
                         1, "holds no regular files");
 
   expect_one_line_error(run_tightpipe("data check --data-path " + kText + " --batch-size 0"), 2,
-                        "data check --batch-size) = 0 is out of range");
+                        "micro_batch_size = 0 (--micro-batch-size, data check --batch-size) is out of range");
   expect_one_line_error(run_tightpipe("data check --data-path " + kText + " --max-batches -1"), 2,
                         "--max-batches -1: must be >= 0");
 
