@@ -98,9 +98,10 @@ std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs);
 
 // What the ranks of this process hold at their peak, in bytes (docs/train_limits.md): the weights,
 // gradients and AdamW moments of their stages, the activation stash of the microbatches in flight
-// (the simulator's memory model on the run's schedule with the analytic costs, plus the softmax
-// of the loss stage), the step's token batches and the loaders' prefetch queues, and each stage's
-// scratch buffers. Threads: every rank; MPI: the ranks on this host.
+// (the simulator's program-order memory model, zb_peak_memory_units, on the run's schedule with
+// the analytic costs, plus the loss stage's softmax), the batches of a step or an evaluation and
+// the loaders' prefetch queues, and each stage's scratch buffers. Threads: every rank; MPI: the
+// largest rank times the ranks on this host.
 struct MemoryEstimate {
   double weights = 0, gradients = 0, adamw = 0, activations = 0, buffers = 0;
   double total() const { return weights + gradients + adamw + activations + buffers; }

@@ -140,28 +140,44 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
   LayerCosts layers = analytic_layer_costs(m);
   layers.head.act_bytes += B * T * V * 4;  // the softmax the loss stage keeps until its backward
   const CostModel costs = cost_model_for_layout(layers, stage_layers(plan.specs), "");
-  SimOptions so = run_sim_options(plan);
-  so.recompute = o.recompute.enabled() ? Recompute::kFull : Recompute::kNone;
-  so.record_timeline = false;
-  TP_ASSIGN_OR_RETURN(SimResult sim, simulate(plan.lowered, costs, so));
-  std::vector<MemoryEstimate> ranks(plan.lowered.num_ranks);
-  for (int32_t s = 0; s < plan.lowered.num_stages; ++s) {
-    MemoryEstimate& r = ranks[plan.lowered.rank_of(s)];
+  const Schedule& sched = plan.lowered;
+  const int32_t S = sched.num_stages;
+  std::vector<MemoryEstimate> ranks(sched.num_ranks);
+  // The activation stash follows each rank's program order (the simulator's memory model: F adds
+  // a microbatch's activation, I keeps the part W needs, W or B frees it; full recompute keeps
+  // only the stage input and re-materializes one activation at a time). Program order alone
+  // fixes the peak, so zb_peak_memory_units() walks the programs in O(actions), no simulation.
+  const bool recompute = o.recompute.enabled();
+  std::vector<double> held(S), kept_after_i(S), units(S), rank_held(sched.num_ranks, 0),
+      rematerialized(sched.num_ranks, 0);
+  for (int32_t s = 0; s < S; ++s) {
     const StageCost& c = costs.stage(s);
-    r.weights += c.param_bytes;
-    r.gradients += c.grad_bytes;
-    r.adamw += c.optimizer_bytes;
-    r.buffers += (T * T + B * T * C) * 4;  // a stage's attention and layer scratch
+    const int32_t r = sched.rank_of(s);
+    held[s] = recompute ? B * T * C * 4 : c.act_bytes;
+    kept_after_i[s] = recompute || c.act_bytes <= 0 ? 0 : c.act_after_i_bytes / c.act_bytes;
+    rank_held[r] += held[s];
+    if (recompute) rematerialized[r] = std::max(rematerialized[r], c.act_bytes);
+    MemoryEstimate& e = ranks[r];
+    e.weights += c.param_bytes;
+    e.gradients += c.grad_bytes;
+    e.adamw += c.optimizer_bytes;
+    e.buffers += (T * T + B * T * C) * 4;  // a stage's attention and layer scratch
   }
+  for (int32_t s = 0; s < S; ++s) {
+    const double whole = rank_held[sched.rank_of(s)];
+    units[s] = whole > 0 ? held[s] / whole : 0;
+  }
+  const std::vector<double> peak = zb_peak_memory_units(sched, kept_after_i, units);
+  for (int32_t r = 0; r < sched.num_ranks; ++r)
+    ranks[r].activations = peak[r] * rank_held[r] + rematerialized[r];
   // Each data rank keeps the batches (tokens and targets) of a step or of an evaluation, and its
   // loader's queues.
   const double batch = B * T * 2 * 4, samples = double(o.data.num_workers) * o.data.prefetch * B;
   const double batches = double(std::max<int64_t>(o.microbatches, o.eval_iters));
-  for (int32_t s : {0, plan.lowered.num_stages - 1}) {
-    ranks[plan.lowered.rank_of(s)].buffers += batches * batch + samples * (T + 1) * 4;
-    if (plan.lowered.rank_of(0) == plan.lowered.rank_of(plan.lowered.num_stages - 1)) break;
+  for (int32_t s : {0, S - 1}) {
+    ranks[sched.rank_of(s)].buffers += batches * batch + samples * (T + 1) * 4;
+    if (sched.rank_of(0) == sched.rank_of(S - 1)) break;
   }
-  for (const RankSimStats& r : sim.ranks) ranks[r.rank].activations += r.peak_activation_bytes;
   MemoryEstimate total;
   auto add = [&](const MemoryEstimate& r, double times) {
     total.weights += times * r.weights;
