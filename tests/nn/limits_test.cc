@@ -77,6 +77,8 @@ TEST(SampleLimits, TemperatureAndTokens) {
                         "--temperature -1");
   expect_one_line_error(run_tightpipe("sample --load " + dir + " --tokens 2000000000"), 2,
                         "--tokens 2000000000: must be in [0, 1000000]");
+  expect_one_line_error(run_tightpipe("sample --load " + dir + " --prompt ''"), 2,
+                        "--prompt '': must not be empty");
 }
 
 // Runs tightpipe with at most `limit_kib` of address space and a `seconds` deadline (exit 124).

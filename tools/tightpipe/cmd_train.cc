@@ -154,7 +154,10 @@ int cmd_sample(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed")->capture_default_str();
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   auto run = [&]() -> Status {
-    if (prompt.empty()) return Status::invalid_argument("--prompt must not be empty");
+    if (prompt.empty()) {
+      return Status::invalid_argument(
+          "--prompt '': must not be empty; hint: text to continue, e.g. --prompt 'ROMEO:'");
+    }
     if (num_tokens < 0 || num_tokens > kMaxSampleTokens) {
       return Status::invalid_argument(
           fmt::format("--tokens {}: must be in [0, {}]; hint: bytes to generate, e.g. --tokens 200",
