@@ -45,8 +45,8 @@
 
 namespace tightpipe::nn {
 
-// Limits of the model flags (docs/train_limits.md): GptConfig::validate() refuses a value above them
-// with one line naming the flag. Whether a model within them fits in memory is the trainer's
+// Limits of the model flags (docs/train_limits.md): GptConfig::validate() refuses a value above
+// them with one line naming the flag. Whether a model within them fits in memory is the trainer's
 // memory check (trainer.h), before anything of its size is allocated.
 inline constexpr int kMaxNumLayers = 1024;        // --num-layers
 inline constexpr int kMaxHiddenSize = 65536;      // --hidden-size

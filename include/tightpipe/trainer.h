@@ -70,8 +70,8 @@ Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int3
                                   const nn::AdamWConfig& adamw, float lr, float clip,
                                   double timeout_s, bool check_nan = true);
 
-// Limits of the training counts (docs/train_limits.md), refused by TrainOptions::validate() with one
-// line naming the flag; the model's are in model.h (kMaxNumLayers...), the schedule's in
+// Limits of the training counts (docs/train_limits.md), refused by TrainOptions::validate() with
+// one line naming the flag; the model's are in model.h (kMaxNumLayers...), the schedule's in
 // schedule.h (kMaxMicrobatches also bounds --num-microbatches and --eval-iters).
 inline constexpr int64_t kMaxTrainIters = int64_t{1} << 40;  // --train-iters and every interval
 inline constexpr int32_t kMaxBlasThreads = 1024;             // --blas-threads

@@ -1,10 +1,9 @@
 // Runs the tightpipe binary of this build and captures its output and exit code.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -32,7 +31,9 @@ inline RunResult run_shell(const std::string& cmd) {
 
 inline const std::string kTightpipe = TP_BINARY_DIR "/tools/tightpipe/tightpipe";
 
-inline RunResult run_tightpipe(const std::string& args) { return run_shell(kTightpipe + " " + args); }
+inline RunResult run_tightpipe(const std::string& args) {
+  return run_shell(kTightpipe + " " + args);
+}
 
 // One line on stderr, "tightpipe <command>: error: ...", naming `needle`, with a hint; exit `code`.
 inline void expect_one_line_error(const RunResult& r, int code, const std::string& needle) {

@@ -153,8 +153,9 @@ TEST(DataInputs, NotARegularFileSaysWhatItIs) {
   expect_one_line_error(run_tightpipe("data shard --input " + empty_dir + " --out " + dir + "/o5"),
                         1, "holds no regular files");
 
-  expect_one_line_error(run_tightpipe("data check --data-path " + kText + " --batch-size 0"), 2,
-                        "micro_batch_size = 0 (--micro-batch-size, data check --batch-size) is out of range");
+  expect_one_line_error(
+      run_tightpipe("data check --data-path " + kText + " --batch-size 0"), 2,
+      "micro_batch_size = 0 (--micro-batch-size, data check --batch-size) is out of range");
   expect_one_line_error(run_tightpipe("data check --data-path " + kText + " --max-batches -1"), 2,
                         "--max-batches -1: must be >= 0");
 
