@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +61,20 @@ Result<int64_t> parse_int(std::string_view s);
 // and the backslash escaped as \xNN / \\, cut after max_chars with "... (N bytes in all)". Every
 // message that echoes user input (a CSV cell, a flag value, a file's bytes) passes it through this.
 std::string printable(std::string_view s, size_t max_chars = 80);
+// The product of sizes or counts derived from user input, or nullopt when it overflows int64_t
+// (or a factor is negative). Every size computed from flags or file headers before an allocation
+// goes through this one helper.
+std::optional<int64_t> checked_product(std::initializer_list<int64_t> factors);
+
+// Memory this process may still allocate: the smallest of MemAvailable (/proc/meminfo), the
+// address-space limit (RLIMIT_AS, `ulimit -v`) less what the process already maps, and the
+// cgroup's memory.max less its memory.current. `source` names the one that bounds it.
+struct AvailableMemory {
+  double bytes = 0;    // +inf when nothing says
+  std::string source;  // e.g. "MemAvailable in /proc/meminfo"
+};
+AvailableMemory available_memory();
+
 // "1.5 KiB", "12.0 MiB"...
 std::string human_bytes(double bytes);
 // The middle value (the mean of the two middle ones for an even count); 0 for none.

@@ -45,10 +45,15 @@
 
 namespace tightpipe::nn {
 
-// Limits of the model flags (docs/limits.md): GptConfig::validate() refuses a value above them
-// with one line naming the flag. Whether a model within them fits in memory is the trainer's
+// Limits of the model flags (docs/train_limits.md): GptConfig::validate() refuses a value above
+// them with one line naming the flag. Whether a model within them fits in memory is the trainer's
 // memory check (trainer.h), before anything of its size is allocated.
-inline constexpr int kMaxNumLayers = 1024;  // --num-layers
+inline constexpr int kMaxNumLayers = 1024;        // --num-layers
+inline constexpr int kMaxHiddenSize = 65536;      // --hidden-size
+inline constexpr int kMaxNumHeads = 1024;         // --num-attention-heads
+inline constexpr int kMaxSeqLength = 65536;       // --seq-length
+inline constexpr int kMaxMicroBatchSize = 65536;  // --micro-batch-size
+inline constexpr int kMaxVocabSize = 1 << 20;     // V (256 for the byte tokenizer)
 
 struct GptConfig {
   int vocab_size = 256;      // V (byte tokenizer)
@@ -57,7 +62,8 @@ struct GptConfig {
   int hidden_size = 128;     // C (--hidden-size)
   int num_heads = 4;         // NH (--num-attention-heads)
   int micro_batch_size = 8;  // B (--micro-batch-size)
-  // Errors name the Megatron flag and carry a hint (e.g. hidden not divisible by heads).
+  // Errors name the Megatron flag, the value, the limit and a hint (e.g. hidden not divisible by
+  // heads, a count above its kMax* limit, a buffer whose element count overflows 64 bits).
   Status validate() const;
   int64_t tokens_per_microbatch() const { return int64_t(micro_batch_size) * seq_length; }
 };

@@ -70,6 +70,14 @@ Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int3
                                   const nn::AdamWConfig& adamw, float lr, float clip,
                                   double timeout_s, bool check_nan = true);
 
+// Limits of the training counts (docs/train_limits.md), refused by TrainOptions::validate() with
+// one line naming the flag; the model's are in model.h (kMaxNumLayers...), the schedule's in
+// schedule.h (kMaxMicrobatches also bounds --num-microbatches and --eval-iters).
+inline constexpr int64_t kMaxTrainIters = int64_t{1} << 40;  // --train-iters and every interval
+inline constexpr int32_t kMaxBlasThreads = 1024;             // --blas-threads
+inline constexpr int32_t kMaxDataWorkers = 256;              // --num-workers
+inline constexpr int32_t kMaxPrefetch = 65536;               // --prefetch
+
 struct TrainOptions {
   nn::GptConfig model;                 // --num-layers, --hidden-size, ...
   std::string pipeline_layout;         // --pipeline-layout ("" = balanced; "auto": simulated best)
@@ -143,6 +151,10 @@ struct TrainSummary {
   std::string auto_profiled_with;
   int64_t auto_profile_steps = 0;
   double auto_predicted_before = 0, auto_predicted_after = 0;
+  // --on-corrupt skip: the training data's shards or samples the loader skipped (DataStats of the
+  // rank of stage 0), and the reasons of the first ones (shard, entry, byte offset, why).
+  int64_t data_skipped = 0;
+  std::vector<std::string> data_skipped_reasons;
   // The host: more busy threads than cores means ranks take turns on the cores.
   int32_t cores = 0;
   int32_t busy_threads = 0;            // computing rank threads + loader workers of this host

@@ -1,5 +1,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -222,6 +223,62 @@ std::string printable(std::string_view s, size_t max_chars) {
   }
   if (shown < s.size()) out += fmt::format("... ({} bytes in all)", s.size());
   return out;
+}
+
+std::optional<int64_t> checked_product(std::initializer_list<int64_t> factors) {
+  int64_t p = 1;
+  for (int64_t f : factors) {
+    if (f < 0 || __builtin_mul_overflow(p, f, &p)) return std::nullopt;
+  }
+  return p;
+}
+
+namespace {
+
+// The number (in bytes) after `key` in a /proc file of "key: value kB" lines; -1 if absent.
+double proc_kib_field(const char* path, std::string_view key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    const char* p = line.c_str() + key.size();
+    while (*p == ':' || *p == ' ' || *p == '\t') ++p;
+    char* end = nullptr;
+    const double kib = std::strtod(p, &end);
+    if (end != p) return kib * 1024.0;
+  }
+  return -1;
+}
+
+// A cgroup v2 file holding one number (or "max"); -1 if absent or unlimited.
+double cgroup_number(const std::string& path) {
+  std::ifstream in(path);
+  std::string word;
+  if (!(in >> word) || word == "max") return -1;
+  char* end = nullptr;
+  const double v = std::strtod(word.c_str(), &end);
+  return end != word.c_str() ? v : -1;
+}
+
+}  // namespace
+
+AvailableMemory available_memory() {
+  AvailableMemory m{HUGE_VAL, "nothing (no limit found)"};
+  const double avail = proc_kib_field("/proc/meminfo", "MemAvailable");
+  if (avail >= 0) m = {avail, "MemAvailable in /proc/meminfo"};
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const double mapped = std::max(0.0, proc_kib_field("/proc/self/status", "VmSize"));
+    const double left = std::max(0.0, static_cast<double>(rl.rlim_cur) - mapped);
+    if (left < m.bytes) m = {left, "the address-space limit (ulimit -v) less what is mapped"};
+  }
+  const double max = cgroup_number("/sys/fs/cgroup/memory.max");
+  if (max >= 0) {
+    const double left =
+        std::max(0.0, max - std::max(0.0, cgroup_number("/sys/fs/cgroup/memory.current")));
+    if (left < m.bytes) m = {left, "the cgroup's memory.max less memory.current"};
+  }
+  return m;
 }
 
 std::string human_bytes(double bytes) {

@@ -103,5 +103,22 @@ TEST(FilesTest, MissingFileNamesPath) {
   EXPECT_NE(r.status().message().find("/nonexistent/tp_file"), std::string::npos);
 }
 
+TEST(CheckedProductTest, RefusesOverflowAndNegatives) {
+  EXPECT_EQ(checked_product({8, 128, 128}), 8 * 128 * 128);
+  EXPECT_EQ(checked_product({}), 1);
+  // B x NH x T x T of the largest flags: 2^16 x 2^16 x 2^17 x 2^17 overflows 64 bits.
+  EXPECT_FALSE(
+      checked_product({int64_t{1} << 16, int64_t{1} << 16, int64_t{1} << 17, int64_t{1} << 17}));
+  EXPECT_FALSE(checked_product({INT64_MAX, 2}));
+  EXPECT_FALSE(checked_product({4, -1}));
+  EXPECT_EQ(checked_product({INT64_MAX, 1}), INT64_MAX);
+}
+
+TEST(AvailableMemoryTest, NamesItsSource) {
+  const AvailableMemory m = available_memory();
+  EXPECT_GT(m.bytes, 0);
+  EXPECT_FALSE(m.source.empty());
+}
+
 }  // namespace
 }  // namespace tightpipe

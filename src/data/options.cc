@@ -2,6 +2,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -49,24 +52,28 @@ Result<OnCorrupt> parse_on_corrupt(std::string_view name) {
 }
 
 Status DataOptions::validate() const {
-  auto range = [](std::string_view field, int64_t v, int64_t lo, int64_t hi) -> Status {
+  // `flag`: the command-line spelling (train --micro-batch-size, data check --batch-size...).
+  auto range = [](std::string_view field, std::string_view flag, int64_t v, int64_t lo,
+                  int64_t hi) -> Status {
     if (v >= lo && v <= hi) return OkStatus();
     return Status::invalid_argument(
-        fmt::format("data option {} = {} is out of range [{}, {}]", field, v, lo, hi));
+        fmt::format("data option {} = {} ({}) is out of range [{}, {}]; hint: pass a value in it",
+                    field, v, flag, lo, hi));
   };
   if (path.empty()) {
     return Status::invalid_argument(
         "data option path is empty; hint: a text file, a shard, a "
         "directory of shards or 'DIR/shard-{000000..000009}.tar'");
   }
-  TP_RETURN_IF_ERROR(range("micro_batch_size", micro_batch_size, 1, 1 << 20));
-  TP_RETURN_IF_ERROR(range("seq_length", seq_length, 1, 1 << 24));
-  TP_RETURN_IF_ERROR(range("num_workers", num_workers, 1, 256));
-  TP_RETURN_IF_ERROR(range("prefetch", prefetch, 1, 1 << 16));
-  TP_RETURN_IF_ERROR(range("shuffle_buffer", shuffle_buffer, 0, 1 << 24));
-  TP_RETURN_IF_ERROR(range("num_replicas", num_replicas, 1, 1 << 20));
-  TP_RETURN_IF_ERROR(range("replica", replica, 0, num_replicas - 1));
-  TP_RETURN_IF_ERROR(range("vocab_size", vocab_size, 1, (int64_t{1} << 31) - 1));
+  TP_RETURN_IF_ERROR(range("micro_batch_size", "--micro-batch-size, data check --batch-size",
+                           micro_batch_size, 1, 1 << 20));
+  TP_RETURN_IF_ERROR(range("seq_length", "--seq-length", seq_length, 1, 1 << 24));
+  TP_RETURN_IF_ERROR(range("num_workers", "--num-workers", num_workers, 1, 256));
+  TP_RETURN_IF_ERROR(range("prefetch", "--prefetch", prefetch, 1, 1 << 16));
+  TP_RETURN_IF_ERROR(range("shuffle_buffer", "shuffle buffer", shuffle_buffer, 0, 1 << 24));
+  TP_RETURN_IF_ERROR(range("num_replicas", "data-parallel replicas", num_replicas, 1, 1 << 20));
+  TP_RETURN_IF_ERROR(range("replica", "data-parallel replica", replica, 0, num_replicas - 1));
+  TP_RETURN_IF_ERROR(range("vocab_size", "vocabulary", vocab_size, 1, (int64_t{1} << 31) - 1));
   return OkStatus();
 }
 
@@ -115,6 +122,58 @@ Result<DataPosition> DataPosition::from_json(std::string_view json) {
     return Status::corruption("data position has a negative counter");
   }
   return p;
+}
+
+Status check_input_file(std::string_view what, const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  const std::string shown = printable(path, 200);
+  const char* kind = nullptr;
+  switch (st.type()) {
+    case fs::file_type::regular:
+      break;
+    case fs::file_type::not_found:
+      return Status::not_found(
+          fmt::format("{} '{}' does not exist; hint: check the path (relative paths start at {})",
+                      what, shown, printable(fs::current_path(ec).string(), 200)));
+    case fs::file_type::directory:
+      kind = "a directory";
+      break;
+    case fs::file_type::character:
+      kind = "a character device";
+      break;
+    case fs::file_type::block:
+      kind = "a block device";
+      break;
+    case fs::file_type::fifo:
+      kind = "a FIFO (named pipe)";
+      break;
+    case fs::file_type::socket:
+      kind = "a socket";
+      break;
+    default:
+      if (ec) {
+        return Status::io_error(
+            fmt::format("{} '{}': cannot stat it: {}; hint: check the path and its permissions",
+                        what, shown, ec.message()));
+      }
+      kind = "not a regular file";
+      break;
+  }
+  if (kind != nullptr) {
+    return Status::invalid_argument(fmt::format(
+        "{} '{}' is {}, not a regular file; hint: pass a regular file (its size must be known "
+        "and it must end), e.g. a text file or a .tar shard",
+        what, shown, kind));
+  }
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    const int err = errno;
+    return Status::io_error(fmt::format("{} '{}' cannot be opened: {}; hint: check its permissions",
+                                        what, shown, std::strerror(err)));
+  }
+  std::fclose(f);
+  return OkStatus();
 }
 
 bool is_shard_path(std::string_view path) {
@@ -190,13 +249,15 @@ Result<std::vector<std::string>> expand_data_path(const std::string& path) {
           "--out {}'",
           path, path));
     }
-  } else if (fs::is_regular_file(path, ec)) {
+  } else if (fs::exists(path, ec)) {
+    TP_RETURN_IF_ERROR(check_input_file("data path", path));
     files.push_back(path);
   } else {
     return Status::not_found(fmt::format(
-        "data path '{}' does not exist; hint: a text file (e.g. ../shared/data/tinyshakespeare.txt), "
+        "data path '{}' does not exist; hint: a text file (e.g. "
+        "../shared/data/tinyshakespeare.txt), "
         "a .tar shard, a directory of shards or a pattern like 'dir/shard-{{000000..000009}}.tar'",
-        path));
+        printable(path, 200)));
   }
   std::sort(files.begin(), files.end());
   files.erase(std::unique(files.begin(), files.end()), files.end());

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -106,13 +108,15 @@ Result<std::vector<std::string>> list_inputs(const std::vector<std::string>& inp
       if (ec) return Status::io_error(fmt::format("cannot list '{}': {}", in, ec.message()));
       std::sort(found.begin(), found.end());
       if (found.empty()) {
-        return Status::not_found(fmt::format("input directory '{}' holds no files", in));
+        return Status::not_found(fmt::format(
+            "--input directory '{}' holds no regular files; hint: pass text files or a directory "
+            "of them",
+            printable(in, 200)));
       }
       files.insert(files.end(), found.begin(), found.end());
-    } else if (fs::is_regular_file(in, ec)) {
-      files.push_back(in);
     } else {
-      return Status::not_found(fmt::format("input '{}' does not exist", in));
+      TP_RETURN_IF_ERROR(check_input_file("--input", in));
+      files.push_back(in);
     }
   }
   return files;
@@ -173,7 +177,11 @@ Result<ShardWriteSummary> write_shards(const ShardWriterOptions& options) {
 
   for (const std::string& file : files) {
     std::ifstream in(file, std::ios::binary);
-    if (!in) return Status::not_found(fmt::format("cannot open input '{}'", file));
+    if (!in) {
+      return Status::io_error(
+          fmt::format("cannot open --input '{}': {}; hint: check its permissions",
+                      printable(file, 200), std::strerror(errno)));
+    }
     const int64_t chunk = options.seq_length > 0 ? int64_t{options.seq_length} + 1
                                                  : std::numeric_limits<int64_t>::max();
     std::string text;
@@ -190,6 +198,14 @@ Result<ShardWriteSummary> write_shards(const ShardWriterOptions& options) {
       }
       if (in.bad()) return Status::io_error(fmt::format("error reading '{}'", file));
       if (text.empty()) break;
+      // The byte tokenizer reads any bytes, but a NUL never occurs in text: this is a binary
+      // file (a tar shard, an image) given by mistake.
+      if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+        return Status::invalid_argument(fmt::format(
+            "--input '{}' holds a NUL byte at byte offset {}: binary data, not text; hint: shard "
+            "text files (read shards with --data-path, not --input)",
+            printable(file, 200), offset + static_cast<int64_t>(nul)));
+      }
       std::vector<int32_t> ids = byte_tokenize(text);
       std::string payload(ids.size() * width, '\0');
       for (size_t i = 0; i < ids.size(); ++i) {
@@ -228,7 +244,11 @@ Result<ShardWriteSummary> write_shards(const ShardWriterOptions& options) {
   }
   TP_RETURN_IF_ERROR(finish());
   if (summary.samples == 0) {
-    return Status::invalid_argument("the inputs hold no bytes: nothing to shard");
+    return Status::invalid_argument(fmt::format(
+        "--input {}: {} empty (0 bytes): nothing to shard; hint: pass text files with content",
+        files.size() == 1 ? fmt::format("'{}'", printable(files[0], 200))
+                          : fmt::format("{} files", files.size()),
+        files.size() == 1 ? "the file is" : "all are"));
   }
   return summary;
 }

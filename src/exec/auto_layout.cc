@@ -6,7 +6,6 @@
 #include "train_internal.h"
 
 namespace tightpipe::train_internal {
-namespace {
 
 // The analytic costs of the trained model: gpt_cost_model's formulas with float32 activations,
 // parameters and AdamW moments, and a free link (every split sends the same messages).
@@ -34,8 +33,6 @@ std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs) {
   for (const nn::StageSpec& s : specs) out.push_back({s.has_embedding, s.num_layers, s.has_head});
   return out;
 }
-
-}  // namespace
 
 Status resolve_auto_layout(RunPlan& plan) {
   TrainOptions& opt = plan.opt;

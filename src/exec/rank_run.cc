@@ -229,6 +229,25 @@ Status RankRun::save(int64_t done) {
   return OkStatus();
 }
 
+void RankRun::report_skips() {
+  if (rank_ != 0 || !train_data_) return;
+  const DataStats st = train_data_->stats();
+  for (; skips_reported_ < st.corrupt_skipped; ++skips_reported_) {
+    const auto k = static_cast<size_t>(skips_reported_);
+    if (k < st.corrupt_messages.size()) {
+      plan_.log(rank_,
+                fmt::format("data: skipped (--on-corrupt skip): {}", st.corrupt_messages[k]));
+    } else {  // the loader keeps the first reasons only
+      plan_.log(rank_,
+                fmt::format("data: skipped {} more shard(s)/sample(s) (--on-corrupt skip; "
+                            "the loader keeps the reasons of the first {})",
+                            st.corrupt_skipped - skips_reported_, st.corrupt_messages.size()));
+      skips_reported_ = st.corrupt_skipped;
+      break;
+    }
+  }
+}
+
 Result<StepRecord> RankRun::step(int64_t step) {
   std::vector<Batch> batches;
   BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
@@ -405,6 +424,7 @@ Result<RunEnd> RankRun::gather_end() {
     end.last_step.ranks.push_back(std::move(rt));
   }
   end.records = records_;
+  if (train_data_) end.data = train_data_->stats();
   return end;
 }
 
@@ -430,6 +450,7 @@ Result<std::optional<TrainSummary>> RankRun::run() {
   int64_t done = start;
   for (int64_t s = start; s < opt_.train_iters; ++s) {
     TP_ASSIGN_OR_RETURN(StepRecord rec, step(s));
+    report_skips();
     if (eval_due(s)) {
       TP_ASSIGN_OR_RETURN(rec.val_loss, evaluate());
     }

@@ -103,6 +103,14 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   j["measured_peak_activation_bytes_per_rank"] = s.peak_stash_bytes_per_rank;
   j["predicted_peak_activation_bytes_per_rank"] = s.predicted_peak_bytes_per_rank;
   if (!s.prediction_error.empty()) j["prediction_error"] = s.prediction_error;
+  // --on-corrupt skip: how much training data was skipped, and why (the first reasons).
+  nlohmann::json skipped = {{"count", s.data_skipped},
+                            {"on_corrupt", on_corrupt_name(o.data.on_corrupt)}};
+  const size_t listed = std::min(s.data_skipped_reasons.size(), kMaxListedSkips);
+  skipped["reasons"] = std::vector<std::string>(s.data_skipped_reasons.begin(),
+                                                s.data_skipped_reasons.begin() + listed);
+  skipped["not_listed"] = s.data_skipped - static_cast<int64_t>(listed);
+  j["data_skipped"] = skipped;
   j["cpu"] = {{"cores", s.cores},
               {"rank_threads", plan.cpu.rank_threads},
               {"loader_threads", plan.cpu.loader_threads},
@@ -147,6 +155,8 @@ Result<TrainSummary> summarize_run(const RunPlan& plan, const RunEnd& end) {
   s.cores = plan.cpu.cores;
   s.busy_threads = plan.cpu.rank_threads + plan.cpu.loader_threads;
   s.oversubscribed = plan.cpu.oversubscribed();
+  s.data_skipped = end.data.corrupt_skipped;
+  s.data_skipped_reasons = end.data.corrupt_messages;
   const AutoSwitch& as = plan.auto_switch;
   if (as.built) {
     s.auto_schedule = as.target;
@@ -192,6 +202,12 @@ std::vector<std::string> summary_lines(const TrainSummary& s, const RunPlan& pla
                           100 * s.auto_predicted_before, 100 * s.auto_predicted_after)
             : fmt::format("{}: the schedule of the checkpoint (built by an earlier run)",
                           s.auto_schedule));
+  }
+  if (s.data_skipped > 0) {
+    out.push_back(
+        fmt::format("data: skipped {} corrupt shard(s)/sample(s) (--on-corrupt skip); "
+                    "the reasons are above and in summary.json (data_skipped)",
+                    s.data_skipped));
   }
   if (s.oversubscribed) {
     out.push_back(fmt::format("cpu: {} busy threads on {} cores (oversubscribed: see the note "

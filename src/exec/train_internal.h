@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tightpipe/checkpoint.h"
+#include "tightpipe/base.h"
 #include "tightpipe/cost_model.h"
 #include "tightpipe/data.h"
 #include "tightpipe/model.h"
@@ -92,6 +93,28 @@ Result<RunPlan> make_plan(const TrainOptions& options);
 // REQUIRES: plan.lowered is set.
 Status resolve_auto_layout(RunPlan& plan);
 
+// The analytic per-layer-kind costs of the trained model (gpt_layer_costs with float32
+// activations, parameters and AdamW moments, a free link): what --pipeline-layout auto chooses
+// with when no run's costs are given, and what the memory check sizes the model with.
+LayerCosts analytic_layer_costs(const nn::GptConfig& model);
+// The split as the cost model describes it (embedding, blocks, head per stage).
+std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs);
+
+// What the ranks of this process hold at their peak, in bytes (docs/train_limits.md): the weights,
+// gradients and AdamW moments of their stages, the activation stash of the microbatches in flight
+// (the simulator's program-order memory model, zb_peak_memory_units, on the run's schedule with
+// the analytic costs, plus the loss stage's softmax), the batches of a step or an evaluation and
+// the loaders' prefetch queues, and each stage's scratch buffers. Threads: every rank; MPI: the
+// largest rank times the ranks on this host.
+struct MemoryEstimate {
+  double weights = 0, gradients = 0, adamw = 0, activations = 0, buffers = 0;
+  double total() const { return weights + gradients + adamw + activations + buffers; }
+};
+Result<MemoryEstimate> estimate_memory(const RunPlan& plan);
+// InvalidArgument naming the flags that drive the estimate, the parts, and `available`, when the
+// estimate does not fit; OK otherwise (and with emulated compute, which allocates no model).
+Status check_memory(const RunPlan& plan, const AvailableMemory& available);
+
 // One step as every rank knows it after the step's exchange.
 struct StepRecord {
   int64_t step = 0;  // 0-based
@@ -108,7 +131,11 @@ struct RunEnd {
   std::vector<StepRecord> records;  // every step of this run, in order
   CostSamples samples;              // every rank's samples of the measured steps
   Timeline last_step;               // every rank's events of the last step
+  DataStats data;  // the training loader of rank 0 (what --on-corrupt skip skipped)
 };
+
+// summary.json lists at most this many skip reasons, then the count of the rest.
+inline constexpr size_t kMaxListedSkips = 20;
 
 // Calibrates, predicts, fills the summary, writes summary.json / costs.json / schedule.csv and
 // the trace, and logs the summary lines.
@@ -163,6 +190,9 @@ class RankRun {
   bool switch_due() const;
   Status switch_schedule();
   Result<RunEnd> gather_end();
+  // --on-corrupt skip: one line per shard or sample the training loader skipped since the last
+  // call (rank 0, which holds stage 0 and its loader).
+  void report_skips();
 
   RunPlan plan_;  // this rank's copy: an auto schedule's switch changes its schedule
   const TrainOptions& opt_;
@@ -175,6 +205,7 @@ class RankRun {
   std::vector<CostSamples> samples_;  // [step of this run] this rank's F/I/W/B/SEND samples
   std::vector<StepRecord> records_;
   RankTimeline last_;                 // this rank's events of the last step
+  int64_t skips_reported_ = 0;        // report_skips(): skips already logged
 };
 
 }  // namespace tightpipe::train_internal

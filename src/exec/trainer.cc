@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -29,27 +30,44 @@ Status TrainOptions::validate() const {
     return Status::invalid_argument(
         fmt::format("--pp {}: needs at least 1 pipeline rank; hint: --pp 1 trains on one rank", pp));
   }
-  if (microbatches < 1) {
-    return Status::invalid_argument(fmt::format(
-        "--num-microbatches {}: needs at least 1; hint: use at least --pp microbatches", microbatches));
-  }
-  if (train_iters < 1) {
-    return Status::invalid_argument(fmt::format("--train-iters {}: needs at least 1", train_iters));
-  }
+  // One line per count: the flag, the value, its range (docs/train_limits.md) and a hint.
+  auto in_range = [](const char* flag, int64_t v, int64_t lo, int64_t hi,
+                     std::string_view hint) -> Status {
+    if (v >= lo && v <= hi) return OkStatus();
+    return Status::invalid_argument(
+        fmt::format("{} {}: must be in [{}, {}]; hint: {}", flag, v, lo, hi, hint));
+  };
+  TP_RETURN_IF_ERROR(in_range("--num-microbatches", microbatches, 1, kMaxMicrobatches,
+                              "use at least --pp microbatches, e.g. --num-microbatches 8"));
+  TP_RETURN_IF_ERROR(in_range("--train-iters", train_iters, 1, kMaxTrainIters,
+                              "optimizer steps, e.g. --train-iters 100"));
+  TP_RETURN_IF_ERROR(in_range("--eval-iters", eval_iters, 0, kMaxMicrobatches,
+                              "validation microbatches per evaluation, e.g. 8 (0: none)"));
+  TP_RETURN_IF_ERROR(in_range("--eval-interval", eval_interval, 0, kMaxTrainIters,
+                              "validation every N steps (0: only at the end)"));
+  TP_RETURN_IF_ERROR(in_range("--log-interval", log_interval, 1, kMaxTrainIters,
+                              "1 prints every step, N every N-th"));
+  TP_RETURN_IF_ERROR(in_range("--save-interval", save_interval, 0, kMaxTrainIters,
+                              "checkpoint every N steps (0: only at the end)"));
+  TP_RETURN_IF_ERROR(in_range("--exit-interval", exit_interval, 0, kMaxTrainIters,
+                              "stop at a multiple of N steps (0: run to --train-iters)"));
+  TP_RETURN_IF_ERROR(in_range("--keep-last-checkpoints", keep_last_checkpoints, 0, kMaxTrainIters,
+                              "0 keeps every checkpoint, K the newest K"));
+  TP_RETURN_IF_ERROR(in_range("--lr-warmup-iters", lr.warmup_iters, 0, kMaxTrainIters,
+                              "linear warm-up steps, e.g. 10 (0: none)"));
+  TP_RETURN_IF_ERROR(in_range("--measure-warmup-steps", warmup_steps_excluded, 0, kMaxTrainIters,
+                              "steps left out of the medians, e.g. 1"));
+  TP_RETURN_IF_ERROR(in_range("--blas-threads", blas_threads, 1, kMaxBlasThreads,
+                              "1 per rank unless cores are left over"));
+  TP_RETURN_IF_ERROR(in_range("--num-workers", data.num_workers, 1, kMaxDataWorkers,
+                              "data loader threads, e.g. 1 or 2"));
+  TP_RETURN_IF_ERROR(in_range("--prefetch", data.prefetch, 1, kMaxPrefetch,
+                              "batches each loader worker decodes ahead, e.g. 4"));
   // --lr and the rest of the schedule: LrSchedule::validate (make_plan, once train_iters is set).
   if (!(std::isfinite(clip_grad) && clip_grad >= 0)) {
     return Status::invalid_argument(fmt::format(
         "--clip-grad {}: must be a finite number >= 0; hint: 1.0, or 0 to turn clipping off",
         clip_grad));
-  }
-  if (eval_iters < 0) return Status::invalid_argument(fmt::format("--eval-iters {}: must be >= 0", eval_iters));
-  if (log_interval < 1) {
-    return Status::invalid_argument(fmt::format(
-        "--log-interval {}: must be >= 1; hint: 1 prints every step, N every N-th", log_interval));
-  }
-  if (blas_threads < 1) {
-    return Status::invalid_argument(fmt::format(
-        "--blas-threads {}: must be >= 1; hint: 1 per rank unless cores are left over", blas_threads));
   }
   if (blas_threads > 1 && pp > 1 && world.kind == TransportKind::kThreads) {
     return Status::invalid_argument(fmt::format(
@@ -57,19 +75,6 @@ Status TrainOptions::validate() const {
         "setting for the whole process; hint: --blas-threads 1, or --transport mpi (one process "
         "per rank)",
         blas_threads, pp));
-  }
-  if (save_interval < 0) {
-    return Status::invalid_argument(
-        fmt::format("--save-interval {}: must be >= 0 (0: save only at the end)", save_interval));
-  }
-  if (keep_last_checkpoints < 0) {
-    return Status::invalid_argument(fmt::format(
-        "--keep-last-checkpoints {}: must be >= 0; hint: 0 keeps every checkpoint, K the newest K",
-        keep_last_checkpoints));
-  }
-  if (exit_interval < 0) {
-    return Status::invalid_argument(
-        fmt::format("--exit-interval {}: must be >= 0 (0: run to --train-iters)", exit_interval));
   }
   TP_RETURN_IF_ERROR(world.validate());
   TP_RETURN_IF_ERROR(auto_schedule.validate());
@@ -128,6 +133,91 @@ CpuLoad cpu_load(const TrainOptions& o, const Schedule& lowered) {
 }
 
 }  // namespace
+
+Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
+  const TrainOptions& o = plan.opt;
+  const nn::GptConfig& m = o.model;
+  // Doubles throughout: the sizes of a refused model may not fit any integer type.
+  const double B = m.micro_batch_size, T = m.seq_length, C = m.hidden_size, V = m.vocab_size;
+  LayerCosts layers = analytic_layer_costs(m);
+  layers.head.act_bytes += B * T * V * 4;  // the softmax the loss stage keeps until its backward
+  const CostModel costs = cost_model_for_layout(layers, stage_layers(plan.specs), "");
+  const Schedule& sched = plan.lowered;
+  const int32_t S = sched.num_stages;
+  std::vector<MemoryEstimate> ranks(sched.num_ranks);
+  // The activation stash follows each rank's program order (the simulator's memory model: F adds
+  // a microbatch's activation, I keeps the part W needs, W or B frees it; full recompute keeps
+  // only the stage input and re-materializes one activation at a time). Program order alone
+  // fixes the peak, so zb_peak_memory_units() walks the programs in O(actions), no simulation.
+  const bool recompute = o.recompute.enabled();
+  std::vector<double> held(S), kept_after_i(S), units(S), rank_held(sched.num_ranks, 0),
+      rematerialized(sched.num_ranks, 0);
+  for (int32_t s = 0; s < S; ++s) {
+    const StageCost& c = costs.stage(s);
+    const int32_t r = sched.rank_of(s);
+    held[s] = recompute ? B * T * C * 4 : c.act_bytes;
+    kept_after_i[s] = recompute || c.act_bytes <= 0 ? 0 : c.act_after_i_bytes / c.act_bytes;
+    rank_held[r] += held[s];
+    if (recompute) rematerialized[r] = std::max(rematerialized[r], c.act_bytes);
+    MemoryEstimate& e = ranks[r];
+    e.weights += c.param_bytes;
+    e.gradients += c.grad_bytes;
+    e.adamw += c.optimizer_bytes;
+    e.buffers += (T * T + B * T * C) * 4;  // a stage's attention and layer scratch
+  }
+  for (int32_t s = 0; s < S; ++s) {
+    const double whole = rank_held[sched.rank_of(s)];
+    units[s] = whole > 0 ? held[s] / whole : 0;
+  }
+  const std::vector<double> peak = zb_peak_memory_units(sched, kept_after_i, units);
+  for (int32_t r = 0; r < sched.num_ranks; ++r)
+    ranks[r].activations = peak[r] * rank_held[r] + rematerialized[r];
+  // Each data rank keeps the batches (tokens and targets) of a step or of an evaluation, and its
+  // loader's queues.
+  const double batch = B * T * 2 * 4, samples = double(o.data.num_workers) * o.data.prefetch * B;
+  const double batches = double(std::max<int64_t>(o.microbatches, o.eval_iters));
+  for (int32_t s : {0, S - 1}) {
+    ranks[sched.rank_of(s)].buffers += batches * batch + samples * (T + 1) * 4;
+    if (sched.rank_of(0) == sched.rank_of(S - 1)) break;
+  }
+  MemoryEstimate total;
+  auto add = [&](const MemoryEstimate& r, double times) {
+    total.weights += times * r.weights;
+    total.gradients += times * r.gradients;
+    total.adamw += times * r.adamw;
+    total.activations += times * r.activations;
+    total.buffers += times * r.buffers;
+  };
+  if (o.world.kind == TransportKind::kThreads) {
+    for (const MemoryEstimate& r : ranks) add(r, 1);
+  } else {  // one rank per process: the largest, times the ranks sharing this host's memory
+    const auto largest = std::max_element(
+        ranks.begin(), ranks.end(),
+        [](const MemoryEstimate& a, const MemoryEstimate& b) { return a.total() < b.total(); });
+    add(*largest, ranks_on_host(o));
+  }
+  return total;
+}
+
+Status check_memory(const RunPlan& plan, const AvailableMemory& available) {
+  if (plan.opt.exec.emulated) return OkStatus();
+  TP_ASSIGN_OR_RETURN(const MemoryEstimate e, estimate_memory(plan));
+  if (e.total() <= available.bytes) return OkStatus();
+  const TrainOptions& o = plan.opt;
+  const nn::GptConfig& m = o.model;
+  const bool threads = o.world.kind == TransportKind::kThreads;
+  return Status::invalid_argument(fmt::format(
+      "--num-layers {} --hidden-size {} --seq-length {} --micro-batch-size {} "
+      "--num-attention-heads {} --num-microbatches {} --pp {}: the model needs {} in {} "
+      "(weights {}, gradients {}, AdamW state {}, activations {}, batches and buffers {}) but {} "
+      "is available ({}); hint: a smaller --hidden-size, --num-layers, --seq-length or "
+      "--micro-batch-size, --recompute-granularity full, or --transport mpi over several machines",
+      m.num_layers, m.hidden_size, m.seq_length, m.micro_batch_size, m.num_heads, o.microbatches,
+      o.pp, human_bytes(e.total()), threads ? "this process" : "the ranks of this host",
+      human_bytes(e.weights), human_bytes(e.gradients), human_bytes(e.adamw),
+      human_bytes(e.activations), human_bytes(e.buffers), human_bytes(available.bytes),
+      available.source));
+}
 
 std::string CpuLoad::warning() const {
   if (!oversubscribed()) return "";
@@ -242,6 +332,9 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
     if (ec) return Status::io_error(fmt::format("--out-dir '{}': {}", opt.out_dir, ec.message()));
   }
   plan.cpu = cpu_load(opt, plan.lowered);
+  // Before any rank allocates its stages: a model that cannot fit is refused here, not by
+  // std::bad_alloc after gigabytes.
+  TP_RETURN_IF_ERROR(check_memory(plan, available_memory()));
   return plan;
 }
 

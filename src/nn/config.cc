@@ -7,25 +7,39 @@
 namespace tightpipe::nn {
 
 Status GptConfig::validate() const {
-  auto positive = [](int v, const char* flag) -> Status {
-    if (v > 0) return OkStatus();
+  auto in_range = [](int v, int limit, const char* flag, const char* hint) -> Status {
+    if (v >= 1 && v <= limit) return OkStatus();
     return Status::invalid_argument(
-        fmt::format("{} must be positive, got {}; hint: pass e.g. {} 4", flag, v, flag));
+        fmt::format("{} {}: must be in [1, {}]; hint: {}", flag, v, limit, hint));
   };
-  TP_RETURN_IF_ERROR(positive(num_layers, "--num-layers"));
-  TP_RETURN_IF_ERROR(positive(hidden_size, "--hidden-size"));
-  TP_RETURN_IF_ERROR(positive(num_heads, "--num-attention-heads"));
-  TP_RETURN_IF_ERROR(positive(seq_length, "--seq-length"));
-  TP_RETURN_IF_ERROR(positive(micro_batch_size, "--micro-batch-size"));
-  if (vocab_size <= 0) {
-    return Status::invalid_argument(fmt::format("vocab size must be positive, got {}", vocab_size));
-  }
+  TP_RETURN_IF_ERROR(in_range(num_layers, kMaxNumLayers, "--num-layers", "e.g. --num-layers 4"));
+  TP_RETURN_IF_ERROR(
+      in_range(hidden_size, kMaxHiddenSize, "--hidden-size", "e.g. --hidden-size 128"));
+  TP_RETURN_IF_ERROR(in_range(num_heads, kMaxNumHeads, "--num-attention-heads",
+                              "e.g. --num-attention-heads 4 (it must divide --hidden-size)"));
+  TP_RETURN_IF_ERROR(in_range(seq_length, kMaxSeqLength, "--seq-length", "e.g. --seq-length 128"));
+  TP_RETURN_IF_ERROR(in_range(micro_batch_size, kMaxMicroBatchSize, "--micro-batch-size",
+                              "e.g. --micro-batch-size 8"));
+  TP_RETURN_IF_ERROR(
+      in_range(vocab_size, kMaxVocabSize, "vocab size", "the byte tokenizer has 256 tokens"));
   if (hidden_size % num_heads != 0) {
     int lo = hidden_size - hidden_size % num_heads;
     return Status::invalid_argument(fmt::format(
         "--hidden-size {} is not divisible by --num-attention-heads {}; hint: use a hidden size "
         "that is a multiple of the heads (e.g. --hidden-size {}) or a head count that divides {}",
         hidden_size, num_heads, lo > 0 ? lo + num_heads : num_heads, hidden_size));
+  }
+  // The largest buffers a stage holds: one layer's attention probabilities (B, NH, T, T), the
+  // logits (B, T, V), one layer's parameters (12C^2 + 13C) and the embedding. Within the limits
+  // above they fit 64 bits; the check keeps that true if a limit is raised.
+  const int64_t B = micro_batch_size, NH = num_heads, T = seq_length, C = hidden_size,
+                V = vocab_size;
+  if (!checked_product({B, NH, T, T}) || !checked_product({B, T, V}) ||
+      !checked_product({12 * C + 13, C, int64_t{num_layers}}) || !checked_product({V + T, C})) {
+    return Status::invalid_argument(fmt::format(
+        "--micro-batch-size {} --num-attention-heads {} --seq-length {} --hidden-size {} "
+        "--num-layers {}: the buffer sizes overflow 64 bits; hint: smaller values",
+        B, NH, T, C, num_layers));
   }
   return OkStatus();
 }
@@ -41,10 +55,10 @@ Status RecomputeOptions::validate() const {
     return Status::invalid_argument(
         fmt::format("--recompute-method '{}' is not supported; hint: use 'uniform'", method));
   }
-  if (num_layers < 1) {
+  if (num_layers < 1 || num_layers > kMaxNumLayers) {
     return Status::invalid_argument(fmt::format(
-        "--recompute-num-layers must be >= 1, got {}; hint: 1 keeps the input of every layer",
-        num_layers));
+        "--recompute-num-layers {}: must be in [1, {}]; hint: 1 keeps the input of every layer",
+        num_layers, kMaxNumLayers));
   }
   return OkStatus();
 }
@@ -118,12 +132,19 @@ Result<std::vector<StageSpec>> partition_layers(const GptConfig& config, int num
         int64_t n = 1;
         if (item != "t") {
           auto r = parse_int(item.substr(2));
-          if (!r.ok() || *r < 0)
-            return layout_error(layout, fmt::format("bad repeat count in '{}'", item));
+          if (!r.ok() || *r < 0 || *r > kMaxNumLayers) {
+            return layout_error(layout, fmt::format("bad repeat count in '{}' (a whole number in "
+                                                    "[0, {}])",
+                                                    printable(item), kMaxNumLayers));
+          }
           n = *r;
         }
         st.num_layers += int(n);
         first += int(n);
+        if (first > kMaxNumLayers) {
+          return layout_error(
+              layout, fmt::format("it places more than {} transformer layers", kMaxNumLayers));
+        }
       } else {
         return layout_error(layout, fmt::format("unknown item '{}' in stage {}", item, s));
       }
@@ -174,6 +195,15 @@ Result<std::string> megatron_layout(const GptConfig& config, int num_stages,
   }
   std::vector<int> blocks(S, 0);
   if (counts) {
+    for (const auto& [flag, n] :
+         {std::pair{"--decoder-first-pipeline-num-layers", f.first_stage_layers},
+          std::pair{"--decoder-last-pipeline-num-layers", f.last_stage_layers}}) {
+      if (n > L) {  // also keeps first + last from overflowing int
+        return Status::invalid_argument(
+            fmt::format("{} {}: more than --num-layers {}; hint: at most {} layers on one stage",
+                        flag, n, L, L));
+      }
+    }
     const int first = f.first_stage_layers, last = f.last_stage_layers;
     const int fixed = std::max(0, first) + std::max(0, last);
     const int others = S - (first >= 0) - (last >= 0 && S > 1);

@@ -12,9 +12,10 @@ Status AdamWConfig::validate() const {
     return Status::invalid_argument(
         fmt::format("AdamW betas must be in [0, 1), got {} and {}", beta1, beta2));
   if (!(eps > 0)) return Status::invalid_argument("AdamW eps must be positive");
-  if (!(weight_decay >= 0))
-    return Status::invalid_argument(
-        fmt::format("--weight-decay must be >= 0, got {}", weight_decay));
+  if (!(std::isfinite(weight_decay) && weight_decay >= 0))
+    return Status::invalid_argument(fmt::format(
+        "--weight-decay {}: must be a finite number >= 0; hint: e.g. 0.1, or 0 for none",
+        weight_decay));
   return OkStatus();
 }
 
@@ -23,9 +24,10 @@ Status LrSchedule::validate() const {
     return Status::invalid_argument(
         fmt::format("--lr {}: must be a finite number > 0; hint: e.g. --lr 3e-4", lr));
   }
-  if (!(min_lr >= 0 && min_lr <= lr))
-    return Status::invalid_argument(fmt::format(
-        "--min-lr {} must be in [0, --lr {}]; hint: e.g. --min-lr {}", min_lr, lr, lr / 10));
+  if (!(min_lr >= 0 && min_lr <= lr))  // NaN fails both comparisons
+    return Status::invalid_argument(
+        fmt::format("--min-lr {}: must be a finite number in [0, --lr {}]; hint: e.g. --min-lr {}",
+                    min_lr, lr, lr / 10));
   if (warmup_iters < 0)
     return Status::invalid_argument(
         fmt::format("--lr-warmup-iters must be >= 0, got {}", warmup_iters));

@@ -159,5 +159,52 @@ TEST(MegatronSplit, UnevenOrMixedIsOneClearError) {
   EXPECT_FALSE(megatron_layout(cfg(8), 4, f).ok());
 }
 
+// Issue 13: counts beyond their limits are one error naming the flag, never wrapped to int.
+TEST(Config, CountsAboveTheirLimits) {
+  const std::pair<int GptConfig::*, const char*> fields[] = {
+      {&GptConfig::num_layers, "--num-layers"},
+      {&GptConfig::hidden_size, "--hidden-size"},
+      {&GptConfig::num_heads, "--num-attention-heads"},
+      {&GptConfig::seq_length, "--seq-length"},
+      {&GptConfig::micro_batch_size, "--micro-batch-size"},
+  };
+  for (const auto& [field, flag] : fields) {
+    GptConfig c;
+    c.*field = 1 << 20;
+    Status s = c.validate();
+    ASSERT_FALSE(s.ok()) << flag;
+    EXPECT_NE(s.message().find(std::string(flag) + " 1048576: must be in [1, "), std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find("hint:"), std::string::npos) << s.message();
+  }
+  GptConfig big;  // every count at its limit: large, but its buffer sizes fit 64 bits
+  big.num_layers = kMaxNumLayers;
+  big.hidden_size = kMaxHiddenSize;
+  big.num_heads = kMaxNumHeads;
+  big.seq_length = kMaxSeqLength;
+  big.micro_batch_size = kMaxMicroBatchSize;
+  EXPECT_TRUE(big.validate().ok()) << big.validate().message();
+}
+
+TEST(Partition, RepeatCountsDoNotWrap) {
+  // 4294967298 = 2^32 + 2 was cut to int 2 and accepted as two layers.
+  auto r = partition_layers(cfg(4), 2, "E,t*4294967298|t*2,L");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("bad repeat count in 't*4294967298'"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(MegatronSplit, HugeCountsDoNotOverflow) {
+  MegatronSplit f;
+  f.first_stage_layers = 2147483647;
+  f.last_stage_layers = 2147483647;  // their sum overflowed int
+  auto l = megatron_layout(cfg(8), 4, f);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("--decoder-first-pipeline-num-layers 2147483647: more than "
+                                      "--num-layers 8"),
+            std::string::npos)
+      << l.status().message();
+}
+
 }  // namespace
 }  // namespace tightpipe::nn

@@ -13,15 +13,6 @@
 namespace tightpipe::testing_nn {
 namespace {
 
-// One line on stderr, "tightpipe train: error: ...", naming `needle`, with a hint.
-void expect_one_line_error(const RunResult& r, int code, const std::string& needle) {
-  EXPECT_EQ(r.code, code) << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-  EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
-}
-
 TEST(TrainCli, BadInputIsOneClearLine) {
   expect_one_line_error(
       run_tightpipe("train " + kTiny + " --hidden-size 30 --num-attention-heads 4"), 2,
@@ -52,7 +43,7 @@ TEST(TrainCli, BadInputIsOneClearLine) {
   expect_one_line_error(run_tightpipe("train " + kTiny + " --compute fake"), 2,
                         "--compute 'fake': expected real or emulated");
   expect_one_line_error(run_tightpipe("train " + kTiny + " --pipeline-timeout 0"), 2,
-                        "--pipeline-timeout 0: must be > 0");
+                        "--pipeline-timeout 0: must be in (0, ");
   const RunResult usage = run_tightpipe("train --num-layers abc");
   EXPECT_EQ(usage.code, 2);
   EXPECT_NE(usage.output.find("--num-layers"), std::string::npos) << usage.output;
@@ -185,7 +176,7 @@ TEST(TrainCli, MetricsResumeAndSample) {
       << partial.output;
   EXPECT_NE(partial.output.find(s.output), std::string::npos) << partial.output;
   expect_one_line_error(run_tightpipe(common + " --keep-last-checkpoints -1"), 2,
-                        "--keep-last-checkpoints -1: must be >= 0");
+                        "--keep-last-checkpoints -1: must be in [0, ");
 }
 
 }  // namespace

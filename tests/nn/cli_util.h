@@ -1,9 +1,11 @@
 // Runs the tightpipe binary of this build and captures its output and exit code.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -15,16 +17,31 @@ struct RunResult {
   std::string output;  // stdout and stderr
 };
 
-inline RunResult run_tightpipe(const std::string& args) {
-  const std::string cmd = std::string(TP_BINARY_DIR "/tools/tightpipe/tightpipe ") + args + " 2>&1";
+// Runs a shell command line, stdout and stderr together.
+inline RunResult run_shell(const std::string& cmd) {
   RunResult r;
-  std::FILE* p = popen(cmd.c_str(), "r");
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) return r;
   char buf[4096];
   while (std::fgets(buf, sizeof buf, p)) r.output += buf;
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline const std::string kTightpipe = TP_BINARY_DIR "/tools/tightpipe/tightpipe";
+
+inline RunResult run_tightpipe(const std::string& args) {
+  return run_shell(kTightpipe + " " + args);
+}
+
+// One line on stderr, "tightpipe <command>: error: ...", naming `needle`, with a hint; exit `code`.
+inline void expect_one_line_error(const RunResult& r, int code, const std::string& needle) {
+  EXPECT_EQ(r.code, code) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find("error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "'" << needle << "' not in: " << r.output;
+  EXPECT_NE(r.output.find("hint:"), std::string::npos) << r.output;
 }
 
 inline std::string fresh_dir(const std::string& name) {

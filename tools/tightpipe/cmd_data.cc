@@ -28,6 +28,12 @@ int run_shard(const ShardWriterOptions& w) {
 }
 
 int run_check(DataOptions o, int64_t max_batches) {
+  if (max_batches < 0) {
+    return report_error("data check", Status::invalid_argument(fmt::format(
+                                          "--max-batches {}: must be >= 0; hint: 0 reads one "
+                                          "epoch, N stops after N batches",
+                                          max_batches)));
+  }
   auto opened = DataLoader::open(o);
   if (!opened.ok()) return report_error("data check", opened.status());
   DataLoader& loader = **opened;

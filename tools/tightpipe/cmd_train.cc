@@ -23,6 +23,8 @@ namespace {
 using nn::GptConfig;
 using nn::GptStage;
 
+constexpr int kMaxSampleTokens = 1'000'000;  // sample --tokens (docs/train_limits.md)
+
 void add_model_flags(CLI::App& app, GptConfig& m) {
   app.add_option("--num-layers", m.num_layers, "transformer layers L")->capture_default_str();
   app.add_option("--hidden-size", m.hidden_size, "hidden size C")->capture_default_str();
@@ -64,13 +66,14 @@ int cmd_train(int argc, char** argv) {
   // run_pipeline, which checks and converts them.
   TrainOptions o;
   o.eval_iters = 8;  // the CLI evaluates at the end by default
-  float min_lr = -1;  // < 0: lr / 10
+  float min_lr = 0;  // not given: lr / 10
   add_model_flags(app, o.model);
   app.add_option("--num-microbatches", o.microbatches, "microbatches per optimizer step M")
       ->capture_default_str();
   app.add_option("--train-iters", o.train_iters, "optimizer steps")->capture_default_str();
   app.add_option("--lr", o.lr.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--min-lr", min_lr, "final learning rate of the cosine decay (default lr/10)");
+  auto* min_lr_flag =
+      app.add_option("--min-lr", min_lr, "final learning rate of the cosine decay (default lr/10)");
   app.add_option("--lr-warmup-iters", o.lr.warmup_iters, "linear warm-up steps")
       ->capture_default_str();
   app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")
@@ -130,7 +133,8 @@ int cmd_train(int argc, char** argv) {
   PipelineFlags pf;
   add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
-  o.lr.min_lr = min_lr < 0 ? o.lr.lr / 10 : min_lr;
+  // Only an absent --min-lr means lr/10: a given negative one is refused (LrSchedule::validate).
+  o.lr.min_lr = min_lr_flag->count() == 0 ? o.lr.lr / 10 : min_lr;
   if (!layout_costs_dir.empty()) {
     auto costs = layout_costs_from(layout_costs_dir, o.model);
     if (!costs.ok()) return report_error("train", costs.status());
@@ -157,7 +161,20 @@ int cmd_sample(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed")->capture_default_str();
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   auto run = [&]() -> Status {
-    if (prompt.empty()) return Status::invalid_argument("--prompt must not be empty");
+    if (prompt.empty()) {
+      return Status::invalid_argument(
+          "--prompt '': must not be empty; hint: text to continue, e.g. --prompt 'ROMEO:'");
+    }
+    if (num_tokens < 0 || num_tokens > kMaxSampleTokens) {
+      return Status::invalid_argument(
+          fmt::format("--tokens {}: must be in [0, {}]; hint: bytes to generate, e.g. --tokens 200",
+                      num_tokens, kMaxSampleTokens));
+    }
+    if (!(std::isfinite(temperature) && temperature >= 0)) {
+      return Status::invalid_argument(fmt::format(
+          "--temperature {}: must be a finite number >= 0; hint: e.g. 0.8, or 0 for greedy",
+          temperature));
+    }
     nn::set_blas_threads(1);
     TP_ASSIGN_OR_RETURN(const nn::ResolvedCheckpoint ck, nn::resolve_checkpoint(load));
     for (const std::string& w : ck.warnings) std::fprintf(stderr, "%s\n", w.c_str());

@@ -10,6 +10,10 @@
 
 namespace tightpipe::cli {
 
+namespace {
+constexpr double kMaxPipelineTimeout = 7 * 24 * 3600.0;  // a week (docs/train_limits.md)
+}  // namespace
+
 void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
   std::vector<std::string> names;
   for (const auto& g : schedule_generators()) names.push_back(g.name);
@@ -79,10 +83,11 @@ Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
     TP_ASSIGN_OR_RETURN(o.exec.costs, EmulatedCompute::parse(f.cost));
   }
   o.exec.overlap_p2p = !f.no_overlap;
-  if (!(f.timeout_s > 0)) {
+  if (!(f.timeout_s > 0 && f.timeout_s <= kMaxPipelineTimeout)) {  // NaN and inf refused
     return Status::invalid_argument(fmt::format(
-        "--pipeline-timeout {}: must be > 0; hint: seconds a rank waits for a peer, e.g. 120",
-        f.timeout_s));
+        "--pipeline-timeout {}: must be in (0, {}] seconds; hint: seconds a rank waits for a "
+        "peer, e.g. 120",
+        f.timeout_s, kMaxPipelineTimeout));
   }
   o.exec.timeout_s = f.timeout_s;
   o.trace_path = f.trace;
