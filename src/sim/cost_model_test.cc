@@ -95,6 +95,16 @@ TEST(CostTable, CoversChecksStageCount) {
   EXPECT_TRUE(m->covers(s).ok());
 }
 
+// Stage and slot are whole numbers (1e300 was undefined behaviour, 0.5 read as 0).
+TEST(CostSamples, FromJsonRefusesNonIntegerKeys) {
+  EXPECT_TRUE(CostSamples::from_json(R"([["t",0,1,[0.5]]])").ok());
+  for (const char* bad : {R"([["t",1e300,0,[1]]])", R"([["t",0.5,0,[1]]])",
+                          R"([["m",0,4294967296,[1]]])"}) {
+    auto r = CostSamples::from_json(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+}
+
 TEST(GptCostModel, ZeroBubbleFormulas) {
   auto g = parse_gpt_cost_config("layers=8,hidden=1024,heads=16,seq=512,mbs=2,flops=1e12,"
                                  "latency=1e-5,bandwidth=1e10");

@@ -421,6 +421,23 @@ TEST_F(BadRunDirTest, OverflowingNumbersAreWarnings) {
   EXPECT_EQ(r->run.num_ranks, 2);  // from the timeline files
 }
 
+// A count that is not a whole number (1e300 was undefined behaviour, 2.5 read as 2; found by
+// fuzz_run_dir under UBSan) makes summary.json a warning; the ranks come from the timelines.
+TEST_F(BadRunDirTest, NonIntegerSummaryCountIsAWarning) {
+  for (const char* bad : {"\"pp\": 1e300", "\"pp\": 2.5"}) {
+    const std::string d = copy();
+    std::string summary = read_file(d + "/summary.json").value();
+    const size_t pp = summary.find("\"pp\": 2");
+    ASSERT_NE(pp, std::string::npos);
+    summary.replace(pp, 7, bad);
+    ASSERT_TRUE(write_file(d + "/summary.json", summary).ok());
+    auto r = build_report(d);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(has_warning(*r, "summary.json: bad field")) << bad << format_report_text(*r);
+    EXPECT_EQ(r->run.num_ranks, 2);
+  }
+}
+
 TEST_F(BadRunDirTest, AllRanksUnreadableIsAnErrorNamingTheFiles) {
   const std::string d = copy();
   ASSERT_TRUE(write_file(d + "/timeline_rank0.jsonl", "garbage\nmore\n").ok());
