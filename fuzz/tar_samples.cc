@@ -2,6 +2,7 @@
 // samples and decoded into token ids. Any bytes give samples or an error naming the entry and
 // offset, never a crash.
 #include "data/tar_samples.h"
+
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

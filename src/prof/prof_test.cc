@@ -1,3 +1,5 @@
+#include "tightpipe/prof.h"
+
 #include <expat.h>
 #include <gtest/gtest.h>
 
@@ -5,7 +7,6 @@
 #include <set>
 
 #include "tightpipe/json_int.h"
-#include "tightpipe/prof.h"
 #include "tightpipe/timeline_io.h"
 
 namespace tightpipe {

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
-#include "tightpipe/json_int.h"
 #include "tightpipe/cost_model.h"
+#include "tightpipe/json_int.h"
 #include "tightpipe/prof.h"
 
 namespace tightpipe {

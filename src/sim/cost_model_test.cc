@@ -98,8 +98,8 @@ TEST(CostTable, CoversChecksStageCount) {
 // Stage and slot are whole numbers (1e300 was undefined behaviour, 0.5 read as 0).
 TEST(CostSamples, FromJsonRefusesNonIntegerKeys) {
   EXPECT_TRUE(CostSamples::from_json(R"([["t",0,1,[0.5]]])").ok());
-  for (const char* bad : {R"([["t",1e300,0,[1]]])", R"([["t",0.5,0,[1]]])",
-                          R"([["m",0,4294967296,[1]]])"}) {
+  for (const char* bad :
+       {R"([["t",1e300,0,[1]]])", R"([["t",0.5,0,[1]]])", R"([["m",0,4294967296,[1]]])"}) {
     auto r = CostSamples::from_json(bad);
     EXPECT_FALSE(r.ok()) << bad;
   }

@@ -76,7 +76,9 @@ TEST(TrainIntegrationTest, RealComputeWritesMetricsSummaryAndTrace) {
 // within 2 points of the simulator's (fed the run's measured per-action costs), and that
 // prediction is REFERENCE.md's (bubble % of the §2 table).
 TEST(TrainIntegrationTest, EmulatedBubbleMatchesPredictionForEverySchedule) {
-  if (kBuiltWithSanitizer) GTEST_SKIP() << "compares the emulated bubble with the prediction within 2 points; sanitizers distort timing";
+  if (kBuiltWithSanitizer)
+    GTEST_SKIP() << "compares the emulated bubble with the prediction within 2 points; sanitizers "
+                    "distort timing";
   struct Case {
     const char* schedule;
     int v;
