@@ -26,15 +26,3 @@ std::string concat_for_check(const Args&... args) {
                                               "" __VA_OPT__(, ) __VA_ARGS__));      \
     }                                                                               \
   } while (0)
-
-namespace tightpipe {
-// True in a build with AddressSanitizer/UndefinedBehaviorSanitizer (CMake TIGHTPIPE_SANITIZE or
-// TIGHTPIPE_FUZZ, or a compiler that says so). The one test of it: tests that compare measured
-// times within a few percent GTEST_SKIP() when it holds, since the sanitizers slow some code
-// (allocation, memcpy) many times more than the rest and so distort any timing.
-#if defined(TIGHTPIPE_SANITIZED) || defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kBuiltWithSanitizer = true;
-#else
-inline constexpr bool kBuiltWithSanitizer = false;
-#endif
-}  // namespace tightpipe

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "run.h"
+#include "sanitizer.h"
 #include "tiny_train.h"
 #include "tightpipe/base.h"
-#include "tightpipe/check.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/checkpoint.h"
 #include "tightpipe/trainer.h"
@@ -76,9 +76,7 @@ TEST(TrainIntegrationTest, RealComputeWritesMetricsSummaryAndTrace) {
 // within 2 points of the simulator's (fed the run's measured per-action costs), and that
 // prediction is REFERENCE.md's (bubble % of the §2 table).
 TEST(TrainIntegrationTest, EmulatedBubbleMatchesPredictionForEverySchedule) {
-  if (kBuiltWithSanitizer)
-    GTEST_SKIP() << "compares the emulated bubble with the prediction within 2 points; sanitizers "
-                    "distort timing";
+  TP_SKIP_IF_SANITIZED("compares the emulated bubble with the prediction within 2 points");
   struct Case {
     const char* schedule;
     int v;

@@ -13,9 +13,9 @@
 #include <set>
 
 #include "run.h"
+#include "sanitizer.h"
 #include "tiny_train.h"
 #include "tightpipe/base.h"
-#include "tightpipe/check.h"
 #include "tightpipe/trainer.h"
 
 namespace tightpipe {
@@ -142,8 +142,7 @@ TrainOptions emulated(const std::string& out, const std::string& schedule, int p
 // 0F0 to finish (fill) and 3 for it to cross the link (exposed); rank 0 waits 15 for 1B0 (from 16
 // to 31: dependency) and 3 for its gradient to cross (exposed); rank 1 drains 11. Step 66.
 TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
-  if (kBuiltWithSanitizer)
-    GTEST_SKIP() << "compares emulated times within 2 points; sanitizers distort timing";
+  TP_SKIP_IF_SANITIZED("compares emulated times within 2 points");
   const std::string out = testutil::make_temp_dir("tp-rep-link");
   TrainOptions o = emulated(out, "gpipe", 2, 4);
   o.world.link = parse_link_options("latency_us=3000").value();
@@ -205,8 +204,7 @@ TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
 // 1F1B p = 4, m = 8 with a 3 ms link: every cause (summed over ranks) matches the simulator's
 // replay of the same schedule (overlap mode, the link on the dependency edges) within 2 points.
 TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
-  if (kBuiltWithSanitizer)
-    GTEST_SKIP() << "compares emulated times within 4 points; sanitizers distort timing";
+  TP_SKIP_IF_SANITIZED("compares emulated times within 4 points");
   const std::string out = testutil::make_temp_dir("tp-rep-link4");
   TrainOptions o = emulated(out, "1f1b", 4, 8);
   o.world.link = parse_link_options("latency_us=3000").value();
@@ -236,8 +234,7 @@ TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
 // 1F1B p = 4, m = 8; the loader sleeps 5 ms per microbatch on the first and the last rank: 2 x 8
 // x 5 ms of data wait per step.
 TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
-  if (kBuiltWithSanitizer)
-    GTEST_SKIP() << "compares emulated data waits within 3 ms; sanitizers distort timing";
+  TP_SKIP_IF_SANITIZED("compares emulated data waits within 3 ms");
   const std::string out = testutil::make_temp_dir("tp-rep-data");
   TrainOptions o = emulated(out, "1f1b", 4, 8);
   o.data_delay_ms = 5;
