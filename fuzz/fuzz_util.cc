@@ -12,16 +12,19 @@ namespace tightpipe::fuzz {
 namespace fs = std::filesystem;
 
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
+  // Never destroyed: the atexit handler below runs after the destructors of statics that were
+  // constructed after its registration, which would include this one.
+  static const std::string* dir = [] {
     const fs::path p = fs::temp_directory_path() / ("tightpipe-fuzz-" + std::to_string(getpid()));
     fs::create_directories(p);
+    auto* d = new std::string(p.string());
     std::atexit([] {
       std::error_code ec;
-      fs::remove_all(scratch_dir(), ec);
+      fs::remove_all(*dir, ec);
     });
-    return p.string();
+    return d;
   }();
-  return dir;
+  return *dir;
 }
 
 std::string write_scratch(const std::string& name, std::string_view bytes) {

@@ -155,5 +155,25 @@ TEST(Checkpoint, OtherShapeIsAClearError) {
   EXPECT_NE(r5.status().message().find("manifest.txt"), std::string::npos);
 }
 
+// A header whose layer range overflows int (first layer INT32_MAX; found by fuzz_checkpoint_stage
+// under UBSan) is refused with the range as it is, not a wrapped one.
+TEST(Checkpoint, HugeLayerRangeIsAClearError) {
+  const GptConfig c = small();
+  auto a = stages(c, 1, 1);
+  const std::string dir = fresh_dir("range");
+  ASSERT_TRUE(save_checkpoint(dir, ptrs(a), {}).ok());
+  const std::string path = stage_checkpoint_path(dir, 0);
+  std::string bytes = read_file(path).value();
+  const int32_t first_layer = INT32_MAX, stage_layers = 1;
+  // Header: magic[8], version (u32), 5 shape ints, then first_layer and stage_layers.
+  bytes.replace(32, 4, reinterpret_cast<const char*>(&first_layer), 4);
+  bytes.replace(36, 4, reinterpret_cast<const char*>(&stage_layers), 4);
+  ASSERT_TRUE(write_file(path, bytes).ok());
+  auto r = load_stage_checkpoint(path, a[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("[2147483647, 2147483648)"), std::string::npos)
+      << r.status().message();
+}
+
 }  // namespace
 }  // namespace tightpipe::nn

@@ -81,6 +81,14 @@ TEST(CostTable, BadInputNamesFileKeyAndValue) {
                                 "c.json").status(), {"appears twice"});
 }
 
+// A number beyond double (1e999) is an error naming the file, not an uncaught exception (found
+// by fuzz_cost).
+TEST(CostTable, OverflowingNumberIsAnError) {
+  auto r = parse_cost_table(R"({"stages": [{"f": 1e999, "b": 2}]})", "c.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("c.json"), std::string::npos) << r.status().message();
+}
+
 TEST(CostTable, CoversChecksStageCount) {
   auto m = parse_cost_table(kTable, "costs.json");
   ASSERT_TRUE(m.ok());
