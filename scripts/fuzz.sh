@@ -2,7 +2,7 @@
 # Runs every fuzz target of a TIGHTPIPE_FUZZ build (scripts/sanitize.sh makes one) for
 # FUZZ_SECONDS each (default 20), JOBS at a time, starting from its seed corpus fuzz/corpus/<name>
 # (read only: new inputs go to $B/fuzz-work/<name>). A finding (crash, sanitizer report, uncaught
-# exception, an input slower than 10 s or a single allocation over 1 GiB) fails the script and
+# exception, an input slower than 20 s or a single allocation over 1 GiB) fails the script and
 # leaves the input in $B/fuzz-artifacts/ (docs/fuzzing.md: how to reproduce and keep it).
 # Usage: scripts/fuzz.sh [NAME...]   (default: every target)
 set -euo pipefail
@@ -29,11 +29,11 @@ run_one() {
   rm -rf "$B/fuzz-work/$name"
   mkdir -p "$B/fuzz-work/$name"
   local log="$B/fuzz-logs/$name.log" rc=0
-  "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+  "$bin" -max_total_time="$SECS" -timeout=20 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
     -print_final_stats=1 -artifact_prefix="$B/fuzz-artifacts/$name-" \
     "$B/fuzz-work/$name" "fuzz/corpus/$name" >"$log" 2>&1 || rc=$?
   local execs
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
   if ((rc != 0)); then
     echo "fuzz $name: FINDING (exit $rc) after $execs runs; log $log:"
     grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error|fuzz property failed|artifact_prefix|Test unit written|.*uncaught exception)' "$log" | head -20
