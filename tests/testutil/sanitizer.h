@@ -15,8 +15,9 @@ inline constexpr bool kBuiltWithSanitizer = false;
 #endif
 }  // namespace tightpipe::testutil
 
-#define TP_SKIP_IF_SANITIZED(what)                                                            \
-  do {                                                                                        \
-    if (::tightpipe::testutil::kBuiltWithSanitizer)                                           \
-      GTEST_SKIP() << what << "; skipped under sanitizers, which distort timing (docs/fuzzing.md)"; \
+#define TP_SKIP_IF_SANITIZED(what)                                                          \
+  do {                                                                                      \
+    if (::tightpipe::testutil::kBuiltWithSanitizer)                                         \
+      GTEST_SKIP() << what                                                                  \
+                   << "; skipped under sanitizers, which distort timing (docs/fuzzing.md)"; \
   } while (0)
