@@ -12,6 +12,9 @@ PACKAGES=(
   libarchive-dev
   libexpat1-dev
   chromium fonts-liberation libpng-dev
+  # The sanitizer lane (scripts/sanitize.sh): clang, its ASan/UBSan/libFuzzer runtimes
+  # (libclang_rt.*.a), llvm-symbolizer for readable stack traces.
+  clang libclang-rt-dev llvm
 )
 PACKAGES+=(${TP_EXTRA_PACKAGES:-})
 

@@ -177,6 +177,15 @@ TEST(DataLoaderText, RestoreRejectsAPositionFromOtherOptions) {
   EXPECT_NE(s.message().find("seed = 99"), std::string::npos) << s.message();
   EXPECT_FALSE(DataPosition::from_json("{\"epoch\": 1}").ok());
   EXPECT_FALSE(DataPosition::from_json("not json").ok());
+  // A counter that is not a whole number in range (1e300 was undefined behaviour, 2.5 read as 2).
+  std::string text = pos.to_json();
+  const size_t at = text.find("\"epoch\":");
+  ASSERT_NE(at, std::string::npos) << text;
+  for (const char* bad : {"\"epoch\":1e300,", "\"epoch\":2.5,"}) {
+    std::string t = text;
+    t.replace(at, t.find(',', at) + 1 - at, bad);
+    EXPECT_FALSE(DataPosition::from_json(t).ok()) << t;
+  }
 }
 
 TEST(DataLoaderText, ReplicasPartitionTheStream) {

@@ -10,6 +10,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
+#include "tightpipe/json_int.h"
 
 namespace tightpipe {
 
@@ -100,21 +101,21 @@ Result<DataPosition> DataPosition::from_json(std::string_view json) {
   }
   DataPosition p;
   try {
-    if (j.at("version").get<int>() != 1) {
+    if (json_int<int>(j.at("version")) != 1) {
       return Status::corruption(
           fmt::format("data position version {} is not 1", j.at("version").dump()));
     }
-    p.epoch = j.at("epoch").get<int64_t>();
-    p.samples_in_epoch = j.at("samples_in_epoch").get<int64_t>();
-    p.token_offset = j.at("token_offset").get<int64_t>();
-    p.batches = j.at("batches").get<int64_t>();
-    p.seed = j.at("seed").get<uint64_t>();
-    p.num_workers = j.at("num_workers").get<int32_t>();
-    p.shuffle_buffer = j.at("shuffle_buffer").get<int32_t>();
-    p.replica = j.at("replica").get<int32_t>();
-    p.num_replicas = j.at("num_replicas").get<int32_t>();
+    p.epoch = json_int<int64_t>(j.at("epoch"));
+    p.samples_in_epoch = json_int<int64_t>(j.at("samples_in_epoch"));
+    p.token_offset = json_int<int64_t>(j.at("token_offset"));
+    p.batches = json_int<int64_t>(j.at("batches"));
+    p.seed = json_int<uint64_t>(j.at("seed"));
+    p.num_workers = json_int<int32_t>(j.at("num_workers"));
+    p.shuffle_buffer = json_int<int32_t>(j.at("shuffle_buffer"));
+    p.replica = json_int<int32_t>(j.at("replica"));
+    p.num_replicas = json_int<int32_t>(j.at("num_replicas"));
     TP_ASSIGN_OR_RETURN(p.split, parse_split(j.at("split").get<std::string>()));
-    p.num_sources = j.at("num_sources").get<int64_t>();
+    p.num_sources = json_int<int64_t>(j.at("num_sources"));
   } catch (const nlohmann::json::exception& e) {
     return Status::corruption(fmt::format("data position: {}", e.what()));
   }

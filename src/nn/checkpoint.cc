@@ -333,7 +333,7 @@ Result<CheckpointState> load_stage_checkpoint(const std::string& path, GptStage&
     return Status::invalid_argument(fmt::format(
         "checkpoint '{}' holds stage '{}' (layers [{}, {})), the model's stage is '{}' (layers "
         "[{}, {})); hint: load with the same --pp and --pipeline-layout as the save",
-        path, format_layout({file_spec}), h.first_layer, h.first_layer + h.stage_layers,
+        path, format_layout({file_spec}), h.first_layer, int64_t{h.first_layer} + h.stage_layers,
         format_layout({stage.spec()}), stage.spec().first_layer,
         stage.spec().first_layer + stage.spec().num_layers));
   }

@@ -422,5 +422,25 @@ TEST(Checkpoint, HugeManifestCountsAreRefusedFast) {
   EXPECT_NE(m.status().message().find("more than the"), std::string::npos) << m.status().message();
 }
 
+// A header whose layer range overflows int (first layer INT32_MAX; found by fuzz_checkpoint_stage
+// under UBSan) is refused naming the file, never with a wrapped (negative) range.
+TEST(Checkpoint, HugeLayerRangeIsAClearError) {
+  const GptConfig c = small();
+  auto a = stages(c, 1, 1);
+  const std::string dir = fresh_dir("range");
+  ASSERT_TRUE(save_checkpoint(dir, ptrs(a), {}).ok());
+  const std::string path = stage_checkpoint_path(dir, 0);
+  std::string bytes = read_file(path).value();
+  const int32_t first_layer = INT32_MAX, stage_layers = 1;
+  // Header: magic[8], version (u32), 5 shape ints, then first_layer and stage_layers.
+  bytes.replace(32, 4, reinterpret_cast<const char*>(&first_layer), 4);
+  bytes.replace(36, 4, reinterpret_cast<const char*>(&stage_layers), 4);
+  ASSERT_TRUE(write_file(path, bytes).ok());
+  auto r = load_stage_checkpoint(path, a[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().message().find("-2147483648"), std::string::npos) << r.status().message();
+}
+
 }  // namespace
 }  // namespace tightpipe::nn

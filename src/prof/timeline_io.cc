@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
+#include "tightpipe/json_int.h"
 
 namespace tightpipe {
 namespace {
@@ -43,13 +44,13 @@ Result<TimelineEvent> from_j(const nlohmann::json& j, std::string_view where) {
     if (!kind_ok || !lane_ok) {
       return Status::corruption(fmt::format("{}: unknown kind '{}' or lane '{}'", where, kind, lane));
     }
-    e.stage = j.at("stage").get<int32_t>();
-    e.microbatch = j.at("mb").get<int32_t>();
-    e.step = j.at("step").get<int32_t>();
+    e.stage = json_int<int32_t>(j.at("stage"));
+    e.microbatch = json_int<int32_t>(j.at("mb"));
+    e.step = json_int<int32_t>(j.at("step"));
     e.start = j.at("start").get<double>();
     e.end = j.at("end").get<double>();
-    e.peer = j.value("peer", -1);
-    e.bytes = j.value("bytes", int64_t{0});
+    e.peer = json_int<int32_t>(j, "peer", -1);
+    e.bytes = json_int<int64_t>(j, "bytes", 0);
     e.cpu_wait = j.value("cpu_wait", 0.0);
   } catch (const nlohmann::json::exception& ex) {
     return Status::corruption(fmt::format("{}: bad timeline event: {}", where, ex.what()));

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "tightpipe/base.h"
+#include "tightpipe/json_int.h"
 #include "tightpipe/report.h"
 #include "tightpipe/timeline_io.h"
 
@@ -144,7 +145,7 @@ void RunLoader::read_summary(int32_t max_rank) {
 void RunLoader::read_summary_fields(const nlohmann::json& j, const std::string& path) {
   try {
     run_.has_summary = true;
-    run_.num_ranks = j.value("pp", 0);
+    run_.num_ranks = json_int<int32_t>(j, "pp", 0);
     if (run_.num_ranks < 0 || run_.num_ranks > kMaxRanks) {  // schedule.h's limit
       run_.warnings.push_back(fmt::format(
           "{}: \"pp\" {} is outside [1, {}]; ranks taken from the timeline files", path,
@@ -152,29 +153,29 @@ void RunLoader::read_summary_fields(const nlohmann::json& j, const std::string& 
       run_.num_ranks = 0;
     }
     run_.schedule_name = j.value("schedule", std::string());
-    run_.vpp = j.value("vpp", 1);
-    run_.microbatches = j.value("microbatches", 0);
+    run_.vpp = json_int<int32_t>(j, "vpp", 1);
+    run_.microbatches = json_int<int32_t>(j, "microbatches", 0);
     run_.transport = j.value("transport", std::string());
     run_.compute = j.value("compute", std::string());
     run_.overlap_p2p = j.value("overlap_p2p", true);
-    run_.warmup_steps_excluded = j.value("warmup_steps_excluded", int64_t{1});
+    run_.warmup_steps_excluded = json_int<int64_t>(j, "warmup_steps_excluded", 1);
     if (j.contains("model") && j["model"].is_object()) {
       const auto& m = j["model"];
       nn::GptConfig c;
-      c.num_layers = m.value("num_layers", c.num_layers);
-      c.hidden_size = m.value("hidden_size", c.hidden_size);
-      c.num_heads = m.value("num_attention_heads", c.num_heads);
-      c.seq_length = m.value("seq_length", c.seq_length);
-      c.micro_batch_size = m.value("micro_batch_size", c.micro_batch_size);
-      c.vocab_size = m.value("vocab_size", c.vocab_size);
+      c.num_layers = json_int(m, "num_layers", c.num_layers);
+      c.hidden_size = json_int(m, "hidden_size", c.hidden_size);
+      c.num_heads = json_int(m, "num_attention_heads", c.num_heads);
+      c.seq_length = json_int(m, "seq_length", c.seq_length);
+      c.micro_batch_size = json_int(m, "micro_batch_size", c.micro_batch_size);
+      c.vocab_size = json_int(m, "vocab_size", c.vocab_size);
       if (c.validate().ok()) run_.model = c;
       run_.layout = j.value("layout", std::string());
     }
     if (j.contains("cpu") && j["cpu"].is_object()) {
       const auto& c = j["cpu"];
-      run_.cores = c.value("cores", 0);
-      run_.busy_threads = c.value("busy_threads", 0);
-      run_.rank_threads = c.value("rank_threads", 0);
+      run_.cores = json_int<int32_t>(c, "cores", 0);
+      run_.busy_threads = json_int<int32_t>(c, "busy_threads", 0);
+      run_.rank_threads = json_int<int32_t>(c, "rank_threads", 0);
       run_.oversubscribed = c.value("oversubscribed", false);
       run_.cpu_note = c.value("note", std::string());
     }
@@ -226,7 +227,7 @@ void RunLoader::read_metrics() {
     try {
       auto j = nlohmann::json::parse(line);
       MetricPoint p;
-      p.step = j.at("step").get<int64_t>();
+      p.step = json_int<int64_t>(j.at("step"));
       p.loss = j.at("loss").get<double>();
       p.step_time_s = j.value("step_time_s", 0.0);
       run_.metrics.push_back(p);

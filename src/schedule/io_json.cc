@@ -57,7 +57,7 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     return Status::invalid_argument(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
   Schedule sch;

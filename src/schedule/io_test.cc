@@ -49,6 +49,13 @@ TEST(JsonTest, BadJsonNamesFile) {
             std::string::npos);
 }
 
+// A number beyond double (1e999) is an error naming the file, not an uncaught exception.
+TEST(JsonTest, OverflowingNumberNamesFile) {
+  auto r = parse_json(R"({"ranks": 1e999})", "s.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("s.json"), std::string::npos) << r.status().message();
+}
+
 TEST(GridTest, PrintsRowsPerRank) {
   auto s = generate_schedule("1f1b", {.ranks = 2, .microbatches = 2}).value();
   EXPECT_EQ(format_grid(s), "r0: 0F0 0F1 0B0 0B1\nr1: 1F0 1B0 1F1 1B1\n");

@@ -6,6 +6,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/cost_model.h"
+#include "tightpipe/json_int.h"
 #include "tightpipe/prof.h"
 
 namespace tightpipe {
@@ -64,8 +65,8 @@ Result<CostSamples> CostSamples::from_json(std::string_view text) {
     const nlohmann::json j = nlohmann::json::parse(text);
     for (const auto& e : j) {
       const std::string kind = e.at(0).get<std::string>();
-      const int32_t a = e.at(1).get<int32_t>();
-      const int b = e.at(2).get<int>();
+      const auto a = json_int<int32_t>(e.at(1));
+      const auto b = json_int<int>(e.at(2));
       auto v = e.at(3).get<std::vector<double>>();
       if (kind == "t") s.time[{a, b}] = std::move(v);
       else if (kind == "m") s.stash[{a, b}] = std::move(v);

@@ -81,6 +81,14 @@ TEST(CostTable, BadInputNamesFileKeyAndValue) {
                                 "c.json").status(), {"appears twice"});
 }
 
+// A number beyond double (1e999) is an error naming the file, not an uncaught exception (found
+// by fuzz_cost).
+TEST(CostTable, OverflowingNumberIsAnError) {
+  auto r = parse_cost_table(R"({"stages": [{"f": 1e999, "b": 2}]})", "c.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("c.json"), std::string::npos) << r.status().message();
+}
+
 TEST(CostTable, CoversChecksStageCount) {
   auto m = parse_cost_table(kTable, "costs.json");
   ASSERT_TRUE(m.ok());
@@ -93,6 +101,16 @@ TEST(CostTable, CoversChecksStageCount) {
   s.num_ranks = 2;
   s.num_stages = 2;
   EXPECT_TRUE(m->covers(s).ok());
+}
+
+// Stage and slot are whole numbers (1e300 was undefined behaviour, 0.5 read as 0).
+TEST(CostSamples, FromJsonRefusesNonIntegerKeys) {
+  EXPECT_TRUE(CostSamples::from_json(R"([["t",0,1,[0.5]]])").ok());
+  for (const char* bad :
+       {R"([["t",1e300,0,[1]]])", R"([["t",0.5,0,[1]]])", R"([["m",0,4294967296,[1]]])"}) {
+    auto r = CostSamples::from_json(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
 }
 
 TEST(GptCostModel, ZeroBubbleFormulas) {

@@ -37,7 +37,7 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     return bad(source, fmt::format("not valid JSON: {}; hint: see docs/cost_model.md for the "
                                    "format", e.what()));
   }

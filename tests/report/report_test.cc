@@ -13,6 +13,7 @@
 #include <set>
 
 #include "run.h"
+#include "sanitizer.h"
 #include "tiny_train.h"
 #include "tightpipe/base.h"
 #include "tightpipe/trainer.h"
@@ -141,6 +142,7 @@ TrainOptions emulated(const std::string& out, const std::string& schedule, int p
 // 0F0 to finish (fill) and 3 for it to cross the link (exposed); rank 0 waits 15 for 1B0 (from 16
 // to 31: dependency) and 3 for its gradient to cross (exposed); rank 1 drains 11. Step 66.
 TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
+  TP_SKIP_IF_SANITIZED("compares emulated times within 2 points");
   const std::string out = testutil::make_temp_dir("tp-rep-link");
   TrainOptions o = emulated(out, "gpipe", 2, 4);
   o.world.link = parse_link_options("latency_us=3000").value();
@@ -202,6 +204,7 @@ TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
 // 1F1B p = 4, m = 8 with a 3 ms link: every cause (summed over ranks) matches the simulator's
 // replay of the same schedule (overlap mode, the link on the dependency edges) within 2 points.
 TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
+  TP_SKIP_IF_SANITIZED("compares emulated times within 4 points");
   const std::string out = testutil::make_temp_dir("tp-rep-link4");
   TrainOptions o = emulated(out, "1f1b", 4, 8);
   o.world.link = parse_link_options("latency_us=3000").value();
@@ -231,6 +234,7 @@ TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
 // 1F1B p = 4, m = 8; the loader sleeps 5 ms per microbatch on the first and the last rank: 2 x 8
 // x 5 ms of data wait per step.
 TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
+  TP_SKIP_IF_SANITIZED("compares emulated data waits within 3 ms");
   const std::string out = testutil::make_temp_dir("tp-rep-data");
   TrainOptions o = emulated(out, "1f1b", 4, 8);
   o.data_delay_ms = 5;
@@ -415,6 +419,23 @@ TEST_F(BadRunDirTest, OverflowingNumbersAreWarnings) {
   EXPECT_TRUE(has_warning(*r, "timeline_rank1.jsonl:1")) << format_report_text(*r);
   EXPECT_TRUE(has_warning(*r, "\"pp\" 1000000000")) << format_report_text(*r);
   EXPECT_EQ(r->run.num_ranks, 2);  // from the timeline files
+}
+
+// A count that is not a whole number (1e300 was undefined behaviour, 2.5 read as 2; found by
+// fuzz_run_dir under UBSan) makes summary.json a warning; the ranks come from the timelines.
+TEST_F(BadRunDirTest, NonIntegerSummaryCountIsAWarning) {
+  for (const char* bad : {"\"pp\": 1e300", "\"pp\": 2.5"}) {
+    const std::string d = copy();
+    std::string summary = read_file(d + "/summary.json").value();
+    const size_t pp = summary.find("\"pp\": 2");
+    ASSERT_NE(pp, std::string::npos);
+    summary.replace(pp, 7, bad);
+    ASSERT_TRUE(write_file(d + "/summary.json", summary).ok());
+    auto r = build_report(d);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(has_warning(*r, "summary.json: bad field")) << bad << format_report_text(*r);
+    EXPECT_EQ(r->run.num_ranks, 2);
+  }
 }
 
 TEST_F(BadRunDirTest, AllRanksUnreadableIsAnErrorNamingTheFiles) {

@@ -126,7 +126,9 @@ TEST(Kernels, LayernormMatchesRefAndFiniteDifferences) {
 
 TEST(Kernels, AttentionMatchesRefAndFiniteDifferences) {
   // T = 70 > the 64-row block, so the blocked path is exercised across a block edge.
-  for (auto [B, T, C, NH] : std::vector<std::array<int, 4>>{{2, 5, 8, 2}, {1, 70, 8, 2}}) {
+  for (const auto& shape : std::vector<std::array<int, 4>>{{2, 5, 8, 2}, {1, 70, 8, 2}}) {
+    // Plain ints, not a structured binding: clang 14 (the sanitizer lane) cannot capture one.
+    const int B = shape[0], T = shape[1], C = shape[2], NH = shape[3];
     auto qkv = randn(B * T * 3 * C, 9, 0.7), dout = randn(B * T * C, 10);
     std::vector<float> out(B * T * C), att(B * NH * T * T, 7.f), out_r(B * T * C),
         att_r(B * NH * T * T);

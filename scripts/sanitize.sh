@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The sanitizer lane (scripts/test.sh runs it after the normal suite; docs/fuzzing.md): one clang
+# build with AddressSanitizer + UndefinedBehaviorSanitizer (-O1, libFuzzer coverage in every
+# object) of only what `ctest -L unit` runs and the fuzz targets, then `ctest -L unit` there, then
+# every fuzz target for FUZZ_SECONDS over its seed corpus (scripts/fuzz.sh). Any sanitizer report,
+# failing test or fuzz finding fails the script.
+# Environment: SAN_BUILD_DIR (default build-sanitize), FUZZ_SECONDS (default 20; 0 skips fuzzing),
+# JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${SAN_BUILD_DIR:-build-sanitize}
+JOBS=${JOBS:-$(nproc)}
+t0=$SECONDS
+if [ ! -f "$B/build.ninja" ]; then
+  cmake -S . -B "$B" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" \
+    -DCMAKE_C_FLAGS_SANITIZE="-O1 -gline-tables-only" \
+    -DTIGHTPIPE_FUZZ=ON -DTIGHTPIPE_BENCH=OFF ${CMAKE_ARGS:-}
+fi
+cmake --build "$B" -j "$JOBS" --target unit_tests fuzz_targets
+t1=$SECONDS
+source scripts/sanitizer-env.sh
+(cd "$B" && ctest --output-on-failure -j "$JOBS" -L unit)
+t2=$SECONDS
+FUZZ_BUILD_DIR="$B" ./scripts/fuzz.sh
+t3=$SECONDS
+echo "sanitize: build $((t1 - t0)) s, ctest -L unit $((t2 - t1)) s, fuzzing $((t3 - t2)) s"
