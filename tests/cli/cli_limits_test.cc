@@ -108,7 +108,7 @@ TEST(CliLimitsTest, ZeroCountsEmptyAndHugeCostsAreRefused) {
       {"simulate --pp 2 --microbatches 4 --cost f=1e-320,i=1,w=1",
        "--cost: key 'f': number '1e-320' is too small"},
       {"simulate --pp 2 --microbatches 4 --model layers=8,hidden=64,heads=4,seq=64,flops=1e-300",
-       "is over the limit"},
+       "stage 0 f is 2.9360128e+307, over the limit"},
   };
   for (const Refusal& c : cases) expect_refused(c);
 }
