@@ -140,7 +140,8 @@ inline constexpr int64_t kMaxAutoStageMicrobatches = 512;
 // Builds the named schedule (build_zb_auto or build_zb_v_auto) and names it `name` lower-cased.
 // zb-1p and zb-2p set the memory limit (p, 2p); a different options.memory_limit is an error.
 // `costs` has auto_schedule_chunks(name) * p stages. Errors: an unknown name, a shape over
-// check_schedule_shape() or kMaxAutoStageMicrobatches, and those of the builders (InvalidArgument, one line, naming the flag and a hint).
+// check_schedule_shape() or kMaxAutoStageMicrobatches, and those of the builders (InvalidArgument,
+// one line, naming the flag and a hint).
 Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m,
                                      const CostModel& costs, const ZbAutoOptions& o = {});
 

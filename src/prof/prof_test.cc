@@ -1,10 +1,11 @@
+#include "tightpipe/prof.h"
+
 #include <expat.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "tightpipe/prof.h"
 #include "tightpipe/timeline_io.h"
 
 namespace tightpipe {
@@ -303,9 +304,9 @@ TEST(TimelineIo, EventTimesMustBeFiniteAndOrdered) {
     t.replace(t.find(from), from.size(), to);
     return t;
   };
-  for (const std::string& bad : {with("\"start\":0.5", "\"start\":-5"),
-                                 with("\"end\":1", "\"end\":0.25"),
-                                 with("\"end\":1", "\"end\":-1")}) {
+  for (const std::string& bad :
+       {with("\"start\":0.5", "\"start\":-5"), with("\"end\":1", "\"end\":0.25"),
+        with("\"end\":1", "\"end\":-1")}) {
     auto e = event_from_json(bad, "t.jsonl:7");
     ASSERT_FALSE(e.ok()) << bad;
     EXPECT_NE(e.status().message().find("t.jsonl:7"), std::string::npos) << e.status().message();

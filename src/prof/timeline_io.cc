@@ -42,9 +42,9 @@ Result<TimelineEvent> from_j(const nlohmann::json& j, std::string_view where) {
       }
     }
     if (!kind_ok || !lane_ok) {
-      return Status::corruption(fmt::format(
-          "{}: unknown kind '{}' or lane '{}'; hint: a timeline tightpipe train wrote", where,
-          printable(kind), printable(lane)));
+      return Status::corruption(
+          fmt::format("{}: unknown kind '{}' or lane '{}'; hint: a timeline tightpipe train wrote",
+                      where, printable(kind), printable(lane)));
     }
     e.stage = j.at("stage").get<int32_t>();
     e.microbatch = j.at("mb").get<int32_t>();

@@ -73,8 +73,9 @@ Result<Action> parse_action(std::string_view token) {
     }
   }
   if (!found) {
-    return bad(fmt::format("unknown type '{}' (expected F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B)",
-                           printable(type_text)));
+    return bad(
+        fmt::format("unknown type '{}' (expected F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B)",
+                    printable(type_text)));
   }
   // A stage or microbatch id: digits only, no leading zero (keeps parse the inverse of
   // to_string), below tightpipe's limit; errors name which id, its value and the limit.

@@ -2,10 +2,9 @@
 // "programs": [["0F0", ...], ...]}. Loading validates.
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
 #include "tightpipe/schedule.h"
@@ -36,9 +35,9 @@ Result<int32_t> json_count(const nlohmann::json& j, const char* key, int32_t lim
                            std::string_view source) {
   const nlohmann::json& v = j.at(key);
   if (!v.is_number_integer()) {
-    return Status::invalid_argument(fmt::format(
-        "{}: \"{}\" is {}, not a whole number; hint: e.g. \"{}\": 4", source, key,
-        printable(v.dump(), 40), key));
+    return Status::invalid_argument(
+        fmt::format("{}: \"{}\" is {}, not a whole number; hint: e.g. \"{}\": 4", source, key,
+                    printable(v.dump(), 40), key));
   }
   const auto n = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
                                               v.get<uint64_t>(), uint64_t{1} << 62))
@@ -59,9 +58,10 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    return Status::invalid_argument(fmt::format(
-        "{}: not valid JSON: {}; hint: a schedule this tool wrote (tightpipe schedule --format json)",
-        source, printable(e.what(), 200)));
+    return Status::invalid_argument(
+        fmt::format("{}: not valid JSON: {}; hint: a schedule this tool wrote (tightpipe schedule "
+                    "--format json)",
+                    source, printable(e.what(), 200)));
   }
   Schedule sch;
   try {
@@ -108,8 +108,8 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::invalid_argument(fmt::format(
-        "{}: {}; hint: expected keys ranks, stages, microbatches, stage_to_rank, programs",
-        source, printable(e.what(), 200)));
+        "{}: {}; hint: expected keys ranks, stages, microbatches, stage_to_rank, programs", source,
+        printable(e.what(), 200)));
   }
   sch.lowered = sch.has_comm_actions();
   TP_RETURN_IF_ERROR(validate(sch).with_context(source));

@@ -94,9 +94,9 @@ TEST(LimitsTest, HugeCountsAreRefusedBeforeAllocating) {
   expect_refused(parse_json(with("\"ranks\": 2", "\"ranks\": 1000000000"), "d.json").status(),
                  "1000000000");
   // A name of control bytes or megabytes is kept printable and short (it is echoed in errors).
-  auto named = parse_json(with("\"name\": \"zb-h1\"", "\"name\": \"a\\u0000" +
-                                                          std::string(5000, 'b') + "\""),
-                          "e.json");
+  auto named = parse_json(
+      with("\"name\": \"zb-h1\"", "\"name\": \"a\\u0000" + std::string(5000, 'b') + "\""),
+      "e.json");
   ASSERT_TRUE(named.ok()) << named.status().message();
   EXPECT_LT(named->name.size(), 200u);
   EXPECT_EQ(named->name.find('\0'), std::string::npos);
@@ -113,7 +113,6 @@ TEST(LimitsTest, HugeCountsAreRefusedBeforeAllocating) {
                  "stages x microbatches");
   EXPECT_TRUE(check_schedule_shape("x", kMaxRanks, kMaxStages, kMaxStageMicrobatches / kMaxStages)
                   .ok());
-
 }
 
 }  // namespace

@@ -56,9 +56,9 @@ Result<std::vector<ScheduleSpec>> parse_schedule_specs(std::string_view flag,
     const std::string name(trim(std::string_view(item).substr(0, colon)));
     const GeneratorInfo* g = find_generator(name);
     if (g == nullptr) {
-      return Status::invalid_argument(
-          fmt::format("{} '{}': unknown schedule '{}'; {}", flag, printable(item),
-                      printable(name), names_hint(flag)));
+      return Status::invalid_argument(fmt::format("{} '{}': unknown schedule '{}'; {}", flag,
+                                                  printable(item), printable(name),
+                                                  names_hint(flag)));
     }
     ScheduleSpec spec{.name = g->name};
     if (colon != std::string::npos) {
@@ -66,8 +66,7 @@ Result<std::vector<ScheduleSpec>> parse_schedule_specs(std::string_view flag,
       if (!v.ok() || *v < 1 || *v > kMaxChunks) {
         return Status::invalid_argument(
             fmt::format("{} '{}': chunks after ':' must be an integer in [1, {}]; {}", flag,
-                        printable(item),
-                        kMaxChunks, names_hint(flag)));
+                        printable(item), kMaxChunks, names_hint(flag)));
       }
       spec.chunks = static_cast<int32_t>(*v);
       TP_RETURN_IF_ERROR(check_chunks(flag, item, *g, spec.chunks));

@@ -63,8 +63,8 @@ Status CostModel::covers(const Schedule& schedule) const {
   return Status::invalid_argument(fmt::format(
       "cost model '{}' has {} stage(s) but schedule '{}' has {} (p={} x v={}); hint: give one "
       "entry per stage 0..{}, or use --cost for uniform costs",
-      printable(source_), num_stages(), printable(schedule.name), schedule.num_stages, schedule.num_ranks,
-      schedule.chunks(), schedule.num_stages - 1));
+      printable(source_), num_stages(), printable(schedule.name), schedule.num_stages,
+      schedule.num_ranks, schedule.chunks(), schedule.num_stages - 1));
 }
 
 Status check_cost_value(std::string_view what, double x) {
@@ -72,7 +72,10 @@ Status check_cost_value(std::string_view what, double x) {
   return Status::invalid_argument(fmt::format(
       "{} is {}, {}; hint: costs and sizes are finite numbers in [0, {:g}] (tightpipe's limit); "
       "give times in a larger unit",
-      what, x, !std::isfinite(x) ? "not a finite number" : x < 0 ? "negative" : "over the limit",
+      what, x,
+      !std::isfinite(x) ? "not a finite number"
+      : x < 0           ? "negative"
+                        : "over the limit",
       kMaxCostValue));
 }
 
@@ -99,8 +102,8 @@ Status CostModel::validate() const {
     }
     if (s + 1 < num_stages()) {
       TP_RETURN_IF_ERROR(check_cost_value(
-          fmt::format("{}: the message time from stage {} to {} (latency + bytes / bandwidth)",
-                      src, s, s + 1),
+          fmt::format("{}: the message time from stage {} to {} (latency + bytes / bandwidth)", src,
+                      s, s + 1),
           message_time(s, s + 1)));
     }
   }
@@ -153,9 +156,9 @@ Result<double> non_negative(std::string_view flag, std::string_view key, std::st
                                                : ""));
   }
   if (*v < 0) {
-    return Status::invalid_argument(fmt::format(
-        "{}: key '{}' has negative value {}; hint: costs and sizes must be >= 0", flag,
-        printable(key), printable(value)));
+    return Status::invalid_argument(
+        fmt::format("{}: key '{}' has negative value {}; hint: costs and sizes must be >= 0", flag,
+                    printable(key), printable(value)));
   }
   return *v;
 }
@@ -187,18 +190,20 @@ Result<UniformCosts> parse_uniform_costs(std::string_view text) {
       c.act_after_i = x;
     } else if (k == "input") c.input = x;
     else {
-      return Status::invalid_argument(fmt::format(
-          "--cost: unknown key '{}' (value '{}'); hint: keys are {}", printable(k), printable(v),
-          kKeys));
+      return Status::invalid_argument(
+          fmt::format("--cost: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
+                      printable(v), kKeys));
     }
     return OkStatus();
   });
   TP_RETURN_IF_ERROR(st);
   if (!have_f || !have_i || !have_w) {
-    return Status::invalid_argument(fmt::format(
-        "--cost '{}' lacks {}; hint: give at least f, i and w, e.g. --cost f=1,i=1,w=1",
-        printable(text),
-        !have_f ? "f" : !have_i ? "i" : "w"));
+    return Status::invalid_argument(
+        fmt::format("--cost '{}' lacks {}; hint: give at least f, i and w, e.g. --cost f=1,i=1,w=1",
+                    printable(text),
+                    !have_f   ? "f"
+                    : !have_i ? "i"
+                              : "w"));
   }
   return c;
 }
@@ -280,9 +285,9 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
     else if (k == "latency") c.latency = x;
     else if (k == "bandwidth") c.bandwidth = x;
     else {
-      return Status::invalid_argument(fmt::format(
-          "--model: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
-          printable(v), kKeys));
+      return Status::invalid_argument(
+          fmt::format("--model: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
+                      printable(v), kKeys));
     }
     return OkStatus();
   });

@@ -1,6 +1,7 @@
 #include "tightpipe/cost_model.h"
 
 #include <gtest/gtest.h>
+
 #include <limits>
 #include <string>
 
@@ -35,7 +36,8 @@ void expect_error(const Status& s, std::initializer_list<const char*> parts) {
 TEST(UniformCosts, BadInputNamesKeyAndValue) {
   expect_error(parse_uniform_costs("f=1,i=1,w=1,x=3").status(), {"unknown key 'x'", "'3'", "hint"});
   expect_error(parse_uniform_costs("f=1,i=-1,w=1").status(), {"'i'", "negative", "-1", "hint"});
-  expect_error(parse_uniform_costs("f=abc,i=1,w=1").status(), {"'f'", "'abc'", "expected a number"});
+  expect_error(parse_uniform_costs("f=abc,i=1,w=1").status(),
+               {"'f'", "'abc'", "expected a number"});
   expect_error(parse_uniform_costs("f=1,i=1").status(), {"lacks w", "hint"});
   expect_error(parse_uniform_costs("f=1,i,w=1").status(), {"'i' is not key=value"});
   expect_error(parse_uniform_costs("").status(), {"empty"});
@@ -46,7 +48,8 @@ TEST(UniformCosts, BadInputNamesKeyAndValue) {
                {"--cost: key 'f'", "'1e-320'", "too small", "hint"});
   expect_error(parse_uniform_costs("f=1e308,i=1,w=1").status(),
                {"--cost: key 'f'", "1e+308", "over the limit", "hint"});
-  expect_error(parse_uniform_costs("f=1,i=1,w=1,bytes=1e300").status(), {"'bytes'", "over the limit"});
+  expect_error(parse_uniform_costs("f=1,i=1,w=1,bytes=1e300").status(),
+               {"'bytes'", "over the limit"});
   expect_error(parse_uniform_costs("f=inf,i=1,w=1").status(), {"'f'", "'inf'"});
   expect_error(parse_uniform_costs(std::string("f=1,i=1,w=1,\x01=2")).status(), {"'\\x01'"});
   EXPECT_TRUE(parse_uniform_costs("f=1e15,i=1,w=1").ok());
@@ -113,15 +116,22 @@ TEST(CostTable, BadInputNamesFileKeyAndValue) {
                {"c.json", "unknown top-level key 'stage'"});
   expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1,"i":1,"w":1},{"stage":0,"f":1,"i":1,"w":1}]})",
                                 "c.json").status(), {"appears twice"});
-  expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1e308,"i":1,"w":1}]})", "c.json")
-                   .status(), {"c.json", "'f'", "over the limit"});
-  expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1,"i":1,"w":1,"message_bytes":1e300}]})",
-                                "c.json").status(), {"'message_bytes'", "over the limit"});
+  expect_error(
+      parse_cost_table(R"({"stages":[{"stage":0,"f":1e308,"i":1,"w":1}]})", "c.json").status(),
+      {"c.json", "'f'", "over the limit"});
+  expect_error(parse_cost_table(
+                   R"({"stages":[{"stage":0,"f":1,"i":1,"w":1,"message_bytes":1e300}]})", "c.json")
+                   .status(),
+               {"'message_bytes'", "over the limit"});
   expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1,"i":1,"w":1,"x)" +
                                     std::string(5000, 'y') + R"(":1}]})",
-                                "c.json").status(), {"bytes in all"});
-  expect_error(parse_cost_table(R"({"time_unit":"m\u0000s","stages":[{"stage":0,"f":1,"i":1,"w":1}]})",
-                                "c.json").status(), {"'time_unit'", "\\x00"});
+                                "c.json")
+                   .status(),
+               {"bytes in all"});
+  expect_error(parse_cost_table(
+                   R"({"time_unit":"m\u0000s","stages":[{"stage":0,"f":1,"i":1,"w":1}]})", "c.json")
+                   .status(),
+               {"'time_unit'", "\\x00"});
 }
 
 TEST(CostTable, CoversChecksStageCount) {

@@ -38,7 +38,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
     j = json::parse(text);
   } catch (const json::parse_error& e) {
     return bad(source, fmt::format("not valid JSON: {}; hint: see docs/cost_model.md for the "
-                                   "format", printable(e.what(), 200)));
+                                   "format",
+                                   printable(e.what(), 200)));
   }
   if (!j.is_object()) {
     return bad(source, "the top level must be an object with a \"stages\" array; hint: see "
@@ -63,15 +64,17 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
         TP_ASSIGN_OR_RETURN(double x, number(source, "link", l.key(), *l));
         if (l.key() == "latency") link.latency = x;
         else if (l.key() == "bandwidth") link.bandwidth = x;
-        else return bad(source, fmt::format("unknown key 'link.{}' (value {}); hint: link keys "
-                                            "are latency, bandwidth", printable(l.key()),
-                                            printable(l->dump())));
+        else
+          return bad(source, fmt::format("unknown key 'link.{}' (value {}); hint: link keys "
+                                         "are latency, bandwidth",
+                                         printable(l.key()), printable(l->dump())));
       }
     } else if (key == "stages") {
       stages = &*it;
     } else {
       return bad(source, fmt::format("unknown top-level key '{}'; hint: keys are time_unit, "
-                                     "link, stages", printable(key)));
+                                     "link, stages",
+                                     printable(key)));
     }
   }
   if (stages == nullptr || !stages->is_array() || stages->empty()) {
@@ -81,8 +84,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
   const size_t n = stages->size();
   if (n > static_cast<size_t>(kMaxStages)) {
     return bad(source, fmt::format("\"stages\" has {} entries, over tightpipe's limit of {} "
-                                   "stages; hint: one entry per stage of the schedule", n,
-                                   kMaxStages));
+                                   "stages; hint: one entry per stage of the schedule",
+                                   n, kMaxStages));
   }
   std::map<size_t, StageCost> by_stage;
   constexpr std::string_view kKeys =
@@ -99,8 +102,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
     TP_ASSIGN_OR_RETURN(double sd, number(source, where, "stage", e["stage"]));
     if (sd != std::floor(sd) || sd >= kMaxStages) {
       return bad(source, fmt::format("{} key 'stage' has value {}; hint: stages are whole "
-                                     "numbers 0, 1, 2... below {} (tightpipe's limit)", where,
-                                     printable(e["stage"].dump()), kMaxStages));
+                                     "numbers 0, 1, 2... below {} (tightpipe's limit)",
+                                     where, printable(e["stage"].dump()), kMaxStages));
     }
     const size_t s = static_cast<size_t>(sd);
     if (by_stage.count(s)) return bad(source, fmt::format("{}: stage {} appears twice", where, s));

@@ -135,7 +135,8 @@ TEST(CliLimitsTest, WorstCasesInsideTheLimitsFinish) {
   const std::string cases[] = {
       "schedule --schedule 1f1b --pp 1024 --microbatches 256 --lowered --format csv --out "
       "/dev/null",
-      "schedule --schedule zb-v --pp 1024 --microbatches 128 --lowered --format csv --out /dev/null",
+      "schedule --schedule zb-v --pp 1024 --microbatches 128 --lowered --format csv --out "
+      "/dev/null",
       "simulate --schedule interleaved --pp 128 --vpp 64 --microbatches 32",
       "simulate --schedule zb-h2 --pp 128 --microbatches 2048",
       "schedule --schedule zb-auto --pp 16 --microbatches 32",

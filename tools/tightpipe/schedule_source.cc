@@ -31,7 +31,8 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
       ->check(count_flag(kMaxRanks, "pipeline ranks", "pass --pp 1 or more"));
   app.add_option("--microbatches,--num-microbatches", f.microbatches, "microbatches per step m")
       ->capture_default_str()
-      ->check(count_flag(kMaxMicrobatches, "microbatches per step", "pass --microbatches 1 or more"));
+      ->check(
+          count_flag(kMaxMicrobatches, "microbatches per step", "pass --microbatches 1 or more"));
   add_chunk_flags(app, f.vpp, f.group_size);
 }
 
@@ -143,10 +144,10 @@ namespace {
 Result<CostChoice> costs_from_flags(const CostFlags& f, const Schedule& schedule,
                                     const SimOptions& sim) {
   if (!f.layout.empty() && f.model.empty()) {
-    return Status::invalid_argument(fmt::format(
-        "--pipeline-layout '{}': only --model costs know the layers; hint: add --model "
-        "layers=..,hidden=..,heads=..,seq=.. or drop --pipeline-layout",
-        printable(f.layout)));
+    return Status::invalid_argument(
+        fmt::format("--pipeline-layout '{}': only --model costs know the layers; hint: add --model "
+                    "layers=..,hidden=..,heads=..,seq=.. or drop --pipeline-layout",
+                    printable(f.layout)));
   }
   if (!f.costs.empty()) {
     auto text = read_file(f.costs);
