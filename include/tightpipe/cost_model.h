@@ -17,6 +17,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tightpipe/schedule.h"
@@ -62,6 +63,9 @@ struct LinkCost {
   double latency = 0;    // time units per message
   double bandwidth = 0;  // bytes per time unit; 0: bytes cost nothing
 };
+
+// Every time and size of `c` under its cost-table key (docs/cost_model.md), in table order.
+std::vector<std::pair<std::string_view, double>> stage_cost_fields(const StageCost& c);
 
 enum class Recompute { kNone, kFull };
 

@@ -79,25 +79,27 @@ Status check_cost_value(std::string_view what, double x) {
       kMaxCostValue));
 }
 
+std::vector<std::pair<std::string_view, double>> stage_cost_fields(const StageCost& c) {
+  return {{"f", c.f},
+          {"i", c.i},
+          {"w", c.w},
+          {"b", c.b},
+          {"recompute", c.recompute},
+          {"optimizer", c.optimizer},
+          {"act_bytes", c.act_bytes},
+          {"act_after_i_bytes", c.act_after_i_bytes},
+          {"input_bytes", c.input_bytes},
+          {"param_bytes", c.param_bytes},
+          {"grad_bytes", c.grad_bytes},
+          {"optimizer_bytes", c.optimizer_bytes},
+          {"message_bytes", static_cast<double>(c.message_bytes)}};
+}
+
 Status CostModel::validate() const {
   const std::string src = printable(source_);
   for (int32_t s = 0; s < num_stages(); ++s) {
     const StageCost& c = stages_[s];
-    const std::pair<const char*, double> values[] = {
-        {"f", c.f},
-        {"i", c.i},
-        {"w", c.w},
-        {"b", c.b},
-        {"recompute", c.recompute},
-        {"optimizer", c.optimizer},
-        {"act_bytes", c.act_bytes},
-        {"act_after_i_bytes", c.act_after_i_bytes},
-        {"input_bytes", c.input_bytes},
-        {"param_bytes", c.param_bytes},
-        {"grad_bytes", c.grad_bytes},
-        {"optimizer_bytes", c.optimizer_bytes},
-        {"message_bytes", static_cast<double>(c.message_bytes)}};
-    for (const auto& [key, x] : values) {
+    for (const auto& [key, x] : stage_cost_fields(c)) {
       TP_RETURN_IF_ERROR(check_cost_value(fmt::format("{}: stage {} {}", src, s, key), x));
     }
     if (s + 1 < num_stages()) {

@@ -165,20 +165,10 @@ std::string cost_table_to_json(const CostModel& m) {
   json stages = json::array();
   for (int32_t s = 0; s < m.num_stages(); ++s) {
     const StageCost& c = m.stage(s);
-    stages.push_back({{"stage", s},
-                      {"f", c.f},
-                      {"i", c.i},
-                      {"w", c.w},
-                      {"b", c.b},
-                      {"recompute", c.recompute},
-                      {"optimizer", c.optimizer},
-                      {"act_bytes", c.act_bytes},
-                      {"act_after_i_bytes", c.act_after_i_bytes},
-                      {"input_bytes", c.input_bytes},
-                      {"param_bytes", c.param_bytes},
-                      {"grad_bytes", c.grad_bytes},
-                      {"optimizer_bytes", c.optimizer_bytes},
-                      {"message_bytes", c.message_bytes}});
+    json e = {{"stage", s}};
+    for (const auto& [key, x] : stage_cost_fields(c)) e[std::string(key)] = x;
+    e["message_bytes"] = c.message_bytes;  // a whole number in the table
+    stages.push_back(std::move(e));
   }
   j["stages"] = std::move(stages);
   return j.dump(2);
