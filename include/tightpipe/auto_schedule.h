@@ -131,10 +131,17 @@ std::string auto_schedule_name(std::string_view name);
 // OK when --vpp `vpp` fits the auto schedule `name` (0: not given, or its chunk count);
 // otherwise InvalidArgument naming --vpp, the value, the chunk count and a hint.
 Status check_auto_schedule_vpp(std::string_view name, int32_t vpp);
+// The largest stages x microbatches (p x v x m) an auto schedule is built for: the greedy and the
+// search simulate the whole schedule hundreds of times, so their time grows with it much faster
+// than a generator's; at this limit a build takes a few seconds (docs/zero_bubble_auto.md,
+// "Limits"). Larger pipelines use the handcrafted zb-h1, zb-h2 or zb-v.
+inline constexpr int64_t kMaxAutoStageMicrobatches = 512;
+
 // Builds the named schedule (build_zb_auto or build_zb_v_auto) and names it `name` lower-cased.
 // zb-1p and zb-2p set the memory limit (p, 2p); a different options.memory_limit is an error.
-// `costs` has auto_schedule_chunks(name) * p stages. Errors: an unknown name, and those of the
-// builders (InvalidArgument, one line, naming the flag and a hint).
+// `costs` has auto_schedule_chunks(name) * p stages. Errors: an unknown name, a shape over
+// check_schedule_shape() or kMaxAutoStageMicrobatches, and those of the builders (InvalidArgument,
+// one line, naming the flag and a hint).
 Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m,
                                      const CostModel& costs, const ZbAutoOptions& o = {});
 

@@ -17,6 +17,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tightpipe/schedule.h"
@@ -24,6 +25,16 @@
 #include "tightpipe/timeline.h"
 
 namespace tightpipe {
+
+// The largest time or byte count a cost model may hold, in its own unit (docs/cost_model.md,
+// "Limits"): roomy in any unit (1e15 ns is 11 days), and small enough that every total the
+// simulator forms (a rank's makespan over at most kMaxStageMicrobatches x 3 actions, plus their
+// messages) stays finite, so no output reads "inf" or "nan".
+inline constexpr double kMaxCostValue = 1e15;
+
+// OK if `x` is finite and in [0, kMaxCostValue]; otherwise InvalidArgument naming `what` (a flag
+// and key, or a file and entry), the value, the limit and a hint.
+Status check_cost_value(std::string_view what, double x);
 
 // Costs of one stage for one microbatch.
 struct StageCost {
@@ -52,6 +63,9 @@ struct LinkCost {
   double latency = 0;    // time units per message
   double bandwidth = 0;  // bytes per time unit; 0: bytes cost nothing
 };
+
+// Every time and size of `c` under its cost-table key (docs/cost_model.md), in table order.
+std::vector<std::pair<std::string_view, double>> stage_cost_fields(const StageCost& c);
 
 enum class Recompute { kNone, kFull };
 
@@ -86,6 +100,10 @@ class CostModel {
   // OK if this model has exactly one entry per stage of `schedule`; otherwise InvalidArgument
   // naming the source, the stage counts and a hint.
   Status covers(const Schedule& schedule) const;
+  // OK if every time and size of every stage, the link, and each message time between adjacent
+  // stages pass check_cost_value(); otherwise the first that does not, naming source(), the
+  // stage and the key. make_costs (the CLI) and simulate() check it.
+  Status validate() const;
 
  private:
   std::vector<StageCost> stages_;
@@ -210,6 +228,9 @@ CostModel cost_model_for_layout(const LayerCosts& layers, const std::vector<Stag
                                 const std::string& layout_name);
 
 // ----- GPT config + device ---------------------------------------------------------------------
+
+// The most transformer layers --model takes (the layer split's search is quadratic in them).
+inline constexpr int64_t kMaxGptLayers = 1024;
 
 struct GptCostConfig {
   int64_t layers = 0;       // L transformer layers, split evenly over the stages (first get more)

@@ -87,7 +87,7 @@ inline constexpr int32_t kMaxRanks = 1024;          // p
 inline constexpr int32_t kMaxChunks = 64;           // v, virtual stages per rank
 inline constexpr int32_t kMaxStages = 8192;         // S = p x v
 inline constexpr int32_t kMaxMicrobatches = 65536;  // m
-inline constexpr int64_t kMaxStageMicrobatches = int64_t{1} << 21;  // S x m (x3 compute actions)
+inline constexpr int64_t kMaxStageMicrobatches = int64_t{1} << 18;  // S x m (x3 compute actions)
 
 // OK, or InvalidArgument naming `what` (a flag or a file), the count over its limit and a hint.
 Status check_schedule_shape(std::string_view what, int64_t ranks, int64_t stages,

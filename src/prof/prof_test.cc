@@ -321,3 +321,34 @@ TEST(TimelineIo, NonIntegerFieldIsAnErrorNamingTheLine) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// Issue 13: a negative start gave "bubble 353.2%" in report. The reader refuses an event outside
+// [0, end] or with a non-finite time, naming the file and line, so no bubble leaves [0, 1].
+TEST(TimelineIo, EventTimesMustBeFiniteAndOrdered) {
+  const std::string good =
+      R"({"name":"F0","kind":"F","lane":"compute","stage":0,"mb":0,"step":0,"start":0.5,"end":1})";
+  ASSERT_TRUE(event_from_json(good, "t.jsonl:1").ok());
+  auto with = [&](std::string_view from, std::string_view to) {
+    std::string t = good;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  for (const std::string& bad :
+       {with("\"start\":0.5", "\"start\":-5"), with("\"end\":1", "\"end\":0.25"),
+        with("\"end\":1", "\"end\":-1")}) {
+    auto e = event_from_json(bad, "t.jsonl:7");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.status().message().find("t.jsonl:7"), std::string::npos) << e.status().message();
+    EXPECT_NE(e.status().message().find("hint"), std::string::npos) << e.status().message();
+  }
+  auto kind = event_from_json(with("\"kind\":\"F\"", "\"kind\":\"F\\u0000x\""), "t.jsonl:2");
+  ASSERT_FALSE(kind.ok());
+  EXPECT_NE(kind.status().message().find("'F\\x00x'"), std::string::npos)
+      << kind.status().message();
+}
+
+}  // namespace
+}  // namespace tightpipe

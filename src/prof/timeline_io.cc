@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
@@ -42,7 +43,9 @@ Result<TimelineEvent> from_j(const nlohmann::json& j, std::string_view where) {
       }
     }
     if (!kind_ok || !lane_ok) {
-      return Status::corruption(fmt::format("{}: unknown kind '{}' or lane '{}'", where, kind, lane));
+      return Status::corruption(
+          fmt::format("{}: unknown kind '{}' or lane '{}'; hint: a timeline tightpipe train wrote",
+                      where, printable(kind), printable(lane)));
     }
     e.stage = json_int<int32_t>(j.at("stage"));
     e.microbatch = json_int<int32_t>(j.at("mb"));
@@ -53,7 +56,17 @@ Result<TimelineEvent> from_j(const nlohmann::json& j, std::string_view where) {
     e.bytes = json_int<int64_t>(j, "bytes", 0);
     e.cpu_wait = j.value("cpu_wait", 0.0);
   } catch (const nlohmann::json::exception& ex) {
-    return Status::corruption(fmt::format("{}: bad timeline event: {}", where, ex.what()));
+    return Status::corruption(
+        fmt::format("{}: bad timeline event: {}", where, printable(ex.what(), 200)));
+  }
+  // Times are seconds from the step's start: a negative start or an end before the start would
+  // count more busy time than the step has (a bubble over 100%).
+  if (!std::isfinite(e.start) || !std::isfinite(e.end) || e.start < 0 || e.end < e.start ||
+      !std::isfinite(e.cpu_wait)) {
+    return Status::corruption(fmt::format(
+        "{}: event '{}' runs from {} to {}; hint: times are finite seconds from the step's start, "
+        "0 <= start <= end",
+        where, printable(e.name), e.start, e.end));
   }
   return e;
 }
@@ -67,7 +80,8 @@ Result<TimelineEvent> event_from_json(std::string_view line, std::string_view wh
   try {
     j = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& ex) {  // parse_error, or out_of_range (1e999)
-    return Status::corruption(fmt::format("{}: not a JSON event (truncated file?): {}", where, ex.what()));
+    return Status::corruption(fmt::format("{}: not a JSON event (truncated file?): {}", where,
+                                          printable(ex.what(), 200)));
   }
   return from_j(j, where);
 }
@@ -99,7 +113,7 @@ Result<RankTimeline> events_from_json_array(std::string_view text, int32_t rank)
   try {
     arr = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& ex) {  // parse_error, or out_of_range (1e999)
-    return Status::corruption(fmt::format("rank {} timeline: {}", rank, ex.what()));
+    return Status::corruption(fmt::format("rank {} timeline: {}", rank, printable(ex.what(), 200)));
   }
   for (const auto& j : arr) {
     TP_ASSIGN_OR_RETURN(TimelineEvent e, from_j(j, fmt::format("rank {} timeline", rank)));

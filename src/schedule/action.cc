@@ -1,8 +1,10 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
+#include "tightpipe/base.h"
 #include "tightpipe/schedule.h"
 
 namespace tightpipe {
@@ -48,7 +50,7 @@ Result<Action> parse_action(std::string_view token) {
     return Status::invalid_argument(fmt::format(
         "bad action '{}': {}; hint: actions look like 2F0, 1I3, 0W3, 2B1, 1SEND_F3, 2RECV_B0 "
         "(stage, type, microbatch)",
-        token, why));
+        printable(token), why));
   };
   size_t i = 0;
   while (i < token.size() && std::isdigit(static_cast<unsigned char>(token[i]))) ++i;
@@ -71,22 +73,32 @@ Result<Action> parse_action(std::string_view token) {
     }
   }
   if (!found) {
-    return bad(fmt::format("unknown type '{}' (expected F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B)",
-                           type_text));
+    return bad(
+        fmt::format("unknown type '{}' (expected F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B)",
+                    printable(type_text)));
   }
-  auto parse_num = [](std::string_view s, int32_t& out) {
-    if (s.size() > 1 && s[0] == '0') return false;  // no leading zeros: keeps parse the inverse
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return ec == std::errc() && p == s.data() + s.size();
+  // A stage or microbatch id: digits only, no leading zero (keeps parse the inverse of
+  // to_string), below tightpipe's limit; errors name which id, its value and the limit.
+  auto parse_id = [&](std::string_view s, std::string_view what, int32_t limit,
+                      int32_t& out) -> Status {
+    const bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
+    if (!digits) return bad(fmt::format("the {} '{}' is not a plain number", what, printable(s)));
+    if (s.size() > 1 && s[0] == '0') {
+      return bad(fmt::format("the {} '{}' has a leading zero", what, printable(s)));
+    }
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || v >= limit) {
+      return bad(fmt::format("{} {} is over tightpipe's limit ({} ids 0..{})", what, printable(s),
+                             what, limit - 1));
+    }
+    out = static_cast<int32_t>(v);
+    return OkStatus();
   };
-  if (!parse_num(token.substr(0, i), a.stage) || a.stage >= kMaxStages) {
-    return bad(fmt::format("the stage is not a plain number below {} (tightpipe's limit)",
-                           kMaxStages));
-  }
-  if (!parse_num(mb_text, a.microbatch) || a.microbatch >= kMaxMicrobatches) {
-    return bad(fmt::format("the microbatch is not a plain number below {} (tightpipe's limit)",
-                           kMaxMicrobatches));
-  }
+  TP_RETURN_IF_ERROR(parse_id(token.substr(0, i), "stage", kMaxStages, a.stage));
+  TP_RETURN_IF_ERROR(parse_id(mb_text, "microbatch", kMaxMicrobatches, a.microbatch));
   return a;
 }
 

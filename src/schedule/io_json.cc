@@ -2,11 +2,11 @@
 // "programs": [["0F0", ...], ...]}. Loading validates.
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 
+#include "tightpipe/base.h"
 #include "tightpipe/schedule.h"
 
 namespace tightpipe {
@@ -35,9 +35,9 @@ Result<int32_t> json_count(const nlohmann::json& j, const char* key, int32_t lim
                            std::string_view source) {
   const nlohmann::json& v = j.at(key);
   if (!v.is_number_integer()) {
-    return Status::invalid_argument(fmt::format(
-        "{}: \"{}\" is {}, not a whole number; hint: e.g. \"{}\": 4", source, key,
-        v.dump().substr(0, 40), key));
+    return Status::invalid_argument(
+        fmt::format("{}: \"{}\" is {}, not a whole number; hint: e.g. \"{}\": 4", source, key,
+                    printable(v.dump(), 40), key));
   }
   const auto n = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
                                               v.get<uint64_t>(), uint64_t{1} << 62))
@@ -58,11 +58,14 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
-    return Status::invalid_argument(fmt::format("{}: not valid JSON: {}", source, e.what()));
+    return Status::invalid_argument(
+        fmt::format("{}: not valid JSON: {}; hint: a schedule this tool wrote (tightpipe schedule "
+                    "--format json)",
+                    source, printable(e.what(), 200)));
   }
   Schedule sch;
   try {
-    sch.name = j.value("name", std::string(source));
+    sch.name = printable(j.value("name", std::string(source)));  // echoed in every error
     TP_ASSIGN_OR_RETURN(sch.num_ranks, json_count(j, "ranks", kMaxRanks, source));
     TP_ASSIGN_OR_RETURN(sch.num_stages, json_count(j, "stages", kMaxStages, source));
     TP_ASSIGN_OR_RETURN(sch.num_microbatches,
@@ -81,11 +84,17 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
         return Status::invalid_argument(fmt::format(
             "{}: \"stage_to_rank\" holds {}, not a rank in [0, {}); hint: a schedule this tool "
             "wrote (tightpipe schedule --format json)",
-            source, r.dump().substr(0, 40), sch.num_ranks));
+            source, printable(r.dump(), 40), sch.num_ranks));
       }
       sch.stage_to_rank.push_back(static_cast<int32_t>(r.get<int64_t>()));
     }
     const auto& progs = j.at("programs");
+    if (!progs.is_array() || progs.size() != static_cast<size_t>(sch.num_ranks)) {
+      return Status::invalid_argument(fmt::format(
+          "{}: \"programs\" must list one program per rank ({} ranks); hint: a schedule this "
+          "tool wrote (tightpipe schedule --format json)",
+          source, sch.num_ranks));
+    }
     for (size_t r = 0; r < progs.size(); ++r) {
       sch.programs.emplace_back();
       for (size_t i = 0; i < progs[r].size(); ++i) {
@@ -99,8 +108,8 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::invalid_argument(fmt::format(
-        "{}: {}; hint: expected keys ranks, stages, microbatches, stage_to_rank, programs",
-        source, e.what()));
+        "{}: {}; hint: expected keys ranks, stages, microbatches, stage_to_rank, programs", source,
+        printable(e.what(), 200)));
   }
   sch.lowered = sch.has_comm_actions();
   TP_RETURN_IF_ERROR(validate(sch).with_context(source));

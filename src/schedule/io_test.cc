@@ -72,7 +72,13 @@ TEST(LimitsTest, HugeCountsAreRefusedBeforeAllocating) {
   };
   // CSV: a stage at INT32_MAX (signed overflow, SIGSEGV before), microbatch ids far out.
   expect_refused(parse_csv("0F0,0I0,0W0\n2147483647F0\n", "s.csv").status(), "s.csv:2:1");
-  expect_refused(parse_csv("0F999999999\n", "m.csv").status(), "below 65536");
+  expect_refused(parse_csv("0F999999999\n", "m.csv").status(),
+                 "microbatch 999999999 is over tightpipe's limit (microbatch ids 0..65535)");
+  // The id and the limit are named (it said "microbatches=0"), the cell echoed printable.
+  expect_refused(parse_csv("0F2147483647\n", "x.csv").status(), "microbatch 2147483647 is over");
+  expect_refused(parse_csv(std::string("0F0,0\0F1\n", 9), "n.csv").status(), "'0\\x00F1'");
+  expect_refused(parse_csv("0F0," + std::string(1 << 20, '7') + "\n", "b.csv").status(),
+                 "bytes in all");
   expect_refused(parse_csv("0F0,0I0,0W0\n1F99999999\n", "t.csv").status(), "'1F99999999'");
   expect_refused(parse_csv("0F2147483648\n", "o.csv").status(), "'0F2147483648'");
   // JSON: counts that are not whole numbers, or over the limit (they were cut to 32 bits).
@@ -94,6 +100,13 @@ TEST(LimitsTest, HugeCountsAreRefusedBeforeAllocating) {
                  "2.7, not a whole number");
   expect_refused(parse_json(with("\"ranks\": 2", "\"ranks\": 1000000000"), "d.json").status(),
                  "1000000000");
+  // A name of control bytes or megabytes is kept printable and short (it is echoed in errors).
+  auto named = parse_json(
+      with("\"name\": \"zb-h1\"", "\"name\": \"a\\u0000" + std::string(5000, 'b') + "\""),
+      "e.json");
+  ASSERT_TRUE(named.ok()) << named.status().message();
+  EXPECT_LT(named->name.size(), 200u);
+  EXPECT_EQ(named->name.find('\0'), std::string::npos);
   // Generators: --microbatches 2e9, --vpp 1e8, --pp 1e5 x --microbatches 1e5.
   expect_refused(generate_schedule("gpipe", {.ranks = 2, .microbatches = 2000000000}).status(),
                  "microbatches 2000000000");

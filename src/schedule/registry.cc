@@ -82,8 +82,8 @@ Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions
       options.ranks, int64_t{options.ranks} * std::max(1, options.chunks), options.microbatches));
   if (const GeneratorInfo* g = find_generator(name)) return g->fn(options);
   return Status::invalid_argument(
-      fmt::format("--schedule '{}': unknown schedule; hint: one of {} (or a CSV file path)", name,
-                  generator_names()));
+      fmt::format("--schedule '{}': unknown schedule; hint: one of {} (or a CSV file path)",
+                  printable(name), generator_names()));
 }
 
 Result<Schedule> load_schedule_file(const std::string& path) {

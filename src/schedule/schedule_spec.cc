@@ -41,7 +41,7 @@ Status check_chunks(std::string_view flag, std::string_view item, const Generato
   return Status::invalid_argument(fmt::format(
       "{} '{}': {} takes {} chunk(s) per rank, not {}; hint: write {}, or use a schedule that "
       "takes :v: {}",
-      flag, item, g.name, g.fixed_chunks, chunks, g.name, join(takers, ", ")));
+      flag, printable(item), g.name, g.fixed_chunks, chunks, g.name, join(takers, ", ")));
 }
 
 }  // namespace
@@ -56,16 +56,17 @@ Result<std::vector<ScheduleSpec>> parse_schedule_specs(std::string_view flag,
     const std::string name(trim(std::string_view(item).substr(0, colon)));
     const GeneratorInfo* g = find_generator(name);
     if (g == nullptr) {
-      return Status::invalid_argument(
-          fmt::format("{} '{}': unknown schedule '{}'; {}", flag, item, name, names_hint(flag)));
+      return Status::invalid_argument(fmt::format("{} '{}': unknown schedule '{}'; {}", flag,
+                                                  printable(item), printable(name),
+                                                  names_hint(flag)));
     }
     ScheduleSpec spec{.name = g->name};
     if (colon != std::string::npos) {
       auto v = parse_int(trim(std::string_view(item).substr(colon + 1)));
       if (!v.ok() || *v < 1 || *v > kMaxChunks) {
         return Status::invalid_argument(
-            fmt::format("{} '{}': chunks after ':' must be an integer in [1, {}]; {}", flag, item,
-                        kMaxChunks, names_hint(flag)));
+            fmt::format("{} '{}': chunks after ':' must be an integer in [1, {}]; {}", flag,
+                        printable(item), kMaxChunks, names_hint(flag)));
       }
       spec.chunks = static_cast<int32_t>(*v);
       TP_RETURN_IF_ERROR(check_chunks(flag, item, *g, spec.chunks));
@@ -74,7 +75,7 @@ Result<std::vector<ScheduleSpec>> parse_schedule_specs(std::string_view flag,
   }
   if (out.empty()) {
     return Status::invalid_argument(
-        fmt::format("{} '{}': no schedule named; {}", flag, text, names_hint(flag)));
+        fmt::format("{} '{}': no schedule named; {}", flag, printable(text), names_hint(flag)));
   }
   return out;
 }

@@ -42,6 +42,17 @@ Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m
         "--schedule '{}': not a cost-aware schedule; hint: zb-auto, zb-1p, zb-2p or zb-v-auto",
         name));
   }
+  const int64_t stages = int64_t{auto_schedule_chunks(name)} * p;
+  const std::string shape = fmt::format("--schedule {} --pp {} --microbatches {}", name, p, m);
+  TP_RETURN_IF_ERROR(check_schedule_shape(shape, p, stages, m));
+  if (p > 0 && m > 0 && stages * m > kMaxAutoStageMicrobatches) {
+    return Status::invalid_argument(fmt::format(
+        "{}: stages x microbatches {} x {} = {} is over {}'s limit of {} (it simulates the whole "
+        "schedule hundreds of times); hint: fewer --pp or --microbatches, or the handcrafted {} "
+        "for larger pipelines",
+        shape, stages, m, stages * m, auto_schedule_name(name), kMaxAutoStageMicrobatches,
+        auto_schedule_chunks(name) == 2 ? "zb-v" : "zb-h1 or zb-h2"));
+  }
   ZbAutoOptions o = options;
   if (const double implied = zb_auto_name_memory_limit(name, p); implied > 0) {
     if (o.memory_limit && *o.memory_limit != implied) {

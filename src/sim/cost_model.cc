@@ -63,15 +63,62 @@ Status CostModel::covers(const Schedule& schedule) const {
   return Status::invalid_argument(fmt::format(
       "cost model '{}' has {} stage(s) but schedule '{}' has {} (p={} x v={}); hint: give one "
       "entry per stage 0..{}, or use --cost for uniform costs",
-      source_, num_stages(), schedule.name, schedule.num_stages, schedule.num_ranks,
-      schedule.chunks(), schedule.num_stages - 1));
+      printable(source_), num_stages(), printable(schedule.name), schedule.num_stages,
+      schedule.num_ranks, schedule.chunks(), schedule.num_stages - 1));
+}
+
+Status check_cost_value(std::string_view what, double x) {
+  if (std::isfinite(x) && x >= 0 && x <= kMaxCostValue) return OkStatus();
+  return Status::invalid_argument(fmt::format(
+      "{} is {}, {}; hint: costs and sizes are finite numbers in [0, {:g}] (tightpipe's limit); "
+      "give times in a larger unit",
+      what, x,
+      !std::isfinite(x) ? "not a finite number"
+      : x < 0           ? "negative"
+                        : "over the limit",
+      kMaxCostValue));
+}
+
+std::vector<std::pair<std::string_view, double>> stage_cost_fields(const StageCost& c) {
+  return {{"f", c.f},
+          {"i", c.i},
+          {"w", c.w},
+          {"b", c.b},
+          {"recompute", c.recompute},
+          {"optimizer", c.optimizer},
+          {"act_bytes", c.act_bytes},
+          {"act_after_i_bytes", c.act_after_i_bytes},
+          {"input_bytes", c.input_bytes},
+          {"param_bytes", c.param_bytes},
+          {"grad_bytes", c.grad_bytes},
+          {"optimizer_bytes", c.optimizer_bytes},
+          {"message_bytes", static_cast<double>(c.message_bytes)}};
+}
+
+Status CostModel::validate() const {
+  const std::string src = printable(source_);
+  for (int32_t s = 0; s < num_stages(); ++s) {
+    const StageCost& c = stages_[s];
+    for (const auto& [key, x] : stage_cost_fields(c)) {
+      TP_RETURN_IF_ERROR(check_cost_value(fmt::format("{}: stage {} {}", src, s, key), x));
+    }
+    if (s + 1 < num_stages()) {
+      TP_RETURN_IF_ERROR(check_cost_value(
+          fmt::format("{}: the message time from stage {} to {} (latency + bytes / bandwidth)", src,
+                      s, s + 1),
+          message_time(s, s + 1)));
+    }
+  }
+  TP_RETURN_IF_ERROR(check_cost_value(fmt::format("{}: link latency", src), link_.latency));
+  return check_cost_value(fmt::format("{}: link bandwidth", src), link_.bandwidth);
 }
 
 // ----- uniform ---------------------------------------------------------------------------------
 
 namespace {
 
-// Splits "k=v,k=v" and calls set(key, value) for each pair; errors name the flag and the pair.
+// Splits "k=v,k=v" and calls set(key, value) for each pair; errors name the flag and the pair,
+// and a key given twice (which would silently keep the last).
 template <typename Set>
 Status parse_key_values(std::string_view text, std::string_view flag, std::string_view keys_hint,
                         Set set) {
@@ -79,31 +126,41 @@ Status parse_key_values(std::string_view text, std::string_view flag, std::strin
     return Status::invalid_argument(
         fmt::format("{} is empty; hint: give key=value pairs, keys {}", flag, keys_hint));
   }
+  std::vector<std::string> seen;
   for (const std::string& part : split(text, ',')) {
     std::string_view kv = trim(part);
     const size_t eq = kv.find('=');
     if (eq == std::string_view::npos) {
-      return Status::invalid_argument(
-          fmt::format("{}: '{}' is not key=value; hint: e.g. {} f=1,i=1,w=1", flag, kv, flag));
+      return Status::invalid_argument(fmt::format("{}: '{}' is not key=value; hint: keys are {}",
+                                                  flag, printable(kv), keys_hint));
     }
     std::string key(trim(kv.substr(0, eq)));
     std::string value(trim(kv.substr(eq + 1)));
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      return Status::invalid_argument(
+          fmt::format("{}: '{}' given twice (again as '{}'); hint: give each key once", flag,
+                      printable(key), printable(kv)));
+    }
+    seen.push_back(key);
     TP_RETURN_IF_ERROR(set(key, value));
   }
   return OkStatus();
 }
 
+// The value of a key=value pair: a finite number >= 0; errors name the flag, key and value.
 Result<double> non_negative(std::string_view flag, std::string_view key, std::string_view value) {
   auto v = parse_double(value);
   if (!v.ok()) {
+    const std::string& why = v.status().message();
     return Status::invalid_argument(fmt::format(
-        "{}: key '{}' has value '{}', which is not a number; hint: e.g. {}=1.5", flag, key, value,
-        key));
+        "{}: key '{}': {}{}", flag, printable(key), why,
+        why.find("hint:") == std::string::npos ? fmt::format("; hint: e.g. {}=1.5", printable(key))
+                                               : ""));
   }
   if (*v < 0) {
-    return Status::invalid_argument(fmt::format(
-        "{}: key '{}' has negative value {}; hint: costs and sizes must be >= 0", flag, key,
-        value));
+    return Status::invalid_argument(
+        fmt::format("{}: key '{}' has negative value {}; hint: costs and sizes must be >= 0", flag,
+                    printable(key), printable(value)));
   }
   return *v;
 }
@@ -118,6 +175,7 @@ Result<UniformCosts> parse_uniform_costs(std::string_view text) {
   Status st = parse_key_values(text, kFlag, kKeys, [&](const std::string& k,
                                                        const std::string& v) -> Status {
     TP_ASSIGN_OR_RETURN(double x, non_negative(kFlag, k, v));
+    TP_RETURN_IF_ERROR(check_cost_value(fmt::format("--cost: key '{}'", printable(k)), x));
     if (k == "f") c.f = x, have_f = true;
     else if (k == "i") c.i = x, have_i = true;
     else if (k == "w") c.w = x, have_w = true;
@@ -134,16 +192,20 @@ Result<UniformCosts> parse_uniform_costs(std::string_view text) {
       c.act_after_i = x;
     } else if (k == "input") c.input = x;
     else {
-      return Status::invalid_argument(fmt::format(
-          "--cost: unknown key '{}' (value '{}'); hint: keys are {}", k, v, kKeys));
+      return Status::invalid_argument(
+          fmt::format("--cost: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
+                      printable(v), kKeys));
     }
     return OkStatus();
   });
   TP_RETURN_IF_ERROR(st);
   if (!have_f || !have_i || !have_w) {
-    return Status::invalid_argument(fmt::format(
-        "--cost '{}' lacks {}; hint: give at least f, i and w, e.g. --cost f=1,i=1,w=1", text,
-        !have_f ? "f" : !have_i ? "i" : "w"));
+    return Status::invalid_argument(
+        fmt::format("--cost '{}' lacks {}; hint: give at least f, i and w, e.g. --cost f=1,i=1,w=1",
+                    printable(text),
+                    !have_f   ? "f"
+                    : !have_i ? "i"
+                              : "w"));
   }
   return c;
 }
@@ -196,29 +258,38 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
   Status st = parse_key_values(text, kFlag, kKeys, [&](const std::string& k,
                                                        const std::string& v) -> Status {
     TP_ASSIGN_OR_RETURN(double x, non_negative(kFlag, k, v));
-    auto integer = [&](int64_t& out) -> Status {
+    // A whole number up to the key's limit (docs/cost_model.md, "Limits"): the products the
+    // formulas form (s x b x h x bytes) stay exact in 64 bits.
+    auto integer = [&](int64_t& out, int64_t limit) -> Status {
       if (x != std::floor(x)) {
         return Status::invalid_argument(fmt::format(
-            "--model: key '{}' has value '{}', which is not a whole number", k, v));
+            "--model: key '{}' has value '{}', which is not a whole number; hint: e.g. {}=24", k,
+            printable(v), k));
+      }
+      if (x > static_cast<double>(limit)) {
+        return Status::invalid_argument(fmt::format(
+            "--model: key '{}' has value {}, over tightpipe's limit of {}; hint: use {} <= {}", k,
+            printable(v), limit, k, limit));
       }
       out = static_cast<int64_t>(x);
       return OkStatus();
     };
-    if (k == "layers") return integer(c.layers);
-    if (k == "hidden") return integer(c.hidden);
-    if (k == "heads") return integer(c.heads);
-    if (k == "seq") return integer(c.seq);
-    if (k == "mbs" || k == "micro_batch") return integer(c.micro_batch);
-    if (k == "vocab") return integer(c.vocab);
-    if (k == "act_bytes") return integer(c.act_dtype_bytes);
-    if (k == "param_bytes") return integer(c.param_dtype_bytes);
-    if (k == "optimizer_bytes") return integer(c.optimizer_bytes_per_param);
+    if (k == "layers") return integer(c.layers, kMaxGptLayers);
+    if (k == "hidden") return integer(c.hidden, int64_t{1} << 20);
+    if (k == "heads") return integer(c.heads, int64_t{1} << 16);
+    if (k == "seq") return integer(c.seq, int64_t{1} << 20);
+    if (k == "mbs" || k == "micro_batch") return integer(c.micro_batch, int64_t{1} << 12);
+    if (k == "vocab") return integer(c.vocab, int64_t{1} << 24);
+    if (k == "act_bytes") return integer(c.act_dtype_bytes, 8);
+    if (k == "param_bytes") return integer(c.param_dtype_bytes, 8);
+    if (k == "optimizer_bytes") return integer(c.optimizer_bytes_per_param, 64);
     if (k == "flops") c.flops = x;
     else if (k == "latency") c.latency = x;
     else if (k == "bandwidth") c.bandwidth = x;
     else {
-      return Status::invalid_argument(fmt::format(
-          "--model: unknown key '{}' (value '{}'); hint: keys are {}", k, v, kKeys));
+      return Status::invalid_argument(
+          fmt::format("--model: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
+                      printable(v), kKeys));
     }
     return OkStatus();
   });
@@ -231,7 +302,7 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
       return Status::invalid_argument(fmt::format(
           "--model '{}': key '{}' must be a positive whole number (got {}); hint: e.g. --model "
           "layers=24,hidden=1024,heads=16,seq=1024",
-          text, key, value));
+          printable(text), key, value));
     }
   }
   if (c.flops <= 0) {

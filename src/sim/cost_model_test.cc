@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+
+#include "tightpipe/simulator.h"
+
 namespace tightpipe {
 namespace {
 
@@ -31,10 +36,42 @@ void expect_error(const Status& s, std::initializer_list<const char*> parts) {
 TEST(UniformCosts, BadInputNamesKeyAndValue) {
   expect_error(parse_uniform_costs("f=1,i=1,w=1,x=3").status(), {"unknown key 'x'", "'3'", "hint"});
   expect_error(parse_uniform_costs("f=1,i=-1,w=1").status(), {"'i'", "negative", "-1", "hint"});
-  expect_error(parse_uniform_costs("f=abc,i=1,w=1").status(), {"'f'", "'abc'", "not a number"});
+  expect_error(parse_uniform_costs("f=abc,i=1,w=1").status(),
+               {"'f'", "'abc'", "expected a number"});
   expect_error(parse_uniform_costs("f=1,i=1").status(), {"lacks w", "hint"});
   expect_error(parse_uniform_costs("f=1,i,w=1").status(), {"'i' is not key=value"});
   expect_error(parse_uniform_costs("").status(), {"empty"});
+  // Issue 13: a key given twice said "lacks i"; 1e-320 said "not a number"; 1e308 ran to
+  // "makespan inf, bubble -nan%".
+  expect_error(parse_uniform_costs("f=1,f=2").status(), {"'f' given twice", "'f=2'", "hint"});
+  expect_error(parse_uniform_costs("f=1e-320,i=1,w=1").status(),
+               {"--cost: key 'f'", "'1e-320'", "too small", "hint"});
+  expect_error(parse_uniform_costs("f=1e308,i=1,w=1").status(),
+               {"--cost: key 'f'", "1e+308", "over the limit", "hint"});
+  expect_error(parse_uniform_costs("f=1,i=1,w=1,bytes=1e300").status(),
+               {"'bytes'", "over the limit"});
+  expect_error(parse_uniform_costs("f=inf,i=1,w=1").status(), {"'f'", "'inf'"});
+  expect_error(parse_uniform_costs(std::string("f=1,i=1,w=1,\x01=2")).status(), {"'\\x01'"});
+  EXPECT_TRUE(parse_uniform_costs("f=1e15,i=1,w=1").ok());
+}
+
+TEST(CostModelValidate, EveryValueFiniteAndWithinTheLimit) {
+  EXPECT_TRUE(uniform_cost_model({}, 2, 4).validate().ok());
+  std::vector<StageCost> stages(2);
+  stages[1].w = kMaxCostValue * 2;
+  expect_error(CostModel(stages, {}, "ms", "t.json").validate(), {"t.json", "stage 1 w", "hint"});
+  stages[1].w = 1;
+  stages[0].message_bytes = 1000;
+  // latency + bytes / bandwidth overflows: a tiny bandwidth is not a finite message time.
+  expect_error(CostModel(stages, {.latency = 0, .bandwidth = 1e-300}, "ms", "t.json").validate(),
+               {"message time from stage 0 to 1"});
+  // simulate() refuses such a model instead of printing inf / nan.
+  auto s = generate_schedule("1f1b", {.ranks = 2, .microbatches = 2});
+  ASSERT_TRUE(s.ok());
+  auto low = lower(*s);
+  ASSERT_TRUE(low.ok());
+  stages[1].f = std::numeric_limits<double>::infinity();
+  expect_error(simulate(*low, CostModel(stages, {}, "ms", "t.json")).status(), {"stage 1 f"});
 }
 
 constexpr const char* kTable = R"({
@@ -79,6 +116,22 @@ TEST(CostTable, BadInputNamesFileKeyAndValue) {
                {"c.json", "unknown top-level key 'stage'"});
   expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1,"i":1,"w":1},{"stage":0,"f":1,"i":1,"w":1}]})",
                                 "c.json").status(), {"appears twice"});
+  expect_error(
+      parse_cost_table(R"({"stages":[{"stage":0,"f":1e308,"i":1,"w":1}]})", "c.json").status(),
+      {"c.json", "'f'", "over the limit"});
+  expect_error(parse_cost_table(
+                   R"({"stages":[{"stage":0,"f":1,"i":1,"w":1,"message_bytes":1e300}]})", "c.json")
+                   .status(),
+               {"'message_bytes'", "over the limit"});
+  expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1,"i":1,"w":1,"x)" +
+                                    std::string(5000, 'y') + R"(":1}]})",
+                                "c.json")
+                   .status(),
+               {"bytes in all"});
+  expect_error(parse_cost_table(
+                   R"({"time_unit":"m\u0000s","stages":[{"stage":0,"f":1,"i":1,"w":1}]})", "c.json")
+                   .status(),
+               {"'time_unit'", "\\x00"});
 }
 
 // A number beyond double (1e999) is an error naming the file, not an uncaught exception (found
@@ -145,6 +198,16 @@ TEST(GptCostModel, BadInput) {
   auto g = parse_gpt_cost_config("layers=2,hidden=64,heads=4,seq=16");
   ASSERT_TRUE(g.ok());
   expect_error(gpt_cost_model(*g, 4, 4).status(), {"2 layer(s)", "4 stages"});
+  // Issue 13: sizes are bounded before any product is formed (no overflow, no huge layer split).
+  expect_error(parse_gpt_cost_config("layers=100000000,hidden=64,heads=4,seq=16").status(),
+               {"'layers'", "100000000", "limit of 1024", "hint"});
+  expect_error(parse_gpt_cost_config("layers=8,hidden=1e12,heads=4,seq=16").status(),
+               {"'hidden'", "limit"});
+  expect_error(parse_gpt_cost_config("layers=8,layers=9,hidden=64,heads=4,seq=16").status(),
+               {"'layers' given twice"});
+  auto tiny_flops = parse_gpt_cost_config("layers=2,hidden=64,heads=4,seq=16,flops=1e-300");
+  ASSERT_TRUE(tiny_flops.ok());
+  expect_error(gpt_cost_model(*tiny_flops, 2, 2)->validate(), {"stage 0 f", "over the limit"});
 }
 
 }  // namespace

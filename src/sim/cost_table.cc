@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "tightpipe/base.h"
 #include "tightpipe/cost_model.h"
 
 namespace tightpipe {
@@ -21,13 +22,11 @@ Result<double> number(std::string_view source, std::string_view where, std::stri
   if (!v.is_number()) {
     return bad(source, fmt::format("{} key '{}' has value {}, which is not a number; hint: write "
                                    "it as a JSON number, e.g. \"{}\": 1.5",
-                                   where, key, v.dump(), key));
+                                   where, printable(key), printable(v.dump()), printable(key)));
   }
   const double x = v.get<double>();
-  if (!std::isfinite(x) || x < 0) {
-    return bad(source, fmt::format("{} key '{}' has value {}; hint: costs and sizes must be "
-                                   ">= 0", where, key, v.dump()));
-  }
+  TP_RETURN_IF_ERROR(
+      check_cost_value(fmt::format("{}: {} key '{}'", source, where, printable(key)), x));
   return x;
 }
 
@@ -39,7 +38,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
     j = json::parse(text);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
     return bad(source, fmt::format("not valid JSON: {}; hint: see docs/cost_model.md for the "
-                                   "format", e.what()));
+                                   "format",
+                                   printable(e.what(), 200)));
   }
   if (!j.is_object()) {
     return bad(source, "the top level must be an object with a \"stages\" array; hint: see "
@@ -53,20 +53,28 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
     if (key == "time_unit") {
       if (!it->is_string()) return bad(source, "key 'time_unit' must be a string such as \"ms\"");
       time_unit = it->get<std::string>();
+      if (time_unit.empty() || time_unit.size() > 16 || printable(time_unit) != time_unit) {
+        return bad(source, fmt::format("key 'time_unit' is \"{}\"; hint: a short printable unit "
+                                       "such as \"ms\"",
+                                       printable(time_unit, 40)));
+      }
     } else if (key == "link") {
       if (!it->is_object()) return bad(source, "key 'link' must be an object {latency, bandwidth}");
       for (auto l = it->begin(); l != it->end(); ++l) {
         TP_ASSIGN_OR_RETURN(double x, number(source, "link", l.key(), *l));
         if (l.key() == "latency") link.latency = x;
         else if (l.key() == "bandwidth") link.bandwidth = x;
-        else return bad(source, fmt::format("unknown key 'link.{}' (value {}); hint: link keys "
-                                            "are latency, bandwidth", l.key(), l->dump()));
+        else
+          return bad(source, fmt::format("unknown key 'link.{}' (value {}); hint: link keys "
+                                         "are latency, bandwidth",
+                                         printable(l.key()), printable(l->dump())));
       }
     } else if (key == "stages") {
       stages = &*it;
     } else {
       return bad(source, fmt::format("unknown top-level key '{}'; hint: keys are time_unit, "
-                                     "link, stages", key));
+                                     "link, stages",
+                                     printable(key)));
     }
   }
   if (stages == nullptr || !stages->is_array() || stages->empty()) {
@@ -74,6 +82,11 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
                        "docs/cost_model.md");
   }
   const size_t n = stages->size();
+  if (n > static_cast<size_t>(kMaxStages)) {
+    return bad(source, fmt::format("\"stages\" has {} entries, over tightpipe's limit of {} "
+                                   "stages; hint: one entry per stage of the schedule",
+                                   n, kMaxStages));
+  }
   std::map<size_t, StageCost> by_stage;
   constexpr std::string_view kKeys =
       "stage, f, i, w, b, recompute, optimizer, act_bytes, act_after_i_bytes, input_bytes, param_bytes, "
@@ -87,9 +100,10 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
                                      "index", where));
     }
     TP_ASSIGN_OR_RETURN(double sd, number(source, where, "stage", e["stage"]));
-    if (sd != std::floor(sd) || sd > 1e6) {
+    if (sd != std::floor(sd) || sd >= kMaxStages) {
       return bad(source, fmt::format("{} key 'stage' has value {}; hint: stages are whole "
-                                     "numbers 0, 1, 2...", where, e["stage"].dump()));
+                                     "numbers 0, 1, 2... below {} (tightpipe's limit)",
+                                     where, printable(e["stage"].dump()), kMaxStages));
     }
     const size_t s = static_cast<size_t>(sd);
     if (by_stage.count(s)) return bad(source, fmt::format("{}: stage {} appears twice", where, s));
@@ -120,7 +134,7 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
       else if (key == "message_bytes") c.message_bytes = static_cast<int64_t>(std::llround(x));
       else {
         return bad(source, fmt::format("{} has unknown key '{}' (value {}); hint: keys are {}",
-                                       where, key, it->dump(), kKeys));
+                                       where, printable(key), printable(it->dump()), kKeys));
       }
     }
     if (!have_b) c.b = c.i + c.w;
@@ -151,20 +165,10 @@ std::string cost_table_to_json(const CostModel& m) {
   json stages = json::array();
   for (int32_t s = 0; s < m.num_stages(); ++s) {
     const StageCost& c = m.stage(s);
-    stages.push_back({{"stage", s},
-                      {"f", c.f},
-                      {"i", c.i},
-                      {"w", c.w},
-                      {"b", c.b},
-                      {"recompute", c.recompute},
-                      {"optimizer", c.optimizer},
-                      {"act_bytes", c.act_bytes},
-                      {"act_after_i_bytes", c.act_after_i_bytes},
-                      {"input_bytes", c.input_bytes},
-                      {"param_bytes", c.param_bytes},
-                      {"grad_bytes", c.grad_bytes},
-                      {"optimizer_bytes", c.optimizer_bytes},
-                      {"message_bytes", c.message_bytes}});
+    json e = {{"stage", s}};
+    for (const auto& [key, x] : stage_cost_fields(c)) e[std::string(key)] = x;
+    e["message_bytes"] = c.message_bytes;  // a whole number in the table
+    stages.push_back(std::move(e));
   }
   j["stages"] = std::move(stages);
   return j.dump(2);

@@ -546,6 +546,7 @@ Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
         "simulate: schedule '{}' has an empty shape (ranks={}, stages={}, microbatches={})",
         schedule.name, schedule.num_ranks, schedule.num_stages, schedule.num_microbatches));
   }
+  TP_RETURN_IF_ERROR(cost.validate());
   Simulator sim(schedule, cost, options);
   return sim.run();
 }

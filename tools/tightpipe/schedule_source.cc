@@ -8,6 +8,18 @@
 
 namespace tightpipe::cli {
 
+CLI::Validator count_flag(int64_t limit, std::string what, std::string hint) {
+  return CLI::Validator(
+      [=](std::string& in) -> std::string {
+        auto v = parse_int(in);
+        if (!v.ok()) return v.status().message();
+        if (*v >= 1 && *v <= limit) return "";
+        return fmt::format("{} is outside [1, {}] ({}, tightpipe's limit); hint: {}", *v, limit,
+                           what, hint);
+      },
+      fmt::format("INT in [1, {}]", limit));
+}
+
 void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
   app.add_option(
          "--schedule,--pipeline-schedule", f.schedule,
@@ -15,19 +27,30 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
              "; zb-auto, zb-1p, zb-2p, zb-v-auto from the costs) or a CSV/JSON schedule file")
       ->capture_default_str();
   app.add_option("--pp,--pipeline-model-parallel-size", f.pp, "pipeline ranks p")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(count_flag(kMaxRanks, "pipeline ranks", "pass --pp 1 or more"));
   app.add_option("--microbatches,--num-microbatches", f.microbatches, "microbatches per step m")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(
+          count_flag(kMaxMicrobatches, "microbatches per step", "pass --microbatches 1 or more"));
+  add_chunk_flags(app, f.vpp, f.group_size);
+}
+
+void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size) {
   app.add_option(
-      "--vpp,--num-virtual-stages-per-pipeline-rank,--virtual-pipeline-model-parallel-size", f.vpp,
-      "chunks (virtual stages) per rank v; default 1, and 2 for zb-v and zb-v-auto");
+         "--vpp,--num-virtual-stages-per-pipeline-rank,--virtual-pipeline-model-parallel-size", vpp,
+         "chunks (virtual stages) per rank v; default 1, and 2 for zb-v and zb-v-auto")
+      ->check(count_flag(kMaxChunks, "chunks per rank",
+                         "leave --vpp out for the schedule's default (1, or 2 for zb-v)"));
   app.add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
-                 f.group_size, "interleaved: microbatches per group (default --pp)");
+                 group_size, "interleaved: microbatches per group (default --pp)")
+      ->check(count_flag(kMaxMicrobatches, "microbatches per group",
+                         "leave it out for the default, --pp (as Megatron)"));
 }
 
 void add_cost_flags(CLI::App& app, CostFlags& f) {
-  auto* o_cost = app.add_option(
-      "--cost", f.cost,
+  auto* o_cost = app.add_option_function<std::string>(
+      "--cost", [&f](const std::string& v) { f.cost = v; },
       "uniform whole-rank costs f=1,i=1,w=1[,b=i+w][,comm=0][,bytes=0][,act=1][,act_after_i=1]"
       "[,input=0]; per chunk the compute costs divide by v (default f=1,i=1,w=1)");
   auto* o_costs =
@@ -115,12 +138,16 @@ Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) 
   return std::move(c.model);
 }
 
-Result<CostChoice> make_costs(const CostFlags& f, const Schedule& schedule, const SimOptions& sim) {
+namespace {
+
+// The costs the flags name, as given (make_costs checks their values).
+Result<CostChoice> costs_from_flags(const CostFlags& f, const Schedule& schedule,
+                                    const SimOptions& sim) {
   if (!f.layout.empty() && f.model.empty()) {
-    return Status::invalid_argument(fmt::format(
-        "--pipeline-layout '{}': only --model costs know the layers; hint: add --model "
-        "layers=..,hidden=..,heads=..,seq=.. or drop --pipeline-layout",
-        f.layout));
+    return Status::invalid_argument(
+        fmt::format("--pipeline-layout '{}': only --model costs know the layers; hint: add --model "
+                    "layers=..,hidden=..,heads=..,seq=.. or drop --pipeline-layout",
+                    printable(f.layout)));
   }
   if (!f.costs.empty()) {
     auto text = read_file(f.costs);
@@ -134,8 +161,16 @@ Result<CostChoice> make_costs(const CostFlags& f, const Schedule& schedule, cons
     return CostChoice{std::move(m), ""};
   }
   if (!f.model.empty()) return gpt_costs(f, schedule, sim);
-  TP_ASSIGN_OR_RETURN(UniformCosts u, parse_uniform_costs(f.cost.empty() ? "f=1,i=1,w=1" : f.cost));
+  TP_ASSIGN_OR_RETURN(UniformCosts u, parse_uniform_costs(f.cost.value_or("f=1,i=1,w=1")));
   return CostChoice{uniform_cost_model(u, schedule.num_ranks, schedule.num_stages), ""};
+}
+
+}  // namespace
+
+Result<CostChoice> make_costs(const CostFlags& f, const Schedule& schedule, const SimOptions& sim) {
+  TP_ASSIGN_OR_RETURN(CostChoice c, costs_from_flags(f, schedule, sim));
+  TP_RETURN_IF_ERROR(c.model.validate());
+  return c;
 }
 
 Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& schedule) {

@@ -16,7 +16,7 @@ namespace tightpipe::cli {
 
 // Where the costs come from; at most one is given (uniform f=1,i=1,w=1 when none is).
 struct CostFlags {
-  std::string cost;   // --cost f=1,i=1,w=1[,b=2][,comm=0]
+  std::optional<std::string> cost;  // --cost f=1,i=1,w=1[,b=2][,comm=0] (nullopt: not given)
   std::string costs;  // --costs FILE.json
   std::string model;  // --model layers=..,hidden=..,...
   std::string layout;  // --pipeline-layout (with --model): "" (even split), "auto" or a layout
@@ -43,6 +43,12 @@ struct ScheduleFlags {
 // Adds --schedule, --pp, --microbatches, --vpp, --microbatch-group-size with Megatron's
 // spellings as aliases.
 void add_schedule_flags(CLI::App& app, ScheduleFlags& flags);
+// Adds --vpp and --microbatch-group-size (schedule, simulate, train): given, each must be in
+// [1, limit]; 0 is refused (it used to mean the default silently: leave the flag out for that).
+void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size);
+// A CLI11 check for an integer count flag: a whole number in [1, limit], else "<value> is outside
+// [1, limit] (<what>, tightpipe's limit); hint: <hint>".
+CLI::Validator count_flag(int64_t limit, std::string what, std::string hint);
 // Adds --cost, --costs, --model (mutually exclusive) and --pipeline-layout.
 void add_cost_flags(CLI::App& app, CostFlags& flags);
 // Adds --memory-limit, --w-memory-fraction, --objective, --search-budget-ms.

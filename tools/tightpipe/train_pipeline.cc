@@ -22,10 +22,7 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
                 "schedule: " + join(names, ", ") +
                     ", zb-auto, zb-1p, zb-2p, zb-v-auto (built from costs measured in the first "
                     "steps), or a CSV/JSON file (default 1f1b)");
-  g->add_option("--vpp,--num-virtual-stages-per-pipeline-rank,--virtual-pipeline-model-parallel-size",
-                f.vpp, "chunks (virtual stages) per rank; default 1, and 2 for zb-v");
-  g->add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
-                f.group_size, "interleaved: microbatches per group (default --pp)");
+  add_chunk_flags(*g, f.vpp, f.group_size);
   g->add_option("--transport", f.transport,
                 "threads (one process, the default) or mpi (mpirun -np P tightpipe train ...)")
       ->capture_default_str();
