@@ -476,7 +476,7 @@ Result<Manifest> load_manifest(const std::string& dir) {
   }
   if (!has_step) return bad("no 'step' line");
   if (!num_stages) return bad("no 'num_stages' line");
-  if (Status s = m.config.validate(); !s.ok()) return bad(s.message());
+  if (Status s = m.config.validate(); !s.ok()) return bad(reason(s));  // its hint names flags
   // Every stage holds at least one of the embedding, a block or the loss.
   const int64_t max_stages = std::min<int64_t>(m.config.num_layers, kMaxNumLayers) + 2;
   if (*num_stages < 1 || *num_stages > max_stages) {

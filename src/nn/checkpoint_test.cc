@@ -392,7 +392,7 @@ TEST(Checkpoint, HugeManifestCountsAreRefusedFast) {
        "'num_stages' is 2"},
       {head + "num_stages 1000000000\nvocab_size 256\nseq_length 8\nnum_layers 1000000000\n"
               "hidden_size 16\nnum_heads 2\n",
-       "'num_stages' is 1000000000, expected 1 to 1026"},
+       "--num-layers 1000000000: must be in [1, 1024]"},  // the model limits come first
       {head + "num_stages 1\n" + shape + "hidden_size 4294967312\n",
        "'hidden_size' is 4294967312, expected a count in [1, 2147483647]"},
       {head + "num_stages -1\n" + shape, "'num_stages' is -1"},
@@ -429,7 +429,7 @@ TEST(Checkpoint, HugeLayerRangeIsAClearError) {
   auto a = stages(c, 1, 1);
   const std::string dir = fresh_dir("range");
   ASSERT_TRUE(save_checkpoint(dir, ptrs(a), {}).ok());
-  const std::string path = stage_checkpoint_path(dir, 0);
+  const std::string path = stage_checkpoint_path(iteration_dir(dir, 0), 0);
   std::string bytes = read_file(path).value();
   const int32_t first_layer = INT32_MAX, stage_layers = 1;
   // Header: magic[8], version (u32), 5 shape ints, then first_layer and stage_layers.
