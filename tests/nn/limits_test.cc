@@ -10,22 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "sanitizer.h"
 #include "tightpipe/base.h"
 
 namespace tightpipe::testing_nn {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using testutil::kBuiltWithSanitizer;
 
 TEST(TrainLimits, EveryCountHasALimitNamedInOneLine) {
   const std::pair<const char*, const char*> cases[] = {
@@ -90,7 +81,7 @@ RunResult run_limited(const std::string& args, long limit_kib, int seconds) {
 // Every model flag that drives memory, at a value within its limit but far beyond 1.5 GB: a
 // one-line error naming the flags and the sizes, within 10 s, never std::bad_alloc.
 TEST(TrainLimits, HugeModelsAreRefusedBeforeAllocating) {
-  if (kSanitized) GTEST_SKIP() << "sanitizers reserve terabytes of address space: ulimit -v breaks";
+  if (kBuiltWithSanitizer) GTEST_SKIP() << "sanitizers reserve terabytes of address space: ulimit -v breaks";
   constexpr long kLimitKib = 1536 * 1024;  // 1.5 GiB
   const std::string base = "train --pp 1 --eval-iters 0 --train-iters 1 --data-path " + kText;
   const char* cases[] = {
