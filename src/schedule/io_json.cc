@@ -30,6 +30,10 @@ std::string to_json(const Schedule& sch) {
 
 namespace {
 
+// The hint of every error about a JSON schedule file's shape.
+constexpr const char* kWrittenByUsHint =
+    "hint: a schedule this tool wrote (tightpipe schedule --format json)";
+
 // A count of the header: a JSON integer in [1, limit] (2.7 or 4294967298 are not read as 2).
 Result<int32_t> json_count(const nlohmann::json& j, const char* key, int32_t limit,
                            std::string_view source) {
@@ -43,10 +47,9 @@ Result<int32_t> json_count(const nlohmann::json& j, const char* key, int32_t lim
                                               v.get<uint64_t>(), uint64_t{1} << 62))
                                         : v.get<int64_t>();
   if (n < 1 || n > limit) {
-    return Status::invalid_argument(fmt::format(
-        "{}: \"{}\" {} is outside [1, {}] (tightpipe's limit); hint: a schedule this tool wrote "
-        "(tightpipe schedule --format json)",
-        source, key, n, limit));
+    return Status::invalid_argument(
+        fmt::format("{}: \"{}\" {} is outside [1, {}] (tightpipe's limit); {}", source, key, n,
+                    limit, kWrittenByUsHint));
   }
   return static_cast<int32_t>(n);
 }
@@ -58,10 +61,8 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
-    return Status::invalid_argument(
-        fmt::format("{}: not valid JSON: {}; hint: a schedule this tool wrote (tightpipe schedule "
-                    "--format json)",
-                    source, printable(e.what(), 200)));
+    return Status::invalid_argument(fmt::format("{}: not valid JSON: {}; {}", source,
+                                                printable(e.what(), 200), kWrittenByUsHint));
   }
   Schedule sch;
   try {
@@ -74,26 +75,23 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
                                             sch.num_microbatches));
     const auto& map = j.at("stage_to_rank");
     if (!map.is_array() || map.size() != static_cast<size_t>(sch.num_stages)) {
-      return Status::invalid_argument(fmt::format(
-          "{}: \"stage_to_rank\" must list one rank per stage ({} stages); hint: a schedule this "
-          "tool wrote (tightpipe schedule --format json)",
-          source, sch.num_stages));
+      return Status::invalid_argument(
+          fmt::format("{}: \"stage_to_rank\" must list one rank per stage ({} stages); {}", source,
+                      sch.num_stages, kWrittenByUsHint));
     }
     for (const auto& r : map) {
       if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= sch.num_ranks) {
-        return Status::invalid_argument(fmt::format(
-            "{}: \"stage_to_rank\" holds {}, not a rank in [0, {}); hint: a schedule this tool "
-            "wrote (tightpipe schedule --format json)",
-            source, printable(r.dump(), 40), sch.num_ranks));
+        return Status::invalid_argument(
+            fmt::format("{}: \"stage_to_rank\" holds {}, not a rank in [0, {}); {}", source,
+                        printable(r.dump(), 40), sch.num_ranks, kWrittenByUsHint));
       }
       sch.stage_to_rank.push_back(static_cast<int32_t>(r.get<int64_t>()));
     }
     const auto& progs = j.at("programs");
     if (!progs.is_array() || progs.size() != static_cast<size_t>(sch.num_ranks)) {
-      return Status::invalid_argument(fmt::format(
-          "{}: \"programs\" must list one program per rank ({} ranks); hint: a schedule this "
-          "tool wrote (tightpipe schedule --format json)",
-          source, sch.num_ranks));
+      return Status::invalid_argument(
+          fmt::format("{}: \"programs\" must list one program per rank ({} ranks); {}", source,
+                      sch.num_ranks, kWrittenByUsHint));
     }
     for (size_t r = 0; r < progs.size(); ++r) {
       sch.programs.emplace_back();
