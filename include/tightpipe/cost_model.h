@@ -245,6 +245,11 @@ struct GptCostConfig {
   int64_t act_dtype_bytes = 2;        // bytes per activation element (bf16)
   int64_t param_dtype_bytes = 2;      // bytes per parameter and per gradient
   int64_t optimizer_bytes_per_param = 12;  // fp32 master + Adam m, v
+  int64_t ffn_hidden = 0;        // MLP width; 0: 4 x hidden
+  int64_t grad_dtype_bytes = 0;  // bytes per gradient; 0: param_dtype_bytes
+  // Flash attention: the a x s x s attention scores are recomputed in the backward instead of
+  // stored, so F keeps sb(18h+4f) activation bytes per layer, not sb(18h+4f+5as).
+  bool flash_attention = false;
 };
 
 // "layers=24,hidden=1024,heads=16,seq=1024[,mbs=1][,vocab=..][,flops=..][,latency=..]
@@ -255,6 +260,8 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text);
 // Per layer (REFERENCE.md section 3): F = sbh(24h+4s), I = sbh(24h+8s), W = sbh(24h) FLOPs;
 // activations held after F sb(34h+5as) bytes of which 32sbh stay until W; message bytes =
 // s*b*h*act_dtype_bytes; params 12h^2 per layer (+ Vh embedding on stage 0 and head on the last).
+// With an MLP width f other than 4h (ffn_hidden): F = sbh(8h+4f+4s), I = sbh(8h+4f+8s),
+// W = sbh(8h+4f), activations sb(18h+4f+5as) of which sb(16h+4f) stay, params 4h^2+2hf+9h+f.
 // Times in seconds. The layers split as even_layer_split(config.layers, stages).
 // REQUIRES: config fields positive (parse_gpt_cost_config checks).
 Result<CostModel> gpt_cost_model(const GptCostConfig& config, int32_t ranks, int32_t stages);

@@ -146,6 +146,14 @@ struct LayerSplit {
   bool exhaustive = false;          // every valid split was simulated: the minimum is global
 };
 
+// The split of `num_layers` blocks over `stages` stages (embedding on stage 0, head on the last,
+// a middle stage holds at least one block) that minimizes the largest stage time F + B under
+// `costs` (a DP over stages and blocks; the smallest count wins ties at each stage): the balanced
+// split choose_layer_split() starts from, and `plan`'s split. REQUIRES: stages >= 1,
+// num_layers >= stages - 2.
+std::vector<StageLayers> balanced_layer_split(const LayerCosts& costs, int32_t num_layers,
+                                              int32_t stages);
+
 // `schedule` may be compute-only (it is lowered first) or lowered. Errors (InvalidArgument):
 // fewer blocks than middle stages, a negative count, max_exhaustive < 1; and simulate()'s errors.
 Result<LayerSplit> choose_layer_split(const LayerCosts& costs, const Schedule& schedule,

@@ -325,14 +325,17 @@ LayerCosts gpt_layer_costs(const GptCostConfig& g) {
   const double s = static_cast<double>(g.seq), b = static_cast<double>(g.micro_batch),
                h = static_cast<double>(g.hidden), a = static_cast<double>(g.heads),
                V = static_cast<double>(g.vocab);
+  const double f = g.ffn_hidden > 0 ? static_cast<double>(g.ffn_hidden) : 4 * h;  // MLP width
   const double sbh = s * b * h;
   const double dt = static_cast<double>(g.act_dtype_bytes) / 2.0;  // formulas assume 16-bit
   const double param_bytes = static_cast<double>(g.param_dtype_bytes);
   const double optimizer_bytes = static_cast<double>(g.optimizer_bytes_per_param);
   // One kind from its FLOPs (f, i, w), activation bytes and parameter count.
-  auto kind = [&](double f, double i, double w, double act, double act_after_i, double params) {
+  const double grad_bytes =
+      static_cast<double>(g.grad_dtype_bytes > 0 ? g.grad_dtype_bytes : g.param_dtype_bytes);
+  auto kind = [&](double fwd, double i, double w, double act, double act_after_i, double params) {
     StageCost c;
-    c.f = f / g.flops;
+    c.f = fwd / g.flops;
     c.i = i / g.flops;
     c.w = w / g.flops;
     c.b = c.i + c.w;
@@ -342,13 +345,18 @@ LayerCosts gpt_layer_costs(const GptCostConfig& g) {
     c.act_after_i_bytes = act_after_i;
     c.input_bytes = 0;
     c.param_bytes = params * param_bytes;
-    c.grad_bytes = c.param_bytes;
+    c.grad_bytes = params * grad_bytes;
     c.optimizer_bytes = params * optimizer_bytes;
     return c;
   };
   LayerCosts out;
-  out.block = kind(sbh * (24 * h + 4 * s), sbh * (24 * h + 8 * s), sbh * (24 * h),
-                   s * b * (34 * h + 5 * a * s) * dt, 32 * sbh * dt, 12 * h * h + 13 * h);
+  // Attention (QKV and projection, 8sbh^2 per pass) and MLP (4sbhf) matmuls, attention scores
+  // (4s^2bh forward, twice that for the input gradient); with f = 4h the paper's 24h + 4s.
+  const double matmul = 8 * h + 4 * f;
+  out.block = kind(sbh * (matmul + 4 * s), sbh * (matmul + 8 * s), sbh * matmul,
+                   s * b * (18 * h + 4 * f + (g.flash_attention ? 0 : 5 * a * s)) * dt,
+                   s * b * (16 * h + 4 * f) * dt,
+                   4 * h * h + 2 * h * f + 9 * h + f);
   const double head = g.vocab > 0 ? 2 * sbh * V : 0;  // LM head (untied) + loss
   out.head = kind(head, head, head, 0, 0, V * h);
   out.embedding = kind(0, 0, 0, 0, 0, g.vocab > 0 ? V * h + s * h : 0);  // token + position
