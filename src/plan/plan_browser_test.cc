@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 
 #include "browser.h"
 #include "plan_test_sample.h"
@@ -19,7 +17,6 @@
 namespace tightpipe {
 namespace {
 
-namespace fs = std::filesystem;
 using testutil::count_occurrences;
 
 TEST(PlanBrowserTest, PlanPageRendersInHeadlessChromium) {
@@ -58,12 +55,8 @@ TEST(PlanBrowserTest, PlanPageRendersInHeadlessChromium) {
   ASSERT_EQ(st.width, 1100) << "not a PNG: " << png;
   EXPECT_GT(st.non_white, int64_t(st.width) * st.height / 50);
   EXPECT_GT(st.distinct_colors, 20);
-  std::printf("screenshot %dx%d: %lld non-white pixels (%.1f%%), %lld colours\n", st.width,
-              st.height, static_cast<long long>(st.non_white),
-              100.0 * st.non_white / (double(st.width) * st.height),
-              static_cast<long long>(st.distinct_colors));
-  if (const char* keep = std::getenv("TP_PLAN_SCREENSHOT"))
-    fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
+  std::printf("%s\n", testutil::png_summary(st).c_str());
+  testutil::keep_copy_if_asked(png, "TP_PLAN_SCREENSHOT");
 }
 
 }  // namespace

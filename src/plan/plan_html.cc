@@ -232,30 +232,29 @@ Legend legend_svg(const PlotData& d, bool mark_recommended) {
     x += width;
     return at;
   };
+  // One entry: `marker` (an SVG element opened at (cx, cy), its attributes to follow) and a label.
+  auto item = [&](const std::string& label, auto marker) {
+    const int at = place(item_width(label));
+    const double cy = 16 + row * 20;
+    out += marker(at + 6.0, cy) +
+           fmt::format("<text x=\"{}\" y=\"{:.0f}\">{}</text>\n", at + 16, cy + 4, esc(label));
+  };
   for (size_t s = 0; s < d.schedules.size(); ++s) {
-    const int at = place(item_width(d.schedules[s]));
-    const double cy = 16 + row * 20;
-    out +=
-        marker_open(static_cast<int>(s), at + 6, cy, 5) +
-        fmt::format(" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.6\"/>", kColors[s % kNumColors]);
-    out += fmt::format("<text x=\"{}\" y=\"{:.0f}\">{}</text>\n", at + 16, cy + 4,
-                       esc(d.schedules[s]));
+    item(d.schedules[s], [&](double cx, double cy) {
+      return marker_open(static_cast<int>(s), cx, cy, 5) +
+             fmt::format(" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.6\"/>",
+                         kColors[s % kNumColors]);
+    });
   }
-  {
-    const int at = place(item_width("does not fit"));
-    const double cy = 16 + row * 20;
-    out += fmt::format(
-        "<circle cx=\"{}\" cy=\"{:.0f}\" r=\"5\" fill=\"#ffffff\" stroke=\"{}\" "
-        "stroke-width=\"1.4\"/><text x=\"{}\" y=\"{:.0f}\">does not fit</text>\n",
-        at + 6, cy, kNoFitStroke, at + 16, cy + 4);
-  }
+  item("does not fit", [](double cx, double cy) {
+    return marker_open(0, cx, cy, 5) +
+           fmt::format(" fill=\"#ffffff\" stroke=\"{}\" stroke-width=\"1.4\"/>", kNoFitStroke);
+  });
   if (mark_recommended) {
-    const int at = place(item_width("recommended"));
-    const double cy = 16 + row * 20;
-    out += fmt::format(
-        "<circle cx=\"{}\" cy=\"{:.0f}\" r=\"6\" fill=\"none\" stroke=\"{}\" "
-        "stroke-width=\"2\"/><text x=\"{}\" y=\"{:.0f}\">recommended</text>\n",
-        at + 6, cy, kRecommendedColor, at + 16, cy + 4);
+    item("recommended", [](double cx, double cy) {
+      return marker_open(0, cx, cy, 6) +
+             fmt::format(" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>", kRecommendedColor);
+    });
   }
   return {out + "</g>\n", row + 1};
 }

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <filesystem>
 
 #include "browser.h"
 #include "run.h"
@@ -16,7 +15,6 @@
 namespace tightpipe {
 namespace {
 
-namespace fs = std::filesystem;
 using testutil::count_occurrences;
 
 TEST(ReportBrowserTest, ReportRendersInHeadlessChromium) {
@@ -63,12 +61,8 @@ TEST(ReportBrowserTest, ReportRendersInHeadlessChromium) {
   ASSERT_EQ(st.width, 1200) << "not a PNG: " << png;
   EXPECT_GT(st.non_white, int64_t(st.width) * st.height / 20);
   EXPECT_GT(st.distinct_colors, 20);
-  std::printf("screenshot %dx%d: %lld non-white pixels (%.1f%%), %lld colours\n", st.width,
-              st.height, static_cast<long long>(st.non_white),
-              100.0 * st.non_white / (double(st.width) * st.height),
-              static_cast<long long>(st.distinct_colors));
-  if (const char* keep = std::getenv("TP_REPORT_SCREENSHOT"))
-    fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
+  std::printf("%s\n", testutil::png_summary(st).c_str());
+  testutil::keep_copy_if_asked(png, "TP_REPORT_SCREENSHOT");
 }
 
 }  // namespace

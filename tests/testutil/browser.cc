@@ -2,6 +2,9 @@
 
 #include <png.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -53,6 +56,20 @@ PngStats png_stats(const std::string& path) {
   }
   st.distinct_colors = static_cast<int64_t>(colors.size());
   return st;
+}
+
+std::string png_summary(const PngStats& st) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "screenshot %dx%d: %lld non-white pixels (%.1f%%), %lld colours",
+                st.width, st.height, static_cast<long long>(st.non_white),
+                100.0 * st.non_white / std::max(1.0, double(st.width) * st.height),
+                static_cast<long long>(st.distinct_colors));
+  return buf;
+}
+
+void keep_copy_if_asked(const std::string& path, const char* env_var) {
+  if (const char* keep = std::getenv(env_var))
+    std::filesystem::copy_file(path, keep, std::filesystem::copy_options::overwrite_existing);
 }
 
 size_t count_occurrences(const std::string& text, const std::string& needle) {

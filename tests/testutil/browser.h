@@ -35,6 +35,13 @@ struct PngStats {
 };
 PngStats png_stats(const std::string& path);
 
+// "screenshot 1200x1600: 123456 non-white pixels (6.4%), 812 colours".
+std::string png_summary(const PngStats& stats);
+
+// Copies `path` to the file the environment variable `env_var` names, if it is set (to keep a
+// test's screenshot: TP_REPORT_SCREENSHOT=docs/report-screenshot.png).
+void keep_copy_if_asked(const std::string& path, const char* env_var);
+
 // Occurrences of `needle` in `text` (overlapping ones too).
 size_t count_occurrences(const std::string& text, const std::string& needle);
 
