@@ -119,10 +119,17 @@ constexpr int kNumColors = 10, kNumShapes = 5;
 constexpr const char* kNoFitStroke = "#9a9a9a";
 constexpr const char* kRecommendedColor = "#c0392b";
 
+// Schedule s (its index in the legend) gets colour s mod 10 and a shape that differs from the
+// shapes of the schedules sharing its colour (up to 50 schedules).
+const char* color_of(int s) { return kColors[s % kNumColors]; }
+int shape_of(int s) { return (s + s / kNumColors) % kNumShapes; }
+// The SVG element a shape is drawn with.
+const char* shape_tag(int shape) { return shape == 0 ? "circle" : shape == 1 ? "rect" : "path"; }
+
 // A marker of `shape` centred on (x, y), radius r: the opening of the element, attributes to
 // follow ("<circle cx=.. cy=.. r=..").
 std::string marker_open(int shape, double x, double y, double r) {
-  switch (shape % kNumShapes) {
+  switch (shape) {
     case 0:
       return fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\"", x, y, r);
     case 1: {
@@ -241,9 +248,9 @@ Legend legend_svg(const PlotData& d, bool mark_recommended) {
   };
   for (size_t s = 0; s < d.schedules.size(); ++s) {
     item(d.schedules[s], [&](double cx, double cy) {
-      return marker_open(static_cast<int>(s), cx, cy, 5) +
+      return marker_open(shape_of(static_cast<int>(s)), cx, cy, 5) +
              fmt::format(" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.6\"/>",
-                         kColors[s % kNumColors]);
+                         color_of(static_cast<int>(s)));
     });
   }
   item("does not fit", [](double cx, double cy) {
@@ -396,20 +403,19 @@ std::string points_svg(const PlanResult& result, const PlotData& d, const Frame&
       if (c.fits != fits) continue;
       const int s = d.schedule_index.at(c.schedule);
       const Point p = point_of(f, c, metric);
-      out += marker_open(s, p.x, p.y, 4.5);
+      out += marker_open(shape_of(s), p.x, p.y, 4.5);
       if (fits) {
         out += fmt::format(
             " class=\"pt fit\" data-i=\"{}\" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.6\" "
             "fill-opacity=\"0.9\">",
-            i, kColors[s % kNumColors]);
+            i, color_of(s));
       } else {
         out += fmt::format(
             " class=\"pt nofit\" data-i=\"{}\" fill=\"#ffffff\" fill-opacity=\"0.6\" stroke=\"{}\" "
             "stroke-width=\"1.2\">",
             i, kNoFitStroke);
       }
-      const char* tag = s % kNumShapes == 0 ? "circle" : s % kNumShapes == 1 ? "rect" : "path";
-      out += fmt::format("<title>{}</title></{}>\n", candidate_tooltip(c), tag);
+      out += fmt::format("<title>{}</title></{}>\n", candidate_tooltip(c), shape_tag(shape_of(s)));
     }
   }
   return out + "</g>\n";

@@ -1,10 +1,12 @@
 // plan_to_html on a hand-built PlanResult: one point per candidate with a memory figure, the
 // budget line, the recommended and baseline marks, the table's rows, escaping, well-formed SVG.
 #include <expat.h>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -288,6 +290,22 @@ TEST(PlanHtml, FarOutlierGoesToTheBandAndUnsimulatedToTheStrip) {
   }
   EXPECT_TRUE(has_120);
   EXPECT_FALSE(has_140);
+}
+
+TEST(PlanHtml, EverySchedulesMarkerDiffersWithMoreSchedulesThanColours) {
+  PlanResult r = testutil::sample_plan_result();
+  const PlanCandidate proto = r.candidates[0];
+  r.candidates.clear();
+  r.recommended = r.fastest = r.baseline = -1;
+  for (int s = 0; s < 12; ++s) {
+    r.candidates.push_back(proto);
+    r.candidates.back().schedule = fmt::format("sched-{:02d}", s);
+  }
+  const SvgParse svg = parse_svgs(plan_to_html(r));
+  ASSERT_TRUE(svg.ok) << svg.error;
+  std::set<std::pair<std::string, std::string>> looks;  // (element, fill)
+  for (const auto* e : with_class(svg, "pt fit")) looks.emplace(e->name, e->attrs.at("fill"));
+  EXPECT_EQ(looks.size(), 12u);
 }
 
 TEST(PlanHtml, NoCandidatesStillAPage) {
