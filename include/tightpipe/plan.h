@@ -50,6 +50,8 @@ struct DevicePreset {
   // Compute-lane time per point-to-point message on the sending and on the receiving device (GPU
   // P2P kernels occupy SMs; a CPU rank spends cycles copying): LinkCost::overhead.
   double message_overhead_s = 0;
+  // Plus bytes / this per message (a CPU copies the bytes; 0: the overhead is fixed).
+  double message_overhead_bandwidth = 0;
   std::string source;  // datasheet, or how it was measured
 };
 

@@ -202,6 +202,11 @@ Status write_svg(const std::string& path, const Timeline& timeline, const SvgOpt
 // writer's and the report page's one escaper.
 std::string xml_escape(std::string_view text);
 
+// A round tick step for an axis over `span` (1, 2 or 5 times a power of ten) giving about
+// `target` ticks: the timeline's time axis and the plan page's axes. 1 for an empty, negative or
+// non-finite span.
+double nice_step(double span, int target);
+
 // Fill colour used for an event kind in the SVG (and documented in docs/trace_format.md).
 std::string_view event_kind_color(EventKind kind);
 

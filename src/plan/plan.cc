@@ -315,10 +315,15 @@ const LayerCosts& Planner::layer_costs(int64_t mbs) {
       kind->optimizer_bytes = analytic->optimizer_bytes;
     }
     meas.message_bytes = static_cast<int64_t>(std::llround(meas.message_bytes * k));
-    meas.link = c.link;
+    meas.link = c.link;  // a run's compute times hold no message work (calibrate)
     meas.source = fmt::format("{} scaled to micro batch size {}", o_.measured->source, mbs);
     c = std::move(meas);
   }
+  // What each message costs the compute lanes at both ends (LinkCost::overhead).
+  c.link.overhead = d.message_overhead_s +
+                    (d.message_overhead_bandwidth > 0
+                         ? static_cast<double>(c.message_bytes) / d.message_overhead_bandwidth
+                         : 0.0);
   return costs_by_mbs_.emplace(mbs, std::move(c)).first->second;
 }
 

@@ -33,8 +33,10 @@ LinkSpec nvlink(double bidirectional_gb_s, std::string source) {
 constexpr double kGpuMessageOverhead = 10e-6;
 
 // this-cpu: the compute thread's time per message of the in-process threads transport, measured
-// with bench/comm (docs/plan.md, "this-cpu").
-constexpr double kCpuMessageOverhead = 20e-6;
+// in training runs by bench/comm/msg_overhead_bench --run-dir (1F1B p=2, 64 KiB - 1 MiB
+// messages): about 25 us + bytes / 19 GB/s per end (docs/plan.md, "this-cpu").
+constexpr double kCpuMessageOverhead = 25e-6;
+constexpr double kCpuMessageCopyBandwidth = 19e9;
 
 DevicePreset this_cpu() {
   DevicePreset d;
@@ -53,8 +55,9 @@ DevicePreset this_cpu() {
   d.intra_node = {"threads", 0, 0, "in-process threads transport (src/comm/inproc)"};
   d.network = "ethernet-25g";
   d.message_overhead_s = kCpuMessageOverhead;
+  d.message_overhead_bandwidth = kCpuMessageCopyBandwidth;
   d.source = fmt::format("peak from shared/peers/README.md; memory: {} / {} cores; message "
-                         "overhead measured by bench/comm",
+                         "overhead measured by bench/comm/msg_overhead_bench",
                          mem.source, cores);
   return d;
 }

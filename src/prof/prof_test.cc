@@ -3,6 +3,8 @@
 #include <expat.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -147,6 +149,19 @@ TEST(Svg, WellFormedOneRowPerRank) {
   EXPECT_GE(scan.rects, 7 + 2);  // events + idle backgrounds
   EXPECT_NE(svg.find("time (ms)"), std::string::npos);
   EXPECT_NE(svg.find("&lt;p=2&gt; &amp;"), std::string::npos);
+}
+
+TEST(Svg, NiceStepIsOneTwoOrFiveTimesAPowerOfTen) {
+  EXPECT_DOUBLE_EQ(nice_step(10, 10), 1);
+  EXPECT_DOUBLE_EQ(nice_step(7.3, 10), 1);
+  EXPECT_DOUBLE_EQ(nice_step(13, 10), 2);
+  EXPECT_DOUBLE_EQ(nice_step(0.37, 5), 0.1);
+  EXPECT_DOUBLE_EQ(nice_step(2.4e6, 6), 5e5);
+  // No span, or none that can be cut: 1, never NaN (the plan page's axes meet such values).
+  EXPECT_EQ(nice_step(0, 5), 1);
+  EXPECT_EQ(nice_step(-3, 5), 1);
+  EXPECT_EQ(nice_step(std::nan(""), 5), 1);
+  EXPECT_EQ(nice_step(std::numeric_limits<double>::infinity(), 5), 1);
 }
 
 }  // namespace

@@ -26,17 +26,16 @@ std::string xml_escape(std::string_view s) {
   return out;
 }
 
-namespace {
-
-// A "nice" tick step (1, 2 or 5 times a power of ten) giving about `target` ticks.
 double nice_step(double span, int target) {
-  if (span <= 0) return 1;
+  if (!(span > 0) || !std::isfinite(span) || target < 1) return 1;
   const double raw = span / target;
   const double p = std::pow(10.0, std::floor(std::log10(raw)));
   for (double m : {1.0, 2.0, 5.0, 10.0})
     if (m * p >= raw) return m * p;
   return 10 * p;
 }
+
+namespace {
 
 constexpr const char* kIdleColor = "#e6e6e6";
 

@@ -131,6 +131,8 @@ int cmd_plan(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--top", o.top, "rows of the table")->capture_default_str();
   app.add_flag("--json", json, "print the result as JSON (docs/plan.md)");
+  std::string html;
+  app.add_option("--html", html, "write an HTML page with the step time / memory / cost plot");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
   if (device.empty()) device = costs_path.empty() ? "h100-sxm" : "this-cpu";
@@ -153,10 +155,16 @@ int cmd_plan(int argc, char** argv) {
   }
   auto result = plan(o);
   if (!result.ok()) return report_error("plan", result.status());
+  if (!html.empty()) {
+    if (Status st = write_file(html, plan_to_html(*result)); !st.ok()) {
+      return report_error("plan", st.with_context("--html"));
+    }
+  }
   if (json) {
     std::puts(plan_to_json(*result).c_str());
   } else {
     std::fputs(format_plan(*result).c_str(), stdout);
+    if (!html.empty()) std::printf("wrote %s\n", html.c_str());
   }
   return kExitOk;
 }
