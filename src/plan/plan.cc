@@ -176,6 +176,7 @@ std::string canonical_schedule(const std::string& name) {
 std::vector<int32_t> chunk_choices(const std::string& name, int32_t p, int64_t layers,
                                    const std::vector<int32_t>& filter) {
   std::vector<int32_t> vs;
+  bool free_chunks = false;  // --vpp filters only the schedules whose v is free
   if (is_auto_schedule_name(name)) {
     vs.push_back(auto_schedule_chunks(name));
   } else {
@@ -183,12 +184,16 @@ std::vector<int32_t> chunk_choices(const std::string& name, int32_t p, int64_t l
     if (g->fixed_chunks > 0) {
       vs.push_back(g->fixed_chunks);
     } else {
+      free_chunks = true;
       for (int32_t v = 2; v <= kMaxChunks; v *= 2) vs.push_back(v);  // 1 is plain 1F1B/GPipe
     }
   }
   std::vector<int32_t> out;
   for (int32_t v : vs) {
-    if (!filter.empty() && std::find(filter.begin(), filter.end(), v) == filter.end()) continue;
+    if (free_chunks && !filter.empty() &&
+        std::find(filter.begin(), filter.end(), v) == filter.end()) {
+      continue;
+    }
     if (int64_t(p) * v > layers + 2) continue;  // every middle stage needs a block
     out.push_back(v);
   }
@@ -742,7 +747,7 @@ void Planner::choose() {
         "Against plain 1F1B (p={} m={}, bubble {}, {:.3g} s/step) it moves the bubble {} -> {} and "
         "the step to {:.3g} s: the bill drops by {:.1f}% ({} -> {}).",
         b.pp, b.num_microbatches, percent(b.bubble_ratio), b.step_time_s, percent(b.bubble_ratio),
-        percent(r.bubble_ratio), r.step_time_s, 100 * (1 - r.cost_usd / b.cost_usd),
+        percent(r.bubble_ratio), r.step_time_s, 100 * (1 - r.step_time_s / b.step_time_s),
         dollars(b.cost_usd), dollars(r.cost_usd));
   }
   res_.why = why;

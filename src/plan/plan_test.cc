@@ -1,4 +1,5 @@
-// The planner (plan.h): cost = step x steps x devices x price / 3600, memory fits, rules of thumb.
+// The planner (plan.h): the issue's example fits and prices the run (cost = step x steps x devices
+// x price / 3600), the rules of thumb come out of the search, the 1% rule, bad input.
 #include "tightpipe/plan.h"
 
 #include <gtest/gtest.h>
@@ -20,19 +21,171 @@ PlanOptions h100_options() {
   return o;
 }
 
+const PlanCandidate& recommended(const PlanResult& r) { return r.candidates.at(r.recommended); }
+
 TEST(PlanTest, IssueExampleFitsAndPricesTheRun) {
   auto r = plan(h100_options());
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_GE(r->recommended, 0);
-  const PlanCandidate& c = r->candidates[r->recommended];
+  const PlanCandidate& c = recommended(*r);
   EXPECT_TRUE(c.fits);
+  EXPECT_TRUE(c.simulated);
+  ASSERT_EQ(c.peak_memory_bytes.size(), static_cast<size_t>(c.pp));
   for (double b : c.peak_memory_bytes) EXPECT_LE(b, r->memory_budget_bytes);
+  EXPECT_EQ(c.pp * c.dp, 64);
+  EXPECT_EQ(c.dp * c.micro_batch_size * c.num_microbatches, 1024);
   const double steps = 1e11 / (1024.0 * 4096.0);
   EXPECT_DOUBLE_EQ(r->steps, steps);
+  int fitting = 0;
   for (const PlanCandidate& k : r->candidates) {
-    if (!k.fits) continue;
+    if (!k.fits) {
+      EXPECT_FALSE(k.reason.empty());
+      continue;
+    }
+    ++fitting;
+    for (double b : k.peak_memory_bytes) EXPECT_LE(b, r->memory_budget_bytes);
     EXPECT_NEAR(k.cost_usd, k.step_time_s * steps * 64 * 2.5 / 3600, 1e-9 * k.cost_usd);
+    EXPECT_GE(k.step_time_s, k.pipeline_time_s);
   }
+  EXPECT_GE(fitting, 10);
+  // Sorted by step time; the recommendation is the fastest or within 1% of it and simpler.
+  const PlanCandidate& fastest = r->candidates.at(r->fastest);
+  EXPECT_EQ(r->fastest, 0);
+  EXPECT_LE(c.step_time_s, fastest.step_time_s * 1.01);
+  if (r->recommended != r->fastest) {
+    EXPECT_LT(c.complexity, fastest.complexity);
+    EXPECT_NE(r->why.find("simpler"), std::string::npos) << r->why;
+  }
+  ASSERT_GE(r->baseline, 0);
+  EXPECT_EQ(r->candidates[r->baseline].schedule, "1f1b");
+  EXPECT_LE(c.cost_usd, r->candidates[r->baseline].cost_usd);
+  EXPECT_NE(r->why.find("1F1B"), std::string::npos) << r->why;
+}
+
+TEST(PlanTest, JsonHasTheDocumentedKeys) {
+  auto r = plan(h100_options());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const auto j = nlohmann::json::parse(plan_to_json(*r));
+  ASSERT_TRUE(j["recommended"].is_number_integer());
+  const auto& rec = j["candidates"][j["recommended"].get<int>()];
+  for (const char* key :
+       {"schedule", "pp", "vpp", "dp", "micro_batch_size", "num_microbatches", "recompute",
+        "layout", "step_time_s", "bubble_ratio", "peak_memory_bytes", "fits", "reason",
+        "train_hours", "cost_usd"}) {
+    EXPECT_TRUE(rec.contains(key)) << key;
+  }
+  const double steps = j["steps"].get<double>();
+  EXPECT_NEAR(rec["cost_usd"].get<double>(),
+              rec["step_time_s"].get<double>() * steps * 64 * 2.5 / 3600,
+              1e-9 * rec["cost_usd"].get<double>());
+  EXPECT_EQ(j["commands"].size(), 2u);
+}
+
+TEST(PlanTest, SameInputSameResult) {
+  auto a = plan(h100_options());
+  auto b = plan(h100_options());
+  ASSERT_TRUE(a.ok() && b.ok());
+  a->search_seconds = b->search_seconds = 0;
+  EXPECT_EQ(plan_to_json(*a), plan_to_json(*b));
+}
+
+// The practitioners' rules of thumb, from the search (not written into it): with two stages and
+// a realistic batch plain 1F1B is enough; with eight stages of a deep model zero bubble wins.
+PlanOptions gpt_options(int64_t layers, int64_t hidden, int64_t devices, int64_t batch) {
+  PlanOptions o;
+  o.model = {layers, hidden, hidden / 128, 2048, 50304, 0};
+  o.global_batch_size = batch;
+  o.devices = devices;
+  o.pp = {static_cast<int32_t>(devices)};
+  o.device = *find_device_preset("h100-sxm");
+  o.network = *find_network("infiniband");
+  o.price_per_device_hour = 2.5;
+  o.train_tokens = 1e10;
+  return o;
+}
+
+TEST(PlanTest, TwoStagesPlain1F1BIsEnough) {
+  auto r = plan(gpt_options(24, 2048, 2, 256));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const PlanCandidate& c = recommended(*r);
+  EXPECT_EQ(c.pp, 2);
+  EXPECT_EQ(c.schedule, "1f1b") << r->why;
+  // Anything faster gains under 1%.
+  EXPECT_GE(r->candidates[r->fastest].step_time_s, c.step_time_s / 1.01);
+}
+
+TEST(PlanTest, EightStagesOfADeepModelZeroBubbleWins) {
+  auto r = plan(gpt_options(64, 4096, 8, 32));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const PlanCandidate& c = recommended(*r);
+  EXPECT_EQ(c.pp, 8);
+  EXPECT_EQ(c.schedule.rfind("zb-", 0), 0u) << c.schedule << ": " << r->why;
+  ASSERT_GE(r->baseline, 0);
+  const PlanCandidate& base = r->candidates[r->baseline];
+  EXPECT_GT(base.step_time_s, c.step_time_s * 1.01);
+  EXPECT_GT(base.bubble_ratio, c.bubble_ratio);
+}
+
+TEST(PlanTest, BadInputIsOneClearLine) {
+  PlanOptions o = h100_options();
+  o.devices = 6;
+  o.pp = {4};
+  auto r = plan(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--devices 6"), std::string::npos) << r.status().message();
+
+  o = h100_options();
+  o.model.num_layers = 2;
+  o.pp = {8, 16};
+  r = plan(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--num-layers 2"), std::string::npos)
+      << r.status().message();
+
+  o = h100_options();
+  o.memory_budget_bytes = 1e9;
+  r = plan(o);
+  ASSERT_FALSE(r.ok());
+  const std::string m(r.status().message());
+  EXPECT_NE(m.find("smallest need"), std::string::npos) << m;
+  EXPECT_NE(m.find("GiB"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+
+  o = h100_options();
+  o.global_batch_size = 7;
+  r = plan(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--global-batch-size 7"), std::string::npos)
+      << r.status().message();
+
+  auto d = find_device_preset("h100-pcie");
+  ASSERT_FALSE(d.ok());
+  for (const char* name : {"h100-pcie", "h100-sxm", "h200", "a100-80g", "l40s", "this-cpu"}) {
+    EXPECT_NE(d.status().message().find(name), std::string::npos) << d.status().message();
+  }
+  EXPECT_FALSE(parse_recompute_choice("block:0").ok());
+  EXPECT_EQ(parse_recompute_choice("block:3")->label(), "block:3");
+}
+
+TEST(PlanTest, MessagesCostComputeTime) {
+  // The same plan with a dearer message overhead: every multi-rank candidate gets slower, and a
+  // schedule with v times the messages loses more.
+  PlanOptions o = gpt_options(32, 4096, 8, 64);
+  o.schedules = {"1f1b", "interleaved"};
+  o.vpp = {4};
+  auto cheap = plan(o);
+  o.device.message_overhead_s = 2e-3;
+  auto dear = plan(o);
+  ASSERT_TRUE(cheap.ok() && dear.ok());
+  auto find = [](const PlanResult& r, const std::string& s, int64_t mbs) {
+    for (const PlanCandidate& c : r.candidates)
+      if (c.fits && c.schedule == s && c.micro_batch_size == mbs) return c.step_time_s;
+    return 0.0;
+  };
+  const double d1 = find(*dear, "1f1b", 1) - find(*cheap, "1f1b", 1);
+  const double di = find(*dear, "interleaved", 1) - find(*cheap, "interleaved", 1);
+  EXPECT_GT(d1, 0);
+  EXPECT_GT(di, 2 * d1);
 }
 
 }  // namespace

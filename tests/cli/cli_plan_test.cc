@@ -1,0 +1,107 @@
+// `tightpipe plan` end to end: the issue's example (table, recommendation that fits, JSON cost
+// identity, HTML page), measured costs from a run of another shape, and bad input as one line.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "run.h"
+#include "tightpipe/base.h"
+
+namespace tightpipe {
+namespace {
+
+namespace fs = std::filesystem;
+using testutil::run_command;
+
+const std::string kExample =
+    " plan --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096"
+    " --global-batch-size 1024 --devices 64 --device h100-sxm --price-per-device-hour 2.50"
+    " --train-tokens 1e11";
+
+std::string tightpipe_or_skip() {
+  const std::string tp = testutil::tightpipe_binary();
+  return fs::exists(tp) ? tp : "";
+}
+
+TEST(CliPlanTest, IssueExample) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  const std::string dir = testutil::make_temp_dir("tp-cli-plan");
+  auto r = run_command(tp + kExample + " --html " + dir + "/plan.html");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* part : {"recommended:", "why:", "base ", "1f1b", "pretrain_gpt.py", "run it:"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  auto page = read_file(dir + "/plan.html");
+  ASSERT_TRUE(page.ok());
+  EXPECT_NE(page->find("<svg"), std::string::npos);
+
+  auto j = run_command(tp + kExample + " --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& rec = doc["candidates"][doc["recommended"].get<int>()];
+  EXPECT_TRUE(rec["fits"].get<bool>());
+  const double steps = 1e11 / (1024.0 * 4096.0);
+  EXPECT_NEAR(doc["steps"].get<double>(), steps, 1e-6);
+  EXPECT_NEAR(rec["cost_usd"].get<double>(),
+              rec["step_time_s"].get<double>() * steps * 64 * 2.5 / 3600,
+              1e-9 * rec["cost_usd"].get<double>());
+  for (double b : rec["peak_memory_bytes"]) EXPECT_LE(b, doc["memory_budget_bytes"].get<double>());
+}
+
+void expect_one_line(const testutil::CommandResult& r, std::initializer_list<const char*> parts) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const char* part : parts) EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
+}
+
+TEST(CliPlanTest, BadInput) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  const std::string model =
+      " plan --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096"
+      " --global-batch-size 1024";
+  expect_one_line(run_command(tp + model + " --devices 64 --device b200"),
+                  {"--device 'b200'", "h100-sxm", "this-cpu", "hint:"});
+  expect_one_line(run_command(tp + model + " --devices 6 --pp 4"), {"--devices 6", "hint:"});
+  expect_one_line(run_command(tp + model + " --devices 64 --memory-budget-gib 1"),
+                  {"smallest need", "GiB", "hint:"});
+  expect_one_line(
+      run_command(tp +
+                  " plan --num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 512"
+                  " --global-batch-size 64 --devices 8 --pp 8"),
+      {"--num-layers 2", "hint:"});
+  expect_one_line(run_command(tp + model + " --devices 64 --recompute sometimes"),
+                  {"--recompute 'sometimes'", "block:N"});
+}
+
+// A run's measured costs: the same shape plans; another shape is refused naming the mismatch.
+TEST(CliPlanTest, MeasuredCostsFromARun) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  const std::string dir = testutil::make_temp_dir("tp-cli-plan-run");
+  auto t = run_command(tp +
+                       " train --pp 2 --schedule 1f1b --num-layers 2 --hidden-size 64"
+                       " --num-attention-heads 4 --seq-length 32 --micro-batch-size 2"
+                       " --num-microbatches 4 --train-iters 4 --eval-iters 0 --data-path " +
+                       std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt --out-dir " + dir);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const std::string shape =
+      " plan --num-layers 4 --num-attention-heads 4 --seq-length 32 --vocab-size 256"
+      " --global-batch-size 8 --devices 2 --pp 2 --micro-batch-size 1,2 --costs " + dir + "/costs.json";
+  auto ok = run_command(tp + shape + " --hidden-size 64 --json");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  const auto doc = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(doc["costs"], "measured");
+  EXPECT_EQ(doc["device"]["name"], "this-cpu");
+  const auto& rec = doc["candidates"][doc["recommended"].get<int>()];
+  EXPECT_GT(rec["step_time_s"].get<double>(), 0);
+  EXPECT_EQ(doc["commands"][0].get<std::string>().rfind("tightpipe train", 0), 0u)
+      << doc["commands"][0];
+  expect_one_line(run_command(tp + shape + " --hidden-size 128"),
+                  {"another model shape", "--hidden-size 128", "measured 64", "hint:"});
+}
+
+}  // namespace
+}  // namespace tightpipe
