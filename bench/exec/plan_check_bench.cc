@@ -185,11 +185,12 @@ double predicted_step(const std::vector<Row>& plan, const PlanCandidate& c) {
 
 int main(int argc, char** argv) {
   CLI::App app(
-      "Predicted against measured step time of `tightpipe plan` on this machine: calibrates from "
-      "a short real run, plans a small GPT on 2 devices (p <= 2), runs the top candidates that "
-      "`tightpipe train` can run for real, several rounds, and exits 1 unless every prediction "
-      "is within the tolerance and the ranking agrees for every pair the noise can tell apart. "
-      "About 1-2 minutes with the defaults.",
+      "Predicted against measured step time of `tightpipe plan` on this machine. Each round "
+      "calibrates from a short real run of a small GPT, plans it on 2 devices and on 1 (p <= 2) "
+      "from those costs and runs candidates `tightpipe train` can run for real (the top ones, "
+      "some spread down to the slowest, the 1-device top one). Exits 1 unless every prediction "
+      "is within the tolerance (median over the rounds) and the ranking agrees for every pair the "
+      "noise can tell apart. About 100 s with the defaults.",
       "plan_check_bench");
   Settings s;
   app.add_option("--num-layers", s.num_layers, "model: transformer layers")->capture_default_str();
