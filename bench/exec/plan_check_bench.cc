@@ -150,7 +150,7 @@ Result<std::vector<Row>> runnable_candidates(const Settings& s, const std::strin
   result.options.model.vocab_size = 256;
   result.options.global_batch_size = s.global_batch_size;
   for (const json& j : plan["candidates"]) {
-    if (!j.value("fits", false) || !j.value("simulated", false)) continue;
+    if (!j.value("fits", false) || !j.value("simulated", true)) continue;
     PlanCandidate c;
     c.schedule = j.at("schedule").get<std::string>();
     c.pp = j.at("pp").get<int32_t>();
