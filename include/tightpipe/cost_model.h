@@ -59,9 +59,15 @@ struct StageCost {
 };
 
 // Message time = latency + bytes / bandwidth (bandwidth 0 = infinite), the same for every link.
+// `overhead` is what a message costs the compute lanes rather than the link: the simulator adds
+// it to the compute action that produces a message for another rank and to the one that consumes
+// a message from another rank (CostModel::action_time; a hand-off between two stages of one rank
+// is free). GPU P2P kernels occupy SMs; a CPU rank spends cycles copying.
 struct LinkCost {
   double latency = 0;    // time units per message
   double bandwidth = 0;  // bytes per time unit; 0: bytes cost nothing
+  double overhead = 0;   // compute-lane time per message at each end (sender and receiver), in
+                         // the model's time unit
 };
 
 // Every time and size of `c` under its cost-table key (docs/cost_model.md), in table order.
@@ -87,6 +93,12 @@ class CostModel {
   // Time of a compute action (F, I, W, B) of `stage`; with full recompute I and B include the
   // re-run forward. REQUIRES: is_compute(type), 0 <= stage < num_stages().
   double compute_time(int32_t stage, ActionType type, Recompute recompute = Recompute::kNone) const;
+  // Time a compute action of `schedule` holds its rank's compute lane: compute_time() plus
+  // link().overhead for each message it sends to or consumes from another rank
+  // (remote_messages(), schedule.h). The simulator's duration of F, I, W and B.
+  // REQUIRES: is_compute(a.type), 0 <= a.stage < num_stages() and schedule's stage count.
+  double action_time(const Schedule& schedule, const Action& a,
+                     Recompute recompute = Recompute::kNone) const;
   // Bytes moved between adjacent stages `from` and `to` (activation if to = from + 1, gradient
   // if to = from - 1): the activation size at the boundary, message_bytes of the lower stage.
   int64_t message_bytes(int32_t from_stage, int32_t to_stage) const;
@@ -100,9 +112,9 @@ class CostModel {
   // OK if this model has exactly one entry per stage of `schedule`; otherwise InvalidArgument
   // naming the source, the stage counts and a hint.
   Status covers(const Schedule& schedule) const;
-  // OK if every time and size of every stage, the link, and each message time between adjacent
-  // stages pass check_cost_value(); otherwise the first that does not, naming source(), the
-  // stage and the key. make_costs (the CLI) and simulate() check it.
+  // OK if every time and size of every stage, the link (latency, bandwidth, overhead), and each
+  // message time between adjacent stages pass check_cost_value(); otherwise the first that does
+  // not, naming source(), the stage and the key. make_costs (the CLI) and simulate() check it.
   Status validate() const;
 
  private:
@@ -122,13 +134,14 @@ struct UniformCosts {
   double w = 1;
   double b = -1;
   double comm = 0;            // time of one message (not divided by v: a boundary is a boundary)
+  double overhead = 0;        // compute time per message at each end (LinkCost::overhead)
   int64_t bytes = 0;          // bytes of one message (for the byte counts only)
   double act = 1;             // activation held per whole-rank microbatch after F (any unit)
   double act_after_i = 1;     // fraction of it still held after I until W (1: I frees nothing)
   double input = 0;           // held after F under full recompute, as a fraction of act
 };
 
-// Parses "f=1,i=1,w=1[,b=2][,comm=0][,bytes=N][,act=..][,act_after_i=..][,input=..]".
+// Parses "f=1,i=1,w=1[,b=2][,comm=0][,overhead=0][,bytes=N][,act=..][,act_after_i=..][,input=..]".
 // Unknown keys, non-numeric or negative values are InvalidArgument naming the key and value.
 Result<UniformCosts> parse_uniform_costs(std::string_view text);
 
@@ -242,19 +255,28 @@ struct GptCostConfig {
   double flops = 100e12;    // achieved device FLOP/s
   double latency = 10e-6;   // link latency in seconds
   double bandwidth = 25e9;  // link bandwidth in bytes/s
+  double message_overhead = 0;  // compute seconds per message at each end (LinkCost::overhead)
   int64_t act_dtype_bytes = 2;        // bytes per activation element (bf16)
   int64_t param_dtype_bytes = 2;      // bytes per parameter and per gradient
   int64_t optimizer_bytes_per_param = 12;  // fp32 master + Adam m, v
+  int64_t ffn_hidden = 0;        // MLP width; 0: 4 x hidden
+  int64_t grad_dtype_bytes = 0;  // bytes per gradient; 0: param_dtype_bytes
+  // Flash attention: the a x s x s attention scores are recomputed in the backward instead of
+  // stored, so F keeps sb(18h+4f) activation bytes per layer, not sb(18h+4f+5as).
+  bool flash_attention = false;
 };
 
 // "layers=24,hidden=1024,heads=16,seq=1024[,mbs=1][,vocab=..][,flops=..][,latency=..]
-// [,bandwidth=..][,act_bytes=2][,param_bytes=2][,optimizer_bytes=12]". Unknown keys, negative
-// or non-numeric values, missing required keys are InvalidArgument naming the key.
+// [,bandwidth=..][,overhead=..][,act_bytes=2][,param_bytes=2][,optimizer_bytes=12]" (overhead:
+// message_overhead). Unknown keys, negative or non-numeric values, missing required keys are
+// InvalidArgument naming the key.
 Result<GptCostConfig> parse_gpt_cost_config(std::string_view text);
 
 // Per layer (REFERENCE.md section 3): F = sbh(24h+4s), I = sbh(24h+8s), W = sbh(24h) FLOPs;
 // activations held after F sb(34h+5as) bytes of which 32sbh stay until W; message bytes =
 // s*b*h*act_dtype_bytes; params 12h^2 per layer (+ Vh embedding on stage 0 and head on the last).
+// With an MLP width f other than 4h (ffn_hidden): F = sbh(8h+4f+4s), I = sbh(8h+4f+8s),
+// W = sbh(8h+4f), activations sb(18h+4f+5as) of which sb(16h+4f) stay, params 4h^2+2hf+9h+f.
 // Times in seconds. The layers split as even_layer_split(config.layers, stages).
 // REQUIRES: config fields positive (parse_gpt_cost_config checks).
 Result<CostModel> gpt_cost_model(const GptCostConfig& config, int32_t ranks, int32_t stages);

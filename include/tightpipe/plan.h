@@ -31,8 +31,9 @@ namespace tightpipe {
 struct LinkSpec {
   std::string name;        // "nvlink", "pcie", "infiniband", "ethernet-25g", "threads"
   double latency_s = 0;    // seconds per message
-  double bandwidth = 0;    // bytes per second, one direction
+  double bandwidth = 0;    // bytes per second, one direction (0: bytes cost nothing)
   std::string source;      // where the figure comes from (docs/plan.md)
+  bool shared_by_node = false;  // the bandwidth is per node, shared by its devices
 };
 
 // A device type: datasheet figures (docs/plan.md cites each one).
@@ -99,6 +100,7 @@ struct PlanOptions {
   LinkSpec network;                           // --network between nodes (resolved)
   double memory_budget_bytes = 0;             // per device; 0: 0.9 x device.memory_bytes
   bool distributed_optimizer = false;         // --use-distributed-optimizer: state sharded over dp
+  bool flash_attention = true;                // --use-flash-attn: attention scores not stored
   // --costs: costs measured in a run, per layer kind, at `measured_micro_batch_size` sequences
   // per microbatch; times scale linearly with the microbatch size, bytes too. nullopt: the
   // analytic costs of the device preset.
@@ -149,7 +151,7 @@ struct PlanSearchStats {
 
 struct PlanResult {
   PlanOptions options;
-  int64_t steps = 0;          // train_tokens / (global batch x seq), rounded up
+  double steps = 0;  // optimizer steps of the run: train_tokens / (global batch x seq)
   double memory_budget_bytes = 0;
   // Candidates with fits first, by step time (ties: simpler, then by key), then the ones that do
   // not fit.

@@ -201,6 +201,12 @@ struct MessageEnds {
 };
 std::optional<MessageEnds> message_ends(const Action& a, MessageEnd end);
 
+// How many messages compute action `a` sends to or consumes from another rank (message_route at
+// both ends, not local()): 0, 1 or 2. F of s: the activation out (s + 1 remote) and in (s - 1
+// remote); I and B of s: the gradient out (s - 1) and in (s + 1); W: none. The count that
+// LinkCost::overhead is charged for (cost_model.h). REQUIRES: as message_route.
+int32_t remote_messages(const Schedule& schedule, const Action& a);
+
 // Which (type, stage, microbatch) actions have completed.
 class CompletionSet {
  public:

@@ -16,8 +16,14 @@
 //     message waits for it (a blocking receive just before use), as the executor does without
 //     --overlap-p2p-communication. Messages are eager (buffered): a SEND does not wait for its
 //     RECV to be posted. Links have no contention.
+//   * Message overhead (LinkCost::overhead, o): a compute action that sends a message to another
+//     rank (F of s with s + 1 remote; I or B of s with s - 1 remote) or consumes one from another
+//     rank (F of s with s - 1 remote; I or B of s with s + 1 remote) runs o longer per such
+//     message (CostModel::action_time, counted by remote_messages() in schedule.h); the extra
+//     time is busy time. A hand-off between stages of one rank costs nothing.
 //   * A compute-only (not lowered) schedule is replayed with free messages; one whose cost model
-//     gives messages a time, or run in kBlocking mode, is rejected: lower() it first.
+//     gives messages a time or an overhead, or run in kBlocking mode, is rejected: lower() it
+//     first.
 //   * Memory per rank follows program order: F adds act_bytes (input_bytes under full
 //     recompute), I re-materializes the activation under full recompute and then keeps only
 //     act_after_i_bytes, W frees the rest, B frees all. Static bytes = params + grads + optimizer.
@@ -145,6 +151,14 @@ struct LayerSplit {
   int64_t simulated = 0;            // splits simulated
   bool exhaustive = false;          // every valid split was simulated: the minimum is global
 };
+
+// The split of `num_layers` blocks over `stages` stages (embedding on stage 0, head on the last,
+// a middle stage holds at least one block) that minimizes the largest stage time F + B under
+// `costs` (a DP over stages and blocks; the smallest count wins ties at each stage): the balanced
+// split choose_layer_split() starts from, and `plan`'s split. REQUIRES: stages >= 1,
+// num_layers >= stages - 2.
+std::vector<StageLayers> balanced_layer_split(const LayerCosts& costs, int32_t num_layers,
+                                              int32_t stages);
 
 // `schedule` may be compute-only (it is lowered first) or lowered. Errors (InvalidArgument):
 // fewer blocks than middle stages, a negative count, max_exhaustive < 1; and simulate()'s errors.

@@ -58,6 +58,15 @@ std::optional<MessageRoute> message_route(const Schedule& sch, const Action& a, 
   return m;
 }
 
+int32_t remote_messages(const Schedule& sch, const Action& a) {
+  int32_t n = 0;
+  for (MessageEnd end : {MessageEnd::kOut, MessageEnd::kIn}) {
+    const std::optional<MessageRoute> m = message_route(sch, a, end);
+    n += m && !m->local();
+  }
+  return n;
+}
+
 std::vector<Action> dependencies(const Schedule& sch, const Action& a) {
   const int32_t s = a.stage, mb = a.microbatch;
   std::vector<Action> deps;

@@ -41,6 +41,13 @@ double CostModel::compute_time(int32_t s, ActionType type, Recompute recompute) 
   return 0;
 }
 
+double CostModel::action_time(const Schedule& schedule, const Action& a,
+                              Recompute recompute) const {
+  const double t = compute_time(a.stage, a.type, recompute);
+  if (link_.overhead == 0) return t;
+  return t + link_.overhead * remote_messages(schedule, a);
+}
+
 int64_t CostModel::message_bytes(int32_t from_stage, int32_t to_stage) const {
   TP_CHECK(std::abs(from_stage - to_stage) == 1, "not adjacent: ", from_stage, " -> ", to_stage);
   return stage(std::min(from_stage, to_stage)).message_bytes;
@@ -110,7 +117,8 @@ Status CostModel::validate() const {
     }
   }
   TP_RETURN_IF_ERROR(check_cost_value(fmt::format("{}: link latency", src), link_.latency));
-  return check_cost_value(fmt::format("{}: link bandwidth", src), link_.bandwidth);
+  TP_RETURN_IF_ERROR(check_cost_value(fmt::format("{}: link bandwidth", src), link_.bandwidth));
+  return check_cost_value(fmt::format("{}: link overhead", src), link_.overhead);
 }
 
 // ----- uniform ---------------------------------------------------------------------------------
@@ -170,7 +178,7 @@ Result<double> non_negative(std::string_view flag, std::string_view key, std::st
 Result<UniformCosts> parse_uniform_costs(std::string_view text) {
   UniformCosts c;
   constexpr std::string_view kFlag = "--cost";
-  constexpr std::string_view kKeys = "f, i, w, b, comm, bytes, act, act_after_i, input";
+  constexpr std::string_view kKeys = "f, i, w, b, comm, overhead, bytes, act, act_after_i, input";
   bool have_f = false, have_i = false, have_w = false;
   Status st = parse_key_values(text, kFlag, kKeys, [&](const std::string& k,
                                                        const std::string& v) -> Status {
@@ -181,6 +189,7 @@ Result<UniformCosts> parse_uniform_costs(std::string_view text) {
     else if (k == "w") c.w = x, have_w = true;
     else if (k == "b") c.b = x;
     else if (k == "comm") c.comm = x;
+    else if (k == "overhead") c.overhead = x;
     else if (k == "bytes") c.bytes = static_cast<int64_t>(std::llround(x));
     else if (k == "act") c.act = x;
     else if (k == "act_after_i") {
@@ -240,9 +249,10 @@ CostModel uniform_cost_model(const UniformCosts& u, int32_t ranks, int32_t stage
   c.act_after_i_bytes = c.act_bytes * u.act_after_i;
   c.input_bytes = c.act_bytes * u.input;
   c.message_bytes = u.bytes;
-  LinkCost link{u.comm, 0};
+  LinkCost link{u.comm, 0, u.overhead};
   std::string src = fmt::format("--cost f={:g},i={:g},w={:g},b={:g},comm={:g}", u.f, u.i, u.w,
                                 u.b < 0 ? u.i + u.w : u.b, u.comm);
+  if (u.overhead > 0) src += fmt::format(",overhead={:g}", u.overhead);
   return CostModel(std::vector<StageCost>(stages, c), link, "unit", std::move(src),
                    /*real_bytes=*/false);
 }
@@ -253,7 +263,7 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
   GptCostConfig c;
   constexpr std::string_view kFlag = "--model";
   constexpr std::string_view kKeys =
-      "layers, hidden, heads, seq, mbs, vocab, flops, latency, bandwidth, act_bytes, "
+      "layers, hidden, heads, seq, mbs, vocab, flops, latency, bandwidth, overhead, act_bytes, "
       "param_bytes, optimizer_bytes";
   Status st = parse_key_values(text, kFlag, kKeys, [&](const std::string& k,
                                                        const std::string& v) -> Status {
@@ -286,6 +296,7 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
     if (k == "flops") c.flops = x;
     else if (k == "latency") c.latency = x;
     else if (k == "bandwidth") c.bandwidth = x;
+    else if (k == "overhead") c.message_overhead = x;
     else {
       return Status::invalid_argument(
           fmt::format("--model: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
@@ -325,14 +336,17 @@ LayerCosts gpt_layer_costs(const GptCostConfig& g) {
   const double s = static_cast<double>(g.seq), b = static_cast<double>(g.micro_batch),
                h = static_cast<double>(g.hidden), a = static_cast<double>(g.heads),
                V = static_cast<double>(g.vocab);
+  const double f = g.ffn_hidden > 0 ? static_cast<double>(g.ffn_hidden) : 4 * h;  // MLP width
   const double sbh = s * b * h;
   const double dt = static_cast<double>(g.act_dtype_bytes) / 2.0;  // formulas assume 16-bit
   const double param_bytes = static_cast<double>(g.param_dtype_bytes);
   const double optimizer_bytes = static_cast<double>(g.optimizer_bytes_per_param);
   // One kind from its FLOPs (f, i, w), activation bytes and parameter count.
-  auto kind = [&](double f, double i, double w, double act, double act_after_i, double params) {
+  const double grad_bytes =
+      static_cast<double>(g.grad_dtype_bytes > 0 ? g.grad_dtype_bytes : g.param_dtype_bytes);
+  auto kind = [&](double fwd, double i, double w, double act, double act_after_i, double params) {
     StageCost c;
-    c.f = f / g.flops;
+    c.f = fwd / g.flops;
     c.i = i / g.flops;
     c.w = w / g.flops;
     c.b = c.i + c.w;
@@ -342,18 +356,23 @@ LayerCosts gpt_layer_costs(const GptCostConfig& g) {
     c.act_after_i_bytes = act_after_i;
     c.input_bytes = 0;
     c.param_bytes = params * param_bytes;
-    c.grad_bytes = c.param_bytes;
+    c.grad_bytes = params * grad_bytes;
     c.optimizer_bytes = params * optimizer_bytes;
     return c;
   };
   LayerCosts out;
-  out.block = kind(sbh * (24 * h + 4 * s), sbh * (24 * h + 8 * s), sbh * (24 * h),
-                   s * b * (34 * h + 5 * a * s) * dt, 32 * sbh * dt, 12 * h * h + 13 * h);
+  // Attention (QKV and projection, 8sbh^2 per pass) and MLP (4sbhf) matmuls, attention scores
+  // (4s^2bh forward, twice that for the input gradient); with f = 4h the paper's 24h + 4s.
+  const double matmul = 8 * h + 4 * f;
+  out.block = kind(sbh * (matmul + 4 * s), sbh * (matmul + 8 * s), sbh * matmul,
+                   s * b * (18 * h + 4 * f + (g.flash_attention ? 0 : 5 * a * s)) * dt,
+                   s * b * (16 * h + 4 * f) * dt,
+                   4 * h * h + 2 * h * f + 9 * h + f);
   const double head = g.vocab > 0 ? 2 * sbh * V : 0;  // LM head (untied) + loss
   out.head = kind(head, head, head, 0, 0, V * h);
   out.embedding = kind(0, 0, 0, 0, 0, g.vocab > 0 ? V * h + s * h : 0);  // token + position
   out.message_bytes = static_cast<int64_t>(sbh) * g.act_dtype_bytes;
-  out.link = LinkCost{g.latency, g.bandwidth};
+  out.link = LinkCost{g.latency, g.bandwidth, g.message_overhead};
   out.time_unit = "s";
   out.source = gpt_source(g);
   return out;

@@ -216,6 +216,77 @@ TEST(GptCostModel, BadInput) {
 namespace tightpipe {
 namespace {
 
+// Issue 14: LinkCost::overhead, the compute time of a message at each end, from every input.
+TEST(MessageOverhead, EveryInputReadsItAndRefusesBadValues) {
+  auto u = parse_uniform_costs("f=1,i=1,w=1,comm=0.5,overhead=0.25");
+  ASSERT_TRUE(u.ok()) << u.status().to_string();
+  EXPECT_DOUBLE_EQ(u->overhead, 0.25);
+  const CostModel um = uniform_cost_model(*u, 2, 4);
+  EXPECT_DOUBLE_EQ(um.link().overhead, 0.25);    // not divided by v, as comm
+  EXPECT_DOUBLE_EQ(um.message_time(0, 1), 0.5);  // link time unchanged
+  EXPECT_NE(um.source().find("overhead=0.25"), std::string::npos) << um.source();
+  EXPECT_EQ(uniform_cost_model(UniformCosts{}, 2, 2).source().find("overhead"), std::string::npos);
+  expect_error(parse_uniform_costs("f=1,i=1,w=1,overhead=-1").status(),
+               {"--cost", "'overhead'", "negative", "-1", "hint"});
+  expect_error(parse_uniform_costs("f=1,i=1,w=1,overhead=x").status(), {"'overhead'", "'x'"});
+  expect_error(parse_uniform_costs("f=1,i=1,w=1,overhead=1e300").status(),
+               {"'overhead'", "over the limit"});
+
+  auto g = parse_gpt_cost_config("layers=4,hidden=64,heads=4,seq=16,overhead=2e-5");
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_DOUBLE_EQ(g->message_overhead, 2e-5);
+  auto gm = gpt_cost_model(*g, 2, 2);
+  ASSERT_TRUE(gm.ok());
+  EXPECT_DOUBLE_EQ(gm->link().overhead, 2e-5);
+  EXPECT_DOUBLE_EQ(gpt_layer_costs(*g).link.overhead, 2e-5);
+  EXPECT_DOUBLE_EQ(parse_gpt_cost_config("layers=4,hidden=64,heads=4,seq=16")->message_overhead, 0);
+  expect_error(parse_gpt_cost_config("layers=4,hidden=64,heads=4,seq=16,overhead=-3").status(),
+               {"--model", "'overhead'", "negative", "hint"});
+
+  auto t = parse_cost_table(
+      R"({"link":{"latency":0.1,"overhead":0.125},"stages":[{"stage":0,"f":1,"i":1,"w":1}]})",
+      "c.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_DOUBLE_EQ(t->link().overhead, 0.125);
+  EXPECT_DOUBLE_EQ(t->link().latency, 0.1);
+  const std::string json = cost_table_to_json(*t);
+  EXPECT_NE(json.find("\"overhead\": 0.125"), std::string::npos) << json;
+  auto again = parse_cost_table(json, "round-trip");
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_DOUBLE_EQ(again->link().overhead, 0.125);
+  EXPECT_DOUBLE_EQ(again->link().latency, 0.1);
+  expect_error(
+      parse_cost_table(R"({"link":{"overhead":-0.5},"stages":[{"stage":0,"f":1,"i":1,"w":1}]})",
+                       "c.json")
+          .status(),
+      {"c.json", "link key 'overhead'", "negative", "hint"});
+  expect_error(
+      parse_cost_table(R"({"link":{"overhead":"x"},"stages":[{"stage":0,"f":1,"i":1,"w":1}]})",
+                       "c.json")
+          .status(),
+      {"c.json", "'overhead'", "not a number"});
+  expect_error(parse_cost_table(
+                   R"({"link":{"ovrhead":1},"stages":[{"stage":0,"f":1,"i":1,"w":1}]})", "c.json")
+                   .status(),
+               {"unknown key 'link.ovrhead'", "latency, bandwidth, overhead"});
+
+  // A model built in code is checked as the others are.
+  std::vector<StageCost> stages(2);
+  expect_error(CostModel(stages, {.overhead = -1}, "ms", "t.json").validate(),
+               {"t.json", "link overhead", "negative"});
+  expect_error(
+      CostModel(stages, {.overhead = std::numeric_limits<double>::quiet_NaN()}, "ms", "t.json")
+          .validate(),
+      {"t.json", "link overhead", "not a finite number"});
+  EXPECT_TRUE(CostModel(stages, {.overhead = 1}, "ms", "t.json").validate().ok());
+}
+
+}  // namespace
+}  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
 // Stage costs built from known per-kind costs come back exactly, and re-split for another layout.
 TEST(LayerCosts, FitRecoversKindsAndResplits) {
   const double e = 0.5, t = 3, h = 2;

@@ -59,14 +59,17 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
                                        printable(time_unit, 40)));
       }
     } else if (key == "link") {
-      if (!it->is_object()) return bad(source, "key 'link' must be an object {latency, bandwidth}");
+      if (!it->is_object()) {
+        return bad(source, "key 'link' must be an object {latency, bandwidth, overhead}");
+      }
       for (auto l = it->begin(); l != it->end(); ++l) {
         TP_ASSIGN_OR_RETURN(double x, number(source, "link", l.key(), *l));
         if (l.key() == "latency") link.latency = x;
         else if (l.key() == "bandwidth") link.bandwidth = x;
+        else if (l.key() == "overhead") link.overhead = x;
         else
           return bad(source, fmt::format("unknown key 'link.{}' (value {}); hint: link keys "
-                                         "are latency, bandwidth",
+                                         "are latency, bandwidth, overhead",
                                          printable(l.key()), printable(l->dump())));
       }
     } else if (key == "stages") {
@@ -161,7 +164,9 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
 std::string cost_table_to_json(const CostModel& m) {
   json j;
   j["time_unit"] = m.time_unit();
-  j["link"] = {{"latency", m.link().latency}, {"bandwidth", m.link().bandwidth}};
+  j["link"] = {{"latency", m.link().latency},
+               {"bandwidth", m.link().bandwidth},
+               {"overhead", m.link().overhead}};
   json stages = json::array();
   for (int32_t s = 0; s < m.num_stages(); ++s) {
     const StageCost& c = m.stage(s);

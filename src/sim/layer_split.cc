@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "tightpipe/check.h"
 #include "tightpipe/simulator.h"
 
 namespace tightpipe {
@@ -167,6 +168,12 @@ Blocks min_max_split(const LayerCosts& c, int32_t L, int32_t S) {
 }
 
 }  // namespace
+
+std::vector<StageLayers> balanced_layer_split(const LayerCosts& costs, int32_t num_layers,
+                                              int32_t stages) {
+  TP_CHECK(stages >= 1 && num_layers >= stages - 2, "stages=", stages, " layers=", num_layers);
+  return to_layers(min_max_split(costs, num_layers, stages));
+}
 
 Result<LayerSplit> choose_layer_split(const LayerCosts& costs, const Schedule& schedule,
                                       int32_t num_layers, const LayerSplitOptions& options) {

@@ -158,16 +158,22 @@ class Simulator {
           "simulate: schedule '{}' holds SEND/RECV actions but is not marked lowered", sch_.name));
     }
     if (!sch_.lowered) {
-      bool costly = false;
-      for (int32_t s = 0; s < S_; ++s) {
+      // Whether some message crosses ranks and costs link time or compute overhead.
+      std::string_view costly;
+      for (int32_t s = 0; s < S_ && costly.empty(); ++s) {
         const auto m = message_route(sch_, {ActionType::kForward, s, 0}, MessageEnd::kOut);
-        if (m && !m->local() && cost_.message_time(m->src_stage, m->dst_stage) > 0) costly = true;
+        if (!m || m->local()) continue;
+        if (cost_.message_time(m->src_stage, m->dst_stage) > 0) {
+          costly = "its messages take time";
+        } else if (cost_.link().overhead > 0) {
+          costly = "its messages cost compute time (link overhead)";
+        }
       }
-      if (costly || !overlap_) {
+      if (!costly.empty() || !overlap_) {
         return Status::invalid_argument(fmt::format(
             "simulate: schedule '{}' is compute-only but {}; hint: lower() it first so SEND/RECV "
             "actions carry the messages",
-            sch_.name, costly ? "its messages take time" : "--comm-mode blocking needs SEND/RECV"));
+            sch_.name, !costly.empty() ? costly : "--comm-mode blocking needs SEND/RECV"));
       }
     }
     return OkStatus();
@@ -318,7 +324,7 @@ class Simulator {
         case ActionType::kBackwardInput:
         case ActionType::kBackwardWeight:
         case ActionType::kBackward: {
-          const double dur = cost_.compute_time(a.stage, a.type, opt_.recompute);
+          const double dur = cost_.action_time(sch_, a, opt_.recompute);
           first_start_[r] = std::min(first_start_[r], now);
           st.last_end = now + dur;
           ++st.compute_actions;

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tightpipe/check.h"
 #include "tightpipe/prof.h"
 
 namespace tightpipe {
@@ -209,6 +210,125 @@ TEST(Simulator, StatsMatchTimelineStats) {
   ASSERT_TRUE(r2.ok());
   EXPECT_DOUBLE_EQ(r2->makespan, r->makespan);
   EXPECT_TRUE(r2->timeline.ranks.empty());
+}
+
+// ----- message overhead (issue 14): LinkCost::overhead on the compute lanes ----------------------
+
+CostModel with_overhead(int32_t p, int32_t stages, double overhead, double comm = 0) {
+  UniformCosts u;
+  u.comm = comm;
+  u.overhead = overhead;
+  return uniform_cost_model(u, p, stages);
+}
+
+Schedule lowered(std::string_view name, int32_t p, int32_t m, int32_t v = 1) {
+  auto s = generate_schedule(name, {.ranks = p, .microbatches = m, .chunks = v});
+  TP_CHECK(s.ok(), s.status().to_string());
+  auto low = lower(*s);
+  TP_CHECK(low.ok(), low.status().to_string());
+  return *low;
+}
+
+// The duration of the compute event `name` on `rank`.
+double duration(const SimResult& r, int32_t rank, std::string_view name) {
+  for (const TimelineEvent& e : r.timeline.ranks[rank].events) {
+    if (e.name == name) return e.end - e.start;
+  }
+  ADD_FAILURE() << "no event " << name << " on rank " << rank;
+  return -1;
+}
+
+// 1F1B, p = 2, m = 1, f = 1, b = 2: F0 sends, F1 receives, B1 sends, B0 receives, all on the
+// critical path, so the makespan grows by exactly 4o (and in blocking mode too, with the link
+// time on top).
+TEST(MessageOverhead, OneF1BPaysFourPerMicrobatch) {
+  const double o = 0.25;
+  const Schedule s = lowered("1f1b", 2, 1);
+  auto base = simulate(s, with_overhead(2, 2, 0));
+  auto r = simulate(s, with_overhead(2, 2, o));
+  ASSERT_TRUE(base.ok() && r.ok()) << r.status().to_string();
+  EXPECT_DOUBLE_EQ(base->makespan, 6);
+  EXPECT_DOUBLE_EQ(r->makespan, 6 + 4 * o);
+  EXPECT_DOUBLE_EQ(r->total_compute - base->total_compute, 4 * o);  // busy time
+  EXPECT_DOUBLE_EQ(duration(*r, 0, "0F0"), 1 + o);
+  EXPECT_DOUBLE_EQ(duration(*r, 1, "1F0"), 1 + o);
+  EXPECT_DOUBLE_EQ(duration(*r, 1, "1B0"), 2 + o);
+  EXPECT_DOUBLE_EQ(duration(*r, 0, "0B0"), 2 + o);
+  EXPECT_EQ(r->messages, base->messages);  // the link's messages are the same
+  SimOptions blocking;
+  blocking.comm_mode = CommMode::kBlocking;
+  auto b = simulate(s, with_overhead(2, 2, o, 0.5), blocking);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_DOUBLE_EQ(b->makespan, 6 + 4 * o + 2 * 0.5);
+}
+
+// Every message is paid at both ends: interleaved v = 2 on p = 2 crosses ranks at all 3 stage
+// boundaries (12 charges per microbatch), 1F1B at its one (4), zb-v at 2 of its 3 (8: stages 1
+// and 2 share rank 1 and hand off for free).
+TEST(MessageOverhead, ChargesEveryRemoteMessageAtBothEnds) {
+  const double o = 0.125;
+  const int32_t m = 4;
+  struct Case {
+    std::string_view name;
+    int32_t v;
+    int64_t charges;  // messages crossing ranks x 2 ends
+  };
+  for (const Case& c :
+       {Case{"1f1b", 1, 4 * m}, Case{"interleaved", 2, 12 * m}, Case{"zb-v", 2, 8 * m}}) {
+    SCOPED_TRACE(c.name);
+    const Schedule s = lowered(c.name, 2, m, c.v);
+    auto base = simulate(s, with_overhead(2, 2 * c.v, 0));
+    auto r = simulate(s, with_overhead(2, 2 * c.v, o));
+    ASSERT_TRUE(base.ok() && r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->messages * 2, c.charges);
+    EXPECT_DOUBLE_EQ(r->total_compute - base->total_compute, static_cast<double>(c.charges) * o);
+    EXPECT_GE(r->makespan, base->makespan);
+    int64_t counted = 0;
+    for (int32_t rank = 0; rank < 2; ++rank) {
+      for (const Action& a : s.programs[rank]) {
+        if (is_compute(a.type)) counted += remote_messages(s, a);
+      }
+    }
+    EXPECT_EQ(counted, c.charges);
+  }
+  // zb-v, p = 2: stage 1's F receives from rank 0 and hands off to stage 2 on its own rank (one
+  // charge); stage 2's F receives that hand-off and sends to rank 0 (one); stage 2's I receives
+  // from rank 0 and hands off to stage 1 (one); W never pays. Per chunk f = i = w = 1/2.
+  const Schedule zbv = lowered("zb-v", 2, m, 2);
+  auto r = simulate(zbv, with_overhead(2, 4, o));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_DOUBLE_EQ(duration(*r, 1, "1F0"), 0.5 + o);
+  EXPECT_DOUBLE_EQ(duration(*r, 1, "2F0"), 0.5 + o);
+  EXPECT_DOUBLE_EQ(duration(*r, 1, "2I0"), 0.5 + o);
+  EXPECT_DOUBLE_EQ(duration(*r, 1, "1W0"), 0.5);
+  EXPECT_DOUBLE_EQ(duration(*r, 0, "0F0"), 0.5 + o);
+  EXPECT_DOUBLE_EQ(duration(*r, 0, "3I0"), 0.5 + o);
+}
+
+// Stages that share a rank hand off for free: a one-rank pipeline pays nothing, and being free
+// of remote messages it needs no lowering.
+TEST(MessageOverhead, OneRankPaysNothing) {
+  Schedule s;
+  s.name = "one-rank";
+  s.num_ranks = 1;
+  s.num_stages = 2;
+  s.num_microbatches = 1;
+  s.stage_to_rank = {0, 0};
+  s.programs = {{A(F, 0, 0), A(F, 1, 0), A(B, 1, 0), A(B, 0, 0)}};
+  auto base = simulate(s, with_overhead(1, 2, 0));
+  auto r = simulate(s, with_overhead(1, 2, 0.5));
+  ASSERT_TRUE(base.ok() && r.ok()) << r.status().to_string();
+  EXPECT_DOUBLE_EQ(r->makespan, base->makespan);
+  EXPECT_DOUBLE_EQ(r->makespan, 3);
+}
+
+// A compute-only schedule has no SEND/RECV to carry the messages: lower() it first.
+TEST(MessageOverhead, ComputeOnlyIsRefused) {
+  auto r = simulate(hand_1f1b(false), with_overhead(2, 2, 0.25));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("link overhead"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("lower()"), std::string::npos) << r.status().message();
 }
 
 TEST(SimOutput, JsonHasStableFields) {

@@ -59,10 +59,15 @@ class Greedy {
          double limit, Knobs knobs)
       : p_(p), m_(m), frac_(fractions), limit_(limit), knobs_(knobs) {
     st_.resize(p);
+    // The placement run() builds: each action's time includes its message overhead, as the
+    // simulator charges it (CostModel::action_time).
+    Schedule shape;
+    shape.num_ranks = shape.num_stages = p;
+    shape.stage_to_rank = place_stages(Placement::kLoop, p, p);
     for (int32_t s = 0; s < p; ++s) {
-      st_[s].cf = costs.compute_time(s, ActionType::kForward);
-      st_[s].ci = costs.compute_time(s, ActionType::kBackwardInput);
-      st_[s].cw = costs.compute_time(s, ActionType::kBackwardWeight);
+      st_[s].cf = costs.action_time(shape, {ActionType::kForward, s, 0});
+      st_[s].ci = costs.action_time(shape, {ActionType::kBackwardInput, s, 0});
+      st_[s].cw = costs.action_time(shape, {ActionType::kBackwardWeight, s, 0});
       st_[s].comm_f = s + 1 < p ? costs.message_time(s, s + 1) : 0;
       st_[s].comm_b = s > 0 ? costs.message_time(s, s - 1) : 0;
     }

@@ -64,12 +64,17 @@ class VGreedy {
     rank_of_ = place_stages(Placement::kV, p, S_);
     st_.resize(S_);
     rk_.resize(p);
+    // Each action's time includes its message overhead, as the simulator charges it.
+    Schedule shape;
+    shape.num_ranks = p;
+    shape.num_stages = S_;
+    shape.stage_to_rank = rank_of_;
     for (int32_t s = 0; s < S_; ++s) {
       StageState& x = st_[s];
       x.unit = units[s];
-      x.cf = costs.compute_time(s, ActionType::kForward);
-      x.ci = costs.compute_time(s, ActionType::kBackwardInput);
-      x.cw = costs.compute_time(s, ActionType::kBackwardWeight);
+      x.cf = costs.action_time(shape, {ActionType::kForward, s, 0});
+      x.ci = costs.action_time(shape, {ActionType::kBackwardInput, s, 0});
+      x.cw = costs.action_time(shape, {ActionType::kBackwardWeight, s, 0});
       // Stages p-1 and p share a rank and hand off locally (lower() adds no message).
       if (s + 1 < S_ && rank_of_[s + 1] != rank_of_[s]) x.comm_f = costs.message_time(s, s + 1);
       if (s > 0 && rank_of_[s - 1] != rank_of_[s]) x.comm_b = costs.message_time(s, s - 1);

@@ -21,7 +21,9 @@ constexpr const char* kUsage =
     "  train      train the GPT model with a pipeline schedule on threads or MPI ranks\n"
     "  sample     generate text from a checkpoint\n"
     "  data       write WebDataset-style tar shards from text\n"
-    "  report     bubble report of a training run: measured vs predicted, HTML, trace\n";
+    "  report     bubble report of a training run: measured vs predicted, HTML, trace\n"
+    "  plan       choose p, v, m, micro batch size, schedule, recompute and layer split under a\n"
+    "             memory budget, and price each choice in time and dollars\n";
 
 int dispatch(std::string_view cmd, int sub_argc, char** sub_argv);
 
@@ -76,6 +78,7 @@ int dispatch(std::string_view cmd, int sub_argc, char** sub_argv) {
   if (cmd == "sample") return cmd_sample(sub_argc, sub_argv);
   if (cmd == "data") return cmd_data(sub_argc, sub_argv);
   if (cmd == "report") return cmd_report(sub_argc, sub_argv);
+  if (cmd == "plan") return cmd_plan(sub_argc, sub_argv);
   std::fprintf(stderr,
                "tightpipe: unknown command '%.*s'\nhint: one of schedule, simulate, train, sample, "
                "data, report; see 'tightpipe --help'\n",

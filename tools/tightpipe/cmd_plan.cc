@@ -1,0 +1,164 @@
+// tightpipe plan: the planner (plan.h, docs/plan.md) from Megatron-LM-style flags.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "commands.h"
+#include "tightpipe/base.h"
+#include "tightpipe/plan.h"
+#include "tightpipe/report.h"
+
+namespace tightpipe::cli {
+namespace {
+
+// --costs FILE or RUN_DIR: the run's measured costs per layer kind, checked against the model the
+// flags describe (the layer count may differ; the shape may not).
+Status load_measured(const std::string& path, PlanOptions& o) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string dir =
+      fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
+  auto run = load_run(dir.empty() ? "." : dir);
+  if (!run.ok()) return run.status().with_context("--costs " + printable(path));
+  auto costs = run_layer_costs(*run);
+  if (!costs.ok()) return costs.status().with_context("--costs " + printable(path));
+  if (costs->time_unit != "s") {
+    return Status::invalid_argument(fmt::format(
+        "--costs {}: its times are in '{}', not seconds; hint: the costs.json of a `tightpipe "
+        "train` run",
+        printable(path), printable(costs->time_unit)));
+  }
+  const nn::GptConfig& theirs = *run->model;
+  const PlanModel& ours = o.model;
+  std::string mismatch;
+  auto check = [&](const char* flag, int64_t run_value, int64_t flag_value) {
+    if (run_value != flag_value && mismatch.empty()) {
+      mismatch = fmt::format("{} {} but the run measured {}", flag, flag_value, run_value);
+    }
+  };
+  check("--hidden-size", theirs.hidden_size, ours.hidden_size);
+  check("--num-attention-heads", theirs.num_heads, ours.num_attention_heads);
+  check("--seq-length", theirs.seq_length, ours.seq_length);
+  check("--vocab-size", theirs.vocab_size, ours.vocab_size);
+  if (ours.ffn_hidden_size != 0 && ours.ffn_hidden_size != 4 * ours.hidden_size) {
+    check("--ffn-hidden-size", 4 * int64_t{theirs.hidden_size}, ours.ffn_hidden_size);
+  }
+  if (!mismatch.empty()) {
+    return Status::invalid_argument(fmt::format(
+        "--costs {}: another model shape: {}; hint: measure a run of this shape (the layer count "
+        "and the micro batch size may differ), or drop --costs for the device preset's costs",
+        printable(path), mismatch));
+  }
+  o.measured = std::move(*costs);
+  o.measured_micro_batch_size = theirs.micro_batch_size;
+  return OkStatus();
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  CLI::App app(
+      "Choose the pipeline size p (data parallel = devices / p), virtual stages v, micro batch "
+      "size and count, schedule, activation recompute and layer split that train fastest within "
+      "the memory budget; every candidate is simulated with the cost and memory model and priced "
+      "for the whole run (docs/plan.md).",
+      "tightpipe plan");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  PlanOptions o;
+  PlanModel& m = o.model;
+  std::string device, network, costs_path;
+  std::vector<std::string> recompute;
+  double budget_gib = 0;
+  bool json = false;
+  app.add_option("--num-layers", m.num_layers, "transformer layers")->required();
+  app.add_option("--hidden-size", m.hidden_size, "hidden size")->required();
+  app.add_option("--num-attention-heads", m.num_attention_heads, "attention heads")->required();
+  app.add_option("--seq-length", m.seq_length, "sequence length")->required();
+  app.add_option("--vocab-size", m.vocab_size,
+                 "vocabulary (embedding and LM head); 0 leaves them out")
+      ->capture_default_str();
+  app.add_option("--ffn-hidden-size", m.ffn_hidden_size, "MLP width (default 4 x hidden)");
+  app.add_option("--global-batch-size", o.global_batch_size, "sequences per optimizer step")
+      ->required();
+  app.add_option("--micro-batch-size", o.micro_batch_sizes,
+                 "candidate micro batch sizes, e.g. 1,2,4 (default 1,2,4,8)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--devices", o.devices, "devices (GPUs, or cores for this-cpu)")->required();
+  std::string presets;
+  for (const DevicePreset& d : device_presets()) presets += (presets.empty() ? "" : "|") + d.name;
+  app.add_option("--device", device,
+                 fmt::format("device preset: {} (default h100-sxm; this-cpu with --costs)",
+                             presets));
+  app.add_option("--mfu", o.mfu, "achieved fraction of the preset's peak FLOP/s")
+      ->capture_default_str();
+  app.add_option("--network", network,
+                 "link between nodes: nvlink|pcie|infiniband|ethernet-25g (default: the "
+                 "preset's)");
+  app.add_option("--memory-budget-gib", budget_gib,
+                 "memory per device the plan may use (default 0.9 x the device's memory)");
+  app.add_flag("--use-distributed-optimizer", o.distributed_optimizer,
+               "shard the optimizer state over the data-parallel group (Megatron-LM)");
+  std::optional<bool> flash;
+  app.add_flag_function(
+      "--use-flash-attn,!--no-use-flash-attn", [&flash](int64_t n) { flash = n > 0; },
+      "flash attention: the attention scores are not stored (default: on for the GPU presets, "
+      "off for this-cpu, whose kernels store them)");
+  app.add_option("--costs", costs_path,
+                 "costs measured in a run: RUN_DIR or RUN_DIR/costs.json of `tightpipe train` "
+                 "(its summary.json gives the shape); scaled by layer count and micro batch size");
+  app.add_option("--price-per-device-hour", o.price_per_device_hour, "dollars per device-hour")
+      ->capture_default_str();
+  o.train_tokens = 1e10;
+  app.add_option("--train-tokens", o.train_tokens, "tokens of the whole training run")
+      ->capture_default_str();
+  app.add_option("--pp,--pipeline-model-parallel-size", o.pp,
+                 "only these pipeline sizes, e.g. 4,8")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--vpp", o.vpp, "only these virtual stages per rank (interleaved), e.g. 2,4")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--schedules", o.schedules, "only these schedules, e.g. 1f1b,zb-v")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--recompute", recompute,
+                 "only these recompute choices: none, full, block:N (default: none, block:1, 2, "
+                 "4, ... and full; the lightest that fits wins)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--top", o.top, "rows of the table")->capture_default_str();
+  app.add_flag("--json", json, "print the result as JSON (docs/plan.md)");
+  if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+
+  if (device.empty()) device = costs_path.empty() ? "h100-sxm" : "this-cpu";
+  auto d = find_device_preset(device);
+  if (!d.ok()) return report_error("plan", d.status());
+  o.device = std::move(*d);
+  auto net = find_network(network.empty() ? o.device.network : network);
+  if (!net.ok()) return report_error("plan", net.status());
+  o.network = std::move(*net);
+  o.flash_attention = flash.value_or(o.device.bf16);
+  o.memory_budget_bytes = budget_gib * 1024.0 * 1024.0 * 1024.0;
+  for (const std::string& r : recompute) {
+    auto rc = parse_recompute_choice(r);
+    if (!rc.ok()) return report_error("plan", rc.status());
+    o.recompute.push_back(*rc);
+  }
+  if (Status st = o.validate(); !st.ok()) return report_error("plan", st);
+  if (!costs_path.empty()) {
+    if (Status st = load_measured(costs_path, o); !st.ok()) return report_error("plan", st);
+  }
+  auto result = plan(o);
+  if (!result.ok()) return report_error("plan", result.status());
+  if (json) {
+    std::puts(plan_to_json(*result).c_str());
+  } else {
+    std::fputs(format_plan(*result).c_str(), stdout);
+  }
+  return kExitOk;
+}
+
+}  // namespace tightpipe::cli
