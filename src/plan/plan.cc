@@ -10,12 +10,12 @@
 #include <map>
 #include <tuple>
 
+#include "plan_format.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/model.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/simulator.h"
-#include "plan_format.h"
 
 namespace tightpipe {
 
@@ -31,9 +31,12 @@ double PlanModel::parameters() const {
 
 std::string RecomputeChoice::label() const {
   switch (kind) {
-    case Kind::kNone: return "none";
-    case Kind::kFull: return "full";
-    case Kind::kBlock: return fmt::format("block:{}", layers);
+    case Kind::kNone:
+      return "none";
+    case Kind::kFull:
+      return "full";
+    case Kind::kBlock:
+      return fmt::format("block:{}", layers);
   }
   return "?";
 }
@@ -63,7 +66,8 @@ Status PlanOptions::validate() const {
                fmt::format("must be in [1, {}]; hint: e.g. --num-layers 32", kMaxGptLayers));
   }
   if (m.hidden_size < 1 || m.hidden_size > (int64_t{1} << 20)) {
-    return bad("--hidden-size", m.hidden_size, "must be in [1, 2^20]; hint: e.g. --hidden-size 4096");
+    return bad("--hidden-size", m.hidden_size,
+               "must be in [1, 2^20]; hint: e.g. --hidden-size 4096");
   }
   if (m.num_attention_heads < 1 || m.hidden_size % m.num_attention_heads != 0) {
     return bad("--num-attention-heads", m.num_attention_heads,
@@ -86,7 +90,8 @@ Status PlanOptions::validate() const {
   }
   for (int64_t b : micro_batch_sizes) {
     if (b < 1 || b > 4096) {
-      return bad("--micro-batch-size", b, "must be in [1, 4096]; hint: e.g. --micro-batch-size 1,2,4");
+      return bad("--micro-batch-size", b,
+                 "must be in [1, 4096]; hint: e.g. --micro-batch-size 1,2,4");
     }
   }
   if (devices < 1 || devices > (int64_t{1} << 24)) {
@@ -99,8 +104,9 @@ Status PlanOptions::validate() const {
         device.name));
   }
   if (!(mfu > 0 && mfu <= 1)) {
-    return bad("--mfu", mfu, "must be in (0, 1], the achieved fraction of peak; hint: 0.4-0.6 is "
-                             "typical for large models");
+    return bad("--mfu", mfu,
+               "must be in (0, 1], the achieved fraction of peak; hint: 0.4-0.6 is "
+               "typical for large models");
   }
   if (!(memory_budget_bytes >= 0 && std::isfinite(memory_budget_bytes))) {
     return bad("--memory-budget-gib", memory_budget_bytes / (1 << 30), "must be >= 0");
@@ -143,7 +149,8 @@ Status PlanOptions::validate() const {
   return OkStatus();
 }
 
-// ----- the search ---------------------------------------------------------------------------------
+// ----- the search
+// ---------------------------------------------------------------------------------
 
 namespace {
 
@@ -152,9 +159,8 @@ using plan_format::kGiB;
 // How much a schedule asks of whoever runs it: the 1% rule prefers the lower number.
 int32_t schedule_complexity(std::string_view name) {
   static const std::map<std::string, int32_t, std::less<>> kRank = {
-      {"1f1b", 0},       {"gpipe", 1}, {"zb-h1", 2}, {"interleaved", 2},
-      {"looped-bfs", 3}, {"zb-h2", 3}, {"zb-v", 4},  {"zb-1p", 5},
-      {"zb-2p", 5},      {"zb-auto", 5}, {"zb-v-auto", 6}};
+      {"1f1b", 0}, {"gpipe", 1}, {"zb-h1", 2}, {"interleaved", 2}, {"looped-bfs", 3}, {"zb-h2", 3},
+      {"zb-v", 4}, {"zb-1p", 5}, {"zb-2p", 5}, {"zb-auto", 5},     {"zb-v-auto", 6}};
   auto it = kRank.find(name);
   return it == kRank.end() ? 7 : it->second;
 }
@@ -308,11 +314,12 @@ const LayerCosts& Planner::layer_costs(int64_t mbs) {
     // parameter counts (a run's costs.json does not hold them).
     const double k = static_cast<double>(mbs) / static_cast<double>(o_.measured_micro_batch_size);
     LayerCosts meas = *o_.measured;
-    for (auto [kind, analytic] : {std::pair{&meas.embedding, &c.embedding},
-                                  std::pair{&meas.block, &c.block}, std::pair{&meas.head, &c.head}}) {
-      for (double StageCost::*f : {&StageCost::f, &StageCost::i, &StageCost::w, &StageCost::b,
-                                   &StageCost::recompute, &StageCost::act_bytes,
-                                   &StageCost::act_after_i_bytes, &StageCost::input_bytes}) {
+    for (auto [kind, analytic] :
+         {std::pair{&meas.embedding, &c.embedding}, std::pair{&meas.block, &c.block},
+          std::pair{&meas.head, &c.head}}) {
+      for (double StageCost::*f :
+           {&StageCost::f, &StageCost::i, &StageCost::w, &StageCost::b, &StageCost::recompute,
+            &StageCost::act_bytes, &StageCost::act_after_i_bytes, &StageCost::input_bytes}) {
         kind->*f *= k;
       }
       kind->param_bytes = analytic->param_bytes;
@@ -334,7 +341,8 @@ const LayerCosts& Planner::layer_costs(int64_t mbs) {
 
 double Planner::link_bandwidth(const LinkSpec& l) const {
   if (!l.shared_by_node) return l.bandwidth;
-  return l.bandwidth / std::max<int64_t>(1, std::min<int64_t>(o_.device.devices_per_node, o_.devices));
+  return l.bandwidth /
+         std::max<int64_t>(1, std::min<int64_t>(o_.device.devices_per_node, o_.devices));
 }
 
 LinkSpec Planner::p2p_link() const {
@@ -419,10 +427,9 @@ Result<Schedule> Planner::make_schedule(const Config& c, const CostModel& costs)
     if (zb_auto_name_memory_limit(c.schedule, c.p) == 0) zo.memory_limit = c.zb_limit;
     return build_auto_schedule(c.schedule, c.p, static_cast<int32_t>(c.m), costs, zo);
   }
-  return generate_schedule(c.schedule, {.ranks = c.p,
-                                        .microbatches = static_cast<int32_t>(c.m),
-                                        .chunks = c.v,
-                                        .group_size = 0});
+  return generate_schedule(
+      c.schedule,
+      {.ranks = c.p, .microbatches = static_cast<int32_t>(c.m), .chunks = c.v, .group_size = 0});
 }
 
 void Planner::add_infeasible(const Config& c, const RecomputeChoice& rc, std::string reason,
@@ -484,8 +491,8 @@ Status Planner::enumerate() {
         if (p == 1 && name != "1f1b" && !(o_.schedules.size() == 1)) continue;
         for (int32_t v : chunk_choices(name, p, model.num_layers, o_.vpp)) {
           Config c{name, p, v, dp, mbs, m};
-          if (auto st = check_schedule_shape("", p, int64_t(p) * v, m); !st.ok() ||
-              m > kMaxMicrobatches) {
+          if (auto st = check_schedule_shape("", p, int64_t(p) * v, m);
+              !st.ok() || m > kMaxMicrobatches) {
             ++res_.stats.configurations;
             add_infeasible(c, rcs.front(),
                            fmt::format("{} stages x {} microbatches is over tightpipe's limit of "
@@ -503,8 +510,7 @@ Status Planner::enumerate() {
         "--devices {}: no pipeline size{} divides it with --num-layers {} (p must divide the "
         "devices and every middle stage needs a layer); hint: a device count that is a multiple "
         "of the pipeline size you want",
-        o_.devices,
-        o_.pp.empty() ? "" : fmt::format(" among --pp {}", fmt::join(o_.pp, ",")),
+        o_.devices, o_.pp.empty() ? "" : fmt::format(" among --pp {}", fmt::join(o_.pp, ",")),
         model.num_layers);
   } else if (!any_batch) {
     shape_error_ = fmt::format(
@@ -537,10 +543,9 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
   // only its shape is checked, and only without recompute (its memory limit does the rest).
   Schedule sched;
   if (!is_auto) {
-    auto g = generate_schedule(c.schedule, {.ranks = c.p,
-                                            .microbatches = static_cast<int32_t>(c.m),
-                                            .chunks = c.v,
-                                            .group_size = 0});
+    auto g = generate_schedule(
+        c.schedule,
+        {.ranks = c.p, .microbatches = static_cast<int32_t>(c.m), .chunks = c.v, .group_size = 0});
     if (!g.ok()) {
       ++res_.stats.configurations;
       add_infeasible(c, rcs.front(), refusal(g.status()));
@@ -549,11 +554,11 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
     sched = std::move(*g);
   } else if (int64_t(S) * c.m > kMaxAutoStageMicrobatches) {
     ++res_.stats.configurations;
-    add_infeasible(c, rcs.front(),
-                   fmt::format("{} stages x {} microbatches is over the automatic schedules' "
-                               "limit of {}; hint: {} is its handcrafted counterpart",
-                               S, c.m, kMaxAutoStageMicrobatches,
-                               auto_schedule_counterpart(c.schedule)));
+    add_infeasible(
+        c, rcs.front(),
+        fmt::format("{} stages x {} microbatches is over the automatic schedules' "
+                    "limit of {}; hint: {} is its handcrafted counterpart",
+                    S, c.m, kMaxAutoStageMicrobatches, auto_schedule_counterpart(c.schedule)));
     return OkStatus();
   }
   std::vector<double> last_peak;
@@ -690,7 +695,6 @@ Status Planner::simulate_best() {
   return OkStatus();
 }
 
-
 void Planner::choose() {
   using plan_format::dollars;
   using plan_format::percent;
@@ -700,10 +704,11 @@ void Planner::choose() {
   };
   std::sort(fits_.begin(), fits_.end(),
             [&](const PlanCandidate& a, const PlanCandidate& b) { return key(a) < key(b); });
-  std::sort(infeasible_.begin(), infeasible_.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
-    return std::tie(a.pp, a.micro_batch_size, a.schedule, a.vpp, a.recompute) <
-           std::tie(b.pp, b.micro_batch_size, b.schedule, b.vpp, b.recompute);
-  });
+  std::sort(infeasible_.begin(), infeasible_.end(),
+            [](const PlanCandidate& a, const PlanCandidate& b) {
+              return std::tie(a.pp, a.micro_batch_size, a.schedule, a.vpp, a.recompute) <
+                     std::tie(b.pp, b.micro_batch_size, b.schedule, b.vpp, b.recompute);
+            });
   res_.candidates = fits_;
   res_.candidates.insert(res_.candidates.end(), infeasible_.begin(), infeasible_.end());
   if (fits_.empty()) return;
@@ -731,8 +736,8 @@ void Planner::choose() {
   if (rec != 0) {
     why = fmt::format(
         "{} ({}) is the fastest, {:.2f}% faster; within {:g}% the simpler {} is recommended. ",
-        fastest.schedule, fmt::format("p={} v={} mbs={}", fastest.pp, fastest.vpp,
-                                      fastest.micro_batch_size),
+        fastest.schedule,
+        fmt::format("p={} v={} mbs={}", fastest.pp, fastest.vpp, fastest.micro_batch_size),
         100 * (r.step_time_s / fastest.step_time_s - 1), 100 * o_.simpler_within, r.schedule);
   }
   if (res_.baseline < 0) {

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "tightpipe/base.h"
 #include "plan_format.h"
+#include "tightpipe/base.h"
 #include "tightpipe/plan.h"
 
 namespace tightpipe {
@@ -35,10 +35,12 @@ std::string row(const char* mark, const PlanCandidate& c, const PlanCandidate* b
   if (base != nullptr && base != &c && base->cost_usd > 0) {
     vs = fmt::format("{:+.1f}%", 100 * (c.cost_usd / base->cost_usd - 1));
   }
-  return fmt::format("{:<5}{:<12}{:>4}{:>4}{:>5}{:>5}{:>6}  {:<9}{:>10.4g}{:>10}{:>8.1f}%{:>10.1f}{:>10}{:>11}{:>8}\n",
-                     mark, c.schedule, c.pp, c.vpp, c.dp, c.micro_batch_size, c.num_microbatches,
-                     c.recompute, c.step_time_s, si(c.tokens_per_s), 100 * c.bubble_ratio,
-                     max_peak(c) / kGiB, hours(c.train_hours), dollars(c.cost_usd), vs);
+  return fmt::format(
+      "{:<5}{:<12}{:>4}{:>4}{:>5}{:>5}{:>6}  "
+      "{:<9}{:>10.4g}{:>10}{:>8.1f}%{:>10.1f}{:>10}{:>11}{:>8}\n",
+      mark, c.schedule, c.pp, c.vpp, c.dp, c.micro_batch_size, c.num_microbatches, c.recompute,
+      c.step_time_s, si(c.tokens_per_s), 100 * c.bubble_ratio, max_peak(c) / kGiB,
+      hours(c.train_hours), dollars(c.cost_usd), vs);
 }
 
 std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
@@ -52,17 +54,21 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   // tightpipe train: its model is byte-level GPT (vocab 256, 4h MLP), FP32, one data-parallel
   // replica, recompute none or uniform (docs/plan.md).
   std::vector<std::string> why_not;
-  if (m.vocab_size != 256) why_not.push_back(fmt::format("vocab {} (its model is byte-level, 256)", m.vocab_size));
-  if (m.ffn_hidden_size != 0 && m.ffn_hidden_size != 4 * m.hidden_size) why_not.push_back("an MLP width other than 4 x hidden");
+  if (m.vocab_size != 256)
+    why_not.push_back(fmt::format("vocab {} (its model is byte-level, 256)", m.vocab_size));
+  if (m.ffn_hidden_size != 0 && m.ffn_hidden_size != 4 * m.hidden_size)
+    why_not.push_back("an MLP width other than 4 x hidden");
   if (c.dp > 1) why_not.push_back(fmt::format("data parallel {} (train runs one replica)", c.dp));
-  if (c.recompute.rfind("block:", 0) == 0) why_not.push_back("block recompute (train has the uniform method)");
+  if (c.recompute.rfind("block:", 0) == 0)
+    why_not.push_back("block recompute (train has the uniform method)");
   if (why_not.empty()) {
     std::string cmd = fmt::format(
         "tightpipe train --num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} "
         "--micro-batch-size {} --num-microbatches {} --pp {} --schedule {}",
         m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, c.micro_batch_size,
         c.num_microbatches, c.pp, c.schedule);
-    if (c.schedule == "interleaved" || c.schedule == "looped-bfs") cmd += fmt::format(" --vpp {}", c.vpp);
+    if (c.schedule == "interleaved" || c.schedule == "looped-bfs")
+      cmd += fmt::format(" --vpp {}", c.vpp);
     if (!c.layout.empty()) cmd += " --pipeline-layout " + shell_quote(c.layout);
     if (c.recompute == "full") {
       cmd += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
@@ -85,7 +91,8 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   if (o.device.bf16) mg += " --bf16";
   if (o.flash_attention) mg += " --use-flash-attn";
   if (o.distributed_optimizer) mg += " --use-distributed-optimizer";
-  if (c.schedule == "interleaved") mg += fmt::format(" --num-virtual-stages-per-pipeline-rank {}", c.vpp);
+  if (c.schedule == "interleaved")
+    mg += fmt::format(" --num-virtual-stages-per-pipeline-rank {}", c.vpp);
   if (c.recompute == "full") {
     mg += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   } else if (c.recompute.rfind("block:", 0) == 0) {
@@ -95,13 +102,15 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   if (c.schedule == "zb-v" || c.schedule == "zb-v-auto") {
     mg += " --zero-bubble-v-schedule  # the zero-bubble fork";
   } else if (c.schedule.rfind("zb-", 0) == 0) {
-    mg += fmt::format(" --enable-zero-bubble --zero-bubble-max-pending-backward {}  # the "
-                      "zero-bubble fork",
-                      c.schedule == "zb-2p" || c.schedule == "zb-h2" ? 2 * c.pp : c.pp);
+    mg += fmt::format(
+        " --enable-zero-bubble --zero-bubble-max-pending-backward {}  # the "
+        "zero-bubble fork",
+        c.schedule == "zb-2p" || c.schedule == "zb-h2" ? 2 * c.pp : c.pp);
   } else if (c.schedule == "gpipe" || c.schedule == "looped-bfs") {
-    mg += fmt::format("  # Megatron-LM has no {} schedule: torch.distributed.pipelining's "
-                      "Schedule{} runs it",
-                      c.schedule, c.schedule == "gpipe" ? "GPipe" : "LoopedBFS");
+    mg += fmt::format(
+        "  # Megatron-LM has no {} schedule: torch.distributed.pipelining's "
+        "Schedule{} runs it",
+        c.schedule, c.schedule == "gpipe" ? "GPipe" : "LoopedBFS");
   }
   out.push_back(mg);
   return out;
@@ -126,9 +135,10 @@ std::string format_plan(const PlanResult& r) {
       "dominated by a lighter recompute, {} do not fit\n\n",
       r.stats.configurations, r.search_seconds, r.stats.simulated, r.stats.pruned,
       r.stats.dominated, r.stats.infeasible);
-  out += fmt::format("{:<5}{:<12}{:>4}{:>4}{:>5}{:>5}{:>6}  {:<9}{:>10}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}\n",
-                     "", "schedule", "pp", "vpp", "dp", "mbs", "m", "recompute", "step s",
-                     "tokens/s", "bubble", "peak GiB", "train", "cost", "vs 1F1B");
+  out += fmt::format(
+      "{:<5}{:<12}{:>4}{:>4}{:>5}{:>5}{:>6}  {:<9}{:>10}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}\n", "",
+      "schedule", "pp", "vpp", "dp", "mbs", "m", "recompute", "step s", "tokens/s", "bubble",
+      "peak GiB", "train", "cost", "vs 1F1B");
   const PlanCandidate* base = r.baseline >= 0 ? &r.candidates[r.baseline] : nullptr;
   // The top rows, then the recommended and the baseline where the top rows left them out.
   auto mark = [&](int32_t i) { return i == r.recommended ? "->" : i == r.baseline ? "base" : ""; };
@@ -184,12 +194,13 @@ std::string plan_to_json(const PlanResult& r, int indent) {
                 {"parameters", m.parameters()}};
   j["global_batch_size"] = o.global_batch_size;
   j["devices"] = o.devices;
-  j["device"] = {{"name", o.device.name},
-                 {"description", o.device.description},
-                 {"peak_flops", o.device.bf16 ? o.device.peak_flops_bf16 : o.device.peak_flops_fp32},
-                 {"precision", o.device.bf16 ? "bf16" : "fp32"},
-                 {"memory_bytes", o.device.memory_bytes},
-                 {"message_overhead_s", o.device.message_overhead_s}};
+  j["device"] = {
+      {"name", o.device.name},
+      {"description", o.device.description},
+      {"peak_flops", o.device.bf16 ? o.device.peak_flops_bf16 : o.device.peak_flops_fp32},
+      {"precision", o.device.bf16 ? "bf16" : "fp32"},
+      {"memory_bytes", o.device.memory_bytes},
+      {"message_overhead_s", o.device.message_overhead_s}};
   j["costs"] = o.measured ? "measured" : "device";
   j["mfu"] = o.mfu;
   j["network"] = o.network.name;
@@ -198,9 +209,12 @@ std::string plan_to_json(const PlanResult& r, int indent) {
   j["price_per_device_hour"] = o.price_per_device_hour;
   j["train_tokens"] = o.train_tokens;
   j["steps"] = r.steps;
-  j["search"] = {{"configurations", r.stats.configurations}, {"simulated", r.stats.simulated},
-                 {"pruned", r.stats.pruned},                 {"dominated", r.stats.dominated},
-                 {"infeasible", r.stats.infeasible},         {"seconds", r.search_seconds}};
+  j["search"] = {{"configurations", r.stats.configurations},
+                 {"simulated", r.stats.simulated},
+                 {"pruned", r.stats.pruned},
+                 {"dominated", r.stats.dominated},
+                 {"infeasible", r.stats.infeasible},
+                 {"seconds", r.search_seconds}};
   json cands = json::array();
   for (const PlanCandidate& c : r.candidates) {
     cands.push_back({{"schedule", c.schedule},
@@ -229,8 +243,8 @@ std::string plan_to_json(const PlanResult& r, int indent) {
   j["fastest"] = index(r.fastest);
   j["baseline"] = index(r.baseline);
   j["why"] = r.why;
-  j["commands"] = r.recommended >= 0 ? json(plan_command_lines(r, r.candidates[r.recommended]))
-                                     : json::array();
+  j["commands"] =
+      r.recommended >= 0 ? json(plan_command_lines(r, r.candidates[r.recommended])) : json::array();
   return j.dump(indent);
 }
 

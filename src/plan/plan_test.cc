@@ -68,10 +68,9 @@ TEST(PlanTest, JsonHasTheDocumentedKeys) {
   const auto j = nlohmann::json::parse(plan_to_json(*r));
   ASSERT_TRUE(j["recommended"].is_number_integer());
   const auto& rec = j["candidates"][j["recommended"].get<int>()];
-  for (const char* key :
-       {"schedule", "pp", "vpp", "dp", "micro_batch_size", "num_microbatches", "recompute",
-        "layout", "step_time_s", "bubble_ratio", "peak_memory_bytes", "fits", "reason",
-        "train_hours", "cost_usd"}) {
+  for (const char* key : {"schedule", "pp", "vpp", "dp", "micro_batch_size", "num_microbatches",
+                          "recompute", "layout", "step_time_s", "bubble_ratio", "peak_memory_bytes",
+                          "fits", "reason", "train_hours", "cost_usd"}) {
     EXPECT_TRUE(rec.contains(key)) << key;
   }
   const double steps = j["steps"].get<double>();
@@ -139,8 +138,7 @@ TEST(PlanTest, BadInputIsOneClearLine) {
   o.pp = {8, 16};
   r = plan(o);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("--num-layers 2"), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("--num-layers 2"), std::string::npos) << r.status().message();
 
   o = h100_options();
   o.memory_budget_bytes = 1e9;

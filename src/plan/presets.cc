@@ -56,9 +56,10 @@ DevicePreset this_cpu() {
   d.network = "ethernet-25g";
   d.message_overhead_s = kCpuMessageOverhead;
   d.message_overhead_bandwidth = kCpuMessageCopyBandwidth;
-  d.source = fmt::format("peak from shared/peers/README.md; memory: {} / {} cores; message "
-                         "overhead measured by bench/comm/msg_overhead_bench",
-                         mem.source, cores);
+  d.source = fmt::format(
+      "peak from shared/peers/README.md; memory: {} / {} cores; message "
+      "overhead measured by bench/comm/msg_overhead_bench",
+      mem.source, cores);
   return d;
 }
 
@@ -84,8 +85,8 @@ Result<LinkSpec> find_network(std::string_view name) {
     if (l.name == key) return l;
     names += (names.empty() ? "" : ", ") + l.name;
   }
-  return Status::invalid_argument(fmt::format("--network '{}' is not known; hint: one of {}",
-                                              printable(name), names));
+  return Status::invalid_argument(
+      fmt::format("--network '{}' is not known; hint: one of {}", printable(name), names));
 }
 
 const std::vector<DevicePreset>& device_presets() {
@@ -99,16 +100,18 @@ const std::vector<DevicePreset>& device_presets() {
     h100.memory_bytes = 81559 * kMiB;
     h100.intra_node = nvlink(900, "NVLink 4: 900 GB/s per GPU");
     h100.message_overhead_s = kGpuMessageOverhead;
-    h100.source = "NVIDIA H100 Tensor Core GPU datasheet (SXM5: BF16 989.4 TFLOPS dense, FP32 "
-                  "66.9 TFLOPS, 80 GB HBM3, NVLink 900 GB/s); memory as nvidia-smi reports it";
+    h100.source =
+        "NVIDIA H100 Tensor Core GPU datasheet (SXM5: BF16 989.4 TFLOPS dense, FP32 "
+        "66.9 TFLOPS, 80 GB HBM3, NVLink 900 GB/s); memory as nvidia-smi reports it";
     v.push_back(h100);
 
     DevicePreset h200 = h100;
     h200.name = "h200";
     h200.description = "NVIDIA H200 SXM 141 GB";
     h200.memory_bytes = 143771 * kMiB;
-    h200.source = "NVIDIA H200 Tensor Core GPU datasheet (SXM: BF16 989 TFLOPS dense, FP32 67 "
-                  "TFLOPS, 141 GB HBM3e, NVLink 900 GB/s); memory as nvidia-smi reports it";
+    h200.source =
+        "NVIDIA H200 Tensor Core GPU datasheet (SXM: BF16 989 TFLOPS dense, FP32 67 "
+        "TFLOPS, 141 GB HBM3e, NVLink 900 GB/s); memory as nvidia-smi reports it";
     v.push_back(h200);
 
     DevicePreset a100;
@@ -119,8 +122,9 @@ const std::vector<DevicePreset>& device_presets() {
     a100.memory_bytes = 81920 * kMiB;
     a100.intra_node = nvlink(600, "NVLink 3: 600 GB/s per GPU");
     a100.message_overhead_s = kGpuMessageOverhead;
-    a100.source = "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80 GB: BF16 312 TFLOPS dense, FP32 "
-                  "19.5 TFLOPS, NVLink 600 GB/s); memory as nvidia-smi reports it";
+    a100.source =
+        "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80 GB: BF16 312 TFLOPS dense, FP32 "
+        "19.5 TFLOPS, NVLink 600 GB/s); memory as nvidia-smi reports it";
     v.push_back(a100);
 
     DevicePreset l40s;
@@ -132,8 +136,9 @@ const std::vector<DevicePreset>& device_presets() {
     l40s.intra_node = {"pcie", 5e-6, 32 * kGB, "PCIe 4.0 x16: 32 GB/s per direction"};
     l40s.network = "ethernet-25g";
     l40s.message_overhead_s = kGpuMessageOverhead;
-    l40s.source = "NVIDIA L40S datasheet (BF16 362.05 TFLOPS dense, FP32 91.6 TFLOPS, 48 GB "
-                  "GDDR6, PCIe 4.0 x16, no NVLink); memory as nvidia-smi reports it";
+    l40s.source =
+        "NVIDIA L40S datasheet (BF16 362.05 TFLOPS dense, FP32 91.6 TFLOPS, 48 GB "
+        "GDDR6, PCIe 4.0 x16, no NVLink); memory as nvidia-smi reports it";
     v.push_back(l40s);
     v.push_back(this_cpu());
     return v;
@@ -148,8 +153,8 @@ Result<DevicePreset> find_device_preset(std::string_view name) {
     if (d.name == key) return d;
     names += (names.empty() ? "" : ", ") + d.name;
   }
-  return Status::invalid_argument(fmt::format("--device '{}' is not known; hint: one of {}",
-                                              printable(name), names));
+  return Status::invalid_argument(
+      fmt::format("--device '{}' is not known; hint: one of {}", printable(name), names));
 }
 
 }  // namespace tightpipe

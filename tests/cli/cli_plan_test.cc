@@ -53,7 +53,8 @@ TEST(CliPlanTest, IssueExample) {
 void expect_one_line(const testutil::CommandResult& r, std::initializer_list<const char*> parts) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  for (const char* part : parts) EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
+  for (const char* part : parts)
+    EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
 }
 
 TEST(CliPlanTest, BadInput) {
@@ -89,7 +90,8 @@ TEST(CliPlanTest, MeasuredCostsFromARun) {
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const std::string shape =
       " plan --num-layers 4 --num-attention-heads 4 --seq-length 32 --vocab-size 256"
-      " --global-batch-size 8 --devices 2 --pp 2 --micro-batch-size 1,2 --costs " + dir + "/costs.json";
+      " --global-batch-size 8 --devices 2 --pp 2 --micro-batch-size 1,2 --costs " +
+      dir + "/costs.json";
   auto ok = run_command(tp + shape + " --hidden-size 64 --json");
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   const auto doc = nlohmann::json::parse(ok.out);

@@ -18,8 +18,7 @@ namespace {
 Status load_measured(const std::string& path, PlanOptions& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const std::string dir =
-      fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
+  const std::string dir = fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
   auto run = load_run(dir.empty() ? "." : dir);
   if (!run.ok()) return run.status().with_context("--costs " + printable(path));
   auto costs = run_layer_costs(*run);
@@ -89,9 +88,9 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--devices", o.devices, "devices (GPUs, or cores for this-cpu)")->required();
   std::string presets;
   for (const DevicePreset& d : device_presets()) presets += (presets.empty() ? "" : "|") + d.name;
-  app.add_option("--device", device,
-                 fmt::format("device preset: {} (default h100-sxm; this-cpu with --costs)",
-                             presets));
+  app.add_option(
+      "--device", device,
+      fmt::format("device preset: {} (default h100-sxm; this-cpu with --costs)", presets));
   app.add_option("--mfu", o.mfu, "achieved fraction of the preset's peak FLOP/s")
       ->capture_default_str();
   app.add_option("--network", network,
@@ -114,8 +113,7 @@ int cmd_plan(int argc, char** argv) {
   o.train_tokens = 1e10;
   app.add_option("--train-tokens", o.train_tokens, "tokens of the whole training run")
       ->capture_default_str();
-  app.add_option("--pp,--pipeline-model-parallel-size", o.pp,
-                 "only these pipeline sizes, e.g. 4,8")
+  app.add_option("--pp,--pipeline-model-parallel-size", o.pp, "only these pipeline sizes, e.g. 4,8")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--vpp", o.vpp, "only these virtual stages per rank (interleaved), e.g. 2,4")
