@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include "plan_format.h"
 #include "tightpipe/base.h"
 #include "tightpipe/check.h"
 #include "tightpipe/plan.h"
@@ -20,7 +21,7 @@ namespace {
 
 std::string esc(std::string_view s) { return xml_escape(s); }
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+using plan_format::kGiB;
 
 // ----- numbers as the page shows them -----------------------------------------------------------
 
@@ -36,7 +37,7 @@ std::string short_number(double v) {
 
 std::string usd(double v) { return v < 0 ? "-$" + short_number(-v) : "$" + short_number(v); }
 std::string seconds(double s) { return fmt::format("{:.4g} s", s); }
-std::string percent(double ratio) { return fmt::format("{:.1f}%", 100 * ratio); }
+using plan_format::percent;
 std::string signed_percent(double ratio) { return fmt::format("{:+.1f}%", 100 * ratio); }
 std::string duration_hours(double h) {
   return h < 48 ? fmt::format("{:.1f} h", h) : fmt::format("{:.1f} days", h / 24);
@@ -659,6 +660,14 @@ std::string plan_to_html(const PlanResult& result) {
           ? "; the right-hand axis reads the same points as the cost of the training run"
           : "");
   if (!result.why.empty()) h += "<h2>Why</h2>\n<p class=\"why\">" + esc(result.why) + "</p>\n";
+  if (result.recommended >= 0) {
+    h += "<h2>Run it</h2>\n<pre class=\"commands\">";
+    for (const std::string& line :
+         plan_command_lines(result, result.candidates[result.recommended])) {
+      h += esc(line) + "\n";
+    }
+    h += "</pre>\n";
+  }
   h += page_table(result);
   h += page_not_fitting(result);
   h += page_stats(result);
