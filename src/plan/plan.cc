@@ -432,8 +432,8 @@ Result<Schedule> Planner::make_schedule(const Config& c, const CostModel& costs)
       {.ranks = c.p, .microbatches = static_cast<int32_t>(c.m), .chunks = c.v, .group_size = 0});
 }
 
-void Planner::add_infeasible(const Config& c, const RecomputeChoice& rc, std::string reason,
-                             std::vector<double> peak) {
+// The candidate's shape (what it is, not yet what it costs).
+PlanCandidate candidate_of(const Config& c, const RecomputeChoice& rc) {
   PlanCandidate pc;
   pc.schedule = c.schedule;
   pc.pp = c.p;
@@ -442,6 +442,12 @@ void Planner::add_infeasible(const Config& c, const RecomputeChoice& rc, std::st
   pc.micro_batch_size = c.mbs;
   pc.num_microbatches = c.m;
   pc.recompute = rc.label();
+  return pc;
+}
+
+void Planner::add_infeasible(const Config& c, const RecomputeChoice& rc, std::string reason,
+                             std::vector<double> peak) {
+  PlanCandidate pc = candidate_of(c, rc);
   pc.fits = false;
   pc.reason = std::move(reason);
   pc.peak_memory_bytes = std::move(peak);
@@ -665,14 +671,7 @@ Status Planner::simulate_best() {
     so.record_timeline = false;
     TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
     ++res_.stats.simulated;
-    PlanCandidate pc;
-    pc.schedule = c.schedule;
-    pc.pp = c.p;
-    pc.vpp = c.v;
-    pc.dp = c.dp;
-    pc.micro_batch_size = c.mbs;
-    pc.num_microbatches = c.m;
-    pc.recompute = pd.rc.label();
+    PlanCandidate pc = candidate_of(c, pd.rc);
     pc.layout = pd.layout;
     pc.fits = true;
     pc.simulated = true;

@@ -63,6 +63,20 @@ DevicePreset this_cpu() {
   return d;
 }
 
+// The entry of `list` called `name` (case-insensitive), or an error naming `flag` and listing
+// the names.
+template <typename T>
+Result<T> find_named(const std::vector<T>& list, std::string_view name, std::string_view flag) {
+  const std::string key = lower(name);
+  std::string names;
+  for (const T& item : list) {
+    if (item.name == key) return item;
+    names += (names.empty() ? "" : ", ") + item.name;
+  }
+  return Status::invalid_argument(
+      fmt::format("{} '{}' is not known; hint: one of {}", flag, printable(name), names));
+}
+
 }  // namespace
 
 const std::vector<LinkSpec>& network_presets() {
@@ -79,14 +93,7 @@ const std::vector<LinkSpec>& network_presets() {
 }
 
 Result<LinkSpec> find_network(std::string_view name) {
-  const std::string key = lower(name);
-  std::string names;
-  for (const LinkSpec& l : network_presets()) {
-    if (l.name == key) return l;
-    names += (names.empty() ? "" : ", ") + l.name;
-  }
-  return Status::invalid_argument(
-      fmt::format("--network '{}' is not known; hint: one of {}", printable(name), names));
+  return find_named(network_presets(), name, "--network");
 }
 
 const std::vector<DevicePreset>& device_presets() {
@@ -147,14 +154,7 @@ const std::vector<DevicePreset>& device_presets() {
 }
 
 Result<DevicePreset> find_device_preset(std::string_view name) {
-  const std::string key = lower(name);
-  std::string names;
-  for (const DevicePreset& d : device_presets()) {
-    if (d.name == key) return d;
-    names += (names.empty() ? "" : ", ") + d.name;
-  }
-  return Status::invalid_argument(
-      fmt::format("--device '{}' is not known; hint: one of {}", printable(name), names));
+  return find_named(device_presets(), name, "--device");
 }
 
 }  // namespace tightpipe
