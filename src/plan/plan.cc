@@ -22,11 +22,17 @@ namespace tightpipe {
 // ----- model and options ------------------------------------------------------------------------
 
 double PlanModel::parameters() const {
-  const double h = static_cast<double>(hidden_size);
-  const double f = ffn_hidden_size > 0 ? static_cast<double>(ffn_hidden_size) : 4 * h;
-  const double V = static_cast<double>(vocab_size), s = static_cast<double>(seq_length);
-  const double block = 4 * h * h + 2 * h * f + 9 * h + f;  // gpt_layer_costs' count
-  return static_cast<double>(num_layers) * block + (V > 0 ? (V + s) * h + V * h : 0);
+  // gpt_layer_costs' parameter counts (the one place the formulas live), at one byte each.
+  GptCostConfig g;
+  g.hidden = hidden_size;
+  g.heads = num_attention_heads;
+  g.seq = seq_length;
+  g.vocab = vocab_size;
+  g.ffn_hidden = ffn_hidden_size;
+  g.param_dtype_bytes = 1;
+  const LayerCosts c = gpt_layer_costs(g);
+  return c.embedding.param_bytes + static_cast<double>(num_layers) * c.block.param_bytes +
+         c.head.param_bytes;
 }
 
 std::string RecomputeChoice::label() const {
@@ -265,6 +271,9 @@ class Planner {
     std::string layout;
     double lower_bound = 0;
     int32_t complexity = 0;
+    // Peak bytes per rank: exact for a fixed schedule (its program walked in add_config); for an
+    // automatic one a bound from its memory limit, walked again once it is built.
+    std::vector<double> peak;
   };
 
   const PlanOptions& o_;
@@ -497,8 +506,7 @@ Status Planner::enumerate() {
         if (p == 1 && name != "1f1b" && !(o_.schedules.size() == 1)) continue;
         for (int32_t v : chunk_choices(name, p, model.num_layers, o_.vpp)) {
           Config c{name, p, v, dp, mbs, m};
-          if (auto st = check_schedule_shape("", p, int64_t(p) * v, m);
-              !st.ok() || m > kMaxMicrobatches) {
+          if (!check_schedule_shape("", p, int64_t(p) * v, m).ok()) {
             ++res_.stats.configurations;
             add_infeasible(c, rcs.front(),
                            fmt::format("{} stages x {} microbatches is over tightpipe's limit of "
@@ -619,8 +627,8 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
     const std::vector<double> ar = allreduce_times(c, costs, stage_to_rank);
     double lb = 0;
     for (int32_t r = 0; r < c.p; ++r) lb = std::max(lb, busy[r] + ar[r]);
-    pending_.push_back(
-        {cfg, rc, layout, lb, schedule_complexity(c.schedule) * 2 + (k > 0 ? 1 : 0)});
+    pending_.push_back({cfg, rc, layout, lb,
+                        schedule_complexity(c.schedule) * 2 + (k > 0 ? 1 : 0), std::move(peak)});
     // A heavier recompute of the same configuration fits too, and is slower (more compute in
     // the same order): dominated.
     for (size_t j = k + 1; j < rcs.size(); ++j) {
@@ -661,7 +669,8 @@ Status Planner::simulate_best() {
       add_infeasible(c, pd.rc, refusal(sched.status()));
       continue;
     }
-    const std::vector<double> peak = peak_bytes(*sched, costs, pd.rc, c.mbs);
+    const std::vector<double> peak =
+        is_auto_schedule_name(c.schedule) ? peak_bytes(*sched, costs, pd.rc, c.mbs) : pd.peak;
     if (*std::max_element(peak.begin(), peak.end()) > budget_) {
       add_infeasible(c, pd.rc, out_of_memory(peak), peak);
       continue;
