@@ -627,8 +627,8 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
     const std::vector<double> ar = allreduce_times(c, costs, stage_to_rank);
     double lb = 0;
     for (int32_t r = 0; r < c.p; ++r) lb = std::max(lb, busy[r] + ar[r]);
-    pending_.push_back({cfg, rc, layout, lb,
-                        schedule_complexity(c.schedule) * 2 + (k > 0 ? 1 : 0), std::move(peak)});
+    pending_.push_back({cfg, rc, layout, lb, schedule_complexity(c.schedule) * 2 + (k > 0 ? 1 : 0),
+                        std::move(peak)});
     // A heavier recompute of the same configuration fits too, and is slower (more compute in
     // the same order): dominated.
     for (size_t j = k + 1; j < rcs.size(); ++j) {
