@@ -11,6 +11,8 @@ PACKAGES=(
   libopenblas-dev libopenmpi-dev openmpi-bin openssh-client
   libarchive-dev
   libexpat1-dev
+  # GPU traces in `report`: gzip'd Kineto JSON (zlib), Nsight Systems SQLite exports.
+  zlib1g-dev libsqlite3-dev
   chromium fonts-liberation libpng-dev
   # The sanitizer lane (scripts/sanitize.sh): clang, its ASan/UBSan/libFuzzer runtimes
   # (libclang_rt.*.a), llvm-symbolizer for readable stack traces.

@@ -1,48 +1,103 @@
-// tightpipe report RUN_DIR: the bubble report of a training run (report.h, docs/report.md).
+// tightpipe report RUN_DIR | TRACE...: the bubble report of a training run of ours (report.h,
+// docs/report.md) or of another engine's GPU run from its profiler traces (gpu_trace.h,
+// docs/gpu_trace.md). The inputs are told apart by their content.
 #include <fmt/format.h>
 
 #include <cstdio>
 
 #include "commands.h"
+#include "tightpipe/base.h"
+#include "tightpipe/gpu_trace.h"
 #include "tightpipe/report.h"
 
 namespace tightpipe::cli {
 
 int cmd_report(int argc, char** argv) {
   CLI::App app(
-      "Bubble report of a training run (the --out-dir of `tightpipe train`): idle time per rank "
-      "and cause, measured vs predicted (the simulator replays the same schedule with the run's "
-      "measured costs), what-if schedules; writes report.html, trace.json and costs.json.",
+      "Bubble report of a training run: a `tightpipe train --out-dir` directory (idle time per "
+      "rank and cause, measured vs predicted, what-if schedules), or another engine's GPU run "
+      "from its PyTorch profiler traces (.json, .json.gz) or Nsight Systems SQLite exports, one "
+      "file per rank (window, busy, idle, compute, communication, exposed communication per rank "
+      "and ProfilerStep). Writes report.html, report.json and trace.json.",
       "tightpipe report");
-  std::string run_dir, out_dir, what_if;
+  std::vector<std::string> inputs;
+  std::string out_dir, what_if;
   bool quiet = false;
-  app.add_option("RUN_DIR", run_dir, "directory written by `tightpipe train --out-dir`")
+  GpuPipelineSpec pipe;
+  app.add_option("INPUT", inputs,
+                 "a directory written by `tightpipe train --out-dir`, or trace files (one per "
+                 "rank)")
       ->required();
   app.add_option("--out", out_dir,
-                 "where to write report.html, trace.json, costs.json "
-                 "(default: RUN_DIR)");
+                 "where to write report.html, report.json, trace.json (default: RUN_DIR; "
+                 "required for trace files)");
   app.add_option("--what-if", what_if,
                  "re-simulate the measured costs under other schedules, e.g. "
-                 "zb-h1,zb-v,interleaved:2 (name:v sets the chunks); zb-auto, zb-1p, zb-2p, "
-                 "zb-v-auto are built from the run's costs; NAME@auto costs the candidate with "
-                 "the layer split --pipeline-layout auto would choose");
+                 "zb-h1,zb-v,interleaved:2 (name:v sets the chunks); for a run directory also "
+                 "zb-auto, zb-1p, zb-2p, zb-v-auto (built from the run's costs) and NAME@auto (the "
+                 "layer split --pipeline-layout auto would choose)");
+  app.add_option("--pp,--pipeline-model-parallel-size", pipe.pp,
+                 "trace files: the run was pipelined over this many ranks (the traces are its "
+                 "stages in rank order): fill, drain and dependency wait, and the what-if");
+  app.add_option("--schedule", pipe.schedule,
+                 "trace files: the schedule that ran (1f1b, interleaved, gpipe, zb-h1...)");
+  app.add_option("--vpp,--virtual-pipeline-model-parallel-size", pipe.vpp,
+                 "trace files: model chunks per rank (interleaved schedules)");
+  app.add_option("--num-microbatches", pipe.microbatches, "trace files: microbatches per step");
+  app.add_option("--schedule-file", pipe.schedule_file,
+                 "trace files: the schedule that ran as a CSV (instead of --schedule, --vpp, "
+                 "--num-microbatches)");
   app.add_flag("--quiet", quiet, "no terminal table");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
-  ReportOptions opt;
-  if (!what_if.empty()) {
-    auto w = parse_what_if(what_if);
-    if (!w.ok()) return report_error("report", w.status());
-    opt.what_if = std::move(*w);
+  auto kind = detect_report_input(inputs.front());
+  if (!kind.ok()) return report_error("report", kind.status());
+  if (*kind == ReportInput::kRunDir) {
+    if (inputs.size() > 1) {
+      return report_error("report", Status::invalid_argument(fmt::format(
+                                        "report: '{}' is a run directory and more inputs follow; "
+                                        "hint: report one run directory at a time",
+                                        inputs.front())));
+    }
+    if (pipe.pp > 0 || !pipe.schedule.empty() || !pipe.schedule_file.empty()) {
+      return report_error(
+          "report", Status::invalid_argument(
+                        "report: --pp, --schedule, --schedule-file describe trace files; a run "
+                        "directory already says what ran; hint: drop them"));
+    }
+    const std::string& run_dir = inputs.front();
+    ReportOptions opt;
+    if (!what_if.empty()) {
+      auto w = parse_what_if(what_if);
+      if (!w.ok()) return report_error("report", w.status());
+      opt.what_if = std::move(*w);
+    }
+    auto rep = build_report(run_dir, opt);
+    if (!rep.ok()) return report_error("report", rep.status());
+    if (out_dir.empty()) out_dir = run_dir;
+    if (Status st = write_report(*rep, out_dir); !st.ok()) return report_error("report", st);
+    if (!quiet) std::fputs(format_report_text(*rep).c_str(), stdout);
+    std::printf("\nwrote %s/report.html, %s/report.json, %s/trace.json%s\n", out_dir.c_str(),
+                out_dir.c_str(), out_dir.c_str(),
+                rep->run.costs ? fmt::format(", {}/costs.json", out_dir).c_str() : "");
+    return kExitOk;
   }
-  auto rep = build_report(run_dir, opt);
+
+  // Trace files.
+  if (out_dir.empty()) {
+    return report_error("report", Status::invalid_argument(
+                                      "report: --out is required with trace files; hint: --out "
+                                      "DIR (created if missing)"));
+  }
+  if (!what_if.empty()) pipe.what_if = split(what_if, ',');
+  auto rep = build_gpu_trace_report(inputs, pipe);
   if (!rep.ok()) return report_error("report", rep.status());
-  if (out_dir.empty()) out_dir = run_dir;
-  if (Status st = write_report(*rep, out_dir); !st.ok()) return report_error("report", st);
-  if (!quiet) std::fputs(format_report_text(*rep).c_str(), stdout);
-  std::printf("\nwrote %s/report.html, %s/report.json, %s/trace.json%s\n", out_dir.c_str(),
-              out_dir.c_str(), out_dir.c_str(),
-              rep->run.costs ? fmt::format(", {}/costs.json", out_dir).c_str() : "");
+  if (Status st = write_gpu_trace_report(*rep, out_dir); !st.ok()) {
+    return report_error("report", st);
+  }
+  if (!quiet) std::fputs(format_gpu_trace_text(*rep).c_str(), stdout);
+  std::printf("\nwrote %s/report.html, %s/report.json, %s/trace.json\n", out_dir.c_str(),
+              out_dir.c_str(), out_dir.c_str());
   return kExitOk;
 }
 

@@ -1,0 +1,243 @@
+// GPU traces of other engines' runs (PyTorch profiler / Kineto JSON, Nsight Systems SQLite
+// exports): readers that turn one file per rank into GPU events, the usage metrics of a rank
+// (window, busy, idle, compute, communication, exposed communication, memory) for the whole trace
+// and per iteration (ProfilerStep#N), the pipeline-aware idle causes when the user says what ran,
+// and the what-if against our simulator from costs fitted to the trace. `tightpipe report TRACE...`
+// (cmd_report.cc) reads them; docs/gpu_trace.md has the definitions and a worked example.
+//
+// Times are integer nanoseconds on the profiler's clock (Kineto's microsecond timestamps carry
+// three decimals), so unions and differences are exact; outputs are in seconds.
+//
+// Definitions (one rank; for a step, only the GPU events of that step):
+//   window   first GPU event start to last GPU event end
+//   busy     union of all GPU events (kernels, memcpy, memset) over all devices and streams
+//   idle     window - busy; the bubble ratio is idle / window, computed by step_bubble (prof.h),
+//            the function our own runs use
+//   compute  union of the compute kernels (every kernel that is not NCCL/RCCL)
+//   communication          union of the NCCL kernels (P2P send/recv and collectives)
+//   exposed communication  communication not overlapped by compute
+//   memory   union of memcpy and memset
+//
+// Pure functions over plain data except the readers (files). Thread-compatible; the readers may
+// run concurrently on different files.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tightpipe/status.h"
+
+namespace tightpipe {
+
+// ----- events ----------------------------------------------------------------------------------
+
+enum class GpuEventKind { kCompute = 0, kCollective, kP2P, kMemcpy, kMemset };
+inline constexpr int kNumGpuEventKinds = 5;
+std::string_view gpu_event_kind_name(GpuEventKind kind);  // "compute", "collective", "p2p"...
+bool is_communication(GpuEventKind kind);                 // collective or P2P
+
+// What a kernel name is: NCCL/RCCL kernels ("nccl" in the name, any case) are communication, P2P
+// when the name says SendRecv, Send or Recv (ncclKernel_SendRecv_..., ncclDevKernel_Recv_...),
+// otherwise a collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll...);
+// every other kernel is compute. The one classifier both readers call.
+GpuEventKind classify_kernel(std::string_view name);
+
+inline constexpr int32_t kNoStep = -1;  // a GPU event whose launch ran in no ProfilerStep
+
+struct GpuEvent {
+  int64_t start_ns = 0;  // profiler clock
+  int64_t end_ns = 0;    // >= start_ns (a negative duration is counted and clamped to 0)
+  int32_t device = 0;
+  int32_t stream = 0;
+  GpuEventKind kind = GpuEventKind::kCompute;
+  int32_t name = -1;       // index into GpuTraceRank::names
+  int32_t step = kNoStep;  // the N of the ProfilerStep#N (or NVTX iteration) its launch ran in
+  int32_t range = -1;      // index into GpuTraceRank::ranges: the innermost annotated range its
+                           // launch ran in (-1: none)
+};
+
+// A CPU-side annotation the analysis uses: an iteration (ProfilerStep#N, or an NVTX range whose
+// text ends in a number for nsys) or a record_function / NVTX range that names pipeline work
+// ("PP:2F0" as torch.distributed.pipelining names its actions; names containing "forward" or
+// "backward", as Megatron-style step functions).
+struct CpuRange {
+  std::string name;
+  int64_t start_ns = 0, end_ns = 0;
+};
+
+struct StepMark {
+  int32_t step = 0;  // N
+  int64_t start_ns = 0, end_ns = 0;
+};
+
+// Problems a buggy profiler leaves in a trace: counted, reported, never fatal.
+struct TraceAnomalies {
+  int64_t negative_durations = 0;  // GPU events with dur < 0 (clamped to 0)
+  int64_t stream_overlaps = 0;     // GPU events that start before the previous one on the same
+                                   // device and stream ended (kept; unions absorb them)
+  int64_t unmatched_launches = 0;  // GPU events whose correlation matches no CPU launch (no step)
+};
+
+// One rank's GPU trace.
+struct GpuTraceRank {
+  std::string path;
+  std::string format;  // "kineto" or "nsys"
+  int32_t rank = -1;   // distributedInfo.rank; -1 until read_gpu_traces assigns it
+  bool rank_from_file_order = false;
+  int32_t world_size = 0;  // distributedInfo.world_size; 0 unknown
+  // What identifies the job, for refusing ranks of different jobs mixed: the distributedInfo
+  // fields shared by every rank (backend, world size, process-group config, NCCL version) and
+  // the trace's device kind; empty when the trace has none.
+  std::string job;
+  std::vector<std::string> names;  // kernel/copy names, interned
+  std::vector<GpuEvent> events;    // sorted by (start_ns, end_ns)
+  std::vector<StepMark> steps;     // sorted by start
+  std::vector<CpuRange> ranges;    // pipeline annotations (see CpuRange), sorted by start
+  int64_t cpu_events = 0;          // CPU-side events seen (ops, launches, annotations)
+  TraceAnomalies anomalies;
+  std::vector<std::string> warnings;  // one line each: what was odd and what was done about it
+};
+
+// Reads a Kineto trace (.json or .json.gz: gzip is recognised by its magic bytes) without
+// holding the document: a SAX pass keeps only GPU events, launches (cuda_runtime / cuda_driver
+// events with args.correlation), ProfilerStep#N and pipeline annotations. Errors (Corruption or
+// InvalidArgument naming the path, with a hint): unreadable, truncated gzip, not JSON, JSON that
+// is not a trace (no traceEvents array). A trace with no GPU events is an error saying it is a
+// CPU-only trace.
+Result<GpuTraceRank> read_kineto_trace(const std::string& path);
+
+// Reads an Nsight Systems SQLite export (`nsys export --type sqlite`): CUPTI_ACTIVITY_KIND_KERNEL
+// (names through StringIds), _MEMCPY, _MEMSET; iterations and pipeline annotations from
+// NVTX_EVENTS ranges, matched to GPU work through CUPTI_ACTIVITY_KIND_RUNTIME launches by
+// correlationId. Errors name the path and the missing table or column.
+Result<GpuTraceRank> read_nsys_sqlite(const std::string& path);
+
+// What a `report` input is, told apart by content: a directory holding timeline_rank*.jsonl (our
+// run), a Kineto JSON (gzip'd or not), an SQLite database. Errors name the path.
+enum class ReportInput { kRunDir, kKineto, kNsys };
+Result<ReportInput> detect_report_input(const std::string& path);
+
+// Reads one trace per rank (in parallel, at most `threads` at a time; 0 = hardware threads),
+// each by its detected format. Ranks come from distributedInfo, or from the file order when no
+// file has one (said in a warning). Errors: a file that fails to read; two files with the same
+// rank; ranks of different jobs (naming both files and what differs).
+Result<std::vector<GpuTraceRank>> read_gpu_traces(const std::vector<std::string>& paths,
+                                                  int threads = 0);
+
+// ----- metrics ---------------------------------------------------------------------------------
+
+struct GpuUsage {
+  int64_t start_ns = 0, end_ns = 0;  // the window
+  int64_t events = 0;
+  double window_s = 0, busy_s = 0, idle_s = 0;
+  double compute_s = 0, communication_s = 0, exposed_communication_s = 0, memory_s = 0;
+  double p2p_s = 0, collective_s = 0;  // unions of each (communication_s <= p2p_s + collective_s)
+  double bubble_ratio = 0;             // idle / window (step_bubble); 0 for an empty window
+};
+
+// Usage of a set of GPU events (any order). All zeros for none.
+GpuUsage gpu_usage(std::span<const GpuEvent> events);
+
+// ----- pipeline-aware causes -------------------------------------------------------------------
+//
+// The time a rank does not compute within a step's window (window - compute: idle, exposed
+// communication and memory-only time) split by cause. When the user said the run was pipelined,
+// each gap between the rank's compute kernels is, first match wins:
+//   fill             before the step's first compute kernel
+//   drain            after the step's last compute kernel
+//   dependency wait  a gap in which a P2P kernel ends (the next compute waited for a receive)
+// and the rest of the time, and all of it without pipeline information, by what covers it:
+//   exposed comm     communication kernels
+//   memory           memcpy/memset (and no communication)
+//   host             nothing: the GPU was idle (launch overhead, CPU-side stalls, data loading)
+// The causes sum to window - compute.
+enum class GpuCause { kFill = 0, kDrain, kDependency, kExposedComm, kMemory, kHost };
+inline constexpr int kNumGpuCauses = 6;
+std::string_view gpu_cause_name(GpuCause cause);  // "fill", "drain", "dependency wait"...
+
+using GpuCauses = std::array<double, kNumGpuCauses>;  // seconds per cause
+
+// REQUIRES: events of one rank and one step (any order).
+GpuCauses gpu_causes(std::span<const GpuEvent> events, bool pipelined);
+
+// ----- the trace report ------------------------------------------------------------------------
+
+struct GpuStepReport {
+  int32_t step = 0;  // N of ProfilerStep#N
+  GpuUsage usage;
+  GpuCauses causes{};
+};
+
+struct GpuRankReport {
+  int32_t rank = 0;
+  std::string path;
+  GpuUsage usage;      // the whole trace
+  GpuCauses causes{};  // sum over the steps (the whole trace when it has no steps)
+  std::vector<GpuStepReport> steps;
+};
+
+// What ran, as the user says (`--pp`, `--schedule`, `--num-microbatches`, `--vpp` or
+// `--schedule-file`): enables the pipeline causes and the what-if.
+struct GpuPipelineSpec {
+  int32_t pp = 0;        // 0: not said (no pipeline analysis)
+  std::string schedule;  // generator name ("1f1b", "interleaved", "zb-h1"...)
+  int32_t vpp = 0;       // chunks; 0: the generator's default
+  int32_t microbatches = 0;
+  std::string schedule_file;         // a schedule CSV instead of schedule/vpp/microbatches
+  std::vector<std::string> what_if;  // other schedules to simulate ("zb-h1", "interleaved:2")
+  Status validate() const;
+};
+
+// Costs fitted to the trace (docs/gpu_trace.md: what kernels alone can and cannot tell).
+struct GpuFittedCosts {
+  std::string method;  // "annotations" (PP:<action> or forward/backward ranges) or "kernels"
+  std::vector<double> f_s, b_s, w_s;  // [S] per stage, seconds (w_s empty: fused backward)
+  double message_s = 0;               // per P2P message
+  std::vector<std::string> notes;     // assumptions made
+};
+
+struct GpuWhatIf {
+  std::string label;
+  std::string error;                    // not empty: could not be simulated (why)
+  double step_s = 0, bubble_ratio = 0;  // simulated with the fitted costs
+  double saving_s = 0;                  // predicted (what ran) - this; > 0 saves
+};
+
+struct GpuPipelineReport {
+  GpuFittedCosts costs;
+  double measured_step_s = 0;  // median over steps of the longest rank window
+  double predicted_step_s = 0, predicted_bubble_ratio = 0;  // the schedule that ran, simulated
+  std::vector<GpuWhatIf> what_ifs;
+  std::string error;  // not empty: the pipeline analysis could not run (why)
+};
+
+struct GpuTraceReport {
+  std::vector<std::string> inputs;
+  std::vector<GpuRankReport> ranks;  // by rank
+  std::vector<GpuTraceRank> traces;  // by rank (the events, for the timeline and trace.json)
+  bool pipelined = false;
+  std::optional<GpuPipelineReport> pipeline;
+  std::vector<std::string> warnings;  // one line each (no steps, anomalies, unmatched launches)
+};
+
+Result<GpuTraceReport> build_gpu_trace_report(const std::vector<std::string>& paths,
+                                              const GpuPipelineSpec& pipeline = {});
+
+std::string format_gpu_trace_text(const GpuTraceReport& report);
+// report.json: {"kind": "gpu_trace", "ranks": [{rank, window_s, busy_s, idle_s, compute_s,
+// communication_s, exposed_communication_s, memory_s, bubble_ratio, causes, steps: [{step, ...}]}],
+// "pipeline": {...}, "warnings": [...]} (docs/gpu_trace.md lists the keys).
+std::string gpu_trace_report_json(const GpuTraceReport& report);
+// The self-contained page (inline SVG and CSS, no script).
+std::string gpu_trace_report_html(const GpuTraceReport& report);
+// Chrome trace of the GPU events: pid = rank, tid = device/stream.
+std::string gpu_trace_chrome_json(const GpuTraceReport& report);
+// Writes report.html, report.json and trace.json into out_dir.
+Status write_gpu_trace_report(const GpuTraceReport& report, const std::string& out_dir);
+
+}  // namespace tightpipe

@@ -1,0 +1,43 @@
+// Internals shared by the GPU trace files of the report module (not a public header).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tightpipe/gpu_trace.h"
+#include "tightpipe/timeline.h"
+
+namespace tightpipe::report_internal {
+
+// A GPU event as a reader finds it, with the correlation id of its CPU launch (-1: none).
+struct GpuLaunched {
+  GpuEvent event;
+  int64_t correlation = -1;
+};
+// A CPU launch (cudaLaunchKernel, cudaMemcpyAsync...): its correlation id and start.
+struct Launch {
+  int64_t correlation = 0;
+  int64_t ts = 0;  // ns
+};
+
+// What both readers do last: each GPU event gets the step (StepMark containing its launch's
+// start) and the innermost pipeline range containing it; events, steps and ranges are sorted;
+// anomalies are counted (unmatched launches, same-stream overlaps) and said in warnings
+// (negative durations were counted by the reader).
+void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
+                        std::vector<Launch> launches);
+
+// The pipeline analysis (gpu_pipeline.cc): fits costs to the traces, simulates the schedule the
+// user says ran and the what-ifs. Never fails: a problem goes into the result's `error`.
+// REQUIRES: traces and ranks are by rank and of the same length; spec.pp > 0.
+GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
+                                       const std::vector<GpuRankReport>& ranks,
+                                       const GpuPipelineSpec& spec);
+
+// The GPU events of one step (kNoStep: all) as a Timeline, time 0 at the earliest event of any
+// rank: compute kernels on the compute lane (F, B, I, W when a pipeline annotation says which,
+// otherwise "other"), NCCL kernels on the comm lane (P2P as RECV, collectives as SEND), copies
+// and memsets on the data lane; event names are the kernel names. For the SVG timeline.
+Timeline gpu_step_timeline(const GpuTraceReport& report, int32_t step);
+
+}  // namespace tightpipe::report_internal

@@ -1,0 +1,350 @@
+// The GPU trace report: per rank, per step and whole-trace usage and causes, the terminal table,
+// report.json and trace.json (gpu_trace.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "report/gpu_internal.h"
+#include "report/report_internal.h"
+#include "tightpipe/base.h"
+#include "tightpipe/gpu_trace.h"
+
+namespace tightpipe {
+
+using report_internal::fmt_time;
+using report_internal::pct;
+
+namespace report_internal {
+
+Timeline gpu_step_timeline(const GpuTraceReport& rep, int32_t step) {
+  Timeline tl;
+  tl.time_unit = "s";
+  int64_t origin = INT64_MAX;
+  for (const GpuTraceRank& t : rep.traces) {
+    for (const GpuEvent& e : t.events) {
+      if (step == kNoStep || e.step == step) origin = std::min(origin, e.start_ns);
+    }
+  }
+  for (const GpuTraceRank& t : rep.traces) {
+    RankTimeline rt;
+    rt.rank = t.rank;
+    for (const GpuEvent& e : t.events) {
+      if (step != kNoStep && e.step != step) continue;
+      TimelineEvent x;
+      x.name = e.name >= 0 ? t.names[e.name] : std::string(gpu_event_kind_name(e.kind));
+      x.start = static_cast<double>(e.start_ns - origin) * 1e-9;
+      x.end = static_cast<double>(e.end_ns - origin) * 1e-9;
+      x.step = e.step;
+      switch (e.kind) {
+        case GpuEventKind::kCompute: {
+          x.lane = Lane::kCompute;
+          x.kind = EventKind::kOther;
+          if (e.range >= 0) {
+            const std::string& rn = t.ranges[e.range].name;
+            std::string lower = rn;
+            for (char& c : lower)
+              c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            if (lower.find("backward") != std::string::npos || rn.find('B') != std::string::npos) {
+              x.kind = EventKind::kBackward;
+            }
+            if (lower.find("forward") != std::string::npos ||
+                (rn.starts_with("PP:") && rn.find('F') != std::string::npos)) {
+              x.kind = EventKind::kForward;
+            }
+            if (rn.starts_with("PP:") && rn.find('I') != std::string::npos) {
+              x.kind = EventKind::kBackwardInput;
+            }
+            if (rn.starts_with("PP:") && rn.find('W') != std::string::npos) {
+              x.kind = EventKind::kBackwardWeight;
+            }
+          }
+          break;
+        }
+        case GpuEventKind::kCollective:
+        case GpuEventKind::kP2P:
+          x.lane = Lane::kComm;
+          x.kind = e.kind == GpuEventKind::kP2P ? EventKind::kRecv : EventKind::kSend;
+          break;
+        case GpuEventKind::kMemcpy:
+        case GpuEventKind::kMemset:
+          x.lane = Lane::kData;
+          x.kind = EventKind::kData;
+          break;
+      }
+      rt.events.push_back(std::move(x));
+    }
+    tl.ranks.push_back(std::move(rt));
+  }
+  return tl;
+}
+
+}  // namespace report_internal
+
+Result<GpuTraceReport> build_gpu_trace_report(const std::vector<std::string>& paths,
+                                              const GpuPipelineSpec& pipeline) {
+  TP_RETURN_IF_ERROR(pipeline.validate());
+  GpuTraceReport rep;
+  rep.inputs = paths;
+  TP_ASSIGN_OR_RETURN(rep.traces, read_gpu_traces(paths));
+  rep.pipelined = pipeline.pp > 0;
+  for (const GpuTraceRank& t : rep.traces) {
+    for (const std::string& w : t.warnings) {
+      rep.warnings.push_back(fmt::format("rank {} ({}): {}", t.rank, t.path, w));
+    }
+  }
+  if (!rep.traces.empty() && rep.traces.front().rank_from_file_order) {
+    rep.warnings.push_back(
+        "the traces name no rank (no distributedInfo): ranks follow the order of the files");
+  }
+  for (const GpuTraceRank& t : rep.traces) {
+    GpuRankReport rr;
+    rr.rank = t.rank;
+    rr.path = t.path;
+    rr.usage = gpu_usage(t.events);
+    std::map<int32_t, std::vector<GpuEvent>> by_step;
+    for (const GpuEvent& e : t.events) {
+      if (e.step != kNoStep) by_step[e.step].push_back(e);
+    }
+    for (const auto& [n, events] : by_step) {
+      GpuStepReport s;
+      s.step = n;
+      s.usage = gpu_usage(events);
+      s.causes = gpu_causes(events, rep.pipelined);
+      for (int c = 0; c < kNumGpuCauses; ++c) rr.causes[c] += s.causes[c];
+      rr.steps.push_back(std::move(s));
+    }
+    if (by_step.empty()) rr.causes = gpu_causes(t.events, rep.pipelined);
+    rep.ranks.push_back(std::move(rr));
+  }
+  if (rep.pipelined) {
+    rep.pipeline = report_internal::analyze_gpu_pipeline(rep.traces, rep.ranks, pipeline);
+  }
+  return rep;
+}
+
+namespace {
+
+// "rank 3 idles 22.0% of step 1009 (5.10 ms of 23.2 ms); 10.1% of the step is exposed
+// communication": the step with the most idle time.
+std::string headline(const GpuTraceReport& rep) {
+  const GpuRankReport* br = nullptr;
+  const GpuStepReport* bs = nullptr;
+  for (const auto& r : rep.ranks) {
+    for (const auto& s : r.steps) {
+      if (!bs || s.usage.bubble_ratio > bs->usage.bubble_ratio) {
+        br = &r;
+        bs = &s;
+      }
+    }
+  }
+  if (!bs) return "";
+  const GpuUsage& u = bs->usage;
+  return fmt::format(
+      "worst step: rank {} idles {} of step {} ({} of {}); exposed communication {} of the "
+      "step, compute {}\n",
+      br->rank, pct(u.bubble_ratio), bs->step, fmt_time(u.idle_s, "s"), fmt_time(u.window_s, "s"),
+      pct(u.window_s > 0 ? u.exposed_communication_s / u.window_s : 0),
+      pct(u.window_s > 0 ? u.compute_s / u.window_s : 0));
+}
+
+std::string usage_row(const std::string& label, const GpuUsage& u) {
+  auto ms = [](double s) { return fmt::format("{:.3f}", s * 1e3); };
+  return fmt::format("{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>7}\n", label,
+                     ms(u.window_s), ms(u.busy_s), ms(u.idle_s), ms(u.compute_s),
+                     ms(u.communication_s), ms(u.exposed_communication_s), ms(u.memory_s),
+                     pct(u.bubble_ratio));
+}
+
+nlohmann::ordered_json usage_json(const GpuUsage& u) {
+  nlohmann::ordered_json j;
+  j["window_s"] = u.window_s;
+  j["busy_s"] = u.busy_s;
+  j["idle_s"] = u.idle_s;
+  j["compute_s"] = u.compute_s;
+  j["communication_s"] = u.communication_s;
+  j["exposed_communication_s"] = u.exposed_communication_s;
+  j["memory_s"] = u.memory_s;
+  j["bubble_ratio"] = u.bubble_ratio;
+  j["p2p_s"] = u.p2p_s;
+  j["collective_s"] = u.collective_s;
+  j["gpu_events"] = u.events;
+  return j;
+}
+
+nlohmann::ordered_json causes_json(const GpuCauses& c, bool pipelined) {
+  nlohmann::ordered_json j;
+  for (int k = 0; k < kNumGpuCauses; ++k) {
+    const auto cause = static_cast<GpuCause>(k);
+    if (!pipelined &&
+        (cause == GpuCause::kFill || cause == GpuCause::kDrain || cause == GpuCause::kDependency)) {
+      continue;
+    }
+    std::string key(gpu_cause_name(cause));
+    std::replace(key.begin(), key.end(), ' ', '_');
+    j[key + "_s"] = c[k];
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string format_gpu_trace_text(const GpuTraceReport& rep) {
+  std::string out;
+  out += fmt::format("GPU trace report: {} rank(s), {} format\n", rep.ranks.size(),
+                     rep.traces.empty() ? "?" : rep.traces.front().format);
+  out += fmt::format("{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>7}\n", "rank/step",
+                     "window ms", "busy ms", "idle ms", "compute ms", "comm ms", "exposed ms",
+                     "memory ms", "bubble");
+  for (const auto& r : rep.ranks) {
+    out += usage_row(fmt::format("rank {}", r.rank), r.usage);
+    for (const auto& s : r.steps) out += usage_row(fmt::format("  step {}", s.step), s.usage);
+  }
+  out += headline(rep);
+  // Causes of the time not computing, per rank.
+  out += fmt::format("\nnot computing (window - compute), by cause{}:\n",
+                     rep.pipelined ? "" : " (say --pp ... for fill, drain and dependency wait)");
+  for (const auto& r : rep.ranks) {
+    std::vector<std::string> parts;
+    double total = 0;
+    for (int k = 0; k < kNumGpuCauses; ++k) total += r.causes[k];
+    for (int k = 0; k < kNumGpuCauses; ++k) {
+      if (r.causes[k] <= 0) continue;
+      parts.push_back(fmt::format("{} {} ({})", gpu_cause_name(static_cast<GpuCause>(k)),
+                                  fmt_time(r.causes[k], "s"),
+                                  pct(total > 0 ? r.causes[k] / total : 0)));
+    }
+    out += fmt::format("  rank {}: {}\n", r.rank, parts.empty() ? "none" : join(parts, ", "));
+  }
+  if (rep.pipeline) {
+    const GpuPipelineReport& p = *rep.pipeline;
+    out += "\npipeline:\n";
+    if (!p.error.empty()) {
+      out += "  " + p.error + "\n";
+    } else {
+      out += fmt::format("  costs fitted from {}; measured step {}, simulated {} (bubble {})\n",
+                         p.costs.method, fmt_time(p.measured_step_s, "s"),
+                         fmt_time(p.predicted_step_s, "s"), pct(p.predicted_bubble_ratio));
+      for (const auto& n : p.costs.notes) out += "  note: " + n + "\n";
+      for (const auto& w : p.what_ifs) {
+        if (!w.error.empty()) {
+          out += fmt::format("  what-if {}: {}\n", w.label, w.error);
+        } else {
+          out +=
+              fmt::format("  what-if {}: step {} (bubble {}), saves {}\n", w.label,
+                          fmt_time(w.step_s, "s"), pct(w.bubble_ratio), fmt_time(w.saving_s, "s"));
+        }
+      }
+    }
+  }
+  for (const auto& w : rep.warnings) out += "warning: " + w + "\n";
+  return out;
+}
+
+std::string gpu_trace_report_json(const GpuTraceReport& rep) {
+  nlohmann::ordered_json j;
+  j["kind"] = "gpu_trace";
+  j["format"] = rep.traces.empty() ? "" : rep.traces.front().format;
+  j["inputs"] = rep.inputs;
+  j["bubble_measure"] = "idle / window (GPU idle: no kernel, copy or memset on any stream)";
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const auto& r : rep.ranks) {
+    nlohmann::ordered_json rj;
+    rj["rank"] = r.rank;
+    rj["path"] = r.path;
+    const nlohmann::ordered_json uj = usage_json(r.usage);
+    for (const auto& [k, v] : uj.items()) rj[k] = v;
+    rj["causes"] = causes_json(r.causes, rep.pipelined);
+    nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+    for (const auto& s : r.steps) {
+      nlohmann::ordered_json sj;
+      sj["step"] = s.step;
+      const nlohmann::ordered_json suj = usage_json(s.usage);
+      for (const auto& [k, v] : suj.items()) sj[k] = v;
+      sj["causes"] = causes_json(s.causes, rep.pipelined);
+      steps.push_back(std::move(sj));
+    }
+    rj["steps"] = std::move(steps);
+    ranks.push_back(std::move(rj));
+  }
+  j["ranks"] = std::move(ranks);
+  if (rep.pipeline) {
+    const GpuPipelineReport& p = *rep.pipeline;
+    nlohmann::ordered_json pj;
+    pj["error"] = p.error;
+    pj["costs_method"] = p.costs.method;
+    pj["f_s"] = p.costs.f_s;
+    pj["b_s"] = p.costs.b_s;
+    pj["w_s"] = p.costs.w_s;
+    pj["message_s"] = p.costs.message_s;
+    pj["notes"] = p.costs.notes;
+    pj["measured_step_s"] = p.measured_step_s;
+    pj["predicted_step_s"] = p.predicted_step_s;
+    pj["predicted_bubble_ratio"] = p.predicted_bubble_ratio;
+    nlohmann::ordered_json wi = nlohmann::ordered_json::array();
+    for (const auto& w : p.what_ifs) {
+      nlohmann::ordered_json x;
+      x["label"] = w.label;
+      x["error"] = w.error;
+      x["step_s"] = w.step_s;
+      x["bubble_ratio"] = w.bubble_ratio;
+      x["saving_s"] = w.saving_s;
+      wi.push_back(std::move(x));
+    }
+    pj["what_if"] = std::move(wi);
+    j["pipeline"] = std::move(pj);
+  }
+  j["warnings"] = rep.warnings;
+  return j.dump(2) + "\n";
+}
+
+std::string gpu_trace_chrome_json(const GpuTraceReport& rep) {
+  // Streamed by hand: a trace can hold millions of events.
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  int64_t origin = INT64_MAX;
+  for (const auto& t : rep.traces) {
+    if (!t.events.empty()) origin = std::min(origin, t.events.front().start_ns);
+  }
+  bool first = true;
+  auto emit = [&](const std::string& s) {
+    if (!first) out += ",\n";
+    first = false;
+    out += s;
+  };
+  for (const auto& t : rep.traces) {
+    emit(fmt::format(
+        R"({{"ph": "M", "name": "process_name", "pid": {}, "args": {{"name": "rank {}"}}}})",
+        t.rank, t.rank));
+    std::map<std::pair<int32_t, int32_t>, bool> streams;
+    for (const GpuEvent& e : t.events) streams[{e.device, e.stream}] = true;
+    for (const auto& [ds, unused] : streams) {
+      emit(fmt::format(
+          R"({{"ph": "M", "name": "thread_name", "pid": {}, "tid": {}, "args": {{"name": "device {} stream {}"}}}})",
+          t.rank, ds.first * 100000 + ds.second, ds.first, ds.second));
+    }
+    for (const GpuEvent& e : t.events) {
+      const std::string name = e.name >= 0 ? t.names[e.name] : "";
+      emit(fmt::format(
+          R"({{"ph": "X", "cat": "{}", "name": {}, "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{"step": {}}}}})",
+          gpu_event_kind_name(e.kind), nlohmann::json(name).dump(), t.rank,
+          e.device * 100000 + e.stream, static_cast<double>(e.start_ns - origin) * 1e-3,
+          static_cast<double>(e.end_ns - e.start_ns) * 1e-3, e.step));
+    }
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+Status write_gpu_trace_report(const GpuTraceReport& rep, const std::string& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Status::io_error(fmt::format("--out '{}': {}", out_dir, ec.message()));
+  TP_RETURN_IF_ERROR(write_file(out_dir + "/report.html", gpu_trace_report_html(rep)));
+  TP_RETURN_IF_ERROR(write_file(out_dir + "/report.json", gpu_trace_report_json(rep)));
+  TP_RETURN_IF_ERROR(write_file(out_dir + "/trace.json", gpu_trace_chrome_json(rep)));
+  return Status::Ok();
+}
+
+}  // namespace tightpipe

@@ -1,0 +1,222 @@
+// GPU traces: what the readers share (attribution to steps and ranges), telling inputs apart,
+// reading one trace per rank (gpu_trace.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "report/gpu_internal.h"
+#include "tightpipe/gpu_trace.h"
+
+namespace tightpipe {
+
+namespace report_internal {
+
+void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
+                        std::vector<Launch> launches) {
+  std::sort(launches.begin(), launches.end(),
+            [](const Launch& a, const Launch& b) { return a.correlation < b.correlation; });
+  std::sort(trace.steps.begin(), trace.steps.end(),
+            [](const StepMark& a, const StepMark& b) { return a.start_ns < b.start_ns; });
+  std::sort(trace.ranges.begin(), trace.ranges.end(),
+            [](const CpuRange& a, const CpuRange& b) { return a.start_ns < b.start_ns; });
+  // The longest range, to bound the backward scan for the innermost containing range.
+  int64_t longest = 0;
+  for (const CpuRange& r : trace.ranges) longest = std::max(longest, r.end_ns - r.start_ns);
+
+  trace.events.clear();
+  trace.events.reserve(gpu.size());
+  for (GpuLaunched& g : gpu) {
+    GpuEvent e = g.event;
+    auto it = std::lower_bound(launches.begin(), launches.end(), g.correlation,
+                               [](const Launch& l, int64_t c) { return l.correlation < c; });
+    if (g.correlation < 0 || it == launches.end() || it->correlation != g.correlation) {
+      ++trace.anomalies.unmatched_launches;
+    } else {
+      const int64_t t = it->ts;
+      auto s = std::upper_bound(trace.steps.begin(), trace.steps.end(), t,
+                                [](int64_t x, const StepMark& m) { return x < m.start_ns; });
+      if (s != trace.steps.begin() && t <= std::prev(s)->end_ns) e.step = std::prev(s)->step;
+      // Innermost: the latest-starting range that still contains t.
+      auto r = std::upper_bound(trace.ranges.begin(), trace.ranges.end(), t,
+                                [](int64_t x, const CpuRange& m) { return x < m.start_ns; });
+      while (r != trace.ranges.begin()) {
+        --r;
+        if (t - r->start_ns > longest) break;
+        if (t <= r->end_ns) {
+          e.range = static_cast<int32_t>(r - trace.ranges.begin());
+          break;
+        }
+      }
+    }
+    trace.events.push_back(e);
+  }
+  gpu.clear();
+  gpu.shrink_to_fit();
+
+  // Same-stream overlaps: in (device, stream, start) order.
+  std::vector<uint32_t> order(trace.events.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto& ev = trace.events;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const GpuEvent &x = ev[a], &y = ev[b];
+    if (x.device != y.device) return x.device < y.device;
+    if (x.stream != y.stream) return x.stream < y.stream;
+    return x.start_ns < y.start_ns;
+  });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const GpuEvent &p = ev[order[k - 1]], &c = ev[order[k]];
+    if (p.device == c.device && p.stream == c.stream && c.start_ns < p.end_ns) {
+      ++trace.anomalies.stream_overlaps;
+    }
+  }
+  std::sort(trace.events.begin(), trace.events.end(), [](const GpuEvent& a, const GpuEvent& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns < b.end_ns;
+  });
+
+  const TraceAnomalies& an = trace.anomalies;
+  if (an.negative_durations > 0) {
+    trace.warnings.push_back(
+        fmt::format("{} GPU event(s) with a negative duration (a profiler bug): counted as 0 long",
+                    an.negative_durations));
+  }
+  if (an.stream_overlaps > 0) {
+    trace.warnings.push_back(fmt::format(
+        "{} GPU event(s) start before the previous one on the same stream ended (a profiler "
+        "clock artefact): kept; unions count the overlapped time once",
+        an.stream_overlaps));
+  }
+  if (an.unmatched_launches > 0) {
+    trace.warnings.push_back(fmt::format(
+        "{} of {} GPU event(s) have no CPU launch in the trace (no matching correlation id): "
+        "counted in the whole trace, in no step",
+        an.unmatched_launches, trace.events.size()));
+  }
+  if (trace.steps.empty()) {
+    trace.warnings.push_back(
+        "no iteration markers (ProfilerStep#N; for nsys, NVTX ranges ending in a number): "
+        "whole-trace numbers only; hint: call prof.step() every iteration");
+  }
+}
+
+}  // namespace report_internal
+
+Result<ReportInput> detect_report_input(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return ReportInput::kRunDir;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status::not_found(fmt::format(
+        "report input '{}': no such file or directory; hint: give a `tightpipe train --out-dir` "
+        "directory, PyTorch profiler traces (.json, .json.gz) or nsys SQLite exports",
+        path));
+  }
+  char head[16] = {};
+  in.read(head, sizeof head);
+  const std::streamsize n = in.gcount();
+  if (n >= 2 && static_cast<unsigned char>(head[0]) == 0x1f &&
+      static_cast<unsigned char>(head[1]) == 0x8b) {
+    return ReportInput::kKineto;  // gzip: the reader says if it is not a trace inside
+  }
+  if (n == 16 && std::string_view(head, 16) == std::string_view("SQLite format 3\0", 16)) {
+    return ReportInput::kNsys;
+  }
+  for (std::streamsize i = 0; i < n; ++i) {
+    const char c = head[i];
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    if (c == '{' || c == '[') return ReportInput::kKineto;
+    break;
+  }
+  if (path.ends_with(".nsys-rep") || path.ends_with(".qdrep")) {
+    return Status::invalid_argument(fmt::format(
+        "report input '{}': an Nsight Systems report, not its SQLite export; hint: nsys export "
+        "--type sqlite --output {}.sqlite {}",
+        path, path.substr(0, path.rfind('.')), path));
+  }
+  return Status::invalid_argument(fmt::format(
+      "report input '{}': neither a run directory, a JSON/gzip'd JSON trace nor an SQLite "
+      "database; hint: give PyTorch profiler traces (.json, .json.gz), nsys SQLite exports or a "
+      "`tightpipe train --out-dir` directory",
+      path));
+}
+
+Result<std::vector<GpuTraceRank>> read_gpu_traces(const std::vector<std::string>& paths,
+                                                  int threads) {
+  const size_t n = paths.size();
+  std::vector<std::optional<Result<GpuTraceRank>>> got(n);
+  auto read_one = [&](size_t i) -> Result<GpuTraceRank> {
+    TP_ASSIGN_OR_RETURN(ReportInput kind, detect_report_input(paths[i]));
+    switch (kind) {
+      case ReportInput::kKineto:
+        return read_kineto_trace(paths[i]);
+      case ReportInput::kNsys:
+        return read_nsys_sqlite(paths[i]);
+      case ReportInput::kRunDir:
+        break;
+    }
+    return Status::invalid_argument(fmt::format(
+        "report input '{}': a run directory among trace files; hint: report a run directory "
+        "alone, or only trace files",
+        paths[i]));
+  };
+  int nthreads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  nthreads = std::max(1, std::min<int>(nthreads, static_cast<int>(n)));
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < nthreads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) got[i] = read_one(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+
+  std::vector<GpuTraceRank> out;
+  for (size_t i = 0; i < n; ++i) {
+    if (!got[i]->ok()) return got[i]->status();
+    out.push_back(std::move(**got[i]));
+  }
+  // Ranks of one job: the same job description (or none on every file).
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (out[i].job != out[0].job || out[i].format != out[0].format) {
+      auto says = [](const GpuTraceRank& t) {
+        return t.job.empty() ? t.format + " trace, no distributedInfo" : t.format + ": " + t.job;
+      };
+      return Status::invalid_argument(fmt::format(
+          "traces '{}' ({}) and '{}' ({}) are not ranks of the same job; hint: report the "
+          "traces of one run together, one file per rank",
+          out[0].path, says(out[0]), out[i].path, says(out[i])));
+    }
+  }
+  const bool any_rank = std::any_of(out.begin(), out.end(), [](auto& t) { return t.rank >= 0; });
+  if (any_rank) {
+    std::map<int32_t, size_t> seen;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].rank < 0) {
+        return Status::invalid_argument(fmt::format(
+            "trace '{}' names no rank while '{}' does (distributedInfo.rank); hint: report the "
+            "traces of one run together",
+            out[i].path, out[0].path));
+      }
+      auto [it, fresh] = seen.emplace(out[i].rank, i);
+      if (!fresh) {
+        return Status::invalid_argument(
+            fmt::format("traces '{}' and '{}' are both rank {}; hint: give each rank's trace once",
+                        out[it->second].path, out[i].path, out[i].rank));
+      }
+    }
+    std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
+  } else {
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].rank = static_cast<int32_t>(i);
+      out[i].rank_from_file_order = true;
+    }
+  }
+  return out;
+}
+
+}  // namespace tightpipe
