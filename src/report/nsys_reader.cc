@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -225,6 +226,7 @@ struct Collected {
   std::vector<StepMark> steps;
   std::vector<CpuRange> ranges;
   std::vector<std::string> names;
+  std::vector<GpuEventKind> name_kinds;  // classify_kernel of each name, once per name
   std::unordered_map<std::string, int32_t> name_index;
   std::unordered_set<int64_t> processes;  // globalPid of the GPU work
   int64_t cpu_events = 0;
@@ -232,11 +234,15 @@ struct Collected {
 
   int32_t intern(std::string_view n) {
     auto [it, fresh] = name_index.try_emplace(std::string(n), static_cast<int32_t>(names.size()));
-    if (fresh) names.emplace_back(n);
+    if (fresh) {
+      names.emplace_back(n);
+      name_kinds.push_back(classify_kernel(n));
+    }
     return it->second;
   }
 
-  void add_gpu(sqlite3_stmt* s, GpuEventKind kind, std::string_view name, int pid_col) {
+  // One row of a GPU table: start, end, deviceId, streamId, correlationId in columns 0..4.
+  void add_gpu(sqlite3_stmt* s, GpuEventKind kind, int32_t name, int pid_col) {
     if (sqlite3_column_type(s, 0) == SQLITE_NULL) return;
     GpuLaunched p;
     p.event.start_ns = sqlite3_column_int64(s, 0);
@@ -249,8 +255,8 @@ struct Collected {
     p.event.device = static_cast<int32_t>(column_or(s, 2, 0));
     p.event.stream = static_cast<int32_t>(column_or(s, 3, 0));
     p.correlation = column_or(s, 4, -1);
-    p.event.kind = kind == GpuEventKind::kCompute ? classify_kernel(name) : kind;
-    p.event.name = intern(name);
+    p.event.kind = kind == GpuEventKind::kCompute ? name_kinds[name] : kind;
+    p.event.name = name;
     if (pid_col >= 0 && sqlite3_column_type(s, pid_col) != SQLITE_NULL) {
       processes.insert(sqlite3_column_int64(s, pid_col));
     }
@@ -260,16 +266,43 @@ struct Collected {
 
 using Columns = std::set<std::string, std::less<>>;
 
+// Kernel names: StringIds values, looked up once per id (exports repeat a few thousand names
+// over millions of kernels) and interned.
+class KernelNames {
+ public:
+  static Result<KernelNames> open(const NsysDb& db) {
+    TP_ASSIGN_OR_RETURN(StmtHandle stmt, db.prepare("SELECT value FROM StringIds WHERE id = ?"));
+    return KernelNames(std::move(stmt));
+  }
+  // The name index of StringIds id `id`; -1 when no string has that id.
+  Result<int32_t> of(const NsysDb& db, int64_t id, Collected& out) {
+    auto it = cache_.find(id);
+    if (it != cache_.end()) return it->second;
+    sqlite3_reset(lookup_.get());
+    sqlite3_bind_int64(lookup_.get(), 1, id);
+    TP_ASSIGN_OR_RETURN(bool row, db.step(lookup_.get()));
+    const std::string_view value = row ? column_text(lookup_.get(), 0) : std::string_view();
+    const int32_t name = value.empty() ? -1 : out.intern(value);
+    cache_.emplace(id, name);
+    return name;
+  }
+
+ private:
+  explicit KernelNames(StmtHandle lookup) : lookup_(std::move(lookup)) {}
+  StmtHandle lookup_;
+  std::unordered_map<int64_t, int32_t> cache_;
+};
+
 // The GPU activity of one table: kernels (names through StringIds), copies or memsets.
 Status read_gpu_table(const NsysDb& db, std::string_view table, GpuEventKind kind,
                       bool have_strings, Collected& out) {
   TP_ASSIGN_OR_RETURN(Columns cols, db.columns(table));
   TP_RETURN_IF_ERROR(
       db.require(table, cols, {"start", "end", "deviceId", "streamId", "correlationId"}));
-  std::string select = "SELECT t.start, t.\"end\", t.deviceId, t.streamId, t.correlationId";
-  std::string from = fmt::format(" FROM \"{}\" AS t", table);
+  std::string select = "SELECT start, \"end\", deviceId, streamId, correlationId";
   int next = 5;
-  int name_col = -1, copy_col = -1, pid_col = -1;
+  int demangled_col = -1, short_col = -1, copy_col = -1, pid_col = -1;
+  std::optional<KernelNames> kernel_names;
   if (kind == GpuEventKind::kCompute) {
     const bool demangled = cols.contains("demangledName"), short_name = cols.contains("shortName");
     if (!demangled && !short_name) return db.missing_column(table, "demangledName");
@@ -279,36 +312,50 @@ Status read_gpu_table(const NsysDb& db, std::string_view table, GpuEventKind kin
           "lacks; {}",
           db.shown(), table, kExportHint));
     }
-    if (demangled) from += " LEFT JOIN StringIds AS d ON d.id = t.demangledName";
-    if (short_name) from += " LEFT JOIN StringIds AS s ON s.id = t.shortName";
-    select += demangled && short_name ? ", COALESCE(d.value, s.value)"
-              : demangled             ? ", d.value"
-                                      : ", s.value";
-    name_col = next++;
+    if (demangled) {
+      select += ", demangledName";
+      demangled_col = next++;
+    }
+    if (short_name) {
+      select += ", shortName";
+      short_col = next++;
+    }
+    TP_ASSIGN_OR_RETURN(KernelNames names, KernelNames::open(db));
+    kernel_names.emplace(std::move(names));
   } else if (kind == GpuEventKind::kMemcpy && cols.contains("copyKind")) {
-    select += ", t.copyKind";
+    select += ", copyKind";
     copy_col = next++;
   }
   if (cols.contains("globalPid")) {
-    select += ", t.globalPid";
+    select += ", globalPid";
     pid_col = next++;
   }
-  TP_ASSIGN_OR_RETURN(StmtHandle stmt, db.prepare(select + from));
-  std::string copy_name;
+  TP_ASSIGN_OR_RETURN(StmtHandle stmt, db.prepare(fmt::format("{} FROM \"{}\"", select, table)));
+  std::unordered_map<int64_t, int32_t> copy_names;  // copyKind -> name index
   for (;;) {
     TP_ASSIGN_OR_RETURN(bool row, db.step(stmt.get()));
     if (!row) break;
     sqlite3_stmt* s = stmt.get();
+    int32_t name = -1;
     if (kind == GpuEventKind::kCompute) {
-      std::string_view name = column_text(s, name_col);
-      out.add_gpu(s, kind, name.empty() ? std::string_view("(unnamed kernel)") : name, pid_col);
+      // demangledName, else shortName.
+      for (int col : {demangled_col, short_col}) {
+        if (name >= 0 || col < 0 || sqlite3_column_type(s, col) == SQLITE_NULL) continue;
+        TP_ASSIGN_OR_RETURN(name, kernel_names->of(db, sqlite3_column_int64(s, col), out));
+      }
+      if (name < 0) name = out.intern("(unnamed kernel)");
     } else if (kind == GpuEventKind::kMemcpy) {
-      const std::string_view dir = copy_col >= 0 ? copy_kind_name(column_or(s, copy_col, 0)) : "";
-      copy_name = dir.empty() ? "Memcpy" : fmt::format("Memcpy {}", dir);
-      out.add_gpu(s, kind, copy_name, pid_col);
+      const int64_t copy_kind = copy_col >= 0 ? column_or(s, copy_col, 0) : 0;
+      auto [it, fresh] = copy_names.try_emplace(copy_kind, -1);
+      if (fresh) {
+        const std::string_view dir = copy_kind_name(copy_kind);
+        it->second = out.intern(dir.empty() ? "Memcpy" : fmt::format("Memcpy {}", dir));
+      }
+      name = it->second;
     } else {
-      out.add_gpu(s, kind, "Memset", pid_col);
+      name = out.intern("Memset");
     }
+    out.add_gpu(s, kind, name, pid_col);
   }
   return OkStatus();
 }
