@@ -121,31 +121,12 @@ class NsysDb {
 
   // The tables of the database.
   Result<std::set<std::string, std::less<>>> tables() const {
-    TP_ASSIGN_OR_RETURN(StmtHandle stmt,
-                        prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"));
-    std::set<std::string, std::less<>> out;
-    for (;;) {
-      TP_ASSIGN_OR_RETURN(bool row, step(stmt.get()));
-      if (!row) break;
-      if (const unsigned char* t = sqlite3_column_text(stmt.get(), 0)) {
-        out.emplace(reinterpret_cast<const char*>(t));
-      }
-    }
-    return out;
+    return text_column("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')", 0);
   }
 
   // The columns of a table.
   Result<std::set<std::string, std::less<>>> columns(std::string_view table) const {
-    TP_ASSIGN_OR_RETURN(StmtHandle stmt, prepare(fmt::format("PRAGMA table_info(\"{}\")", table)));
-    std::set<std::string, std::less<>> out;
-    for (;;) {
-      TP_ASSIGN_OR_RETURN(bool row, step(stmt.get()));
-      if (!row) break;
-      if (const unsigned char* t = sqlite3_column_text(stmt.get(), 1)) {
-        out.emplace(reinterpret_cast<const char*>(t));
-      }
-    }
-    return out;
+    return text_column(fmt::format("PRAGMA table_info(\"{}\")", table), 1);
   }
 
   // InvalidArgument when `table` lacks one of `required`.
@@ -168,12 +149,32 @@ class NsysDb {
 
  private:
   NsysDb(std::string path, DbHandle db) : path_(std::move(path)), db_(std::move(db)) {}
+
+  // The values of column `col` of a query's rows.
+  Result<std::set<std::string, std::less<>>> text_column(const std::string& sql, int col) const {
+    TP_ASSIGN_OR_RETURN(StmtHandle stmt, prepare(sql));
+    std::set<std::string, std::less<>> out;
+    for (;;) {
+      TP_ASSIGN_OR_RETURN(bool row, step(stmt.get()));
+      if (!row) break;
+      if (const unsigned char* t = sqlite3_column_text(stmt.get(), col)) {
+        out.emplace(reinterpret_cast<const char*>(t));
+      }
+    }
+    return out;
+  }
+
   std::string path_;
   DbHandle db_;
 };
 
 int64_t column_or(sqlite3_stmt* s, int i, int64_t fallback) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? fallback : sqlite3_column_int64(s, i);
+}
+
+// Whether columns 0 and 1 of the row are not NULL.
+bool first_two_set(sqlite3_stmt* s) {
+  return sqlite3_column_type(s, 0) != SQLITE_NULL && sqlite3_column_type(s, 1) != SQLITE_NULL;
 }
 
 std::string_view column_text(sqlite3_stmt* s, int i) {
@@ -221,21 +222,18 @@ std::optional<std::string_view> nvtx_user_text(std::string_view text) {
 
 // What one pass over the tables collects.
 struct Collected {
+  GpuTraceRank trace;  // names, steps, ranges, cpu_events, negative durations as they are read
   std::vector<GpuLaunched> gpu;
   std::vector<Launch> launches;
-  std::vector<StepMark> steps;
-  std::vector<CpuRange> ranges;
-  std::vector<std::string> names;
   std::vector<GpuEventKind> name_kinds;  // classify_kernel of each name, once per name
   std::unordered_map<std::string, int32_t> name_index;
   std::unordered_set<int64_t> processes;  // globalPid of the GPU work
-  int64_t cpu_events = 0;
-  int64_t negative = 0;
 
   int32_t intern(std::string_view n) {
-    auto [it, fresh] = name_index.try_emplace(std::string(n), static_cast<int32_t>(names.size()));
+    auto [it, fresh] =
+        name_index.try_emplace(std::string(n), static_cast<int32_t>(trace.names.size()));
     if (fresh) {
-      names.emplace_back(n);
+      trace.names.emplace_back(n);
       name_kinds.push_back(classify_kernel(n));
     }
     return it->second;
@@ -248,7 +246,7 @@ struct Collected {
     p.event.start_ns = sqlite3_column_int64(s, 0);
     int64_t end = column_or(s, 1, p.event.start_ns);
     if (end < p.event.start_ns) {
-      ++negative;
+      ++trace.anomalies.negative_durations;
       end = p.event.start_ns;
     }
     p.event.end_ns = end;
@@ -370,11 +368,9 @@ Status read_launches(const NsysDb& db, Collected& out) {
   for (;;) {
     TP_ASSIGN_OR_RETURN(bool row, db.step(stmt.get()));
     if (!row) break;
-    ++out.cpu_events;
+    ++out.trace.cpu_events;
     sqlite3_stmt* s = stmt.get();
-    if (sqlite3_column_type(s, 0) == SQLITE_NULL || sqlite3_column_type(s, 1) == SQLITE_NULL) {
-      continue;
-    }
+    if (!first_two_set(s)) continue;
     out.launches.push_back({sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 0)});
   }
   return OkStatus();
@@ -396,20 +392,17 @@ Status read_nvtx(const NsysDb& db, bool have_strings, Collected& out) {
   for (;;) {
     TP_ASSIGN_OR_RETURN(bool row, db.step(stmt.get()));
     if (!row) break;
-    ++out.cpu_events;
+    ++out.trace.cpu_events;
     sqlite3_stmt* s = stmt.get();
-    // A range never closed (end NULL) has no extent: skipped.
-    if (sqlite3_column_type(s, 0) == SQLITE_NULL || sqlite3_column_type(s, 1) == SQLITE_NULL) {
-      continue;
-    }
+    if (!first_two_set(s)) continue;  // a range never closed (end NULL) has no extent
     const int64_t start = sqlite3_column_int64(s, 0);
     const int64_t end = std::max<int64_t>(start, sqlite3_column_int64(s, 1));
     const std::optional<std::string_view> name = nvtx_user_text(column_text(s, 2));
     if (!name || name->empty()) continue;
     if (auto n = report_internal::nvtx_iteration(*name)) {
-      out.steps.push_back({*n, start, end});
+      out.trace.steps.push_back({*n, start, end});
     } else if (report_internal::is_pipeline_annotation(*name)) {
-      out.ranges.push_back({std::string(*name), start, end});
+      out.trace.ranges.push_back({std::string(*name), start, end});
     }
   }
   return OkStatus();
@@ -465,7 +458,7 @@ Result<GpuTraceRank> read_nsys_sqlite(const std::string& path) {
         "nsys export '{}': a CPU-only trace: no GPU events ({}, {} and {} are missing or empty) "
         "among its {} CPU events; hint: profile with CUDA tracing on (nsys profile --trace "
         "cuda,nvtx) and export again",
-        db.shown(), kKernelTable, kMemcpyTable, kMemsetTable, got.cpu_events));
+        db.shown(), kKernelTable, kMemcpyTable, kMemsetTable, got.trace.cpu_events));
   }
   if (got.processes.size() > 1) {
     return Status::invalid_argument(fmt::format(
@@ -475,19 +468,14 @@ Result<GpuTraceRank> read_nsys_sqlite(const std::string& path) {
         db.shown(), got.processes.size()));
   }
 
-  GpuTraceRank out;
+  GpuTraceRank& out = got.trace;
   out.path = path;
   out.format = "nsys";
   if (tables.contains(kGpuInfoTable)) {
     TP_ASSIGN_OR_RETURN(out.job, read_gpu_name(db, got.gpu.front().event.device));
   }
-  out.names = std::move(got.names);
-  out.steps = std::move(got.steps);
-  out.ranges = std::move(got.ranges);
-  out.cpu_events = got.cpu_events;
-  out.anomalies.negative_durations = got.negative;
   report_internal::attribute_and_sort(out, std::move(got.gpu), std::move(got.launches));
-  return out;
+  return std::move(out);
 }
 
 }  // namespace tightpipe

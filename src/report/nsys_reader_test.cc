@@ -360,16 +360,12 @@ TEST_F(NsysReaderTest, AgreesWithTheKinetoReader) {
     EXPECT_EQ(a.start_ns, b.start_ns);
     EXPECT_EQ(a.end_ns, b.end_ns);
     EXPECT_EQ(a.events, b.events);
-    EXPECT_DOUBLE_EQ(a.window_s, b.window_s);
-    EXPECT_DOUBLE_EQ(a.busy_s, b.busy_s);
-    EXPECT_DOUBLE_EQ(a.idle_s, b.idle_s);
-    EXPECT_DOUBLE_EQ(a.compute_s, b.compute_s);
-    EXPECT_DOUBLE_EQ(a.communication_s, b.communication_s);
-    EXPECT_DOUBLE_EQ(a.exposed_communication_s, b.exposed_communication_s);
-    EXPECT_DOUBLE_EQ(a.memory_s, b.memory_s);
-    EXPECT_DOUBLE_EQ(a.p2p_s, b.p2p_s);
-    EXPECT_DOUBLE_EQ(a.collective_s, b.collective_s);
-    EXPECT_DOUBLE_EQ(a.bubble_ratio, b.bubble_ratio);
+    for (double GpuUsage::*f :
+         {&GpuUsage::window_s, &GpuUsage::busy_s, &GpuUsage::idle_s, &GpuUsage::compute_s,
+          &GpuUsage::communication_s, &GpuUsage::exposed_communication_s, &GpuUsage::memory_s,
+          &GpuUsage::p2p_s, &GpuUsage::collective_s, &GpuUsage::bubble_ratio}) {
+      EXPECT_DOUBLE_EQ(a.*f, b.*f);
+    }
   };
   const GpuRankReport &n = nsys->ranks[0], &k = kineto->ranks[0];
   same(n.usage, k.usage);
