@@ -148,7 +148,7 @@ void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
   }
   if (trace.steps.empty()) {
     trace.warnings.push_back(
-        "no iteration markers (ProfilerStep#N; for nsys, NVTX ranges ending in a number): "
+        "no iteration markers (ProfilerStep#N; for nsys, NVTX ranges such as \"iteration 12\"): "
         "whole-trace numbers only; hint: call prof.step() every iteration");
   }
 }
