@@ -62,9 +62,9 @@ struct GpuEvent {
 };
 
 // A CPU-side annotation the analysis uses: an iteration (ProfilerStep#N, or for nsys an NVTX
-// range such as "iteration 12" or "step_12") or a record_function / NVTX range that names pipeline work
-// ("PP:2F0" as torch.distributed.pipelining names its actions; names containing "forward" or
-// "backward", as Megatron-style step functions).
+// range such as "iteration 12" or "step_12") or a record_function / NVTX range that names
+// pipeline work ("PP:2F0" as torch.distributed.pipelining names its actions; names containing
+// "forward" or "backward", as Megatron-style step functions).
 struct CpuRange {
   std::string name;
   int64_t start_ns = 0, end_ns = 0;
