@@ -70,7 +70,6 @@ class NsysDb {
     return out;
   }
 
-  const std::string& path() const { return path_; }
   std::string shown() const { return printable(path_, 240); }
 
   // A statement over this database (the SQL is ours: table and column names are constants).
@@ -93,7 +92,7 @@ class NsysDb {
   // The error of a failed call, by what SQLite says about the file.
   Status error(int rc, std::string_view doing) const {
     const char* msg = db_ ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
-    const std::string what = msg ? msg : sqlite3_errstr(rc);
+    const std::string what = printable(msg ? msg : sqlite3_errstr(rc), 160);
     switch (rc & 0xff) {
       case SQLITE_CORRUPT:
         return Status::corruption(fmt::format(
