@@ -93,6 +93,7 @@ struct Range {
   std::string kineto_name;
   int64_t start, end;
   bool registered = false;  // text through textId
+  int type = 59;            // NvtxPushPopRange; 60: NvtxStartEndRange
 };
 
 struct Scenario {
@@ -124,7 +125,7 @@ Scenario two_steps(int64_t shift = 0) {
   s.ranges = {
       {"ProfilerStep#1", "ProfilerStep#1", t(1000), t(50000), true},
       {"ProfilerStep#2, op_id = 9", "ProfilerStep#2", t(50000), t(100000)},
-      {"PP:1F0", "PP:1F0", t(1100), t(20000)},
+      {"PP:1F0", "PP:1F0", t(1100), t(20000), false, 60},
       {"MmBackward0, seq = 4", "", t(1150), t(1300)},  // an emit_nvtx operator: no annotation
   };
   return s;
@@ -211,12 +212,12 @@ void write_nsys(const std::string& path, const Scenario& s, int64_t pid2 = kPid)
   for (const Range& r : s.ranges) {
     if (r.registered) {
       exec(db.get(), fmt::format("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, "
-                                 "textId) VALUES ({}, {}, 59, {}, {})",
-                                 r.start, r.end, kPid + 7, str(r.text)));
+                                 "textId) VALUES ({}, {}, {}, {}, {})",
+                                 r.start, r.end, r.type, kPid + 7, str(r.text)));
     } else {
       exec(db.get(), fmt::format("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, "
-                                 "text) VALUES ({}, {}, 59, {}, {})",
-                                 r.start, r.end, kPid + 7, sql_quote(r.text)));
+                                 "text) VALUES ({}, {}, {}, {}, {})",
+                                 r.start, r.end, r.type, kPid + 7, sql_quote(r.text)));
     }
   }
   // A mark and a domain creation: not ranges.
@@ -470,15 +471,19 @@ TEST_F(NsysReaderTest, EmptyKernelTableIsCpuOnly) {
          "DROP TABLE CUPTI_ACTIVITY_KIND_MEMSET; DROP TABLE NVTX_EVENTS;"
          "DROP TABLE TARGET_INFO_GPU; DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL;"
          "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId,"
-         " streamId, bytes, copyKind) VALUES (5, 9, 0, 1, 3, 8, 2)");
+         " streamId, bytes, copyKind) VALUES (5, 9, 0, 1, 3, 8, 2), (20, 12, 0, 1, 3, 8,"
+         " 8)");
   }
   auto ok = read_nsys_sqlite(few);
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
-  ASSERT_EQ(ok->events.size(), 1u);
+  ASSERT_EQ(ok->events.size(), 2u);
   EXPECT_EQ(ok->events[0].kind, GpuEventKind::kMemcpy);
   EXPECT_EQ(ok->names[ok->events[0].name], "Memcpy DtoH");
+  EXPECT_EQ(ok->names[ok->events[1].name], "Memcpy DtoD");
+  EXPECT_EQ(ok->events[1].end_ns, ok->events[1].start_ns);  // end before start: counted, clamped
+  EXPECT_EQ(ok->anomalies.negative_durations, 1);
   EXPECT_EQ(ok->job, "");
-  EXPECT_EQ(ok->anomalies.unmatched_launches, 1);  // no correlation id
+  EXPECT_EQ(ok->anomalies.unmatched_launches, 2);  // no correlation ids
 }
 
 TEST_F(NsysReaderTest, ReportFileAndSeveralProcessesAreRefused) {
