@@ -184,7 +184,7 @@ Result<std::vector<GpuTraceRank>> read_gpu_traces(const std::vector<std::string>
   for (size_t i = 1; i < out.size(); ++i) {
     if (out[i].job != out[0].job || out[i].format != out[0].format) {
       auto says = [](const GpuTraceRank& t) {
-        return t.job.empty() ? t.format + " trace, no distributedInfo" : t.format + ": " + t.job;
+        return t.job.empty() ? t.format : t.format + ": " + t.job;
       };
       return Status::invalid_argument(fmt::format(
           "traces '{}' ({}) and '{}' ({}) are not ranks of the same job; hint: report the "
