@@ -406,7 +406,7 @@ TEST_F(TraceFiles, NotJsonAndNotATrace) {
   expect_error(build_gpu_trace_report({write("e.json", "")}), {"e.json"});
   expect_error(build_gpu_trace_report({write("w.json", "{ not json")}), {"w.json", "invalid JSON"});
   expect_error(build_gpu_trace_report({(dir_ / "missing.json").string()}),
-               {"missing.json", "no such"});
+               {"missing.json", "does not exist"});
   expect_error(build_gpu_trace_report({write("r.nsys-rep", "NSYS binary")}),
                {"nsys export --type sqlite"});
 }

@@ -107,13 +107,25 @@ void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
 }  // namespace report_internal
 
 Result<ReportInput> detect_report_input(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return ReportInput::kRunDir;
+  if (fs::is_directory(path, ec)) return ReportInput::kRunDir;
+  // A file of one of our run directories (or named like one): load_run explains which directory
+  // to give instead.
+  const fs::path p(path);
+  const std::string file = p.filename().string();
+  if (file == "summary.json" || file == "costs.json" || file == "metrics.jsonl" ||
+      file == "schedule.csv" || file.starts_with("timeline_rank") ||
+      fs::exists(p.parent_path().empty() ? fs::path("timeline_rank0.jsonl")
+                                         : p.parent_path() / "timeline_rank0.jsonl",
+                 ec)) {
+    return ReportInput::kRunDir;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status::not_found(fmt::format(
-        "report input '{}': no such file or directory; hint: give a `tightpipe train --out-dir` "
-        "directory, PyTorch profiler traces (.json, .json.gz) or nsys SQLite exports",
+        "report input '{}' does not exist; hint: give a `tightpipe train --out-dir` directory, "
+        "PyTorch profiler traces (.json, .json.gz) or nsys SQLite exports",
         path));
   }
   char head[16] = {};
