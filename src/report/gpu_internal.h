@@ -1,10 +1,13 @@
 // Internals shared by the GPU trace files of the report module (not a public header).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tightpipe/gpu_trace.h"
+#include "tightpipe/schedule.h"
 #include "tightpipe/timeline.h"
 
 namespace tightpipe::report_internal {
@@ -33,6 +36,12 @@ void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
 GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
                                        const std::vector<GpuRankReport>& ranks,
                                        const GpuPipelineSpec& spec);
+
+// What a pipeline annotation (CpuRange) says ran: "PP:2F0" (torch.distributed.pipelining's
+// record_function names) -> that action; a name containing "backward" (any case) -> kBackward,
+// "forward" -> kForward, with stage and microbatch -1. nullopt for anything else, including PP:
+// actions that are not computation (PP:1SEND_F3).
+std::optional<Action> annotated_action(std::string_view range_name);
 
 // The GPU events of one step (kNoStep: all) as a Timeline, time 0 at the earliest event of any
 // rank: compute kernels on the compute lane (F, B, I, W when a pipeline annotation says which,

@@ -46,22 +46,23 @@ Timeline gpu_step_timeline(const GpuTraceReport& rep, int32_t step) {
           x.lane = Lane::kCompute;
           x.kind = EventKind::kOther;
           if (e.range >= 0) {
-            const std::string& rn = t.ranges[e.range].name;
-            std::string lower = rn;
-            for (char& c : lower)
-              c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-            if (lower.find("backward") != std::string::npos || rn.find('B') != std::string::npos) {
-              x.kind = EventKind::kBackward;
-            }
-            if (lower.find("forward") != std::string::npos ||
-                (rn.starts_with("PP:") && rn.find('F') != std::string::npos)) {
-              x.kind = EventKind::kForward;
-            }
-            if (rn.starts_with("PP:") && rn.find('I') != std::string::npos) {
-              x.kind = EventKind::kBackwardInput;
-            }
-            if (rn.starts_with("PP:") && rn.find('W') != std::string::npos) {
-              x.kind = EventKind::kBackwardWeight;
+            if (auto act = annotated_action(t.ranges[e.range].name)) {
+              switch (act->type) {
+                case ActionType::kForward:
+                  x.kind = EventKind::kForward;
+                  break;
+                case ActionType::kBackwardInput:
+                  x.kind = EventKind::kBackwardInput;
+                  break;
+                case ActionType::kBackwardWeight:
+                  x.kind = EventKind::kBackwardWeight;
+                  break;
+                default:
+                  x.kind = EventKind::kBackward;
+                  break;
+              }
+              x.stage = act->stage;
+              x.microbatch = act->microbatch;
             }
           }
           break;

@@ -482,6 +482,44 @@ TEST_F(TraceFiles, DetectsInputsByContent) {
             ReportInput::kNsys);
 }
 
+TEST(GpuTraceTest, PipelineAnnotations) {
+  using report_internal::annotated_action;
+  auto a = annotated_action("PP:2F5");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->type, ActionType::kForward);
+  EXPECT_EQ(a->stage, 2);
+  EXPECT_EQ(a->microbatch, 5);
+  EXPECT_EQ(annotated_action("PP:0W3")->type, ActionType::kBackwardWeight);
+  EXPECT_EQ(annotated_action("PP:1I0")->type, ActionType::kBackwardInput);
+  EXPECT_FALSE(annotated_action("PP:1SEND_F3"));  // not computation
+  EXPECT_FALSE(annotated_action("PP:junk"));
+  EXPECT_EQ(annotated_action("forward_step")->type, ActionType::kForward);
+  EXPECT_EQ(annotated_action("## Backward ##")->type, ActionType::kBackward);
+  EXPECT_FALSE(annotated_action("optimizer.step"));
+}
+
+TEST_F(TraceFiles, KernelsTakeTheActionOfTheRangeTheirLaunchRanIn) {
+  const auto ann = [](const std::string& name, double ts, double dur) {
+    return fmt::format(
+        R"({{"ph": "X", "cat": "user_annotation", "name": "{}", "pid": 9, "tid": 9, "ts": {}, "dur": {}}})",
+        name, ts, dur);
+  };
+  const std::string p = write(
+      "pp.json", trace_json({step_mark(3, 0, 100), ann("PP:1F0", 1, 10), ann("PP:1B0", 20, 10),
+                             launch(2, 1), launch(22, 2), launch(50, 3), kernel("f", 100, 5, 7, 1),
+                             kernel("b", 110, 9, 7, 2), kernel("x", 130, 1, 7, 3)}));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const Timeline tl = report_internal::gpu_step_timeline(*got, 3);
+  ASSERT_EQ(tl.ranks.size(), 1u);
+  ASSERT_EQ(tl.ranks[0].events.size(), 3u);
+  EXPECT_EQ(tl.ranks[0].events[0].kind, EventKind::kForward);
+  EXPECT_EQ(tl.ranks[0].events[0].stage, 1);
+  EXPECT_EQ(tl.ranks[0].events[1].kind, EventKind::kBackward);
+  EXPECT_EQ(tl.ranks[0].events[2].kind, EventKind::kOther);  // launched outside any range
+  EXPECT_DOUBLE_EQ(tl.ranks[0].events[0].start, 0);
+}
+
 TEST(GpuTraceTest, ChromeTraceOfTheEvents) {
   auto got = build_gpu_trace_report({kTraces + "dp2_rank0.json.gz"});
   ASSERT_TRUE(got.ok());

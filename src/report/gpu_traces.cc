@@ -17,6 +17,28 @@ namespace tightpipe {
 
 namespace report_internal {
 
+std::optional<Action> annotated_action(std::string_view name) {
+  if (name.starts_with("PP:")) {
+    auto a = parse_action(name.substr(3));
+    if (a.ok() && is_compute(a->type)) return *a;
+    return std::nullopt;
+  }
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  Action a;
+  a.stage = -1;
+  a.microbatch = -1;
+  if (lower.find("backward") != std::string::npos) {
+    a.type = ActionType::kBackward;
+    return a;
+  }
+  if (lower.find("forward") != std::string::npos) {
+    a.type = ActionType::kForward;
+    return a;
+  }
+  return std::nullopt;
+}
+
 void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
                         std::vector<Launch> launches) {
   std::sort(launches.begin(), launches.end(),

@@ -332,7 +332,7 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
         const int64_t end = ev_.ts + std::max<int64_t>(0, ev_.dur);
         if (auto n = profiler_step(ev_.name)) {
           steps.push_back({*n, ev_.ts, end});
-        } else if (is_pipeline_annotation(ev_.name)) {
+        } else if (report_internal::annotated_action(ev_.name)) {
           ranges.push_back({ev_.name, ev_.ts, end});
         }
         return;
@@ -341,14 +341,6 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
         ++cpu_events;
         return;
     }
-  }
-
-  static bool is_pipeline_annotation(std::string_view n) {
-    if (n.substr(0, 3) == "PP:") return true;
-    std::string lower(n);
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return lower.find("forward") != std::string::npos ||
-           lower.find("backward") != std::string::npos;
   }
 
   int depth_ = 0;
