@@ -117,8 +117,11 @@ Result<GpuTraceRank> read_kineto_trace(const std::string& path);
 // correlationId. Errors name the path and the missing table or column.
 Result<GpuTraceRank> read_nsys_sqlite(const std::string& path);
 
-// What a `report` input is, told apart by content: a directory holding timeline_rank*.jsonl (our
-// run), a Kineto JSON (gzip'd or not), an SQLite database. Errors name the path.
+// What a `report` input is, told apart by content: a directory (our run: load_run checks it), a
+// file of a run directory (summary.json, timeline_rank*.jsonl..., or any file next to a
+// timeline_rank0.jsonl: kRunDir, so load_run says which directory to give), a JSON or gzip'd
+// file (Kineto), an SQLite database (nsys). Errors name the path: it does not exist (NotFound), an
+// .nsys-rep (say how to export it), anything else (InvalidArgument).
 enum class ReportInput { kRunDir, kKineto, kNsys };
 Result<ReportInput> detect_report_input(const std::string& path);
 

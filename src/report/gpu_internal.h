@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tightpipe/gpu_trace.h"
+#include "tightpipe/schedule.h"
 #include "tightpipe/timeline.h"
 
 namespace tightpipe::report_internal {
@@ -31,10 +32,6 @@ std::optional<int32_t> profiler_step(std::string_view name);
 // " _#:-=" ("iteration 12", "step_12", "iter:12", "Step #3"); nullopt otherwise.
 std::optional<int32_t> nvtx_iteration(std::string_view text);
 
-// Whether a CPU range names pipeline work: "PP:<action>" (torch.distributed.pipelining), or a
-// name containing "forward" or "backward" (any case). The one rule both readers apply.
-bool is_pipeline_annotation(std::string_view name);
-
 // What both readers do last: each GPU event gets the step (StepMark containing its launch's
 // start) and the innermost pipeline range containing it; events, steps and ranges are sorted;
 // anomalies are counted (unmatched launches, same-stream overlaps) and said in warnings
@@ -48,6 +45,12 @@ void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
 GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
                                        const std::vector<GpuRankReport>& ranks,
                                        const GpuPipelineSpec& spec);
+
+// What a pipeline annotation (CpuRange) says ran: "PP:2F0" (torch.distributed.pipelining's
+// record_function names) -> that action; a name containing "backward" (any case) -> kBackward,
+// "forward" -> kForward, with stage and microbatch -1. nullopt for anything else, including PP:
+// actions that are not computation (PP:1SEND_F3).
+std::optional<Action> annotated_action(std::string_view range_name);
 
 // The GPU events of one step (kNoStep: all) as a Timeline, time 0 at the earliest event of any
 // rank: compute kernels on the compute lane (F, B, I, W when a pipeline annotation says which,

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -43,22 +46,23 @@ Timeline gpu_step_timeline(const GpuTraceReport& rep, int32_t step) {
           x.lane = Lane::kCompute;
           x.kind = EventKind::kOther;
           if (e.range >= 0) {
-            const std::string& rn = t.ranges[e.range].name;
-            std::string lower = rn;
-            for (char& c : lower)
-              c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-            if (lower.find("backward") != std::string::npos || rn.find('B') != std::string::npos) {
-              x.kind = EventKind::kBackward;
-            }
-            if (lower.find("forward") != std::string::npos ||
-                (rn.starts_with("PP:") && rn.find('F') != std::string::npos)) {
-              x.kind = EventKind::kForward;
-            }
-            if (rn.starts_with("PP:") && rn.find('I') != std::string::npos) {
-              x.kind = EventKind::kBackwardInput;
-            }
-            if (rn.starts_with("PP:") && rn.find('W') != std::string::npos) {
-              x.kind = EventKind::kBackwardWeight;
+            if (auto act = annotated_action(t.ranges[e.range].name)) {
+              switch (act->type) {
+                case ActionType::kForward:
+                  x.kind = EventKind::kForward;
+                  break;
+                case ActionType::kBackwardInput:
+                  x.kind = EventKind::kBackwardInput;
+                  break;
+                case ActionType::kBackwardWeight:
+                  x.kind = EventKind::kBackwardWeight;
+                  break;
+                default:
+                  x.kind = EventKind::kBackward;
+                  break;
+              }
+              x.stage = act->stage;
+              x.microbatch = act->microbatch;
             }
           }
           break;
@@ -300,18 +304,27 @@ std::string gpu_trace_report_json(const GpuTraceReport& rep) {
   return j.dump(2) + "\n";
 }
 
-std::string gpu_trace_chrome_json(const GpuTraceReport& rep) {
-  // Streamed by hand: a trace can hold millions of events.
-  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+namespace {
+
+// The Chrome trace in pieces handed to `sink` (a string, or a file a piece at a time: a trace can
+// hold millions of events).
+template <typename Sink>
+void chrome_trace_pieces(const GpuTraceReport& rep, Sink&& sink) {
+  sink("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   int64_t origin = INT64_MAX;
   for (const auto& t : rep.traces) {
     if (!t.events.empty()) origin = std::min(origin, t.events.front().start_ns);
   }
   bool first = true;
-  auto emit = [&](const std::string& s) {
-    if (!first) out += ",\n";
+  std::string piece;
+  auto emit = [&](std::string s) {
+    if (!first) piece += ",\n";
     first = false;
-    out += s;
+    piece += s;
+    if (piece.size() > (1 << 20)) {
+      sink(piece);
+      piece.clear();
+    }
   };
   for (const auto& t : rep.traces) {
     emit(fmt::format(
@@ -324,16 +337,25 @@ std::string gpu_trace_chrome_json(const GpuTraceReport& rep) {
           R"({{"ph": "M", "name": "thread_name", "pid": {}, "tid": {}, "args": {{"name": "device {} stream {}"}}}})",
           t.rank, ds.first * 100000 + ds.second, ds.first, ds.second));
     }
+    std::vector<std::string> quoted(t.names.size());
+    for (size_t i = 0; i < t.names.size(); ++i) quoted[i] = nlohmann::json(t.names[i]).dump();
     for (const GpuEvent& e : t.events) {
-      const std::string name = e.name >= 0 ? t.names[e.name] : "";
       emit(fmt::format(
           R"({{"ph": "X", "cat": "{}", "name": {}, "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{"step": {}}}}})",
-          gpu_event_kind_name(e.kind), nlohmann::json(name).dump(), t.rank,
+          gpu_event_kind_name(e.kind), e.name >= 0 ? quoted[e.name] : std::string("\"\""), t.rank,
           e.device * 100000 + e.stream, static_cast<double>(e.start_ns - origin) * 1e-3,
           static_cast<double>(e.end_ns - e.start_ns) * 1e-3, e.step));
     }
   }
-  out += "\n]}\n";
+  piece += "\n]}\n";
+  sink(piece);
+}
+
+}  // namespace
+
+std::string gpu_trace_chrome_json(const GpuTraceReport& rep) {
+  std::string out;
+  chrome_trace_pieces(rep, [&](std::string_view s) { out += s; });
   return out;
 }
 
@@ -343,7 +365,16 @@ Status write_gpu_trace_report(const GpuTraceReport& rep, const std::string& out_
   if (ec) return Status::io_error(fmt::format("--out '{}': {}", out_dir, ec.message()));
   TP_RETURN_IF_ERROR(write_file(out_dir + "/report.html", gpu_trace_report_html(rep)));
   TP_RETURN_IF_ERROR(write_file(out_dir + "/report.json", gpu_trace_report_json(rep)));
-  TP_RETURN_IF_ERROR(write_file(out_dir + "/trace.json", gpu_trace_chrome_json(rep)));
+  const std::string trace = out_dir + "/trace.json";
+  std::FILE* f = std::fopen(trace.c_str(), "wb");
+  if (!f)
+    return Status::io_error(fmt::format("cannot write '{}': {}", trace, std::strerror(errno)));
+  bool ok = true;
+  chrome_trace_pieces(rep, [&](std::string_view s) {
+    ok = ok && std::fwrite(s.data(), 1, s.size(), f) == s.size();
+  });
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) return Status::io_error(fmt::format("cannot write '{}' (disk full?)", trace));
   return Status::Ok();
 }
 

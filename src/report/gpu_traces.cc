@@ -59,11 +59,26 @@ std::optional<int32_t> nvtx_iteration(std::string_view text) {
   return n;
 }
 
-bool is_pipeline_annotation(std::string_view name) {
-  if (name.substr(0, 3) == "PP:") return true;
+std::optional<Action> annotated_action(std::string_view name) {
+  if (name.starts_with("PP:")) {
+    auto a = parse_action(name.substr(3));
+    if (a.ok() && is_compute(a->type)) return *a;
+    return std::nullopt;
+  }
   std::string lower(name);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return lower.find("forward") != std::string::npos || lower.find("backward") != std::string::npos;
+  Action a;
+  a.stage = -1;
+  a.microbatch = -1;
+  if (lower.find("backward") != std::string::npos) {
+    a.type = ActionType::kBackward;
+    return a;
+  }
+  if (lower.find("forward") != std::string::npos) {
+    a.type = ActionType::kForward;
+    return a;
+  }
+  return std::nullopt;
 }
 
 void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
@@ -156,13 +171,25 @@ void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
 }  // namespace report_internal
 
 Result<ReportInput> detect_report_input(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return ReportInput::kRunDir;
+  if (fs::is_directory(path, ec)) return ReportInput::kRunDir;
+  // A file of one of our run directories (or named like one): load_run explains which directory
+  // to give instead.
+  const fs::path p(path);
+  const std::string file = p.filename().string();
+  if (file == "summary.json" || file == "costs.json" || file == "metrics.jsonl" ||
+      file == "schedule.csv" || file.starts_with("timeline_rank") ||
+      fs::exists(p.parent_path().empty() ? fs::path("timeline_rank0.jsonl")
+                                         : p.parent_path() / "timeline_rank0.jsonl",
+                 ec)) {
+    return ReportInput::kRunDir;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status::not_found(fmt::format(
-        "report input '{}': no such file or directory; hint: give a `tightpipe train --out-dir` "
-        "directory, PyTorch profiler traces (.json, .json.gz) or nsys SQLite exports",
+        "report input '{}' does not exist; hint: give a `tightpipe train --out-dir` directory, "
+        "PyTorch profiler traces (.json, .json.gz) or nsys SQLite exports",
         path));
   }
   char head[16] = {};
@@ -233,7 +260,7 @@ Result<std::vector<GpuTraceRank>> read_gpu_traces(const std::vector<std::string>
   for (size_t i = 1; i < out.size(); ++i) {
     if (out[i].job != out[0].job || out[i].format != out[0].format) {
       auto says = [](const GpuTraceRank& t) {
-        return t.job.empty() ? t.format + " trace, no distributedInfo" : t.format + ": " + t.job;
+        return t.job.empty() ? t.format : t.format + ": " + t.job;
       };
       return Status::invalid_argument(fmt::format(
           "traces '{}' ({}) and '{}' ({}) are not ranks of the same job; hint: report the "

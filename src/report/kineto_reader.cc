@@ -321,7 +321,7 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
         const int64_t end = ev_.ts + std::max<int64_t>(0, ev_.dur);
         if (auto n = report_internal::profiler_step(ev_.name)) {
           steps.push_back({*n, ev_.ts, end});
-        } else if (report_internal::is_pipeline_annotation(ev_.name)) {
+        } else if (report_internal::annotated_action(ev_.name)) {
           ranges.push_back({ev_.name, ev_.ts, end});
         }
         return;
@@ -389,12 +389,15 @@ Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
   out.format = "kineto";
   out.rank = sax.rank >= 0 ? static_cast<int32_t>(sax.rank) : -1;
   out.world_size = static_cast<int32_t>(sax.world_size);
+  // The job: what every rank's distributedInfo shares, and the device model.
   if (sax.rank >= 0 || !sax.backend.empty()) {
     out.job = fmt::format("backend {}, world size {}", sax.backend.empty() ? "?" : sax.backend,
                           sax.world_size);
     if (!sax.nccl_version.empty()) out.job += ", NCCL " + sax.nccl_version;
+  } else {
+    out.job = "no distributedInfo";
   }
-  if (!sax.device_name.empty()) out.job += (out.job.empty() ? "" : ", ") + sax.device_name;
+  if (!sax.device_name.empty()) out.job += ", " + sax.device_name;
   out.names = std::move(sax.names);
   out.steps = std::move(sax.steps);
   out.ranges = std::move(sax.ranges);

@@ -375,7 +375,7 @@ Status read_launches(const NsysDb& db, Collected& out) {
   return OkStatus();
 }
 
-// NVTX ranges: iterations (nvtx_iteration) and pipeline annotations (is_pipeline_annotation).
+// NVTX ranges: iterations (nvtx_iteration) and pipeline annotations (annotated_action).
 Status read_nvtx(const NsysDb& db, bool have_strings, Collected& out) {
   TP_ASSIGN_OR_RETURN(Columns cols, db.columns(kNvtxTable));
   TP_RETURN_IF_ERROR(db.require(kNvtxTable, cols, {"start", "end", "eventType"}));
@@ -400,7 +400,7 @@ Status read_nvtx(const NsysDb& db, bool have_strings, Collected& out) {
     if (!name || name->empty()) continue;
     if (auto n = report_internal::nvtx_iteration(*name)) {
       out.trace.steps.push_back({*n, start, end});
-    } else if (report_internal::is_pipeline_annotation(*name)) {
+    } else if (report_internal::annotated_action(*name)) {
       out.trace.ranges.push_back({std::string(*name), start, end});
     }
   }

@@ -1,0 +1,533 @@
+// GPU trace import against an independent oracle: on every real trace in ../shared/data/traces the
+// whole-trace and per-step numbers equal a separate computation (the whole document parsed by
+// nlohmann's DOM, steps from the launches' correlation ids, unions by a coverage sweep over
+// elementary segments) to the microsecond. Then bad input: each case one clear error or a warning.
+#include "tightpipe/gpu_trace.h"
+
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "report/gpu_internal.h"
+#include "tightpipe/base.h"
+
+namespace tightpipe {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTraces = std::string(TP_SHARED_DIR) + "/data/traces/";
+
+std::string gunzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  EXPECT_NE(f, nullptr) << path;
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, n);
+  gzclose(f);
+  return out;
+}
+
+// ----- the oracle --------------------------------------------------------------------------------
+
+struct OEvent {
+  double start = 0, end = 0;  // microseconds
+  std::string name, cat;
+  int step = -1;
+};
+
+enum OClass { kAll, kCompute, kComm, kMemory };
+
+bool in_class(const OEvent& e, OClass c) {
+  std::string lower = e.name;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const bool nccl = e.cat == "kernel" && lower.find("nccl") != std::string::npos;
+  switch (c) {
+    case kAll:
+      return true;
+    case kCompute:
+      return e.cat == "kernel" && !nccl;
+    case kComm:
+      return nccl;
+    case kMemory:
+      return e.cat != "kernel";
+  }
+  return false;
+}
+
+// Covered length by a sweep over the elementary segments between all boundaries: a segment
+// counts when some selected event covers it (a coverage count, not a merge).
+double covered(const std::vector<OEvent>& ev, OClass c, OClass minus = kAll,
+               bool use_minus = false) {
+  std::set<double> cuts;
+  for (const auto& e : ev) {
+    cuts.insert(e.start);
+    cuts.insert(e.end);
+  }
+  std::vector<double> x(cuts.begin(), cuts.end());
+  if (x.size() < 2) return 0;
+  std::vector<int> cover(x.size(), 0), cover_minus(x.size(), 0);
+  auto idx = [&](double t) { return std::lower_bound(x.begin(), x.end(), t) - x.begin(); };
+  for (const auto& e : ev) {
+    if (in_class(e, c)) {
+      cover[idx(e.start)] += 1;
+      cover[idx(e.end)] -= 1;
+    }
+    if (use_minus && in_class(e, minus)) {
+      cover_minus[idx(e.start)] += 1;
+      cover_minus[idx(e.end)] -= 1;
+    }
+  }
+  double total = 0;
+  int a = 0, b = 0;
+  for (size_t i = 0; i + 1 < x.size(); ++i) {
+    a += cover[i];
+    b += cover_minus[i];
+    if (a > 0 && !(use_minus && b > 0)) total += x[i + 1] - x[i];
+  }
+  return total;
+}
+
+struct OUsage {
+  double window = 0, busy = 0, compute = 0, comm = 0, exposed = 0, memory = 0;
+};
+
+OUsage oracle_usage(const std::vector<OEvent>& ev) {
+  OUsage u;
+  if (ev.empty()) return u;
+  double lo = ev[0].start, hi = ev[0].end;
+  for (const auto& e : ev) {
+    lo = std::min(lo, e.start);
+    hi = std::max(hi, e.end);
+  }
+  u.window = hi - lo;
+  u.busy = covered(ev, kAll);
+  u.compute = covered(ev, kCompute);
+  u.comm = covered(ev, kComm);
+  u.exposed = covered(ev, kComm, kCompute, true);
+  u.memory = covered(ev, kMemory);
+  return u;
+}
+
+struct OTrace {
+  std::vector<OEvent> events;
+  std::map<int, std::vector<OEvent>> steps;
+};
+
+OTrace oracle_read(const std::string& path) {
+  const nlohmann::json doc = nlohmann::json::parse(gunzip(path));
+  std::map<int64_t, double> launch;  // correlation -> launch ts
+  std::vector<std::pair<int, std::pair<double, double>>> marks;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string cat = e.value("cat", "");
+    const std::string name = e.value("name", "");
+    if ((cat == "cuda_runtime" || cat == "cuda_driver") && e.contains("args") &&
+        e["args"].contains("correlation")) {
+      launch[e["args"]["correlation"].get<int64_t>()] = e["ts"].get<double>();
+    }
+    if (cat == "user_annotation" && name.rfind("ProfilerStep#", 0) == 0) {
+      marks.push_back({std::stoi(name.substr(13)),
+                       {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()}});
+    }
+  }
+  OTrace t;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    const std::string cat = e.value("cat", "");
+    if (cat != "kernel" && cat != "gpu_memcpy" && cat != "gpu_memset") continue;
+    OEvent o;
+    o.cat = cat;
+    o.name = e.value("name", "");
+    o.start = e["ts"].get<double>();
+    o.end = o.start + std::max(0.0, e["dur"].get<double>());
+    const int64_t corr = e["args"].value("correlation", int64_t{-1});
+    auto it = launch.find(corr);
+    if (it != launch.end()) {
+      for (const auto& [n, span] : marks) {
+        if (it->second >= span.first && it->second <= span.second) o.step = n;
+      }
+    }
+    t.events.push_back(o);
+    if (o.step >= 0) t.steps[o.step].push_back(o);
+  }
+  return t;
+}
+
+void expect_equal(const GpuUsage& got, const OUsage& want, const std::string& what) {
+  constexpr double kUs = 1e-6;  // seconds: "to the microsecond"
+  EXPECT_NEAR(got.window_s, want.window * 1e-6, kUs) << what;
+  EXPECT_NEAR(got.busy_s, want.busy * 1e-6, kUs) << what;
+  EXPECT_NEAR(got.idle_s, (want.window - want.busy) * 1e-6, kUs) << what;
+  EXPECT_NEAR(got.compute_s, want.compute * 1e-6, kUs) << what;
+  EXPECT_NEAR(got.communication_s, want.comm * 1e-6, kUs) << what;
+  EXPECT_NEAR(got.exposed_communication_s, want.exposed * 1e-6, kUs) << what;
+  EXPECT_NEAR(got.memory_s, want.memory * 1e-6, kUs) << what;
+  if (want.window > 0) {
+    // The oracle's timestamps are doubles in microseconds (about 1 ns of rounding each).
+    EXPECT_NEAR(got.bubble_ratio, (want.window - want.busy) / want.window, 1e-6) << what;
+  }
+}
+
+class RealTraceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RealTraceTest, WholeTraceAndStepsEqualTheOracle) {
+  const std::string path = kTraces + GetParam();
+  auto got = build_gpu_trace_report({path});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const OTrace want = oracle_read(path);
+  ASSERT_EQ(got->ranks.size(), 1u);
+  const GpuRankReport& r = got->ranks[0];
+  EXPECT_EQ(r.usage.events, static_cast<int64_t>(want.events.size()));
+  expect_equal(r.usage, oracle_usage(want.events), GetParam() + " whole trace");
+  ASSERT_EQ(r.steps.size(), want.steps.size()) << GetParam();
+  ASSERT_FALSE(r.steps.empty()) << "every bundled trace has ProfilerStep markers";
+  size_t k = 0;
+  for (const auto& [n, events] : want.steps) {
+    EXPECT_EQ(r.steps[k].step, n);
+    EXPECT_EQ(r.steps[k].usage.events, static_cast<int64_t>(events.size())) << n;
+    expect_equal(r.steps[k].usage, oracle_usage(events), GetParam() + " step " + std::to_string(n));
+    ++k;
+  }
+  // report.json carries the same numbers under the issue's keys.
+  const auto j = nlohmann::json::parse(gpu_trace_report_json(*got));
+  const auto& jr = j["ranks"][0];
+  for (const char* key : {"rank", "window_s", "busy_s", "idle_s", "compute_s", "communication_s",
+                          "exposed_communication_s", "memory_s", "bubble_ratio", "steps"}) {
+    EXPECT_TRUE(jr.contains(key)) << key;
+  }
+  EXPECT_DOUBLE_EQ(jr["busy_s"].get<double>(), r.usage.busy_s);
+  ASSERT_EQ(jr["steps"].size(), r.steps.size());
+  EXPECT_EQ(jr["steps"][0]["step"].get<int>(), r.steps[0].step);
+  EXPECT_DOUBLE_EQ(jr["steps"][0]["idle_s"].get<double>(), r.steps[0].usage.idle_s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Bundled, RealTraceTest,
+                         ::testing::Values("dp128_rank0.json.gz", "dp128_rank1.json.gz",
+                                           "dp2_rank0.json.gz", "rocm_mi250_rank0.json.gz"),
+                         [](const auto& info) {
+                           std::string n = info.param.substr(0, info.param.find('.'));
+                           return n;
+                         });
+
+TEST(GpuTraceTest, TwoRanksOfOneJobInRankOrder) {
+  // Given in reverse order: ranks come from distributedInfo.
+  auto got =
+      build_gpu_trace_report({kTraces + "dp128_rank1.json.gz", kTraces + "dp128_rank0.json.gz"});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->ranks.size(), 2u);
+  EXPECT_EQ(got->ranks[0].rank, 0);
+  EXPECT_EQ(got->ranks[1].rank, 1);
+  EXPECT_NE(got->ranks[0].path.find("rank0"), std::string::npos);
+  EXPECT_FALSE(got->traces[0].rank_from_file_order);
+  // NCCL SendRecv kernels are P2P; the job has no collective kernel.
+  EXPECT_GT(got->ranks[0].usage.p2p_s, 0);
+  EXPECT_EQ(got->ranks[0].usage.collective_s, 0);
+  // The sentence a user reads first names the worst rank and step.
+  const std::string text = format_gpu_trace_text(*got);
+  EXPECT_NE(text.find("worst step: rank "), std::string::npos) << text;
+}
+
+TEST(GpuTraceTest, CollectivesAndStreamsOfADataParallelJob) {
+  auto got = build_gpu_trace_report({kTraces + "dp2_rank0.json.gz"});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const GpuUsage& u = got->ranks[0].usage;
+  EXPECT_GT(u.collective_s, 0);  // AllReduce, Broadcast
+  EXPECT_EQ(u.p2p_s, 0);
+  EXPECT_LE(u.exposed_communication_s, u.communication_s);
+  EXPECT_NEAR(u.idle_s + u.busy_s, u.window_s, 1e-12);
+  std::set<int32_t> streams;
+  for (const auto& e : got->traces[0].events) streams.insert(e.stream);
+  EXPECT_GE(streams.size(), 2u);  // compute stream and the NCCL stream
+  // Causes (no pipeline said) partition the time not computing.
+  double sum = 0;
+  for (double c : got->ranks[0].causes) sum += c;
+  double want = 0;
+  for (const auto& s : got->ranks[0].steps) want += s.usage.window_s - s.usage.compute_s;
+  EXPECT_NEAR(sum, want, 1e-9);
+  EXPECT_EQ(got->ranks[0].causes[static_cast<int>(GpuCause::kFill)], 0);
+}
+
+TEST(GpuTraceTest, RankFromFileOrderWhenNoDistributedInfo) {
+  auto got = build_gpu_trace_report({kTraces + "rocm_mi250_rank0.json.gz"});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(got->traces[0].rank_from_file_order);
+  bool said = false;
+  for (const auto& w : got->warnings) said |= w.find("order of the files") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+// ----- synthetic traces: definitions on hand-checked numbers, and bad input
+// -----------------------
+
+class TraceFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           fs::path("tp-gpu-trace-" + std::to_string(::getpid()) + "-" +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string p = (dir_ / name).string();
+    EXPECT_TRUE(write_file(p, text).ok());
+    return p;
+  }
+  fs::path dir_;
+};
+
+// A small trace: events given as JSON objects (strings), a step mark around the launches.
+std::string trace_json(const std::vector<std::string>& events, const std::string& extra = "") {
+  std::string s = "{" + extra + "\"traceEvents\": [";
+  for (size_t i = 0; i < events.size(); ++i) s += (i ? ",\n" : "\n") + events[i];
+  return s + "\n]}\n";
+}
+
+std::string kernel(const std::string& name, double ts, double dur, int stream, int corr,
+                   const std::string& cat = "kernel") {
+  return fmt::format(
+      R"({{"ph": "X", "cat": "{}", "name": "{}", "pid": 0, "tid": {}, "ts": {}, "dur": {}, "args": {{"device": 0, "stream": {}, "correlation": {}}}}})",
+      cat, name, stream, ts, dur, stream, corr);
+}
+std::string launch(double ts, int corr) {
+  return fmt::format(
+      R"({{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": 9, "ts": {}, "dur": 1, "args": {{"correlation": {}}}}})",
+      ts, corr);
+}
+std::string step_mark(int n, double ts, double dur) {
+  return fmt::format(
+      R"({{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{}", "pid": 9, "tid": 9, "ts": {}, "dur": {}}})",
+      n, ts, dur);
+}
+
+TEST_F(TraceFiles, HandCheckedDefinitions) {
+  // Step 7: compute [100, 110) and [105, 120) on two streams; NCCL AllReduce [115, 140) (exposed
+  // [120, 140)); memcpy [150, 155); window [100, 155). busy = 40 + 4.999 (union [100, 140)
+  // plus the copy [150.001, 155)). Times in us with three decimals to check the exact conversion.
+  const std::string p = write(
+      "t.json",
+      trace_json({step_mark(7, 0, 90), launch(1, 1), launch(2, 2), launch(3, 3), launch(4, 4),
+                  kernel("gemm<float>", 100.000, 10, 7, 1), kernel("gemm2", 105.000, 15, 8, 2),
+                  kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 115.000, 25, 9, 3),
+                  kernel("Memcpy HtoD", 150.001, 4.999, 7, 4, "gpu_memcpy")}));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->ranks[0].steps.size(), 1u);
+  const GpuUsage& u = got->ranks[0].steps[0].usage;
+  EXPECT_EQ(got->ranks[0].steps[0].step, 7);
+  EXPECT_NEAR(u.window_s, 55e-6, 1e-12);
+  EXPECT_NEAR(u.busy_s, 44.999e-6, 1e-12);
+  EXPECT_NEAR(u.compute_s, 20e-6, 1e-12);
+  EXPECT_NEAR(u.communication_s, 25e-6, 1e-12);
+  EXPECT_NEAR(u.exposed_communication_s, 20e-6, 1e-12);
+  EXPECT_NEAR(u.memory_s, 4.999e-6, 1e-12);
+  EXPECT_NEAR(u.bubble_ratio, (55 - 44.999) / 55, 1e-9);
+  // Causes without a pipeline: exposed comm 20, memory 4.999, host the rest of 55 - 20.
+  const GpuCauses& c = got->ranks[0].steps[0].causes;
+  EXPECT_NEAR(c[static_cast<int>(GpuCause::kExposedComm)], 20e-6, 1e-12);
+  EXPECT_NEAR(c[static_cast<int>(GpuCause::kMemory)], 4.999e-6, 1e-12);
+  EXPECT_NEAR(c[static_cast<int>(GpuCause::kHost)], (35 - 24.999) * 1e-6, 1e-12);
+}
+
+TEST_F(TraceFiles, PipelineCausesFillDrainDependency) {
+  // compute [10, 20) and [50, 60); P2P recv [20, 45) ends in the gap [20, 50): dependency wait.
+  // A leading P2P [0, 10): fill; a trailing collective [60, 70): drain.
+  const std::vector<GpuEvent> ev = {{0, 10'000, 0, 1, GpuEventKind::kP2P},
+                                    {10'000, 20'000, 0, 0, GpuEventKind::kCompute},
+                                    {20'000, 45'000, 0, 1, GpuEventKind::kP2P},
+                                    {50'000, 60'000, 0, 0, GpuEventKind::kCompute},
+                                    {60'000, 70'000, 0, 1, GpuEventKind::kCollective}};
+  const GpuCauses p = gpu_causes(ev, true);
+  EXPECT_NEAR(p[static_cast<int>(GpuCause::kFill)], 10e-6, 1e-15);
+  EXPECT_NEAR(p[static_cast<int>(GpuCause::kDependency)], 30e-6, 1e-15);
+  EXPECT_NEAR(p[static_cast<int>(GpuCause::kDrain)], 10e-6, 1e-15);
+  const GpuCauses n = gpu_causes(ev, false);
+  EXPECT_EQ(n[static_cast<int>(GpuCause::kDependency)], 0);
+  EXPECT_NEAR(n[static_cast<int>(GpuCause::kExposedComm)], 45e-6, 1e-15);
+  EXPECT_NEAR(n[static_cast<int>(GpuCause::kHost)], 5e-6, 1e-15);
+}
+
+TEST(GpuTraceTest, KernelClassifier) {
+  EXPECT_EQ(classify_kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)"),
+            GpuEventKind::kP2P);
+  EXPECT_EQ(classify_kernel("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"),
+            GpuEventKind::kP2P);
+  EXPECT_EQ(classify_kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)"),
+            GpuEventKind::kCollective);
+  EXPECT_EQ(classify_kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL"),
+            GpuEventKind::kCollective);
+  EXPECT_EQ(classify_kernel("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>"),
+            GpuEventKind::kCompute);
+}
+
+TEST_F(TraceFiles, PlainJsonReadsLikeGzip) {
+  const std::string plain = write("dp2.json", gunzip(kTraces + "dp2_rank0.json.gz"));
+  auto a = build_gpu_trace_report({plain});
+  auto b = build_gpu_trace_report({kTraces + "dp2_rank0.json.gz"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->ranks[0].usage.busy_s, b->ranks[0].usage.busy_s);
+  EXPECT_EQ(a->ranks[0].steps.size(), b->ranks[0].steps.size());
+}
+
+void expect_error(const Result<GpuTraceReport>& r, const std::vector<std::string>& parts) {
+  ASSERT_FALSE(r.ok());
+  const std::string m(r.status().message());
+  for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' in: " << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
+TEST_F(TraceFiles, TruncatedGzip) {
+  auto bytes = read_file(kTraces + "dp2_rank0.json.gz");
+  ASSERT_TRUE(bytes.ok());
+  const std::string p = write("cut.json.gz", bytes->substr(0, bytes->size() / 2));
+  expect_error(build_gpu_trace_report({p}), {p, "truncated", "hint:"});
+}
+
+TEST_F(TraceFiles, TruncatedJson) {
+  const std::string text = gunzip(kTraces + "rocm_mi250_rank0.json.gz");
+  const std::string p = write("cut.json", text.substr(0, text.size() / 2));
+  expect_error(build_gpu_trace_report({p}), {p, "invalid JSON at byte", "truncated"});
+}
+
+TEST_F(TraceFiles, NotJsonAndNotATrace) {
+  expect_error(build_gpu_trace_report({write("x.json", "{\"a\": 1, \"b\": [1, 2]}")}),
+               {"not a trace", "traceEvents"});
+  expect_error(build_gpu_trace_report({write("y.json", "[1, 2, 3]")}), {"not a trace"});
+  expect_error(build_gpu_trace_report({write("z.txt", "hello world\n")}),
+               {"z.txt", "neither a run directory"});
+  expect_error(build_gpu_trace_report({write("e.json", "")}), {"e.json"});
+  expect_error(build_gpu_trace_report({write("w.json", "{ not json")}), {"w.json", "invalid JSON"});
+  expect_error(build_gpu_trace_report({(dir_ / "missing.json").string()}),
+               {"missing.json", "does not exist"});
+  expect_error(build_gpu_trace_report({write("r.nsys-rep", "NSYS binary")}),
+               {"nsys export --type sqlite"});
+}
+
+TEST_F(TraceFiles, CpuOnlyTrace) {
+  const std::string p =
+      write("cpu.json",
+            trace_json({step_mark(1, 0, 10), launch(1, 1),
+                        R"({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2})"}));
+  expect_error(build_gpu_trace_report({p}), {p, "CPU-only", "ProfilerActivity.CUDA"});
+}
+
+TEST_F(TraceFiles, NoStepMarkersGiveWholeTraceNumbersAndSaySo) {
+  const std::string p =
+      write("nostep.json",
+            trace_json({launch(1, 1), kernel("k", 10, 5, 7, 1), kernel("k", 30, 5, 7, 2)}));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(got->ranks[0].steps.empty());
+  EXPECT_NEAR(got->ranks[0].usage.window_s, 25e-6, 1e-12);
+  EXPECT_NEAR(got->ranks[0].usage.busy_s, 10e-6, 1e-12);
+  bool said_steps = false, said_unmatched = false;
+  for (const auto& w : got->warnings) {
+    said_steps |= w.find("whole-trace numbers only") != std::string::npos;
+    said_unmatched |= w.find("1 of 2 GPU event(s) have no CPU launch") != std::string::npos;
+  }
+  EXPECT_TRUE(said_steps);
+  EXPECT_TRUE(said_unmatched);
+  EXPECT_NE(gpu_trace_report_json(*got).find("whole-trace numbers only"), std::string::npos);
+}
+
+TEST_F(TraceFiles, NegativeAndOverlappingDurationsAreCountedNotFatal) {
+  const std::string p = write(
+      "buggy.json",
+      trace_json({step_mark(1, 0, 10), launch(1, 1), launch(2, 2), launch(3, 3),
+                  kernel("a", 100, 20, 7, 1), kernel("b", 110, 20, 7, 2),  // overlaps on stream 7
+                  kernel("c", 200, -5, 7, 3)}));                           // negative
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->traces[0].anomalies.negative_durations, 1);
+  EXPECT_EQ(got->traces[0].anomalies.stream_overlaps, 1);
+  EXPECT_NEAR(got->ranks[0].usage.busy_s, 30e-6, 1e-12);  // [100, 130); c counts 0
+  EXPECT_NEAR(got->ranks[0].usage.window_s, 100e-6, 1e-12);
+  int said = 0;
+  for (const auto& w : got->warnings) {
+    said += w.find("negative duration") != std::string::npos;
+    said += w.find("same stream") != std::string::npos;
+  }
+  EXPECT_EQ(said, 2);
+}
+
+TEST_F(TraceFiles, RanksOfDifferentJobsAreRefused) {
+  expect_error(
+      build_gpu_trace_report({kTraces + "dp128_rank0.json.gz", kTraces + "dp2_rank0.json.gz"}),
+      {"dp128_rank0.json.gz", "dp2_rank0.json.gz", "not ranks of the same job", "world size 128",
+       "world size 2"});
+  expect_error(
+      build_gpu_trace_report({kTraces + "dp2_rank0.json.gz", kTraces + "rocm_mi250_rank0.json.gz"}),
+      {"rocm_mi250_rank0.json.gz", "no distributedInfo"});
+  expect_error(
+      build_gpu_trace_report({kTraces + "dp128_rank0.json.gz", kTraces + "dp128_rank0.json.gz"}),
+      {"both rank 0"});
+}
+
+TEST_F(TraceFiles, DetectsInputsByContent) {
+  EXPECT_EQ(*detect_report_input(dir_.string()), ReportInput::kRunDir);
+  EXPECT_EQ(*detect_report_input(kTraces + "dp2_rank0.json.gz"), ReportInput::kKineto);
+  // Content, not the name: a gzip'd trace named .txt is still a trace.
+  auto bytes = read_file(kTraces + "rocm_mi250_rank0.json.gz");
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(*detect_report_input(write("trace.txt", *bytes)), ReportInput::kKineto);
+  EXPECT_EQ(*detect_report_input(write("db", std::string("SQLite format 3\0rest", 20))),
+            ReportInput::kNsys);
+}
+
+TEST(GpuTraceTest, PipelineAnnotations) {
+  using report_internal::annotated_action;
+  auto a = annotated_action("PP:2F5");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->type, ActionType::kForward);
+  EXPECT_EQ(a->stage, 2);
+  EXPECT_EQ(a->microbatch, 5);
+  EXPECT_EQ(annotated_action("PP:0W3")->type, ActionType::kBackwardWeight);
+  EXPECT_EQ(annotated_action("PP:1I0")->type, ActionType::kBackwardInput);
+  EXPECT_FALSE(annotated_action("PP:1SEND_F3"));  // not computation
+  EXPECT_FALSE(annotated_action("PP:junk"));
+  EXPECT_EQ(annotated_action("forward_step")->type, ActionType::kForward);
+  EXPECT_EQ(annotated_action("## Backward ##")->type, ActionType::kBackward);
+  EXPECT_FALSE(annotated_action("optimizer.step"));
+}
+
+TEST_F(TraceFiles, KernelsTakeTheActionOfTheRangeTheirLaunchRanIn) {
+  const auto ann = [](const std::string& name, double ts, double dur) {
+    return fmt::format(
+        R"({{"ph": "X", "cat": "user_annotation", "name": "{}", "pid": 9, "tid": 9, "ts": {}, "dur": {}}})",
+        name, ts, dur);
+  };
+  const std::string p = write(
+      "pp.json", trace_json({step_mark(3, 0, 100), ann("PP:1F0", 1, 10), ann("PP:1B0", 20, 10),
+                             launch(2, 1), launch(22, 2), launch(50, 3), kernel("f", 100, 5, 7, 1),
+                             kernel("b", 110, 9, 7, 2), kernel("x", 130, 1, 7, 3)}));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const Timeline tl = report_internal::gpu_step_timeline(*got, 3);
+  ASSERT_EQ(tl.ranks.size(), 1u);
+  ASSERT_EQ(tl.ranks[0].events.size(), 3u);
+  EXPECT_EQ(tl.ranks[0].events[0].kind, EventKind::kForward);
+  EXPECT_EQ(tl.ranks[0].events[0].stage, 1);
+  EXPECT_EQ(tl.ranks[0].events[1].kind, EventKind::kBackward);
+  EXPECT_EQ(tl.ranks[0].events[2].kind, EventKind::kOther);  // launched outside any range
+  EXPECT_DOUBLE_EQ(tl.ranks[0].events[0].start, 0);
+}
+
+TEST(GpuTraceTest, ChromeTraceOfTheEvents) {
+  auto got = build_gpu_trace_report({kTraces + "dp2_rank0.json.gz"});
+  ASSERT_TRUE(got.ok());
+  const auto j = nlohmann::json::parse(gpu_trace_chrome_json(*got));
+  size_t x = 0;
+  for (const auto& e : j["traceEvents"]) x += e["ph"] == "X";
+  EXPECT_EQ(x, got->traces[0].events.size());
+}
+
+}  // namespace
+}  // namespace tightpipe
