@@ -61,10 +61,10 @@ struct GpuEvent {
                            // launch ran in (-1: none)
 };
 
-// A CPU-side annotation the analysis uses: an iteration (ProfilerStep#N, or an NVTX range whose
-// text ends in a number for nsys) or a record_function / NVTX range that names pipeline work
-// ("PP:2F0" as torch.distributed.pipelining names its actions; names containing "forward" or
-// "backward", as Megatron-style step functions).
+// A CPU-side annotation the analysis uses: an iteration (ProfilerStep#N, or for nsys an NVTX
+// range such as "iteration 12" or "step_12") or a record_function / NVTX range that names
+// pipeline work ("PP:2F0" as torch.distributed.pipelining names its actions; names containing
+// "forward" or "backward", as Megatron-style step functions).
 struct CpuRange {
   std::string name;
   int64_t start_ns = 0, end_ns = 0;

@@ -1,6 +1,7 @@
 // Internals shared by the GPU trace files of the report module (not a public header).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,14 @@ struct Launch {
   int64_t correlation = 0;
   int64_t ts = 0;  // ns
 };
+
+// The N of a PyTorch profiler iteration annotation, "ProfilerStep#N"; nullopt for any other name.
+std::optional<int32_t> profiler_step(std::string_view name);
+
+// The N of an NVTX range that marks an iteration (nsys traces): "ProfilerStep#N", or a word for an
+// iteration ("iteration", "iter", "step", any case) and a number, apart or joined by one of
+// " _#:-=" ("iteration 12", "step_12", "iter:12", "Step #3"); nullopt otherwise.
+std::optional<int32_t> nvtx_iteration(std::string_view text);
 
 // What both readers do last: each GPU event gets the step (StepMark containing its launch's
 // start) and the innermost pipeline range containing it; events, steps and ranges are sorted;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,46 @@
 namespace tightpipe {
 
 namespace report_internal {
+
+std::optional<int32_t> profiler_step(std::string_view name) {
+  constexpr std::string_view kPrefix = "ProfilerStep#";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  int32_t n = 0;
+  auto rest = name.substr(kPrefix.size());
+  auto r = std::from_chars(rest.data(), rest.data() + rest.size(), n);
+  if (r.ec != std::errc() || r.ptr != rest.data() + rest.size()) return std::nullopt;
+  return n;
+}
+
+std::optional<int32_t> nvtx_iteration(std::string_view text) {
+  if (auto n = profiler_step(text)) return n;
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string_view rest = lower;
+  bool word = false;
+  // Longest first: "iteration" before "iter".
+  for (std::string_view w : {"iteration", "iter", "step"}) {
+    if (rest.substr(0, w.size()) == w) {
+      rest.remove_prefix(w.size());
+      word = true;
+      break;
+    }
+  }
+  if (!word) return std::nullopt;
+  auto skip_spaces = [&] {
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  };
+  skip_spaces();
+  if (!rest.empty() && std::string_view(" _#:-=").find(rest.front()) != std::string_view::npos) {
+    rest.remove_prefix(1);
+    skip_spaces();
+  }
+  if (rest.empty() || rest.front() < '0' || rest.front() > '9') return std::nullopt;
+  int32_t n = 0;
+  auto r = std::from_chars(rest.data(), rest.data() + rest.size(), n);
+  if (r.ec != std::errc() || r.ptr != rest.data() + rest.size()) return std::nullopt;
+  return n;
+}
 
 std::optional<Action> annotated_action(std::string_view name) {
   if (name.starts_with("PP:")) {
@@ -121,7 +163,7 @@ void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
   }
   if (trace.steps.empty()) {
     trace.warnings.push_back(
-        "no iteration markers (ProfilerStep#N; for nsys, NVTX ranges ending in a number): "
+        "no iteration markers (ProfilerStep#N; for nsys, NVTX ranges such as \"iteration 12\"): "
         "whole-trace numbers only; hint: call prof.step() every iteration");
   }
 }

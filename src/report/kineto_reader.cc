@@ -109,17 +109,6 @@ Cat cat_of(std::string_view c) {
   return Cat::kOther;
 }
 
-// "ProfilerStep#12" -> 12.
-std::optional<int32_t> profiler_step(std::string_view name) {
-  constexpr std::string_view kPrefix = "ProfilerStep#";
-  if (name.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
-  int32_t n = 0;
-  auto rest = name.substr(kPrefix.size());
-  auto r = std::from_chars(rest.data(), rest.data() + rest.size(), n);
-  if (r.ec != std::errc() || r.ptr != rest.data() + rest.size()) return std::nullopt;
-  return n;
-}
-
 // One event object's fields as they stream by.
 struct RawEvent {
   bool is_x = false;
@@ -330,7 +319,7 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
         ++cpu_events;
         if (!ev_.has_ts) return;
         const int64_t end = ev_.ts + std::max<int64_t>(0, ev_.dur);
-        if (auto n = profiler_step(ev_.name)) {
+        if (auto n = report_internal::profiler_step(ev_.name)) {
           steps.push_back({*n, ev_.ts, end});
         } else if (report_internal::annotated_action(ev_.name)) {
           ranges.push_back({ev_.name, ev_.ts, end});
