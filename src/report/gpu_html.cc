@@ -77,8 +77,6 @@ using report_internal::BarSegment;
 using report_internal::fmt_time;
 using report_internal::pct;
 
-std::string esc(std::string_view s) { return xml_escape(s); }
-
 // Milliseconds with three decimals: the terminal report's precision (one microsecond).
 std::string ms(double s) { return fmt::format("{:.3f}", s * 1e3); }
 
@@ -102,8 +100,8 @@ std::string html_header(const GpuTraceReport& rep) {
   size_t steps = 0;
   for (const auto& r : rep.ranks) steps = std::max(steps, r.steps.size());
   h += fmt::format("<p>{} rank(s), {} format, {} profiler step(s) at most per rank.</p>\n",
-                   rep.ranks.size(), esc(rep.traces.empty() ? "?" : rep.traces.front().format),
-                   steps);
+                   rep.ranks.size(),
+                   xml_escape(rep.traces.empty() ? "?" : rep.traces.front().format), steps);
   h += "<table class=\"inputs\"><tr><th class=\"l\">rank</th><th class=\"l\">file</th>"
        "<th>world size</th><th>GPU events</th><th>steps</th></tr>\n";
   for (size_t i = 0; i < rep.ranks.size(); ++i) {
@@ -112,16 +110,16 @@ std::string html_header(const GpuTraceReport& rep) {
     h += fmt::format(
         "<tr><td class=\"l\">{}{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "</tr>\n",
-        r.rank, t && t->rank_from_file_order ? " (file order)" : "", esc(r.path),
+        r.rank, t && t->rank_from_file_order ? " (file order)" : "", xml_escape(r.path),
         t && t->world_size > 0 ? std::to_string(t->world_size) : "?", r.usage.events,
         r.steps.size());
   }
   h += "</table>\n";
   const std::string worst = report_internal::gpu_headline(rep);
-  if (!worst.empty()) h += fmt::format("<p class=\"headline\"><b>{}</b></p>\n", esc(worst));
+  if (!worst.empty()) h += fmt::format("<p class=\"headline\"><b>{}</b></p>\n", xml_escape(worst));
   if (!rep.warnings.empty()) {
     h += "<div class=\"warn\"><b>Warnings</b><ul>";
-    for (const auto& w : rep.warnings) h += "<li>" + esc(w) + "</li>";
+    for (const auto& w : rep.warnings) h += "<li>" + xml_escape(w) + "</li>";
     h += "</ul></div>\n";
   }
   return h;
@@ -183,7 +181,7 @@ std::string html_causes(const GpuTraceReport& rep) {
   std::string h =
       "<h2>Time not computing (window &#8722; compute), by cause, summed over the steps</h2>\n"
       "<table class=\"causes\"><tr><th class=\"l\">rank</th>";
-  for (GpuCause c : shown) h += fmt::format("<th>{}</th>", esc(gpu_cause_name(c)));
+  for (GpuCause c : shown) h += fmt::format("<th>{}</th>", xml_escape(gpu_cause_name(c)));
   h += "<th>total</th></tr>\n";
   for (const GpuRankReport& r : rep.ranks) {
     double total = 0;
@@ -254,7 +252,7 @@ std::string html_timeline(const GpuTraceReport& rep) {
        "lane (F, B, I, W when a record_function range names the work, otherwise <i>other</i>); "
        "the strip under it is communication (the SEND colour: collectives, the RECV colour: "
        "P2P send/recv) and copies/memsets (brown). Grey is idle.";
-  h += esc(merged) + "</p>\n";
+  h += xml_escape(merged) + "</p>\n";
   return h;
 }
 
@@ -268,13 +266,13 @@ std::string html_pipeline(const GpuTraceReport& rep) {
   std::string h = "<h2>Pipeline: costs fitted to the trace, the schedule simulated</h2>\n";
   if (!p.error.empty()) {
     return h + "<div class=\"warn pipeline-error\"><b>The pipeline analysis did not run:</b> " +
-           esc(p.error) + "</div>\n";
+           xml_escape(p.error) + "</div>\n";
   }
   h += fmt::format(
       "<p><span class=\"kpi\">measured step <b>{}</b></span><span class=\"kpi\">simulated "
       "<b>{}</b> (bubble {})</span><span class=\"kpi\">costs from <b>{}</b></span></p>\n",
       fmt_time(p.measured_step_s, "s"), fmt_time(p.predicted_step_s, "s"),
-      pct(p.predicted_bubble_ratio), esc(p.costs.method.empty() ? "?" : p.costs.method));
+      pct(p.predicted_bubble_ratio), xml_escape(p.costs.method.empty() ? "?" : p.costs.method));
   const size_t stages = std::max({p.costs.f_s.size(), p.costs.b_s.size(), p.costs.w_s.size()});
   h += "<table class=\"costs\"><tr><th class=\"l\">stage</th><th>F</th><th>B</th><th>W</th></tr>\n";
   for (size_t s = 0; s < stages; ++s) {
@@ -287,7 +285,7 @@ std::string html_pipeline(const GpuTraceReport& rep) {
                   p.costs.w_s.empty() ? "; W fused into B (no separate weight-gradient time)" : "");
   if (!p.costs.notes.empty()) {
     h += "<ul class=\"notes\">";
-    for (const auto& n : p.costs.notes) h += "<li>" + esc(n) + "</li>";
+    for (const auto& n : p.costs.notes) h += "<li>" + xml_escape(n) + "</li>";
     h += "</ul>\n";
   }
   if (!p.what_ifs.empty()) {
@@ -296,11 +294,11 @@ std::string html_pipeline(const GpuTraceReport& rep) {
     for (const GpuWhatIf& w : p.what_ifs) {
       if (!w.error.empty()) {
         h += fmt::format("<tr><td class=\"l\">{}</td><td class=\"l\" colspan=\"3\">{}</td></tr>\n",
-                         esc(w.label), esc(w.error));
+                         xml_escape(w.label), xml_escape(w.error));
         continue;
       }
       h += fmt::format("<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                       esc(w.label), fmt_time(w.step_s, "s"), pct(w.bubble_ratio),
+                       xml_escape(w.label), fmt_time(w.step_s, "s"), pct(w.bubble_ratio),
                        fmt_time(w.saving_s, "s"));
     }
     h += "</table>\n";
