@@ -17,16 +17,21 @@ namespace tightpipe {
 namespace report_internal {
 
 int32_t median_window_step(const std::vector<GpuRankReport>& ranks) {
-  std::map<int32_t, double> window;  // step -> its longest rank window
+  std::map<int32_t, std::pair<double, size_t>> window;  // step -> its longest window, its ranks
   for (const GpuRankReport& r : ranks) {
     for (const GpuStepReport& s : r.steps) {
-      double& w = window[s.step];
+      auto& [w, n] = window[s.step];
       w = std::max(w, s.usage.window_s);
+      ++n;
     }
   }
-  if (window.empty()) return kNoStep;
-  std::vector<std::pair<double, int32_t>> order;
-  for (const auto& [step, w] : window) order.emplace_back(w, step);
+  std::vector<std::pair<double, int32_t>> all, common;
+  for (const auto& [step, wn] : window) {
+    all.emplace_back(wn.first, step);
+    if (wn.second == ranks.size()) common.emplace_back(wn.first, step);
+  }
+  std::vector<std::pair<double, int32_t>>& order = common.empty() ? all : common;
+  if (order.empty()) return kNoStep;
   std::sort(order.begin(), order.end());
   return order[(order.size() - 1) / 2].second;
 }
@@ -274,7 +279,8 @@ std::string html_pipeline(const GpuTraceReport& rep) {
       fmt_time(p.measured_step_s, "s"), fmt_time(p.predicted_step_s, "s"),
       pct(p.predicted_bubble_ratio), xml_escape(p.costs.method.empty() ? "?" : p.costs.method));
   const size_t stages = std::max({p.costs.f_s.size(), p.costs.b_s.size(), p.costs.w_s.size()});
-  h += "<table class=\"costs\"><tr><th class=\"l\">stage</th><th>F</th><th>B</th><th>W</th></tr>\n";
+  h += "<table class=\"costs\"><tr><th class=\"l\">stage</th><th>F</th><th>B (whole backward)</th>"
+       "<th>W (its weight part)</th></tr>\n";
   for (size_t s = 0; s < stages; ++s) {
     h += fmt::format("<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", s,
                      seconds_list(p.costs.f_s, s), seconds_list(p.costs.b_s, s),

@@ -331,8 +331,16 @@ TEST(GpuHtml, MedianWindowStepIsTheLongestRankWindowsMedian) {
   ranks[1].steps = {step(1, 1), step(2, 4), step(3, 2)};
   // Longest windows: step 1: 5, step 2: 4, step 3: 3 -> the median is step 2.
   EXPECT_EQ(report_internal::median_window_step(ranks), 2);
-  ranks[1].steps.push_back(step(4, 10));  // 3, 4, 5, 10: the lower median
+  ranks[0].steps.push_back(step(4, 10));
+  ranks[1].steps.push_back(step(4, 1));  // 3, 4, 5, 10: the lower median
   EXPECT_EQ(report_internal::median_window_step(ranks), 2);
+  ranks[1].steps.push_back(step(5, 0.5));  // on rank 1 only: not a candidate
+  ranks[1].steps.push_back(step(6, 0.6));
+  EXPECT_EQ(report_internal::median_window_step(ranks), 2);
+  // No step on every rank: all steps count (windows 1: 2, 2: 3, 3: 1).
+  ranks[0].steps = {step(1, 2)};
+  ranks[1].steps = {step(2, 3), step(3, 1)};
+  EXPECT_EQ(report_internal::median_window_step(ranks), 1);
   EXPECT_EQ(report_internal::median_window_step({}), kNoStep);
 }
 

@@ -64,9 +64,9 @@ Timeline gpu_step_timeline(const GpuTraceReport& report, int32_t step);
 // report and report.html print it.
 std::string gpu_headline(const GpuTraceReport& report);
 
-// The step report.html draws (gpu_html.cc): each step's window is the longest of its ranks'
-// windows; the step whose window is the median (the lower median for an even count; ties by step
-// number). kNoStep when no rank has steps.
+// The step report.html draws (gpu_html.cc): among the steps every rank has (all steps when none
+// is common), the one whose window, the longest of its ranks' windows, is the median (the lower
+// median for an even count; ties by step number). kNoStep when no rank has steps.
 int32_t median_window_step(const std::vector<GpuRankReport>& ranks);
 
 // Draws many events as few bars: per rank, the events of one lane and kind that start at most
