@@ -2,7 +2,6 @@
 // the page's body parses as XML, has one table row per rank and per step with the report's
 // numbers, the bars partition each window, kernel names and warnings are escaped, the pipeline
 // section shows what is there; the timeline of a step with many events stays small.
-#include <expat.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,6 +14,7 @@
 
 #include "report/gpu_internal.h"
 #include "tightpipe/gpu_trace.h"
+#include "xml.h"
 
 namespace tightpipe {
 namespace {
@@ -24,39 +24,10 @@ using ::testing::Not;
 
 const std::string kTraces = std::string(TP_SHARED_DIR) + "/data/traces/";
 
-// ----- the page as XML ---------------------------------------------------------------------------
+using Element = testutil::XmlElement;
+using Parsed = testutil::XmlParse;
 
-struct Element {
-  std::string name;
-  std::map<std::string, std::string> attrs;
-  std::string text;  // character data directly inside it
-  int parent = -1;
-  std::string attr(const std::string& k) const {
-    auto it = attrs.find(k);
-    return it == attrs.end() ? "" : it->second;
-  }
-};
-struct Parsed {
-  bool ok = true;
-  std::string error;
-  std::vector<Element> elements;
-  std::vector<int> open;
-  std::vector<const Element*> with_class(const std::string& cls) const {
-    std::vector<const Element*> out;
-    for (const auto& e : elements)
-      if (e.attr("class") == cls) out.push_back(&e);
-    return out;
-  }
-  std::vector<const Element*> children(const Element* p, const std::string& name) const {
-    std::vector<const Element*> out;
-    const int pi = static_cast<int>(p - elements.data());
-    for (const auto& e : elements)
-      if (e.parent == pi && e.name == name) out.push_back(&e);
-    return out;
-  }
-};
-
-// The page's <body> (the whole of what it shows: tables, SVG, text) parsed by expat as XML.
+// The page's <body> (the whole of what it shows: tables, SVG, text) parsed as XML.
 Parsed parse_body(const std::string& page) {
   Parsed out;
   const size_t a = page.find("<body>"), b = page.find("</body>");
@@ -65,31 +36,7 @@ Parsed parse_body(const std::string& page) {
     out.error = "no <body>...</body>";
     return out;
   }
-  const std::string body = page.substr(a, b + 7 - a);
-  XML_Parser parser = XML_ParserCreate("UTF-8");
-  XML_SetUserData(parser, &out);
-  XML_SetElementHandler(
-      parser,
-      [](void* ud, const XML_Char* name, const XML_Char** attrs) {
-        auto* s = static_cast<Parsed*>(ud);
-        Element e;
-        e.name = name;
-        e.parent = s->open.empty() ? -1 : s->open.back();
-        for (int i = 0; attrs[i]; i += 2) e.attrs[attrs[i]] = attrs[i + 1];
-        s->open.push_back(static_cast<int>(s->elements.size()));
-        s->elements.push_back(std::move(e));
-      },
-      [](void* ud, const XML_Char*) { static_cast<Parsed*>(ud)->open.pop_back(); });
-  XML_SetCharacterDataHandler(parser, [](void* ud, const XML_Char* text, int len) {
-    auto* s = static_cast<Parsed*>(ud);
-    if (!s->open.empty()) s->elements[s->open.back()].text.append(text, len);
-  });
-  if (XML_Parse(parser, body.data(), static_cast<int>(body.size()), 1) != XML_STATUS_OK) {
-    out.ok = false;
-    out.error = fmt::format("{} at line {}", XML_ErrorString(XML_GetErrorCode(parser)),
-                            XML_GetCurrentLineNumber(parser));
-  }
-  XML_ParserFree(parser);
+  testutil::parse_xml(page.substr(a, b + 7 - a), out);
   return out;
 }
 
