@@ -1,6 +1,5 @@
 // plan_to_html on a hand-built PlanResult: one point per candidate with a memory figure, the
 // budget line, the recommended and baseline marks, the table's rows, escaping, well-formed SVG.
-#include <expat.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,6 +11,7 @@
 
 #include "plan_test_sample.h"
 #include "tightpipe/plan.h"
+#include "xml.h"
 
 namespace tightpipe {
 namespace {
@@ -25,18 +25,11 @@ size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
+using Element = testutil::XmlElement;
+
 // Every element of the page's <svg> plots, parsed as XML (the rest of the page is HTML).
-struct Element {
-  std::string name;
-  std::map<std::string, std::string> attrs;
-  std::string text;  // character data directly inside it
-};
-struct SvgParse {
-  bool ok = true;
-  std::string error;
+struct SvgParse : testutil::XmlParse {
   int plots = 0;
-  std::vector<Element> elements;
-  std::vector<size_t> open;  // indices of the open elements
 };
 
 SvgParse parse_svgs(const std::string& page) {
@@ -48,41 +41,14 @@ SvgParse parse_svgs(const std::string& page) {
       out.error = "unclosed <svg>";
       return out;
     }
-    const std::string svg = page.substr(at, end + 6 - at);
     ++out.plots;
-    XML_Parser parser = XML_ParserCreate(nullptr);
-    XML_SetUserData(parser, &out);
-    XML_SetElementHandler(
-        parser,
-        [](void* ud, const XML_Char* name, const XML_Char** attrs) {
-          auto* s = static_cast<SvgParse*>(ud);
-          Element e;
-          e.name = name;
-          for (int i = 0; attrs[i]; i += 2) e.attrs[attrs[i]] = attrs[i + 1];
-          s->open.push_back(s->elements.size());
-          s->elements.push_back(std::move(e));
-        },
-        [](void* ud, const XML_Char*) { static_cast<SvgParse*>(ud)->open.pop_back(); });
-    XML_SetCharacterDataHandler(parser, [](void* ud, const XML_Char* text, int len) {
-      auto* s = static_cast<SvgParse*>(ud);
-      if (!s->open.empty()) s->elements[s->open.back()].text.append(text, len);
-    });
-    if (XML_Parse(parser, svg.data(), static_cast<int>(svg.size()), 1) != XML_STATUS_OK) {
-      out.ok = false;
-      out.error = XML_ErrorString(XML_GetErrorCode(parser));
-    }
-    XML_ParserFree(parser);
+    testutil::parse_xml(page.substr(at, end + 6 - at), out);
   }
   return out;
 }
 
 std::vector<const Element*> with_class(const SvgParse& p, const std::string& cls) {
-  std::vector<const Element*> out;
-  for (const auto& e : p.elements) {
-    auto it = e.attrs.find("class");
-    if (it != e.attrs.end() && it->second == cls) out.push_back(&e);
-  }
-  return out;
+  return p.with_class(cls);
 }
 
 TEST(PlanHtml, OnePointPerCandidateWithAMemoryFigure) {

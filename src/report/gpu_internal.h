@@ -58,4 +58,21 @@ std::optional<Action> annotated_action(std::string_view range_name);
 // and memsets on the data lane; event names are the kernel names. For the SVG timeline.
 Timeline gpu_step_timeline(const GpuTraceReport& report, int32_t step);
 
+// The report's headline, one sentence without a newline: the step with the largest bubble ratio
+// of any rank ("worst step: rank 3 idles 22.0% of step 1009 (5.10 ms of 23.2 ms); exposed
+// communication 10.1% of the step, compute 60.3%"); "" when no rank has steps. The terminal
+// report and report.html print it.
+std::string gpu_headline(const GpuTraceReport& report);
+
+// The step report.html draws (gpu_html.cc): among the steps every rank has (all steps when none
+// is common), the one whose window, the longest of its ranks' windows, is the median (the lower
+// median for an even count; ties by step number). kNoStep when no rank has steps.
+int32_t median_window_step(const std::vector<GpuRankReport>& ranks);
+
+// Draws many events as few bars: per rank, the events of one lane and kind that start at most
+// `gap` after the previous one ends become one event (the first's start to the latest end, named
+// "N events less than one pixel apart"). With `gap` one pixel's time, a lane of a kind keeps at
+// most one bar per pixel. Returns how many events were merged away.
+int64_t merge_close_events(Timeline& timeline, double gap);
+
 }  // namespace tightpipe::report_internal

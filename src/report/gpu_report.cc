@@ -129,11 +129,11 @@ Result<GpuTraceReport> build_gpu_trace_report(const std::vector<std::string>& pa
   return rep;
 }
 
-namespace {
+namespace report_internal {
 
 // "rank 3 idles 22.0% of step 1009 (5.10 ms of 23.2 ms); 10.1% of the step is exposed
 // communication": the step with the most idle time.
-std::string headline(const GpuTraceReport& rep) {
+std::string gpu_headline(const GpuTraceReport& rep) {
   const GpuRankReport* br = nullptr;
   const GpuStepReport* bs = nullptr;
   for (const auto& r : rep.ranks) {
@@ -148,11 +148,15 @@ std::string headline(const GpuTraceReport& rep) {
   const GpuUsage& u = bs->usage;
   return fmt::format(
       "worst step: rank {} idles {} of step {} ({} of {}); exposed communication {} of the "
-      "step, compute {}\n",
+      "step, compute {}",
       br->rank, pct(u.bubble_ratio), bs->step, fmt_time(u.idle_s, "s"), fmt_time(u.window_s, "s"),
       pct(u.window_s > 0 ? u.exposed_communication_s / u.window_s : 0),
       pct(u.window_s > 0 ? u.compute_s / u.window_s : 0));
 }
+
+}  // namespace report_internal
+
+namespace {
 
 std::string usage_row(const std::string& label, const GpuUsage& u) {
   auto ms = [](double s) { return fmt::format("{:.3f}", s * 1e3); };
@@ -206,7 +210,8 @@ std::string format_gpu_trace_text(const GpuTraceReport& rep) {
     out += usage_row(fmt::format("rank {}", r.rank), r.usage);
     for (const auto& s : r.steps) out += usage_row(fmt::format("  step {}", s.step), s.usage);
   }
-  out += headline(rep);
+  const std::string worst = report_internal::gpu_headline(rep);
+  if (!worst.empty()) out += worst + "\n";
   // Causes of the time not computing, per rank.
   out += fmt::format("\nnot computing (window - compute), by cause{}:\n",
                      rep.pipelined ? "" : " (say --pp ... for fill, drain and dependency wait)");

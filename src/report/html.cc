@@ -10,19 +10,68 @@
 #include "tightpipe/report.h"
 
 namespace tightpipe {
+namespace report_internal {
 namespace {
-
-using report_internal::fmt_time;
-using report_internal::pct;
-
-std::string esc(std::string_view s) { return xml_escape(s); }
 
 std::string strip_xml_decl(std::string svg) {
   if (svg.starts_with("<?xml")) svg.erase(0, svg.find('\n') + 1);
   return svg;
 }
 
-// A timeline drawn on [0, axis_end]: a zero-width marker event stretches the axis.
+// The bars' geometry: the plot starts at kBarsLeft, kBarsPlot wide.
+constexpr int kBarsLeft = 120, kBarsWidth = 1100, kBarsPlot = kBarsWidth - kBarsLeft - 80;
+constexpr int kBarH = 16;
+
+std::string bars_legend(const std::vector<BarSegment>& legend) {
+  std::string out = "<g class=\"legend\">";
+  int x = kBarsLeft;
+  for (const auto& s : legend) {
+    out += fmt::format(
+        "<rect x=\"{}\" y=\"6\" width=\"12\" height=\"12\" fill=\"{}\" stroke=\"#666\" "
+        "stroke-width=\"0.5\"/><text x=\"{}\" y=\"16\">{}</text>",
+        x, s.color, x + 16, xml_escape(s.label));
+    x += 28 + static_cast<int>(s.label.size()) * 7;
+  }
+  return out + "</g>\n";
+}
+
+// One stacked bar at height y: each segment's share of the bar's total, labelled with its tag.
+std::string bar_svg(double y, const Bar& bar, int rank) {
+  std::string g = fmt::format("<g class=\"bar {}\" data-rank=\"{}\">", bar.tag, rank);
+  double x = kBarsLeft;
+  for (const auto& s : bar.segments) {
+    if (s.value <= 0 || bar.total <= 0) continue;
+    const double w = kBarsPlot * s.value / bar.total;
+    g += fmt::format(
+        "<rect class=\"seg\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" "
+        "fill=\"{}\"><title>rank {} {}: {} = {} ({})</title></rect>",
+        x, y, w, kBarH, s.color, rank, bar.tag, xml_escape(s.label), fmt_time(s.value, "s"),
+        pct(s.value / bar.total));
+    x += w;
+  }
+  g += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text></g>\n", kBarsLeft + kBarsPlot + 6, y + 12,
+                   bar.tag);
+  return g;
+}
+
+}  // namespace
+
+std::string html_page_head(const std::string& title) {
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
+  h += fmt::format("<title>{}</title>\n", xml_escape(title));
+  h += R"(<style>
+body{font-family:sans-serif;margin:20px;color:#222;max-width:1180px}
+h1{font-size:20px} h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f3f3f3} td.l,th.l{text-align:left}
+.warn{background:#fff4e5;border:1px solid #f0b060;padding:6px 10px}
+.kpi{display:inline-block;margin-right:28px;font-size:14px} .kpi b{font-size:20px}
+.row{display:flex;gap:24px;flex-wrap:wrap} .missing{color:#c00} .note{color:#555;font-size:12px}
+</style></head><body>
+)";
+  return h;
+}
+
 std::string timeline_svg(Timeline tl, double axis_end, const std::string& title,
                          const std::string& cls) {
   if (!tl.ranks.empty()) {
@@ -40,17 +89,61 @@ std::string timeline_svg(Timeline tl, double axis_end, const std::string& title,
   return fmt::format("<div class=\"timeline {}\">{}</div>\n", cls, svg);
 }
 
-struct Segment {
-  std::string label, color;
-  double value;
-};
+std::string stacked_bars_svg(const std::vector<BarSegment>& legend, const std::vector<BarRow>& rows,
+                             const std::string& full) {
+  size_t per_row = 1;
+  for (const auto& row : rows) per_row = std::max(per_row, row.bars.size());
+  const int n = static_cast<int>(per_row);
+  const int row_h = n * kBarH + 4 * (n - 1) + 10;
+  const int legend_h = 26;
+  const int height = legend_h + static_cast<int>(rows.size()) * row_h + 30;
+  std::string out = fmt::format(
+      "<svg class=\"bars\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\" font-family=\"sans-serif\" font-size=\"12\">\n",
+      kBarsWidth, height, kBarsWidth, height);
+  out += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n",
+                     kBarsWidth, height);
+  out += bars_legend(legend);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const BarRow& row = rows[i];
+    const double y = legend_h + static_cast<double>(i) * row_h;
+    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">rank {}</text>\n",
+                       kBarsLeft - 8, y + 12, row.rank);
+    if (row.missing) {
+      out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#c00\">missing</text>\n", kBarsLeft,
+                         y + 12);
+      continue;
+    }
+    for (size_t b = 0; b < row.bars.size(); ++b)
+      out += bar_svg(y + static_cast<double>(b) * (kBarH + 3), row.bars[b], row.rank);
+  }
+  out += fmt::format(
+      "<text x=\"{}\" y=\"{}\">0%</text><text x=\"{}\" y=\"{}\" "
+      "text-anchor=\"end\">{}</text>\n",
+      kBarsLeft, height - 8, kBarsLeft + kBarsPlot, height - 8, xml_escape(full));
+  out += "</svg>\n";
+  return out;
+}
 
-std::vector<Segment> segments(const std::array<double, kNumBusyKinds>& busy,
-                              const std::array<double, kNumIdleCauses>& idle) {
+}  // namespace report_internal
+
+namespace {
+
+using report_internal::BarRow;
+using report_internal::BarSegment;
+using report_internal::fmt_time;
+using report_internal::pct;
+using report_internal::stacked_bars_svg;
+using report_internal::timeline_svg;
+
+std::string esc(std::string_view s) { return xml_escape(s); }
+
+std::vector<BarSegment> segments(const std::array<double, kNumBusyKinds>& busy,
+                                 const std::array<double, kNumIdleCauses>& idle) {
   const EventKind kinds[] = {EventKind::kForward, EventKind::kBackwardInput,
                              EventKind::kBackwardWeight, EventKind::kBackward,
                              EventKind::kOptimizer};
-  std::vector<Segment> out;
+  std::vector<BarSegment> out;
   for (int k = 0; k < kNumBusyKinds; ++k)
     out.push_back({std::string(busy_kind_name(static_cast<BusyKind>(k))),
                    std::string(event_kind_color(kinds[k])), busy[k]});
@@ -60,83 +153,26 @@ std::vector<Segment> segments(const std::array<double, kNumBusyKinds>& busy,
   return out;
 }
 
-// The breakdown bars' geometry: the plot starts at kBarsLeft, kBarsPlot wide.
-constexpr int kBarsLeft = 120, kBarsWidth = 1100, kBarsPlot = kBarsWidth - kBarsLeft - 80;
-constexpr int kBarH = 16;
-
-std::string bars_legend() {
-  std::string out = "<g class=\"legend\">";
-  int x = kBarsLeft;
-  for (const auto& s : segments({}, {})) {
-    out += fmt::format(
-        "<rect x=\"{}\" y=\"6\" width=\"12\" height=\"12\" fill=\"{}\" stroke=\"#666\" "
-        "stroke-width=\"0.5\"/><text x=\"{}\" y=\"16\">{}</text>",
-        x, s.color, x + 16, esc(s.label));
-    x += 28 + static_cast<int>(s.label.size()) * 7;
-  }
-  return out + "</g>\n";
-}
-
-// One stacked bar at height y: each segment's share of `total`, labelled `tag`.
-std::string bar_svg(double y, const std::vector<Segment>& segs, double total,
-                    const std::string& tag, int rank) {
-  std::string g = fmt::format("<g class=\"bar {}\" data-rank=\"{}\">", tag, rank);
-  double x = kBarsLeft;
-  for (const auto& s : segs) {
-    if (s.value <= 0 || total <= 0) continue;
-    const double w = kBarsPlot * s.value / total;
-    g += fmt::format(
-        "<rect class=\"seg\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" "
-        "fill=\"{}\"><title>rank {} {}: {} = {}</title></rect>",
-        x, y, w, kBarH, s.color, rank, tag, esc(s.label), fmt_time(s.value, "s"),
-        pct(s.value / total));
-    x += w;
-  }
-  g += fmt::format("<text x=\"{}\" y=\"{:.1f}\">{}</text></g>\n", kBarsLeft + kBarsPlot + 6, y + 12,
-                   tag);
-  return g;
-}
-
 std::string bars_svg(const Report& rep) {
-  const int P = rep.run.num_ranks;
-  const bool pred = rep.has_prediction;
-  const int left = kBarsLeft, width = kBarsWidth, plot = kBarsPlot, bar_h = kBarH;
-  const int row_h = pred ? 2 * bar_h + 14 : bar_h + 10;
-  const int legend_h = 26;
-  const int height = legend_h + P * row_h + 30;
-  std::string out = fmt::format(
-      "<svg class=\"bars\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\" font-family=\"sans-serif\" font-size=\"12\">\n",
-      width, height, width, height);
-  out += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", width,
-                     height);
-  out += bars_legend();
-  for (int r = 0; r < P; ++r) {
-    const double y = legend_h + r * row_h;
-    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">rank {}</text>\n", left - 8,
-                       y + 12, r);
-    if (!rep.run.rank_present[r]) {
-      out +=
-          fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#c00\">missing</text>\n", left, y + 12);
-      continue;
+  std::vector<BarRow> rows;
+  for (int r = 0; r < rep.run.num_ranks; ++r) {
+    BarRow row;
+    row.rank = r;
+    row.missing = !rep.run.rank_present[r];
+    if (!row.missing) {
+      const auto& sm = rep.summary;
+      double total = 0;
+      for (double v : sm.rank_busy[r]) total += v;
+      for (double v : sm.rank_idle[r]) total += v;
+      row.bars.push_back({"measured", segments(sm.rank_busy[r], sm.rank_idle[r]), total});
+      if (rep.has_prediction) {
+        const auto& pr = rep.predicted_breakdown.ranks[r];
+        row.bars.push_back({"predicted", segments(pr.busy, pr.idle), rep.predicted.makespan});
+      }
     }
-    const auto& sm = rep.summary;
-    double total = 0;
-    for (double v : sm.rank_busy[r]) total += v;
-    for (double v : sm.rank_idle[r]) total += v;
-    out += bar_svg(y, segments(sm.rank_busy[r], sm.rank_idle[r]), total, "measured", r);
-    if (pred) {
-      const auto& pr = rep.predicted_breakdown.ranks[r];
-      out += bar_svg(y + bar_h + 3, segments(pr.busy, pr.idle), rep.predicted.makespan, "predicted",
-                     r);
-    }
+    rows.push_back(std::move(row));
   }
-  out += fmt::format(
-      "<text x=\"{}\" y=\"{}\">0%</text><text x=\"{}\" y=\"{}\" "
-      "text-anchor=\"end\">100% of the step</text>\n",
-      left, height - 8, left + plot, height - 8);
-  out += "</svg>\n";
-  return out;
+  return stacked_bars_svg(segments({}, {}), rows, "100% of the step");
 }
 
 std::string loss_svg(const std::vector<MetricPoint>& pts) {
@@ -229,23 +265,6 @@ std::string memory_svg(const Report& rep) {
         "holds no activations)</text>\n",
         l, h - 6);
   return out + "</svg>\n";
-}
-
-// <head> with the page's style.
-std::string html_head(const RunData& run) {
-  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
-  h += fmt::format("<title>tightpipe report: {}</title>\n", esc(run.dir));
-  h += R"(<style>
-body{font-family:sans-serif;margin:20px;color:#222;max-width:1180px}
-h1{font-size:20px} h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f3f3f3} td.l,th.l{text-align:left}
-.warn{background:#fff4e5;border:1px solid #f0b060;padding:6px 10px}
-.kpi{display:inline-block;margin-right:28px;font-size:14px} .kpi b{font-size:20px}
-.row{display:flex;gap:24px;flex-wrap:wrap} .missing{color:#c00}
-</style></head><body>
-)";
-  return h;
 }
 
 // The title line, the warnings and the headline numbers (step time, bubble measured/predicted).
@@ -398,7 +417,9 @@ std::string html_what_if(const Report& rep) {
 }  // namespace
 
 std::string report_html(const Report& rep) {
-  std::string h = html_head(rep.run) + html_summary(rep);
+  std::string h =
+      report_internal::html_page_head(fmt::format("tightpipe report: {}", rep.run.dir)) +
+      html_summary(rep);
   h += html_timelines(rep);
   h += html_breakdown(rep);
   h += html_gap(rep);

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "tightpipe/timeline.h"
 
 namespace tightpipe::report_internal {
 
@@ -9,5 +12,36 @@ namespace tightpipe::report_internal {
 std::string fmt_time(double t, const std::string& unit);
 // "12.3%".
 std::string pct(double x);
+
+// ----- the HTML pages (html.cc): our runs' report.html and the GPU traces' (gpu_html.cc) -------
+
+// "<!DOCTYPE html>...<head>" with `title` (escaped here) and the pages' one style sheet, then
+// "<body>".
+std::string html_page_head(const std::string& title);
+
+// `timeline` drawn by to_svg on [0, axis_end] (a zero-width marker event stretches the axis),
+// `title` above it, inside <div class="timeline `cls`">.
+std::string timeline_svg(Timeline timeline, double axis_end, const std::string& title,
+                         const std::string& cls);
+
+// Stacked bars, one row per rank: each bar's segments drawn as shares of its `total`.
+struct BarSegment {
+  std::string label, color;
+  double value = 0;
+};
+struct Bar {
+  std::string tag;  // class "bar `tag`", written right of the bar
+  std::vector<BarSegment> segments;
+  double total = 0;
+};
+struct BarRow {
+  int rank = 0;
+  bool missing = false;  // drawn as "missing", no bars
+  std::vector<Bar> bars;
+};
+// `legend` gives the labels and colours (values unused); `full` labels the right end of the
+// axis ("100% of the step").
+std::string stacked_bars_svg(const std::vector<BarSegment>& legend, const std::vector<BarRow>& rows,
+                             const std::string& full);
 
 }  // namespace tightpipe::report_internal

@@ -38,6 +38,18 @@ bool has_console_output(const std::string& chrome_stderr) {
          std::regex_search(chrome_stderr, std::regex(R"(CONSOLE[:(])"));
 }
 
+std::string render_problem(const HeadlessRender& r) {
+  std::string out;
+  for (const auto& [what, run] : {std::pair{"screenshot", &r.screenshot}, {"dump-dom", &r.dom}}) {
+    if (run->exit_code != 0) {
+      out += std::string(what) + ": exit code " + std::to_string(run->exit_code) + ": " + run->err;
+    } else if (has_console_output(run->err)) {
+      out += std::string(what) + ": console output: " + run->err;
+    }
+  }
+  return out;
+}
+
 PngStats png_stats(const std::string& path) {
   PngStats st;
   png_image img{};

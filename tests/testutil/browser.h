@@ -28,6 +28,10 @@ HeadlessRender render_headless(const std::string& chrome, const std::string& htm
 // a page without script logs none.
 bool has_console_output(const std::string& chrome_stderr);
 
+// What went wrong rendering a page, "" when nothing did: a run that failed (its exit code and
+// stderr) or one that logged a console message (the stderr). The page tests assert it is empty.
+std::string render_problem(const HeadlessRender& render);
+
 struct PngStats {
   int width = 0, height = 0;    // 0 when the file is not a PNG
   int64_t non_white = 0;        // pixels not near white
