@@ -118,19 +118,40 @@ constexpr int32_t kFirstStep = 10;
 int64_t ns_of(double s) { return std::llround(s * 1e9); }
 
 // Writes one Kineto trace per rank of `lowered` as `sim` ran it, `steps` steps one after another;
-// returns the paths. Each compute action is two kernels back to back on stream 7; a SEND is a
-// SendRecv kernel of the message time; a RECV is one from when the rank posted it (the end of its
-// previous compute action) until the message arrived (at least the message time: a P2P kernel
-// never takes less than the transfer).
+// returns the paths. Each compute action is two kernels back to back on stream 7. A message is a
+// SendRecv kernel on each side, as NCCL runs them: each starts when its side posts it (the SEND
+// when its producer ends, the RECV at the end of the rank's previous compute action) and both end
+// a message time after the later of the two posts, so the shorter of the two is the transfer and
+// the longer one includes waiting for the peer.
 std::vector<std::string> write_traces(const std::string& dir, const Schedule& lowered,
                                       const SimResult& sim, double latency, Annotate annotate,
                                       int32_t steps = 3) {
   const int32_t P = lowered.num_ranks;
   const int64_t span = ns_of(sim.makespan) + kStepGapNs;
+  // Every action's simulated event, and when each SEND and RECV was posted, in ns from 0.
+  std::map<std::string, const TimelineEvent*> event;
+  std::map<std::string, int64_t> posted;
+  for (int32_t r = 0; r < P; ++r) {
+    for (const TimelineEvent& e : sim.timeline.ranks[r].events) event[e.name] = &e;
+    int64_t last_compute_end = 0;
+    for (const Action& a : lowered.programs[r]) {
+      const TimelineEvent* e = event.at(to_string(a));
+      if (is_compute(a.type)) last_compute_end = ns_of(e->end);
+      if (a.type == ActionType::kSendAct || a.type == ActionType::kSendGrad)
+        posted[to_string(a)] = ns_of(e->start);
+      if (a.type == ActionType::kRecvAct || a.type == ActionType::kRecvGrad)
+        posted[to_string(a)] = last_compute_end;
+    }
+  }
+  // Both kernels of a message end a message time after the later post.
+  auto message_end = [&](const Action& a) {
+    const bool send = a.type == ActionType::kSendAct || a.type == ActionType::kSendGrad;
+    const MessageRoute m = *message_route(lowered, a, send ? MessageEnd::kOut : MessageEnd::kIn);
+    return std::max(posted.at(to_string(m.send())), posted.at(to_string(m.recv()))) +
+           ns_of(latency);
+  };
   std::vector<std::string> paths;
   for (int32_t r = 0; r < P; ++r) {
-    std::map<std::string, const TimelineEvent*> by_name;
-    for (const TimelineEvent& e : sim.timeline.ranks[r].events) by_name[e.name] = &e;
     KinetoWriter w;
     for (int32_t k = 0; k < steps; ++k) {
       const int64_t origin = kBaseNs + k * span;
@@ -145,26 +166,22 @@ std::vector<std::string> write_traces(const std::string& dir, const Schedule& lo
         w.kernel("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", a, b,
                  20 + static_cast<int32_t>(s));
       };
-      int64_t posted = origin;  // the end of the previous compute action
       for (const Action& a : lowered.programs[r]) {
         const std::string name = to_string(a);
-        const TimelineEvent* e = by_name.at(name);
-        const int64_t start = origin + ns_of(e->start), end = origin + ns_of(e->end);
-        if (is_compute(a.type)) {
-          if (annotate == Annotate::kPipelining) w.annotation("PP:" + name, start, end);
-          if (annotate == Annotate::kStepFunctions) {
-            w.annotation(a.type == ActionType::kForward ? "forward_step" : "backward_step", start,
-                         end);
-          }
-          const int64_t mid = start + (end - start) * 3 / 5;
-          w.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", start, mid, 7);
-          w.kernel("void at::native::vectorized_elementwise_kernel<4>", mid, end, 7);
-          posted = end;
-        } else if (a.type == ActionType::kSendAct || a.type == ActionType::kSendGrad) {
-          comm_kernel(start, end);
-        } else {
-          comm_kernel(posted, std::max(end, posted + ns_of(latency)));
+        if (is_comm(a.type)) {
+          comm_kernel(origin + posted.at(name), origin + message_end(a));
+          continue;
         }
+        const TimelineEvent* e = event.at(name);
+        const int64_t start = origin + ns_of(e->start), end = origin + ns_of(e->end);
+        if (annotate == Annotate::kPipelining) w.annotation("PP:" + name, start, end);
+        if (annotate == Annotate::kStepFunctions) {
+          w.annotation(a.type == ActionType::kForward ? "forward_step" : "backward_step", start,
+                       end);
+        }
+        const int64_t mid = start + (end - start) * 3 / 5;
+        w.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", start, mid, 7);
+        w.kernel("void at::native::vectorized_elementwise_kernel<4>", mid, end, 7);
       }
     }
     paths.push_back(fmt::format("{}/rank{}.json", dir, r));
