@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -99,11 +100,16 @@ Result<std::vector<WhatIfSpec>> what_if_specs(const GpuPipelineSpec& spec) {
 
 EventKind event_kind(ActionType t) {
   switch (t) {
-    case ActionType::kForward: return EventKind::kForward;
-    case ActionType::kBackwardInput: return EventKind::kBackwardInput;
-    case ActionType::kBackwardWeight: return EventKind::kBackwardWeight;
-    case ActionType::kBackward: return EventKind::kBackward;
-    default: return EventKind::kOther;
+    case ActionType::kForward:
+      return EventKind::kForward;
+    case ActionType::kBackwardInput:
+      return EventKind::kBackwardInput;
+    case ActionType::kBackwardWeight:
+      return EventKind::kBackwardWeight;
+    case ActionType::kBackward:
+      return EventKind::kBackward;
+    default:
+      return EventKind::kOther;
   }
 }
 
@@ -116,7 +122,13 @@ void add_sample(CostSamples& samples, int32_t stage, ActionType type, double sec
   samples.add_event(e);
 }
 
-double union_compute_s(const std::vector<GpuEvent>& events) { return gpu_usage(events).compute_s; }
+// The union of the compute kernels among trace.events[k] for k in `which` (gpu_usage's union).
+double union_compute_s(const GpuTraceRank& trace, const std::vector<uint32_t>& which) {
+  std::vector<GpuEvent> events;
+  events.reserve(which.size());
+  for (uint32_t k : which) events.push_back(trace.events[k]);
+  return gpu_usage(events).compute_s;
+}
 
 bool in_steps(const std::vector<int32_t>& steps, int32_t step) {
   return std::binary_search(steps.begin(), steps.end(), step);
@@ -190,7 +202,8 @@ std::vector<RangeAction> range_actions(const GpuTraceRank& t, const Schedule& sc
   for (size_t i = 0; i < t.ranges.size(); ++i) {
     const CpuRange& r = t.ranges[i];
     if (kind == Annotations::kPipelining) {
-      if (auto a = pp_action(r.name, sched, rank, bad)) out[i] = {{a->type, a->stage, a->microbatch}};
+      if (auto a = pp_action(r.name, sched, rank, bad))
+        out[i] = {{a->type, a->stage, a->microbatch}};
       continue;
     }
     const auto type = step_function_type(r.name);
@@ -218,26 +231,27 @@ bool fit_from_annotations(const std::vector<GpuTraceRank>& traces,
     const GpuTraceRank& t = traces[r];
     const int32_t rank = static_cast<int32_t>(r);
     const std::vector<RangeAction> actions = range_actions(t, sched, rank, kind, bad);
-    // (step, type, stage, group) -> kernels; step -> every annotated kernel.
-    std::map<std::tuple<int32_t, ActionType, int32_t, int32_t>, std::vector<GpuEvent>> groups;
-    std::map<int32_t, std::vector<GpuEvent>> annotated;
-    for (const GpuEvent& e : t.events) {
+    // (step, type, stage, group) -> its kernels; step -> every annotated kernel (event indices).
+    std::map<std::tuple<int32_t, ActionType, int32_t, int32_t>, std::vector<uint32_t>> groups;
+    std::map<int32_t, std::vector<uint32_t>> annotated;
+    for (uint32_t k = 0; k < t.events.size(); ++k) {
+      const GpuEvent& e = t.events[k];
       if (e.kind != GpuEventKind::kCompute || e.range < 0 || !in_steps(steps, e.step)) continue;
       const RangeAction& a = actions[e.range];
       if (!a) continue;
       const auto& [type, stage, group] = *a;
-      groups[{e.step, type, stage, group}].push_back(e);
-      annotated[e.step].push_back(e);
+      groups[{e.step, type, stage, group}].push_back(k);
+      annotated[e.step].push_back(k);
     }
     for (const auto& [key, events] : groups) {
-      add_sample(fit.samples, std::get<2>(key), std::get<1>(key), union_compute_s(events));
+      add_sample(fit.samples, std::get<2>(key), std::get<1>(key), union_compute_s(t, events));
     }
     std::vector<double> outside;
     for (const GpuStepReport& s : ranks[r].steps) {
       if (!in_steps(steps, s.step)) continue;
       auto it = annotated.find(s.step);
       outside.push_back(s.usage.compute_s -
-                        (it == annotated.end() ? 0.0 : union_compute_s(it->second)));
+                        (it == annotated.end() ? 0.0 : union_compute_s(t, it->second)));
     }
     if (const double m = median(outside); m > outside_s) {
       outside_s = m;
@@ -245,10 +259,10 @@ bool fit_from_annotations(const std::vector<GpuTraceRank>& traces,
     }
   }
   if (bad > 0) {
-    fit.notes.push_back(fmt::format(
-        "{} PP: range(s) name no compute action of their rank in the schedule that ran "
-        "(ignored); check --pp, --schedule and --num-microbatches",
-        bad));
+    fit.notes.push_back(
+        fmt::format("{} PP: range(s) name no compute action of their rank in the schedule that ran "
+                    "(ignored); check --pp, --schedule and --num-microbatches",
+                    bad));
   }
   for (int32_t s = 0; s < sched.num_stages; ++s) {
     const bool f = fit.samples.time.contains({s, cost_slot(EventKind::kForward)});
@@ -269,8 +283,7 @@ bool fit_from_annotations(const std::vector<GpuTraceRank>& traces,
           : "costs: per stage, the median over steps and microbatches of the union of the compute "
             "kernels launched in a forward or a backward range (one stage per rank)");
   if (!splits_backward(sched)) {
-    fit.notes.push_back(
-        "the backward ran fused (B): a what-if that splits it takes I = W = B / 2");
+    fit.notes.push_back("the backward ran fused (B): a what-if that splits it takes I = W = B / 2");
   }
   if (outside_s > 0) {
     fit.notes.push_back(fmt::format(
@@ -299,7 +312,8 @@ void fit_from_kernels(const std::vector<GpuRankReport>& ranks, const Schedule& s
     for (const GpuStepReport& s : ranks[r].steps) {
       if (!in_steps(steps, s.step)) continue;
       const double f = s.usage.compute_s / units;
-      for (const auto& [stage, type] : kinds) add_sample(fit.samples, stage, type, weight(type) * f);
+      for (const auto& [stage, type] : kinds)
+        add_sample(fit.samples, stage, type, weight(type) * f);
     }
   }
   fit.notes.push_back(fmt::format(
@@ -469,6 +483,15 @@ GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
   if (!predicted.ok()) return failed(predicted.status().message());
   rep.predicted_step_s = predicted->makespan;
   rep.predicted_bubble_ratio = predicted->bubble_ratio;
+  if (const double gap = rep.measured_step_s - rep.predicted_step_s;
+      std::abs(gap) > 0.05 * rep.measured_step_s) {
+    rep.costs.notes.push_back(fmt::format(
+        "the measured step is {} {} than the simulated one ({} of it): what the simulation does "
+        "not model (host stalls, exposed collectives, the optimizer: see the causes), or costs "
+        "that vary from step to step",
+        report_internal::fmt_time(std::abs(gap), "s"), gap > 0 ? "longer" : "shorter",
+        report_internal::pct(std::abs(gap) / rep.measured_step_s)));
+  }
 
   // What-ifs: the same p and m; the fitted costs as they are for the same stages and placement,
   // else each rank's cost spread evenly over its chunks.
@@ -483,14 +506,14 @@ GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
   for (const WhatIfSpec& w : *specs) {
     GpuWhatIf wi;
     wi.label = w.label();
-    auto built = what_if_schedule(
-        w, spec.pp, ran->num_microbatches, [&](const Schedule& target) -> Result<CostModel> {
-          if (target.num_stages == ran_lowered.num_stages &&
-              target.stage_to_rank == ran_lowered.stage_to_rank) {
-            return fitted;
-          }
-          return derive_costs(fitted, ran_lowered, target);
-        });
+    auto built = what_if_schedule(w, spec.pp, ran->num_microbatches,
+                                  [&](const Schedule& target) -> Result<CostModel> {
+                                    if (target.num_stages == ran_lowered.num_stages &&
+                                        target.stage_to_rank == ran_lowered.stage_to_rank) {
+                                      return fitted;
+                                    }
+                                    return derive_costs(fitted, ran_lowered, target);
+                                  });
     if (!built.ok()) {
       wi.error = built.status().message();
     } else if (auto sim = simulate(built->first, built->second, so); !sim.ok()) {

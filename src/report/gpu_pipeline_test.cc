@@ -508,8 +508,8 @@ TEST_F(OneFOneB, Cli) {
   EXPECT_EQ(p["error"], "");
   EXPECT_EQ(p["costs_method"], "annotations");
   ASSERT_EQ(p["f_s"].size(), 4u);
-  for (const char* key : {"b_s", "w_s", "message_s", "notes", "measured_step_s",
-                          "predicted_step_s", "predicted_bubble_ratio", "what_if"}) {
+  for (const char* key : {"b_s", "w_s", "message_s", "notes", "measured_step_s", "predicted_step_s",
+                          "predicted_bubble_ratio", "what_if"}) {
     EXPECT_TRUE(p.contains(key)) << key;
   }
   EXPECT_NEAR(p["f_s"][1].get<double>(), known.f[1], 1e-6 * known.f[1]);
@@ -519,8 +519,8 @@ TEST_F(OneFOneB, Cli) {
   EXPECT_GT(p["what_if"][0]["saving_s"].get<double>(), 0);
 
   // A bad spec is one line naming the flag.
-  r = testutil::run_command(fmt::format("{} report {} --pp 4 --schedule 1f1b --out {}", tp,
-                                        join(paths, " "), out));
+  r = testutil::run_command(
+      fmt::format("{} report {} --pp 4 --schedule 1f1b --out {}", tp, join(paths, " "), out));
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("--num-microbatches 0"), std::string::npos) << r.err;

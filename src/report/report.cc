@@ -402,8 +402,9 @@ void explain_gap(Report& rep) {
 Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, const RunData& run,
                                                         std::string& layout) {
   return report_internal::what_if_schedule(
-      w, run.num_ranks, run.schedule->num_microbatches,
-      [&](const Schedule& lowered) { return candidate_costs(run, lowered, w.auto_layout, layout); });
+      w, run.num_ranks, run.schedule->num_microbatches, [&](const Schedule& lowered) {
+        return candidate_costs(run, lowered, w.auto_layout, layout);
+      });
 }
 
 // What-if: the run's costs, per rank, re-simulated under another schedule with the same p and m.
