@@ -39,7 +39,14 @@ std::string_view first_pipeline_flag(const GpuPipelineSpec& s) {
 Result<Schedule> schedule_that_ran(const GpuPipelineSpec& spec) {
   if (!spec.schedule_file.empty()) {
     auto loaded = load_schedule_file(spec.schedule_file);
-    if (!loaded.ok()) return loaded.status().with_context("--schedule-file");
+    if (!loaded.ok()) {
+      const Status st = loaded.status().with_context("--schedule-file");
+      if (st.message().find("hint:") != std::string::npos) return st;
+      return Status(st.code(),
+                    st.message() +
+                        "; hint: the schedule that ran as a CSV in PyTorch's layout (one row "
+                        "per rank), e.g. from `tightpipe schedule NAME --format csv`");
+    }
     Schedule s = loaded->lowered ? compute_only(*loaded) : std::move(*loaded);
     const std::string file = printable(spec.schedule_file);
     if (s.num_ranks != spec.pp) {

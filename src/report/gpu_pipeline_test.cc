@@ -194,6 +194,17 @@ void expect_rel(double got, double want, double rel, const std::string& what) {
   EXPECT_NEAR(got, want, rel * std::abs(want)) << what;
 }
 
+// The fitted F and B of every stage are the known ones (to `rel`).
+void expect_fitted(const GpuFittedCosts& c, const Known& known, double rel = 1e-6) {
+  ASSERT_EQ(c.f_s.size(), known.f.size());
+  ASSERT_EQ(c.b_s.size(), known.f.size());
+  for (size_t s = 0; s < known.f.size(); ++s) {
+    const int32_t st = static_cast<int32_t>(s);
+    expect_rel(c.f_s[s], known.f[s], rel, fmt::format("F of stage {} ({})", s, c.method));
+    expect_rel(c.b_s[s], known.b(st), rel, fmt::format("B of stage {} ({})", s, c.method));
+  }
+}
+
 GpuPipelineSpec spec_of(int32_t pp, const std::string& schedule, int32_t m, int32_t vpp = 0) {
   GpuPipelineSpec s;
   s.pp = pp;
@@ -226,13 +237,8 @@ TEST_F(OneFOneB, AnnotationsGiveTheKnownCostsAndTheMeasuredStep) {
   const GpuTraceReport rep = report_of(paths, spec);
   const GpuPipelineReport& p = *rep.pipeline;
   EXPECT_EQ(p.costs.method, "annotations");
-  ASSERT_EQ(p.costs.f_s.size(), 4u);
-  ASSERT_EQ(p.costs.b_s.size(), 4u);
+  expect_fitted(p.costs, known);
   EXPECT_TRUE(p.costs.w_s.empty());  // fused backward
-  for (int32_t s = 0; s < 4; ++s) {
-    expect_rel(p.costs.f_s[s], known.f[s], 1e-6, fmt::format("F of stage {}", s));
-    expect_rel(p.costs.b_s[s], known.b(s), 1e-6, fmt::format("B of stage {}", s));
-  }
   expect_rel(p.costs.message_s, known.latency, 1e-6, "message time");
 
   // The schedule that ran, simulated with the fitted costs, is the measured step.
@@ -275,11 +281,7 @@ TEST_F(OneFOneB, KernelsAloneGiveTheKnownCostsWhenBIsTwiceF) {
   const GpuTraceReport rep = report_of(paths, spec_of(4, "1f1b", 8));
   const GpuPipelineReport& p = *rep.pipeline;
   EXPECT_EQ(p.costs.method, "kernels");
-  ASSERT_EQ(p.costs.f_s.size(), 4u);
-  for (int32_t s = 0; s < 4; ++s) {
-    expect_rel(p.costs.f_s[s], known.f[s], 1e-6, fmt::format("F of stage {}", s));
-    expect_rel(p.costs.b_s[s], known.b(s), 1e-6, fmt::format("B of stage {}", s));
-  }
+  expect_fitted(p.costs, known);
   const std::string notes = join(p.costs.notes, "\n");
   EXPECT_NE(notes.find("B = 2F"), std::string::npos) << notes;
   EXPECT_NE(notes.find("10th percentile"), std::string::npos) << notes;
@@ -291,10 +293,7 @@ TEST_F(OneFOneB, StepFunctionRangesGiveFAndBOfTheRanksStage) {
   const GpuTraceReport rep = report_of(paths, spec_of(4, "1f1b", 8));
   const GpuPipelineReport& p = *rep.pipeline;
   EXPECT_EQ(p.costs.method, "annotations");
-  for (int32_t s = 0; s < 4; ++s) {
-    expect_rel(p.costs.f_s[s], known.f[s], 1e-6, fmt::format("F of stage {}", s));
-    expect_rel(p.costs.b_s[s], known.b(s), 1e-6, fmt::format("B of stage {}", s));
-  }
+  expect_fitted(p.costs, known);
 }
 
 TEST_F(OneFOneB, CausesOfTheLastRank) {
@@ -356,11 +355,7 @@ TEST(GpuPipelineTest, InterleavedAnnotationsGiveEachChunksCosts) {
   const GpuTraceReport rep = report_of(paths, spec);
   const GpuPipelineReport& p = *rep.pipeline;
   EXPECT_EQ(p.costs.method, "annotations");
-  ASSERT_EQ(p.costs.f_s.size(), 8u);
-  for (int32_t s = 0; s < 8; ++s) {
-    expect_rel(p.costs.f_s[s], known.f[s], 1e-6, fmt::format("F of stage {}", s));
-    expect_rel(p.costs.b_s[s], known.b(s), 1e-6, fmt::format("B of stage {}", s));
-  }
+  expect_fitted(p.costs, known);
   expect_rel(p.predicted_step_s, p.measured_step_s, 0.02, "predicted vs measured");
   expect_rel(p.measured_step_s, sim.makespan, 1e-6, "measured");
   ASSERT_EQ(p.what_ifs.size(), 2u);
@@ -396,7 +391,7 @@ TEST(GpuPipelineTest, StepFunctionRangesCannotTellChunksApart) {
   const std::string notes = join(p.costs.notes, "\n");
   EXPECT_NE(notes.find("cannot tell the 2 chunks"), std::string::npos) << notes;
   // Equal chunks with B = 2F: the kernels fit is exact.
-  for (int32_t s = 0; s < 8; ++s) expect_rel(p.costs.f_s[s], known.f[s], 1e-6, "F");
+  expect_fitted(p.costs, known);
 }
 
 // ZB-H1 ran: I and W are their own actions, so both are fitted.
@@ -411,12 +406,9 @@ TEST(GpuPipelineTest, SplitBackwardFitsIAndW) {
   const auto paths = write_traces(dir, lowered, sim, known.latency, Annotate::kPipelining, 2);
   const GpuTraceReport rep = report_of(paths, spec_of(4, "zb-h1", 8));
   const GpuPipelineReport& p = *rep.pipeline;
+  expect_fitted(p.costs, known);
   ASSERT_EQ(p.costs.w_s.size(), 4u);
-  for (int32_t s = 0; s < 4; ++s) {
-    expect_rel(p.costs.f_s[s], known.f[s], 1e-6, "F");
-    expect_rel(p.costs.b_s[s], known.b(s), 1e-6, "B");
-    expect_rel(p.costs.w_s[s], known.w[s], 1e-6, "W");
-  }
+  for (int32_t s = 0; s < 4; ++s) expect_rel(p.costs.w_s[s], known.w[s], 1e-6, "W");
   expect_rel(p.predicted_step_s, sim.makespan, 1e-6, "predicted");
 }
 
@@ -475,6 +467,15 @@ TEST(GpuPipelineSpecTest, BadScheduleFile) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("--schedule-file"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(s.schedule_file), std::string::npos) << st.message();
+
+  // A file that is not there.
+  GpuPipelineSpec missing = s;
+  missing.schedule_file = dir + "/nope.csv";
+  const Status gone = missing.validate();
+  ASSERT_FALSE(gone.ok());
+  for (const std::string& part : {std::string("--schedule-file"), missing.schedule_file,
+                                  std::string("hint:")})
+    EXPECT_NE(gone.message().find(part), std::string::npos) << part << "\n" << gone.message();
 
   // A file of 2 ranks for --pp 4.
   GeneratorOptions go;
