@@ -473,8 +473,8 @@ TEST(GpuPipelineSpecTest, BadScheduleFile) {
   missing.schedule_file = dir + "/nope.csv";
   const Status gone = missing.validate();
   ASSERT_FALSE(gone.ok());
-  for (const std::string& part : {std::string("--schedule-file"), missing.schedule_file,
-                                  std::string("hint:")})
+  for (const std::string& part :
+       {std::string("--schedule-file"), missing.schedule_file, std::string("hint:")})
     EXPECT_NE(gone.message().find(part), std::string::npos) << part << "\n" << gone.message();
 
   // A file of 2 ranks for --pp 4.
