@@ -292,7 +292,7 @@ bool fit_from_annotations(const std::vector<GpuTraceRank>& traces,
   if (!splits_backward(sched)) {
     fit.notes.push_back("the backward ran fused (B): a what-if that splits it takes I = W = B / 2");
   }
-  if (outside_s > 0) {
+  if (outside_s > 1e-6) {
     fit.notes.push_back(fmt::format(
         "up to {} of compute per step (rank {}) ran outside the annotated actions (optimizer, "
         "loss, ...): not simulated",

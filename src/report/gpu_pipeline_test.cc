@@ -351,14 +351,14 @@ TEST(GpuPipelineTest, InterleavedAnnotationsGiveEachChunksCosts) {
   const std::string dir = testutil::make_temp_dir("tp-gpupipe");
   const auto paths = write_traces(dir, lowered, sim, known.latency, Annotate::kPipelining);
   GpuPipelineSpec spec = spec_of(4, "interleaved", 8, 2);
-  spec.what_if = {"interleaved:2", "zb-v"};
+  spec.what_if = {"interleaved:2", "zb-v", "zb-v-auto"};
   const GpuTraceReport rep = report_of(paths, spec);
   const GpuPipelineReport& p = *rep.pipeline;
   EXPECT_EQ(p.costs.method, "annotations");
   expect_fitted(p.costs, known);
   expect_rel(p.predicted_step_s, p.measured_step_s, 0.02, "predicted vs measured");
   expect_rel(p.measured_step_s, sim.makespan, 1e-6, "measured");
-  ASSERT_EQ(p.what_ifs.size(), 2u);
+  ASSERT_EQ(p.what_ifs.size(), 3u);
   EXPECT_NEAR(p.what_ifs[0].saving_s, 0, 1e-9);
   // zb-v: V placement, another stage-to-rank map: each rank's per-microbatch cost (the sum of
   // its two chunks) spread evenly over its two new chunks, a fused B split in halves.
@@ -377,6 +377,11 @@ TEST(GpuPipelineTest, InterleavedAnnotationsGiveEachChunksCosts) {
   const SimResult direct = simulated(zbv, model_of(even), false);
   EXPECT_EQ(p.what_ifs[1].error, "");
   expect_rel(p.what_ifs[1].step_s, direct.makespan, 1e-6, "zb-v");
+  // zb-v-auto is built from the same costs, zb-v among its candidates: never slower.
+  EXPECT_EQ(p.what_ifs[2].label, "zb-v-auto");
+  EXPECT_EQ(p.what_ifs[2].error, "");
+  EXPECT_GT(p.what_ifs[2].step_s, 0);
+  EXPECT_LE(p.what_ifs[2].step_s, p.what_ifs[1].step_s * (1 + 1e-9));
 }
 
 TEST(GpuPipelineTest, StepFunctionRangesCannotTellChunksApart) {
