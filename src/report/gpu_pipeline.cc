@@ -141,33 +141,6 @@ bool in_steps(const std::vector<int32_t>& steps, int32_t step) {
   return std::binary_search(steps.begin(), steps.end(), step);
 }
 
-// The compute action a "PP:<action>" range names ("PP:2F0", torch.distributed.pipelining's
-// names in our action text form); nullopt for other names and for PP: ranges of communication.
-// `bad` counts the PP: ranges that name no compute action of `rank` in `sched`.
-std::optional<Action> pp_action(std::string_view name, const Schedule& sched, int32_t rank,
-                                int64_t& bad) {
-  if (!name.starts_with("PP:")) return std::nullopt;
-  auto a = parse_action(name.substr(3));
-  if (a.ok() && !is_compute(a->type)) return std::nullopt;
-  if (!a.ok() || a->stage < 0 || a->stage >= sched.num_stages || a->microbatch < 0 ||
-      a->microbatch >= sched.num_microbatches || sched.rank_of(a->stage) != rank) {
-    ++bad;
-    return std::nullopt;
-  }
-  return *a;
-}
-
-// F or B for a Megatron-style step-function range: "forward" or "backward" in its name (any
-// case), not both.
-std::optional<ActionType> step_function_type(std::string_view name) {
-  std::string lower(name);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const bool f = lower.find("forward") != std::string::npos;
-  const bool b = lower.find("backward") != std::string::npos;
-  if (f == b) return std::nullopt;
-  return f ? ActionType::kForward : ActionType::kBackward;
-}
-
 // True when the schedule splits the backward into I and W (zb-h1, zb-v...), false when it runs B.
 bool splits_backward(const Schedule& sched) {
   return std::any_of(sched.programs.begin(), sched.programs.end(), [](const auto& program) {
@@ -178,12 +151,15 @@ bool splits_backward(const Schedule& sched) {
 
 enum class Annotations { kNone, kPipelining, kStepFunctions };
 
+// What the traces' ranges are (annotated_action, the reader's rule): PP:<action> ranges name a
+// stage; forward/backward ranges do not.
 Annotations annotations_in(const std::vector<GpuTraceRank>& traces) {
   bool step_functions = false;
   for (const GpuTraceRank& t : traces) {
     for (const CpuRange& r : t.ranges) {
-      if (r.name.starts_with("PP:")) return Annotations::kPipelining;
-      if (step_function_type(r.name)) step_functions = true;
+      const auto a = report_internal::annotated_action(r.name);
+      if (a && a->stage >= 0) return Annotations::kPipelining;
+      if (a) step_functions = true;
     }
   }
   return step_functions ? Annotations::kStepFunctions : Annotations::kNone;
@@ -195,30 +171,48 @@ struct Fit {
 };
 
 // For each range of a trace, the compute action whose sample its kernels join: (type, stage,
-// group), the group being the microbatch for PP:<action> (every range of one action in one step
-// is one sample) or, for step functions, the outermost range of the same type around it (nested
-// "forward" ranges such as "## forward ##" around "DistributedDataParallel.forward" are one
-// sample). nullopt: no compute action.
+// group). For PP:<action> the group is the microbatch (every range of one action in one step is
+// one sample); a range that names no action of `rank` in `sched` counts in `bad`. For step
+// functions the stage is the rank's one stage and the group the outermost range of the same type
+// around it (nested "forward" ranges such as "## forward ##" around
+// "DistributedDataParallel.forward" are one sample); a range that holds a range of the other type
+// (an outer "forward_backward_step") is no action. nullopt: no compute action.
 using RangeAction = std::optional<std::tuple<ActionType, int32_t, int32_t>>;
 
 std::vector<RangeAction> range_actions(const GpuTraceRank& t, const Schedule& sched, int32_t rank,
                                        Annotations kind, int64_t& bad) {
-  std::vector<RangeAction> out(t.ranges.size());
+  const size_t n = t.ranges.size();
+  std::vector<std::optional<Action>> named(n);
+  for (size_t i = 0; i < n; ++i) named[i] = report_internal::annotated_action(t.ranges[i].name);
+  std::vector<RangeAction> out(n);
+  if (kind == Annotations::kPipelining) {
+    for (size_t i = 0; i < n; ++i) {
+      const std::optional<Action>& a = named[i];
+      if (!a || a->stage < 0) continue;
+      if (a->stage >= sched.num_stages || a->microbatch < 0 ||
+          a->microbatch >= sched.num_microbatches || sched.rank_of(a->stage) != rank) {
+        ++bad;
+        continue;
+      }
+      out[i] = {{a->type, a->stage, a->microbatch}};
+    }
+    return out;
+  }
   const int32_t stage = sched.stages_of(rank).front();
   std::map<ActionType, size_t> outer;  // type -> the latest outermost range of that type
-  for (size_t i = 0; i < t.ranges.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!named[i]) continue;
+    const ActionType type = named[i]->type;
     const CpuRange& r = t.ranges[i];
-    if (kind == Annotations::kPipelining) {
-      if (auto a = pp_action(r.name, sched, rank, bad))
-        out[i] = {{a->type, a->stage, a->microbatch}};
-      continue;
+    bool mixed = false;  // holds a range of the other type (ranges are sorted by start)
+    for (size_t j = i + 1; j < n && t.ranges[j].start_ns <= r.end_ns && !mixed; ++j) {
+      mixed = named[j] && named[j]->type != type && t.ranges[j].end_ns <= r.end_ns;
     }
-    const auto type = step_function_type(r.name);
-    if (!type) continue;
-    auto it = outer.find(*type);
+    if (mixed) continue;
+    auto it = outer.find(type);
     if (it == outer.end() || t.ranges[it->second].end_ns < r.end_ns) {
-      outer[*type] = i;
-      out[i] = {{*type, stage, static_cast<int32_t>(i)}};
+      outer[type] = i;
+      out[i] = {{type, stage, static_cast<int32_t>(i)}};
     } else {
       out[i] = out[it->second];
     }

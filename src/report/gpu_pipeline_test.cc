@@ -74,7 +74,10 @@ SimResult simulated(const Schedule& lowered, const CostModel& costs, bool timeli
   return *r;
 }
 
-enum class Annotate { kPipelining, kStepFunctions, kNone };
+// What the ranges say: PP:<action> per action; forward_step / backward_step per action; those
+// nested as real programs nest them ("## forward ##" around "DistributedDataParallel.forward",
+// and a "forward_backward_func" around the whole step); nothing.
+enum class Annotate { kPipelining, kStepFunctions, kNestedStepFunctions, kNone };
 
 // One rank's Kineto trace, written by hand. Times are integer nanoseconds, written as Kineto's
 // microseconds with three decimals.
@@ -157,6 +160,9 @@ std::vector<std::string> write_traces(const std::string& dir, const Schedule& lo
       const int64_t origin = kBaseNs + k * span;
       w.annotation(fmt::format("ProfilerStep#{}", kFirstStep + k), origin,
                    origin + ns_of(sim.makespan) + kStepGapNs / 2);
+      if (annotate == Annotate::kNestedStepFunctions) {
+        w.annotation("forward_backward_func", origin, origin + ns_of(sim.makespan));
+      }
       std::vector<int64_t> stream_end;  // comm streams 20, 21...: a free one for each kernel
       auto comm_kernel = [&](int64_t a, int64_t b) {
         size_t s = 0;
@@ -178,6 +184,13 @@ std::vector<std::string> write_traces(const std::string& dir, const Schedule& lo
         if (annotate == Annotate::kStepFunctions) {
           w.annotation(a.type == ActionType::kForward ? "forward_step" : "backward_step", start,
                        end);
+        }
+        if (annotate == Annotate::kNestedStepFunctions && a.type == ActionType::kForward) {
+          w.annotation("## forward ##", start, end);
+          w.annotation("DistributedDataParallel.forward", start + (end - start) / 5, end);
+        }
+        if (annotate == Annotate::kNestedStepFunctions && a.type != ActionType::kForward) {
+          w.annotation("## backward ##", start, end);
         }
         const int64_t mid = start + (end - start) * 3 / 5;
         w.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", start, mid, 7);
@@ -289,11 +302,15 @@ TEST_F(OneFOneB, KernelsAloneGiveTheKnownCostsWhenBIsTwiceF) {
 }
 
 TEST_F(OneFOneB, StepFunctionRangesGiveFAndBOfTheRanksStage) {
-  const auto paths = write_traces(dir, lowered, sim, known.latency, Annotate::kStepFunctions);
-  const GpuTraceReport rep = report_of(paths, spec_of(4, "1f1b", 8));
-  const GpuPipelineReport& p = *rep.pipeline;
-  EXPECT_EQ(p.costs.method, "annotations");
-  expect_fitted(p.costs, known);
+  for (Annotate a : {Annotate::kStepFunctions, Annotate::kNestedStepFunctions}) {
+    const auto paths = write_traces(dir, lowered, sim, known.latency, a, 2);
+    const GpuTraceReport rep = report_of(paths, spec_of(4, "1f1b", 8));
+    const GpuPipelineReport& p = *rep.pipeline;
+    EXPECT_EQ(p.costs.method, "annotations");
+    // Nested: the inner forward range holds only part of F's kernels, and the range around the
+    // whole step (forward and backward inside) is no action.
+    expect_fitted(p.costs, known);
+  }
 }
 
 TEST_F(OneFOneB, CausesOfTheLastRank) {
