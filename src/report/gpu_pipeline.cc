@@ -172,9 +172,10 @@ struct Fit {
 
 // For each range of a trace, the compute action whose sample its kernels join: (type, stage,
 // group). For PP:<action> the group is the microbatch (every range of one action in one step is
-// one sample); a range that names no action of `rank` in `sched` counts in `bad`. For step
-// functions the stage is the rank's one stage and the group the outermost range of the same type
-// around it (nested "forward" ranges such as "## forward ##" around
+// one sample), a forward/backward range inside one (a module's "DistributedDataParallel.forward")
+// belongs to it, and a PP: range that names no action of `rank` in `sched` counts in `bad`. For
+// step functions the stage is the rank's one stage and the group the outermost range of the same
+// type around it (nested "forward" ranges such as "## forward ##" around
 // "DistributedDataParallel.forward" are one sample); a range that holds a range of the other type
 // (an outer "forward_backward_step") is no action. nullopt: no compute action.
 using RangeAction = std::optional<std::tuple<ActionType, int32_t, int32_t>>;
@@ -186,15 +187,23 @@ std::vector<RangeAction> range_actions(const GpuTraceRank& t, const Schedule& sc
   for (size_t i = 0; i < n; ++i) named[i] = report_internal::annotated_action(t.ranges[i].name);
   std::vector<RangeAction> out(n);
   if (kind == Annotations::kPipelining) {
+    std::vector<size_t> open;  // the PP: ranges around range i, innermost last
     for (size_t i = 0; i < n; ++i) {
       const std::optional<Action>& a = named[i];
-      if (!a || a->stage < 0) continue;
+      if (!a) continue;
+      const CpuRange& r = t.ranges[i];
+      while (!open.empty() && t.ranges[open.back()].end_ns < r.start_ns) open.pop_back();
+      if (a->stage < 0) {  // a forward/backward range inside an action is part of it
+        if (!open.empty() && r.end_ns <= t.ranges[open.back()].end_ns) out[i] = out[open.back()];
+        continue;
+      }
       if (a->stage >= sched.num_stages || a->microbatch < 0 ||
           a->microbatch >= sched.num_microbatches || sched.rank_of(a->stage) != rank) {
         ++bad;
         continue;
       }
       out[i] = {{a->type, a->stage, a->microbatch}};
+      open.push_back(i);
     }
     return out;
   }

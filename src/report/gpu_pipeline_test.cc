@@ -74,7 +74,8 @@ SimResult simulated(const Schedule& lowered, const CostModel& costs, bool timeli
   return *r;
 }
 
-// What the ranges say: PP:<action> per action; forward_step / backward_step per action; those
+// What the ranges say: PP:<action> per action (with a DistributedDataParallel.forward inside each
+// F, as a module wrapped in DDP records); forward_step / backward_step per action; those
 // nested as real programs nest them ("## forward ##" around "DistributedDataParallel.forward",
 // and a "forward_backward_func" around the whole step); nothing.
 enum class Annotate { kPipelining, kStepFunctions, kNestedStepFunctions, kNone };
@@ -180,7 +181,13 @@ std::vector<std::string> write_traces(const std::string& dir, const Schedule& lo
         }
         const TimelineEvent* e = event.at(name);
         const int64_t start = origin + ns_of(e->start), end = origin + ns_of(e->end);
-        if (annotate == Annotate::kPipelining) w.annotation("PP:" + name, start, end);
+        if (annotate == Annotate::kPipelining) {
+          w.annotation("PP:" + name, start, end);
+          // A module's own range inside the action, holding its second kernel.
+          if (a.type == ActionType::kForward) {
+            w.annotation("DistributedDataParallel.forward", start + (end - start) / 2, end);
+          }
+        }
         if (annotate == Annotate::kStepFunctions) {
           w.annotation(a.type == ActionType::kForward ? "forward_step" : "backward_step", start,
                        end);
