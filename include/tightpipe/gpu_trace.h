@@ -199,7 +199,9 @@ struct GpuPipelineSpec {
 // Costs fitted to the trace (docs/gpu_trace.md: what kernels alone can and cannot tell).
 struct GpuFittedCosts {
   std::string method;  // "annotations" (PP:<action> or forward/backward ranges) or "kernels"
-  std::vector<double> f_s, b_s, w_s;  // [S] per stage, seconds (w_s empty: fused backward)
+  // [S] per stage, seconds: forward, the whole backward (I + W when split) and its weight part
+  // (w_s empty: the backward ran fused).
+  std::vector<double> f_s, b_s, w_s;
   double message_s = 0;               // per P2P message
   std::vector<std::string> notes;     // assumptions made
 };

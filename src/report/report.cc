@@ -31,8 +31,76 @@ std::string fmt_time(double t, const std::string& unit) {
 
 std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
 
+CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
+                       const Schedule& target) {
+  const int32_t P = run_sched.num_ranks;
+  std::vector<StageCost> totals(P);
+  for (auto& t : totals) t = StageCost{0, 0, 0, 0, 0};
+  for (int32_t s = 0; s < run_sched.num_stages; ++s) {
+    const StageCost& c = run_costs.stage(s);
+    StageCost& t = totals[run_sched.rank_of(s)];
+    t.f += c.f;
+    t.i += c.i;
+    t.w += c.w;
+    t.b += c.b;
+    t.recompute += c.recompute;
+    t.optimizer += c.optimizer;
+    t.act_bytes += c.act_bytes;
+    t.act_after_i_bytes += c.act_after_i_bytes;
+    t.input_bytes += c.input_bytes;
+    t.param_bytes += c.param_bytes;
+    t.grad_bytes += c.grad_bytes;
+    t.optimizer_bytes += c.optimizer_bytes;
+    t.message_bytes = std::max(t.message_bytes, c.message_bytes);
+  }
+  const double v = target.chunks();
+  std::vector<StageCost> out(target.num_stages);
+  for (int32_t s = 0; s < target.num_stages; ++s) {
+    const StageCost& t = totals[target.rank_of(s)];
+    StageCost& c = out[s];
+    c.f = t.f / v;
+    c.i = t.i / v;
+    c.w = t.w / v;
+    c.b = t.b / v;
+    c.recompute = t.recompute / v;
+    c.optimizer = t.optimizer / v;
+    c.act_bytes = t.act_bytes / v;
+    c.act_after_i_bytes = t.act_after_i_bytes / v;
+    c.input_bytes = t.input_bytes / v;
+    c.param_bytes = t.param_bytes / v;
+    c.grad_bytes = t.grad_bytes / v;
+    c.optimizer_bytes = t.optimizer_bytes / v;
+    c.message_bytes = t.message_bytes;
+  }
+  return CostModel(out, run_costs.link(), run_costs.time_unit(),
+                   "derived from " + run_costs.source());
+}
+
+Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, int32_t p, int32_t m,
+                                                        const CandidateCosts& costs_for) {
+  const bool is_auto = is_auto_schedule_name(w.name);
+  const std::string shape_name = is_auto ? auto_schedule_counterpart(w.name) : w.name;
+  GeneratorOptions go;
+  go.ranks = p;
+  go.microbatches = m;
+  const GeneratorInfo* g = find_generator(shape_name);
+  go.chunks = is_auto                    ? auto_schedule_chunks(w.name)
+              : w.chunks > 0             ? w.chunks
+              : g && g->fixed_chunks > 0 ? g->fixed_chunks
+                                         : 1;
+  TP_ASSIGN_OR_RETURN(Schedule shape, generate_schedule(shape_name, go));
+  TP_ASSIGN_OR_RETURN(Schedule lowered, lower(shape));
+  TP_ASSIGN_OR_RETURN(CostModel costs, costs_for(lowered));
+  if (is_auto) {
+    TP_ASSIGN_OR_RETURN(Schedule built, build_auto_schedule(w.name, p, m, costs, {}));
+    TP_ASSIGN_OR_RETURN(lowered, lower(built));
+  }
+  return std::pair{std::move(lowered), std::move(costs)};
+}
+
 }  // namespace report_internal
 
+using report_internal::derive_costs;
 using report_internal::fmt_time;
 using report_internal::pct;
 
@@ -93,52 +161,6 @@ Result<CostModel> costs_from_timelines(const std::map<int32_t, Timeline>& per_st
   CalibrationOptions co;
   co.source = "measured timelines";
   return calibrate(samples, lowered, co);
-}
-
-// Per-stage costs for another placement: the rank totals of the run divided by the new v.
-CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
-                       const Schedule& target) {
-  const int32_t P = run_sched.num_ranks;
-  std::vector<StageCost> totals(P);
-  for (auto& t : totals) t = StageCost{0, 0, 0, 0, 0};
-  for (int32_t s = 0; s < run_sched.num_stages; ++s) {
-    const StageCost& c = run_costs.stage(s);
-    StageCost& t = totals[run_sched.rank_of(s)];
-    t.f += c.f;
-    t.i += c.i;
-    t.w += c.w;
-    t.b += c.b;
-    t.recompute += c.recompute;
-    t.optimizer += c.optimizer;
-    t.act_bytes += c.act_bytes;
-    t.act_after_i_bytes += c.act_after_i_bytes;
-    t.input_bytes += c.input_bytes;
-    t.param_bytes += c.param_bytes;
-    t.grad_bytes += c.grad_bytes;
-    t.optimizer_bytes += c.optimizer_bytes;
-    t.message_bytes = std::max(t.message_bytes, c.message_bytes);
-  }
-  const double v = target.chunks();
-  std::vector<StageCost> out(target.num_stages);
-  for (int32_t s = 0; s < target.num_stages; ++s) {
-    const StageCost& t = totals[target.rank_of(s)];
-    StageCost& c = out[s];
-    c.f = t.f / v;
-    c.i = t.i / v;
-    c.w = t.w / v;
-    c.b = t.b / v;
-    c.recompute = t.recompute / v;
-    c.optimizer = t.optimizer / v;
-    c.act_bytes = t.act_bytes / v;
-    c.act_after_i_bytes = t.act_after_i_bytes / v;
-    c.input_bytes = t.input_bytes / v;
-    c.param_bytes = t.param_bytes / v;
-    c.grad_bytes = t.grad_bytes / v;
-    c.optimizer_bytes = t.optimizer_bytes / v;
-    c.message_bytes = t.message_bytes;
-  }
-  return CostModel(out, run_costs.link(), run_costs.time_unit(),
-                   "derived from " + run_costs.source());
 }
 
 std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs) {
@@ -375,29 +397,14 @@ void explain_gap(Report& rep) {
   }
 }
 
-// The what-if's lowered schedule and its costs. An auto name is built from the costs of its fixed
-// counterpart's shape (the same stages and placement), as `train --schedule NAME` would build it.
+// The what-if's lowered schedule and its costs (report_internal::what_if_schedule), the costs
+// from candidate_costs().
 Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, const RunData& run,
                                                         std::string& layout) {
-  const bool is_auto = is_auto_schedule_name(w.name);
-  const std::string shape_name = is_auto ? auto_schedule_counterpart(w.name) : w.name;
-  GeneratorOptions go;
-  go.ranks = run.num_ranks;
-  go.microbatches = run.schedule->num_microbatches;
-  const GeneratorInfo* g = find_generator(shape_name);
-  go.chunks = is_auto                    ? auto_schedule_chunks(w.name)
-              : w.chunks > 0             ? w.chunks
-              : g && g->fixed_chunks > 0 ? g->fixed_chunks
-                                         : 1;
-  TP_ASSIGN_OR_RETURN(Schedule shape, generate_schedule(shape_name, go));
-  TP_ASSIGN_OR_RETURN(Schedule lowered, lower(shape));
-  TP_ASSIGN_OR_RETURN(CostModel costs, candidate_costs(run, lowered, w.auto_layout, layout));
-  if (is_auto) {
-    TP_ASSIGN_OR_RETURN(Schedule built,
-                        build_auto_schedule(w.name, run.num_ranks, go.microbatches, costs, {}));
-    TP_ASSIGN_OR_RETURN(lowered, lower(built));
-  }
-  return std::pair{std::move(lowered), std::move(costs)};
+  return report_internal::what_if_schedule(
+      w, run.num_ranks, run.schedule->num_microbatches, [&](const Schedule& lowered) {
+        return candidate_costs(run, lowered, w.auto_layout, layout);
+      });
 }
 
 // What-if: the run's costs, per rank, re-simulated under another schedule with the same p and m.
