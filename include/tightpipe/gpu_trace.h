@@ -216,6 +216,11 @@ struct GpuWhatIf {
 struct GpuPipelineReport {
   GpuFittedCosts costs;
   double measured_step_s = 0;  // median over steps of the longest rank window
+  // The pipeline bubble as measured, the quantity predicted_bubble_ratio predicts: step_bubble
+  // (prof.h) with busy = each rank's compute kernels and the window from the earliest rank's
+  // first GPU event to the latest rank's last (the ranks' clocks taken as one), median over the
+  // steps. NCCL kernels waiting for a peer are not compute here, though they are GPU-busy.
+  double measured_bubble_ratio = 0;
   double predicted_step_s = 0, predicted_bubble_ratio = 0;  // the schedule that ran, simulated
   std::vector<GpuWhatIf> what_ifs;
   std::string error;  // not empty: the pipeline analysis could not run (why)

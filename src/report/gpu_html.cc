@@ -274,10 +274,12 @@ std::string html_pipeline(const GpuTraceReport& rep) {
            xml_escape(p.error) + "</div>\n";
   }
   h += fmt::format(
-      "<p><span class=\"kpi\">measured step <b>{}</b></span><span class=\"kpi\">simulated "
-      "<b>{}</b> (bubble {})</span><span class=\"kpi\">costs from <b>{}</b></span></p>\n",
-      fmt_time(p.measured_step_s, "s"), fmt_time(p.predicted_step_s, "s"),
-      pct(p.predicted_bubble_ratio), xml_escape(p.costs.method.empty() ? "?" : p.costs.method));
+      "<p><span class=\"kpi\">measured step <b>{}</b> (pipeline bubble {})</span><span "
+      "class=\"kpi\">simulated <b>{}</b> (bubble {})</span><span class=\"kpi\">costs from "
+      "<b>{}</b></span></p>\n",
+      fmt_time(p.measured_step_s, "s"), pct(p.measured_bubble_ratio),
+      fmt_time(p.predicted_step_s, "s"), pct(p.predicted_bubble_ratio),
+      xml_escape(p.costs.method.empty() ? "?" : p.costs.method));
   const size_t stages = std::max({p.costs.f_s.size(), p.costs.b_s.size(), p.costs.w_s.size()});
   h += "<table class=\"costs\"><tr><th class=\"l\">stage</th><th>F</th><th>B (whole backward)</th>"
        "<th>W (its weight part)</th></tr>\n";

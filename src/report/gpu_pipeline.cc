@@ -15,6 +15,7 @@
 #include "report/report_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/cost_model.h"
+#include "tightpipe/prof.h"
 #include "tightpipe/report.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/simulator.h"
@@ -382,6 +383,29 @@ double measured_step_s(const std::vector<GpuRankReport>& ranks, const std::vecto
   return median(longest);
 }
 
+// The median over `steps` of step_bubble with busy = compute, on a common origin per step.
+double measured_bubble_ratio(const std::vector<GpuRankReport>& ranks,
+                             const std::vector<int32_t>& steps) {
+  std::vector<double> ratios;
+  for (int32_t k : steps) {
+    std::vector<const GpuUsage*> u;
+    for (const GpuRankReport& r : ranks)
+      for (const GpuStepReport& s : r.steps)
+        if (s.step == k) u.push_back(&s.usage);
+    int64_t origin = INT64_MAX;
+    for (const GpuUsage* x : u) origin = std::min(origin, x->start_ns);
+    std::vector<RankBusy> busy;
+    for (const GpuUsage* x : u) {
+      RankBusy b;
+      b.compute = x->compute_s;
+      b.end = static_cast<double>(x->end_ns - origin) * 1e-9;
+      busy.push_back(b);
+    }
+    ratios.push_back(step_bubble(busy).ratio);
+  }
+  return median(ratios);
+}
+
 }  // namespace
 
 Status GpuPipelineSpec::validate() const {
@@ -454,6 +478,7 @@ GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
         "hint: profile the same steps on every rank and call prof.step() every iteration");
   }
   rep.measured_step_s = measured_step_s(ranks, steps);
+  rep.measured_bubble_ratio = measured_bubble_ratio(ranks, steps);
 
   // Costs.
   Fit fit;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -252,6 +253,15 @@ struct OneFOneB : ::testing::Test {
 
 TEST_F(OneFOneB, AnnotationsGiveTheKnownCostsAndTheMeasuredStep) {
   const auto paths = write_traces(dir, lowered, sim, known.latency, Annotate::kPipelining);
+  // TP_WRITE_GPU_EXAMPLE=DIR keeps a copy: the README's pipelined example (tests/data/gpu_traces/
+  // pp4_1f1b, gzip'd) was written this way.
+  if (const char* keep = std::getenv("TP_WRITE_GPU_EXAMPLE")) {
+    for (const auto& p : paths) {
+      std::filesystem::copy_file(p,
+                                 std::filesystem::path(keep) / std::filesystem::path(p).filename(),
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
   GpuPipelineSpec spec = spec_of(4, "1f1b", 8);
   spec.what_if = {"1f1b", "zb-h1", "interleaved:2"};
   const GpuTraceReport rep = report_of(paths, spec);
@@ -265,6 +275,8 @@ TEST_F(OneFOneB, AnnotationsGiveTheKnownCostsAndTheMeasuredStep) {
   expect_rel(p.measured_step_s, sim.makespan, 1e-6, "measured step");
   expect_rel(p.predicted_step_s, p.measured_step_s, 0.02, "predicted vs measured");
   expect_rel(p.predicted_bubble_ratio, sim.bubble_ratio, 1e-6, "bubble");
+  // The measured pipeline bubble (compute only) is the simulated timeline's bubble.
+  expect_rel(p.measured_bubble_ratio, sim.bubble_ratio, 1e-6, "measured bubble");
 
   // What-ifs: the schedule itself saves nothing; the others are simulate() called directly with
   // the same costs (a fused B splits into I = W = B / 2, here the known I and W; interleaved

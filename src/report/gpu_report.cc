@@ -134,11 +134,15 @@ namespace report_internal {
 // "rank 3 idles 22.0% of step 1009 (5.10 ms of 23.2 ms); 10.1% of the step is exposed
 // communication": the step with the most idle time.
 std::string gpu_headline(const GpuTraceReport& rep) {
+  // The step in which a rank computes the smallest share of its window.
   const GpuRankReport* br = nullptr;
   const GpuStepReport* bs = nullptr;
+  auto not_computing = [](const GpuUsage& u) {
+    return u.window_s > 0 ? (u.window_s - u.compute_s) / u.window_s : 0;
+  };
   for (const auto& r : rep.ranks) {
     for (const auto& s : r.steps) {
-      if (!bs || s.usage.bubble_ratio > bs->usage.bubble_ratio) {
+      if (!bs || not_computing(s.usage) > not_computing(bs->usage)) {
         br = &r;
         bs = &s;
       }
@@ -146,12 +150,21 @@ std::string gpu_headline(const GpuTraceReport& rep) {
   }
   if (!bs) return "";
   const GpuUsage& u = bs->usage;
-  return fmt::format(
-      "worst step: rank {} idles {} of step {} ({} of {}); exposed communication {} of the "
-      "step, compute {}",
-      br->rank, pct(u.bubble_ratio), bs->step, fmt_time(u.idle_s, "s"), fmt_time(u.window_s, "s"),
-      pct(u.window_s > 0 ? u.exposed_communication_s / u.window_s : 0),
-      pct(u.window_s > 0 ? u.compute_s / u.window_s : 0));
+  auto share = [&](double x) { return pct(u.window_s > 0 ? x / u.window_s : 0); };
+  std::string out = fmt::format(
+      "worst step: rank {} does not compute {} of step {} ({} of {}): idle {}, exposed "
+      "communication {}, memory only {}",
+      br->rank, pct(not_computing(u)), bs->step, fmt_time(u.window_s - u.compute_s, "s"),
+      fmt_time(u.window_s, "s"), share(u.idle_s), share(u.exposed_communication_s),
+      share(u.busy_s - u.compute_s - u.exposed_communication_s));
+  int top = 0;
+  for (int k = 1; k < kNumGpuCauses; ++k)
+    if (bs->causes[k] > bs->causes[top]) top = k;
+  if (bs->causes[top] > 0) {
+    out += fmt::format("; largest cause {} ({} of the step)",
+                       gpu_cause_name(static_cast<GpuCause>(top)), share(bs->causes[top]));
+  }
+  return out;
 }
 
 }  // namespace report_internal
@@ -233,9 +246,11 @@ std::string format_gpu_trace_text(const GpuTraceReport& rep) {
     if (!p.error.empty()) {
       out += "  " + p.error + "\n";
     } else {
-      out += fmt::format("  costs fitted from {}; measured step {}, simulated {} (bubble {})\n",
-                         p.costs.method, fmt_time(p.measured_step_s, "s"),
-                         fmt_time(p.predicted_step_s, "s"), pct(p.predicted_bubble_ratio));
+      out += fmt::format(
+          "  costs fitted from {}; measured step {} (pipeline bubble {}), simulated {} (bubble "
+          "{})\n",
+          p.costs.method, fmt_time(p.measured_step_s, "s"), pct(p.measured_bubble_ratio),
+          fmt_time(p.predicted_step_s, "s"), pct(p.predicted_bubble_ratio));
       for (const auto& n : p.costs.notes) out += "  note: " + n + "\n";
       for (const auto& w : p.what_ifs) {
         if (!w.error.empty()) {
@@ -290,6 +305,7 @@ std::string gpu_trace_report_json(const GpuTraceReport& rep) {
     pj["message_s"] = p.costs.message_s;
     pj["notes"] = p.costs.notes;
     pj["measured_step_s"] = p.measured_step_s;
+    pj["measured_bubble_ratio"] = p.measured_bubble_ratio;
     pj["predicted_step_s"] = p.predicted_step_s;
     pj["predicted_bubble_ratio"] = p.predicted_bubble_ratio;
     nlohmann::ordered_json wi = nlohmann::ordered_json::array();

@@ -4,8 +4,9 @@
 // blank line), read at test time, backslash continuations joined, in README order and all in
 // one scratch directory, so a command can use what an earlier one wrote (`tightpipe report run`
 // after `tightpipe train ... --out-dir run`). The scratch directory sits next to a link
-// `shared` -> ../shared of the repository and holds a link `build` -> this build, so
-// `../shared/data/...` and `build/bench/...` resolve as they do from the repository root; the
+// `shared` -> ../shared of the repository and holds a link `build` -> this build and
+// `tests/data` -> the repository's tests/data, so `../shared/data/...`, `build/bench/...` and
+// `tests/data/...` resolve as they do from the repository root; the
 // built tightpipe comes first on PATH. Each command must exit 0 within kTimeLimitS.
 //
 // The rules, first match wins; a skipped command is printed with its rule:
@@ -199,6 +200,9 @@ Scratch make_scratch() {
   const std::string dir = root + "/repo";
   fs::create_directory(dir);
   fs::create_directory_symlink(fs::canonical(TP_BINARY_DIR), dir + "/build");
+  fs::create_directory(dir + "/tests");
+  fs::create_directory_symlink(fs::canonical(std::string(TP_SOURCE_DIR) + "/tests/data"),
+                               dir + "/tests/data");
   const char* path = std::getenv("PATH");
   return {root, dir,
           std::string(TP_BINARY_DIR) + "/tools/tightpipe:" + (path ? path : "/usr/bin:/bin")};
