@@ -138,14 +138,17 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   int64_t negative = 0;
   std::vector<std::string> names;
   std::unordered_map<std::string, int32_t> name_index;
+  std::vector<GpuEventKind> kernel_kinds;  // classify_kernel of each name, once per name
   // distributedInfo and deviceProperties.
   int64_t rank = -1, world_size = 0;
   std::string backend, nccl_version, pg_count, device_name;
 
   bool null() override { return scalar_done(); }
   bool boolean(bool) override { return scalar_done(); }
-  bool number_integer(number_integer_t v) override { return number(v, std::to_string(v)); }
+  // Integers pass no text (number() formats the one it keeps), except above INT64_MAX.
+  bool number_integer(number_integer_t v) override { return number(v, {}); }
   bool number_unsigned(number_unsigned_t v) override {
+    if (v <= static_cast<number_unsigned_t>(INT64_MAX)) return number(static_cast<int64_t>(v), {});
     return number(static_cast<int64_t>(v), std::to_string(v));
   }
   bool number_float(number_float_t v, const string_t& s) override { return number_f(v, s); }
@@ -232,7 +235,8 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   bool in_event() const { return event_open_; }
   bool scalar_done() { return true; }
 
-  bool number(int64_t v, const std::string& text) {
+  // `text`: the number as written, empty for an integer that v holds.
+  bool number(int64_t v, std::string_view text) {
     if (in_event()) {
       if (depth_ == 3) {
         if (key_ == "ts") {
@@ -260,7 +264,7 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
       else if (key_ == "world_size")
         world_size = v;
       else if (key_ == "pg_count")
-        pg_count = text;
+        pg_count = text.empty() ? std::to_string(v) : std::string(text);
     }
     return true;
   }
@@ -282,7 +286,10 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
 
   int32_t intern(const std::string& n) {
     auto [it, fresh] = name_index.try_emplace(n, static_cast<int32_t>(names.size()));
-    if (fresh) names.push_back(n);
+    if (fresh) {
+      names.push_back(n);
+      kernel_kinds.push_back(classify_kernel(n));
+    }
     return it->second;
   }
 
@@ -303,10 +310,10 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
         p.event.end_ns = ev_.ts + dur;
         p.event.device = static_cast<int32_t>(ev_.device >= 0 ? ev_.device : ev_.pid);
         p.event.stream = static_cast<int32_t>(ev_.stream >= 0 ? ev_.stream : ev_.tid);
+        p.event.name = intern(ev_.name);
         p.event.kind = ev_.cat == Cat::kMemcpy   ? GpuEventKind::kMemcpy
                        : ev_.cat == Cat::kMemset ? GpuEventKind::kMemset
-                                                 : classify_kernel(ev_.name);
-        p.event.name = intern(ev_.name);
+                                                 : kernel_kinds[p.event.name];
         p.correlation = ev_.correlation;
         gpu.push_back(p);
         return;
