@@ -685,7 +685,10 @@ int main(int argc, char** argv) {
   app.add_option("--total-mb", total_mb, "MiB of JSON over all ranks")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}))
       ->capture_default_str();
-  app.add_option("--dir", dir, "where the rank<R>.json files go")->capture_default_str();
+  app.add_option(
+         "--dir", dir,
+         "where the rank<R>.json files go (overwritten; removed after the run unless --keep)")
+      ->capture_default_str();
   app.add_flag("--gzip", g.gzip, "write rank<R>.json.gz (gzip level 1)");
   app.add_flag("--keep", keep,
                "reuse files already in --dir that match (size and seed), keep them afterwards");
