@@ -783,7 +783,8 @@ int main(int argc, char** argv) {
   if (!skip_naive) row("naive (whole file, nlohmann::json DOM, one by one)", b);
   bool agree = a.result.ok;
   if (!skip_naive && a.result.ok && b.result.ok) {
-    std::printf("naive / ours: time %.2fx, peak RSS %.2fx\n", b.result.seconds / a.result.seconds,
+    std::printf("naive / ours: time %.2fx, CPU %.2fx, peak RSS %.2fx\n",
+                b.result.seconds / a.result.seconds, b.cpu_seconds / a.cpu_seconds,
                 b.peak_rss_bytes / a.peak_rss_bytes);
     std::printf("\n%lld trace events, %lld (rank, step) pairs\n",
                 static_cast<long long>(b.result.trace_events),
