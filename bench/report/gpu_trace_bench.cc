@@ -362,13 +362,15 @@ class TraceWriter {
     }
     flow('f', c, device_, stream, start);
     t_cpu_ = op_start + op_dur + 500 + static_cast<int64_t>(rng_.below(3000));
+    // Now and then the host falls behind (Python, the allocator, a data loader): the GPU idles.
+    if (rng_.below(100) == 0) t_cpu_ += 200'000 + static_cast<int64_t>(rng_.below(1'800'000));
     maybe_flush();
   }
 
   // Kernel time: mostly short element-wise kernels, some long GEMMs and attention kernels.
   int64_t kernel_ns() {
     const double u = rng_.uniform_double();
-    return static_cast<int64_t>(2000.0 * std::pow(300.0, u * u));  // 2 us .. 600 us
+    return static_cast<int64_t>(2000.0 * std::pow(300.0, u * u * u));  // 2 us .. 600 us
   }
 
   void write_step(int32_t step, int64_t fwd_ops, int64_t bwd_ops) {
