@@ -363,7 +363,7 @@ class TraceWriter {
     flow('f', c, device_, stream, start);
     t_cpu_ = op_start + op_dur + 500 + static_cast<int64_t>(rng_.below(3000));
     // Now and then the host falls behind (Python, the allocator, a data loader): the GPU idles.
-    if (rng_.below(100) == 0) t_cpu_ += 200'000 + static_cast<int64_t>(rng_.below(1'800'000));
+    if (rng_.below(50) == 0) t_cpu_ += 200'000 + static_cast<int64_t>(rng_.below(2'300'000));
     maybe_flush();
   }
 
