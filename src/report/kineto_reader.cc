@@ -16,13 +16,29 @@
 #include <unordered_map>
 
 #include "report/gpu_internal.h"
+#include "report/json_scan.h"
 #include "tightpipe/gpu_trace.h"
 
 namespace tightpipe {
 
 namespace {
 
-// A read buffer over a gzFile (zlib reads plain files through the same calls).
+// Reads up to `cap` bytes from a gzFile (zlib reads plain files through the same calls): the count,
+// 0 at the end, -1 on an error (a damaged or truncated gzip stream), said in `error`/`error_text`.
+int gz_read(gzFile f, char* buf, size_t cap, int& error, std::string& error_text) {
+  const int n = gzread(f, buf, static_cast<unsigned>(cap));
+  if (n > 0) return n;
+  int err = Z_OK;
+  const char* msg = gzerror(f, &err);
+  if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
+    error = err == Z_OK ? Z_DATA_ERROR : err;
+    error_text = msg ? msg : "read error";
+    return -1;
+  }
+  return 0;
+}
+
+// A read buffer over a gzFile, for nlohmann's parser.
 class GzStreamBuf : public std::streambuf {
  public:
   explicit GzStreamBuf(gzFile f) : f_(f), buf_(1 << 20) {}
@@ -32,16 +48,8 @@ class GzStreamBuf : public std::streambuf {
  protected:
   int_type underflow() override {
     if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-    const int n = gzread(f_, buf_.data(), static_cast<unsigned>(buf_.size()));
-    if (n <= 0) {
-      int err = Z_OK;
-      const char* msg = gzerror(f_, &err);
-      if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
-        error_ = err == Z_OK ? Z_DATA_ERROR : err;
-        error_text_ = msg ? msg : "read error";
-      }
-      return traits_type::eof();
-    }
+    const int n = gz_read(f_, buf_.data(), buf_.size(), error_, error_text_);
+    if (n <= 0) return traits_type::eof();
     setg(buf_.data(), buf_.data(), buf_.data() + n);
     return traits_type::to_int_type(*gptr());
   }
@@ -138,14 +146,17 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   int64_t negative = 0;
   std::vector<std::string> names;
   std::unordered_map<std::string, int32_t> name_index;
+  std::vector<GpuEventKind> kernel_kinds;  // classify_kernel of each name, once per name
   // distributedInfo and deviceProperties.
   int64_t rank = -1, world_size = 0;
   std::string backend, nccl_version, pg_count, device_name;
 
   bool null() override { return scalar_done(); }
   bool boolean(bool) override { return scalar_done(); }
-  bool number_integer(number_integer_t v) override { return number(v, std::to_string(v)); }
+  // Integers pass no text (number() formats the one it keeps), except above INT64_MAX.
+  bool number_integer(number_integer_t v) override { return number(v, {}); }
   bool number_unsigned(number_unsigned_t v) override {
+    if (v <= static_cast<number_unsigned_t>(INT64_MAX)) return number(static_cast<int64_t>(v), {});
     return number(static_cast<int64_t>(v), std::to_string(v));
   }
   bool number_float(number_float_t v, const string_t& s) override { return number_f(v, s); }
@@ -232,7 +243,8 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   bool in_event() const { return event_open_; }
   bool scalar_done() { return true; }
 
-  bool number(int64_t v, const std::string& text) {
+  // `text`: the number as written, empty for an integer that v holds.
+  bool number(int64_t v, std::string_view text) {
     if (in_event()) {
       if (depth_ == 3) {
         if (key_ == "ts") {
@@ -260,7 +272,7 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
       else if (key_ == "world_size")
         world_size = v;
       else if (key_ == "pg_count")
-        pg_count = text;
+        pg_count = text.empty() ? std::to_string(v) : std::string(text);
     }
     return true;
   }
@@ -282,7 +294,10 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
 
   int32_t intern(const std::string& n) {
     auto [it, fresh] = name_index.try_emplace(n, static_cast<int32_t>(names.size()));
-    if (fresh) names.push_back(n);
+    if (fresh) {
+      names.push_back(n);
+      kernel_kinds.push_back(classify_kernel(n));
+    }
     return it->second;
   }
 
@@ -303,10 +318,10 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
         p.event.end_ns = ev_.ts + dur;
         p.event.device = static_cast<int32_t>(ev_.device >= 0 ? ev_.device : ev_.pid);
         p.event.stream = static_cast<int32_t>(ev_.stream >= 0 ? ev_.stream : ev_.tid);
+        p.event.name = intern(ev_.name);
         p.event.kind = ev_.cat == Cat::kMemcpy   ? GpuEventKind::kMemcpy
                        : ev_.cat == Cat::kMemset ? GpuEventKind::kMemset
-                                                 : classify_kernel(ev_.name);
-        p.event.name = intern(ev_.name);
+                                                 : kernel_kinds[p.event.name];
         p.correlation = ev_.correlation;
         gpu.push_back(p);
         return;
@@ -342,21 +357,44 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
 }  // namespace
 
 Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
-  GzHandle f(gzopen(path.c_str(), "rb"));
-  if (!f) {
-    return Status::io_error(fmt::format("trace '{}': cannot open ({}); hint: check the path", path,
-                                        std::strerror(errno)));
+  auto open = [&]() -> Result<GzHandle> {
+    GzHandle f(gzopen(path.c_str(), "rb"));
+    if (!f) {
+      return Status::io_error(fmt::format("trace '{}': cannot open ({}); hint: check the path",
+                                          path, std::strerror(errno)));
+    }
+    gzbuffer(f.get(), 1 << 20);
+    return f;
+  };
+  TP_ASSIGN_OR_RETURN(GzHandle f, open());
+  // The fast scanner (json_scan.h) first. What it does not take (invalid JSON, a damaged gzip
+  // stream, a byte-order mark) nlohmann's parser reads again from the start, with a fresh handler:
+  // its messages say what is wrong and where.
+  int gz_error = Z_OK;
+  std::string gz_error_text;
+  auto fast = std::make_unique<KinetoSax>();
+  std::unique_ptr<KinetoSax> slow;
+  bool ok = report_internal::scan_json(
+      [&](char* b, size_t cap) -> int64_t {
+        return gz_read(f.get(), b, cap, gz_error, gz_error_text);
+      },
+      fast.get());
+  if (!ok) {
+    fast.reset();
+    TP_ASSIGN_OR_RETURN(f, open());
+    slow = std::make_unique<KinetoSax>();
+    GzStreamBuf buf(f.get());
+    std::istream in(&buf);
+    ok = nlohmann::json::sax_parse(in, slow.get(), nlohmann::json::input_format_t::json, true);
+    gz_error = buf.error();
+    gz_error_text = buf.error_text();
   }
-  gzbuffer(f.get(), 1 << 20);
-  GzStreamBuf buf(f.get());
-  std::istream in(&buf);
-  KinetoSax sax;
-  const bool ok = nlohmann::json::sax_parse(in, &sax, nlohmann::json::input_format_t::json, true);
-  if (buf.error() != Z_OK) {
+  KinetoSax& sax = fast ? *fast : *slow;
+  if (gz_error != Z_OK) {
     return Status::corruption(fmt::format(
         "trace '{}': the gzip stream is damaged or truncated ({}); hint: copy the file again or "
         "re-export it",
-        path, buf.error_text()));
+        path, gz_error_text));
   }
   if (!ok) {
     if (!sax.saw_top_object && sax.error_pos <= 1) {
