@@ -16,29 +16,13 @@
 #include <unordered_map>
 
 #include "report/gpu_internal.h"
-#include "report/json_scan.h"
 #include "tightpipe/gpu_trace.h"
 
 namespace tightpipe {
 
 namespace {
 
-// Reads up to `cap` bytes from a gzFile (zlib reads plain files through the same calls): the count,
-// 0 at the end, -1 on an error (a damaged or truncated gzip stream), said in `error`/`error_text`.
-int gz_read(gzFile f, char* buf, size_t cap, int& error, std::string& error_text) {
-  const int n = gzread(f, buf, static_cast<unsigned>(cap));
-  if (n > 0) return n;
-  int err = Z_OK;
-  const char* msg = gzerror(f, &err);
-  if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
-    error = err == Z_OK ? Z_DATA_ERROR : err;
-    error_text = msg ? msg : "read error";
-    return -1;
-  }
-  return 0;
-}
-
-// A read buffer over a gzFile, for nlohmann's parser.
+// A read buffer over a gzFile (zlib reads plain files through the same calls).
 class GzStreamBuf : public std::streambuf {
  public:
   explicit GzStreamBuf(gzFile f) : f_(f), buf_(1 << 20) {}
@@ -48,8 +32,16 @@ class GzStreamBuf : public std::streambuf {
  protected:
   int_type underflow() override {
     if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-    const int n = gz_read(f_, buf_.data(), buf_.size(), error_, error_text_);
-    if (n <= 0) return traits_type::eof();
+    const int n = gzread(f_, buf_.data(), static_cast<unsigned>(buf_.size()));
+    if (n <= 0) {
+      int err = Z_OK;
+      const char* msg = gzerror(f_, &err);
+      if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
+        error_ = err == Z_OK ? Z_DATA_ERROR : err;
+        error_text_ = msg ? msg : "read error";
+      }
+      return traits_type::eof();
+    }
     setg(buf_.data(), buf_.data(), buf_.data() + n);
     return traits_type::to_int_type(*gptr());
   }
@@ -357,44 +349,21 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
 }  // namespace
 
 Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
-  auto open = [&]() -> Result<GzHandle> {
-    GzHandle f(gzopen(path.c_str(), "rb"));
-    if (!f) {
-      return Status::io_error(fmt::format("trace '{}': cannot open ({}); hint: check the path",
-                                          path, std::strerror(errno)));
-    }
-    gzbuffer(f.get(), 1 << 20);
-    return f;
-  };
-  TP_ASSIGN_OR_RETURN(GzHandle f, open());
-  // The fast scanner (json_scan.h) first. What it does not take (invalid JSON, a damaged gzip
-  // stream, a byte-order mark) nlohmann's parser reads again from the start, with a fresh handler:
-  // its messages say what is wrong and where.
-  int gz_error = Z_OK;
-  std::string gz_error_text;
-  auto fast = std::make_unique<KinetoSax>();
-  std::unique_ptr<KinetoSax> slow;
-  bool ok = report_internal::scan_json(
-      [&](char* b, size_t cap) -> int64_t {
-        return gz_read(f.get(), b, cap, gz_error, gz_error_text);
-      },
-      fast.get());
-  if (!ok) {
-    fast.reset();
-    TP_ASSIGN_OR_RETURN(f, open());
-    slow = std::make_unique<KinetoSax>();
-    GzStreamBuf buf(f.get());
-    std::istream in(&buf);
-    ok = nlohmann::json::sax_parse(in, slow.get(), nlohmann::json::input_format_t::json, true);
-    gz_error = buf.error();
-    gz_error_text = buf.error_text();
+  GzHandle f(gzopen(path.c_str(), "rb"));
+  if (!f) {
+    return Status::io_error(fmt::format("trace '{}': cannot open ({}); hint: check the path", path,
+                                        std::strerror(errno)));
   }
-  KinetoSax& sax = fast ? *fast : *slow;
-  if (gz_error != Z_OK) {
+  gzbuffer(f.get(), 1 << 20);
+  GzStreamBuf buf(f.get());
+  std::istream in(&buf);
+  KinetoSax sax;
+  const bool ok = nlohmann::json::sax_parse(in, &sax, nlohmann::json::input_format_t::json, true);
+  if (buf.error() != Z_OK) {
     return Status::corruption(fmt::format(
         "trace '{}': the gzip stream is damaged or truncated ({}); hint: copy the file again or "
         "re-export it",
-        path, gz_error_text));
+        path, buf.error_text()));
   }
   if (!ok) {
     if (!sax.saw_top_object && sax.error_pos <= 1) {
