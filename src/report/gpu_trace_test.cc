@@ -407,6 +407,8 @@ TEST_F(TraceFiles, NotJsonAndNotATrace) {
   expect_error(build_gpu_trace_report({write("w.json", "{ not json")}), {"w.json", "invalid JSON"});
   expect_error(build_gpu_trace_report({(dir_ / "missing.json").string()}),
                {"missing.json", "does not exist"});
+  // A name with a newline still gives one line.
+  expect_error(build_gpu_trace_report({write("two\nlines.json", "{ not json")}), {"invalid JSON"});
   expect_error(build_gpu_trace_report({write("r.nsys-rep", "NSYS binary")}),
                {"nsys export --type sqlite"});
 }

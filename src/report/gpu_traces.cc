@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "report/gpu_internal.h"
+#include "tightpipe/base.h"
 #include "tightpipe/gpu_trace.h"
 
 namespace tightpipe {
@@ -190,7 +191,7 @@ Result<ReportInput> detect_report_input(const std::string& path) {
     return Status::not_found(fmt::format(
         "report input '{}' does not exist; hint: give a `tightpipe train --out-dir` directory, "
         "PyTorch profiler traces (.json, .json.gz) or nsys SQLite exports",
-        path));
+        printable(path, 200)));
   }
   char head[16] = {};
   in.read(head, sizeof head);
@@ -212,7 +213,8 @@ Result<ReportInput> detect_report_input(const std::string& path) {
     return Status::invalid_argument(fmt::format(
         "report input '{}': an Nsight Systems report, not its SQLite export; hint: nsys export "
         "--type sqlite --output {}.sqlite {}",
-        path, path.substr(0, path.rfind('.')), path));
+        printable(path, 200), printable(path.substr(0, path.rfind('.')), 200),
+        printable(path, 200)));
   }
   return Status::invalid_argument(fmt::format(
       "report input '{}': neither a run directory, a JSON/gzip'd JSON trace nor an SQLite "
@@ -238,7 +240,7 @@ Result<std::vector<GpuTraceRank>> read_gpu_traces(const std::vector<std::string>
     return Status::invalid_argument(fmt::format(
         "report input '{}': a run directory among trace files; hint: report a run directory "
         "alone, or only trace files",
-        paths[i]));
+        printable(paths[i], 200)));
   };
   int nthreads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
   nthreads = std::max(1, std::min<int>(nthreads, static_cast<int>(n)));
@@ -265,7 +267,7 @@ Result<std::vector<GpuTraceRank>> read_gpu_traces(const std::vector<std::string>
       return Status::invalid_argument(fmt::format(
           "traces '{}' ({}) and '{}' ({}) are not ranks of the same job; hint: report the "
           "traces of one run together, one file per rank",
-          out[0].path, says(out[0]), out[i].path, says(out[i])));
+          printable(out[0].path, 200), says(out[0]), printable(out[i].path, 200), says(out[i])));
     }
   }
   const bool any_rank = std::any_of(out.begin(), out.end(), [](auto& t) { return t.rank >= 0; });
@@ -276,13 +278,13 @@ Result<std::vector<GpuTraceRank>> read_gpu_traces(const std::vector<std::string>
         return Status::invalid_argument(fmt::format(
             "trace '{}' names no rank while '{}' does (distributedInfo.rank); hint: report the "
             "traces of one run together",
-            out[i].path, out[0].path));
+            printable(out[i].path, 200), printable(out[0].path, 200)));
       }
       auto [it, fresh] = seen.emplace(out[i].rank, i);
       if (!fresh) {
-        return Status::invalid_argument(
-            fmt::format("traces '{}' and '{}' are both rank {}; hint: give each rank's trace once",
-                        out[it->second].path, out[i].path, out[i].rank));
+        return Status::invalid_argument(fmt::format(
+            "traces '{}' and '{}' are both rank {}; hint: give each rank's trace once",
+            printable(out[it->second].path, 200), printable(out[i].path, 200), out[i].rank));
       }
     }
     std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.rank < b.rank; });

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "report/gpu_internal.h"
+#include "tightpipe/base.h"
 #include "tightpipe/gpu_trace.h"
 
 namespace tightpipe {
@@ -141,7 +142,7 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   std::vector<GpuEventKind> kernel_kinds;  // classify_kernel of each name, once per name
   // distributedInfo and deviceProperties.
   int64_t rank = -1, world_size = 0;
-  std::string backend, nccl_version, pg_count, device_name;
+  std::string backend, nccl_version, device_name;
 
   bool null() override { return scalar_done(); }
   bool boolean(bool) override { return scalar_done(); }
@@ -263,8 +264,6 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
         rank = v;
       else if (key_ == "world_size")
         world_size = v;
-      else if (key_ == "pg_count")
-        pg_count = text.empty() ? std::to_string(v) : std::string(text);
     }
     return true;
   }
@@ -350,8 +349,9 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
 
 Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
   GzHandle f(gzopen(path.c_str(), "rb"));
+  const std::string shown = printable(path, 200);
   if (!f) {
-    return Status::io_error(fmt::format("trace '{}': cannot open ({}); hint: check the path", path,
+    return Status::io_error(fmt::format("trace '{}': cannot open ({}); hint: check the path", shown,
                                         std::strerror(errno)));
   }
   gzbuffer(f.get(), 1 << 20);
@@ -363,7 +363,7 @@ Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
     return Status::corruption(fmt::format(
         "trace '{}': the gzip stream is damaged or truncated ({}); hint: copy the file again or "
         "re-export it",
-        path, buf.error_text()));
+        shown, printable(buf.error_text(), 200)));
   }
   if (!ok) {
     if (!sax.saw_top_object && sax.error_pos <= 1) {
@@ -371,24 +371,24 @@ Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
           "trace '{}': not JSON (nor gzip'd JSON); hint: give a PyTorch profiler trace "
           "(export_chrome_trace / tensorboard_trace_handler output, .json or .json.gz), an nsys "
           "SQLite export or a `tightpipe train --out-dir` directory",
-          path));
+          shown));
     }
     return Status::corruption(fmt::format(
         "trace '{}': invalid JSON at byte {} ({}); hint: the file may be truncated (the profiler "
         "still writing it?)",
-        path, sax.error_pos, sax.error_text));
+        shown, sax.error_pos, printable(sax.error_text, 200)));
   }
   if (!sax.saw_top_object || !sax.saw_trace_events) {
     return Status::invalid_argument(fmt::format(
         "trace '{}': JSON but not a trace: no top-level \"traceEvents\" array; hint: give the file "
         "torch.profiler writes (export_chrome_trace or tensorboard_trace_handler)",
-        path));
+        shown));
   }
   if (sax.gpu.empty()) {
     return Status::invalid_argument(fmt::format(
         "trace '{}': a CPU-only trace: no GPU events (kernel, gpu_memcpy, gpu_memset) among its "
         "{} events; hint: profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
-        path, sax.cpu_events));
+        shown, sax.cpu_events));
   }
 
   GpuTraceRank out;
