@@ -5,6 +5,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
+#include "tokenizers.h"
 
 namespace tightpipe {
 
@@ -93,11 +94,11 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& option
     case TokenizerType::kByte:
       return std::unique_ptr<Tokenizer>(new ByteTokenizer());
     case TokenizerType::kGpt2Bpe:
+      return make_gpt2_bpe_tokenizer(options.vocab_file, options.merge_file);
     case TokenizerType::kSentencePiece:
-      break;
+      return make_sentencepiece_tokenizer(options.tokenizer_model);
   }
-  return Status::failed_precondition(
-      fmt::format("{} is not built yet", tokenizer_type_name(options.type)));
+  return Status::internal("make_tokenizer: unknown tokenizer type");
 }
 
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by) {
