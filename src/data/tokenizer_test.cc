@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
 
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -71,25 +72,13 @@ std::vector<std::vector<int32_t>> megatron_documents() {
   return out;
 }
 
-// Megatron's documents of a plain text: the pieces between occurrences of "\n\n", verbatim (the
-// rule that reproduces ../shared/data/megatron; docs/data_format.md).
-std::vector<std::string_view> paragraphs(std::string_view text) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  for (size_t at; (at = text.find("\n\n", start)) != std::string_view::npos; start = at + 2) {
-    out.push_back(text.substr(start, at - start));
-  }
-  out.push_back(text.substr(start));
-  return out;
-}
-
 TEST(Gpt2Bpe, MatchesMegatronTokenForToken) {
   const Tokenizer& t = gpt2();
   EXPECT_EQ(t.vocab_size(), 50257);
   EXPECT_EQ(t.eod(), 50256);
   std::string text = corpus();
   std::vector<std::vector<int32_t>> expected = megatron_documents();
-  std::vector<std::string_view> docs = paragraphs(text);
+  std::vector<std::string_view> docs = split_paragraphs(text);
   ASSERT_EQ(docs.size(), 7222u);
   ASSERT_EQ(expected.size(), docs.size());
   EXPECT_EQ(docs[0], "First Citizen:\nBefore we proceed any further, hear me speak.");
@@ -115,7 +104,7 @@ TEST(Gpt2Bpe, EncodeSpeedOnTheCorpus) {
   for (int pass = 0; pass < 2; ++pass) {
     double start = now_seconds();
     size_t tokens = 0;
-    for (std::string_view doc : paragraphs(text)) tokens += t.encode(doc).size();
+    for (std::string_view doc : split_paragraphs(text)) tokens += t.encode(doc).size();
     double seconds = now_seconds() - start;
     std::printf("GPT-2 BPE encode, %s cache: %.1f MB/s (%zu tokens, %.3f s)\n",
                 pass == 0 ? "cold" : "warm", text.size() / 1e6 / seconds, tokens, seconds);
@@ -156,6 +145,14 @@ TEST(Gpt2Bpe, RoundTripsUnicodeAndInvalidBytes) {
   std::string all_bytes;
   for (int b = 0; b < 256; ++b) all_bytes.push_back(static_cast<char>(b));
   EXPECT_EQ(*t.decode(t.encode(all_bytes)), all_bytes);
+}
+
+TEST(Tokenizer, SplitParagraphs) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(split_paragraphs("a\nb\n\nc\n"), (V{"a\nb", "c\n"}));
+  EXPECT_EQ(split_paragraphs("a\n\n\nb"), (V{"a", "\nb"}));
+  EXPECT_EQ(split_paragraphs("a\n\n\n\nb"), (V{"a", "", "b"}));
+  EXPECT_EQ(split_paragraphs(""), (V{""}));
 }
 
 TEST(Gpt2Bpe, KnownEncodings) {
