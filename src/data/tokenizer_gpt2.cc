@@ -202,7 +202,8 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   }
 
   static Result<std::unique_ptr<Tokenizer>> load(const std::string& vocab_file,
-                                                 const std::string& merge_file);
+                                                 const std::string& merge_file,
+                                                 size_t long_word_bytes);
 
  private:
   // Appends the ids of one pre-tokenised word.
@@ -219,7 +220,11 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     std::vector<int32_t>& w = state.word;
     w.clear();
     for (char c : word) w.push_back(byte_ids_[static_cast<unsigned char>(c)]);
-    apply_merges(&w);
+    if (w.size() > long_word_bytes_) {
+      apply_merges_long(&w);
+    } else {
+      apply_merges(&w);
+    }
     ids->insert(ids->end(), w.begin(), w.end());
     if (state.cache.size() >= Gpt2ThreadState::kMaxCachedWords ||
         state.cached_ids.size() + w.size() > Gpt2ThreadState::kMaxCachedIds) {
@@ -263,7 +268,73 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     }
   }
 
-  explicit Gpt2BpeTokenizer(size_t merge_count) : merges_(merge_count) {}
+  // The same merges for long words in O(n log n): symbols in a linked list, every adjacent pair
+  // with a rank in a heap by (rank, position). All entries of the lowest rank (one pair: a rank
+  // names one pair) are taken together and applied left to right, skipping those whose symbols
+  // changed, before the pairs the merges made enter the heap: exactly apply_merges()'s passes.
+  void apply_merges_long(std::vector<int32_t>* word) const {
+    std::vector<int32_t>& w = *word;
+    const auto n = static_cast<int32_t>(w.size());
+    struct Entry {
+      uint32_t rank;
+      int32_t pos;
+      int32_t left;
+      int32_t right;
+    };
+    auto later = [](const Entry& x, const Entry& y) {
+      return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
+    };
+    std::vector<int32_t> next(n);
+    std::vector<int32_t> prev(n);
+    std::vector<bool> dead(n, false);
+    std::vector<Entry> heap;
+    for (int32_t i = 0; i < n; ++i) {
+      next[i] = i + 1 < n ? i + 1 : -1;
+      prev[i] = i - 1;
+    }
+    auto push = [&](int32_t p) {
+      if (p < 0 || next[p] < 0) return;
+      if (const MergeTable::Merge* m = merges_.get(w[p], w[next[p]])) {
+        heap.push_back({m->rank, p, w[p], w[next[p]]});
+        std::push_heap(heap.begin(), heap.end(), later);
+      }
+    };
+    for (int32_t i = 0; i + 1 < n; ++i) push(i);
+    std::vector<Entry> batch;
+    std::vector<int32_t> merged_at;
+    while (!heap.empty()) {
+      const uint32_t rank = heap.front().rank;
+      batch.clear();
+      while (!heap.empty() && heap.front().rank == rank) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        batch.push_back(heap.back());
+        heap.pop_back();
+      }
+      merged_at.clear();
+      for (const Entry& e : batch) {
+        const int32_t p = e.pos;
+        if (dead[p] || w[p] != e.left || next[p] < 0 || w[next[p]] != e.right) continue;
+        const int32_t q = next[p];
+        w[p] = merges_.get(e.left, e.right)->merged;
+        dead[q] = true;
+        next[p] = next[q];
+        if (next[q] >= 0) prev[next[q]] = p;
+        merged_at.push_back(p);
+      }
+      for (int32_t p : merged_at) {
+        push(prev[p]);
+        push(p);
+      }
+    }
+    int32_t out = 0;
+    for (int32_t p = 0; p >= 0; p = next[p]) w[out++] = w[p];
+    w.resize(out);
+  }
+
+  Gpt2BpeTokenizer(size_t merge_count, size_t long_word_bytes)
+      : long_word_bytes_(long_word_bytes), merges_(merge_count) {}
+
+  size_t long_word_bytes_;  // words longer than this take apply_merges_long()
 
   uint64_t serial_ = g_next_tokenizer_serial.fetch_add(1);
   std::unique_ptr<pcre2_code, PcreCodeFree> code_;
@@ -275,7 +346,8 @@ class Gpt2BpeTokenizer final : public Tokenizer {
 };
 
 Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& vocab_file,
-                                                          const std::string& merge_file) {
+                                                          const std::string& merge_file,
+                                                          size_t long_word_bytes) {
   const std::array<uint32_t, 256> to_code_point = byte_to_code_point();
   std::unordered_map<uint32_t, uint8_t> to_byte;
   for (int b = 0; b < 256; ++b) to_byte[to_code_point[b]] = static_cast<uint8_t>(b);
@@ -328,7 +400,7 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
                               printable(merge_file), merge_text.status().message()));
   }
   std::vector<std::string> lines = split(*merge_text, '\n');
-  std::unique_ptr<Gpt2BpeTokenizer> t(new Gpt2BpeTokenizer(lines.size()));
+  std::unique_ptr<Gpt2BpeTokenizer> t(new Gpt2BpeTokenizer(lines.size(), long_word_bytes));
   uint32_t rank = 0;
   for (size_t k = 0; k < lines.size(); ++k) {
     std::string_view line = trim(lines[k]);
@@ -403,8 +475,9 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> make_gpt2_bpe_tokenizer(const std::string& vocab_file,
-                                                           const std::string& merge_file) {
-  return Gpt2BpeTokenizer::load(vocab_file, merge_file);
+                                                           const std::string& merge_file,
+                                                           size_t long_word_bytes) {
+  return Gpt2BpeTokenizer::load(vocab_file, merge_file, long_word_bytes);
 }
 
 }  // namespace tightpipe

@@ -1,6 +1,7 @@
 // Tokenizers: GPT-2 BPE against Megatron-LM's own tokenization of tiny Shakespeare (token for
 // token), round trips, known encodings, bad files; SentencePiece on a model trained here.
 #include "tightpipe/tokenizer.h"
+#include "data/tokenizers.h"
 
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
@@ -95,6 +96,47 @@ TEST(Gpt2Bpe, MatchesMegatronTokenForToken) {
   }
   EXPECT_EQ(mismatches, 0u);
   EXPECT_EQ(tokens, 330807u);
+}
+
+// The heap merge of long words (every word of 2+ bytes here) against the passes (words of up to
+// 48 bytes by default, and every word below via a huge threshold): Megatron's tokens, and random
+// long words where the two must agree.
+TEST(Gpt2Bpe, LongWordMergeIsTheSame) {
+  const std::string vocab = kData + "/gpt2/vocab.json";
+  const std::string merges = kData + "/gpt2/merges.txt";
+  auto heap = make_gpt2_bpe_tokenizer(vocab, merges, /*long_word_bytes=*/1);
+  auto passes = make_gpt2_bpe_tokenizer(vocab, merges, /*long_word_bytes=*/SIZE_MAX);
+  ASSERT_TRUE(heap.ok() && passes.ok());
+  std::string text = corpus();
+  std::vector<std::vector<int32_t>> expected = megatron_documents();
+  std::vector<std::string_view> docs = split_paragraphs(text);
+  ASSERT_EQ(expected.size(), docs.size());
+  for (size_t d = 0; d < docs.size(); ++d) {
+    std::vector<int32_t> ids = (*heap)->encode(docs[d]);
+    ids.push_back(50256);
+    ASSERT_EQ(ids, expected[d]) << "document " << d;
+  }
+  Rng rng(16);
+  for (int k = 0; k < 300; ++k) {
+    std::string word(1 + rng.below(400), ' ');
+    const int alphabet = 1 + static_cast<int>(rng.below(26));
+    for (char& c : word) c = static_cast<char>('a' + rng.below(alphabet));
+    if (k % 3 == 0) word = " " + word;
+    ASSERT_EQ((*heap)->encode(word), (*passes)->encode(word)) << word;
+  }
+}
+
+TEST(Gpt2Bpe, LongWordsAreFast) {
+  // One 1 MB word without spaces: the passes would take minutes (quadratic), the heap seconds.
+  Rng rng(7);
+  std::string word(1 << 20, ' ');
+  for (char& c : word) c = static_cast<char>('a' + rng.below(26));
+  double start = now_seconds();
+  std::vector<int32_t> ids = gpt2().encode(word);
+  double seconds = now_seconds() - start;
+  std::printf("GPT-2 BPE, one 1 MB word: %.2f s\n", seconds);
+  EXPECT_LT(seconds, 20.0);
+  EXPECT_EQ(*gpt2().decode(ids), word);
 }
 
 TEST(Gpt2Bpe, EncodeSpeedOnTheCorpus) {

@@ -2,6 +2,7 @@
 // (tokenizer_gpt2.cc) and SentencePiece (tokenizer_sentencepiece.cc). Internal to the data module.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -11,9 +12,12 @@
 namespace tightpipe {
 
 // GPT-2's byte-level BPE from vocab.json (token -> id) and merges.txt (merge ranks, an optional
-// "#version" first line). Errors name the file and what disagrees.
+// "#version" first line). Errors name the file and what disagrees. Words longer than
+// long_word_bytes are merged with a heap (O(n log n)) instead of the passes over the word (O(n) per
+// merge); both give the same ids (tests set it to check that).
 Result<std::unique_ptr<Tokenizer>> make_gpt2_bpe_tokenizer(const std::string& vocab_file,
-                                                           const std::string& merge_file);
+                                                           const std::string& merge_file,
+                                                           size_t long_word_bytes = 48);
 
 // A SentencePiece model file (.model). Errors name the file and libsentencepiece's reason.
 Result<std::unique_ptr<Tokenizer>> make_sentencepiece_tokenizer(const std::string& model_file);
