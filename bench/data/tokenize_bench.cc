@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   }
   const std::vector<std::string_view> docs = split_paragraphs(*text);
   const double mb = static_cast<double>(text->size()) * repeat / 1e6;
-  fmt::print("corpus {} ({} bytes, {} documents), {} passes per thread\n", text_file,
-             text->size(), docs.size(), repeat);
+  fmt::print("corpus {} ({} bytes, {} documents), {} passes per thread\n", text_file, text->size(),
+             docs.size(), repeat);
   for (int threads : {1, 2}) {
     std::vector<double> seconds(threads);
     std::vector<int64_t> tokens(threads, 0);

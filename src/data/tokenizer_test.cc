@@ -1,7 +1,6 @@
 // Tokenizers: GPT-2 BPE against Megatron-LM's own tokenization of tiny Shakespeare (token for
 // token), round trips, known encodings, bad files; SentencePiece on a model trained here.
 #include "tightpipe/tokenizer.h"
-#include "data/tokenizers.h"
 
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
@@ -11,6 +10,7 @@
 #include <thread>
 
 #include "data/test_util.h"
+#include "data/tokenizers.h"
 #include "tightpipe/base.h"
 
 namespace tightpipe {
