@@ -197,6 +197,47 @@ TEST(Tokenizer, SplitParagraphs) {
   EXPECT_EQ(split_paragraphs(""), (V{""}));
 }
 
+// Random bytes, mostly pieces of valid and broken UTF-8, spaces and letters: each round-trips.
+TEST(Gpt2Bpe, RandomBytesRoundTrip) {
+  const Tokenizer& t = gpt2();
+  const std::vector<std::string> pieces = {" ",
+                                           "  ",
+                                           "\t",
+                                           "\n",
+                                           "\r\n",
+                                           "a",
+                                           "Z",
+                                           "'s",
+                                           "'",
+                                           "7",
+                                           "\xc3\xa9",
+                                           "\xe6\x97\xa5",
+                                           "\xf0\x9f\x98\x80",
+                                           "\xcc\x81",
+                                           "\xe2\x80\xaf",
+                                           "\xc2\xa0",
+                                           "\xc3",
+                                           "\x80",
+                                           "\xff",
+                                           "\xed\xa0\x80",
+                                           std::string(1, '\0')};
+  Rng rng(42);
+  for (int k = 0; k < 2000; ++k) {
+    std::string s;
+    const size_t n = rng.below(40);
+    for (size_t i = 0; i < n; ++i) {
+      if (rng.below(4) == 0) {
+        s.push_back(static_cast<char>(rng.below(256)));
+      } else {
+        s += pieces[rng.below(pieces.size())];
+      }
+    }
+    auto back = t.decode(t.encode(s));
+    ASSERT_TRUE(back.ok());
+    ASSERT_EQ(*back, s) << printable(s);
+  }
+}
+
 TEST(Gpt2Bpe, KnownEncodings) {
   const Tokenizer& t = gpt2();
   EXPECT_EQ(t.encode("Hello world"), (std::vector<int32_t>{15496, 995}));
