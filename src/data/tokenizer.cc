@@ -20,10 +20,7 @@ class ByteTokenizer final : public Tokenizer {
     out.reserve(ids.size());
     for (size_t k = 0; k < ids.size(); ++k) {
       if (ids[k] < 0 || ids[k] >= kByteVocabSize) {
-        return Status::invalid_argument(fmt::format(
-            "token id {} at position {}: outside the byte tokenizer's vocabulary [0, {}); hint: "
-            "decode with the tokenizer the ids were made with",
-            ids[k], k, kByteVocabSize));
+        return id_outside_vocabulary(ids[k], k, kByteVocabSize, "the byte tokenizer's");
       }
       out.push_back(static_cast<char>(ids[k]));
     }
@@ -34,6 +31,14 @@ class ByteTokenizer final : public Tokenizer {
 };
 
 }  // namespace
+
+Status id_outside_vocabulary(int32_t id, size_t position, int32_t vocab_size,
+                             std::string_view vocabulary) {
+  return Status::invalid_argument(
+      fmt::format("token id {} at position {}: outside {} vocabulary [0, {}); hint: decode with "
+                  "the tokenizer the ids were made with",
+                  id, position, vocabulary, vocab_size));
+}
 
 std::string_view tokenizer_type_name(TokenizerType type) {
   switch (type) {

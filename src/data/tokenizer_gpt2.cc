@@ -191,10 +191,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     for (size_t k = 0; k < ids.size(); ++k) {
       int32_t id = ids[k];
       if (id < 0 || id >= vocab_size()) {
-        return Status::invalid_argument(fmt::format(
-            "token id {} at position {}: outside GPT-2's vocabulary [0, {}); hint: decode with the "
-            "tokenizer the ids were made with",
-            id, k, vocab_size()));
+        return id_outside_vocabulary(id, k, vocab_size(), "GPT-2's");
       }
       out.append(token_bytes_, token_offsets_[id], token_offsets_[id + 1] - token_offsets_[id]);
     }

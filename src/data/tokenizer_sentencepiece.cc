@@ -26,10 +26,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   Result<std::string> decode(std::span<const int32_t> ids) const override {
     for (size_t k = 0; k < ids.size(); ++k) {
       if (ids[k] < 0 || ids[k] >= vocab_size()) {
-        return Status::invalid_argument(fmt::format(
-            "token id {} at position {}: outside the SentencePiece vocabulary [0, {}); hint: "
-            "decode with the tokenizer the ids were made with",
-            ids[k], k, vocab_size()));
+        return id_outside_vocabulary(ids[k], k, vocab_size(), "the SentencePiece");
       }
     }
     std::string out;

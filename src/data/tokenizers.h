@@ -3,13 +3,19 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string_view>
 #include <string>
 
 #include "tightpipe/status.h"
 #include "tightpipe/tokenizer.h"
 
 namespace tightpipe {
+
+// The decode error of every tokenizer: the id at `position` is outside [0, vocab_size).
+Status id_outside_vocabulary(int32_t id, size_t position, int32_t vocab_size,
+                             std::string_view vocabulary);
 
 // GPT-2's byte-level BPE from vocab.json (token -> id) and merges.txt (merge ranks, an optional
 // "#version" first line). Errors name the file and what disagrees. Words longer than
