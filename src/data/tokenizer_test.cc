@@ -274,6 +274,13 @@ TEST(Gpt2Bpe, DecodeRejectsIdsOutsideTheVocabulary) {
   EXPECT_NE(r.status().message().find("token id 50257 at position 1"), std::string::npos)
       << r.status().message();
   EXPECT_FALSE(t.decode(std::vector<int32_t>{-1}).ok());
+  auto byte_tokenizer = make_tokenizer(TokenizerOptions{});
+  ASSERT_TRUE(byte_tokenizer.ok());
+  auto b = (*byte_tokenizer)->decode(std::vector<int32_t>{65, 256});
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("token id 256 at position 1: outside the byte tokenizer's"),
+            std::string::npos)
+      << b.status().message();
 }
 
 Result<std::unique_ptr<Tokenizer>> gpt2_from(const std::string& vocab, const std::string& merges) {

@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string_view>
 #include <string>
+#include <string_view>
 
 #include "tightpipe/status.h"
 #include "tightpipe/tokenizer.h"
