@@ -5,6 +5,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
+#include "tokenizers.h"
 
 namespace tightpipe {
 
@@ -19,10 +20,7 @@ class ByteTokenizer final : public Tokenizer {
     out.reserve(ids.size());
     for (size_t k = 0; k < ids.size(); ++k) {
       if (ids[k] < 0 || ids[k] >= kByteVocabSize) {
-        return Status::invalid_argument(fmt::format(
-            "token id {} at position {}: outside the byte tokenizer's vocabulary [0, {}); hint: "
-            "decode with the tokenizer the ids were made with",
-            ids[k], k, kByteVocabSize));
+        return id_outside_vocabulary(ids[k], k, kByteVocabSize, "the byte tokenizer's");
       }
       out.push_back(static_cast<char>(ids[k]));
     }
@@ -33,6 +31,14 @@ class ByteTokenizer final : public Tokenizer {
 };
 
 }  // namespace
+
+Status id_outside_vocabulary(int32_t id, size_t position, int32_t vocab_size,
+                             std::string_view vocabulary) {
+  return Status::invalid_argument(
+      fmt::format("token id {} at position {}: outside {} vocabulary [0, {}); hint: decode with "
+                  "the tokenizer the ids were made with",
+                  id, position, vocabulary, vocab_size));
+}
 
 std::string_view tokenizer_type_name(TokenizerType type) {
   switch (type) {
@@ -93,11 +99,21 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& option
     case TokenizerType::kByte:
       return std::unique_ptr<Tokenizer>(new ByteTokenizer());
     case TokenizerType::kGpt2Bpe:
+      return make_gpt2_bpe_tokenizer(options.vocab_file, options.merge_file);
     case TokenizerType::kSentencePiece:
-      break;
+      return make_sentencepiece_tokenizer(options.tokenizer_model);
   }
-  return Status::failed_precondition(
-      fmt::format("{} is not built yet", tokenizer_type_name(options.type)));
+  return Status::internal("make_tokenizer: unknown tokenizer type");
+}
+
+std::vector<std::string_view> split_paragraphs(std::string_view text) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (size_t at; (at = text.find("\n\n", start)) != std::string_view::npos; start = at + 2) {
+    out.push_back(text.substr(start, at - start));
+  }
+  out.push_back(text.substr(start));
+  return out;
 }
 
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by) {
