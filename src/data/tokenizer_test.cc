@@ -126,32 +126,15 @@ TEST(Gpt2Bpe, LongWordMergeIsTheSame) {
   }
 }
 
-TEST(Gpt2Bpe, LongWordsAreFast) {
-  // One 1 MB word without spaces: the passes would take minutes (quadratic), the heap seconds.
+TEST(Gpt2Bpe, LongWordRoundTrips) {
+  // One 256 KiB word without spaces goes through the heap merge (quadratic passes would take
+  // minutes; bench/data/tokenize_bench measures the speed) and decodes back.
   Rng rng(7);
-  std::string word(1 << 20, ' ');
+  std::string word(1 << 18, ' ');
   for (char& c : word) c = static_cast<char>('a' + rng.below(26));
-  double start = now_seconds();
-  std::vector<int32_t> ids = gpt2().encode(word);
-  double seconds = now_seconds() - start;
-  std::printf("GPT-2 BPE, one 1 MB word: %.2f s\n", seconds);
-  EXPECT_LT(seconds, 20.0);
+  const std::vector<int32_t> ids = gpt2().encode(word);
+  EXPECT_LT(ids.size(), word.size());
   EXPECT_EQ(*gpt2().decode(ids), word);
-}
-
-TEST(Gpt2Bpe, EncodeSpeedOnTheCorpus) {
-  const Tokenizer& t = gpt2();
-  std::string text = corpus();
-  // The first pass fills this thread's word cache; the second is the steady state.
-  for (int pass = 0; pass < 2; ++pass) {
-    double start = now_seconds();
-    size_t tokens = 0;
-    for (std::string_view doc : split_paragraphs(text)) tokens += t.encode(doc).size();
-    double seconds = now_seconds() - start;
-    std::printf("GPT-2 BPE encode, %s cache: %.1f MB/s (%zu tokens, %.3f s)\n",
-                pass == 0 ? "cold" : "warm", text.size() / 1e6 / seconds, tokens, seconds);
-    EXPECT_GT(tokens, 0u);
-  }
 }
 
 TEST(Gpt2Bpe, RoundTripsTheWholeCorpus) {
