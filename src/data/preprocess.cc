@@ -160,17 +160,13 @@ class Encoder {
  private:
   Status encode_json(const std::string& line, int64_t line_no, Block& b, size_t r) const {
     auto where = [&] { return fmt::format("--input '{}' line {}", printable(o_.input, 200), line_no); };
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-      std::string why;
-      try {
-        (void)nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        why = e.what();
-      }
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
       return Status::corruption(fmt::format("{}: not JSON: {}; line: {}; hint: one JSON object "
                                             "per line, e.g. {{\"text\": \"...\"}}",
-                                            where(), printable(why, 160), printable(line)));
+                                            where(), printable(e.what(), 160), printable(line)));
     }
     if (!j.is_object()) {
       return Status::invalid_argument(fmt::format(
