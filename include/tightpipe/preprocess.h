@@ -3,10 +3,9 @@
 //
 // Input: a JSON-lines file (name ending .jsonl or .json: one JSON object per line, each
 // --json-keys value a string, or a list of strings that become one sequence each; blank lines are
-// skipped) or plain text, whose documents are the pieces between blank lines: the file split at
-// every "\n\n" (so a paragraph's own final newline goes with the separator, the last paragraph
-// keeps the file's; empty pieces are dropped). Each key K gives `PREFIX_K_document.bin/.idx`; plain
-// text is key "text". A document's non-empty sequences are written in input order, the
+// skipped) or plain text, whose documents are split_paragraphs() of the whole file (tokenizer.h:
+// the pieces between "\n\n", Megatron's tiny Shakespeare documents). Each key K gives
+// `PREFIX_K_document.bin/.idx`; plain text is key "text". A document's non-empty sequences are written in input order, the
 // end-of-document id appended to its last one with append_eod (Megatron's Encoder.encode); a
 // document with no tokens is an empty document.
 //

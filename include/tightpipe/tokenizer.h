@@ -54,6 +54,12 @@ class Tokenizer {
 // not JSON, a merge whose parts are not in the vocabulary: the vocab/merges pair disagrees...).
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& options);
 
+// The documents of a plain text as Megatron-LM's tiny Shakespeare dataset has them: the pieces
+// between occurrences of "\n\n", left to right, verbatim (Python's text.split("\n\n"); a piece
+// may start with "\n", the last keeps the text's final newline; an empty text is one empty
+// piece). docs/data_format.md.
+std::vector<std::string_view> split_paragraphs(std::string_view text);
+
 // Megatron's padded vocabulary (`--make-vocab-size-divisible-by`, default 128, times the tensor
 // parallel size): the smallest multiple of `divisible_by` >= vocab_size. REQUIRES: both > 0.
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by);

@@ -32,18 +32,11 @@ std::string read_bytes(const std::string& path) {
   return r.ok() ? *r : std::string();
 }
 
-// The paragraph rule written independently of preprocess.cc: Python's text.split("\n\n") with the
-// empty pieces dropped.
+// The paragraph rule on a whole text (the reader splits block by block).
 std::vector<std::string> paragraphs(const std::string& text) {
   std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t sep = text.find("\n\n", start);
-    const std::string piece = text.substr(start, sep == std::string::npos ? sep : sep - start);
-    if (!piece.empty()) out.push_back(piece);
-    if (sep == std::string::npos) return out;
-    start = sep + 2;
-  }
+  for (std::string_view p : split_paragraphs(text)) out.emplace_back(p);
+  return out;
 }
 
 // Every document's sequences concatenated, through the reader.
@@ -367,14 +360,16 @@ PreprocessOptions byte_options(const std::string& input, const std::string& pref
   return o;
 }
 
-// Paragraphs of every shape: runs of three and four newlines, a trailing blank line, UTF-8, a
-// paragraph of spaces; more than one block (64 KiB, 256 records) so the workers share them.
+// Paragraphs of every shape: runs of three and four newlines, a trailing blank line (an
+// empty last piece), UTF-8, a paragraph of spaces; several 64 KiB blocks so the workers share
+// them, and runs of newlines across the block cuts.
 std::string paragraph_text() {
   std::string text = "First paragraph,\ntwo lines.\n\n\n\nAfter four newlines.\n\n\nAfter three";
   for (int i = 0; i < 700; ++i) {
     text += fmt::format("\n\npara {} \xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80 ", i);
     text += std::string(static_cast<size_t>(i % 97) * 3, static_cast<char>('a' + i % 26));
     if (i % 5 == 0) text += "\n\tone newline inside";
+    if (i % 7 == 0) text += "\n";  // three newlines before the next paragraph
   }
   text += "\n\n   \n\nlast\n\n";
   return text;
@@ -385,7 +380,7 @@ TEST(Preprocess, ByteTokenizerRoundTripsParagraphsWithAnyWorkerCount) {
   const std::string text = paragraph_text();
   ASSERT_TRUE(write_file(dir.file("in.txt"), text).ok());
   const std::vector<std::string> expected = paragraphs(text);
-  ASSERT_EQ(expected.size(), 3u + 700 + 2);
+  ASSERT_EQ(expected.size(), 4u + 700 + 3);
   std::string bin1, idx1;
   for (int32_t workers : {1, 3}) {
     const std::string prefix = dir.file(fmt::format("w{}", workers));
@@ -395,6 +390,7 @@ TEST(Preprocess, ByteTokenizerRoundTripsParagraphsWithAnyWorkerCount) {
     auto s = preprocess(o, [&](const PreprocessProgress& p) { seen.push_back(p); });
     ASSERT_TRUE(s.ok()) << s.status().to_string();
     EXPECT_EQ(s->documents, static_cast<int64_t>(expected.size()));
+    EXPECT_EQ(expected[1], "");  // four newlines: an empty document
     EXPECT_EQ(s->bytes, static_cast<int64_t>(text.size()));
     ASSERT_EQ(s->prefixes, std::vector<std::string>{prefix + "_text_document"});
     ASSERT_FALSE(seen.empty());
@@ -410,6 +406,28 @@ TEST(Preprocess, ByteTokenizerRoundTripsParagraphsWithAnyWorkerCount) {
       EXPECT_TRUE(read_bytes(s->prefixes[0] + ".bin") == bin1);
       EXPECT_TRUE(read_bytes(s->prefixes[0] + ".idx") == idx1);
     }
+  }
+}
+
+// Block cuts never change the pieces: short words between runs of 1 to 5 newlines (so most
+// 64 KiB cuts fall inside a run, where cutting at an odd offset would move a newline from one
+// piece to the next), split block by block, give the pieces of the whole text.
+TEST(Preprocess, BlockCutsKeepTheWholeFilesParagraphs) {
+  ScratchDir dir;
+  Rng rng(16);
+  std::string text;
+  while (text.size() < 600'000) {
+    text.append(1 + rng.below(3), static_cast<char>('a' + rng.below(26)));
+    text.append(1 + rng.below(5), '\n');
+  }
+  ASSERT_TRUE(write_file(dir.file("in.txt"), text).ok());
+  for (int32_t workers : {1, 2}) {
+    auto s = preprocess(byte_options(dir.file("in.txt"), dir.file(fmt::format("w{}", workers)),
+                                     workers));
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    auto ds = IndexedDataset::open(s->prefixes[0]);
+    ASSERT_TRUE(ds.ok()) << ds.status().to_string();
+    EXPECT_TRUE(decode_documents(*ds, *byte_tokenizer()) == paragraphs(text));
   }
 }
 
@@ -492,12 +510,13 @@ TEST(Preprocess, BadJsonLinesNameTheLine) {
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {"{\"text\": \"x\"", StatusCode::kCorruption, "line 3: not JSON"},
+      {"{\"text\": \"x\"", StatusCode::kCorruption,
+       "line 3, column 13: not JSON: syntax error while parsing object - unexpected end of input"},
       {"[1, 2]", StatusCode::kInvalidArgument, "line 3: a JSON array, expected an object"},
       {"{\"body\": \"x\"}", StatusCode::kInvalidArgument, "line 3: no key 'text' (it has: body)"},
       {"{\"text\": 5}", StatusCode::kInvalidArgument, "line 3: key 'text' is a JSON number"},
       {"{\"text\": [\"a\", null]}", StatusCode::kInvalidArgument, "holding a JSON null"},
-      {"{\"text\": \"\xff\"}", StatusCode::kCorruption, "line 3: not JSON"},
+      {"{\"text\": \"\xff\"}", StatusCode::kCorruption, "line 3, column 11: not JSON"},
   };
   for (const Case& c : cases) {
     ScratchDir dir;

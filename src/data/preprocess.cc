@@ -23,11 +23,9 @@ namespace tightpipe {
 
 namespace {
 
-// A block ends after this many input bytes or records, whichever comes first: small enough that
-// a 1 MB corpus still spreads over several workers, large enough that handing blocks over costs
-// nothing next to tokenizing them.
-constexpr int64_t kBlockBytes = 64 << 10;
-constexpr size_t kBlockRecords = 256;
+// A block is about this many input bytes: small enough that a 1 MB corpus spreads over several
+// workers, large enough that handing blocks over costs nothing next to tokenizing them.
+constexpr size_t kBlockBytes = 64 << 10;
 constexpr size_t kReadChunk = 1 << 20;
 
 struct EncodedDocument {
@@ -36,16 +34,19 @@ struct EncodedDocument {
 };
 
 struct Block {
-  std::vector<std::string> records;  // JSON lines or paragraphs
-  std::vector<int64_t> lines;        // JSON input: each record's 1-based line number
-  int64_t bytes = 0;                 // input bytes the block covers (separators included)
+  std::string text;                        // the input bytes of its records
+  std::vector<std::string_view> records;   // into text: JSON lines or paragraphs
+  std::vector<int64_t> lines;              // JSON input: each record's 1-based line number
+  int64_t bytes = 0;                       // input bytes the block covers (separators included)
   std::vector<std::vector<EncodedDocument>> encoded;  // [key][record]
   Status status;
   bool done = false;
 };
 
-// Cuts the input into records: JSON lines (blank ones skipped) or "\n\n"-separated paragraphs
-// (empty ones dropped). Reads kReadChunk at a time.
+// Cuts the input into blocks of whole records, kReadChunk read at a time. JSON lines: a block ends
+// after a newline; blank lines are skipped (and counted). Plain text: the records are
+// split_paragraphs() of the whole file; a block ends at a "\n\n" that starts a run of newlines,
+// which the left-to-right split also cuts at, so splitting each block gives the same pieces.
 class RecordReader {
  public:
   static Result<RecordReader> open(const std::string& path, bool json_lines) {
@@ -62,11 +63,9 @@ class RecordReader {
       : path_(std::move(o.path_)),
         file_(std::exchange(o.file_, nullptr)),
         json_lines_(o.json_lines_),
-        separator_(o.separator_),
         buf_(std::move(o.buf_)),
-        start_(o.start_),
-        scanned_(o.scanned_),
         eof_(o.eof_),
+        done_(o.done_),
         line_(o.line_) {}
   RecordReader(const RecordReader&) = delete;
   RecordReader& operator=(const RecordReader&) = delete;
@@ -74,44 +73,66 @@ class RecordReader {
     if (file_ != nullptr) std::fclose(file_);
   }
 
-  // The next block, or nullptr at the end of the input.
+  // The next block, or nullptr after the last one.
   Result<std::unique_ptr<Block>> next_block() {
-    auto block = std::make_unique<Block>();
-    while (block->records.size() < kBlockRecords && block->bytes < kBlockBytes) {
-      size_t sep = std::string_view(buf_).find(separator_, std::max(start_, scanned_));
-      if (sep == std::string_view::npos) {
-        // A separator may straddle the end of what has been read.
-        scanned_ = std::max(start_, buf_.size() - std::min(buf_.size(), separator_.size() - 1));
-        if (!eof_) {
-          TP_RETURN_IF_ERROR(refill());
-          continue;
-        }
-        if (start_ == buf_.size()) break;
-        sep = buf_.size();  // the last record, without a separator
-      }
-      const std::string_view record(buf_.data() + start_, sep - start_);
-      const size_t consumed = std::min(buf_.size(), sep + separator_.size()) - start_;
-      block->bytes += static_cast<int64_t>(consumed);
-      start_ += consumed;
-      scanned_ = start_;
-      ++line_;
-      if (json_lines_ ? trim(record).empty() : record.empty()) continue;
-      block->records.emplace_back(record);
-      if (json_lines_) block->lines.push_back(line_);
+    if (done_) return std::unique_ptr<Block>();
+    // Read until a cut at or after kBlockBytes, or the end of the input.
+    size_t from = kBlockBytes;
+    size_t cut = std::string::npos;
+    while ((cut = find_cut(from)) == std::string::npos && !eof_) {
+      if (buf_.size() > from) from = buf_.size() - (json_lines_ ? 0 : 2);
+      TP_RETURN_IF_ERROR(refill());
     }
-    if (block->bytes == 0) return std::unique_ptr<Block>();
+    auto block = std::make_unique<Block>();
+    const size_t separator = json_lines_ ? 1 : 2;
+    if (cut == std::string::npos) {  // the rest of the input
+      block->text = std::move(buf_);
+      buf_.clear();
+      block->bytes = static_cast<int64_t>(block->text.size());
+      done_ = true;
+    } else {
+      block->text = buf_.substr(0, cut);
+      block->bytes = static_cast<int64_t>(cut + separator);
+      buf_.erase(0, cut + separator);
+    }
+    if (json_lines_) {
+      // The lines of the block, blank ones skipped; a block cut right after a newline ends in an
+      // empty (blank) line.
+      const std::string_view text = block->text;
+      for (size_t start = 0; !text.empty() && start <= text.size();) {
+        size_t eol = text.find('\n', start);
+        if (eol == std::string_view::npos) eol = text.size();
+        const std::string_view line = text.substr(start, eol - start);
+        ++line_;
+        if (!trim(line).empty()) {
+          block->records.push_back(line);
+          block->lines.push_back(line_);
+        }
+        start = eol + 1;
+      }
+    } else {
+      block->records = split_paragraphs(block->text);
+    }
     return block;
   }
 
  private:
   RecordReader(std::string path, std::FILE* f, bool json_lines)
-      : path_(std::move(path)), file_(f), json_lines_(json_lines),
-        separator_(json_lines ? "\n" : "\n\n") {}
+      : path_(std::move(path)), file_(f), json_lines_(json_lines) {}
+
+  // Where the block starting at buf_[0] may end (the separator's offset), searching from `from`;
+  // npos when buf_ holds none yet.
+  size_t find_cut(size_t from) const {
+    if (json_lines_) return from < buf_.size() ? buf_.find('\n', from) : std::string::npos;
+    for (size_t at = from; at < buf_.size(); ++at) {
+      at = buf_.find("\n\n", at);
+      if (at == std::string::npos) return at;
+      if (at > 0 && buf_[at - 1] != '\n') return at;  // the start of a run of newlines
+    }
+    return std::string::npos;
+  }
 
   Status refill() {
-    buf_.erase(0, start_);
-    scanned_ -= start_;
-    start_ = 0;
     const size_t old = buf_.size();
     buf_.resize(old + kReadChunk);
     const size_t got = std::fread(buf_.data() + old, 1, kReadChunk, file_);
@@ -130,11 +151,9 @@ class RecordReader {
   std::string path_;
   std::FILE* file_ = nullptr;
   bool json_lines_ = false;
-  std::string_view separator_;
-  std::string buf_;
-  size_t start_ = 0;    // the next record's first byte in buf_
-  size_t scanned_ = 0;  // no separator starts in [start_, scanned_)
+  std::string buf_;  // the input from the next block's first byte
   bool eof_ = false;
+  bool done_ = false;
   int64_t line_ = 0;
 };
 
@@ -158,15 +177,29 @@ class Encoder {
   }
 
  private:
-  Status encode_json(const std::string& line, int64_t line_no, Block& b, size_t r) const {
+  Status encode_json(std::string_view line, int64_t line_no, Block& b, size_t r) const {
     auto where = [&] { return fmt::format("--input '{}' line {}", printable(o_.input, 200), line_no); };
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      // what(): "[json.exception.parse_error.101] parse error at line 1, column 11: <why>"; the
+      // line is always 1 here: keep "column 11" and the reason.
+      const std::string_view what = e.what();
+      const size_t column = what.find("column ");
+      const size_t colon = what.find(": ", column);
+      if (column == std::string_view::npos || colon == std::string_view::npos) {
+        return Status::corruption(fmt::format("{}: not JSON: {}; line: {}", where(),
+                                              printable(what, 160), printable(line)));
+      }
+      return Status::corruption(fmt::format(
+          "{}, {}: not JSON: {}; line: {}; hint: one JSON object per line, e.g. "
+          "{{\"text\": \"...\"}}",
+          where(), what.substr(column, colon - column), printable(what.substr(colon + 2), 160),
+          printable(line)));
     } catch (const nlohmann::json::exception& e) {
-      return Status::corruption(fmt::format("{}: not JSON: {}; line: {}; hint: one JSON object "
-                                            "per line, e.g. {{\"text\": \"...\"}}",
-                                            where(), printable(e.what(), 160), printable(line)));
+      return Status::corruption(fmt::format("{}: not JSON: {}; line: {}", where(),
+                                            printable(e.what(), 160), printable(line)));
     }
     if (!j.is_object()) {
       return Status::invalid_argument(fmt::format(

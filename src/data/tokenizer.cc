@@ -100,6 +100,16 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& option
       fmt::format("{} is not built yet", tokenizer_type_name(options.type)));
 }
 
+std::vector<std::string_view> split_paragraphs(std::string_view text) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (size_t at; (at = text.find("\n\n", start)) != std::string_view::npos; start = at + 2) {
+    out.push_back(text.substr(start, at - start));
+  }
+  out.push_back(text.substr(start));
+  return out;
+}
+
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by) {
   return (vocab_size + divisible_by - 1) / divisible_by * divisible_by;
 }
