@@ -81,6 +81,7 @@ IdRange id_range(IndexedDtype d) {
 
 // Converts n stored tokens at `src` to int32.
 void to_int32(IndexedDtype d, const uint8_t* src, size_t n, int32_t* out) {
+  if (n == 0) return;  // `out` may be null (an empty vector's data())
   switch (d) {
     case IndexedDtype::kUint8:
       for (size_t k = 0; k < n; ++k) out[k] = src[k];
@@ -513,7 +514,7 @@ Status IndexedDatasetWriter::finish() {
   append<uint8_t>(idx, static_cast<uint8_t>(dtype_));
   append<uint64_t>(idx, n);
   append<uint64_t>(idx, d1);
-  idx.append(reinterpret_cast<const char*>(sequence_lengths_.data()), 4 * n);
+  if (n > 0) idx.append(reinterpret_cast<const char*>(sequence_lengths_.data()), 4 * n);
   const int64_t width = indexed_dtype_size(dtype_);
   int64_t pointer = 0;
   for (int32_t len : sequence_lengths_) {
