@@ -3,11 +3,12 @@
 // then the .bin (corpus/indexed_dataset/*). Any bytes give an error or a dataset whose every
 // sequence and document reads inside the files; an accepted dataset written back by
 // IndexedDatasetWriter reads back with the same tokens.
+#include "tightpipe/indexed_dataset.h"
+
 #include <algorithm>
 #include <cstring>
 
 #include "fuzz_util.h"
-#include "tightpipe/indexed_dataset.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tightpipe;

@@ -1,7 +1,7 @@
-// Megatron-LM's indexed dataset: a corpus of token sequences in two files, `PREFIX.bin` (the tokens,
-// one fixed-width little-endian integer each) and `PREFIX.idx` (where each sequence lies and which
-// sequences make up each document). This is what Megatron's `--data-path PREFIX` reads and its
-// tools/preprocess_data.py writes, so corpora tokenized there train here unchanged.
+// Megatron-LM's indexed dataset: a corpus of token sequences in two files, `PREFIX.bin` (the
+// tokens, one fixed-width little-endian integer each) and `PREFIX.idx` (where each sequence lies
+// and which sequences make up each document). This is what Megatron's `--data-path PREFIX` reads
+// and its tools/preprocess_data.py writes, so corpora tokenized there train here unchanged.
 //
 // .idx layout (little-endian, no padding; docs/data_format.md):
 //   bytes 0..8    magic "MMIDIDX\x00\x00"

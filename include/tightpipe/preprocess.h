@@ -5,9 +5,9 @@
 // --json-keys value a string, or a list of strings that become one sequence each; blank lines are
 // skipped) or plain text, whose documents are split_paragraphs() of the whole file (tokenizer.h:
 // the pieces between "\n\n", Megatron's tiny Shakespeare documents). Each key K gives
-// `PREFIX_K_document.bin/.idx`; plain text is key "text". A document's non-empty sequences are written in input order, the
-// end-of-document id appended to its last one with append_eod (Megatron's Encoder.encode); a
-// document with no tokens is an empty document.
+// `PREFIX_K_document.bin/.idx`; plain text is key "text". A document's non-empty sequences are
+// written in input order, the end-of-document id appended to its last one with append_eod
+// (Megatron's Encoder.encode); a document with no tokens is an empty document.
 //
 // Workers: the input is cut into blocks of records read by the calling thread, tokenized by
 // `workers` threads and written in input order, so the output bytes do not depend on `workers`.

@@ -173,15 +173,16 @@ class IndexedDataset::Mapping {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       const int err = errno;
-      return Status::io_error(fmt::format("{} '{}' cannot be opened: {}; hint: check its permissions",
-                                          what, printable(path, 200), std::strerror(err)));
+      return Status::io_error(
+          fmt::format("{} '{}' cannot be opened: {}; hint: check its permissions", what,
+                      printable(path, 200), std::strerror(err)));
     }
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
       ::close(fd);
-      return Status::io_error(
-          fmt::format("{} '{}': cannot stat it: {}", what, printable(path, 200), std::strerror(err)));
+      return Status::io_error(fmt::format("{} '{}': cannot stat it: {}", what, printable(path, 200),
+                                          std::strerror(err)));
     }
     std::unique_ptr<Mapping> m(new Mapping());
     m->size_ = static_cast<size_t>(st.st_size);
@@ -311,8 +312,9 @@ Result<IndexedDataset> IndexedDataset::open(const std::string& prefix) {
     if (ptr < 0 || ptr % width != 0) {
       return idx_error(fmt::format(
           "sequence {}: byte pointer {} is {}; hint: the sequence pointers are damaged", i, ptr,
-          ptr < 0 ? "negative" : fmt::format("not a multiple of the {}-byte {}", width,
-                                             indexed_dtype_name(ds.dtype_))));
+          ptr < 0 ? "negative"
+                  : fmt::format("not a multiple of the {}-byte {}", width,
+                                indexed_dtype_name(ds.dtype_))));
     }
     const uint64_t bytes = static_cast<uint64_t>(len) * static_cast<uint64_t>(width);
     if (static_cast<uint64_t>(ptr) > bin_size || bytes > bin_size - static_cast<uint64_t>(ptr)) {
@@ -490,8 +492,8 @@ Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens,
 
 Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
   const int64_t len = static_cast<int64_t>(tokens.size());
-  return add_document(tokens, tokens.empty() ? std::span<const int64_t>()
-                                             : std::span<const int64_t>(&len, 1));
+  return add_document(
+      tokens, tokens.empty() ? std::span<const int64_t>() : std::span<const int64_t>(&len, 1));
 }
 
 Status IndexedDatasetWriter::finish() {

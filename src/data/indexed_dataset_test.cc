@@ -427,8 +427,8 @@ TEST(Preprocess, BlockCutsKeepTheWholeFilesParagraphs) {
   }
   ASSERT_TRUE(write_file(dir.file("in.txt"), text).ok());
   for (int32_t workers : {1, 2}) {
-    auto s = preprocess(byte_options(dir.file("in.txt"), dir.file(fmt::format("w{}", workers)),
-                                     workers));
+    auto s = preprocess(
+        byte_options(dir.file("in.txt"), dir.file(fmt::format("w{}", workers)), workers));
     ASSERT_TRUE(s.ok()) << s.status().to_string();
     auto ds = IndexedDataset::open(s->prefixes[0]);
     ASSERT_TRUE(ds.ok()) << ds.status().to_string();
@@ -464,7 +464,8 @@ TEST(Preprocess, Gpt2MatchesMegatronByteForByte) {
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   ScratchDir dir;
   for (int32_t workers : {1, 3}) {
-    PreprocessOptions o = byte_options(kShakespeare, dir.file(fmt::format("w{}", workers)), workers);
+    PreprocessOptions o =
+        byte_options(kShakespeare, dir.file(fmt::format("w{}", workers)), workers);
     o.tokenizer = t;
     o.append_eod = true;
     auto s = preprocess(o);
@@ -545,14 +546,13 @@ TEST(Preprocess, BadOptionsAndFiles) {
   ASSERT_TRUE(write_file(dir.file("in.txt"), "a\n\nb").ok());
   auto missing = preprocess(byte_options(dir.file("none.txt"), dir.file("out"), 1));
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("--input '" + dir.file("none.txt")),
-            std::string::npos)
+  EXPECT_NE(missing.status().message().find("--input '" + dir.file("none.txt")), std::string::npos)
       << missing.status().message();
 
   auto unwritable = preprocess(byte_options(dir.file("in.txt"), dir.file("no/dir/out"), 1));
   EXPECT_EQ(unwritable.status().code(), StatusCode::kIOError);
   EXPECT_NE(unwritable.status().message().find("--output-prefix: cannot create '" +
-                                                dir.file("no/dir/out_text_document.bin.tmp")),
+                                               dir.file("no/dir/out_text_document.bin.tmp")),
             std::string::npos)
       << unwritable.status().message();
 

@@ -34,10 +34,10 @@ struct EncodedDocument {
 };
 
 struct Block {
-  std::string text;                        // the input bytes of its records
-  std::vector<std::string_view> records;   // into text: JSON lines or paragraphs
-  std::vector<int64_t> lines;              // JSON input: each record's 1-based line number
-  int64_t bytes = 0;                       // input bytes the block covers (separators included)
+  std::string text;                       // the input bytes of its records
+  std::vector<std::string_view> records;  // into text: JSON lines or paragraphs
+  std::vector<int64_t> lines;             // JSON input: each record's 1-based line number
+  int64_t bytes = 0;                      // input bytes the block covers (separators included)
   std::vector<std::vector<EncodedDocument>> encoded;  // [key][record]
   Status status;
   bool done = false;
@@ -54,8 +54,8 @@ class RecordReader {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr) {
       const int err = errno;
-      return Status::io_error(fmt::format("--input '{}' cannot be opened: {}",
-                                          printable(path, 200), std::strerror(err)));
+      return Status::io_error(fmt::format("--input '{}' cannot be opened: {}", printable(path, 200),
+                                          std::strerror(err)));
     }
     return RecordReader(path, f, json_lines);
   }
@@ -140,8 +140,8 @@ class RecordReader {
     if (got < kReadChunk) {
       if (std::ferror(file_)) {
         const int err = errno;
-        return Status::io_error(fmt::format("--input '{}': read error: {}",
-                                            printable(path_, 200), std::strerror(err)));
+        return Status::io_error(
+            fmt::format("--input '{}': read error: {}", printable(path_, 200), std::strerror(err)));
       }
       eof_ = true;
     }
@@ -178,7 +178,9 @@ class Encoder {
 
  private:
   Status encode_json(std::string_view line, int64_t line_no, Block& b, size_t r) const {
-    auto where = [&] { return fmt::format("--input '{}' line {}", printable(o_.input, 200), line_no); };
+    auto where = [&] {
+      return fmt::format("--input '{}' line {}", printable(o_.input, 200), line_no);
+    };
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
@@ -192,11 +194,11 @@ class Encoder {
         return Status::corruption(fmt::format("{}: not JSON: {}; line: {}", where(),
                                               printable(what, 160), printable(line)));
       }
-      return Status::corruption(fmt::format(
-          "{}, {}: not JSON: {}; line: {}; hint: one JSON object per line, e.g. "
-          "{{\"text\": \"...\"}}",
-          where(), what.substr(column, colon - column), printable(what.substr(colon + 2), 160),
-          printable(line)));
+      return Status::corruption(
+          fmt::format("{}, {}: not JSON: {}; line: {}; hint: one JSON object per line, e.g. "
+                      "{{\"text\": \"...\"}}",
+                      where(), what.substr(column, colon - column),
+                      printable(what.substr(colon + 2), 160), printable(line)));
     } catch (const nlohmann::json::exception& e) {
       return Status::corruption(fmt::format("{}: not JSON: {}; line: {}", where(),
                                             printable(e.what(), 160), printable(line)));
@@ -230,9 +232,9 @@ class Encoder {
           add_sentence(s.get_ref<const std::string&>(), doc);
         }
       } else {
-        return Status::invalid_argument(fmt::format(
-            "{}: key '{}' is a JSON {}, expected a string or a list of strings", where(),
-            printable(key), it->type_name()));
+        return Status::invalid_argument(
+            fmt::format("{}: key '{}' is a JSON {}, expected a string or a list of strings",
+                        where(), printable(key), it->type_name()));
       }
       finish_document(doc);
     }
@@ -336,9 +338,8 @@ Status PreprocessOptions::validate() const {
         fmt::format("--workers {}: must be >= 1; hint: one per core", workers));
   }
   if (log_interval < 1) {
-    return Status::invalid_argument(
-        fmt::format("--log-interval {}: must be >= 1 (documents between progress lines)",
-                    log_interval));
+    return Status::invalid_argument(fmt::format(
+        "--log-interval {}: must be >= 1 (documents between progress lines)", log_interval));
   }
   if (json_keys.empty()) {
     return Status::invalid_argument("--json-keys: no key; hint: --json-keys text");
@@ -363,10 +364,11 @@ Status PreprocessOptions::validate() const {
   return tokenizer.validate();
 }
 
-Result<PreprocessSummary> preprocess(const PreprocessOptions& o,
-                                     const std::function<void(const PreprocessProgress&)>& progress) {
+Result<PreprocessSummary> preprocess(
+    const PreprocessOptions& o, const std::function<void(const PreprocessProgress&)>& progress) {
   TP_RETURN_IF_ERROR(o.validate());
-  TP_ASSIGN_OR_RETURN(RecordReader reader, RecordReader::open(o.input, is_json_lines_path(o.input)));
+  TP_ASSIGN_OR_RETURN(RecordReader reader,
+                      RecordReader::open(o.input, is_json_lines_path(o.input)));
   TP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, make_tokenizer(o.tokenizer));
   if (o.append_eod && tokenizer->eod() < 0) {
     return Status::invalid_argument(fmt::format(
