@@ -45,8 +45,8 @@ int run_preprocess(const PreprocessOptions& p) {
     std::printf("wrote %s.bin and %s.idx\n", prefix.c_str(), prefix.c_str());
   }
   std::printf(
-      "%lld documents, %lld sequences, %lld tokens (%s) from %s in %.2f s with %d workers; "
-      "train on it with --data-path %s\n",
+      "%lld documents, %lld sequences, %lld tokens (%s) from %s in %.2f s with %d workers "
+      "(Megatron-LM's --data-path %s)\n",
       static_cast<long long>(s.documents), static_cast<long long>(s.sequences),
       static_cast<long long>(s.tokens), std::string(indexed_dtype_name(s.dtype)).c_str(),
       human_bytes(static_cast<double>(s.bytes)).c_str(), s.seconds, p.workers,
