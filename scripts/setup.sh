@@ -10,6 +10,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin openssh-client
   libarchive-dev
+  # Tokenizers: GPT-2's pre-tokenisation pattern (PCRE2), SentencePiece models and its trainer.
+  libpcre2-dev libsentencepiece-dev
   libexpat1-dev
   # GPU traces in `report`: gzip'd Kineto JSON (zlib), Nsight Systems SQLite exports.
   zlib1g-dev libsqlite3-dev

@@ -1,5 +1,6 @@
-// tightpipe data: write WebDataset-style tar shards from text (shard), and read a data path
-// through the loader to check it and measure its throughput (check).
+// tightpipe data: write WebDataset-style tar shards from text (shard), tokenize text into Megatron
+// indexed datasets (preprocess), and read a data path through the loader to check it and measure
+// its throughput (check).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include "commands.h"
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
+#include "tightpipe/preprocess.h"
 #include "tightpipe/shard.h"
 
 namespace tightpipe::cli {
@@ -24,6 +26,31 @@ int run_shard(const ShardWriterOptions& w) {
     std::printf("read them with --data-path '%s/shard-{000000..%06zu}.tar'\n", w.out_dir.c_str(),
                 summary->shards.size() - 1);
   }
+  return kExitOk;
+}
+
+int run_preprocess(const PreprocessOptions& p) {
+  // Megatron's progress line, on stderr like its tools/preprocess_data.py.
+  auto report = [](const PreprocessProgress& pr) {
+    const double dt = pr.seconds > 0 ? pr.seconds : 1e-9;
+    std::fprintf(stderr, "processed %lld documents (%.0f docs/s, %.2f MB/s)\n",
+                 static_cast<long long>(pr.documents), static_cast<double>(pr.documents) / dt,
+                 static_cast<double>(pr.bytes) / dt / (1 << 20));
+  };
+  auto summary = preprocess(p, report);
+  if (!summary.ok()) return report_error("data preprocess", summary.status());
+  const PreprocessSummary& s = *summary;
+  report({s.documents, s.bytes, s.seconds});
+  for (const std::string& prefix : s.prefixes) {
+    std::printf("wrote %s.bin and %s.idx\n", prefix.c_str(), prefix.c_str());
+  }
+  std::printf(
+      "%lld documents, %lld sequences, %lld tokens (%s) from %s in %.2f s with %d workers "
+      "(Megatron-LM's --data-path %s)\n",
+      static_cast<long long>(s.documents), static_cast<long long>(s.sequences),
+      static_cast<long long>(s.tokens), std::string(indexed_dtype_name(s.dtype)).c_str(),
+      human_bytes(static_cast<double>(s.bytes)).c_str(), s.seconds, p.workers,
+      s.prefixes.empty() ? "" : s.prefixes.front().c_str());
   return kExitOk;
 }
 
@@ -70,8 +97,8 @@ int run_check(DataOptions o, int64_t max_batches) {
 
 int cmd_data(int argc, char** argv) {
   CLI::App app(
-      "Write WebDataset-style tar shards from text, or check a data path by reading it "
-      "through the loader.",
+      "Write WebDataset-style tar shards from text, tokenize text into Megatron-LM indexed "
+      "datasets (.bin/.idx), or check a data path by reading it through the loader.",
       "tightpipe data");
   app.require_subcommand(1);
 
@@ -96,6 +123,35 @@ int cmd_data(int argc, char** argv) {
   shard
       ->add_option("--seq-length", w.seq_length,
                    "T: each sample is T+1 tokens (0: one sample per input file)")
+      ->capture_default_str();
+
+  PreprocessOptions p;
+  std::string tokenizer_type;
+  CLI::App* pre = app.add_subcommand(
+      "preprocess",
+      "tokenize .jsonl lines or plain text (one document per blank-line-separated paragraph) into "
+      "PREFIX_KEY_document.bin/.idx, as Megatron-LM's tools/preprocess_data.py does");
+  pre->add_option("--input", p.input,
+                  "JSON lines (.jsonl/.json, one object per line) or plain text")
+      ->required();
+  pre->add_option("--json-keys", p.json_keys, "JSON keys to tokenize, one dataset each")
+      ->expected(1, -1)
+      ->capture_default_str();
+  pre->add_option("--output-prefix", p.output_prefix,
+                  "writes OUTPUT_PREFIX_KEY_document.bin/.idx (directory must exist)")
+      ->required();
+  pre->add_option("--tokenizer-type", tokenizer_type,
+                  "GPT2BPETokenizer, SentencePieceTokenizer or ByteTokenizer")
+      ->required();
+  pre->add_option("--vocab-file", p.tokenizer.vocab_file, "GPT2BPETokenizer: vocab.json");
+  pre->add_option("--merge-file", p.tokenizer.merge_file, "GPT2BPETokenizer: merges.txt");
+  pre->add_option("--tokenizer-model", p.tokenizer.tokenizer_model,
+                  "SentencePieceTokenizer: the .model file");
+  pre->add_flag("--append-eod", p.append_eod, "append the end-of-document token to each document");
+  pre->add_option("--workers", p.workers,
+                  "tokenizing threads (the output is the same for any number)")
+      ->capture_default_str();
+  pre->add_option("--log-interval", p.log_interval, "documents between progress lines")
       ->capture_default_str();
 
   DataOptions o;
@@ -131,6 +187,12 @@ int cmd_data(int argc, char** argv) {
       w.shard_size = *bytes;
     }
     return run_shard(w);
+  }
+  if (pre->parsed()) {
+    auto type = parse_tokenizer_type(tokenizer_type);
+    if (!type.ok()) return report_error("data preprocess", type.status());
+    p.tokenizer.type = *type;
+    return run_preprocess(p);
   }
   auto sp = parse_split(split);
   if (!sp.ok()) return report_error("data check", sp.status());

@@ -1,0 +1,63 @@
+// SentencePiece models (Megatron-LM's SentencePieceTokenizer) through libsentencepiece: the
+// processor is loaded once and only read afterwards (its Encode and Decode are const).
+#include <fmt/format.h>
+#include <sentencepiece_processor.h>
+
+#include "tightpipe/base.h"
+#include "tokenizers.h"
+
+namespace tightpipe {
+
+namespace {
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  TokenizerType type() const override { return TokenizerType::kSentencePiece; }
+  int32_t vocab_size() const override { return processor_.GetPieceSize(); }
+  int32_t eod() const override { return processor_.eos_id(); }
+
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int> ids;
+    // Fails only without a loaded model, which load() rules out.
+    (void)processor_.Encode(text, &ids);
+    return std::vector<int32_t>(ids.begin(), ids.end());
+  }
+
+  Result<std::string> decode(std::span<const int32_t> ids) const override {
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (ids[k] < 0 || ids[k] >= vocab_size()) {
+        return id_outside_vocabulary(ids[k], k, vocab_size(), "the SentencePiece");
+      }
+    }
+    std::string out;
+    auto status = processor_.Decode(std::vector<int>(ids.begin(), ids.end()), &out);
+    if (!status.ok()) {
+      return Status::internal(fmt::format("SentencePiece decode: {}", status.ToString()));
+    }
+    return out;
+  }
+
+  static Result<std::unique_ptr<Tokenizer>> load(const std::string& model_file) {
+    std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
+    auto status = t->processor_.Load(model_file);
+    if (!status.ok()) {
+      return Status::invalid_argument(
+          fmt::format("--tokenizer-model {}: {}; hint: a SentencePiece .model file (what "
+                      "spm_train writes)",
+                      printable(model_file), printable(status.ToString(), 200)));
+    }
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+
+ private:
+  SentencePieceTokenizer() = default;
+  sentencepiece::SentencePieceProcessor processor_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> make_sentencepiece_tokenizer(const std::string& model_file) {
+  return SentencePieceTokenizer::load(model_file);
+}
+
+}  // namespace tightpipe
