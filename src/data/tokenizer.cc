@@ -74,7 +74,7 @@ Status TokenizerOptions::validate() const {
     return Status::invalid_argument(
         fmt::format("{} {}: --tokenizer-type {} does not read it; "
                     "hint: drop it, or choose the tokenizer it is for",
-                    flag, printable(value), tokenizer_type_name(type)));
+                    flag, printable(value, 200), tokenizer_type_name(type)));
   };
   switch (type) {
     case TokenizerType::kGpt2Bpe:

@@ -354,14 +354,14 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
   if (!vocab_text.ok()) {
     return Status(vocab_text.status().code(),
                   fmt::format("--vocab-file {}: {}; hint: GPT-2's vocab.json",
-                              printable(vocab_file), vocab_text.status().message()));
+                              printable(vocab_file, 200), vocab_text.status().message()));
   }
   nlohmann::json vocab = nlohmann::json::parse(*vocab_text, nullptr, /*allow_exceptions=*/false);
   if (vocab.is_discarded() || !vocab.is_object() || vocab.empty()) {
     return Status::invalid_argument(fmt::format(
         "--vocab-file {}: not a JSON object of token -> id (starts with '{}'); hint: GPT-2's "
         "vocab.json",
-        printable(vocab_file), printable(std::string_view(*vocab_text).substr(0, 20))));
+        printable(vocab_file, 200), printable(std::string_view(*vocab_text).substr(0, 20))));
   }
   const size_t n = vocab.size();
   std::vector<std::string> tokens(n);
@@ -374,14 +374,14 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
       return Status::invalid_argument(fmt::format(
           "--vocab-file {}: token '{}' has id {}, expected a distinct integer in [0, {}); hint: "
           "the ids of vocab.json number its tokens 0, 1, ...",
-          printable(vocab_file), printable(text), printable(value.dump()), n));
+          printable(vocab_file, 200), printable(text), printable(value.dump()), n));
     }
     auto bytes = alphabet_to_bytes(text, to_byte);
     if (!bytes) {
       return Status::invalid_argument(fmt::format(
           "--vocab-file {}: token '{}' has a character outside GPT-2's byte alphabet; hint: a "
           "byte-level BPE vocabulary spells every byte as one of 256 characters",
-          printable(vocab_file), printable(text)));
+          printable(vocab_file, 200), printable(text)));
     }
     int64_t id = value.get<int64_t>();
     seen[id] = true;
@@ -394,7 +394,7 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
   if (!merge_text.ok()) {
     return Status(merge_text.status().code(),
                   fmt::format("--merge-file {}: {}; hint: GPT-2's merges.txt",
-                              printable(merge_file), merge_text.status().message()));
+                              printable(merge_file, 200), merge_text.status().message()));
   }
   std::vector<std::string> lines = split(*merge_text, '\n');
   std::unique_ptr<Gpt2BpeTokenizer> t(new Gpt2BpeTokenizer(lines.size(), long_word_bytes));
@@ -409,7 +409,7 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
       return Status::invalid_argument(fmt::format(
           "--merge-file {} line {}: '{}' is not two symbols; hint: merges.txt holds one merge "
           "per line, 'left right'",
-          printable(merge_file), k + 1, printable(line)));
+          printable(merge_file, 200), k + 1, printable(line)));
     }
     auto a_bytes = alphabet_to_bytes(a, to_byte);
     auto b_bytes = alphabet_to_bytes(b, to_byte);
@@ -423,8 +423,8 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
       return Status::invalid_argument(fmt::format(
           "--merge-file {} line {}: merge '{}': '{}' is not in --vocab-file {}; hint: the "
           "vocab/merges pair disagrees, pass the vocab.json and merges.txt made together",
-          printable(merge_file), k + 1, printable(line), printable(missing),
-          printable(vocab_file)));
+          printable(merge_file, 200), k + 1, printable(line), printable(missing),
+          printable(vocab_file, 200)));
     }
     t->merges_.put(a_id->second, b_id->second, {rank++, merged->second});
   }
@@ -435,7 +435,7 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
       return Status::invalid_argument(fmt::format(
           "--vocab-file {}: no token for byte 0x{:02x}; hint: a byte-level BPE vocabulary holds "
           "all 256 bytes",
-          printable(vocab_file), b));
+          printable(vocab_file, 200), b));
     }
     t->byte_ids_[b] = it->second;
   }
@@ -443,7 +443,7 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
   if (eod == id_of.end()) {
     return Status::invalid_argument(
         fmt::format("--vocab-file {}: no token {}; hint: GPT-2's end-of-document token",
-                    printable(vocab_file), kEndOfText));
+                    printable(vocab_file, 200), kEndOfText));
   }
   t->eod_ = eod->second;
   t->token_offsets_.reserve(n + 1);

@@ -44,7 +44,7 @@ class SentencePieceTokenizer final : public Tokenizer {
       return Status::invalid_argument(
           fmt::format("--tokenizer-model {}: {}; hint: a SentencePiece .model file (what "
                       "spm_train writes)",
-                      printable(model_file), printable(status.ToString(), 200)));
+                      printable(model_file, 200), printable(status.ToString(), 200)));
     }
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
