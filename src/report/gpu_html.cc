@@ -17,18 +17,10 @@ namespace tightpipe {
 namespace report_internal {
 
 int32_t median_window_step(const std::vector<GpuRankReport>& ranks) {
-  std::map<int32_t, std::pair<double, size_t>> window;  // step -> its longest window, its ranks
-  for (const GpuRankReport& r : ranks) {
-    for (const GpuStepReport& s : r.steps) {
-      auto& [w, n] = window[s.step];
-      w = std::max(w, s.usage.window_s);
-      ++n;
-    }
-  }
-  std::vector<std::pair<double, int32_t>> all, common;
-  for (const auto& [step, wn] : window) {
-    all.emplace_back(wn.first, step);
-    if (wn.second == ranks.size()) common.emplace_back(wn.first, step);
+  std::vector<std::pair<double, int32_t>> all, common;  // (longest window, step)
+  for (const StepAcrossRanks& x : steps_across_ranks(ranks)) {
+    all.emplace_back(x.longest_window_s(), x.step);
+    if (x.ranks.size() == ranks.size()) common.emplace_back(x.longest_window_s(), x.step);
   }
   std::vector<std::pair<double, int32_t>>& order = common.empty() ? all : common;
   if (order.empty()) return kNoStep;

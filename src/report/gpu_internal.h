@@ -64,6 +64,16 @@ Timeline gpu_step_timeline(const GpuTraceReport& report, int32_t step);
 // report and report.html print it.
 std::string gpu_headline(const GpuTraceReport& report);
 
+// One step across the ranks: the usage of each rank that has it (in rank order).
+struct StepAcrossRanks {
+  int32_t step = 0;
+  std::vector<const GpuUsage*> ranks;
+  double longest_window_s() const;  // the step time: the longest of its ranks' windows
+};
+// Every step any rank has, in step order: where the pipeline analysis (the steps every rank has)
+// and the page (the median-window step) take their steps from. The pointers point into `ranks`.
+std::vector<StepAcrossRanks> steps_across_ranks(const std::vector<GpuRankReport>& ranks);
+
 // The step report.html draws (gpu_html.cc): among the steps every rank has (all steps when none
 // is common), the one whose window, the longest of its ranks' windows, is the median (the lower
 // median for an even count; ties by step number). kNoStep when no rank has steps.

@@ -360,45 +360,32 @@ double fit_message_s(const std::vector<GpuTraceRank>& traces, const std::vector<
 }
 
 // The steps every rank has (ascending).
-std::vector<int32_t> common_steps(const std::vector<GpuRankReport>& ranks) {
-  std::map<int32_t, size_t> count;
-  for (const GpuRankReport& r : ranks)
-    for (const GpuStepReport& s : r.steps) ++count[s.step];
-  std::vector<int32_t> out;
-  for (const auto& [step, n] : count)
-    if (n == ranks.size()) out.push_back(step);
+std::vector<report_internal::StepAcrossRanks> common_steps(
+    const std::vector<GpuRankReport>& ranks) {
+  std::vector<report_internal::StepAcrossRanks> out;
+  for (auto& x : report_internal::steps_across_ranks(ranks))
+    if (x.ranks.size() == ranks.size()) out.push_back(std::move(x));
   return out;
 }
 
 // The median over `steps` of the longest rank window.
-double measured_step_s(const std::vector<GpuRankReport>& ranks, const std::vector<int32_t>& steps) {
+double measured_step_s(const std::vector<report_internal::StepAcrossRanks>& steps) {
   std::vector<double> longest;
-  for (int32_t k : steps) {
-    double w = 0;
-    for (const GpuRankReport& r : ranks)
-      for (const GpuStepReport& s : r.steps)
-        if (s.step == k) w = std::max(w, s.usage.window_s);
-    longest.push_back(w);
-  }
+  for (const auto& x : steps) longest.push_back(x.longest_window_s());
   return median(longest);
 }
 
 // The median over `steps` of step_bubble with busy = compute, on a common origin per step.
-double measured_bubble_ratio(const std::vector<GpuRankReport>& ranks,
-                             const std::vector<int32_t>& steps) {
+double measured_bubble_ratio(const std::vector<report_internal::StepAcrossRanks>& steps) {
   std::vector<double> ratios;
-  for (int32_t k : steps) {
-    std::vector<const GpuUsage*> u;
-    for (const GpuRankReport& r : ranks)
-      for (const GpuStepReport& s : r.steps)
-        if (s.step == k) u.push_back(&s.usage);
+  for (const auto& x : steps) {
     int64_t origin = INT64_MAX;
-    for (const GpuUsage* x : u) origin = std::min(origin, x->start_ns);
+    for (const GpuUsage* u : x.ranks) origin = std::min(origin, u->start_ns);
     std::vector<RankBusy> busy;
-    for (const GpuUsage* x : u) {
+    for (const GpuUsage* u : x.ranks) {
       RankBusy b;
-      b.compute = x->compute_s;
-      b.end = static_cast<double>(x->end_ns - origin) * 1e-9;
+      b.compute = u->compute_s;
+      b.end = static_cast<double>(u->end_ns - origin) * 1e-9;
       busy.push_back(b);
     }
     ratios.push_back(step_bubble(busy).ratio);
@@ -471,14 +458,16 @@ GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
   }
   auto lowered = lower(*ran);
   if (!lowered.ok()) return failed(lowered.status().message());
-  const std::vector<int32_t> steps = common_steps(ranks);
+  const std::vector<report_internal::StepAcrossRanks> common = common_steps(ranks);
+  std::vector<int32_t> steps;
+  for (const auto& x : common) steps.push_back(x.step);
   if (steps.empty()) {
     return failed(
         "no ProfilerStep#N is in every trace: the pipeline analysis fits and compares steps; "
         "hint: profile the same steps on every rank and call prof.step() every iteration");
   }
-  rep.measured_step_s = measured_step_s(ranks, steps);
-  rep.measured_bubble_ratio = measured_bubble_ratio(ranks, steps);
+  rep.measured_step_s = measured_step_s(common);
+  rep.measured_bubble_ratio = measured_bubble_ratio(common);
 
   // Costs.
   Fit fit;

@@ -133,6 +133,26 @@ namespace report_internal {
 
 // "rank 3 idles 22.0% of step 1009 (5.10 ms of 23.2 ms); 10.1% of the step is exposed
 // communication": the step with the most idle time.
+double StepAcrossRanks::longest_window_s() const {
+  double w = 0;
+  for (const GpuUsage* u : ranks) w = std::max(w, u->window_s);
+  return w;
+}
+
+std::vector<StepAcrossRanks> steps_across_ranks(const std::vector<GpuRankReport>& ranks) {
+  std::map<int32_t, StepAcrossRanks> by_step;
+  for (const GpuRankReport& r : ranks) {
+    for (const GpuStepReport& s : r.steps) {
+      StepAcrossRanks& x = by_step[s.step];
+      x.step = s.step;
+      x.ranks.push_back(&s.usage);
+    }
+  }
+  std::vector<StepAcrossRanks> out;
+  for (auto& [step, x] : by_step) out.push_back(std::move(x));
+  return out;
+}
+
 std::string gpu_headline(const GpuTraceReport& rep) {
   // The step in which a rank computes the smallest share of its window.
   const GpuRankReport* br = nullptr;
