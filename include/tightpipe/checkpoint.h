@@ -35,6 +35,8 @@ namespace tightpipe::nn {
 inline constexpr const char* kTrackerFile = "latest_checkpointed_iteration.txt";
 inline constexpr const char* kManifestFile = "manifest.txt";
 inline constexpr const char* kDataPositionFile = "data_position.json";
+// The tokenizer the run trained with (TokenizerOptions::to_json), for `tightpipe sample`.
+inline constexpr const char* kTokenizerFile = "tokenizer.json";
 // A manifest larger than this is refused before it is read (one of 1026 stages is ~30 KB).
 inline constexpr int64_t kMaxManifestBytes = int64_t{1} << 20;
 

@@ -33,6 +33,13 @@ struct TokenizerOptions {
   // OK when the files the type needs are named (and only those); InvalidArgument naming the flag
   // (--vocab-file, --merge-file, --tokenizer-model) and a hint otherwise.
   Status validate() const;
+
+  // The tokenizer a checkpoint was trained with (tokenizer.json beside its stages, so `tightpipe
+  // sample` decodes with it): {"tokenizer_type", "vocab_file", "merge_file", "tokenizer_model"},
+  // the files as absolute paths.
+  std::string to_json() const;
+  // Errors (Corruption) name `what` (the file) and the key or value that does not parse.
+  static Result<TokenizerOptions> from_json(std::string_view json, std::string_view what);
 };
 
 class Tokenizer {

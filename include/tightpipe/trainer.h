@@ -21,6 +21,7 @@
 #include "tightpipe/model.h"
 #include "tightpipe/optimizer.h"
 #include "tightpipe/schedule.h"
+#include "tightpipe/tokenizer.h"
 #include "tightpipe/transport.h"
 
 namespace tightpipe {
@@ -104,6 +105,10 @@ struct TrainOptions {
   bool check_for_nan = true;           // --check-for-nan-in-loss-and-grad (pipeline_step)
   uint64_t seed = 1234;                // --seed: model init and data order
   DataOptions data;                    // --data-path, --num-workers, ... (B, T from model)
+  // --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model: the tokenizer of the data
+  // (model.vocab_size is its vocabulary padded by --make-vocab-size-divisible-by, set by the
+  // CLI); written into every checkpoint (tokenizer.json) for `tightpipe sample`.
+  TokenizerOptions tokenizer;
   int64_t eval_interval = 0;           // --eval-interval (0: only at the end when eval_iters > 0)
   int64_t eval_iters = 0;              // --eval-iters: validation microbatches per evaluation
   std::string out_dir;                 // --out-dir: metrics.jsonl, summary.json, timelines

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
 #include "tokenizers.h"
@@ -91,6 +94,47 @@ Status TokenizerOptions::validate() const {
       return refuse(tokenizer_model, "--tokenizer-model");
   }
   return Status::Ok();
+}
+
+std::string TokenizerOptions::to_json() const {
+  auto absolute = [](const std::string& path) {
+    std::error_code ec;
+    return path.empty() ? path : std::filesystem::absolute(path, ec).lexically_normal().string();
+  };
+  nlohmann::json j = {{"tokenizer_type", std::string(tokenizer_type_name(type))},
+                      {"vocab_file", absolute(vocab_file)},
+                      {"merge_file", absolute(merge_file)},
+                      {"tokenizer_model", absolute(tokenizer_model)}};
+  return j.dump() + "\n";
+}
+
+Result<TokenizerOptions> TokenizerOptions::from_json(std::string_view json, std::string_view what) {
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
+  auto bad = [&](std::string_view why) {
+    return Status::corruption(
+        fmt::format("{}: {}; hint: the file is damaged: pass the tokenizer "
+                    "flags (--tokenizer-type, --vocab-file, ...) instead",
+                    printable(what, 200), why));
+  };
+  if (!j.is_object()) return bad("not a JSON object");
+  TokenizerOptions o;
+  auto text = [&](const char* key, std::string& out) -> Status {
+    if (!j.contains(key)) return OkStatus();
+    if (!j[key].is_string()) return bad(fmt::format("'{}' is not a string", key));
+    out = j[key].get<std::string>();
+    return OkStatus();
+  };
+  std::string type = "ByteTokenizer";
+  TP_RETURN_IF_ERROR(text("tokenizer_type", type));
+  auto parsed = parse_tokenizer_type(type);
+  if (!parsed.ok()) return bad(fmt::format("unknown tokenizer_type '{}'", printable(type)));
+  o.type = *parsed;
+  TP_RETURN_IF_ERROR(text("vocab_file", o.vocab_file));
+  TP_RETURN_IF_ERROR(text("merge_file", o.merge_file));
+  TP_RETURN_IF_ERROR(text("tokenizer_model", o.tokenizer_model));
+  Status valid = o.validate();
+  if (!valid.ok()) return bad(valid.message());
+  return o;
 }
 
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerOptions& options) {

@@ -297,6 +297,35 @@ std::string tiny_vocab_json(bool with_merged) {
   return out;
 }
 
+// A checkpoint's tokenizer.json: the options come back (files as absolute paths), and a damaged
+// file is one line naming it.
+TEST(Tokenizer, OptionsJsonRoundTrip) {
+  TokenizerOptions o;
+  o.type = TokenizerType::kGpt2Bpe;
+  o.vocab_file = kData + "/gpt2/vocab.json";
+  o.merge_file = kData + "/gpt2/merges.txt";
+  auto back = TokenizerOptions::from_json(o.to_json(), "ck/tokenizer.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->type, TokenizerType::kGpt2Bpe);
+  EXPECT_TRUE(back->vocab_file.starts_with("/")) << back->vocab_file;
+  EXPECT_TRUE(back->vocab_file.ends_with("gpt2/vocab.json")) << back->vocab_file;
+  EXPECT_TRUE(back->merge_file.ends_with("gpt2/merges.txt")) << back->merge_file;
+  EXPECT_TRUE(back->tokenizer_model.empty());
+  auto byte = TokenizerOptions::from_json(TokenizerOptions{}.to_json(), "t.json");
+  ASSERT_TRUE(byte.ok());
+  EXPECT_EQ(byte->type, TokenizerType::kByte);
+
+  for (const char* bad : {"", "[1]", R"({"tokenizer_type": 3})", R"({"tokenizer_type": "Nope"})",
+                          R"({"tokenizer_type": "GPT2BPETokenizer"})"}) {
+    auto r = TokenizerOptions::from_json(bad, "ck/tokenizer.json");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << bad;
+    EXPECT_NE(r.status().message().find("ck/tokenizer.json"), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("hint:"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(Gpt2Bpe, BadFiles) {
   ScratchDir dir;
   const std::string merges = kData + "/gpt2/merges.txt";

@@ -188,6 +188,8 @@ Status RankRun::save_parts(const std::string& dir, int64_t done) {
                                                  train_data_->position().to_json()));
   }
   if (rank_ == 0) {
+    TP_RETURN_IF_ERROR(
+        nn::write_checkpoint_file((d / nn::kTokenizerFile).string(), opt_.tokenizer.to_json()));
     // The schedule an auto run built goes with the weights: a resumed run keeps it.
     const std::string sched = (d / kAutoScheduleFile).string();
     if (plan_.auto_switch.built) {
@@ -216,6 +218,7 @@ Status RankRun::save(int64_t done) {
     man.config = opt_.model;
     man.stages = plan_.specs;
     if (!opt_.exec.emulated) man.extra_files.push_back(nn::kDataPositionFile);
+    man.extra_files.push_back(nn::kTokenizerFile);
     if (plan_.auto_switch.built) man.extra_files.push_back(kAutoScheduleFile);
     committed = nn::commit_checkpoint(root, man);
   }

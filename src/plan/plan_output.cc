@@ -51,11 +51,14 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   const PlanOptions& o = result.options;
   const PlanModel& m = o.model;
   std::vector<std::string> out;
-  // tightpipe train: its model is byte-level GPT (vocab 256, 4h MLP), FP32, one data-parallel
-  // replica, recompute none or uniform (docs/plan.md).
+  // tightpipe train: GPT with its tokenizer's padded vocabulary (bytes: 256; GPT-2's BPE: 50304),
+  // 4h MLP, FP32, one data-parallel replica, recompute none or uniform (docs/plan.md).
+  constexpr int64_t kGpt2PaddedVocab = 50304;
   std::vector<std::string> why_not;
-  if (m.vocab_size != 256)
-    why_not.push_back(fmt::format("vocab {} (its model is byte-level, 256)", m.vocab_size));
+  if (m.vocab_size != 256 && m.vocab_size != kGpt2PaddedVocab) {
+    why_not.push_back(fmt::format(
+        "vocab {} (its vocabulary is its tokenizer's: 256 bytes or GPT-2's 50304)", m.vocab_size));
+  }
   if (m.ffn_hidden_size != 0 && m.ffn_hidden_size != 4 * m.hidden_size)
     why_not.push_back("an MLP width other than 4 x hidden");
   if (c.dp > 1) why_not.push_back(fmt::format("data parallel {} (train runs one replica)", c.dp));
@@ -72,6 +75,9 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
     if (!c.layout.empty()) cmd += " --pipeline-layout " + shell_quote(c.layout);
     if (c.recompute == "full") {
       cmd += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+    }
+    if (m.vocab_size == kGpt2PaddedVocab) {
+      cmd += " --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json --merge-file merges.txt";
     }
     out.push_back(cmd);
   } else {

@@ -29,4 +29,27 @@ int report_error(std::string_view command, const Status& status) {
   return status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitError;
 }
 
+void add_tokenizer_flags(CLI::App& app, TokenizerFlags& flags) {
+  app.add_option("--tokenizer-type", flags.type,
+                 "GPT2BPETokenizer, SentencePieceTokenizer or ByteTokenizer");
+  app.add_option("--vocab-file", flags.options.vocab_file, "GPT2BPETokenizer: vocab.json");
+  app.add_option("--merge-file", flags.options.merge_file, "GPT2BPETokenizer: merges.txt");
+  app.add_option("--tokenizer-model", flags.options.tokenizer_model,
+                 "SentencePieceTokenizer: the .model file");
+}
+
+Result<TokenizerOptions> TokenizerFlags::resolve() const {
+  TokenizerOptions o = options;
+  if (!type.empty()) {
+    TP_ASSIGN_OR_RETURN(o.type, parse_tokenizer_type(type));
+  } else if (!o.vocab_file.empty() || !o.merge_file.empty() || !o.tokenizer_model.empty()) {
+    return Status::invalid_argument(
+        "--vocab-file/--merge-file/--tokenizer-model without --tokenizer-type; hint: "
+        "--tokenizer-type GPT2BPETokenizer (vocab.json and merges.txt) or "
+        "SentencePieceTokenizer (--tokenizer-model)");
+  }
+  TP_RETURN_IF_ERROR(o.validate());
+  return o;
+}
+
 }  // namespace tightpipe::cli

@@ -126,7 +126,7 @@ int cmd_data(int argc, char** argv) {
       ->capture_default_str();
 
   PreprocessOptions p;
-  std::string tokenizer_type;
+  TokenizerFlags tokenizer;
   CLI::App* pre = app.add_subcommand(
       "preprocess",
       "tokenize .jsonl lines or plain text (one document per blank-line-separated paragraph) into "
@@ -140,13 +140,8 @@ int cmd_data(int argc, char** argv) {
   pre->add_option("--output-prefix", p.output_prefix,
                   "writes OUTPUT_PREFIX_KEY_document.bin/.idx (directory must exist)")
       ->required();
-  pre->add_option("--tokenizer-type", tokenizer_type,
-                  "GPT2BPETokenizer, SentencePieceTokenizer or ByteTokenizer")
-      ->required();
-  pre->add_option("--vocab-file", p.tokenizer.vocab_file, "GPT2BPETokenizer: vocab.json");
-  pre->add_option("--merge-file", p.tokenizer.merge_file, "GPT2BPETokenizer: merges.txt");
-  pre->add_option("--tokenizer-model", p.tokenizer.tokenizer_model,
-                  "SentencePieceTokenizer: the .model file");
+  add_tokenizer_flags(*pre, tokenizer);
+  pre->get_option("--tokenizer-type")->required();
   pre->add_flag("--append-eod", p.append_eod, "append the end-of-document token to each document");
   pre->add_option("--workers", p.workers,
                   "tokenizing threads (the output is the same for any number)")
@@ -189,9 +184,9 @@ int cmd_data(int argc, char** argv) {
     return run_shard(w);
   }
   if (pre->parsed()) {
-    auto type = parse_tokenizer_type(tokenizer_type);
-    if (!type.ok()) return report_error("data preprocess", type.status());
-    p.tokenizer.type = *type;
+    auto options = tokenizer.resolve();
+    if (!options.ok()) return report_error("data preprocess", options.status());
+    p.tokenizer = *options;
     return run_preprocess(p);
   }
   auto sp = parse_split(split);

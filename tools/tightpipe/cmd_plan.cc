@@ -9,6 +9,7 @@
 #include "tightpipe/base.h"
 #include "tightpipe/plan.h"
 #include "tightpipe/report.h"
+#include "tightpipe/tokenizer.h"
 
 namespace tightpipe::cli {
 namespace {
@@ -78,6 +79,11 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--vocab-size", m.vocab_size,
                  "vocabulary (embedding and LM head); 0 leaves them out")
       ->capture_default_str();
+  int64_t divisible_by = 128;
+  app.add_option("--make-vocab-size-divisible-by", divisible_by,
+                 "the LM head's rows: --vocab-size padded to a multiple of this, as Megatron-LM "
+                 "pads it (50257 -> 50304)")
+      ->capture_default_str();
   app.add_option("--ffn-hidden-size", m.ffn_hidden_size, "MLP width (default 4 x hidden)");
   app.add_option("--global-batch-size", o.global_batch_size, "sequences per optimizer step")
       ->required();
@@ -132,6 +138,13 @@ int cmd_plan(int argc, char** argv) {
   std::string html;
   app.add_option("--html", html, "write an HTML page with the step time / memory / cost plot");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  if (divisible_by < 1 || divisible_by > (1 << 16)) {
+    return report_error("plan", Status::invalid_argument(fmt::format(
+                                    "--make-vocab-size-divisible-by {}: must be in [1, 65536]; "
+                                    "hint: Megatron-LM's default is 128",
+                                    divisible_by)));
+  }
+  if (m.vocab_size > 0) m.vocab_size = padded_vocab_size(m.vocab_size, divisible_by);
 
   if (device.empty()) device = costs_path.empty() ? "h100-sxm" : "this-cpu";
   auto d = find_device_preset(device);

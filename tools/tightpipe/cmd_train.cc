@@ -1,22 +1,24 @@
 // tightpipe train / tightpipe sample.
 //
-// train: the GPT model (byte tokenizer, vocab 256) on P ranks with any schedule of the library
-// (P = 1 included), Megatron flag spelling, through run_training (src/exec/trainer.cc): one JSON
-// object per step in --out-dir/metrics.jsonl, summary.json, timelines, checkpoints.
-// sample: next-token sampling from a checkpoint written by train --save.
+// train: the GPT model (the tokenizer's vocabulary, padded; the byte tokenizer by default) on P
+// ranks with any schedule of the library (P = 1 included), Megatron flag spelling, through
+// run_training (src/exec/trainer.cc): one JSON object per step in --out-dir/metrics.jsonl,
+// summary.json, timelines, checkpoints. sample: next-token sampling from a checkpoint written by
+// train --save.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "commands.h"
-#include "train_pipeline.h"
 #include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/model.h"
 #include "tightpipe/optimizer.h"
 #include "tightpipe/report.h"
+#include "train_pipeline.h"
 
 namespace tightpipe::cli {
 namespace {
@@ -56,11 +58,56 @@ Result<LayerCosts> layout_costs_from(const std::string& dir, const GptConfig& mo
   return costs;
 }
 
+// The tokenizer of the flags and the model's vocabulary: the tokenizer's, padded to a multiple
+// of --make-vocab-size-divisible-by as Megatron-LM pads it (GPT-2's 50257 -> 50304; bytes: 256).
+Result<std::pair<TokenizerOptions, int32_t>> model_vocabulary(const TokenizerFlags& flags,
+                                                              int64_t divisible_by) {
+  constexpr int64_t kMaxDivisibleBy = 1 << 16;
+  if (divisible_by < 1 || divisible_by > kMaxDivisibleBy) {
+    return Status::invalid_argument(fmt::format(
+        "--make-vocab-size-divisible-by {}: must be in [1, {}]; hint: Megatron-LM's default is 128",
+        divisible_by, kMaxDivisibleBy));
+  }
+  TP_ASSIGN_OR_RETURN(TokenizerOptions options, flags.resolve());
+  TP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, make_tokenizer(options));
+  const int64_t padded = padded_vocab_size(tokenizer->vocab_size(), divisible_by);
+  if (padded > nn::kMaxVocabSize) {
+    return Status::invalid_argument(fmt::format(
+        "--make-vocab-size-divisible-by {}: pads the tokenizer's {} ids to {}, above the model's "
+        "limit {}; hint: a smaller multiple",
+        divisible_by, tokenizer->vocab_size(), padded, nn::kMaxVocabSize));
+  }
+  return std::pair{options, static_cast<int32_t>(padded)};
+}
+
+// `sample`'s tokenizer: the flags when given, else the checkpoint's tokenizer.json, else bytes
+// (a checkpoint written before tokenizers were recorded).
+Result<std::unique_ptr<Tokenizer>> sample_tokenizer(const TokenizerFlags& flags,
+                                                    const std::string& dir) {
+  if (flags.given()) {
+    TP_ASSIGN_OR_RETURN(TokenizerOptions options, flags.resolve());
+    return make_tokenizer(options);
+  }
+  const std::string path = (std::filesystem::path(dir) / nn::kTokenizerFile).string();
+  if (!std::filesystem::exists(path)) return make_tokenizer(TokenizerOptions{});
+  TP_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  TP_ASSIGN_OR_RETURN(TokenizerOptions options, TokenizerOptions::from_json(text, path));
+  auto tokenizer = make_tokenizer(options);
+  if (!tokenizer.ok()) {
+    return tokenizer.status().with_context(fmt::format(
+        "the tokenizer recorded in {} (pass --tokenizer-type and its files to use others)",
+        printable(path, 200)));
+  }
+  return tokenizer;
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
-  CLI::App app{"train the GPT model (byte-level, vocab 256) on --pp pipeline ranks with any schedule",
-               "tightpipe train"};
+  CLI::App app{
+      "train the GPT model on --pp pipeline ranks with any schedule (vocabulary: the "
+      "tokenizer's, padded; bytes by default)",
+      "tightpipe train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last one wins
   // Flags bind straight to the trainer's options; the pipeline group's flags go through
   // run_pipeline, which checks and converts them.
@@ -130,9 +177,19 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--blas-threads", o.blas_threads,
                  "OpenBLAS threads of each rank (1 when several thread ranks share the process)")
       ->capture_default_str();
+  TokenizerFlags tokenizer;
+  add_tokenizer_flags(app, tokenizer);
+  int64_t divisible_by = 128;
+  app.add_option("--make-vocab-size-divisible-by", divisible_by,
+                 "pad the tokenizer's vocabulary to a multiple of this (the model's vocabulary)")
+      ->capture_default_str();
   PipelineFlags pf;
   add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto vocab = model_vocabulary(tokenizer, divisible_by);
+  if (!vocab.ok()) return report_error("train", vocab.status());
+  o.tokenizer = vocab->first;
+  o.model.vocab_size = vocab->second;
   // Only an absent --min-lr means lr/10: a given negative one is refused (LrSchedule::validate).
   o.lr.min_lr = min_lr_flag->count() == 0 ? o.lr.lr / 10 : min_lr;
   if (!layout_costs_dir.empty()) {
@@ -155,10 +212,15 @@ int cmd_sample(int argc, char** argv) {
   app.add_option("--load", load, "a --save root (its newest complete checkpoint) or an iter_* dir")
       ->required();
   app.add_option("--prompt", prompt, "text to continue")->capture_default_str();
-  app.add_option("--tokens", num_tokens, "bytes to generate")->capture_default_str();
+  app.add_option("--tokens", num_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", temperature, "softmax temperature (0: greedy)")
       ->capture_default_str();
   app.add_option("--seed", seed, "sampling seed")->capture_default_str();
+  TokenizerFlags tokenizer_flags;
+  add_tokenizer_flags(app, tokenizer_flags);
+  app.footer(
+      "The tokenizer: the flags when given, else the one the checkpoint was trained with "
+      "(tokenizer.json), else bytes.");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   auto run = [&]() -> Status {
     if (prompt.empty()) {
@@ -166,9 +228,9 @@ int cmd_sample(int argc, char** argv) {
           "--prompt '': must not be empty; hint: text to continue, e.g. --prompt 'ROMEO:'");
     }
     if (num_tokens < 0 || num_tokens > kMaxSampleTokens) {
-      return Status::invalid_argument(
-          fmt::format("--tokens {}: must be in [0, {}]; hint: bytes to generate, e.g. --tokens 200",
-                      num_tokens, kMaxSampleTokens));
+      return Status::invalid_argument(fmt::format(
+          "--tokens {}: must be in [0, {}]; hint: tokens to generate, e.g. --tokens 200",
+          num_tokens, kMaxSampleTokens));
     }
     if (!(std::isfinite(temperature) && temperature >= 0)) {
       return Status::invalid_argument(fmt::format(
@@ -188,10 +250,22 @@ int cmd_sample(int argc, char** argv) {
           auto st, nn::load_stage_checkpoint(nn::stage_checkpoint_path(ck.dir, int(s)), stages[s]));
       (void)st;
     }
-    std::vector<int32_t> ctx;
-    for (unsigned char ch : prompt) ctx.push_back(ch);
+    TP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                        sample_tokenizer(tokenizer_flags, ck.dir));
+    // Only the tokenizer's own ids are drawn: the padding rows of the LM head are never text.
+    if (tokenizer->vocab_size() > c.vocab_size) {
+      return Status::invalid_argument(fmt::format(
+          "--load {}: the model has a vocabulary of {} but the tokenizer ({}) has {} ids; hint: "
+          "sample with the tokenizer the model was trained with",
+          ck.dir, c.vocab_size, tokenizer_type_name(tokenizer->type()), tokenizer->vocab_size()));
+    }
+    const int ids = tokenizer->vocab_size();
+    std::vector<int32_t> ctx = tokenizer->encode(prompt);
+    if (ctx.empty()) {
+      return Status::invalid_argument(fmt::format(
+          "--prompt '{}': encodes to no token; hint: a longer prompt", printable(prompt)));
+    }
     Rng rng(seed);
-    std::fputs(prompt.c_str(), stdout);
     std::vector<int32_t> tokens(c.seq_length), targets(c.seq_length, 0);
     constexpr int kMb = 0;
     for (int i = 0; i < num_tokens; ++i) {
@@ -216,6 +290,7 @@ int cmd_sample(int argc, char** argv) {
         p.assign(probs.begin(), probs.end());
         for (auto& s : stages) s.discard(kMb);
       }
+      p.resize(static_cast<size_t>(ids));
       int next = 0;
       if (temperature <= 0) {
         next = int(std::max_element(p.begin(), p.end()) - p.begin());
@@ -223,12 +298,13 @@ int cmd_sample(int argc, char** argv) {
         double sum = 0;
         for (float& x : p) sum += (x = float(std::pow(double(x), 1.0 / temperature)));
         double u = rng.uniform_double() * sum;
-        for (next = 0; next < c.vocab_size - 1 && (u -= p[next]) > 0; ++next) {
+        for (next = 0; next < ids - 1 && (u -= p[next]) > 0; ++next) {
         }
       }
       ctx.push_back(next);
-      std::fputc(next, stdout);
     }
+    TP_ASSIGN_OR_RETURN(std::string text, tokenizer->decode(ctx));
+    std::fputs(text.c_str(), stdout);
     std::fputc('\n', stdout);
     return OkStatus();
   };

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tightpipe/status.h"
+#include "tightpipe/tokenizer.h"
 
 namespace tightpipe::cli {
 
@@ -27,5 +28,20 @@ int parse_or_exit(CLI::App& app, int argc, char** argv);
 // Prints "tightpipe <cmd>: error: <message>" to stderr and returns the exit code for `status`
 // (kExitUsage for InvalidArgument, kExitError otherwise).
 int report_error(std::string_view command, const Status& status);
+
+// Megatron-LM's tokenizer flags (--tokenizer-type, --vocab-file, --merge-file,
+// --tokenizer-model), shared by `data preprocess`, `train` and `sample`.
+struct TokenizerFlags {
+  std::string type;  // empty: not given
+  TokenizerOptions options;
+  bool given() const {
+    return !type.empty() || !options.vocab_file.empty() || !options.merge_file.empty() ||
+           !options.tokenizer_model.empty();
+  }
+  // The options with the parsed type; ByteTokenizer when no flag was given. InvalidArgument naming
+  // the flag for an unknown type, or files the type needs or does not read.
+  Result<TokenizerOptions> resolve() const;
+};
+void add_tokenizer_flags(CLI::App& app, TokenizerFlags& flags);
 
 }  // namespace tightpipe::cli
