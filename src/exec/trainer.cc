@@ -134,6 +134,31 @@ CpuLoad cpu_load(const TrainOptions& o, const Schedule& lowered) {
 
 }  // namespace
 
+namespace {
+
+// A text file is read as bytes, so a run with another tokenizer on one is refused before any
+// work (its model would silently train on byte ids). Indexed datasets and shards' .tokens hold
+// any tokenizer's ids: the loader checks each id against the model's vocabulary as it reads.
+Status check_tokenizer_fits_data(const TrainOptions& opt) {
+  const bool indexed = !opt.data.blend.empty() || is_indexed_dataset(opt.data.path);
+  const bool bytes = opt.tokenizer.type == TokenizerType::kByte;
+  if (indexed || bytes) return OkStatus();
+  auto files = expand_data_path(opt.data.path);
+  if (!files.ok()) return OkStatus();  // the loader names what is missing
+  for (const std::string& f : *files) {
+    if (is_shard_path(f)) continue;
+    return Status::invalid_argument(fmt::format(
+        "--tokenizer-type {} with --data-path '{}': the text file '{}' is read as bytes; hint: "
+        "tokenize it first (tightpipe data preprocess --tokenizer-type {} ...) and pass the "
+        "PREFIX it writes, or drop --tokenizer-type",
+        tokenizer_type_name(opt.tokenizer.type), printable(opt.data.path, 200), printable(f, 200),
+        tokenizer_type_name(opt.tokenizer.type)));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
   const TrainOptions& o = plan.opt;
   const nn::GptConfig& m = o.model;
@@ -320,11 +345,12 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
   plan.data.vocab_size = opt.model.vocab_size;
   plan.data.seed = opt.seed;
   if (!opt.exec.emulated) {
-    if (opt.data.path.empty()) {
+    if (opt.data.path.empty() && opt.data.blend.empty()) {
       return Status::invalid_argument(
           "--data-path is required; hint: e.g. --data-path ../shared/data/tinyshakespeare.txt");
     }
     TP_RETURN_IF_ERROR(plan.data.validate().with_context("--data-path"));
+    TP_RETURN_IF_ERROR(check_tokenizer_fits_data(opt));
   }
   if (!opt.out_dir.empty()) {
     std::error_code ec;

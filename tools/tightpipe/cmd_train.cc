@@ -133,9 +133,15 @@ int cmd_train(int argc, char** argv) {
                "optimizer step, naming the stages and the microbatch (default on)");
   app.add_option("--seed", o.seed, "seed of the initial weights and the data sampler")
       ->capture_default_str();
-  app.add_option("--data-path", o.data.path,
+  std::vector<std::string> data_words;
+  app.add_option("--data-path", data_words,
                  "text file (train: first 90%, validation: last 10%), a .tar shard, a directory of "
-                 "shards or a pattern like 'dir/shard-{000000..000009}.tar'");
+                 "shards, a pattern like 'dir/shard-{000000..000009}.tar', or Megatron-LM indexed "
+                 "datasets: PREFIX (PREFIX.bin/.idx) or a blend 'W1 PREFIX1 W2 PREFIX2 ...'")
+      ->expected(1, -1);
+  app.add_option("--split", o.data.split_weights,
+                 "indexed datasets: train, validation and test shares of each dataset's documents")
+      ->capture_default_str();
   app.add_option("--eval-interval", o.eval_interval, "validation every N steps (0: at the end)")
       ->capture_default_str();
   app.add_option("--eval-iters", o.eval_iters, "validation microbatches (0: none)")
@@ -186,6 +192,15 @@ int cmd_train(int argc, char** argv) {
   PipelineFlags pf;
   add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  if (!data_words.empty()) {
+    auto sources = parse_data_path(data_words);
+    if (!sources.ok()) return report_error("train", sources.status());
+    if (data_words.size() == 1) {
+      o.data.path = data_words[0];
+    } else {
+      o.data.blend = std::move(*sources);
+    }
+  }
   auto vocab = model_vocabulary(tokenizer, divisible_by);
   if (!vocab.ok()) return report_error("train", vocab.status());
   o.tokenizer = vocab->first;
