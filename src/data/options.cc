@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -115,10 +114,11 @@ Result<std::vector<DataSource>> parse_data_path(std::span<const std::string> wor
   // Does any word read as a number? Then the words alternate weight, path.
   bool numbers = false;
   for (const std::string& w : words) {
+    // strtod's whole-word match: also "nan", "inf" and "1e999", which are then bad weights.
+    const std::string t(trim(w));
     char* end = nullptr;
-    errno = 0;
-    (void)std::strtod(w.c_str(), &end);
-    numbers = numbers || (end != w.c_str() && *end == '\0' && !std::isspace(uint8_t(w[0])));
+    (void)std::strtod(t.c_str(), &end);
+    numbers = numbers || (!t.empty() && end == t.c_str() + t.size());
   }
   std::vector<DataSource> out;
   if (!numbers) {
