@@ -95,7 +95,7 @@ struct DataOptions {
   int32_t vocab_size = 256;  // every token id must be < vocab_size, else the sample is corrupt
   // Indexed datasets to blend (parse_data_path). Empty: `path` as above, where a path naming an
   // indexed dataset prefix (is_indexed_dataset) is a blend of one.
-  std::vector<DataSource> blend;
+  std::vector<DataSource> blend = {};
   // --split: train / validation / test shares of each indexed dataset's documents
   // (parse_split_weights). Used by indexed datasets only: kTrain reads part 0, kVal part 1, kAll
   // every document.

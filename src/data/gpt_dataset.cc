@@ -217,8 +217,8 @@ class IndexedLoader final : public DataLoader {
   void build_epoch(size_t d, int64_t epoch) {
     Member& m = members_[d];
     const std::vector<int64_t> docs =
-        member_order(static_cast<size_t>(m.doc_end - m.doc_begin), opt_.seed,
-                     kDocumentOrderStream, static_cast<int64_t>(d), epoch, shuffling());
+        member_order(static_cast<size_t>(m.doc_end - m.doc_begin), opt_.seed, kDocumentOrderStream,
+                     static_cast<int64_t>(d), epoch, shuffling());
     m.sequences.clear();
     m.ends.clear();
     int64_t at = 0;
@@ -233,9 +233,8 @@ class IndexedLoader final : public DataLoader {
       }
     }
     TP_CHECK(at == m.tokens, at, m.tokens);
-    m.sample_order =
-        member_order(static_cast<size_t>(m.samples_per_epoch), opt_.seed, kSampleOrderStream,
-                     static_cast<int64_t>(d), epoch, shuffling());
+    m.sample_order = member_order(static_cast<size_t>(m.samples_per_epoch), opt_.seed,
+                                  kSampleOrderStream, static_cast<int64_t>(d), epoch, shuffling());
     m.epoch = epoch;
   }
 
@@ -243,8 +242,8 @@ class IndexedLoader final : public DataLoader {
   Status copy_sample(const Member& m, int64_t j, std::span<int32_t> row) const {
     const int64_t T = opt_.seq_length;
     const int64_t first = j * T;
-    size_t k = static_cast<size_t>(std::upper_bound(m.ends.begin(), m.ends.end(), first) -
-                                   m.ends.begin());
+    size_t k =
+        static_cast<size_t>(std::upper_bound(m.ends.begin(), m.ends.end(), first) - m.ends.begin());
     int64_t filled = 0;
     while (filled < T + 1) {
       TP_CHECK(k < m.sequences.size(), k, m.sequences.size(), j, T);
@@ -252,7 +251,8 @@ class IndexedLoader final : public DataLoader {
       const int64_t seq_begin = m.ends[k] - m.ds.sequence_length(seq);
       const int64_t at = first + filled;
       const int64_t n = std::min(T + 1 - filled, m.ends[k] - at);
-      const std::span<int32_t> out = row.subspan(static_cast<size_t>(filled), static_cast<size_t>(n));
+      const std::span<int32_t> out =
+          row.subspan(static_cast<size_t>(filled), static_cast<size_t>(n));
       m.ds.read_tokens(seq, at - seq_begin, out);
       TP_RETURN_IF_ERROR(check_tokens(m.ds, seq, out, opt_.vocab_size));
       filled += n;
@@ -311,9 +311,9 @@ Status check_member(const std::string& path) {
 }  // namespace
 
 Result<std::unique_ptr<DataLoader>> open_indexed_loader(const DataOptions& options) {
-  const std::vector<DataSource> blend =
-      options.blend.empty() ? std::vector<DataSource>{DataSource{1.0, options.path}}
-                            : options.blend;
+  const std::vector<DataSource> blend = options.blend.empty()
+                                            ? std::vector<DataSource>{DataSource{1.0, options.path}}
+                                            : options.blend;
   TP_ASSIGN_OR_RETURN(const auto fractions, parse_split_weights(options.split_weights));
   const int64_t need = int64_t{options.seq_length} + 1;
   std::vector<Member> members;

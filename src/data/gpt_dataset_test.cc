@@ -72,9 +72,9 @@ Rows naive_rows(const std::vector<Document>& docs, int64_t begin, int64_t end, i
       for (const auto& seq : docs[begin + d]) stream.insert(stream.end(), seq.begin(), seq.end());
     }
     const int64_t samples = (static_cast<int64_t>(stream.size()) - 1) / T;
-    const std::vector<int64_t> sample_order = data_internal::member_order(
-        static_cast<size_t>(samples), seed, data_internal::kSampleOrderStream, member, epoch,
-        shuffle);
+    const std::vector<int64_t> sample_order =
+        data_internal::member_order(static_cast<size_t>(samples), seed,
+                                    data_internal::kSampleOrderStream, member, epoch, shuffle);
     for (int64_t j : sample_order) {
       if (rows.size() == n) break;
       rows.emplace_back(stream.begin() + j * T, stream.begin() + j * T + T + 1);
@@ -330,8 +330,7 @@ TEST(IndexedLoader, WeightsBySizeWithoutNumbers) {
   auto a = IndexedDataset::open(f.pa);
   auto b = IndexedDataset::open(f.pb);
   ASSERT_TRUE(a.ok() && b.ok());
-  const double share_a =
-      double(a->num_tokens()) / double(a->num_tokens() + b->num_tokens());
+  const double share_a = double(a->num_tokens()) / double(a->num_tokens() + b->num_tokens());
   DataOptions o = indexed_options("", 1, 3);
   std::vector<std::string> words{f.pa, f.pb};
   o.blend = *parse_data_path(words);
@@ -405,6 +404,10 @@ TEST(IndexedLoader, RestoreRefusesAnotherLoadersPosition) {
   EXPECT_NE(s.message().find("epoch 2, samples 0, token_offset 3"), std::string::npos)
       << s.message();
   pos = loader->position();
+  pos.samples_in_epoch = int64_t{1} << 41;  // a count no replay should walk
+  EXPECT_NE(loader->restore(pos).message().find("at most 1099511627776 samples"),
+            std::string::npos);
+  pos = loader->position();
   pos.num_sources = 2;
   EXPECT_NE(loader->restore(pos).message().find("num_sources"), std::string::npos);
 }
@@ -473,10 +476,10 @@ TEST(IndexedLoader, TokenOutsideTheVocabularyNamesSequenceAndDocument) {
   ASSERT_NE(loader, nullptr);
   auto batch = loader->next();
   ASSERT_FALSE(batch.ok());
-  EXPECT_NE(batch.status().message().find(prefix +
-                                          ".bin: token 300 in sequence 2 (document 2) is >= "
-                                          "the model's vocabulary 256"),
-            std::string::npos)
+  EXPECT_NE(
+      batch.status().message().find(prefix + ".bin: token 300 in sequence 2 (document 2) is >= "
+                                             "the model's vocabulary 256"),
+      std::string::npos)
       << batch.status().message();
 
   write_dataset(prefix, {{{1, 2, 3}}, {{4, -5, 6, 7, 8}}}, IndexedDtype::kInt16);

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -167,7 +167,9 @@ Result<std::array<double, 3>> parse_split_weights(std::string_view text) {
     v[i] = *x;
     sum += *x;
   }
-  if (!(sum > 0) || !std::isfinite(sum)) return bad("the shares add up to 0");
+  if (!(sum > 0) || !std::isfinite(sum)) {
+    return bad(fmt::format("the shares add up to {} (expected a finite number > 0)", sum));
+  }
   for (double& x : v) x /= sum;
   return v;
 }
@@ -178,8 +180,9 @@ std::array<std::pair<int64_t, int64_t>, 3> split_document_ranges(
   std::array<int64_t, 4> index{0, 0, 0, 0};
   for (size_t i = 0; i < 3; ++i) {
     // std::nearbyint in the default rounding mode rounds half to even, like Python's round().
-    index[i + 1] = index[i] + static_cast<int64_t>(
-                                  std::nearbyint(fractions[i] * static_cast<double>(num_documents)));
+    index[i + 1] =
+        index[i] +
+        static_cast<int64_t>(std::nearbyint(fractions[i] * static_cast<double>(num_documents)));
   }
   const int64_t diff = index[3] - num_documents;
   for (size_t i = 1; i < 4; ++i) {

@@ -40,8 +40,8 @@ inline std::vector<int64_t> source_order(size_t n, uint64_t seed, int64_t epoch,
 // kDocumentOrderStream or kSampleOrderStream. Identity without shuffling.
 inline std::vector<int64_t> member_order(size_t n, uint64_t seed, uint64_t stream, int64_t member,
                                          int64_t epoch, bool shuffle) {
-  Rng rng = Rng(seed).fork(stream).fork(static_cast<uint64_t>(member)).fork(
-      static_cast<uint64_t>(epoch));
+  Rng rng =
+      Rng(seed).fork(stream).fork(static_cast<uint64_t>(member)).fork(static_cast<uint64_t>(epoch));
   return permutation(n, shuffle ? &rng : nullptr);
 }
 
