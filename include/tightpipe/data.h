@@ -21,10 +21,13 @@
 // methods are NOT thread-safe: call them from one thread (the trainer's input stage).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tightpipe/status.h"
@@ -41,12 +44,39 @@ enum class OnCorrupt {
 //   text file: train = first 90% of its bytes, val = last 10%.
 //   2+ shards: val = the last ceil(S/10) shards of the sorted list, train = the others.
 //   1 shard:   val = samples whose index in the shard is 9 mod 10, train = the others.
+//   indexed datasets: the parts of DataOptions::split_weights (--split), see below.
 enum class Split { kTrain, kVal, kAll };
 
 std::string_view split_name(Split split);
 Result<Split> parse_split(std::string_view name);  // "train", "val", "all"
 std::string_view on_corrupt_name(OnCorrupt on_corrupt);
 Result<OnCorrupt> parse_on_corrupt(std::string_view name);  // "fail", "skip"
+
+// One member of --data-path: a path and its blend weight (normalised over the blend).
+struct DataSource {
+  double weight = 1.0;  // > 0; 0 for every member means "by size" (each dataset's token count)
+  std::string path;     // an indexed dataset prefix (PREFIX.idx and PREFIX.bin)
+};
+
+// Megatron's --data-path words: "PATH" (one source, weight 1); "W1 P1 W2 P2 ..." (weights parse
+// as finite numbers > 0); "P1 P2 ..." (no numbers at all: weights proportional to each indexed
+// dataset's token count, resolved when the loader opens; weight 0 here means "by size").
+// InvalidArgument, one line, for: no words, a weight that does not parse or is <= 0 / NaN / inf
+// while others parse (naming the word, its 1-based position and value), an odd word count with
+// numbers in it, an empty path.
+Result<std::vector<DataSource>> parse_data_path(std::span<const std::string> words);
+// Megatron's --split "969,30,1" (also "/"-separated; 1-3 numbers >= 0, not all 0; missing ones
+// are 0) normalised to fractions. InvalidArgument naming the value otherwise.
+Result<std::array<double, 3>> parse_split_weights(std::string_view text);
+// The documents [begin, end) of train / validation / test for `num_documents`, with Megatron's
+// rounding (get_train_valid_test_split_): indices 0, then previous + round(fraction * size)
+// (round half to even, as Python's round), then every index after the first shifted down by
+// (last - size). Where that shift would make an index negative or decreasing (Megatron would
+// build an inverted range), it is clamped to the previous index. REQUIRES: num_documents >= 0.
+std::array<std::pair<int64_t, int64_t>, 3> split_document_ranges(
+    const std::array<double, 3>& fractions, int64_t num_documents);
+// True when PREFIX.idx exists (an indexed dataset's prefix, as Megatron's --data-path takes it).
+bool is_indexed_dataset(const std::string& prefix);
 
 struct DataOptions {
   // A text file, one tar shard, a directory of `*.tar` shards, or a brace pattern
@@ -63,6 +93,13 @@ struct DataOptions {
   int32_t num_replicas = 1;  // R
   Split split = Split::kTrain;
   int32_t vocab_size = 256;  // every token id must be < vocab_size, else the sample is corrupt
+  // Indexed datasets to blend (parse_data_path). Empty: `path` as above, where a path naming an
+  // indexed dataset prefix (is_indexed_dataset) is a blend of one.
+  std::vector<DataSource> blend = {};
+  // --split: train / validation / test shares of each indexed dataset's documents
+  // (parse_split_weights). Used by indexed datasets only: kTrain reads part 0, kVal part 1, kAll
+  // every document.
+  std::string split_weights = "969,30,1";
 
   // InvalidArgument naming the field, its value and the allowed range.
   Status validate() const;
@@ -115,6 +152,9 @@ class DataLoader {
  public:
   // Validates the options, expands the path into sources and starts the workers. Errors:
   // InvalidArgument (options), NotFound (path, pattern member, empty directory).
+  // Indexed datasets (a non-empty blend, or a path that is_indexed_dataset): opens every member
+  // (IndexedDataset::open's errors), InvalidArgument for a member that is not an indexed dataset
+  // or whose split part holds fewer than seq_length + 1 tokens.
   static Result<std::unique_ptr<DataLoader>> open(const DataOptions& options);
 
   virtual ~DataLoader() = default;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "data/loader_internal.h"
 #include "data/order.h"
 #include "data/tar_samples.h"
 #include "tightpipe/base.h"
@@ -153,31 +154,7 @@ class LoaderImpl final : public DataLoader {
   }
 
   Status restore(const DataPosition& pos) override {
-    DataPosition want = fingerprint();
-    auto mismatch = [&](std::string_view field, auto saved, auto now) -> Status {
-      return Status::invalid_argument(fmt::format(
-          "data position saved with {} = {} but the loader has {} = {}; hint: resume with the "
-          "same data options (the order depends on seed, workers, shuffle buffer, split, "
-          "replicas and the source list)",
-          field, saved, field, now));
-    };
-    if (pos.seed != want.seed) return mismatch("seed", pos.seed, want.seed);
-    if (pos.num_workers != want.num_workers) {
-      return mismatch("num_workers", pos.num_workers, want.num_workers);
-    }
-    if (pos.shuffle_buffer != want.shuffle_buffer) {
-      return mismatch("shuffle_buffer", pos.shuffle_buffer, want.shuffle_buffer);
-    }
-    if (pos.replica != want.replica) return mismatch("replica", pos.replica, want.replica);
-    if (pos.num_replicas != want.num_replicas) {
-      return mismatch("num_replicas", pos.num_replicas, want.num_replicas);
-    }
-    if (pos.split != want.split) {
-      return mismatch("split", split_name(pos.split), split_name(want.split));
-    }
-    if (pos.num_sources != want.num_sources) {
-      return mismatch("num_sources", pos.num_sources, want.num_sources);
-    }
+    TP_RETURN_IF_ERROR(data_internal::check_position_fingerprint(pos, fingerprint()));
     failed_ = OkStatus();
     stats_ = DataStats{};
     start(pos.epoch);
@@ -438,8 +415,45 @@ class LoaderImpl final : public DataLoader {
 
 }  // namespace
 
+Status data_internal::check_position_fingerprint(const DataPosition& pos,
+                                                 const DataPosition& want) {
+  auto mismatch = [&](std::string_view field, auto saved, auto now) -> Status {
+    return Status::invalid_argument(fmt::format(
+        "data position saved with {} = {} but the loader has {} = {}; hint: resume with the "
+        "same data options (the order depends on seed, workers, shuffle buffer, split, "
+        "replicas and the source list)",
+        field, saved, field, now));
+  };
+  if (pos.seed != want.seed) return mismatch("seed", pos.seed, want.seed);
+  if (pos.num_workers != want.num_workers) {
+    return mismatch("num_workers", pos.num_workers, want.num_workers);
+  }
+  if (pos.shuffle_buffer != want.shuffle_buffer) {
+    return mismatch("shuffle_buffer", pos.shuffle_buffer, want.shuffle_buffer);
+  }
+  if (pos.replica != want.replica) return mismatch("replica", pos.replica, want.replica);
+  if (pos.num_replicas != want.num_replicas) {
+    return mismatch("num_replicas", pos.num_replicas, want.num_replicas);
+  }
+  if (pos.split != want.split) {
+    return mismatch("split", split_name(pos.split), split_name(want.split));
+  }
+  if (pos.num_sources != want.num_sources) {
+    return mismatch("num_sources", pos.num_sources, want.num_sources);
+  }
+  return OkStatus();
+}
+
 Result<std::unique_ptr<DataLoader>> DataLoader::open(const DataOptions& options) {
   TP_RETURN_IF_ERROR(options.validate());
+  // A path ending in .bin/.idx of an indexed dataset goes there too, for its "pass the prefix"
+  // error (read as text it would train on the file's bytes).
+  const std::string& path = options.path;
+  const bool names_indexed_file = (path.ends_with(".bin") || path.ends_with(".idx")) &&
+                                  is_indexed_dataset(path.substr(0, path.size() - 4));
+  if (!options.blend.empty() || is_indexed_dataset(path) || names_indexed_file) {
+    return data_internal::open_indexed_loader(options);
+  }
   TP_ASSIGN_OR_RETURN(std::vector<std::string> files, expand_data_path(options.path));
   std::vector<std::string> shards, texts;
   for (const std::string& f : files) (is_shard_path(f) ? shards : texts).push_back(f);

@@ -3,13 +3,17 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
+#include "tightpipe/check.h"
 #include "tightpipe/data.h"
+#include "tightpipe/indexed_dataset.h"
 #include "tightpipe/json_int.h"
 
 namespace tightpipe {
@@ -61,7 +65,7 @@ Status DataOptions::validate() const {
         fmt::format("data option {} = {} ({}) is out of range [{}, {}]; hint: pass a value in it",
                     field, v, flag, lo, hi));
   };
-  if (path.empty()) {
+  if (path.empty() && blend.empty()) {
     return Status::invalid_argument(
         "data option path is empty; hint: a text file, a shard, a "
         "directory of shards or 'DIR/shard-{000000..000009}.tar'");
@@ -75,7 +79,121 @@ Status DataOptions::validate() const {
   TP_RETURN_IF_ERROR(range("num_replicas", "data-parallel replicas", num_replicas, 1, 1 << 20));
   TP_RETURN_IF_ERROR(range("replica", "data-parallel replica", replica, 0, num_replicas - 1));
   TP_RETURN_IF_ERROR(range("vocab_size", "vocabulary", vocab_size, 1, (int64_t{1} << 31) - 1));
+  bool by_size = !blend.empty() && blend[0].weight == 0;
+  for (size_t i = 0; i < blend.size(); ++i) {
+    const DataSource& m = blend[i];
+    if (m.path.empty()) {
+      return Status::invalid_argument(fmt::format(
+          "data option blend member {} has an empty path; hint: an indexed dataset prefix", i));
+    }
+    if (!std::isfinite(m.weight) || m.weight < 0 || (m.weight == 0) != by_size) {
+      return Status::invalid_argument(fmt::format(
+          "data option blend member {} ('{}') has weight {}; hint: every weight finite and > 0, "
+          "or every weight 0 (by size)",
+          i, printable(m.path, 200), m.weight));
+    }
+  }
+  if (Result<std::array<double, 3>> w = parse_split_weights(split_weights); !w.ok()) {
+    return w.status();
+  }
   return OkStatus();
+}
+
+Result<std::vector<DataSource>> parse_data_path(std::span<const std::string> words) {
+  constexpr std::string_view kHint = "hint: --data-path PREFIX or --data-path 0.7 A 0.3 B";
+  if (words.empty()) {
+    return Status::invalid_argument(fmt::format("--data-path: no words; {}", kHint));
+  }
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (trim(words[i]).empty()) {
+      return Status::invalid_argument(
+          fmt::format("--data-path: word {} is empty; {}", i + 1, kHint));
+    }
+  }
+  if (words.size() == 1) return std::vector<DataSource>{DataSource{1.0, words[0]}};
+  // Does any word read as a number? Then the words alternate weight, path.
+  bool numbers = false;
+  for (const std::string& w : words) {
+    // strtod's whole-word match: also "nan", "inf" and "1e999", which are then bad weights.
+    const std::string t(trim(w));
+    char* end = nullptr;
+    (void)std::strtod(t.c_str(), &end);
+    numbers = numbers || (!t.empty() && end == t.c_str() + t.size());
+  }
+  std::vector<DataSource> out;
+  if (!numbers) {
+    for (const std::string& w : words) out.push_back(DataSource{0.0, w});
+    return out;
+  }
+  if (words.size() % 2 != 0) {
+    return Status::invalid_argument(fmt::format(
+        "--data-path: {} words with blend weights among them; expected pairs WEIGHT PREFIX; {}",
+        words.size(), kHint));
+  }
+  for (size_t i = 0; i < words.size(); i += 2) {
+    Result<double> w = parse_double(words[i]);
+    if (!w.ok() || !std::isfinite(*w) || *w <= 0) {
+      return Status::invalid_argument(fmt::format(
+          "--data-path: blend weight '{}' (word {}) is not a number > 0; hint: --data-path 0.7 A "
+          "0.3 B",
+          printable(words[i]), i + 1));
+    }
+    out.push_back(DataSource{*w, words[i + 1]});
+  }
+  return out;
+}
+
+Result<std::array<double, 3>> parse_split_weights(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return Status::invalid_argument(
+        fmt::format("--split '{}': {}; hint: 1 to 3 numbers >= 0, not all 0, separated by ',' or "
+                    "'/', e.g. --split 969,30,1",
+                    printable(text), why));
+  };
+  const char sep = text.find(',') != std::string_view::npos   ? ','
+                   : text.find('/') != std::string_view::npos ? '/'
+                                                              : ',';
+  const std::vector<std::string> parts = split(text, sep);
+  if (parts.empty() || parts.size() > 3) {
+    return bad(fmt::format("{} numbers", parts.size()));
+  }
+  std::array<double, 3> v{0, 0, 0};
+  double sum = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Result<double> x = parse_double(parts[i]);
+    if (!x.ok() || !std::isfinite(*x) || *x < 0) {
+      return bad(fmt::format("share {} '{}' is not a number >= 0", i + 1, printable(parts[i])));
+    }
+    v[i] = *x;
+    sum += *x;
+  }
+  if (!(sum > 0) || !std::isfinite(sum)) {
+    return bad(fmt::format("the shares add up to {} (expected a finite number > 0)", sum));
+  }
+  for (double& x : v) x /= sum;
+  return v;
+}
+
+std::array<std::pair<int64_t, int64_t>, 3> split_document_ranges(
+    const std::array<double, 3>& fractions, int64_t num_documents) {
+  TP_CHECK(num_documents >= 0, num_documents);
+  std::array<int64_t, 4> index{0, 0, 0, 0};
+  for (size_t i = 0; i < 3; ++i) {
+    // std::nearbyint in the default rounding mode rounds half to even, like Python's round().
+    index[i + 1] =
+        index[i] +
+        static_cast<int64_t>(std::nearbyint(fractions[i] * static_cast<double>(num_documents)));
+  }
+  const int64_t diff = index[3] - num_documents;
+  for (size_t i = 1; i < 4; ++i) {
+    index[i] = std::clamp<int64_t>(index[i] - diff, index[i - 1], num_documents);
+  }
+  return {{{index[0], index[1]}, {index[1], index[2]}, {index[2], index[3]}}};
+}
+
+bool is_indexed_dataset(const std::string& prefix) {
+  std::error_code ec;
+  return !prefix.empty() && fs::is_regular_file(indexed_idx_path(prefix), ec);
 }
 
 std::string DataPosition::to_json() const {
