@@ -75,7 +75,8 @@ Status check_tokens(const IndexedDataset& ds, int64_t seq, std::span<const int32
     }
     return Status::corruption(fmt::format(
         "{} is >= the model's vocabulary {}; hint: train with the tokenizer that wrote it "
-        "(--tokenizer-type/--vocab-file/--merge-file) or a --vocab-size above it",
+        "(--tokenizer-type/--vocab-file/--merge-file): the model's vocabulary is its tokenizer's, "
+        "padded",
         where, vocab_size));
   }
   return OkStatus();

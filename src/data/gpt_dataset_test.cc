@@ -457,7 +457,8 @@ TEST(IndexedLoader, TokenAboveTheVocabularyIsOneCorruptionLine) {
   EXPECT_EQ(batch.status().message(),
             fmt::format("{}.bin: token 5962 in sequence 0 (document 0) is >= the model's "
                         "vocabulary 256; hint: train with the tokenizer that wrote it "
-                        "(--tokenizer-type/--vocab-file/--merge-file) or a --vocab-size above it",
+                        "(--tokenizer-type/--vocab-file/--merge-file): the model's vocabulary is "
+                        "its tokenizer's, padded",
                         kShakespeare));
   // The loader stays failed.
   EXPECT_EQ(loader->next().status().message(), batch.status().message());

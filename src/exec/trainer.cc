@@ -146,7 +146,8 @@ Status check_tokenizer_fits_data(const TrainOptions& opt) {
   auto files = expand_data_path(opt.data.path);
   if (!files.ok()) return OkStatus();  // the loader names what is missing
   for (const std::string& f : *files) {
-    if (is_shard_path(f)) continue;
+    // A file of an indexed dataset: the loader says to pass its prefix.
+    if (is_shard_path(f) || f.ends_with(".bin") || f.ends_with(".idx")) continue;
     return Status::invalid_argument(fmt::format(
         "--tokenizer-type {} with --data-path '{}': the text file '{}' is read as bytes; hint: "
         "tokenize it first (tightpipe data preprocess --tokenizer-type {} ...) and pass the "

@@ -122,5 +122,18 @@ TEST(IndexedTrainTest, BlendTrainsAndBadInputIsOneLine) {
       2, "without --tokenizer-type");
 }
 
+// `data check` reads one pass over an indexed dataset with the tokenizer's vocabulary as the
+// bound, and stops (the indexed stream has no epoch of its own in its position).
+TEST(IndexedTrainTest, DataCheckReadsOnePassAndStops) {
+  auto r = run_command("timeout 60 " + kTp + " data check --data-path " + kPrefix + kGpt2 +
+                       " --batch-size 8 --seq-length 1023");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  // 330,807 tokens give (330807 - 1) / 1023 = 323 samples; the 41st batch of 8 ends the pass.
+  EXPECT_NE(r.out.find("41 batches of 8x1023"), std::string::npos) << r.out;
+  auto bytes = run_command("timeout 60 " + kTp + " data check --data-path " + kPrefix);
+  EXPECT_EQ(bytes.exit_code, 1) << bytes.err;
+  EXPECT_NE(bytes.err.find(">= the model's vocabulary 256"), std::string::npos) << bytes.err;
+}
+
 }  // namespace
 }  // namespace tightpipe

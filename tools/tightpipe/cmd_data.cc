@@ -67,7 +67,10 @@ int run_check(DataOptions o, int64_t max_batches) {
   double t0 = now_seconds();
   int64_t batches = 0;
   Status error;
-  while ((max_batches <= 0 || batches < max_batches) && loader.position().epoch == 0) {
+  // One epoch: the stream's (text, shards), or until a dataset of an indexed blend has given all
+  // its samples once (its stream has no epochs of its own: DataPosition::epoch stays 0).
+  while ((max_batches <= 0 || batches < max_batches) && loader.position().epoch == 0 &&
+         loader.stats().epochs_completed == 0) {
     auto b = loader.next();
     if (!b.ok()) {
       error = b.status();
@@ -161,7 +164,8 @@ int cmd_data(int argc, char** argv) {
                          "reports tokens/s and what --on-corrupt skip skipped");
   check
       ->add_option("--data-path", o.path,
-                   "text file, shard, directory of shards or 'DIR/shard-{000000..000009}.tar'")
+                   "text file, shard, directory of shards, 'DIR/shard-{000000..000009}.tar' or an "
+                   "indexed dataset PREFIX (with the --tokenizer-type that wrote it)")
       ->required();
   check->add_option("--num-workers", o.num_workers, "decoding threads")->capture_default_str();
   check->add_option("--prefetch", o.prefetch, "batches each worker decodes ahead")
@@ -171,6 +175,8 @@ int cmd_data(int argc, char** argv) {
   check->add_option("--split", split, "train, val or all")->capture_default_str();
   check->add_option("--on-corrupt", on_corrupt, "fail or skip")->capture_default_str();
   check->add_option("--max-batches", max_batches, "stop after N batches (0: one epoch)");
+  TokenizerFlags check_tokenizer;  // every id must be below its vocabulary (bytes: 256)
+  add_tokenizer_flags(*check, check_tokenizer);
 
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
@@ -195,6 +201,11 @@ int cmd_data(int argc, char** argv) {
   auto oc = parse_on_corrupt(on_corrupt);
   if (!oc.ok()) return report_error("data check", oc.status());
   o.on_corrupt = *oc;
+  auto options = check_tokenizer.resolve();
+  if (!options.ok()) return report_error("data check", options.status());
+  auto check_tok = make_tokenizer(*options);
+  if (!check_tok.ok()) return report_error("data check", check_tok.status());
+  o.vocab_size = (*check_tok)->vocab_size();
   return run_check(o, max_batches);
 }
 
