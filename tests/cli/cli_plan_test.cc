@@ -50,6 +50,39 @@ TEST(CliPlanTest, IssueExample) {
   for (double b : rec["peak_memory_bytes"]) EXPECT_LE(b, doc["memory_budget_bytes"].get<double>());
 }
 
+// The LM head has the padded vocabulary's rows, as Megatron-LM's: --vocab-size 50257 plans
+// exactly as 50304, and the heavier head makes every step slower than a byte vocabulary's; the
+// printed train command carries GPT-2's tokenizer flags.
+TEST(CliPlanTest, VocabularyIsPaddedLikeMegatron) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  const std::string shape =
+      " plan --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128"
+      " --global-batch-size 16 --devices 2 --pp 2 --micro-batch-size 4 --device this-cpu --json";
+  auto plan = [&](const std::string& extra) {
+    auto r = run_command(tp + shape + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out, nullptr, false);
+  };
+  const auto gpt2 = plan(" --vocab-size 50257");
+  const auto padded = plan(" --vocab-size 50304");
+  const auto bytes = plan(" --vocab-size 256");
+  const auto unpadded = plan(" --vocab-size 50257 --make-vocab-size-divisible-by 1");
+  ASSERT_TRUE(gpt2.is_object() && padded.is_object() && bytes.is_object() && unpadded.is_object());
+  EXPECT_EQ(gpt2["model"]["vocab_size"], 50304);
+  EXPECT_EQ(unpadded["model"]["vocab_size"], 50257);
+  auto step = [](const nlohmann::json& d) {
+    return d["candidates"][d["recommended"].get<int>()]["step_time_s"].get<double>();
+  };
+  EXPECT_EQ(step(gpt2), step(padded));
+  EXPECT_GT(step(gpt2), 2 * step(bytes));
+  EXPECT_NE(gpt2["commands"][0].get<std::string>().find("--tokenizer-type GPT2BPETokenizer"),
+            std::string::npos)
+      << gpt2["commands"][0];
+  EXPECT_EQ(unpadded["commands"][0].get<std::string>().rfind("# tightpipe train cannot", 0), 0u)
+      << unpadded["commands"][0];
+}
+
 void expect_one_line(const testutil::CommandResult& r, std::initializer_list<const char*> parts) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;

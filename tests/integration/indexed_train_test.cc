@@ -122,6 +122,27 @@ TEST(IndexedTrainTest, BlendTrainsAndBadInputIsOneLine) {
       2, "without --tokenizer-type");
 }
 
+// The loader's position goes into the checkpoint: 2 steps, a save, a resume to 4 steps give the
+// losses of 4 steps straight, bit for bit (a blend, so the greedy interleaving resumes too).
+TEST(IndexedTrainTest, ResumeContinuesTheSampleStream) {
+  const std::string dir = testutil::make_temp_dir("tp-indexed-resume");
+  const std::string base = kTp + " train --pp 2" + kModel + " --eval-iters 0 --data-path 0.6 " +
+                           kPrefix + " 0.4 " + kPrefix + kGpt2;
+  auto straight = run_command(base + " --train-iters 4 --out-dir " + dir + "/straight");
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  // --exit-interval stops the same 4-step run (its learning-rate schedule) after step 2.
+  auto first = run_command(base + " --train-iters 4 --exit-interval 2 --out-dir " + dir +
+                           "/a --save " + dir + "/ck");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  auto second =
+      run_command(base + " --train-iters 4 --out-dir " + dir + "/b --load " + dir + "/ck");
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  std::vector<double> resumed = losses(dir + "/a");
+  for (double l : losses(dir + "/b")) resumed.push_back(l);
+  EXPECT_EQ(resumed, losses(dir + "/straight"));
+  ASSERT_EQ(resumed.size(), 4u);
+}
+
 // `data check` reads one pass over an indexed dataset with the tokenizer's vocabulary as the
 // bound, and stops (the indexed stream has no epoch of its own in its position).
 TEST(IndexedTrainTest, DataCheckReadsOnePassAndStops) {

@@ -133,12 +133,14 @@ int cmd_train(int argc, char** argv) {
                "optimizer step, naming the stages and the microbatch (default on)");
   app.add_option("--seed", o.seed, "seed of the initial weights and the data sampler")
       ->capture_default_str();
-  std::vector<std::string> data_words;
-  app.add_option("--data-path", data_words,
-                 "text file (train: first 90%, validation: last 10%), a .tar shard, a directory of "
-                 "shards, a pattern like 'dir/shard-{000000..000009}.tar', or Megatron-LM indexed "
-                 "datasets: PREFIX (PREFIX.bin/.idx) or a blend 'W1 PREFIX1 W2 PREFIX2 ...'")
-      ->expected(1, -1);
+  std::vector<std::string> data_words;  // of the last --data-path (an earlier one is replaced)
+  app.add_option_function<std::vector<std::string>>(
+         "--data-path", [&data_words](const std::vector<std::string>& w) { data_words = w; },
+         "text file (train: first 90%, validation: last 10%), a .tar shard, a directory of "
+         "shards, a pattern like 'dir/shard-{000000..000009}.tar', or Megatron-LM indexed "
+         "datasets: PREFIX (PREFIX.bin/.idx) or a blend 'W1 PREFIX1 W2 PREFIX2 ...'")
+      ->expected(1, -1)
+      ->trigger_on_parse();
   app.add_option("--split", o.data.split_weights,
                  "indexed datasets: train, validation and test shares of each dataset's documents")
       ->capture_default_str();
