@@ -158,15 +158,8 @@ class IndexedLoader final : public DataLoader {
 
  private:
   DataPosition fingerprint() const {
-    DataPosition p;
-    p.seed = opt_.seed;
-    p.num_workers = 1;  // the order does not depend on --num-workers (there are no workers)
-    p.shuffle_buffer = opt_.shuffle_buffer;
-    p.replica = opt_.replica;
-    p.num_replicas = opt_.num_replicas;
-    p.split = opt_.split;
-    p.num_sources = static_cast<int64_t>(members_.size());
-    return p;
+    // The order does not depend on --num-workers (there are no workers).
+    return data_internal::position_fingerprint(opt_, 1, static_cast<int64_t>(members_.size()));
   }
 
   bool shuffling() const { return opt_.shuffle_buffer > 1; }

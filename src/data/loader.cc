@@ -174,15 +174,8 @@ class LoaderImpl final : public DataLoader {
 
  private:
   DataPosition fingerprint() const {
-    DataPosition p;
-    p.seed = opt_.seed;
-    p.num_workers = opt_.num_workers;
-    p.shuffle_buffer = opt_.shuffle_buffer;
-    p.replica = opt_.replica;
-    p.num_replicas = opt_.num_replicas;
-    p.split = opt_.split;
-    p.num_sources = static_cast<int64_t>(sources_.size());
-    return p;
+    return data_internal::position_fingerprint(opt_, opt_.num_workers,
+                                               static_cast<int64_t>(sources_.size()));
   }
 
   // Takes pos.samples_in_epoch samples of epoch pos.epoch, keeps the last one as the current one.

@@ -8,6 +8,22 @@
 
 namespace tightpipe::data_internal {
 
+// The fingerprint fields of a loader's position: what its order depends on (the options' seed,
+// shuffle buffer, replica, replicas and split; the worker count that splits the sources, 1 where
+// the order does not depend on workers; the number of sources).
+inline DataPosition position_fingerprint(const DataOptions& o, int32_t num_workers,
+                                         int64_t num_sources) {
+  DataPosition p;
+  p.seed = o.seed;
+  p.num_workers = num_workers;
+  p.shuffle_buffer = o.shuffle_buffer;
+  p.replica = o.replica;
+  p.num_replicas = o.num_replicas;
+  p.split = o.split;
+  p.num_sources = num_sources;
+  return p;
+}
+
 // OK when the fingerprint fields of `saved` equal those of `want` (the loader's own); otherwise
 // InvalidArgument naming the first field that differs, both values and a hint.
 Status check_position_fingerprint(const DataPosition& saved, const DataPosition& want);
