@@ -7,12 +7,11 @@
 //   K u32 S of the exact one (Higham's gamma_K), so |bf16 kernel - FP32 kernel| <= 2 K u32 S.
 // * Unrounded FP32 inputs: each factor moves by at most u16 relative, a product by at most
 //   (2 u16 + u16^2), so |bf16 kernel - FP32 kernel| <= (2 u16 + u16^2) S + 2 K u32 S.
-#include "tightpipe/kernels_bf16.h"
-
 #include <gtest/gtest.h>
 
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -22,6 +21,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
+#include "tightpipe/kernels_bf16.h"
 
 namespace tightpipe::nn {
 namespace {
@@ -169,8 +169,8 @@ double expect_within(const std::vector<float>& got, const std::vector<float>& wa
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::abs(double(got[i]) - double(want[i]));
-    EXPECT_LE(err, tol_per_sum * S[i]) << what << " element " << i << " got " << got[i]
-                                       << " want " << want[i] << " S " << S[i];
+    EXPECT_LE(err, tol_per_sum * S[i])
+        << what << " element " << i << " got " << got[i] << " want " << want[i] << " S " << S[i];
     if (err > tol_per_sum * S[i]) return worst;
     if (S[i] > 0) worst = std::max(worst, err / S[i]);
   }
@@ -200,9 +200,11 @@ TEST(MatmulBf16, ForwardMatchesFp32TwinWithinDerivedBounds) {
       matmul_forward(twin, rounded(a), rounded(w), bias, N, IC, OC);
       expect_within(got, twin, S, 2 * (IC + 1) * kU32, what + " vs FP32 on rounded inputs");
       matmul_forward(twin, a, w, bias, N, IC, OC);
+      const double bound = 2 * kU16 + kU16 * kU16 + 2 * (IC + 1) * kU32;
       const double worst =
-          expect_within(got, twin, S, 2 * kU16 + kU16 * kU16 + 2 * (IC + 1) * kU32,
-                        what + " vs FP32 on unrounded inputs");
+          expect_within(got, twin, S, bound, what + " vs FP32 on unrounded inputs");
+      std::printf("%s: max |bf16 - fp32| / S = %.3g (bound %.3g, 2^-8 = %.3g)\n", what.c_str(),
+                  worst, bound, kU16);
       // The inputs were rounded for real: the bf16 result is not the FP32 one.
       if (IC >= 16) {
         EXPECT_GT(worst, 1e-4) << what;
@@ -218,8 +220,8 @@ TEST(MatmulBf16, ForwardMatchesFp32TwinWithinDerivedBounds) {
 TEST(MatmulBf16, BackwardInputMatchesFp32TwinWithinDerivedBounds) {
   for (const Shape s : kShapes) {
     const int N = s.N, IC = s.IC, OC = s.OC;
-    const std::string what = "backward_input N=" + std::to_string(N) +
-                             " IC=" + std::to_string(IC) + " OC=" + std::to_string(OC);
+    const std::string what = "backward_input N=" + std::to_string(N) + " IC=" + std::to_string(IC) +
+                             " OC=" + std::to_string(OC);
     const auto dout = randn(size_t(N) * OC, 4), w = randn(size_t(OC) * IC, 5);
     std::vector<float> got(size_t(N) * IC, 99.f);  // overwritten, not accumulated
     matmul_backward_input_bf16(got, to_bf16(dout), to_bf16(w), N, IC, OC);
