@@ -1,8 +1,6 @@
 // Matmul with bf16 inputs and FP32 accumulation on oneDNN's matmul primitive (and the same three
 // matmuls in FP32 through oneDNN, to measure against OpenBLAS). One engine, stream and primitive
 // cache per calling thread: no locks, and each primitive is created once per thread and shape.
-#include <omp.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
@@ -12,6 +10,11 @@
 
 #include "tightpipe/check.h"
 #include "tightpipe/kernels_bf16.h"
+
+// OpenMP's per-thread thread count, from the OpenMP runtime libdnnl itself loads (Debian builds
+// oneDNN with GCC's libgomp). Declared weak and not linked, so that a clang build (whose -fopenmp
+// would bring a second runtime, libomp) uses the same runtime as oneDNN; null if none is loaded.
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
 
 namespace tightpipe::nn {
 
@@ -114,7 +117,7 @@ struct ThreadContext {
 ThreadContext& context() {
   thread_local ThreadContext ctx;
   const int want = g_dnnl_threads.load(std::memory_order_relaxed);
-  if (want > 0 && ctx.threads_applied != want) {
+  if (want > 0 && ctx.threads_applied != want && omp_set_num_threads != nullptr) {
     omp_set_num_threads(want);
     ctx.threads_applied = want;
   }

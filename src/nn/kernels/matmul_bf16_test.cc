@@ -23,6 +23,8 @@
 #include "tightpipe/kernels.h"
 #include "tightpipe/kernels_bf16.h"
 
+extern "C" int omp_get_max_threads() __attribute__((weak));
+
 namespace tightpipe::nn {
 namespace {
 
@@ -296,6 +298,21 @@ TEST(MatmulBf16, CachedPrimitivesReadNewBuffersAndThreadsAreIndependent) {
   t1.join();
   t2.join();
   t3.join();
+}
+
+// set_dnnl_threads reaches the OpenMP runtime oneDNN runs on, per calling thread.
+TEST(MatmulBf16, SetDnnlThreadsSetsTheCallingThreadsOpenMpCount) {
+  ASSERT_NE(omp_get_max_threads, nullptr) << "no OpenMP runtime loaded with oneDNN";
+  std::thread([] {
+    const auto a = randn(8 * 4, 1);
+    std::vector<float> out(8 * 8);
+    for (const int n : {3, 1, 2}) {
+      set_dnnl_threads(n);
+      matmul_forward_bf16(out, to_bf16(a), to_bf16(a), {}, 8, 4, 8);
+      EXPECT_EQ(omp_get_max_threads(), n);
+    }
+    set_dnnl_threads(0);
+  }).join();
 }
 
 TEST(MatmulBf16, IsaLineNamesTheKernelAndAgreesWithCpuinfo) {
