@@ -54,8 +54,9 @@ void float_to_bf16(std::span<Bf16> out, std::span<const float> in);
 // out[i] = bf16_to_float(in[i]). REQUIRES: out.size() >= in.size().
 void bf16_to_float(std::span<float> out, std::span<const Bf16> in);
 
-// Sets the thread count oneDNN uses for calls made from the calling thread (OpenMP's per-thread
-// setting, applied before each call); 0 leaves OpenMP's default. Process-wide value.
+// Sets the thread count oneDNN uses: a process-wide value that each thread applies to its own
+// OpenMP setting (omp_set_num_threads of the runtime oneDNN loaded) on its next call here. 0 applies
+// nothing: OpenMP's default (all cores, or OMP_NUM_THREADS), or what the thread applied before.
 void set_dnnl_threads(int threads);
 
 // ---- matmul, bf16 inputs, FP32 accumulation and outputs ----------------------------------------
