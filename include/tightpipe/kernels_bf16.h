@@ -4,6 +4,10 @@
 // output gradients) are bf16 spans; every product is accumulated in FP32 and every output
 // (out, dinp, dweight, dbias) is FP32, so master weights and gradients stay FP32.
 //
+// On a CPU without AVX-512 oneDNN 2.6 has no bf16 matmul: the bf16 kernels then convert their
+// bf16 operands to FP32 per call and run the FP32 oneDNN matmul (same results within the same
+// bounds, slow); bf16_matmul_isa() says so.
+//
 // The *_dnnl functions are the same three matmuls in FP32 through oneDNN (for measuring against
 // OpenBLAS's cblas_sgemm; the model keeps OpenBLAS for FP32 unless oneDNN measures faster).
 // The naive twins of every matmul here are the FP32 *_ref of kernels.h applied to the inputs
@@ -55,8 +59,9 @@ void float_to_bf16(std::span<Bf16> out, std::span<const float> in);
 void bf16_to_float(std::span<float> out, std::span<const Bf16> in);
 
 // Sets the thread count oneDNN uses: a process-wide value that each thread applies to its own
-// OpenMP setting (omp_set_num_threads of the runtime oneDNN loaded) on its next call here. 0 applies
-// nothing: OpenMP's default (all cores, or OMP_NUM_THREADS), or what the thread applied before.
+// OpenMP setting (omp_set_num_threads of the runtime oneDNN loaded) on its next call here. 0
+// applies nothing: OpenMP's default (all cores, or OMP_NUM_THREADS), or what the thread applied
+// before.
 void set_dnnl_threads(int threads);
 
 // ---- matmul, bf16 inputs, FP32 accumulation and outputs ----------------------------------------

@@ -7,6 +7,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "tightpipe/check.h"
 #include "tightpipe/kernels_bf16.h"
@@ -64,10 +65,13 @@ struct MatmulKeyHash {
   }
 };
 
+// supported false: oneDNN has no implementation (bf16 on a CPU without AVX-512: oneDNN 2.6 needs
+// avx512_core for bf16); run() then converts the bf16 operands to FP32 and uses the FP32 matmul.
 struct CachedMatmul {
   dnnl::matmul prim;
   dnnl::memory src, wei, bias, dst;
   std::string impl;
+  bool supported = true;
 };
 
 dnnl::memory::desc plain(int64_t rows, int64_t cols, bool transposed, dt type) {
@@ -106,12 +110,20 @@ struct ThreadContext {
                      pd.impl_info_str()};
       return cache.emplace(k, std::move(c)).first->second;
     } catch (const dnnl::error& e) {
-      // oneDNN has a reference implementation for every dtype here: a failure is a bug.
+      if (e.status == dnnl_unimplemented && k.type == dt::bf16) {
+        CachedMatmul c;
+        c.supported = false;
+        return cache.emplace(k, std::move(c)).first->second;
+      }
+      // FP32 has a reference implementation everywhere: any other failure is a bug.
       TP_CHECK(false, "oneDNN matmul creation failed (", e.what(), ") M=", k.M, " K=", k.K,
                " N=", k.N, " bf16=", k.type == dt::bf16);
     }
     std::abort();
   }
+
+  // FP32 copies of bf16 operands for the fallback (same layout, element by element).
+  std::vector<float> fallback_src, fallback_wei;
 };
 
 ThreadContext& context() {
@@ -127,6 +139,18 @@ ThreadContext& context() {
 void run(const MatmulKey& k, const void* src, const void* wei, const float* bias, float* dst) {
   ThreadContext& ctx = context();
   CachedMatmul& m = ctx.get(k);
+  if (!m.supported) {
+    // No bf16 kernel on this CPU: the same products (exact in FP32) and FP32 sums, via FP32.
+    const size_t ns = size_t(k.M) * k.K, nw = size_t(k.K) * k.N;
+    ctx.fallback_src.resize(ns);
+    ctx.fallback_wei.resize(nw);
+    bf16_to_float(ctx.fallback_src, {static_cast<const Bf16*>(src), ns});
+    bf16_to_float(ctx.fallback_wei, {static_cast<const Bf16*>(wei), nw});
+    MatmulKey f = k;
+    f.type = dt::f32;
+    run(f, ctx.fallback_src.data(), ctx.fallback_wei.data(), bias, dst);
+    return;
+  }
   m.src.set_data_handle(const_cast<void*>(src));
   m.wei.set_data_handle(const_cast<void*>(wei));
   m.dst.set_data_handle(dst);
@@ -242,7 +266,9 @@ bool bf16_native() {
 
 std::string bf16_matmul_isa() {
   const MatmulKey k{1024, 512, 512, false, true, true, false, dt::bf16};
-  const std::string impl = context().get(k).impl;
+  const CachedMatmul& m = context().get(k);
+  const std::string impl =
+      m.supported ? m.impl : "none in oneDNN for this CPU (bf16 converted to FP32 for each call)";
   const dnnl::version_t* v = dnnl::version();
   std::string line = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                      std::to_string(v->patch) + " bf16 matmul: " + impl + ", CPU ISA " +
@@ -250,7 +276,7 @@ std::string bf16_matmul_isa() {
   if (bf16_native()) {
     line += " (native bf16)";
   } else {
-    line += " (no native bf16: bf16 matmuls are emulated and will be slow, slower than FP32)";
+    line += " (no native bf16: bf16 matmuls will be slow, slower than FP32)";
   }
   return line;
 }
