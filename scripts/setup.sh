@@ -9,6 +9,8 @@ PACKAGES=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin openssh-client
+  # bf16 matmuls (oneDNN, OpenMP runtime).
+  libdnnl-dev
   libarchive-dev
   # Tokenizers: GPT-2's pre-tokenisation pattern (PCRE2), SentencePiece models and its trainer.
   libpcre2-dev libsentencepiece-dev
