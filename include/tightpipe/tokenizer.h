@@ -70,5 +70,9 @@ std::vector<std::string_view> split_paragraphs(std::string_view text);
 // Megatron's padded vocabulary (`--make-vocab-size-divisible-by`, default 128, times the tensor
 // parallel size): the smallest multiple of `divisible_by` >= vocab_size. REQUIRES: both > 0.
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by);
+// The same for the flag --make-vocab-size-divisible-by as `train` and `plan` take it:
+// InvalidArgument naming the flag when `divisible_by` is outside [1, 65536]. REQUIRES: vocab_size >
+// 0.
+Result<int64_t> padded_vocab_size_flag(int64_t vocab_size, int64_t divisible_by);
 
 }  // namespace tightpipe

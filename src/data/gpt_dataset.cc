@@ -93,11 +93,7 @@ class IndexedLoader final : public DataLoader {
     if (!failed_.ok()) return failed_;
     const double start = now_seconds();
     const int64_t B = opt_.micro_batch_size, T = opt_.seq_length;
-    Batch batch;
-    batch.batch_size = opt_.micro_batch_size;
-    batch.seq_length = opt_.seq_length;
-    batch.tokens.resize(B * T);
-    batch.targets.resize(B * T);
+    Batch batch = empty_batch(opt_);
     row_.resize(T + 1);
     for (int64_t b = 0; b < B; ++b) {
       if (Status s = take_sample(row_); !s.ok()) {
@@ -105,8 +101,7 @@ class IndexedLoader final : public DataLoader {
         account_wait(start);
         return s;
       }
-      std::copy_n(row_.begin(), T, batch.tokens.begin() + b * T);
-      std::copy_n(row_.begin() + 1, T, batch.targets.begin() + b * T);
+      put_row(batch, b, row_);
     }
     ++batches_;
     tokens_ += B * T;

@@ -112,11 +112,7 @@ class LoaderImpl final : public DataLoader {
     if (!failed_.ok()) return failed_;
     wait_this_call_ = 0;
     const int64_t B = opt_.micro_batch_size, T = opt_.seq_length;
-    Batch batch;
-    batch.batch_size = opt_.micro_batch_size;
-    batch.seq_length = opt_.seq_length;
-    batch.tokens.resize(B * T);
-    batch.targets.resize(B * T);
+    Batch batch = data_internal::empty_batch(opt_);
     std::vector<int32_t> row(T + 1);
     for (int64_t b = 0; b < B; ++b) {
       int64_t filled = 0;
@@ -134,8 +130,7 @@ class LoaderImpl final : public DataLoader {
         cur_offset_ += n;
         filled += n;
       }
-      std::copy_n(row.begin(), T, batch.tokens.begin() + b * T);
-      std::copy_n(row.begin() + 1, T, batch.targets.begin() + b * T);
+      data_internal::put_row(batch, b, row);
     }
     ++batches_;
     stats_.batches = batches_;

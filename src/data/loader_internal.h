@@ -2,7 +2,9 @@
 // (gpt_dataset.cc) share.
 #pragma once
 
+#include <algorithm>
 #include <memory>
+#include <span>
 
 #include "tightpipe/data.h"
 
@@ -22,6 +24,24 @@ inline DataPosition position_fingerprint(const DataOptions& o, int32_t num_worke
   p.split = o.split;
   p.num_sources = num_sources;
   return p;
+}
+
+// An empty (B,T) batch of the options' shape, to be filled row by row with put_row.
+inline Batch empty_batch(const DataOptions& o) {
+  Batch batch;
+  batch.batch_size = o.micro_batch_size;
+  batch.seq_length = o.seq_length;
+  batch.tokens.resize(static_cast<size_t>(o.micro_batch_size) * o.seq_length);
+  batch.targets.resize(batch.tokens.size());
+  return batch;
+}
+
+// Row b of `batch` from T + 1 consecutive stream tokens: tokens = row[0..T), targets =
+// row[1..T] (the next token of each). REQUIRES: row.size() == T + 1, b < B.
+inline void put_row(Batch& batch, int64_t b, std::span<const int32_t> row) {
+  const int64_t T = batch.seq_length;
+  std::copy_n(row.begin(), T, batch.tokens.begin() + b * T);
+  std::copy_n(row.begin() + 1, T, batch.targets.begin() + b * T);
 }
 
 // OK when the fingerprint fields of `saved` equal those of `want` (the loader's own); otherwise

@@ -164,4 +164,14 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by) {
   return (vocab_size + divisible_by - 1) / divisible_by * divisible_by;
 }
 
+Result<int64_t> padded_vocab_size_flag(int64_t vocab_size, int64_t divisible_by) {
+  constexpr int64_t kMaxDivisibleBy = 1 << 16;
+  if (divisible_by < 1 || divisible_by > kMaxDivisibleBy) {
+    return Status::invalid_argument(fmt::format(
+        "--make-vocab-size-divisible-by {}: must be in [1, {}]; hint: Megatron-LM's default is 128",
+        divisible_by, kMaxDivisibleBy));
+  }
+  return padded_vocab_size(vocab_size, divisible_by);
+}
+
 }  // namespace tightpipe

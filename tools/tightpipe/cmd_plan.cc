@@ -1,6 +1,7 @@
 // tightpipe plan: the planner (plan.h, docs/plan.md) from Megatron-LM-style flags.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -138,13 +139,10 @@ int cmd_plan(int argc, char** argv) {
   std::string html;
   app.add_option("--html", html, "write an HTML page with the step time / memory / cost plot");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
-  if (divisible_by < 1 || divisible_by > (1 << 16)) {
-    return report_error("plan", Status::invalid_argument(fmt::format(
-                                    "--make-vocab-size-divisible-by {}: must be in [1, 65536]; "
-                                    "hint: Megatron-LM's default is 128",
-                                    divisible_by)));
-  }
-  if (m.vocab_size > 0) m.vocab_size = padded_vocab_size(m.vocab_size, divisible_by);
+  // --vocab-size 0 (no embedding and head) stays 0; a negative one is refused by the plan.
+  auto padded = padded_vocab_size_flag(std::max<int64_t>(m.vocab_size, 1), divisible_by);
+  if (!padded.ok()) return report_error("plan", padded.status());
+  if (m.vocab_size > 0) m.vocab_size = *padded;
 
   if (device.empty()) device = costs_path.empty() ? "h100-sxm" : "this-cpu";
   auto d = find_device_preset(device);

@@ -62,15 +62,11 @@ Result<LayerCosts> layout_costs_from(const std::string& dir, const GptConfig& mo
 // of --make-vocab-size-divisible-by as Megatron-LM pads it (GPT-2's 50257 -> 50304; bytes: 256).
 Result<std::pair<TokenizerOptions, int32_t>> model_vocabulary(const TokenizerFlags& flags,
                                                               int64_t divisible_by) {
-  constexpr int64_t kMaxDivisibleBy = 1 << 16;
-  if (divisible_by < 1 || divisible_by > kMaxDivisibleBy) {
-    return Status::invalid_argument(fmt::format(
-        "--make-vocab-size-divisible-by {}: must be in [1, {}]; hint: Megatron-LM's default is 128",
-        divisible_by, kMaxDivisibleBy));
-  }
+  TP_RETURN_IF_ERROR(padded_vocab_size_flag(1, divisible_by).status());  // before any file
   TP_ASSIGN_OR_RETURN(TokenizerOptions options, flags.resolve());
   TP_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, make_tokenizer(options));
-  const int64_t padded = padded_vocab_size(tokenizer->vocab_size(), divisible_by);
+  TP_ASSIGN_OR_RETURN(const int64_t padded,
+                      padded_vocab_size_flag(tokenizer->vocab_size(), divisible_by));
   if (padded > nn::kMaxVocabSize) {
     return Status::invalid_argument(fmt::format(
         "--make-vocab-size-divisible-by {}: pads the tokenizer's {} ids to {}, above the model's "
