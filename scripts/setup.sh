@@ -9,8 +9,9 @@ PACKAGES=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin openssh-client
-  # bf16 matmuls (oneDNN, OpenMP runtime).
-  libdnnl-dev
+  # bf16 matmuls (oneDNN, OpenMP runtime). Debian's oneDNN is built with its OpenCL GPU runtime:
+  # its CMake package needs the OpenCL headers and library, which libdnnl-dev only recommends.
+  libdnnl-dev ocl-icd-opencl-dev
   libarchive-dev
   # Tokenizers: GPT-2's pre-tokenisation pattern (PCRE2), SentencePiece models and its trainer.
   libpcre2-dev libsentencepiece-dev

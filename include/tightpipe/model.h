@@ -55,6 +55,14 @@ inline constexpr int kMaxSeqLength = 65536;       // --seq-length
 inline constexpr int kMaxMicroBatchSize = 65536;  // --micro-batch-size
 inline constexpr int kMaxVocabSize = 1 << 20;     // V (256 for the byte tokenizer)
 
+// The arithmetic of the model's matmuls (docs/bf16.md). kBf16 (train --bf16, Megatron's flag):
+// matmul inputs in bf16 with FP32 accumulation; FP32 master weights, gradients and AdamW moments.
+enum class Precision { kFp32, kBf16 };
+// "fp32" / "bf16": the names in checkpoints (precision.json) and summary.json.
+std::string_view precision_name(Precision p);
+// The inverse of precision_name; anything else is an InvalidArgument naming the value.
+Result<Precision> parse_precision(std::string_view name);
+
 struct GptConfig {
   int vocab_size = 256;      // V (byte tokenizer)
   int seq_length = 128;      // T (--seq-length)
@@ -62,6 +70,7 @@ struct GptConfig {
   int hidden_size = 128;     // C (--hidden-size)
   int num_heads = 4;         // NH (--num-attention-heads)
   int micro_batch_size = 8;  // B (--micro-batch-size)
+  Precision precision = Precision::kFp32;  // --bf16
   // Errors name the Megatron flag, the value, the limit and a hint (e.g. hidden not divisible by
   // heads, a count above its kMax* limit, a buffer whose element count overflows 64 bits).
   Status validate() const;

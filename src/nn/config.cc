@@ -6,6 +6,15 @@
 
 namespace tightpipe::nn {
 
+std::string_view precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+
+Result<Precision> parse_precision(std::string_view name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  return Status::invalid_argument(
+      fmt::format("precision '{}' is not known; hint: fp32 or bf16", printable(name)));
+}
+
 Status GptConfig::validate() const {
   auto in_range = [](int v, int limit, const char* flag, const char* hint) -> Status {
     if (v >= 1 && v <= limit) return OkStatus();
