@@ -234,6 +234,8 @@ int main(int argc, char** argv) {
   app.add_option("--script", script)->capture_default_str();
   app.add_option("--json", json_out, "write the results here");
   app.add_flag("--no-torch", no_torch, "only tightpipe");
+  bool bf16_only = false;
+  app.add_flag("--bf16", bf16_only, "same as --precision bf16")->excludes("--precision");
   if (int rc = tightpipe::bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
 
   std::vector<Size> list;
@@ -248,6 +250,7 @@ int main(int argc, char** argv) {
     }
     list.push_back(*s);
   }
+  if (bf16_only) precision = "bf16";
   const bool want_fp32 = precision != "bf16", want_bf16 = precision != "fp32";
 
   std::string torch_version;
