@@ -23,6 +23,9 @@ LayerCosts analytic_layer_costs(const nn::GptConfig& m) {
   g.param_dtype_bytes = 4;
   g.optimizer_bytes_per_param = 8;
   LayerCosts c = gpt_layer_costs(g);
+  // --bf16: messages between ranks travel as bf16 (executor.h); the stash sizes stay the FP32
+  // formulas' (an upper bound for the memory check).
+  if (m.precision == nn::Precision::kBf16) c.message_bytes = m.tokens_per_microbatch() * m.hidden_size * 2;
   c.source = fmt::format("analytic FLOPs of {} layers x {}, T={}, B={}, V={}", m.num_layers,
                          m.hidden_size, m.seq_length, m.micro_batch_size, m.vocab_size);
   return c;
