@@ -44,13 +44,14 @@ struct Measured {
   double tokens_per_s = 0, gflops = 0, ms_step = 0, loss_first = 0, loss_last = 0;
 };
 
-Measured run_tightpipe(const Size& s, int warmup, int steps, double flops_per_token) {
+Measured run_tightpipe(const Size& s, int warmup, int steps, double flops_per_token, bool bf16) {
   nn::GptConfig c;
   c.num_layers = s.L;
   c.hidden_size = s.C;
   c.num_heads = s.NH;
   c.seq_length = s.T;
   c.micro_batch_size = s.B;
+  c.precision = bf16 ? nn::Precision::kBf16 : nn::Precision::kFp32;
   nn::GptStage model(c, nn::StageSpec{0, s.L, true, true}, 0);
   // Uniformly random tokens, pre-generated (as the PyTorch side does).
   Rng rng(0);
@@ -131,6 +132,8 @@ int main(int argc, char** argv) {
   app.add_option("--script", script)->capture_default_str();
   app.add_option("--json", json_out, "write the results here");
   app.add_flag("--no-torch", no_torch, "only tightpipe");
+  bool bf16 = false;
+  app.add_flag("--bf16", bf16, "tightpipe in bf16 (GptConfig::precision)");
   if (int rc = tightpipe::bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
 
   nn::set_blas_threads(1);
@@ -161,7 +164,7 @@ int main(int argc, char** argv) {
     const double n_matmul = 12.0 * s.L * s.C * s.C + 13.0 * s.L * s.C + 2.0 * s.C + 256.0 * s.C;
     const double fpt = 6 * n_matmul + 12.0 * s.L * s.T * s.C;
     const double sgemm_model = sgemm_gflops(s.B * s.T, 4 * s.C, s.C);
-    Measured tp = run_tightpipe(s, warmup, steps, fpt);
+    Measured tp = run_tightpipe(s, warmup, steps, fpt, bf16);
     Measured pt;
     std::string err;
     if (!no_torch) pt = run_torch(python, script, s, warmup, steps, err);

@@ -24,7 +24,8 @@
 
 namespace tightpipe::nn {
 
-// Sets OpenBLAS's thread count for the whole process (openblas_set_num_threads).
+// Sets OpenBLAS's thread count for the whole process (openblas_set_num_threads), and oneDNN's
+// (kernels_bf16.h set_dnnl_threads: the bf16 matmuls).
 void set_blas_threads(int threads);
 // Name of the OpenBLAS core kernel in use (e.g. "Haswell", "SkylakeX").
 const char* blas_core_name();

@@ -77,6 +77,43 @@ void matmul_backward_weight_bf16(std::span<float> dweight, std::span<float> dbia
                                  std::span<const Bf16> dout, std::span<const Bf16> inp, int N,
                                  int IC, int OC);
 
+// dst (batch,M,N) = op(a) @ op(b) for `batch` dense problems, bf16 inputs, FP32 accumulation and
+// output. a is stored (batch,M,K) row-major, or (batch,K,M) when a_t; b is stored (batch,K,N), or
+// (batch,N,K) when b_t. One oneDNN primitive per thread and shape (batched memory descriptors).
+void batched_matmul_bf16(std::span<float> dst, std::span<const Bf16> a, std::span<const Bf16> b,
+                         int batch, int M, int K, int N, bool a_t, bool b_t);
+
+// ---- conversions fused with what produces the values -------------------------------------------
+// out16[i] = bf16(inout[i]) and inout[i] = the rounded value, as a float.
+void round_to_bf16(std::span<Bf16> out16, std::span<float> inout);
+// out16[i] = bf16(a[i] + b[i]) (FP32 add, one rounding): a residual add ending in bf16.
+void add_to_bf16(std::span<Bf16> out16, std::span<const float> a, std::span<const float> b);
+// out[i] += bf16_to_float(in[i]).
+void accumulate_bf16(std::span<float> out, std::span<const Bf16> in);
+
+// ---- causal multi-head self-attention, bf16 matmuls (the twin of attention_* in kernels.h) -----
+// Head-major bf16 layout of q, k, v: qkvh (3, B, NH, T, hs), each (b,h) slice of q, k or v
+// contiguous (T,hs), so that every attention matmul is one dense batched matmul over B*NH.
+// qkvh = bf16(qkv (B,T,3C)): the conversion of the qkv matmul output, fused with the permutation.
+void qkv_to_heads_bf16(std::span<Bf16> qkvh, std::span<const float> qkv, int B, int T, int C,
+                       int NH);
+// Work space of the two kernels below: floats (both) and bf16 elements (backward only).
+size_t attention_bf16_scratch_floats(int B, int T, int C, int NH);
+size_t attention_bf16_scratch_halves(int B, int T, int C, int NH);
+// out (B,T,C) = bf16(softmax(q k^T / sqrt(hs), causal) v) per head; att (B,NH,T,T) = the bf16
+// probabilities (zero above the diagonal) for the backward. Scores and softmax in FP32; q k^T and
+// att v are bf16 matmuls with FP32 accumulation over the full (T,T) square (the masked half is
+// computed and ignored: one batched call instead of many small ones).
+void attention_forward_bf16(std::span<Bf16> out, std::span<Bf16> att, std::span<const Bf16> qkvh,
+                            std::span<float> scratch, int B, int T, int C, int NH);
+// dqkv (B,T,3C) = bf16 of the gradient of qkv from dout (B,T,C) (FP32), qkvh and att. The softmax
+// backward is FP32 on the bf16 probabilities; its result (times 1/sqrt(hs)) is rounded to bf16 as
+// the input of the dq and dk matmuls.
+void attention_backward_input_bf16(std::span<Bf16> dqkv, std::span<const float> dout,
+                                   std::span<const Bf16> qkvh, std::span<const Bf16> att,
+                                   std::span<float> scratch, std::span<Bf16> scratch16, int B,
+                                   int T, int C, int NH);
+
 // ---- the same three in FP32 through oneDNN (same contracts as matmul_* in kernels.h) -----------
 void matmul_forward_dnnl(std::span<float> out, std::span<const float> inp,
                          std::span<const float> weight, std::span<const float> bias, int N, int IC,

@@ -40,6 +40,7 @@
 #include <variant>
 #include <vector>
 
+#include "tightpipe/kernels_bf16.h"
 #include "tightpipe/optimizer.h"
 #include "tightpipe/status.h"
 
@@ -174,6 +175,8 @@ class GptStage {
   std::span<const float> probs(int mb) const;
   bool in_flight(int mb) const;
 
+  // The non-const params() marks the bf16 weight copy stale (the caller may write through it, as a
+  // checkpoint load does): the next F or I remakes it.
   std::span<float> params();
   std::span<const float> params() const;
   std::span<float> grads();
@@ -194,7 +197,11 @@ class GptStage {
   int64_t adam_step() const { return adam_step_; }
   void set_adam_step(int64_t t) { adam_step_ = t; }
 
-  // Bytes held by the stash of all in-flight microbatches (what survives between F, I and W).
+  // Bytes of the bf16 copy of the matmul weights (0 in FP32): static memory beside the arena.
+  size_t bf16_weight_bytes() const;
+
+  // Bytes held by the stash of all in-flight microbatches (what survives between F, I and W),
+  // real bytes: 4 per FP32 element, 2 per bf16 element.
   size_t stash_bytes() const { return stash_bytes_; }
   size_t peak_stash_bytes() const { return peak_stash_bytes_; }
   void reset_peak() { peak_stash_bytes_ = stash_bytes_; }
@@ -205,10 +212,21 @@ class GptStage {
   struct Impl;
   std::vector<float> take(size_t n, Stash& s);
   void give(std::vector<float>& buf, Stash& s);
+  std::vector<Bf16> take16(size_t n, Stash& s);
+  void give16(std::vector<Bf16>& buf, Stash& s);
+  bool bf16() const { return config_.precision == Precision::kBf16; }
+  void refresh_bf16_weights();
   void layer_forward(int l, Stash& s, bool keep, bool make_output);
   void layer_backward_input(int l, Stash& s);
   void layer_backward_weight(int l, Stash& s);
   void head_backward_weight(Stash& s);
+  // The same three (and the head's parts) in bf16 (docs/bf16.md).
+  void layer_forward_bf16(int l, Stash& s, bool keep, bool make_output);
+  void layer_backward_input_bf16(int l, Stash& s);
+  void layer_backward_weight_bf16(int l, Stash& s);
+  double head_forward_bf16(Stash& s);  // the unscaled loss sum
+  void head_backward_input_bf16(Stash& s);
+  void head_backward_weight_bf16(Stash& s);
   std::span<const float> run_backward(int mb, std::span<const float> grad_output, bool fused);
 
   GptConfig config_;

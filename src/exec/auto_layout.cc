@@ -7,8 +7,11 @@
 
 namespace tightpipe::train_internal {
 
-// The analytic costs of the trained model: gpt_cost_model's formulas with float32 activations,
-// parameters and AdamW moments, and a free link (every split sends the same messages).
+// The analytic costs of the trained model: gpt_cost_model's formulas with the model's activation
+// dtype (float32, or bf16 under --bf16: the stash and the stage boundaries are bf16), float32
+// parameters, gradients and AdamW moments, plus under bf16 the bf16 copy of the matmul weights
+// (2 bytes per weight of the 4 matmuls of a block and of the LM head), and a free link (every
+// split sends the same messages).
 LayerCosts analytic_layer_costs(const nn::GptConfig& m) {
   GptCostConfig g;
   g.layers = m.num_layers;
@@ -19,15 +22,20 @@ LayerCosts analytic_layer_costs(const nn::GptConfig& m) {
   g.vocab = m.vocab_size;
   g.latency = 0;
   g.bandwidth = 0;
-  g.act_dtype_bytes = 4;
+  const bool bf16 = m.precision == nn::Precision::kBf16;
+  g.act_dtype_bytes = bf16 ? 2 : 4;
   g.param_dtype_bytes = 4;
+  g.grad_dtype_bytes = 4;
   g.optimizer_bytes_per_param = 8;
   LayerCosts c = gpt_layer_costs(g);
-  // --bf16: messages between ranks travel as bf16 (executor.h); the stash sizes stay the FP32
-  // formulas' (an upper bound for the memory check).
-  if (m.precision == nn::Precision::kBf16) c.message_bytes = m.tokens_per_microbatch() * m.hidden_size * 2;
-  c.source = fmt::format("analytic FLOPs of {} layers x {}, T={}, B={}, V={}", m.num_layers,
-                         m.hidden_size, m.seq_length, m.micro_batch_size, m.vocab_size);
+  if (bf16) {
+    const double h = m.hidden_size;
+    c.block.param_bytes += 2 * 12 * h * h;
+    c.head.param_bytes += 2 * double(m.vocab_size) * h;
+  }
+  c.source = fmt::format("analytic FLOPs of {} layers x {}, T={}, B={}, V={}{}", m.num_layers,
+                         m.hidden_size, m.seq_length, m.micro_batch_size, m.vocab_size,
+                         bf16 ? ", bf16" : "");
   return c;
 }
 

@@ -33,6 +33,51 @@ TEST(MemoryCheck, WeightsAreTheModelsParameters) {
   EXPECT_GT(e->buffers, 0);
 }
 
+// --bf16: the weights add the bf16 copy of the matmul weights (GptStage::bf16_weight_bytes), the
+// gradients and AdamW state stay FP32, the activations shrink.
+TEST(MemoryCheck, Bf16CountsTheWeightCopyAndSmallerActivations) {
+  TrainOptions o = small_run();
+  auto p32 = make_plan(o);
+  o.model.precision = nn::Precision::kBf16;
+  auto p16 = make_plan(o);
+  ASSERT_TRUE(p32.ok() && p16.ok());
+  auto e32 = estimate_memory(*p32), e16 = estimate_memory(*p16);
+  ASSERT_TRUE(e32.ok() && e16.ok());
+  size_t params = 0, copy = 0;
+  for (const nn::StageSpec& s : p16->specs) {
+    nn::GptStage st(p16->opt.model, s, 1);
+    params += st.num_params();
+    copy += st.bf16_weight_bytes();
+  }
+  EXPECT_GT(copy, 0u);
+  EXPECT_NEAR(e16->weights, 4.0 * params + copy, 0.01 * 4 * params);
+  EXPECT_NEAR(e16->weights - e32->weights, double(copy), 1e-9 * copy);
+  EXPECT_EQ(e16->gradients, e32->gradients);
+  EXPECT_EQ(e16->adamw, e32->adamw);
+  EXPECT_LT(e16->activations, e32->activations);
+}
+
+// The analytic per-block activation bytes bound what a block really stashes after F, in FP32 and
+// in bf16 (measured: the stash growth of one more block on a stage without embedding and head).
+TEST(MemoryCheck, AnalyticBlockActivationsCoverTheMeasuredStash) {
+  for (nn::Precision p : {nn::Precision::kFp32, nn::Precision::kBf16}) {
+    nn::GptConfig c = small_run().model;
+    c.precision = p;
+    const std::vector<float> x(size_t(c.tokens_per_microbatch()) * c.hidden_size, 0.25f);
+    auto stash_of = [&](int blocks) {
+      nn::GptStage st(c, nn::StageSpec{0, blocks, false, false}, 1);
+      st.forward(0, std::span<const float>(x));
+      return double(st.stash_bytes());
+    };
+    const double measured = stash_of(2) - stash_of(1);
+    const double predicted = analytic_layer_costs(c).block.act_bytes;
+    std::printf("%s block stash: measured %.0f, analytic %.0f bytes\n",
+                std::string(nn::precision_name(p)).c_str(), measured, predicted);
+    EXPECT_GE(predicted, measured) << nn::precision_name(p);
+    EXPECT_LE(predicted, 1.5 * measured) << nn::precision_name(p);
+  }
+}
+
 TEST(MemoryCheck, RefusesWhatDoesNotFitNamingTheFlags) {
   auto plan = make_plan(small_run());
   ASSERT_TRUE(plan.ok()) << plan.status().message();

@@ -167,6 +167,10 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
   const double B = m.micro_batch_size, T = m.seq_length, C = m.hidden_size, V = m.vocab_size;
   LayerCosts layers = analytic_layer_costs(m);
   layers.head.act_bytes += B * T * V * 4;  // the softmax the loss stage keeps until its backward
+  // bf16: the stash holds bf16 activations (the analytic costs count them at 2 bytes) and a
+  // recomputing stage keeps its input in bf16.
+  const bool bf16 = m.precision == nn::Precision::kBf16;
+  const double act_elem = bf16 ? 2 : 4;
   const CostModel costs = cost_model_for_layout(layers, stage_layers(plan.specs), "");
   const Schedule& sched = plan.lowered;
   const int32_t S = sched.num_stages;
@@ -181,7 +185,7 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
   for (int32_t s = 0; s < S; ++s) {
     const StageCost& c = costs.stage(s);
     const int32_t r = sched.rank_of(s);
-    held[s] = recompute ? B * T * C * 4 : c.act_bytes;
+    held[s] = recompute ? B * T * C * act_elem : c.act_bytes;
     kept_after_i[s] = recompute || c.act_bytes <= 0 ? 0 : c.act_after_i_bytes / c.act_bytes;
     rank_held[r] += held[s];
     if (recompute) rematerialized[r] = std::max(rematerialized[r], c.act_bytes);
@@ -190,6 +194,10 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
     e.gradients += c.grad_bytes;
     e.adamw += c.optimizer_bytes;
     e.buffers += (T * T + B * T * C) * 4;  // a stage's attention and layer scratch
+    if (bf16) {  // the FP32 transients of the bf16 path and the bf16 attention's work space
+      const double NC = B * T * C, att = B * m.num_heads * T * T;
+      e.buffers += 4 * (11 * NC + att + 3 * NC) + 2 * (att + NC);
+    }
   }
   for (int32_t s = 0; s < S; ++s) {
     const double whole = rank_held[sched.rank_of(s)];

@@ -3,10 +3,15 @@
 
 #include "tightpipe/check.h"
 #include "tightpipe/kernels.h"
+#include "tightpipe/kernels_bf16.h"
 
 namespace tightpipe::nn {
 
-void set_blas_threads(int threads) { openblas_set_num_threads(threads); }
+// oneDNN (the bf16 matmuls) gets the same count: one knob for the threads of a rank's kernels.
+void set_blas_threads(int threads) {
+  openblas_set_num_threads(threads);
+  set_dnnl_threads(threads);
+}
 const char* blas_core_name() { return openblas_get_corename(); }
 
 void matmul_forward(std::span<float> out, std::span<const float> inp, std::span<const float> weight,

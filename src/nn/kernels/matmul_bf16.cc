@@ -1,6 +1,7 @@
 // Matmul with bf16 inputs and FP32 accumulation on oneDNN's matmul primitive (and the same three
 // matmuls in FP32 through oneDNN, to measure against OpenBLAS). One engine, stream and primitive
 // cache per calling thread: no locks, and each primitive is created once per thread and shape.
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
@@ -52,6 +53,7 @@ struct MatmulKey {
   int64_t M, K, N;
   bool src_t, wei_t, bias, accumulate;
   dt type;
+  int64_t batch = 0;  // 0: 2-D; else (batch, rows, cols) descriptors, dense batches
   bool operator==(const MatmulKey&) const = default;
 };
 struct MatmulKeyHash {
@@ -61,6 +63,7 @@ struct MatmulKeyHash {
     h = h * 1000003u ^ size_t(k.N);
     h = h * 1000003u ^ (size_t(k.src_t) | size_t(k.wei_t) << 1 | size_t(k.bias) << 2 |
                         size_t(k.accumulate) << 3 | size_t(k.type) << 4);
+    h = h * 1000003u ^ size_t(k.batch);
     return h;
   }
 };
@@ -79,6 +82,12 @@ dnnl::memory::desc plain(int64_t rows, int64_t cols, bool transposed, dt type) {
   return dnnl::memory::desc(dims{rows, cols}, type, transposed ? dims{1, rows} : dims{cols, 1});
 }
 
+dnnl::memory::desc batched(int64_t batch, int64_t rows, int64_t cols, bool transposed, dt type) {
+  if (batch == 0) return plain(rows, cols, transposed, type);
+  return dnnl::memory::desc(dims{batch, rows, cols}, type,
+                            transposed ? dims{rows * cols, 1, rows} : dims{rows * cols, cols, 1});
+}
+
 // Per-thread oneDNN state: engine, stream and the primitives created by this thread.
 struct ThreadContext {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -89,9 +98,9 @@ struct ThreadContext {
   CachedMatmul& get(const MatmulKey& k) {
     auto it = cache.find(k);
     if (it != cache.end()) return it->second;
-    const auto src_md = plain(k.M, k.K, k.src_t, k.type);
-    const auto wei_md = plain(k.K, k.N, k.wei_t, k.type);
-    const auto dst_md = plain(k.M, k.N, false, dt::f32);
+    const auto src_md = batched(k.batch, k.M, k.K, k.src_t, k.type);
+    const auto wei_md = batched(k.batch, k.K, k.N, k.wei_t, k.type);
+    const auto dst_md = batched(k.batch, k.M, k.N, false, dt::f32);
     const auto bias_md = k.bias ? plain(1, k.N, false, dt::f32) : dnnl::memory::desc();
     dnnl::primitive_attr attr;
     if (k.accumulate) {
@@ -141,7 +150,8 @@ void run(const MatmulKey& k, const void* src, const void* wei, const float* bias
   CachedMatmul& m = ctx.get(k);
   if (!m.supported) {
     // No bf16 kernel on this CPU: the same products (exact in FP32) and FP32 sums, via FP32.
-    const size_t ns = size_t(k.M) * k.K, nw = size_t(k.K) * k.N;
+    const size_t nb = size_t(std::max<int64_t>(k.batch, 1));
+    const size_t ns = nb * k.M * k.K, nw = nb * k.K * k.N;
     ctx.fallback_src.resize(ns);
     ctx.fallback_wei.resize(nw);
     bf16_to_float(ctx.fallback_src, {static_cast<const Bf16*>(src), ns});
@@ -309,6 +319,49 @@ void matmul_backward_weight_dnnl(std::span<float> dweight, std::span<float> dbia
                                  std::span<const float> dout, std::span<const float> inp, int N,
                                  int IC, int OC) {
   backward_weight<float>(dweight, dbias, dout, inp, N, IC, OC);
+}
+
+}  // namespace tightpipe::nn
+
+namespace tightpipe::nn {
+
+void batched_matmul_bf16(std::span<float> dst, std::span<const Bf16> a, std::span<const Bf16> b,
+                         int batch, int M, int K, int N, bool a_t, bool b_t) {
+  TP_CHECK(batch > 0 && M > 0 && K > 0 && N > 0 && dst.size() >= size_t(batch) * M * N &&
+               a.size() >= size_t(batch) * M * K && b.size() >= size_t(batch) * K * N,
+           "batched_matmul_bf16 shapes batch=", batch, " M=", M, " K=", K, " N=", N);
+  const MatmulKey k{M, K, N, a_t, b_t, false, false, dt::bf16, batch};
+  run(k, a.data(), b.data(), nullptr, dst.data());
+}
+
+TP_BF16_CLONES void round_to_bf16(std::span<Bf16> out16, std::span<float> inout) {
+  TP_CHECK(out16.size() >= inout.size(), "round_to_bf16 out ", out16.size(), " < ", inout.size());
+  float* __restrict x = inout.data();
+  Bf16* __restrict o = out16.data();
+  const size_t n = inout.size();
+  for (size_t i = 0; i < n; ++i) {
+    o[i] = bf16_from_float(x[i]);
+    x[i] = bf16_to_float(o[i]);
+  }
+}
+
+TP_BF16_CLONES void add_to_bf16(std::span<Bf16> out16, std::span<const float> a,
+                                std::span<const float> b) {
+  TP_CHECK(out16.size() >= a.size() && b.size() >= a.size(), "add_to_bf16 sizes ", out16.size(),
+           " ", a.size(), " ", b.size());
+  const float* __restrict pa = a.data();
+  const float* __restrict pb = b.data();
+  Bf16* __restrict o = out16.data();
+  const size_t n = a.size();
+  for (size_t i = 0; i < n; ++i) o[i] = bf16_from_float(pa[i] + pb[i]);
+}
+
+TP_BF16_CLONES void accumulate_bf16(std::span<float> out, std::span<const Bf16> in) {
+  TP_CHECK(in.size() >= out.size(), "accumulate_bf16 in ", in.size(), " < out ", out.size());
+  float* __restrict o = out.data();
+  const Bf16* __restrict p = in.data();
+  const size_t n = out.size();
+  for (size_t i = 0; i < n; ++i) o[i] += bf16_to_float(p[i]);
 }
 
 }  // namespace tightpipe::nn
