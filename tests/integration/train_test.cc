@@ -220,8 +220,7 @@ TEST(TrainIntegrationTest, Bf16HalvesMessageBytesAndRecordsPrecision) {
     for (int r = 0; r < 2; ++r) {
       int messages = 0;
       for (const auto& l :
-           split(read_file(fmt::format("{}/timeline_rank{}.jsonl", o.out_dir, r)).value(), '
-')) {
+           split(read_file(fmt::format("{}/timeline_rank{}.jsonl", o.out_dir, r)).value(), '\n')) {
         if (l.empty()) continue;
         const auto e = nlohmann::json::parse(l);
         const std::string n = e["name"];
