@@ -62,7 +62,7 @@ struct ExecutorOptions {
   bool emulated = false;      // --compute emulated
   EmulatedCompute costs;      // used when emulated
   int64_t message_floats = 0; // (B,T,C) floats per activation/gradient message
-  bool bf16_messages = false; // --bf16: messages between ranks as bf16 (see above)
+  bool bf16_messages = false;  // --bf16: messages between ranks as bf16 (see above)
   // With overlap_p2p: a helper thread tests posted sends while compute runs (every 200 us,
   // backing off to 1.6 ms while none completes), so that transports which move data only
   // inside their calls (MPI) keep messages moving.

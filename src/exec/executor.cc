@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -92,9 +92,10 @@ void to_wire(Wire& wire, std::span<const float> in) {
 #ifndef NDEBUG
   for (size_t i = 0; i < in.size(); ++i) {
     const float back = nn::bf16_to_float(wire[i]);
-    TP_CHECK(std::memcmp(&back, &in[i], sizeof(float)) == 0 || (std::isnan(back) && std::isnan(in[i])),
-             "bf16 message: value ", i, " = ", in[i], " is not a bf16 (it would travel as ", back,
-             "); the model must round stage-boundary values to bf16 in bf16 mode");
+    TP_CHECK(
+        std::memcmp(&back, &in[i], sizeof(float)) == 0 || (std::isnan(back) && std::isnan(in[i])),
+        "bf16 message: value ", i, " = ", in[i], " is not a bf16 (it would travel as ", back,
+        "); the model must round stage-boundary values to bf16 in bf16 mode");
   }
 #endif
 }
@@ -423,9 +424,9 @@ Status Executor::StepRun::send(const Action& a) {
   p.buf = std::move(it->second.buf);
   p.wire = std::move(it->second.wire);
   outgoing_.erase(it);
-  const std::span<const std::byte> bytes =
-      ex_.options_.bf16_messages ? std::as_bytes(std::span<const nn::Bf16>(p.wire))
-                                 : std::as_bytes(std::span<const float>(p.buf));
+  const std::span<const std::byte> bytes = ex_.options_.bf16_messages
+                                               ? std::as_bytes(std::span<const nn::Bf16>(p.wire))
+                                               : std::as_bytes(std::span<const float>(p.buf));
   const int64_t nbytes = static_cast<int64_t>(bytes.size());
   const double t0 = now();
   p.req = ex_.transport_.isend(m->dst_rank, message_tag(sch_, *m), bytes);
@@ -685,9 +686,9 @@ Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, 
       }
       if (in && !in->local()) {
         act.assign(msg_floats, 0.0f);
-        const std::span<std::byte> into =
-            options_.bf16_messages ? std::as_writable_bytes(std::span<nn::Bf16>(wire))
-                                   : std::as_writable_bytes(std::span<float>(act));
+        const std::span<std::byte> into = options_.bf16_messages
+                                              ? std::as_writable_bytes(std::span<nn::Bf16>(wire))
+                                              : std::as_writable_bytes(std::span<float>(act));
         TP_RETURN_IF_ERROR(
             recv(transport_, in->src_rank, tag(s, mb), into, options_.timeout_s)
                 .with_context(fmt::format("rank {} evaluation {}F{}", rank_, s, mb)));

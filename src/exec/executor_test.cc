@@ -293,9 +293,9 @@ TEST(Bf16MessagesTest, HalfTheBytesOnTheWire) {
     auto statuses = run_world(w, [&](Transport& t) -> Status {
       PipelineRank pr(lowered, t.rank(), t, cfg, specs, kSeed, {}, ExecutorOptions{});
       BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> { return &batches[0][mb]; };
-      TP_ASSIGN_OR_RETURN(StepOutcome o, pipeline_step(pr, t, 0, fetch,
-                                                       3 * cfg.tokens_per_microbatch(),
-                                                       nn::AdamWConfig{}, kLr, 0.0f, 60));
+      TP_ASSIGN_OR_RETURN(StepOutcome o,
+                          pipeline_step(pr, t, 0, fetch, 3 * cfg.tokens_per_microbatch(),
+                                        nn::AdamWConfig{}, kLr, 0.0f, 60));
       std::lock_guard<std::mutex> lock(mu);
       for (const TimelineEvent& e : o.rank.timeline.events)
         if (e.kind == EventKind::kSend || e.kind == EventKind::kRecv) bytes.push_back(e.bytes);

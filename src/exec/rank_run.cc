@@ -447,14 +447,14 @@ Result<std::optional<TrainSummary>> RankRun::run() {
                                ? plan_.lowered.name
                                : fmt::format("{} (profiling {} step(s) for {})", plan_.lowered.name,
                                              opt_.auto_schedule_profile_steps, as.target);
-  plan_.log(rank_, fmt::format("tightpipe train: {}, p={}, v={}, m={}, {}{}; model {} layers x {}, "
-                               "T={}, B={}, {}; stages {}",
-                               name, opt_.pp, plan_.lowered.chunks(), opt_.microbatches,
-                               transport_kind_name(opt_.world.kind),
-                               opt_.exec.emulated ? ", emulated compute" : "",
-                               opt_.model.num_layers, opt_.model.hidden_size, opt_.model.seq_length,
-                               opt_.model.micro_batch_size, nn::precision_name(opt_.model.precision),
-                               nn::format_layout(plan_.specs)));
+  plan_.log(rank_,
+            fmt::format("tightpipe train: {}, p={}, v={}, m={}, {}{}; model {} layers x {}, "
+                        "T={}, B={}, {}; stages {}",
+                        name, opt_.pp, plan_.lowered.chunks(), opt_.microbatches,
+                        transport_kind_name(opt_.world.kind),
+                        opt_.exec.emulated ? ", emulated compute" : "", opt_.model.num_layers,
+                        opt_.model.hidden_size, opt_.model.seq_length, opt_.model.micro_batch_size,
+                        nn::precision_name(opt_.model.precision), nn::format_layout(plan_.specs)));
   // Which kernel oneDNN runs the bf16 matmuls with; without native bf16 the line says it will be
   // slow (the run goes on).
   if (rank_ == 0 && opt_.model.precision == nn::Precision::kBf16 && !opt_.exec.emulated)

@@ -444,7 +444,8 @@ Result<Manifest> load_manifest(const std::string& dir) {
     }
     if (key == "precision") {  // absent in checkpoints before --bf16: they trained in fp32
       auto p = parse_precision(val);
-      if (!p.ok()) return bad(fmt::format("'precision' is '{}', expected fp32 or bf16", printable(val)));
+      if (!p.ok())
+        return bad(fmt::format("'precision' is '{}', expected fp32 or bf16", printable(val)));
       m.config.precision = *p;
       continue;
     }

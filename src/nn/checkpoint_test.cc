@@ -404,8 +404,8 @@ TEST(Checkpoint, PrecisionIsRecordedAndEitherLoads) {
   ASSERT_NE(at, std::string::npos) << text;
   ASSERT_TRUE(write_file(manifest_path(it), std::string(text).erase(at, 15)).ok());
   EXPECT_EQ(load_manifest(it).value().config.precision, Precision::kFp32);
-  ASSERT_TRUE(write_file(manifest_path(it), std::string(text).replace(at, 14, "precision fp16"))
-                  .ok());
+  ASSERT_TRUE(
+      write_file(manifest_path(it), std::string(text).replace(at, 14, "precision fp16")).ok());
   auto bad = load_manifest(it);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kCorruption);

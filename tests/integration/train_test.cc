@@ -2,23 +2,22 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <cstdio>
-
 #include <algorithm>
-#include <filesystem>
-#include <limits>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "run.h"
 #include "sanitizer.h"
-#include "tiny_train.h"
-#include "tightpipe/base.h"
 #include "tightpipe/auto_schedule.h"
+#include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
 #include "tightpipe/trainer.h"
+#include "tiny_train.h"
 
 namespace tightpipe {
 namespace {
@@ -230,8 +229,7 @@ TEST(TrainIntegrationTest, Bf16HalvesMessageBytesAndRecordsPrecision) {
       }
       EXPECT_EQ(messages, 3 * 2 * o.microbatches) << "rank " << r;  // 3 steps, F and B each
     }
-    const auto costs =
-        parse_cost_table(read_file(o.out_dir + "/costs.json").value(), "costs.json");
+    const auto costs = parse_cost_table(read_file(o.out_dir + "/costs.json").value(), "costs.json");
     ASSERT_TRUE(costs.ok()) << costs.status().to_string();
     EXPECT_EQ(costs->stage(0).message_bytes, want);
     calibrated[name] = costs->stage(0).message_bytes;

@@ -201,16 +201,16 @@ TEST(TrainCli, Bf16) {
     return read_file(fmt::format("{}/iter_{:07d}/manifest.txt", ckpt, step)).value();
   };
   // fp32, 2 steps.
-  RunResult f = run_tightpipe(common + " --train-iters 2 --out-dir " + dir + "/f --save " + dir +
-                              "/f/ckpt");
+  RunResult f =
+      run_tightpipe(common + " --train-iters 2 --out-dir " + dir + "/f --save " + dir + "/f/ckpt");
   ASSERT_EQ(f.code, 0) << f.output;
   EXPECT_NE(f.output.find("B=4, fp32; stages"), std::string::npos) << f.output;
   EXPECT_EQ(f.output.find("bf16 matmul:"), std::string::npos) << f.output;
   EXPECT_EQ(summary_precision(dir + "/f"), "fp32");
   EXPECT_NE(manifest(dir + "/f/ckpt", 2).find("\nprecision fp32\n"), std::string::npos);
   // Resumed in bf16 for step 3.
-  RunResult b = run_tightpipe(common + " --bf16 --train-iters 3 --load " + dir + "/f/ckpt --out-dir " +
-                              dir + "/b --save " + dir + "/b/ckpt");
+  RunResult b = run_tightpipe(common + " --bf16 --train-iters 3 --load " + dir +
+                              "/f/ckpt --out-dir " + dir + "/b --save " + dir + "/b/ckpt");
   ASSERT_EQ(b.code, 0) << b.output;
   EXPECT_NE(b.output.find("B=4, bf16; stages"), std::string::npos) << b.output;
   const size_t isa = b.output.find("\noneDNN ");
@@ -218,10 +218,12 @@ TEST(TrainCli, Bf16) {
   const std::string isa_line = b.output.substr(isa + 1, b.output.find('\n', isa + 1) - isa - 1);
   EXPECT_NE(isa_line.find(" bf16 matmul: "), std::string::npos) << isa_line;
   std::ifstream cpuinfo("/proc/cpuinfo");
-  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)),
+                          std::istreambuf_iterator<char>());
   const bool native = flags.find("avx512_bf16") != std::string::npos;
   EXPECT_EQ(isa_line.find("will be slow") == std::string::npos, native) << isa_line;
-  EXPECT_NE(b.output.find("--load " + dir + "/f/ckpt/iter_0000002: saved in fp32, continuing in "
+  EXPECT_NE(b.output.find("--load " + dir +
+                          "/f/ckpt/iter_0000002: saved in fp32, continuing in "
                           "bf16 (master weights are fp32 either way)\n"),
             std::string::npos)
       << b.output;
@@ -231,10 +233,11 @@ TEST(TrainCli, Bf16) {
   RunResult bb = run_tightpipe(common + " --bf16 --train-iters 4 --load " + dir + "/b/ckpt");
   ASSERT_EQ(bb.code, 0) << bb.output;
   EXPECT_EQ(bb.output.find("saved in"), std::string::npos) << bb.output;
-  RunResult bf = run_tightpipe(common + " --train-iters 4 --load " + dir + "/b/ckpt --out-dir " +
-                               dir + "/bf");
+  RunResult bf =
+      run_tightpipe(common + " --train-iters 4 --load " + dir + "/b/ckpt --out-dir " + dir + "/bf");
   ASSERT_EQ(bf.code, 0) << bf.output;
-  EXPECT_NE(bf.output.find("--load " + dir + "/b/ckpt/iter_0000003: saved in bf16, continuing in "
+  EXPECT_NE(bf.output.find("--load " + dir +
+                           "/b/ckpt/iter_0000003: saved in bf16, continuing in "
                            "fp32 (master weights are fp32 either way)\n"),
             std::string::npos)
       << bf.output;

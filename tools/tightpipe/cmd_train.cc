@@ -204,9 +204,9 @@ int cmd_train(int argc, char** argv) {
   add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   if (fp16) {  // also with --bf16: one precision, and it is not this one
-    return report_error("train", Status::invalid_argument(
-                                     "--fp16: not supported; hint: use --bf16 (bf16 needs no "
-                                     "loss scaling)"));
+    return report_error(
+        "train", Status::invalid_argument("--fp16: not supported; hint: use --bf16 (bf16 needs no "
+                                          "loss scaling)"));
   }
   o.model.precision = bf16 ? nn::Precision::kBf16 : nn::Precision::kFp32;
   if (!data_words.empty()) {
