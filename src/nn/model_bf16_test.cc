@@ -109,7 +109,13 @@ TEST(ModelBf16, AnySplitIsBitIdenticalToOneStage) {
     auto many = make_stages(c, S);
     EXPECT_EQ(run_pipeline(many, 0, d, 0.02f, /*fused=*/S == 3), l1) << S << " stages";
     EXPECT_EQ(named(many, true), g1) << S << " stages";
-  }
+  }  // Stages without blocks: the embedding alone, the head alone.
+  auto specs = partition_layers(c, 4, "E|t*2|t*2|L");
+  ASSERT_TRUE(specs.ok()) << specs.status().message();
+  std::vector<GptStage> edge;
+  for (const StageSpec& s : *specs) edge.emplace_back(c, s, 42);
+  EXPECT_EQ(run_pipeline(edge, 0, d, 0.02f, false), l1);
+  EXPECT_EQ(named(edge, true), g1);
 }
 
 TEST(ModelBf16, ReturnedGradientsAgreeAcrossSplitsWithTheSameCut) {

@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "tightpipe/base.h"
@@ -180,7 +181,12 @@ TEST_P(AttentionBf16, ForwardAndBackwardWithinDerivedBounds) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBf16,
                          ::testing::Values(Shape{1, 5, 8, 2}, Shape{2, 37, 32, 2},
-                                           Shape{1, 64, 128, 2}, Shape{2, 33, 96, 3}));
+                                           Shape{1, 64, 128, 2}, Shape{2, 33, 96, 3}),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           const Shape& s = i.param;
+                           return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "C" +
+                                  std::to_string(s.C) + "NH" + std::to_string(s.NH);
+                         });
 
 // The head-major layout: every element lands where the attention matmuls read it, rounded once.
 TEST(AttentionBf16Layout, QkvToHeadsPermutesAndRounds) {
