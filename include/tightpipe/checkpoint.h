@@ -3,7 +3,8 @@
 //
 //   ROOT/latest_checkpointed_iteration.txt   the step of the newest complete checkpoint ("130")
 //   ROOT/iter_0000130/manifest.txt           "tightpipe-checkpoint 1", step, model shape, layout,
-//                                            the files of the checkpoint ("file stage-0.ckpt"...)
+//                                            precision ("precision bf16"; absent: fp32), the
+//                                            files of the checkpoint ("file stage-0.ckpt"...)
 //   ROOT/iter_0000130/stage-<s>.ckpt         magic "TPCKPT\0\0", version, model shape, stage spec,
 //                                            step, AdamW step, RNG state, then params, AdamW m,
 //                                            AdamW v (float32, little-endian), and an FNV-1a 64
@@ -49,7 +50,9 @@ struct CheckpointState {
 struct Manifest {
   int version = 1;
   int64_t step = 0;
-  GptConfig config;  // micro_batch_size is not part of the shape
+  // micro_batch_size is not part of the shape; precision (fp32/bf16) is what the run trained in:
+  // master weights are FP32 either way, so a checkpoint loads in the other precision too.
+  GptConfig config;
   std::vector<StageSpec> stages;
   // The checkpoint's files besides stage-<s>.ckpt (data_position.json, schedule.csv): plain names
   // in the same directory; a checkpoint lacking one is incomplete.

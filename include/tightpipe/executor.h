@@ -22,6 +22,14 @@
 // Emulated compute: with `emulated`, each compute action sleeps for its cost instead of doing the
 // math (so timing can be studied with p = 8 on 2 cores); messages are still real bytes.
 //
+// BF16 messages (`bf16_messages`, train --bf16): a message to another rank travels as bf16, half
+// the bytes of FP32: the sender converts the stage's FP32 output (nn::float_to_bf16) into a wire
+// buffer before the isend, the receiver posts a receive of that size and converts back once it
+// completes, so stages still see float spans. Lossless because in bf16 mode every value a stage
+// returns across a stage boundary is already exactly representable in bf16 (model.h); debug
+// builds check it. Hand-offs between stages of one rank stay FP32 (no conversion: the same
+// values). The timeline's SEND/RECV bytes are the bytes on the wire.
+//
 // Thread safety: one Executor per rank, used by that rank's thread only.
 #pragma once
 
@@ -31,6 +39,7 @@
 #include <vector>
 
 #include "tightpipe/data.h"
+#include "tightpipe/kernels_bf16.h"
 #include "tightpipe/model.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/status.h"
@@ -53,6 +62,7 @@ struct ExecutorOptions {
   bool emulated = false;      // --compute emulated
   EmulatedCompute costs;      // used when emulated
   int64_t message_floats = 0; // (B,T,C) floats per activation/gradient message
+  bool bf16_messages = false;  // --bf16: messages between ranks as bf16 (see above)
   // With overlap_p2p: a helper thread tests posted sends while compute runs (every 200 us,
   // backing off to 1.6 ms while none completes), so that transports which move data only
   // inside their calls (MPI) keep messages moving.
@@ -104,6 +114,8 @@ class Executor {
   // steps: between MPI processes on one machine the kernel copies each message, and copying
   // into pages it copied into recently is several times faster than into other pages.
   std::vector<std::vector<float>> free_buffers_;
+  // The same for the bf16 wire buffers of bf16_messages (message_floats elements each).
+  std::vector<std::vector<nn::Bf16>> free_wires_;
 };
 
 // Message tag of a training message (message_route(), schedule.h): one per (activation or

@@ -59,7 +59,7 @@ inline constexpr int kMaxVocabSize = 1 << 20;     // V (256 for the byte tokeniz
 // The arithmetic of the model's matmuls (docs/bf16.md). kBf16 (train --bf16, Megatron's flag):
 // matmul inputs in bf16 with FP32 accumulation; FP32 master weights, gradients and AdamW moments.
 enum class Precision { kFp32, kBf16 };
-// "fp32" / "bf16": the names in checkpoints (precision.json) and summary.json.
+// "fp32" / "bf16": the names in checkpoints (the manifest's precision line) and summary.json.
 std::string_view precision_name(Precision p);
 // The inverse of precision_name; anything else is an InvalidArgument naming the value.
 Result<Precision> parse_precision(std::string_view name);

@@ -6,10 +6,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -78,21 +79,45 @@ Executor::Executor(const Schedule& schedule, int32_t rank, Transport& transport,
 namespace {
 
 using Buffer = std::vector<float>;
+using Wire = std::vector<nn::Bf16>;  // a bf16 message as it travels (bf16_messages)
 
 bool is_recv(ActionType t) { return t == ActionType::kRecvAct || t == ActionType::kRecvGrad; }
 
 std::span<std::byte> bytes_of(Buffer& b) { return std::as_writable_bytes(std::span<float>(b)); }
 
+// REQUIRES: wire.size() >= in.size(). Debug builds check the model's contract (model.h): in bf16
+// mode a value crossing a stage boundary is exactly a bf16, so the conversion loses nothing.
+void to_wire(Wire& wire, std::span<const float> in) {
+  nn::float_to_bf16(wire, in);
+#ifndef NDEBUG
+  for (size_t i = 0; i < in.size(); ++i) {
+    const float back = nn::bf16_to_float(wire[i]);
+    TP_CHECK(
+        std::memcmp(&back, &in[i], sizeof(float)) == 0 || (std::isnan(back) && std::isnan(in[i])),
+        "bf16 message: value ", i, " = ", in[i], " is not a bf16 (it would travel as ", back,
+        "); the model must round stage-boundary values to bf16 in bf16 mode");
+  }
+#endif
+}
+
 // A message entering one of this rank's stages: a posted receive (req set) or, once received or
 // handed off locally by another stage of this rank, a ready buffer (req null).
 struct Incoming {
   Buffer buf;
-  std::unique_ptr<Request> req;  // destroyed before buf
+  Wire wire;                     // bf16_messages: what the posted receive fills
+  std::unique_ptr<Request> req;  // destroyed before buf and wire
+};
+
+// An output waiting for its SEND: FP32, or with bf16_messages already converted for the wire.
+struct Outgoing {
+  Buffer buf;
+  Wire wire;
 };
 
 struct PendingSend {
   Buffer buf;
-  std::unique_ptr<Request> req;  // destroyed before buf
+  Wire wire;                     // bf16_messages: the bytes sent (buf is then empty)
+  std::unique_ptr<Request> req;  // destroyed before buf and wire
   size_t event = 0;              // index of its SEND event, whose end is set when it completes
   double completed = -1;         // when a test() first saw it complete (step-relative seconds)
 };
@@ -228,6 +253,10 @@ class Executor::StepRun {
   Buffer take_buffer();
   void give_buffer(Buffer& b);
   Buffer copy_to_buffer(std::span<const float> data);
+  Wire take_wire();
+  void give_wire(Wire& w);
+  // Returns a completed send's buffers to their free lists.
+  void give_send(PendingSend& p);
   Status poll_sends();
   Status drain_sends();
 
@@ -251,7 +280,7 @@ class Executor::StepRun {
   double cpu_mark_ = -1;  // the thread's run-queue delay when its last compute action ended
   CompletionSet done_;  // this rank's completed actions; a RECV counts once its message arrived
   std::unordered_map<int64_t, Incoming> incoming_;  // by message key (message_tag)
-  std::unordered_map<int64_t, Buffer> outgoing_;    // outputs waiting for their SEND
+  std::unordered_map<int64_t, Outgoing> outgoing_;  // outputs waiting for their SEND
   SendQueue sends_;
 };
 
@@ -392,12 +421,15 @@ Status Executor::StepRun::send(const Action& a) {
   auto it = outgoing_.find(key(*m));
   TP_CHECK(it != outgoing_.end(), "nothing to send for ", to_string(a));
   PendingSend p;
-  p.buf = std::move(it->second);
+  p.buf = std::move(it->second.buf);
+  p.wire = std::move(it->second.wire);
   outgoing_.erase(it);
-  const int64_t nbytes = static_cast<int64_t>(p.buf.size() * sizeof(float));
+  const std::span<const std::byte> bytes = ex_.options_.bf16_messages
+                                               ? std::as_bytes(std::span<const nn::Bf16>(p.wire))
+                                               : std::as_bytes(std::span<const float>(p.buf));
+  const int64_t nbytes = static_cast<int64_t>(bytes.size());
   const double t0 = now();
-  p.req = ex_.transport_.isend(m->dst_rank, message_tag(sch_, *m),
-                               std::as_bytes(std::span<const float>(p.buf)));
+  p.req = ex_.transport_.isend(m->dst_rank, message_tag(sch_, *m), bytes);
   p.event = record(&a, to_string(a), EventKind::kSend, Lane::kComm, t0, t0, m->dst_rank, nbytes);
   if (ex_.options_.overlap_p2p) {
     sends_.push(std::move(p));
@@ -405,8 +437,7 @@ Status Executor::StepRun::send(const Action& a) {
   }
   TP_RETURN_IF_ERROR(p.req->wait(ex_.options_.timeout_s));
   res_.timeline.events[p.event].end = now();
-  p.req.reset();
-  give_buffer(p.buf);
+  give_send(p);
   return OkStatus();
 }
 
@@ -417,8 +448,15 @@ void Executor::StepRun::post_recv(const Action& recv) {
   const int64_t k = key(*m);
   if (incoming_.contains(k)) return;
   Incoming in;
-  in.buf = take_buffer();
-  in.req = ex_.transport_.irecv(m->src_rank, message_tag(sch_, *m), bytes_of(in.buf));
+  std::span<std::byte> into;
+  if (ex_.options_.bf16_messages) {
+    in.wire = take_wire();
+    into = std::as_writable_bytes(std::span<nn::Bf16>(in.wire));
+  } else {
+    in.buf = take_buffer();
+    into = bytes_of(in.buf);
+  }
+  in.req = ex_.transport_.irecv(m->src_rank, message_tag(sch_, *m), into);
   incoming_.emplace(k, std::move(in));
 }
 
@@ -453,9 +491,17 @@ Status Executor::StepRun::await_recv(const Action& recv) {
   TP_RETURN_IF_ERROR(
       it->second.req->wait(ex_.options_.timeout_s)
           .with_context(fmt::format("waiting for {} from rank {}", to_string(recv), m.src_rank)));
+  Incoming& in = it->second;
+  const size_t nbytes = ex_.options_.bf16_messages ? in.wire.size() * sizeof(nn::Bf16)
+                                                   : in.buf.size() * sizeof(float);
   record(&recv, to_string(recv), EventKind::kRecv, Lane::kComm, t0, now(), m.src_rank,
-         static_cast<int64_t>(it->second.buf.size() * sizeof(float)));
-  it->second.req.reset();
+         static_cast<int64_t>(nbytes));
+  in.req.reset();
+  if (ex_.options_.bf16_messages) {  // back to FP32 for the stage (exact)
+    in.buf = take_buffer();
+    nn::bf16_to_float(in.buf, in.wire);
+    give_wire(in.wire);
+  }
   done_.mark(recv);
   return OkStatus();
 }
@@ -476,11 +522,17 @@ Buffer Executor::StepRun::take_input(const Action& a) {
 void Executor::StepRun::hand_over_output(const Action& a, std::span<const float> out) {
   const std::optional<MessageRoute> m = message_route(sch_, a, MessageEnd::kOut);
   if (!m) return;
-  Buffer copy = copy_to_buffer(out);
   if (m->local()) {
-    incoming_[key(*m)] = Incoming{std::move(copy), nullptr};
+    incoming_[key(*m)] = Incoming{copy_to_buffer(out), Wire(), nullptr};
+  } else if (ex_.options_.bf16_messages) {
+    TP_CHECK(out.size() == msg_floats_, to_string(a), " output has ", out.size(),
+             " values, messages ", msg_floats_);
+    Outgoing o;
+    o.wire = take_wire();
+    to_wire(o.wire, out);
+    outgoing_[key(*m)] = std::move(o);
   } else {
-    outgoing_[key(*m)] = std::move(copy);
+    outgoing_[key(*m)] = Outgoing{copy_to_buffer(out), Wire()};
   }
 }
 
@@ -504,12 +556,30 @@ Buffer Executor::StepRun::copy_to_buffer(std::span<const float> data) {
   return b;
 }
 
+Wire Executor::StepRun::take_wire() {
+  auto& free = ex_.free_wires_;
+  if (free.empty()) return Wire(msg_floats_);
+  Wire w = std::move(free.back());
+  free.pop_back();
+  return w;
+}
+
+void Executor::StepRun::give_wire(Wire& w) {
+  if (w.size() == msg_floats_) ex_.free_wires_.push_back(std::move(w));
+  w = Wire();
+}
+
+void Executor::StepRun::give_send(PendingSend& p) {
+  p.req.reset();
+  give_buffer(p.buf);  // reusable once the send has completed
+  give_wire(p.wire);
+}
+
 Status Executor::StepRun::poll_sends() {
   auto& events = res_.timeline.events;
   return sends_.poll([&](PendingSend& p) {
     events[p.event].end = p.completed >= 0 ? p.completed : now();
-    p.req.reset();
-    give_buffer(p.buf);  // reusable once the send has completed
+    give_send(p);
   });
 }
 
@@ -523,8 +593,7 @@ Status Executor::StepRun::drain_sends() {
                                            st.message()));
     }
     events[p.event].end = p.completed >= 0 ? p.completed : now();
-    p.req.reset();
-    give_buffer(p.buf);
+    give_send(p);
   }
   sends_.remaining().clear();
   return OkStatus();
@@ -603,6 +672,7 @@ Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, 
   };
   double loss = 0;
   const auto local = sch.stages_of(rank_);
+  Wire wire(options_.bf16_messages ? msg_floats : 0);  // bf16_messages: the bytes on the wire
   for (int32_t mb = 0; mb < n; ++mb) {
     std::vector<float> act;
     const Batch* batch = nullptr;
@@ -616,10 +686,13 @@ Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, 
       }
       if (in && !in->local()) {
         act.assign(msg_floats, 0.0f);
+        const std::span<std::byte> into = options_.bf16_messages
+                                              ? std::as_writable_bytes(std::span<nn::Bf16>(wire))
+                                              : std::as_writable_bytes(std::span<float>(act));
         TP_RETURN_IF_ERROR(
-            recv(transport_, in->src_rank, tag(s, mb),
-                 std::as_writable_bytes(std::span<float>(act)), options_.timeout_s)
+            recv(transport_, in->src_rank, tag(s, mb), into, options_.timeout_s)
                 .with_context(fmt::format("rank {} evaluation {}F{}", rank_, s, mb)));
+        if (options_.bf16_messages) nn::bf16_to_float(act, wire);
       }
       const int eval_mb = -1 - mb;  // never collides with a training microbatch in flight
       nn::StageInput stage_in = !in ? nn::StageInput(std::span<const int32_t>(batch->tokens))
@@ -631,9 +704,15 @@ Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, 
       std::vector<float> next(o.activations.begin(), o.activations.end());
       model->discard(eval_mb);
       if (out && !out->local()) {
+        std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(next));
+        if (options_.bf16_messages) {
+          TP_CHECK(next.size() == msg_floats, "evaluation ", s, "F", mb, " output has ",
+                   next.size(), " values, messages ", msg_floats);
+          to_wire(wire, next);
+          bytes = std::as_bytes(std::span<const nn::Bf16>(wire));
+        }
         TP_RETURN_IF_ERROR(
-            send(transport_, out->dst_rank, tag(out->dst_stage, mb),
-                 std::as_bytes(std::span<const float>(next)), options_.timeout_s)
+            send(transport_, out->dst_rank, tag(out->dst_stage, mb), bytes, options_.timeout_s)
                 .with_context(fmt::format("rank {} evaluation {}SEND_F{}", rank_, s, mb)));
       }
       act = std::move(next);

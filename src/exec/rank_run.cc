@@ -11,6 +11,7 @@
 #include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
 #include "tightpipe/cost_model.h"
+#include "tightpipe/kernels_bf16.h"
 #include "tightpipe/timeline_io.h"
 
 namespace tightpipe::train_internal {
@@ -106,6 +107,12 @@ Result<int64_t> RankRun::resume() {
   const nn::Manifest& man = plan_.load.manifest;
   for (const std::string& w : plan_.load.warnings) plan_.log(rank_, w);
   TP_RETURN_IF_ERROR(nn::check_manifest_shape(dir, man, opt_.model));
+  if (man.config.precision != opt_.model.precision) {  // the weights load the same either way
+    plan_.log(rank_, fmt::format("--load {}: saved in {}, continuing in {} (master weights are "
+                                 "fp32 either way)",
+                                 dir, nn::precision_name(man.config.precision),
+                                 nn::precision_name(opt_.model.precision)));
+  }
   if (man.stages != plan_.specs) {
     return Status::invalid_argument(fmt::format(
         "--load {}: the checkpoint has {} stages '{}' but this run (--pp {}, --vpp {}) has {} "
@@ -440,13 +447,18 @@ Result<std::optional<TrainSummary>> RankRun::run() {
                                ? plan_.lowered.name
                                : fmt::format("{} (profiling {} step(s) for {})", plan_.lowered.name,
                                              opt_.auto_schedule_profile_steps, as.target);
-  plan_.log(rank_, fmt::format("tightpipe train: {}, p={}, v={}, m={}, {}{}; model {} layers x {}, "
-                               "T={}, B={}; stages {}",
-                               name, opt_.pp, plan_.lowered.chunks(), opt_.microbatches,
-                               transport_kind_name(opt_.world.kind),
-                               opt_.exec.emulated ? ", emulated compute" : "",
-                               opt_.model.num_layers, opt_.model.hidden_size, opt_.model.seq_length,
-                               opt_.model.micro_batch_size, nn::format_layout(plan_.specs)));
+  plan_.log(rank_,
+            fmt::format("tightpipe train: {}, p={}, v={}, m={}, {}{}; model {} layers x {}, "
+                        "T={}, B={}, {}; stages {}",
+                        name, opt_.pp, plan_.lowered.chunks(), opt_.microbatches,
+                        transport_kind_name(opt_.world.kind),
+                        opt_.exec.emulated ? ", emulated compute" : "", opt_.model.num_layers,
+                        opt_.model.hidden_size, opt_.model.seq_length, opt_.model.micro_batch_size,
+                        nn::precision_name(opt_.model.precision), nn::format_layout(plan_.specs)));
+  // Which kernel oneDNN runs the bf16 matmuls with; without native bf16 the line says it will be
+  // slow (the run goes on).
+  if (rank_ == 0 && opt_.model.precision == nn::Precision::kBf16 && !opt_.exec.emulated)
+    plan_.log(rank_, nn::bf16_matmul_isa());
   if (!plan_.layout_note.empty()) plan_.log(rank_, plan_.layout_note);
   if (plan_.cpu.oversubscribed()) plan_.log(rank_, plan_.cpu.warning());
   const double run_start = now_seconds();

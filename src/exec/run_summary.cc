@@ -66,9 +66,13 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   j["pp"] = o.pp;
   j["vpp"] = plan.lowered.chunks();
   j["microbatches"] = o.microbatches;
-  j["model"] = {{"num_layers", o.model.num_layers},         {"hidden_size", o.model.hidden_size},
-                {"num_attention_heads", o.model.num_heads}, {"seq_length", o.model.seq_length},
-                {"micro_batch_size", o.model.micro_batch_size}, {"vocab_size", o.model.vocab_size}};
+  j["model"] = {{"num_layers", o.model.num_layers},
+                {"hidden_size", o.model.hidden_size},
+                {"num_attention_heads", o.model.num_heads},
+                {"seq_length", o.model.seq_length},
+                {"micro_batch_size", o.model.micro_batch_size},
+                {"vocab_size", o.model.vocab_size},
+                {"precision", std::string(nn::precision_name(o.model.precision))}};
   j["layout"] = nn::format_layout(plan.specs);
   j["transport"] = std::string(transport_kind_name(o.world.kind));
   j["compute"] = o.exec.emulated ? "emulated" : "real";

@@ -22,6 +22,8 @@ PipelineRank::PipelineRank(const Schedule& lowered, int32_t rank, Transport& tra
   }
   options.message_floats =
       int64_t(config.micro_batch_size) * config.seq_length * config.hidden_size;
+  // --bf16: the stage-boundary values are bf16 (model.h), so they travel as bf16, half the bytes.
+  options.bf16_messages = config.precision == nn::Precision::kBf16;
   options_ = options;
   executor_ = std::make_unique<Executor>(lowered, rank, transport, stages_, options);
 }

@@ -382,6 +382,8 @@ Status save_manifest(const std::string& dir, const Manifest& m) {
                    m.config.vocab_size, m.config.seq_length, m.config.num_layers,
                    m.config.hidden_size, m.config.num_heads);
   s += fmt::format("layout {}\n", format_layout(m.stages));
+  // The arithmetic the run trained in; the weights are FP32 master weights either way.
+  s += fmt::format("precision {}\n", precision_name(m.config.precision));
   for (size_t i = 0; i < m.stages.size(); ++i) s += fmt::format("file stage-{}.ckpt\n", i);
   for (const std::string& f : m.extra_files) s += fmt::format("file {}\n", f);
   return write_checkpoint_file(manifest_path(dir), s);
@@ -438,6 +440,13 @@ Result<Manifest> load_manifest(const std::string& dir) {
     if (!header) break;
     if (key == "layout") {
       layout = val;
+      continue;
+    }
+    if (key == "precision") {  // absent in checkpoints before --bf16: they trained in fp32
+      auto p = parse_precision(val);
+      if (!p.ok())
+        return bad(fmt::format("'precision' is '{}', expected fp32 or bf16", printable(val)));
+      m.config.precision = *p;
       continue;
     }
     if (key == "file") {

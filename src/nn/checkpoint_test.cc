@@ -376,6 +376,44 @@ TEST(Checkpoint, DamagedHeaderAndDirectoryAreNamedWithTheRightHint) {
 
 // Every count of a manifest is range-checked before anything is allocated: num_stages 10^9 (it
 // allocated 23 GB before an error), counts beyond 32 bits, a huge manifest.
+// The manifest records the precision the run trained in; the weights are FP32 master weights
+// either way, so a bf16 checkpoint loads into FP32 stages (and the reverse) exactly. A manifest
+// from before --bf16 (no precision line) reads as fp32; an unknown precision is refused.
+TEST(Checkpoint, PrecisionIsRecordedAndEitherLoads) {
+  GptConfig c16 = small();
+  c16.precision = Precision::kBf16;
+  auto a = stages(c16, 2, 1);
+  train_a_bit(a);
+  const std::string dir = fresh_dir("precision");
+  ASSERT_TRUE(save_checkpoint(dir, ptrs(a), {5, {}}).ok());
+  const std::string it = iteration_dir(dir, 5);
+  auto m = load_manifest(it);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->config.precision, Precision::kBf16);
+  auto b = stages(small(), 2, 7);  // fp32
+  ASSERT_TRUE(load_checkpoint(dir, ptrs(b)).ok());
+  for (int s = 0; s < 2; ++s) EXPECT_TRUE(std::ranges::equal(a[s].params(), b[s].params()));
+  ASSERT_TRUE(save_checkpoint(dir, ptrs(b), {6, {}}).ok());
+  EXPECT_EQ(load_manifest(iteration_dir(dir, 6)).value().config.precision, Precision::kFp32);
+  auto c = stages(c16, 2, 8);
+  ASSERT_TRUE(load_checkpoint(dir, ptrs(c)).ok());  // the fp32 save at step 6 into bf16
+  for (int s = 0; s < 2; ++s) EXPECT_TRUE(std::ranges::equal(b[s].params(), c[s].params()));
+
+  std::string text = read_file(manifest_path(it)).value();
+  const size_t at = text.find("precision bf16\n");
+  ASSERT_NE(at, std::string::npos) << text;
+  ASSERT_TRUE(write_file(manifest_path(it), std::string(text).erase(at, 15)).ok());
+  EXPECT_EQ(load_manifest(it).value().config.precision, Precision::kFp32);
+  ASSERT_TRUE(
+      write_file(manifest_path(it), std::string(text).replace(at, 14, "precision fp16")).ok());
+  auto bad = load_manifest(it);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(bad.status().message().find("'precision' is 'fp16', expected fp32 or bf16"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST(Checkpoint, HugeManifestCountsAreRefusedFast) {
   const std::string dir = fresh_dir("huge");
   std::filesystem::create_directories(dir);

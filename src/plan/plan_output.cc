@@ -52,7 +52,8 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   const PlanModel& m = o.model;
   std::vector<std::string> out;
   // tightpipe train: GPT with its tokenizer's padded vocabulary (bytes: 256; GPT-2's BPE: 50304),
-  // 4h MLP, FP32, one data-parallel replica, recompute none or uniform (docs/plan.md).
+  // 4h MLP, the device's precision (--bf16 where it trains in bf16), one data-parallel replica,
+  // recompute none or uniform (docs/plan.md).
   constexpr int64_t kGpt2PaddedVocab = 50304;
   std::vector<std::string> why_not;
   if (m.vocab_size != 256 && m.vocab_size != kGpt2PaddedVocab) {
@@ -73,6 +74,7 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
     if (c.schedule == "interleaved" || c.schedule == "looped-bfs")
       cmd += fmt::format(" --vpp {}", c.vpp);
     if (!c.layout.empty()) cmd += " --pipeline-layout " + shell_quote(c.layout);
+    if (o.device.bf16) cmd += " --bf16";
     if (c.recompute == "full") {
       cmd += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
     }

@@ -168,6 +168,9 @@ void RunLoader::read_summary_fields(const nlohmann::json& j, const std::string& 
       c.seq_length = json_int(m, "seq_length", c.seq_length);
       c.micro_batch_size = json_int(m, "micro_batch_size", c.micro_batch_size);
       c.vocab_size = json_int(m, "vocab_size", c.vocab_size);
+      // Runs before --bf16 wrote no precision: they trained in fp32.
+      if (auto p = nn::parse_precision(m.value("precision", std::string("fp32"))); p.ok())
+        c.precision = *p;
       if (c.validate().ok()) run_.model = c;
       run_.layout = j.value("layout", std::string());
     }

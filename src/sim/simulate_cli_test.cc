@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -154,6 +155,36 @@ TEST_F(SimulateCli, GptModel) {
   EXPECT_GT(j["makespan"].get<double>(), 0);
   EXPECT_GT(j["message_bytes"].get<int64_t>(), 0);
   EXPECT_GT(j["per_rank"][0]["peak_bytes"].get<double>(), 0);
+}
+
+// --bf16 with --model: 2-byte activations, messages and parameters, which is --model's default
+// (Megatron's bf16), so the result is the same; an explicit act_bytes=/param_bytes= other than 2
+// is refused naming both; with --cost the flag changes nothing (costs carry their own bytes).
+TEST_F(SimulateCli, Bf16) {
+  const std::string model =
+      "--schedule 1f1b --pp 2 --microbatches 4 --json --model layers=4,hidden=256,heads=4,seq=128,"
+      "mbs=2,flops=1e12";
+  const CliRun plain = run(model);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const CliRun bf16 = run(model + " --bf16");
+  ASSERT_EQ(bf16.code, 0) << bf16.err;
+  EXPECT_EQ(bf16.out, plain.out);
+  EXPECT_EQ(nlohmann::json::parse(bf16.out)["message_bytes"].get<int64_t>(),
+            2 * 4 * int64_t{128} * 2 * 256 * 2);  // 2 ranks x 4 microbatches x F and B, sbh x 2
+  const CliRun fp32 = run(model + ",act_bytes=4");
+  ASSERT_EQ(fp32.code, 0) << fp32.err;
+  EXPECT_EQ(nlohmann::json::parse(fp32.out)["message_bytes"].get<int64_t>(),
+            2 * nlohmann::json::parse(bf16.out)["message_bytes"].get<int64_t>());
+  for (const char* key : {"act_bytes=4", "param_bytes=4"}) {
+    const CliRun bad = run(model + "," + key + " --bf16");
+    EXPECT_EQ(bad.code, 2) << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+    EXPECT_NE(bad.err.find(std::string("--model ") + key + " with --bf16"), std::string::npos)
+        << bad.err;
+    EXPECT_NE(bad.err.find("hint:"), std::string::npos) << bad.err;
+  }
+  const std::string uniform = "--schedule 1f1b --pp 2 --microbatches 4 --json --cost f=1,i=1,w=1";
+  EXPECT_EQ(run(uniform + " --bf16").out, run(uniform).out);
 }
 
 TEST_F(SimulateCli, PipelineLayoutShownChosenAndChecked) {

@@ -1,23 +1,23 @@
 // run_training end to end on threads: real and emulated compute, metrics, summary, trace.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <cstdio>
-
 #include <algorithm>
-#include <filesystem>
-#include <limits>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "run.h"
 #include "sanitizer.h"
-#include "tiny_train.h"
-#include "tightpipe/base.h"
 #include "tightpipe/auto_schedule.h"
+#include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
 #include "tightpipe/trainer.h"
+#include "tiny_train.h"
 
 namespace tightpipe {
 namespace {
@@ -195,6 +195,46 @@ TEST(TrainIntegrationTest, InvalidCombinationsFailBeforeWork) {
     EXPECT_NE(s.status().message().find(want), std::string::npos) << s.status().message();
     EXPECT_NE(s.status().message().find("hint:"), std::string::npos) << s.status().message();
   }
+}
+
+// --bf16 end to end on threads (1f1b, p = 2): summary.json records the precision, every message
+// between the ranks is B*T*C*2 bytes on both timelines (FP32: *4), and the costs the run
+// calibrated (costs.json, what `simulate --costs` reads) carry those bytes; the run learns.
+TEST(TrainIntegrationTest, Bf16HalvesMessageBytesAndRecordsPrecision) {
+  const std::string dir = testutil::make_temp_dir("tp-bf16");
+  std::map<std::string, int64_t> calibrated;
+  for (const char* name : {"fp32", "bf16"}) {
+    SCOPED_TRACE(name);
+    TrainOptions o = tiny(dir + "/" + name);
+    o.trace_path.clear();
+    o.train_iters = 3;
+    o.model.precision = nn::parse_precision(name).value();
+    auto s = run_training(o);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_NEAR(s->final_loss, std::log(256.0), 1.0);
+    const auto sum = read_json(o.out_dir + "/summary.json");
+    EXPECT_EQ(sum["model"]["precision"], name);
+    const int64_t want = int64_t(o.model.micro_batch_size) * o.model.seq_length *
+                         o.model.hidden_size * (std::string(name) == "bf16" ? 2 : 4);
+    for (int r = 0; r < 2; ++r) {
+      int messages = 0;
+      for (const auto& l :
+           split(read_file(fmt::format("{}/timeline_rank{}.jsonl", o.out_dir, r)).value(), '\n')) {
+        if (l.empty()) continue;
+        const auto e = nlohmann::json::parse(l);
+        const std::string n = e["name"];
+        if (n.find("SEND") == n.npos && n.find("RECV") == n.npos) continue;
+        EXPECT_EQ(e["bytes"].get<int64_t>(), want) << l;
+        ++messages;
+      }
+      EXPECT_EQ(messages, 3 * 2 * o.microbatches) << "rank " << r;  // 3 steps, F and B each
+    }
+    const auto costs = parse_cost_table(read_file(o.out_dir + "/costs.json").value(), "costs.json");
+    ASSERT_TRUE(costs.ok()) << costs.status().to_string();
+    EXPECT_EQ(costs->stage(0).message_bytes, want);
+    calibrated[name] = costs->stage(0).message_bytes;
+  }
+  EXPECT_EQ(2 * calibrated["bf16"], calibrated["fp32"]);
 }
 
 // metrics.jsonl of an --out-dir, by step.

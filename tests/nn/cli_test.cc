@@ -1,5 +1,6 @@
 // tightpipe train / sample end to end: every bad input is one clear line with a hint;
 // metrics.jsonl; save + load resumes exactly; sample generates from a checkpoint.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -177,6 +178,81 @@ TEST(TrainCli, MetricsResumeAndSample) {
   EXPECT_NE(partial.output.find(s.output), std::string::npos) << partial.output;
   expect_one_line_error(run_tightpipe(common + " --keep-last-checkpoints -1"), 2,
                         "--keep-last-checkpoints -1: must be in [0, ");
+}
+
+// --bf16: --fp16 is refused (alone and with --bf16); the header names the precision and oneDNN's
+// bf16 kernel (and says "slow" on a CPU without native bf16); summary.json and the checkpoint
+// manifest record the precision; a checkpoint saved in fp32 resumes in bf16 and the reverse, each
+// saying so in one line; a resume in the same precision says nothing; sample reads a bf16
+// checkpoint; a manifest from before --bf16 (no precision line) loads as fp32.
+TEST(TrainCli, Bf16) {
+  for (const char* flags : {"--fp16", "--fp16 --bf16", "--bf16 --fp16"}) {
+    expect_one_line_error(run_tightpipe("train " + kTiny + " " + flags), 2,
+                          "--fp16: not supported; hint: use --bf16 (bf16 needs no loss scaling)");
+  }
+  const std::string dir = fresh_dir("bf16");
+  const std::string common = "train " + kTiny + " --lr 1e-3 --eval-iters 0";
+  auto summary_precision = [](const std::string& out) {
+    const std::string text = read_file(out + "/summary.json").value();
+    const size_t at = text.find("\"precision\": \"");
+    return at == text.npos ? std::string("none") : text.substr(at + 14, 4);
+  };
+  auto manifest = [](const std::string& ckpt, int step) {
+    return read_file(fmt::format("{}/iter_{:07d}/manifest.txt", ckpt, step)).value();
+  };
+  // fp32, 2 steps.
+  RunResult f =
+      run_tightpipe(common + " --train-iters 2 --out-dir " + dir + "/f --save " + dir + "/f/ckpt");
+  ASSERT_EQ(f.code, 0) << f.output;
+  EXPECT_NE(f.output.find("B=4, fp32; stages"), std::string::npos) << f.output;
+  EXPECT_EQ(f.output.find("bf16 matmul:"), std::string::npos) << f.output;
+  EXPECT_EQ(summary_precision(dir + "/f"), "fp32");
+  EXPECT_NE(manifest(dir + "/f/ckpt", 2).find("\nprecision fp32\n"), std::string::npos);
+  // Resumed in bf16 for step 3.
+  RunResult b = run_tightpipe(common + " --bf16 --train-iters 3 --load " + dir +
+                              "/f/ckpt --out-dir " + dir + "/b --save " + dir + "/b/ckpt");
+  ASSERT_EQ(b.code, 0) << b.output;
+  EXPECT_NE(b.output.find("B=4, bf16; stages"), std::string::npos) << b.output;
+  const size_t isa = b.output.find("\noneDNN ");
+  ASSERT_NE(isa, std::string::npos) << b.output;
+  const std::string isa_line = b.output.substr(isa + 1, b.output.find('\n', isa + 1) - isa - 1);
+  EXPECT_NE(isa_line.find(" bf16 matmul: "), std::string::npos) << isa_line;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)),
+                          std::istreambuf_iterator<char>());
+  const bool native = flags.find("avx512_bf16") != std::string::npos;
+  EXPECT_EQ(isa_line.find("will be slow") == std::string::npos, native) << isa_line;
+  EXPECT_NE(b.output.find("--load " + dir +
+                          "/f/ckpt/iter_0000002: saved in fp32, continuing in "
+                          "bf16 (master weights are fp32 either way)\n"),
+            std::string::npos)
+      << b.output;
+  EXPECT_EQ(summary_precision(dir + "/b"), "bf16");
+  EXPECT_NE(manifest(dir + "/b/ckpt", 3).find("\nprecision bf16\n"), std::string::npos);
+  // Resumed in bf16 again: nothing to say; then in fp32: the reverse line.
+  RunResult bb = run_tightpipe(common + " --bf16 --train-iters 4 --load " + dir + "/b/ckpt");
+  ASSERT_EQ(bb.code, 0) << bb.output;
+  EXPECT_EQ(bb.output.find("saved in"), std::string::npos) << bb.output;
+  RunResult bf =
+      run_tightpipe(common + " --train-iters 4 --load " + dir + "/b/ckpt --out-dir " + dir + "/bf");
+  ASSERT_EQ(bf.code, 0) << bf.output;
+  EXPECT_NE(bf.output.find("--load " + dir +
+                           "/b/ckpt/iter_0000003: saved in bf16, continuing in "
+                           "fp32 (master weights are fp32 either way)\n"),
+            std::string::npos)
+      << bf.output;
+  EXPECT_EQ(summary_precision(dir + "/bf"), "fp32");
+  RunResult s = run_tightpipe("sample --load " + dir + "/b/ckpt --prompt 'ROMEO:' --tokens 10");
+  ASSERT_EQ(s.code, 0) << s.output;
+  EXPECT_EQ(s.output.rfind("ROMEO:", 0), 0u) << s.output;
+  // A checkpoint written before --bf16 has no precision line: fp32.
+  const std::string old = fmt::format("{}/f/ckpt/iter_{:07d}/manifest.txt", dir, 2);
+  std::string text = manifest(dir + "/f/ckpt", 2);
+  text.erase(text.find("precision fp32\n"), 15);
+  ASSERT_TRUE(write_file(old, text).ok());
+  RunResult o = run_tightpipe(common + " --bf16 --train-iters 3 --load " + dir + "/f/ckpt");
+  ASSERT_EQ(o.code, 0) << o.output;
+  EXPECT_NE(o.output.find("saved in fp32, continuing in bf16"), std::string::npos) << o.output;
 }
 
 }  // namespace

@@ -55,6 +55,13 @@ Result<LayerCosts> layout_costs_from(const std::string& dir, const GptConfig& mo
         theirs.vocab_size, ours.hidden_size, ours.num_heads, ours.seq_length,
         ours.micro_batch_size, ours.vocab_size));
   }
+  if (theirs.precision != ours.precision) {  // bf16 speeds up the matmuls, not the rest
+    return Status::invalid_argument(fmt::format(
+        "--layout-costs-from {}: that run trained in {} but this one trains in {}; hint: measure "
+        "a run of the same precision ({}), or drop --layout-costs-from for the analytic costs",
+        dir, nn::precision_name(theirs.precision), nn::precision_name(ours.precision),
+        ours.precision == nn::Precision::kBf16 ? "with --bf16" : "without --bf16"));
+  }
   return costs;
 }
 
@@ -178,6 +185,12 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--recompute-method", o.recompute.method, "'uniform'")->capture_default_str();
   app.add_option("--recompute-num-layers", o.recompute.num_layers, "layers per recompute group")
       ->capture_default_str();
+  bool bf16 = false, fp16 = false;
+  app.add_flag("--bf16", bf16,
+               "BF16 mixed precision (Megatron's flag): matmul inputs in bf16 with FP32 "
+               "accumulation on oneDNN, FP32 master weights, gradients and AdamW moments; "
+               "messages between ranks in bf16 (half the bytes)");
+  app.add_flag("--fp16", fp16, "not supported (refused): use --bf16");
   app.add_option("--blas-threads", o.blas_threads,
                  "OpenBLAS threads of each rank (1 when several thread ranks share the process)")
       ->capture_default_str();
@@ -190,6 +203,12 @@ int cmd_train(int argc, char** argv) {
   PipelineFlags pf;
   add_pipeline_flags(app, pf);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  if (fp16) {  // also with --bf16: one precision, and it is not this one
+    return report_error(
+        "train", Status::invalid_argument("--fp16: not supported; hint: use --bf16 (bf16 needs no "
+                                          "loss scaling)"));
+  }
+  o.model.precision = bf16 ? nn::Precision::kBf16 : nn::Precision::kFp32;
   if (!data_words.empty()) {
     auto sources = parse_data_path(data_words);
     if (!sources.ok()) return report_error("train", sources.status());

@@ -62,6 +62,12 @@ void add_cost_flags(CLI::App& app, CostFlags& f) {
       "seconds)");
   o_cost->excludes(o_costs)->excludes(o_model);
   o_costs->excludes(o_model);
+  app.add_flag("--bf16", f.bf16,
+               "BF16 mixed precision (Megatron's flag): with --model, 2-byte activations, "
+               "messages and parameters (the --model default already; act_bytes= or "
+               "param_bytes= other than 2 is refused with it); with --cost or --costs it changes "
+               "nothing: those carry their own bytes (a table measured by a --bf16 run already "
+               "holds bf16 messages)");
   app.add_option("--pipeline-layout", f.layout,
                  "with --model: how the layers split over the stages, a layout like "
                  "\"E,t*3|t*3|t,L\" (docs/cost_model.md), or auto: the split with the smallest "
@@ -100,6 +106,17 @@ std::string layout_string(const std::vector<StageLayers>& split) {
 // --model costs under the split --pipeline-layout asks for.
 Result<CostChoice> gpt_costs(const CostFlags& f, const Schedule& schedule, const SimOptions& sim) {
   TP_ASSIGN_OR_RETURN(GptCostConfig g, parse_gpt_cost_config(f.model));
+  if (f.bf16) {  // the --model default is Megatron's bf16 already: only an explicit key differs
+    for (const auto& [key, bytes] : {std::pair{"act_bytes", g.act_dtype_bytes},
+                                     std::pair{"param_bytes", g.param_dtype_bytes}}) {
+      if (bytes != 2) {
+        return Status::invalid_argument(fmt::format(
+            "--model {}={} with --bf16: bf16 values are 2 bytes; hint: drop {}= (--bf16 sets 2) "
+            "or drop --bf16",
+            key, bytes, key));
+      }
+    }
+  }
   if (f.layout.empty()) {
     TP_ASSIGN_OR_RETURN(CostModel m, gpt_cost_model(g, schedule.num_ranks, schedule.num_stages));
     return CostChoice{std::move(m), layout_string(even_layer_split(g.layers, schedule.num_stages))};

@@ -20,6 +20,9 @@ struct CostFlags {
   std::string costs;  // --costs FILE.json
   std::string model;  // --model layers=..,hidden=..,...
   std::string layout;  // --pipeline-layout (with --model): "" (even split), "auto" or a layout
+  // --bf16: --model's activations, messages and parameters are 2 bytes (its default; an explicit
+  // act_bytes=/param_bytes= other than 2 is an error); --cost/--costs carry their own bytes.
+  bool bf16 = false;
 };
 
 // zb-auto's options as given (nullopt: the default, ZbAutoOptions in auto_schedule.h).
@@ -49,7 +52,7 @@ void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size);
 // A CLI11 check for an integer count flag: a whole number in [1, limit], else "<value> is outside
 // [1, limit] (<what>, tightpipe's limit); hint: <hint>".
 CLI::Validator count_flag(int64_t limit, std::string what, std::string hint);
-// Adds --cost, --costs, --model (mutually exclusive) and --pipeline-layout.
+// Adds --cost, --costs, --model (mutually exclusive), --pipeline-layout and --bf16.
 void add_cost_flags(CLI::App& app, CostFlags& flags);
 // Adds --memory-limit, --w-memory-fraction, --objective, --search-budget-ms.
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
