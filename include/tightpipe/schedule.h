@@ -103,9 +103,7 @@ struct Schedule {
   // Stages in one direction's pipeline. REQUIRES: directions >= 1 (validate checks it divides).
   int32_t stages_per_direction() const { return num_stages / directions; }
   int32_t direction_of_stage(int32_t stage) const { return stage / stages_per_direction(); }
-  int32_t direction_of_microbatch(int32_t mb) const {
-    return mb / (num_microbatches / directions);
-  }
+  int32_t direction_of_microbatch(int32_t mb) const { return mb / (num_microbatches / directions); }
   // Which model stage (block of layers) stage id `stage` computes: the stage itself when there
   // is one direction; DualPipe's stage ids p + k compute model stage k. The one statement of it.
   int32_t model_stage(int32_t stage) const { return stage % stages_per_direction(); }
@@ -233,9 +231,9 @@ enum class MessageEnd {
 // from s - 1; RECV_B s, I s and B s <- the gradient from s + 1. nullopt where `a` has no message
 // at that end: W, a SEND asked for kIn, a RECV asked for kOut, the ends of the pipeline (no
 // stage -1 or S, and no message between two directions: Schedule::directions), and an
-// OVERLAP_F_B pair (two messages at each end: ask about its sub_actions()). The single statement of the pipeline's message flow: dependencies, validate,
-// lower, the simulator and the executor all ask it.
-// REQUIRES: 0 <= a.stage < schedule.num_stages and stage_to_rank has num_stages entries.
+// OVERLAP_F_B pair (two messages at each end: ask about its sub_actions()). The single statement of
+// the pipeline's message flow: dependencies, validate, lower, the simulator and the executor all
+// ask it. REQUIRES: 0 <= a.stage < schedule.num_stages and stage_to_rank has num_stages entries.
 std::optional<MessageRoute> message_route(const Schedule& schedule, const Action& a,
                                           MessageEnd end);
 

@@ -252,8 +252,7 @@ TEST(NotYetExecutedTest, OverlapPairsAndDirectionsAreRefused) {
     ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
     const Status st = check_executable(*lowered);
     EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << name;
-    EXPECT_NE(st.message().find("not yet executed: OVERLAP_F_B pairs such as ("),
-              std::string::npos)
+    EXPECT_NE(st.message().find("not yet executed: OVERLAP_F_B pairs such as ("), std::string::npos)
         << st.message();
     EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
   }

@@ -53,10 +53,14 @@ CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
     t.optimizer_bytes += c.optimizer_bytes;
     t.message_bytes = std::max(t.message_bytes, c.message_bytes);
   }
-  const double v = target.chunks();
+  // Chunks per rank in one direction. DualPipe (2 directions, p ids each): id s is a whole model
+  // stage, model_stage(s), whose layers rank model_stage(s) of the run held.
+  const double v = static_cast<double>(target.stages_per_direction()) / P;
   std::vector<StageCost> out(target.num_stages);
   for (int32_t s = 0; s < target.num_stages; ++s) {
-    const StageCost& t = totals[target.rank_of(s)];
+    const StageCost& t =
+        totals[target.directions == 1 ? target.rank_of(s)
+                                      : target.model_stage(s) * P / target.stages_per_direction()];
     StageCost& c = out[s];
     c.f = t.f / v;
     c.i = t.i / v;

@@ -38,7 +38,8 @@ std::string_view action_type_name(ActionType t) {
     case ActionType::kRecvAct: return "RECV_F";
     case ActionType::kSendGrad: return "SEND_B";
     case ActionType::kRecvGrad: return "RECV_B";
-    case ActionType::kOverlapFB: return "OVERLAP_F_B";
+    case ActionType::kOverlapFB:
+      return "OVERLAP_F_B";
   }
   return "?";
 }

@@ -178,12 +178,24 @@ TEST(DualPipeShapeTest, BadInputIsOneLineNamingTheRequirementAndTheValue) {
     GeneratorOptions o;
     const char* want;
   } cases[] = {
-      {"dualpipe", {.ranks = 3, .microbatches = 12, .chunks = 2}, "--pp 3: schedule 'dualpipe' needs an even number of pipeline ranks"},
-      {"dualpipe", {.ranks = 4, .microbatches = 9, .chunks = 2}, "--microbatches 9: schedule 'dualpipe' needs an even number of microbatches"},
-      {"dualpipe", {.ranks = 4, .microbatches = 6, .chunks = 2}, "--microbatches 6: schedule 'dualpipe' needs m >= 2p = 8 (p = 4)"},
-      {"dualpipev", {.ranks = 4, .microbatches = 7, .chunks = 2}, "--microbatches 7: schedule 'dualpipev' needs m >= 2p = 8 (p = 4)"},
-      {"dualpipev", {.ranks = 4, .microbatches = 8, .chunks = 3}, "--vpp 3: schedule 'dualpipev' runs exactly 2 chunks per rank"},
-      {"dualpipev", {.ranks = 4, .microbatches = 8, .chunks = 1}, "--vpp 1: schedule 'dualpipev' runs exactly 2 chunks per rank"},
+      {"dualpipe",
+       {.ranks = 3, .microbatches = 12, .chunks = 2},
+       "--pp 3: schedule 'dualpipe' needs an even number of pipeline ranks"},
+      {"dualpipe",
+       {.ranks = 4, .microbatches = 9, .chunks = 2},
+       "--microbatches 9: schedule 'dualpipe' needs an even number of microbatches"},
+      {"dualpipe",
+       {.ranks = 4, .microbatches = 6, .chunks = 2},
+       "--microbatches 6: schedule 'dualpipe' needs m >= 2p = 8 (p = 4)"},
+      {"dualpipev",
+       {.ranks = 4, .microbatches = 7, .chunks = 2},
+       "--microbatches 7: schedule 'dualpipev' needs m >= 2p = 8 (p = 4)"},
+      {"dualpipev",
+       {.ranks = 4, .microbatches = 8, .chunks = 3},
+       "--vpp 3: schedule 'dualpipev' runs exactly 2 chunks per rank"},
+      {"dualpipev",
+       {.ranks = 4, .microbatches = 8, .chunks = 1},
+       "--vpp 1: schedule 'dualpipev' runs exactly 2 chunks per rank"},
   };
   for (const auto& c : cases) {
     auto s = generate_schedule(c.name, c.o);
@@ -193,8 +205,10 @@ TEST(DualPipeShapeTest, BadInputIsOneLineNamingTheRequirementAndTheValue) {
     EXPECT_EQ(s.status().message().find('\n'), std::string::npos) << s.status().message();
   }
   // Without --vpp the registry's default (2) applies; aliases resolve.
-  EXPECT_TRUE(schedule_from_name_or_file("dualpipev", {.ranks = 2, .microbatches = 4, .chunks = 0}).ok());
-  EXPECT_TRUE(schedule_from_name_or_file("DualPipe", {.ranks = 2, .microbatches = 4, .chunks = 0}).ok());
+  EXPECT_TRUE(
+      schedule_from_name_or_file("dualpipev", {.ranks = 2, .microbatches = 4, .chunks = 0}).ok());
+  EXPECT_TRUE(
+      schedule_from_name_or_file("DualPipe", {.ranks = 2, .microbatches = 4, .chunks = 0}).ok());
   EXPECT_EQ(find_generator("ScheduleDualPipeV")->name, "dualpipev");
 }
 
@@ -217,7 +231,8 @@ Schedule hand(const std::vector<std::string>& rows, int32_t stages, int32_t mbs,
 }
 
 TEST(OverlapFBValidateTest, PairAcrossRanksIsAnErrorNamingIt) {
-  const Schedule s = hand({"0F0 (0F1;1B0)OVERLAP_F_B 0B0 0B1", "1F0 1F1 1B1"}, 2, 2, Placement::kLoop);
+  const Schedule s =
+      hand({"0F0 (0F1;1B0)OVERLAP_F_B 0B0 0B1", "1F0 1F1 1B1"}, 2, 2, Placement::kLoop);
   const Status st = validate(s);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("(0F1;1B0)OVERLAP_F_B pairs stage 0 (rank 0) with stage 1 (rank "
@@ -242,8 +257,7 @@ TEST(OverlapFBValidateTest, PairWaitingOnItselfThroughAnotherRankIsADeadlockNami
   // Loop placement, 2 ranks, 4 stages. 0B0's gradient comes from stage 1, whose backward needs
   // stage 2's, whose forward is the pair's own 2F0: unpaired, the same order runs.
   const char* r1 = "1F0 3F0 3B0 1B0";
-  const Schedule paired =
-      hand({"0F0 (2F0;0B0)OVERLAP_F_B 2B0", r1}, 4, 1, Placement::kLoop);
+  const Schedule paired = hand({"0F0 (2F0;0B0)OVERLAP_F_B 2B0", r1}, 4, 1, Placement::kLoop);
   const Status st = validate(paired);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("deadlock"), std::string::npos) << st.message();
@@ -259,7 +273,8 @@ TEST(OverlapFBValidateTest, PairWaitingOnItselfThroughAnotherRankIsADeadlockNami
 
 TEST(OverlapFBValidateTest, SubActionsCountAsTheirOwnActions) {
   // A pair's F duplicating a plain F is a duplicate; its B before its F is out of order.
-  const Schedule dup = hand({"0F0 0F1 (1F0;0B0)OVERLAP_F_B 1F0 1B0 0B1 1F1 1B1"}, 2, 2, Placement::kV);
+  const Schedule dup =
+      hand({"0F0 0F1 (1F0;0B0)OVERLAP_F_B 1F0 1B0 0B1 1F1 1B1"}, 2, 2, Placement::kV);
   EXPECT_NE(validate(dup).message().find("1F0 appears twice"), std::string::npos)
       << validate(dup).message();
   const Schedule early = hand({"(0F0;1B0)OVERLAP_F_B 1F0 0B0"}, 2, 1, Placement::kV);
@@ -272,7 +287,8 @@ TEST(OverlapFBValidateTest, SubActionsCountAsTheirOwnActions) {
 // Both inputs' RECVs come before the pair, both outputs' SENDs after it.
 TEST(OverlapFBLowerTest, ReceivesBeforeThePairSendsAfter) {
   for (const char* name : {"dualpipev", "dualpipe"}) {
-    const Schedule s = generate_schedule(name, {.ranks = 4, .microbatches = 8, .chunks = 2}).value();
+    const Schedule s =
+        generate_schedule(name, {.ranks = 4, .microbatches = 8, .chunks = 2}).value();
     auto low = lower(s);
     ASSERT_TRUE(low.ok()) << low.status().to_string();
     ASSERT_TRUE(validate(*low).ok()) << validate(*low).to_string();
@@ -287,7 +303,8 @@ TEST(OverlapFBLowerTest, ReceivesBeforeThePairSendsAfter) {
         ++pairs;
         for (const Action& sub : sub_actions(prog[k])) {
           if (auto in = message_route(*low, sub, MessageEnd::kIn); in && !in->local()) {
-            EXPECT_LT(at(in->recv()), static_cast<ptrdiff_t>(k)) << name << " " << to_string(prog[k]);
+            EXPECT_LT(at(in->recv()), static_cast<ptrdiff_t>(k))
+                << name << " " << to_string(prog[k]);
           }
           if (auto out = message_route(*low, sub, MessageEnd::kOut); out && !out->local()) {
             const auto i = at(out->send());
@@ -304,7 +321,8 @@ TEST(OverlapFBLowerTest, ReceivesBeforeThePairSendsAfter) {
 // ----- DualPipe's two directions ----------------------------------------------------------------
 
 TEST(DualPipeDirectionsTest, RankHoldsModelStagesRAndPMinus1MinusR) {
-  const Schedule s = generate_schedule("dualpipe", {.ranks = 4, .microbatches = 8, .chunks = 2}).value();
+  const Schedule s =
+      generate_schedule("dualpipe", {.ranks = 4, .microbatches = 8, .chunks = 2}).value();
   EXPECT_EQ(s.directions, 2);
   EXPECT_EQ(s.stages_per_direction(), 4);
   for (int32_t r = 0; r < 4; ++r) {
@@ -345,7 +363,8 @@ TEST(DualPipeDirectionsTest, ActionOutsideItsDirectionIsAnError) {
 }
 
 TEST(DualPipeDirectionsTest, CsvAndJsonKeepPairsAndDirections) {
-  const Schedule s = generate_schedule("dualpipe", {.ranks = 4, .microbatches = 8, .chunks = 2}).value();
+  const Schedule s =
+      generate_schedule("dualpipe", {.ranks = 4, .microbatches = 8, .chunks = 2}).value();
   for (const Schedule& x : {s, lower(s).value()}) {
     auto csv = parse_csv(to_csv(x), "d.csv");
     ASSERT_TRUE(csv.ok()) << csv.status().to_string();
@@ -359,9 +378,10 @@ TEST(DualPipeDirectionsTest, CsvAndJsonKeepPairsAndDirections) {
   }
   EXPECT_NE(to_json(s).find("\"directions\": 2"), std::string::npos);
   // One direction writes no "directions" key (files stay as they were).
-  EXPECT_EQ(to_json(generate_schedule("dualpipev", {.ranks = 2, .microbatches = 4, .chunks = 2}).value())
-                .find("directions"),
-            std::string::npos);
+  EXPECT_EQ(
+      to_json(generate_schedule("dualpipev", {.ranks = 2, .microbatches = 4, .chunks = 2}).value())
+          .find("directions"),
+      std::string::npos);
   EXPECT_NE(format_grid(s).find("(0F3;7B5)OVERLAP_F_B"), std::string::npos) << format_grid(s);
 }
 

@@ -45,22 +45,23 @@ Status infer_shape(Schedule& sch, std::string_view source,
   std::vector<std::pair<int, int>> first_seen(S, {-1, -1});
   for (int32_t r = 0; r < sch.num_ranks; ++r) {
     for (size_t i = 0; i < sch.programs[r].size(); ++i) {
-     for (const Action& a : sub_actions(sch.programs[r][i])) {
-      int32_t& owner = sch.stage_to_rank[a.stage];
-      if (owner == -1) {
-        owner = r;
-        first_seen[a.stage] = cell_pos.empty() ? std::pair<int, int>{r + 1, static_cast<int>(i) + 1}
-                                               : cell_pos[r][i];
-      } else if (owner != r) {
-        const auto here = cell_pos.empty() ? std::pair<int, int>{r + 1, static_cast<int>(i) + 1}
-                                           : cell_pos[r][i];
-        return Status::invalid_argument(fmt::format(
-            "{}:{}:{}: '{}' puts stage {} on rank {}, but {}:{}:{} already put it on rank {}; "
-            "hint: each stage lives on exactly one rank (one row)",
-            source, here.first, here.second, to_string(a), a.stage, r, source,
-            first_seen[a.stage].first, first_seen[a.stage].second, owner));
+      for (const Action& a : sub_actions(sch.programs[r][i])) {
+        int32_t& owner = sch.stage_to_rank[a.stage];
+        if (owner == -1) {
+          owner = r;
+          first_seen[a.stage] = cell_pos.empty()
+                                    ? std::pair<int, int>{r + 1, static_cast<int>(i) + 1}
+                                    : cell_pos[r][i];
+        } else if (owner != r) {
+          const auto here = cell_pos.empty() ? std::pair<int, int>{r + 1, static_cast<int>(i) + 1}
+                                             : cell_pos[r][i];
+          return Status::invalid_argument(fmt::format(
+              "{}:{}:{}: '{}' puts stage {} on rank {}, but {}:{}:{} already put it on rank {}; "
+              "hint: each stage lives on exactly one rank (one row)",
+              source, here.first, here.second, to_string(a), a.stage, r, source,
+              first_seen[a.stage].first, first_seen[a.stage].second, owner));
+        }
       }
-     }
     }
   }
   for (int32_t s = 0; s < S; ++s) {

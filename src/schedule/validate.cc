@@ -86,8 +86,9 @@ Status validate(const Schedule& sch) {
         const Action& pair = prog[i];
         for (const Action& sub : sub_actions(pair)) {
           if (sub.stage < 0 || sub.stage >= S) {
-            return fail(sch, here, fmt::format("{} names stage {}, outside 0..{}", to_string(pair),
-                                               sub.stage, S - 1));
+            return fail(
+                sch, here,
+                fmt::format("{} names stage {}, outside 0..{}", to_string(pair), sub.stage, S - 1));
           }
         }
         if (sch.stage_to_rank[pair.stage] != sch.stage_to_rank[pair.b_stage]) {
@@ -109,69 +110,76 @@ Status validate(const Schedule& sch) {
         }
       }
       for (const Action& a : sub_actions(prog[i])) {
-      if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= M) {
-        return fail(sch, here, fmt::format("{} is outside the shape (stages 0..{}, microbatches 0..{})",
-                                           to_string(a), S - 1, M - 1));
-      }
-      if (!sch.runs(a.stage, a.microbatch)) {
-        return fail(sch, here,
-                    fmt::format("{}: stage {} belongs to direction {}, which does not run "
-                                "microbatch {} (direction {} runs microbatches {}..{})",
-                                to_string(a), a.stage, sch.direction_of_stage(a.stage),
-                                a.microbatch, sch.direction_of_stage(a.stage),
-                                sch.direction_of_stage(a.stage) * (M / sch.directions),
-                                (sch.direction_of_stage(a.stage) + 1) * (M / sch.directions) - 1));
-      }
-      if (sch.stage_to_rank[a.stage] != r) {
-        return fail(sch, here, fmt::format("{} runs on rank {} but stage {} lives on rank {}",
-                                           to_string(a), r, a.stage, sch.stage_to_rank[a.stage]));
-      }
-      Place& p = seen.at(a.type, a.stage, a.microbatch);
-      if (p.rank >= 0) {
-        return fail(sch, here, fmt::format("{} appears twice (first at rank {} step {})",
-                                           to_string(a), p.rank, p.step));
-      }
-      p = {r, i};
-      auto before = [&](ActionType t, const char* rule) -> Status {
-        if (seen.at(t, a.stage, a.microbatch).rank < 0) {
+        if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= M) {
           return fail(sch, here,
-                      fmt::format("{} comes before {}{}{}: {}", to_string(a), a.stage,
-                                  action_type_name(t), a.microbatch, rule));
+                      fmt::format("{} is outside the shape (stages 0..{}, microbatches 0..{})",
+                                  to_string(a), S - 1, M - 1));
         }
-        return OkStatus();
-      };
-      switch (a.type) {
-        case ActionType::kForward:
-        case ActionType::kRecvAct:
-        case ActionType::kRecvGrad:
-          break;
-        case ActionType::kOverlapFB:
-          TP_CHECK(false, "sub_actions() returned a pair");
-          break;
-        case ActionType::kBackwardInput:
-        case ActionType::kBackward:
-          TP_RETURN_IF_ERROR(before(ActionType::kForward, "a backward needs its forward first"));
-          break;
-        case ActionType::kBackwardWeight:
-          if (seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0) {
-            return fail(sch, here, fmt::format("{} after the fused {}B{} (B already includes W)",
-                                               to_string(a), a.stage, a.microbatch));
-          }
-          TP_RETURN_IF_ERROR(before(ActionType::kBackwardInput, "W needs its I first"));
-          break;
-        case ActionType::kSendAct:
-          TP_RETURN_IF_ERROR(before(ActionType::kForward, "a send needs its producer first"));
-          break;
-        case ActionType::kSendGrad: {
-          const bool produced = seen.at(ActionType::kBackwardInput, a.stage, a.microbatch).rank >= 0 ||
-                                seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0;
-          if (!produced) {
-            return fail(sch, here, fmt::format("{} comes before the backward that produces it",
-                                               to_string(a)));
-          }
-          break;
+        if (!sch.runs(a.stage, a.microbatch)) {
+          return fail(
+              sch, here,
+              fmt::format("{}: stage {} belongs to direction {}, which does not run "
+                          "microbatch {} (direction {} runs microbatches {}..{})",
+                          to_string(a), a.stage, sch.direction_of_stage(a.stage), a.microbatch,
+                          sch.direction_of_stage(a.stage),
+                          sch.direction_of_stage(a.stage) * (M / sch.directions),
+                          (sch.direction_of_stage(a.stage) + 1) * (M / sch.directions) - 1));
         }
-      }
+        if (sch.stage_to_rank[a.stage] != r) {
+          return fail(sch, here,
+                      fmt::format("{} runs on rank {} but stage {} lives on rank {}", to_string(a),
+                                  r, a.stage, sch.stage_to_rank[a.stage]));
+        }
+        Place& p = seen.at(a.type, a.stage, a.microbatch);
+        if (p.rank >= 0) {
+          return fail(sch, here,
+                      fmt::format("{} appears twice (first at rank {} step {})", to_string(a),
+                                  p.rank, p.step));
+        }
+        p = {r, i};
+        auto before = [&](ActionType t, const char* rule) -> Status {
+          if (seen.at(t, a.stage, a.microbatch).rank < 0) {
+            return fail(sch, here,
+                        fmt::format("{} comes before {}{}{}: {}", to_string(a), a.stage,
+                                    action_type_name(t), a.microbatch, rule));
+          }
+          return OkStatus();
+        };
+        switch (a.type) {
+          case ActionType::kForward:
+          case ActionType::kRecvAct:
+          case ActionType::kRecvGrad:
+            break;
+          case ActionType::kOverlapFB:
+            TP_CHECK(false, "sub_actions() returned a pair");
+            break;
+          case ActionType::kBackwardInput:
+          case ActionType::kBackward:
+            TP_RETURN_IF_ERROR(before(ActionType::kForward, "a backward needs its forward first"));
+            break;
+          case ActionType::kBackwardWeight:
+            if (seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0) {
+              return fail(sch, here,
+                          fmt::format("{} after the fused {}B{} (B already includes W)",
+                                      to_string(a), a.stage, a.microbatch));
+            }
+            TP_RETURN_IF_ERROR(before(ActionType::kBackwardInput, "W needs its I first"));
+            break;
+          case ActionType::kSendAct:
+            TP_RETURN_IF_ERROR(before(ActionType::kForward, "a send needs its producer first"));
+            break;
+          case ActionType::kSendGrad: {
+            const bool produced =
+                seen.at(ActionType::kBackwardInput, a.stage, a.microbatch).rank >= 0 ||
+                seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0;
+            if (!produced) {
+              return fail(
+                  sch, here,
+                  fmt::format("{} comes before the backward that produces it", to_string(a)));
+            }
+            break;
+          }
+        }
       }
     }
   }

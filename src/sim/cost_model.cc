@@ -37,8 +37,9 @@ double CostModel::compute_time(int32_t s, ActionType type, Recompute recompute) 
     case ActionType::kRecvGrad:
       break;
     case ActionType::kOverlapFB:
-      TP_CHECK(false, "compute_time of an OVERLAP_F_B pair: ask its sub_actions() (simulator.h "
-                      "overlap_fb_time)");
+      TP_CHECK(false,
+               "compute_time of an OVERLAP_F_B pair: ask its sub_actions() (simulator.h "
+               "overlap_fb_time)");
       break;
   }
   TP_CHECK(false, "compute_time of a communication action type ", action_type_name(type));

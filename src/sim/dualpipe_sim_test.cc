@@ -2,9 +2,8 @@
 // uniform chunk costs and free messages the per-rank bubble and the activation peak are the
 // published closed forms (docs/schedule_ir.md, "DualPipeV and DualPipe"); a pair costs
 // F + B - X min(F, B) and its memory follows its sub-actions.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 
@@ -85,11 +84,10 @@ TEST(DualPipeSimTest, PublishedBubbleAndMemoryWithUniformCosts) {
   for (const double u : {1.0, 0.5, 3.0}) {
     for (const Shape& sh : sweep()) {
       const std::string where = fmt::format("{} p={} m={} u={}", sh.name, sh.p, sh.m, u);
-      const Schedule low = lower(generate_schedule(sh.name, {.ranks = sh.p,
-                                                             .microbatches = sh.m,
-                                                             .chunks = 2})
-                                     .value())
-                               .value();
+      const Schedule low =
+          lower(generate_schedule(sh.name, {.ranks = sh.p, .microbatches = sh.m, .chunks = 2})
+                    .value())
+              .value();
       auto r = simulate(low, chunk_costs(2 * sh.p, u, u, u), {.record_timeline = false});
       ASSERT_TRUE(r.ok()) << where << r.status().to_string();
       const int32_t n = std::string(sh.name) == "dualpipe" ? sh.p / 2 : sh.p;
@@ -114,7 +112,8 @@ TEST(DualPipeSimTest, PairTimeFollowsTheOverlapFactor) {
   EXPECT_DOUBLE_EQ(overlap_fb_time(1, 2, 0.5), 2.5);
   EXPECT_DOUBLE_EQ(overlap_fb_time(3, 2, 1), 3);
   // One rank, V placement: 0F0 1F0 then (rule, middle rank) 0F1 1B0 (1F1;0B0) 1B1 0I1 0W1.
-  const Schedule s = generate_schedule("dualpipev", {.ranks = 1, .microbatches = 2, .chunks = 2}).value();
+  const Schedule s =
+      generate_schedule("dualpipev", {.ranks = 1, .microbatches = 2, .chunks = 2}).value();
   ASSERT_EQ(to_string(s.programs[0][4]), "(1F1;0B0)OVERLAP_F_B");
   const CostModel cost = chunk_costs(2, 1, 1, 1);  // F = 1, B = 2
   for (const double x : {0.0, 0.5, 1.0}) {

@@ -73,7 +73,8 @@ EventKind kind_of(ActionType t) {
     case ActionType::kSendGrad: return EventKind::kSend;
     case ActionType::kRecvAct:
     case ActionType::kRecvGrad: return EventKind::kRecv;
-    case ActionType::kOverlapFB: return EventKind::kOther;  // recorded as its two sub-actions
+    case ActionType::kOverlapFB:
+      return EventKind::kOther;  // recorded as its two sub-actions
   }
   return EventKind::kOther;
 }
@@ -153,8 +154,8 @@ class Simulator {
         for (const Action& sub : sub_actions(a)) {
           if (sub.stage < 0 || sub.stage >= S_ || sub.microbatch < 0 || sub.microbatch >= M_) {
             return Status::invalid_argument(fmt::format(
-                "{}: stage or microbatch out of range (stages 0..{}, microbatches 0..{})",
-                where(), S_ - 1, M_ - 1));
+                "{}: stage or microbatch out of range (stages 0..{}, microbatches 0..{})", where(),
+                S_ - 1, M_ - 1));
           }
           if (sch_.stage_to_rank[sub.stage] != r) {
             return Status::invalid_argument(fmt::format("{}: stage {} lives on rank {}", where(),
