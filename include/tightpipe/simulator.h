@@ -115,7 +115,9 @@ struct SimResult {
   double max_span = 0;       // the longest rank span, first compute start to last compute end
   double span_bubble_ratio = 0;  // span_bubble(...).ratio (prof.h): the per-rank span measure
   bool optimizer = false;    // the cost model gave the optimizer a time: its phase is simulated
-  double activation_unit_bytes = 0;  // one whole-rank microbatch activation (CostModel)
+  // One whole-rank microbatch activation (CostModel), divided by Schedule::directions (DualPipe:
+  // a microbatch passes through one of a rank's two copies), so units compare across schedules.
+  double activation_unit_bytes = 0;
   bool real_bytes = true;  // false: memory sizes are abstract units (uniform model), not bytes
   int64_t messages = 0;      // SENDs simulated
   int64_t message_bytes = 0;

@@ -99,6 +99,9 @@ TEST(DualPipeSimTest, PublishedBubbleAndMemoryWithUniformCosts) {
         EXPECT_NEAR(st.busy, work, 1e-9) << where << " rank " << st.rank;
         EXPECT_NEAR(st.idle, bubble, 1e-9) << where << " rank " << st.rank;
         EXPECT_NEAR(st.peak_activation_bytes, 2 * n + 1, 1e-9) << where << " rank " << st.rank;
+        // In whole-rank units: DualPipe p + 1 (one model stage per microbatch), DualPipeV
+        // p + 1/2 (its chunk is half a rank's layers).
+        EXPECT_NEAR(st.peak_activations, n == sh.p ? sh.p + 0.5 : sh.p + 1.0, 1e-9) << where;
       }
       EXPECT_NEAR(r->makespan, work + bubble, 1e-9) << where;
     }

@@ -268,6 +268,11 @@ TEST_F(SimulateCli, DualPipeSchedulesCompareAndOverlap) {
   // dualpipe: every stage id a whole model stage (F = 1, B = 2, W = 1); m (F + B) = 24 busy per
   // rank plus (p/2 - 1)(F&B + B - 3W) = 2.
   EXPECT_DOUBLE_EQ(j[2]["makespan"].get<double>(), 26);
+  // Whole-rank activations (one microbatch through one rank's share of the model): 1F1B's rank
+  // 0 holds p = 4, DualPipeV p + 1/2, DualPipe p + 1 (DeepSeek's PP + 1).
+  EXPECT_DOUBLE_EQ(j[0]["per_rank"][0]["peak_activations"].get<double>(), 4);
+  EXPECT_DOUBLE_EQ(j[1]["per_rank"][0]["peak_activations"].get<double>(), 4.5);
+  EXPECT_DOUBLE_EQ(j[2]["per_rank"][0]["peak_activations"].get<double>(), 5);
   CliRun x =
       run("--schedule dualpipe --pp 4 --microbatches 8 --cost f=1,i=1,w=1 "
           "--overlap-fb-factor 1 --json");

@@ -135,6 +135,12 @@ class Simulator {
           "microbatches={}, {} programs, {} stage placements)",
           sch_.name, P_, S_, M_, sch_.programs.size(), sch_.stage_to_rank.size()));
     }
+    if (sch_.directions < 1 || S_ % sch_.directions != 0 || M_ % sch_.directions != 0) {
+      return Status::invalid_argument(fmt::format(
+          "simulate: schedule '{}' has {} directions for {} stages and {} microbatches (they "
+          "must divide both)",
+          sch_.name, sch_.directions, S_, M_));
+    }
     TP_RETURN_IF_ERROR(cost_.covers(sch_));
     for (int32_t s = 0; s < S_; ++s) {
       if (sch_.stage_to_rank[s] < 0 || sch_.stage_to_rank[s] >= P_) {
@@ -220,7 +226,9 @@ class Simulator {
     res_.recompute = opt_.recompute;
     res_.cost_source = cost_.source();
     res_.time_unit = cost_.time_unit();
-    res_.activation_unit_bytes = cost_.activation_unit_bytes(P_);
+    // One microbatch through one rank's share of the model. DualPipe's ranks hold a copy per
+    // direction, but a microbatch passes through one: its unit is one direction's share.
+    res_.activation_unit_bytes = cost_.activation_unit_bytes(P_) / sch_.directions;
     res_.real_bytes = cost_.real_bytes();
     res_.timeline.time_unit = cost_.time_unit();
     if (opt_.record_timeline) {
