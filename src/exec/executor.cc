@@ -60,6 +60,26 @@ int message_tag(const Schedule& s, const MessageRoute& m) {
   return static_cast<int>(tag);
 }
 
+Status check_executable(const Schedule& schedule) {
+  for (const auto& prog : schedule.programs) {
+    for (const Action& a : prog) {
+      if (a.type == ActionType::kOverlapFB) {
+        return Status::failed_precondition(fmt::format(
+            "schedule '{}': not yet executed: OVERLAP_F_B pairs such as {}; hint: simulate it "
+            "(tightpipe simulate), or train with a schedule without pairs (zb-v, 1f1b, ...)",
+            schedule.name, to_string(a)));
+      }
+    }
+  }
+  if (schedule.directions != 1) {
+    return Status::failed_precondition(fmt::format(
+        "schedule '{}': not yet executed: {} directions (DualPipe's duplicated stages); hint: "
+        "simulate it (tightpipe simulate)",
+        schedule.name, schedule.directions));
+  }
+  return OkStatus();
+}
+
 Executor::Executor(const Schedule& schedule, int32_t rank, Transport& transport,
                    std::map<int32_t, nn::GptStage*> stages, ExecutorOptions options)
     : schedule_(schedule),
@@ -320,6 +340,8 @@ Status Executor::StepRun::execute(const Action& a) {
     case ActionType::kSendAct:
     case ActionType::kSendGrad:
       return send(a);
+    case ActionType::kOverlapFB:
+      return check_executable(sch_);  // refused before any step runs; kept for direct callers
     case ActionType::kRecvAct:
     case ActionType::kRecvGrad:
       // Never waits here: the receive is posted (at step start with overlap, else now) and its
