@@ -87,8 +87,8 @@ struct RankStepResult {
 };
 
 // OK, or FailedPrecondition "not yet executed: ..." for a schedule the executor cannot run yet:
-// one holding OVERLAP_F_B pairs (DualPipeV, DualPipe) or more than one direction (DualPipe's
-// duplicated stages). The trainer asks it before building ranks; run_step refuses a pair too.
+// one of more than one direction (DualPipe's duplicated stages). The trainer asks it before
+// building ranks. OVERLAP_F_B pairs (DualPipeV) run: their F, then their B.
 Status check_executable(const Schedule& schedule);
 
 class Executor {
