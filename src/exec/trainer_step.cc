@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tightpipe/base.h"
@@ -66,20 +67,55 @@ Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
       lr));
 }
 
+// Sums the gradient arenas of this rank's stages and `loss` over the data-parallel group, in
+// chunks so that the doubles the deterministic allreduce works on stay small next to the model.
+// Every member holds the same stages (the same pipeline rank), so the chunks line up. Returns
+// the summed loss.
+Result<double> reduce_data_parallel(PipelineRank& pr, Transport& dp, double loss, int32_t step,
+                                    double timeout_s) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<double> buf;
+  buf.reserve(kChunk);
+  for (auto& [s, stage] : pr.stages()) {
+    std::span<float> g = stage->grads();
+    for (size_t at = 0; at < g.size(); at += kChunk) {
+      const size_t n = std::min(kChunk, g.size() - at);
+      buf.assign(g.begin() + at, g.begin() + at + n);
+      TP_RETURN_IF_ERROR(allreduce_sum(dp, buf, timeout_s)
+                             .with_context(fmt::format(
+                                 "step {} data-parallel gradient allreduce of stage {}", step, s)));
+      std::copy(buf.begin(), buf.end(), g.begin() + at);  // DP = 2: exactly the float sum
+    }
+  }
+  double l[1] = {loss};
+  TP_RETURN_IF_ERROR(allreduce_sum(dp, l, timeout_s)
+                         .with_context(fmt::format("step {} data-parallel loss allreduce", step)));
+  return l[0];
+}
+
 }  // namespace
 
 Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_t step,
                                   const BatchFetcher& fetch, int64_t tokens_per_step,
                                   const nn::AdamWConfig& adamw, float lr, float clip,
-                                  double timeout_s, bool check_nan) {
+                                  double timeout_s, bool check_nan, Transport* data_parallel) {
   // A common origin for the step's timeline: every rank leaves the barrier at about the same time.
   TP_RETURN_IF_ERROR(barrier(transport, timeout_s).with_context(fmt::format("step {} barrier", step)));
   const double origin = now_seconds();
   const float loss_scale = 1.0f / static_cast<float>(tokens_per_step);
   TP_ASSIGN_OR_RETURN(RankStepResult r, pr.executor().run_step(step, origin, fetch, loss_scale));
   StepOutcome out;
+  double loss = r.has_loss ? r.loss : 0.0, grad_sq = r.grad_sq_norm;
+  if (data_parallel != nullptr && data_parallel->size() > 1) {
+    TP_ASSIGN_OR_RETURN(loss, reduce_data_parallel(pr, *data_parallel, loss, step, timeout_s));
+    if (!pr.stages().empty()) {  // the norm of the summed gradients (emulated: none)
+      grad_sq = 0;
+      for (auto& [s, stage] : pr.stages()) grad_sq += stage->grad_sq_norm();
+    }
+  }
+  // After the data-parallel reduction: its exposed time is idle before the optimizer.
   out.optimizer_start = now_seconds() - origin;
-  double sums[2] = {r.has_loss ? r.loss : 0.0, r.grad_sq_norm};
+  double sums[2] = {loss, grad_sq};
   TP_RETURN_IF_ERROR(allreduce_sum(transport, sums, timeout_s)
                          .with_context(fmt::format("step {} loss/grad-norm allreduce", step)));
   // Ready to run the update since the all-reduce returned: the core wait before it (timeline.h).
