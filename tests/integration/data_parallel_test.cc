@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "data_parallel_util.h"
 #include "run.h"
 #include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
@@ -35,57 +36,11 @@ TrainOptions options(const std::string& out, int32_t pp, int32_t dp, int32_t m,
   return o;
 }
 
-std::map<int64_t, nlohmann::json> read_metrics(const std::string& out) {
-  std::map<int64_t, nlohmann::json> by_step;
-  for (const auto& l : split(read_file(out + "/metrics.jsonl").value(), '\n')) {
-    if (l.empty()) continue;
-    auto j = nlohmann::json::parse(l);
-    by_step[j["step"].get<int64_t>()] = j;
-  }
-  return by_step;
-}
-
-// Every parameter of the newest checkpoint under `root`, stage after stage: the stages of any
-// split hold the model's parameters in the same order.
-std::vector<float> weights(const std::string& root, const nn::GptConfig& model) {
-  const std::string dir = nn::resolve_checkpoint(root).value().dir;
-  const nn::Manifest man = nn::load_manifest(dir).value();
-  std::vector<float> all;
-  for (size_t s = 0; s < man.stages.size(); ++s) {
-    nn::GptStage st(model, man.stages[s], 1);
-    const auto loaded = nn::load_stage_checkpoint(nn::stage_checkpoint_path(dir, s), st);
-    EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
-    all.insert(all.end(), st.params().begin(), st.params().end());
-  }
-  return all;
-}
-
-// ||a - b|| / ||b||.
-double relative(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    n += double(b[i]) * b[i];
-  }
-  return std::sqrt(d / n);
-}
+using testutil::read_metrics;
 
 // `run`'s losses, gradient norms and final weights against the one-rank `ref`.
 void expect_trains_as(const TrainOptions& run, const TrainOptions& ref) {
-  const auto mr = read_metrics(run.out_dir), mf = read_metrics(ref.out_dir);
-  ASSERT_EQ(mr.size(), mf.size());
-  for (const auto& [step, j] : mf) {
-    SCOPED_TRACE(fmt::format("step {}", step));
-    for (const char* k : {"loss", "grad_norm"}) {
-      const double want = j[k].get<double>();
-      EXPECT_NEAR(mr.at(step)[k].get<double>(), want, 1e-6 * std::fabs(want)) << k;
-    }
-  }
-  const std::vector<float> w = weights(run.save_dir, run.model);
-  const std::vector<float> w1 = weights(ref.save_dir, ref.model);
-  ASSERT_EQ(w.size(), w1.size());
-  EXPECT_LT(relative(w, w1), 1e-6);
-  EXPECT_NE(mf.begin()->second["loss"], mf.rbegin()->second["loss"]) << "nothing trained";
+  testutil::expect_trains_as(run.out_dir, run.save_dir, ref.out_dir, ref.save_dir);
 }
 
 TEST(DataParallelTest, Dp2TimesPp2AndDp2TimesPp1TrainAsOneRank) {
