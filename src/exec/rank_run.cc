@@ -432,6 +432,10 @@ Status RankRun::switch_schedule() {
                                        built.status().message());
   }
   TP_ASSIGN_OR_RETURN(payload, broadcast_string(t_, 0, std::move(payload), opt_.exec.timeout_s));
+  // Every replica runs replica 0's schedule (theirs were built from their own timings).
+  if (dp_.size() > 1) {
+    TP_ASSIGN_OR_RETURN(payload, broadcast_string(dp_, 0, std::move(payload), opt_.exec.timeout_s));
+  }
   const std::string_view text(payload);
   const size_t eol = std::min(text.find('\n'), text.size());
   const std::string head(text.substr(0, eol));
@@ -451,7 +455,7 @@ Status RankRun::switch_schedule() {
   pr_.set_schedule(plan_.lowered);
   as.built = true;
   as.schedule = built;
-  if (rank_ != 0) return OkStatus();
+  if (rank_ != 0 || dp_rank_ != 0) return OkStatus();
   std::string wrote;
   if (!opt_.out_dir.empty()) {
     TP_RETURN_IF_ERROR(

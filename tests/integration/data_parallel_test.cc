@@ -80,6 +80,13 @@ TEST(DataParallelTest, EveryScheduleOnDp2TimesPp2TrainsAsOneRank) {
     ASSERT_TRUE(s.ok()) << s.status().to_string();
     expect_trains_as(o, one);
   }
+  // An auto schedule: replica 0 builds it from its profile steps and every replica switches to it.
+  TrainOptions o = options(dir + "/zb-1p", 2, 2, 4, "zb-1p");
+  o.auto_schedule_profile_steps = 2;
+  auto s = run_training(o);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->auto_schedule, "zb-1p");
+  expect_trains_as(o, one);
 }
 
 // 6 steps straight equal 3 steps stopped by --exit-interval and 3 resumed, bit for bit, on DP 2

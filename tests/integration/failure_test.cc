@@ -47,6 +47,26 @@ TEST(FailureTest, StalledThreadRankStopsTheOthersWithinTheTimeout) {
   EXPECT_NE(s.message().find("from rank 1"), std::string::npos) << s.message();
 }
 
+// Data parallel: a rank of one replica stalls (global rank 3 of DP 2 x PP 2, replica 1's last
+// stage); its pipeline neighbour times out on the p2p message and the other replica on the
+// data-parallel reduction, so every rank of both replicas stops within the timeout.
+TEST(FailureTest, StalledRankOfOneReplicaStopsEveryReplica) {
+  TrainOptions o = testutil::tiny_emulated_options(2);
+  o.data_parallel_size = 2;
+  testutil::FaultOptions fault;
+  fault.rank = 3;
+  fault.after_sends = 6;  // 1F1B, p = 2, m = 6: rank 1 sends 6 gradients per step; in step 1
+  fault.kind = testutil::FaultKind::kStall;
+  fault.stall_s = 8;
+  o.world.wrap = testutil::fault_wrapper(fault);
+  const double t0 = now_seconds();
+  auto r = run_training(o);
+  const double elapsed = now_seconds() - t0;
+  ASSERT_FALSE(r.ok()) << "a replica's rank stalled for 8 s past a 2 s time-out";
+  EXPECT_LT(elapsed, 15.0) << "a stalled replica must not hang the run";
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().to_string();
+}
+
 // The survivors' error lines ("fault_train: error: ..."): one per survivor, each naming the dead
 // or silent rank.
 void expect_survivor_errors(const std::string& all, int survivors, const std::string& peer) {
