@@ -323,8 +323,16 @@ void RunPlan::log(int32_t rank, const std::string& line) const {
 // MPI: the world is the process count (every process computes the same errors).
 Result<ParallelLayout> parallel_layout(const TrainOptions& opt) {
   const bool mpi = opt.world.kind == TransportKind::kMpi;
-  int32_t world =
-      opt.world_size > 0 ? opt.world_size : opt.pp * std::max(1, opt.data_parallel_size);
+  if (opt.pp < 1) return ParallelLayout{};  // validate() names --pp
+  const int64_t want =
+      opt.world_size > 0 ? opt.world_size : int64_t{opt.pp} * std::max(1, opt.data_parallel_size);
+  if (opt.world_size <= 0 && want > 4096) {  // WorldOptions' limit, before an int overflow
+    return Status::invalid_argument(fmt::format(
+        "--pp {} x --data-parallel-size {} = {} ranks: must be at most 4096; hint: fewer "
+        "pipeline ranks or replicas",
+        opt.pp, std::max(1, opt.data_parallel_size), want));
+  }
+  int32_t world = static_cast<int32_t>(want);
   std::string what = opt.world_size > 0 ? fmt::format("--world-size {}", world)
                                         : fmt::format("the world size {}", world);
   if (mpi && mpi_transport_available()) {
@@ -335,7 +343,7 @@ Result<ParallelLayout> parallel_layout(const TrainOptions& opt) {
       what = fmt::format("the MPI world size (mpirun -np) {}", world);
     }
   }
-  if (opt.pp < 1 || world % opt.pp != 0) {
+  if (world % opt.pp != 0) {
     return Status::invalid_argument(fmt::format(
         "{} is not divisible by --pp {}: every data-parallel replica needs all --pp pipeline "
         "ranks; hint: start --pp x --data-parallel-size ranks{}",

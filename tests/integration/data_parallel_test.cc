@@ -139,6 +139,15 @@ TEST(DataParallelTest, BadShapesAndAnotherDataParallelSizeAreRefused) {
             "--data-parallel-size 3 disagrees with --world-size 4 / --pp 2 = 2; hint: drop "
             "--data-parallel-size (it is the world size / --pp) or start 6 ranks");
 
+  o.world_size = 0;
+  o.pp = 1 << 20;
+  o.data_parallel_size = 4096;
+  r = run_training(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "--pp 1048576 x --data-parallel-size 4096 = 4294967296 ranks: must be at most 4096; "
+            "hint: fewer pipeline ranks or replicas");
+
   // A checkpoint of DP 2 loaded by DP 1 (and the other way round) names both sizes.
   TrainOptions dp2 = options(dir + "/dp2", 2, 2, 2);
   dp2.train_iters = 2;

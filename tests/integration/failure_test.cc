@@ -137,8 +137,9 @@ TEST(FailureTest, StalledMpiRankFailsTheJobAfterEverySurvivorReported) {
   expect_survivor_errors(all, 2, "rank");
 }
 
-// An error every rank finds before any work (here the world size) fails the job in both modes:
-// each process prints its line, and mpirun exits non-zero also under --enable-recovery.
+// An error every rank finds before any work (here a world size --pp does not divide: no whole
+// data-parallel replica) fails the job in both modes: each process prints its line, and mpirun
+// exits non-zero also under --enable-recovery.
 class MpiWorldSizeTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MpiWorldSizeTest, OtherThanPpStopsEveryRankBeforeWork) {
@@ -151,9 +152,11 @@ TEST_P(MpiWorldSizeTest, OtherThanPpStopsEveryRankBeforeWork) {
                        "--pp 3");
   const std::string all = r.out + r.err;
   EXPECT_NE(r.exit_code, 0) << all;
-  EXPECT_EQ(count(all, "this MPI job has 2 processes but the pipeline needs 3 ranks"), 2)
+  EXPECT_EQ(count(all, "the MPI world size (mpirun -np) 2 is not divisible by --pp 3"), 2)
       << all;  // one clear line from each process
-  EXPECT_NE(all.find("hint: start it with mpirun -np 3"), std::string::npos) << all;
+  EXPECT_NE(all.find("hint: start --pp x --data-parallel-size ranks (mpirun -np)"),
+            std::string::npos)
+      << all;
   EXPECT_EQ(all.find("step "), std::string::npos) << "no work may start: " << all;
   EXPECT_EQ(all.find("tightpipe: note:"), std::string::npos) << all;
 }
