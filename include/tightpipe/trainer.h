@@ -53,6 +53,14 @@ class PipelineRank {
   std::unique_ptr<Executor> executor_;
 };
 
+// How pipeline_step sums gradients over the data-parallel group (Megatron's DDP options).
+struct GradReduceOptions {
+  // --overlap-grad-reduce: start a stage's reduction as soon as its last W (or B) of the step is
+  // done, on a helper thread, while the program goes on; off: one reduction after the program.
+  bool overlap = false;
+  int64_t bucket_size = int64_t{1} << 20;  // --bucket-size: gradient values per allreduce
+};
+
 struct StepOutcome {
   double loss = 0;       // mean over all tokens of all microbatches (same on every rank)
   double grad_norm = 0;  // global L2 norm before clipping (same on every rank)
@@ -76,7 +84,8 @@ Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int3
                                   const BatchFetcher& fetch, int64_t tokens_per_step,
                                   const nn::AdamWConfig& adamw, float lr, float clip,
                                   double timeout_s, bool check_nan = true,
-                                  Transport* data_parallel = nullptr);
+                                  Transport* data_parallel = nullptr,
+                                  const GradReduceOptions& reduce = {});
 
 // Limits of the training counts (docs/train_limits.md), refused by TrainOptions::validate() with
 // one line naming the flag; the model's are in model.h (kMaxNumLayers...), the schedule's in
@@ -109,6 +118,7 @@ struct TrainOptions {
   // --world-size, else pp x data_parallel_size.
   int32_t data_parallel_size = 0;      // --data-parallel-size (0: world / --pp)
   int32_t world_size = 0;              // --world-size, threads (0: --pp x --data-parallel-size)
+  GradReduceOptions grad_reduce;       // --overlap-grad-reduce, --bucket-size
   int32_t vpp = 0;                     // --vpp (0: the schedule's default)
   int32_t microbatches = 1;            // --num-microbatches
   int32_t group_size = 0;              // --microbatch-group-size

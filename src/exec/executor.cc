@@ -225,7 +225,7 @@ class Executor::StepRun {
     res_.timeline.rank = ex.rank_;
   }
 
-  Result<RankStepResult> run();
+  Result<RankStepResult> run(const std::function<void(int32_t stage)>& grads_done);
 
  private:
   double now() const { return now_seconds() - origin_; }
@@ -284,8 +284,16 @@ class Executor::StepRun {
   SendQueue sends_;
 };
 
-Result<RankStepResult> Executor::StepRun::run() {
+Result<RankStepResult> Executor::StepRun::run(
+    const std::function<void(int32_t stage)>& grads_done) {
   const auto& prog = sch_.programs[ex_.rank_];
+  // Per stage, the program index of its last W or B: its gradients are final after it.
+  std::map<int32_t, size_t> last_grad;
+  for (size_t pc = 0; pc < prog.size(); ++pc) {
+    const ActionType t = prog[pc].type;
+    if (t == ActionType::kBackward || t == ActionType::kBackwardWeight)
+      last_grad[prog[pc].stage] = pc;
+  }
   for (auto& [s, stage] : ex_.stages_) stage->reset_peak();
   res_.peak_stash_bytes = static_cast<size_t>(stash_total());
   cpu_mark_ = res_.cpu_wait_mark = thread_cpu_wait_seconds();
@@ -299,6 +307,10 @@ Result<RankStepResult> Executor::StepRun::run() {
     if (st.ok() && !is_recv(a.type)) done_.mark(a);
     if (st.ok()) st = poll_sends();
     if (!st.ok()) return fail(pc, a, st);
+    if (grads_done) {
+      const auto it = last_grad.find(a.stage);
+      if (it != last_grad.end() && it->second == pc) grads_done(a.stage);
+    }
   }
   TP_RETURN_IF_ERROR(drain_sends());
   TP_CHECK(incoming_.empty() && outgoing_.empty(), "rank ", ex_.rank_, " ended step ", step_,
@@ -655,9 +667,10 @@ Status Executor::StepRun::fail(size_t pc, const Action& a, const Status& st) con
 }
 
 Result<RankStepResult> Executor::run_step(int32_t step, double origin, const BatchFetcher& fetch,
-                                          float loss_scale) {
+                                          float loss_scale,
+                                          const std::function<void(int32_t stage)>& grads_done) {
   StepRun run(*this, step, origin, fetch, loss_scale);
-  return run.run();
+  return run.run(grads_done);
 }
 
 Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, float loss_scale) {

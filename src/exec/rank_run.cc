@@ -321,10 +321,11 @@ Result<StepRecord> RankRun::step(int64_t step) {
   rec.step = step;
   rec.lr = nn::lr_at(opt_.lr, step);
   const double t0 = now_seconds();
-  TP_ASSIGN_OR_RETURN(StepOutcome o,
-                      pipeline_step(pr_, t_, static_cast<int32_t>(step), fetch,
-                                    plan_.tokens_per_step, opt_.adamw, static_cast<float>(rec.lr),
-                                    opt_.clip_grad, opt_.exec.timeout_s, opt_.check_for_nan, &dp_));
+  TP_ASSIGN_OR_RETURN(
+      StepOutcome o,
+      pipeline_step(pr_, t_, static_cast<int32_t>(step), fetch, plan_.tokens_per_step, opt_.adamw,
+                    static_cast<float>(rec.lr), opt_.clip_grad, opt_.exec.timeout_s,
+                    opt_.check_for_nan, &dp_, opt_.grad_reduce));
   if (train_data_) {  // the replicas after this one: the stream moves past the global batch
     for (int64_t k = dp_rank_ * m + static_cast<int64_t>(batches.size()); k < plan_.layout.dp * m;
          ++k)

@@ -74,6 +74,8 @@ Status TrainOptions::validate() const {
                               "replicas of the pipeline (0: the world size / --pp)"));
   TP_RETURN_IF_ERROR(in_range("--world-size", world_size, 0, 4096,
                               "thread ranks in all (0: --pp x --data-parallel-size)"));
+  TP_RETURN_IF_ERROR(in_range("--bucket-size", grad_reduce.bucket_size, 1, int64_t{1} << 30,
+                              "gradient values per data-parallel allreduce, e.g. 1048576"));
   if (blas_threads > 1 && world.world_size > 1 && world.kind == TransportKind::kThreads) {
     return Status::invalid_argument(fmt::format(
         "--blas-threads {} with {} thread ranks in one process: OpenBLAS's thread count is one "

@@ -170,6 +170,12 @@ int cmd_train(int argc, char** argv) {
       "--data-parallel-size", o.data_parallel_size,
       "replicas of the pipeline, each on its own slice of the global batch of "
       "data-parallel-size x --num-microbatches microbatches (default: world size / --pp)");
+  app.add_flag("--overlap-grad-reduce", o.grad_reduce.overlap,
+               "data parallel: start a stage's gradient all-reduce as soon as its last W (or B) of "
+               "the step is done, overlapping the rest of the program (default: after it)");
+  app.add_option("--bucket-size", o.grad_reduce.bucket_size,
+                 "data parallel: gradient values per all-reduce")
+      ->capture_default_str();
   app.add_option("--world-size", o.world_size,
                  "threads: ranks in all, --pp x data-parallel size (default: --pp x "
                  "--data-parallel-size); mpi: the process count (mpirun -np)");
