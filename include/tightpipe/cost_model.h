@@ -125,6 +125,12 @@ class CostModel {
   bool real_bytes_ = true;
 };
 
+// The cost model of `schedule`'s stage ids built from one of its model stages: stage id s costs
+// what model stage schedule.model_stage(s) does (DualPipe's two copies of a model stage cost the
+// same, and each holds its own parameters). REQUIRES: per_model_stage.num_stages() ==
+// schedule.stages_per_direction(). With one direction it returns the model unchanged.
+CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule& schedule);
+
 // ----- uniform ---------------------------------------------------------------------------------
 
 // Whole-rank costs: one microbatch through all of a rank's layers. b < 0 means i + w.

@@ -86,6 +86,11 @@ struct RankStepResult {
   double cpu_wait_mark = -1;
 };
 
+// OK, or FailedPrecondition "not yet executed: ..." for a schedule the executor cannot run yet:
+// one of more than one direction (DualPipe's duplicated stages). The trainer asks it before
+// building ranks. OVERLAP_F_B pairs (DualPipeV) run: their F, then their B.
+Status check_executable(const Schedule& schedule);
+
 class Executor {
  public:
   // `stages` maps each local stage id to its model stage (empty when emulated).

@@ -214,6 +214,7 @@ class GptStage {
   void give(std::vector<float>& buf, Stash& s);
   std::vector<Bf16> take16(size_t n, Stash& s);
   void give16(std::vector<Bf16>& buf, Stash& s);
+  void count_stash(Stash& s, size_t bytes, bool taken);  // the accounting of take*/give*
   bool bf16() const { return config_.precision == Precision::kBf16; }
   void refresh_bf16_weights();
   void layer_forward(int l, Stash& s, bool keep, bool make_output);

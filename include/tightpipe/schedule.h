@@ -3,7 +3,9 @@
 //
 // An Action is a value (type, stage, microbatch) whose text form is PyTorch's: `2F0` (stage 2,
 // forward of microbatch 0), `1I3` (input-gradient backward), `0W3` (weight-gradient backward),
-// `2B1` (fused backward = I then W), `1SEND_F3`, `2RECV_B0` (communication). A Schedule holds
+// `2B1` (fused backward = I then W), `1SEND_F3`, `2RECV_B0` (communication), and the composite
+// `(0F5;7B2)OVERLAP_F_B`: a forward and a full backward of another (stage, microbatch) on the same
+// rank, run as one unit (DualPipe's overlapped pair; docs/schedule_ir.md). A Schedule holds
 // the shape, the stage-to-rank map and the programs; it has no timesteps and no idle slots:
 // timing is the simulator's or the executor's business.
 //
@@ -31,30 +33,51 @@ enum class ActionType {
   kRecvAct,         // RECV_F: receive the forward input of (stage, mb) from stage - 1
   kSendGrad,        // SEND_B: send the input gradient of (stage, mb) to stage - 1
   kRecvGrad,        // RECV_B: receive the output gradient of (stage, mb) from stage + 1
+  kOverlapFB,       // OVERLAP_F_B: F of (stage, mb) paired with B of (b_stage, b_microbatch)
 };
 // How many action types there are: the size of every table indexed by ActionType.
-inline constexpr int kNumActionTypes = 8;
-static_assert(kNumActionTypes == static_cast<int>(ActionType::kRecvGrad) + 1,
+inline constexpr int kNumActionTypes = 9;
+static_assert(kNumActionTypes == static_cast<int>(ActionType::kOverlapFB) + 1,
               "kNumActionTypes must follow the last ActionType");
 
 struct Action {
   ActionType type = ActionType::kForward;
   int32_t stage = 0;
   int32_t microbatch = 0;
+  // kOverlapFB only: the backward sub-action's stage and microbatch (stage and microbatch above
+  // are the forward's). 0 for every other type, so that == and the text form stay exact.
+  int32_t b_stage = 0;
+  int32_t b_microbatch = 0;
 
   friend bool operator==(const Action&, const Action&) = default;
 };
 
+// True for F, I, W, B and the OVERLAP_F_B pair.
 bool is_compute(ActionType t);
 bool is_comm(ActionType t);
-// "F", "I", "W", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B".
+// "F", "I", "W", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OVERLAP_F_B".
 std::string_view action_type_name(ActionType t);
-// Text form: "2F0", "1SEND_F3".
+// Text form: "2F0", "1SEND_F3", "(0F5;7B2)OVERLAP_F_B".
 std::string to_string(const Action& a);
 // Exact inverse of to_string. Errors name the token and say what was expected.
 Result<Action> parse_action(std::string_view token);
 
-// Where stage s lives. kLoop: rank s mod P (interleaved). kV: stages r and 2P-1-r on rank r.
+// The pair `(f;b)OVERLAP_F_B`. REQUIRES: f is an F and b a B (TP_CHECK).
+Action overlap_f_b(const Action& f, const Action& b);
+// The actions `a` stands for: its F and its B for a pair (in that order: the pair runs them back
+// to back), else `a` alone. Every per-(stage, microbatch) rule (dependencies, messages, memory,
+// costs) is asked about these, never about the pair itself.
+struct SubActions {
+  Action at[2];
+  int32_t count = 1;
+  const Action* begin() const { return at; }
+  const Action* end() const { return at + count; }
+};
+SubActions sub_actions(const Action& a);
+
+// Where stage s lives. kLoop: rank s mod P (interleaved). kV: stages r and 2P-1-r on rank r
+// (ZB-V and DualPipeV; DualPipe too: its reverse pipeline's stage id P+k, which computes model
+// stage k, lives on rank P-1-k, that is 2P-1-r for r = P-1-k).
 enum class Placement { kLoop, kV };
 // REQUIRES: stages % ranks == 0 (and stages == 2 * ranks for kV).
 std::vector<int32_t> place_stages(Placement placement, int32_t ranks, int32_t stages);
@@ -67,9 +90,27 @@ struct Schedule {
   std::vector<std::vector<Action>> programs;   // [P][steps]
   std::string name;                            // generator name, or the source file
   bool lowered = false;  // went through lower() (or parsed with SEND/RECV): cross-rank edges are RECVs
+  // Independent pipelines in the schedule (DualPipe: 2). The stage ids split into `directions`
+  // runs of num_stages / directions consecutive ids, each a pipeline of its own (no message
+  // crosses from one run to the next), and the microbatch ids into as many consecutive runs:
+  // direction d runs microbatches [d M / directions, (d + 1) M / directions) only. Stage id s
+  // computes model stage model_stage(s) = s mod (num_stages / directions): DualPipe's reverse
+  // pipeline holds the second copy of every model stage (docs/schedule_ir.md, "DualPipe").
+  int32_t directions = 1;
 
   int32_t chunks() const { return num_ranks ? num_stages / num_ranks : 0; }
   int32_t rank_of(int32_t stage) const { return stage_to_rank[stage]; }
+  // Stages in one direction's pipeline. REQUIRES: directions >= 1 (validate checks it divides).
+  int32_t stages_per_direction() const { return num_stages / directions; }
+  int32_t direction_of_stage(int32_t stage) const { return stage / stages_per_direction(); }
+  int32_t direction_of_microbatch(int32_t mb) const { return mb / (num_microbatches / directions); }
+  // Which model stage (block of layers) stage id `stage` computes: the stage itself when there
+  // is one direction; DualPipe's stage ids p + k compute model stage k. The one statement of it.
+  int32_t model_stage(int32_t stage) const { return stage % stages_per_direction(); }
+  // Whether `stage` runs microbatch `mb` at all (both in the same direction).
+  bool runs(int32_t stage, int32_t mb) const {
+    return direction_of_stage(stage) == direction_of_microbatch(mb);
+  }
   // True if any program holds a SEND or RECV (a scan; `lowered` is the cached answer).
   bool has_comm_actions() const;
   // Total number of actions over all ranks.
@@ -95,6 +136,8 @@ Status check_schedule_shape(std::string_view what, int64_t ranks, int64_t stages
 
 // ----- generators ----------------------------------------------------------------------------
 
+// Generators dualpipev and dualpipe (DeepSeek; docs/schedule_ir.md "DualPipeV and DualPipe") use
+// OVERLAP_F_B pairs and need m >= 2p; dualpipe needs p and m even and has 2 directions.
 struct GeneratorOptions {
   int32_t ranks = 1;         // p: pipeline ranks
   int32_t microbatches = 1;  // m: microbatches per step
@@ -154,7 +197,9 @@ Result<Schedule> schedule_from_name_or_file(const std::string& name, GeneratorOp
 // What must have completed before `a` may start, as actions. A requirement of type
 // kBackwardInput is met by that I or by the fused B of the same (stage, microbatch); use
 // CompletionSet to test. For compute-only schedules cross-rank edges name the producing compute
-// action; for lowered ones they name the RECV (and a RECV requires the peer's SEND).
+// action; for lowered ones they name the RECV (and a RECV requires the peer's SEND). An
+// OVERLAP_F_B pair needs what its F and its B need (sub_actions), in that order; a pair whose B
+// needs the pair's own F lists that F, which the pair can never meet (validate() says so).
 // The single source of truth for validate, lower, the simulator and the executor.
 std::vector<Action> dependencies(const Schedule& schedule, const Action& a);
 
@@ -184,10 +229,11 @@ enum class MessageEnd {
 // Where the message of `a` goes. kOut: SEND_F s and F s -> the activation from s to s + 1;
 // SEND_B s, I s and B s -> the gradient from s to s - 1. kIn: RECV_F s and F s <- the activation
 // from s - 1; RECV_B s, I s and B s <- the gradient from s + 1. nullopt where `a` has no message
-// at that end: W, a SEND asked for kIn, a RECV asked for kOut, and the ends of the pipeline (no
-// stage -1 or S). The single statement of the pipeline's message flow: dependencies, validate,
-// lower, the simulator and the executor all ask it.
-// REQUIRES: 0 <= a.stage < schedule.num_stages and stage_to_rank has num_stages entries.
+// at that end: W, a SEND asked for kIn, a RECV asked for kOut, the ends of the pipeline (no
+// stage -1 or S, and no message between two directions: Schedule::directions), and an
+// OVERLAP_F_B pair (two messages at each end: ask about its sub_actions()). The single statement of
+// the pipeline's message flow: dependencies, validate, lower, the simulator and the executor all
+// ask it. REQUIRES: 0 <= a.stage < schedule.num_stages and stage_to_rank has num_stages entries.
 std::optional<MessageRoute> message_route(const Schedule& schedule, const Action& a,
                                           MessageEnd end);
 

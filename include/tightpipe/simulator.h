@@ -24,6 +24,10 @@
 //   * A compute-only (not lowered) schedule is replayed with free messages; one whose cost model
 //     gives messages a time or an overhead, or run in kBlocking mode, is rejected: lower() it
 //     first.
+//   * An OVERLAP_F_B pair holds the lane once for overlap_fb_time(F, B, overlap_fb_factor), where
+//     F and B are its sub-actions' action_time; it starts when both sub-actions' dependencies are
+//     met. Its timeline shows the F then the B, each scaled to its share of the pair's time.
+//     Memory follows the sub-actions: the F adds, then the B frees.
 //   * Memory per rank follows program order: F adds act_bytes (input_bytes under full
 //     recompute), I re-materializes the activation under full recompute and then keeps only
 //     act_after_i_bytes, W frees the rest, B frees all. Static bytes = params + grads + optimizer.
@@ -63,7 +67,15 @@ struct SimOptions {
   CommMode comm_mode = CommMode::kOverlap;  // how messages use the compute lanes
   Recompute recompute = Recompute::kNone;   // full: F keeps only its input, I/B re-run F first
   bool record_timeline = true;              // false: statistics only (faster, less memory)
+  // How much of an OVERLAP_F_B pair's shorter sub-action the hardware hides, in [0, 1]
+  // (--overlap-fb-factor): 0 runs them back to back (F + B), 1 hides min(F, B) entirely.
+  double overlap_fb_factor = 0;
 };
+
+// The time of an OVERLAP_F_B pair whose F takes f and B takes b: f + b - factor * min(f, b).
+double overlap_fb_time(double f, double b, double factor);
+// OK, or InvalidArgument naming --overlap-fb-factor and its value when it is outside [0, 1].
+Status check_overlap_fb_factor(double factor);
 
 struct RankSimStats {
   int32_t rank = 0;
@@ -103,7 +115,9 @@ struct SimResult {
   double max_span = 0;       // the longest rank span, first compute start to last compute end
   double span_bubble_ratio = 0;  // span_bubble(...).ratio (prof.h): the per-rank span measure
   bool optimizer = false;    // the cost model gave the optimizer a time: its phase is simulated
-  double activation_unit_bytes = 0;  // one whole-rank microbatch activation (CostModel)
+  // One whole-rank microbatch activation (CostModel), divided by Schedule::directions (DualPipe:
+  // a microbatch passes through one of a rank's two copies), so units compare across schedules.
+  double activation_unit_bytes = 0;
   bool real_bytes = true;  // false: memory sizes are abstract units (uniform model), not bytes
   int64_t messages = 0;      // SENDs simulated
   int64_t message_bytes = 0;

@@ -387,6 +387,7 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
   } else {
     TP_ASSIGN_OR_RETURN(plan.lowered, lower(*sched));
   }
+  TP_RETURN_IF_ERROR(check_executable(plan.lowered).with_context("--schedule " + opt.schedule));
   TP_RETURN_IF_ERROR(resolve_auto_layout(plan));
   if (opt.megatron_split.any()) {  // Megatron-LM's uneven-split flags become a layout string
     if (!opt.pipeline_layout.empty()) {

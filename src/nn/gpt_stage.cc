@@ -257,54 +257,56 @@ std::span<const float> GptStage::params() const { return params_; }
 std::span<float> GptStage::grads() { return grads_; }
 std::span<const float> GptStage::grads() const { return grads_; }
 
-std::vector<float> GptStage::take(size_t n, Stash& s) {
-  Buf b;
-  auto it = impl_->pool.find(n);
-  if (it != impl_->pool.end() && !it->second.empty()) {
-    b = std::move(it->second.back());
-    it->second.pop_back();
-  } else {
-    b.resize(n);
-  }
-  s.bytes += n * sizeof(float);
-  stash_bytes_ += n * sizeof(float);
-  peak_stash_bytes_ = std::max(peak_stash_bytes_, stash_bytes_);
+namespace {
+// A released stash buffer of n elements from the pool, or a new one.
+template <typename T>
+std::vector<T> pool_take(std::unordered_map<size_t, std::vector<std::vector<T>>>& pool, size_t n) {
+  auto it = pool.find(n);
+  if (it == pool.end() || it->second.empty()) return std::vector<T>(n);
+  std::vector<T> b = std::move(it->second.back());
+  it->second.pop_back();
   return b;
+}
+// Returns buf to the pool (leaving it empty) and its bytes; 0 for an empty buffer.
+template <typename T>
+size_t pool_give(std::unordered_map<size_t, std::vector<std::vector<T>>>& pool,
+                 std::vector<T>& buf) {
+  const size_t n = buf.size();
+  if (n == 0) return 0;
+  pool[n].push_back(std::move(buf));
+  buf = std::vector<T>();
+  return n * sizeof(T);
+}
+}  // namespace
+
+std::vector<float> GptStage::take(size_t n, Stash& s) {
+  count_stash(s, n * sizeof(float), true);
+  return pool_take(impl_->pool, n);
 }
 
 std::vector<Bf16> GptStage::take16(size_t n, Stash& s) {
-  Buf16 b;
-  auto it = impl_->pool16.find(n);
-  if (it != impl_->pool16.end() && !it->second.empty()) {
-    b = std::move(it->second.back());
-    it->second.pop_back();
-  } else {
-    b.resize(n);
-  }
-  s.bytes += n * sizeof(Bf16);
-  stash_bytes_ += n * sizeof(Bf16);
-  peak_stash_bytes_ = std::max(peak_stash_bytes_, stash_bytes_);
-  return b;
-}
-
-void GptStage::give16(std::vector<Bf16>& buf, Stash& s) {
-  if (buf.empty()) return;
-  const size_t bytes = buf.size() * sizeof(Bf16);
-  TP_CHECK(s.bytes >= bytes && stash_bytes_ >= bytes);
-  s.bytes -= bytes;
-  stash_bytes_ -= bytes;
-  impl_->pool16[buf.size()].push_back(std::move(buf));
-  buf = Buf16();
+  count_stash(s, n * sizeof(Bf16), true);
+  return pool_take(impl_->pool16, n);
 }
 
 void GptStage::give(std::vector<float>& buf, Stash& s) {
-  if (buf.empty()) return;
-  const size_t bytes = buf.size() * sizeof(float);
+  count_stash(s, pool_give(impl_->pool, buf), false);
+}
+
+void GptStage::give16(std::vector<Bf16>& buf, Stash& s) {
+  count_stash(s, pool_give(impl_->pool16, buf), false);
+}
+
+void GptStage::count_stash(Stash& s, size_t bytes, bool taken) {
+  if (taken) {
+    s.bytes += bytes;
+    stash_bytes_ += bytes;
+    peak_stash_bytes_ = std::max(peak_stash_bytes_, stash_bytes_);
+    return;
+  }
   TP_CHECK(s.bytes >= bytes && stash_bytes_ >= bytes);
   s.bytes -= bytes;
   stash_bytes_ -= bytes;
-  impl_->pool[buf.size()].push_back(std::move(buf));
-  buf = Buf();
 }
 
 void GptStage::layer_forward(int l, Stash& s, bool keep, bool make_output) {

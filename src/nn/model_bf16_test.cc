@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "model_testing.h"
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/kernels_bf16.h"
@@ -14,24 +15,12 @@
 namespace tightpipe::nn {
 namespace {
 
-constexpr double kU16 = 1.0 / 256;  // bf16 unit roundoff, 2^-8
+using model_testing::Data;
+using model_testing::make_stages;
+using model_testing::named;
+using model_testing::text_batch;
 
-struct Data {
-  std::vector<int32_t> tokens, targets;
-};
-Data text_batch(const GptConfig& c, uint64_t seed) {
-  static const std::string text = *read_file(TP_SHARED_DIR "/data/tinyshakespeare.txt");
-  Rng r(seed);
-  Data d;
-  for (int b = 0; b < c.micro_batch_size; ++b) {
-    const size_t start = r.below(text.size() - c.seq_length - 1);
-    for (int t = 0; t < c.seq_length; ++t) {
-      d.tokens.push_back(static_cast<unsigned char>(text[start + t]));
-      d.targets.push_back(static_cast<unsigned char>(text[start + t + 1]));
-    }
-  }
-  return d;
-}
+constexpr double kU16 = 1.0 / 256;  // bf16 unit roundoff, 2^-8
 
 GptConfig tiny16(int layers = 4) {
   GptConfig c;
@@ -44,14 +33,6 @@ GptConfig tiny16(int layers = 4) {
   return c;
 }
 
-std::vector<GptStage> make_stages(const GptConfig& c, int S, const RecomputeOptions& rc = {}) {
-  auto specs = partition_layers(c, S, "");
-  TP_CHECK(specs.ok());
-  std::vector<GptStage> out;
-  for (const StageSpec& s : *specs) out.emplace_back(c, s, 42, rc);
-  return out;
-}
-
 bool bf16_exact(std::span<const float> v) {
   for (float x : v)
     if (bf16_to_float(bf16_from_float(x)) != x) return false;
@@ -60,61 +41,33 @@ bool bf16_exact(std::span<const float> v) {
 
 // F, I, W of one microbatch through the stages; checks that every boundary value is bf16-exact and
 // collects the gradients each stage returns.
-double run_pipeline(std::vector<GptStage>& stages, int mb, const Data& d, float scale, bool fused,
-                    std::vector<std::vector<float>>* returned = nullptr) {
-  std::vector<std::vector<float>> acts;
-  StageOutput out;
-  const size_t S = stages.size();
-  for (size_t s = 0; s < S; ++s) {
-    std::span<const int32_t> tg =
-        s + 1 == S ? std::span<const int32_t>(d.targets) : std::span<const int32_t>();
-    if (s == 0) {
-      out = stages[s].forward(mb, std::span<const int32_t>(d.tokens), tg, scale);
-    } else {
-      acts.emplace_back(out.activations.begin(), out.activations.end());
-      EXPECT_TRUE(bf16_exact(acts.back())) << "activation out of stage " << s - 1;
-      out = stages[s].forward(mb, std::span<const float>(acts.back()), tg, scale);
-    }
-  }
-  std::vector<float> g;
-  for (size_t s = S; s-- > 0;) {
-    std::span<const float> gi = fused ? stages[s].backward(mb, g) : stages[s].backward_input(mb, g);
-    g.assign(gi.begin(), gi.end());
-    if (!fused) stages[s].backward_weight(mb);
-    if (s > 0) {
-      EXPECT_TRUE(bf16_exact(g)) << "gradient out of stage " << s;
-      if (returned) returned->push_back(g);
-    }
-  }
-  return out.loss;
-}
-
-std::map<std::string, std::vector<float>> named(const std::vector<GptStage>& stages, bool grads) {
-  std::map<std::string, std::vector<float>> out;
-  for (const GptStage& s : stages)
-    for (const ParamTensor& t : s.tensors()) {
-      auto src = (grads ? s.grads() : s.params()).subspan(t.offset, t.size);
-      out[t.name].assign(src.begin(), src.end());
-    }
-  return out;
+double run_checked(std::vector<GptStage>& stages, int mb, const Data& d, float scale, bool fused,
+                   std::vector<std::vector<float>>* returned = nullptr) {
+  return model_testing::run_pipeline(
+      stages, mb, d, scale, fused,
+      [](std::span<const float> v, bool gradient, size_t from) {
+        EXPECT_TRUE(bf16_exact(v))
+            << (gradient ? "gradient" : "activation") << " out of stage " << from;
+      },
+      returned);
 }
 
 TEST(ModelBf16, AnySplitIsBitIdenticalToOneStage) {
   const GptConfig c = tiny16(4);
   const Data d = text_batch(c, 4);
   auto one = make_stages(c, 1);
-  const double l1 = run_pipeline(one, 0, d, 0.02f, true);
+  const double l1 = run_checked(one, 0, d, 0.02f, true);
   const auto g1 = named(one, true);
   for (int S : {2, 3}) {
     auto many = make_stages(c, S);
-    EXPECT_EQ(run_pipeline(many, 0, d, 0.02f, /*fused=*/S == 3), l1) << S << " stages";
+    EXPECT_EQ(run_checked(many, 0, d, 0.02f, /*fused=*/S == 3), l1) << S << " stages";
     EXPECT_EQ(named(many, true), g1) << S << " stages";
   }  // Stages without blocks: the embedding alone, the head alone.
   auto specs = partition_layers(c, 4, "E|t*2|t*2|L");
   ASSERT_TRUE(specs.ok()) << specs.status().message();
   std::vector<GptStage> edge;
   for (const StageSpec& s : *specs) edge.emplace_back(c, s, 42);
-  EXPECT_EQ(run_pipeline(edge, 0, d, 0.02f, false), l1);
+  EXPECT_EQ(run_checked(edge, 0, d, 0.02f, false), l1);
   EXPECT_EQ(named(edge, true), g1);
 }
 
@@ -129,7 +82,7 @@ TEST(ModelBf16, ReturnedGradientsAgreeAcrossSplitsWithTheSameCut) {
   for (const StageSpec& s : *two) a.emplace_back(c, s, 42);
   for (const StageSpec& s : *three) b.emplace_back(c, s, 42);
   std::vector<std::vector<float>> ra, rb;
-  EXPECT_EQ(run_pipeline(a, 0, d, 0.02f, false, &ra), run_pipeline(b, 0, d, 0.02f, false, &rb));
+  EXPECT_EQ(run_checked(a, 0, d, 0.02f, false, &ra), run_checked(b, 0, d, 0.02f, false, &rb));
   ASSERT_EQ(ra.size(), 1u);
   ASSERT_EQ(rb.size(), 2u);
   EXPECT_EQ(ra[0], rb[0]) << "gradient at the cut after block 2";
@@ -141,7 +94,7 @@ TEST(ModelBf16, FusedBackwardEqualsInputThenWeightBitForBit) {
   auto a = make_stages(c, 2), b = make_stages(c, 2);
   const Data d = text_batch(c, 3);
   std::vector<std::vector<float>> ra, rb;
-  EXPECT_EQ(run_pipeline(a, 0, d, 0.01f, true, &ra), run_pipeline(b, 0, d, 0.01f, false, &rb));
+  EXPECT_EQ(run_checked(a, 0, d, 0.01f, true, &ra), run_checked(b, 0, d, 0.01f, false, &rb));
   EXPECT_EQ(ra, rb);
   EXPECT_EQ(named(a, true), named(b, true));
 }
@@ -151,11 +104,11 @@ TEST(ModelBf16, RecomputeIsBitIdentical) {
   const Data d = text_batch(c, 6);
   auto base = make_stages(c, 2);
   std::vector<std::vector<float>> r0;
-  const double l0 = run_pipeline(base, 0, d, 0.03f, false, &r0);
+  const double l0 = run_checked(base, 0, d, 0.03f, false, &r0);
   for (int n : {1, 2}) {
     auto rc = make_stages(c, 2, {"full", "uniform", n});
     std::vector<std::vector<float>> r;
-    EXPECT_EQ(run_pipeline(rc, 0, d, 0.03f, n == 2, &r), l0) << "N=" << n;
+    EXPECT_EQ(run_checked(rc, 0, d, 0.03f, n == 2, &r), l0) << "N=" << n;
     EXPECT_EQ(r, r0) << "N=" << n;
     EXPECT_EQ(named(rc, true), named(base, true)) << "N=" << n;
   }

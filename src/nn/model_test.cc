@@ -8,6 +8,7 @@
 #include <cmath>
 #include <map>
 
+#include "model_testing.h"
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
 
@@ -15,26 +16,8 @@ namespace tightpipe::nn {
 namespace {
 
 using DS = std::span<const double>;
+using namespace model_testing;  // NOLINT(build/namespaces): the shared model test helpers
 
-struct Data {
-  std::vector<int32_t> tokens, targets;
-};
-// B*T windows of real text (tinyshakespeare) at fixed offsets.
-Data text_batch(const GptConfig& c, uint64_t seed) {
-  static const std::string text = *read_file(TP_SHARED_DIR "/data/tinyshakespeare.txt");
-  Rng r(seed);
-  Data d;
-  for (int b = 0; b < c.micro_batch_size; ++b) {
-    const size_t start = r.below(text.size() - c.seq_length - 1);
-    for (int t = 0; t < c.seq_length; ++t) {
-      d.tokens.push_back(static_cast<unsigned char>(text[start + t]));
-      d.targets.push_back(static_cast<unsigned char>(text[start + t + 1]));
-    }
-  }
-  return d;
-}
-
-// The whole GPT in double from the naive kernels; mean loss over B*T tokens.
 double reference_loss(const GptConfig& c, const std::vector<ParamTensor>& ts,
                       const std::vector<double>& P, const Data& d) {
   std::map<std::string, DS> w;
@@ -126,60 +109,6 @@ TEST(Model, WholeModelFiniteDifferenceGradientCheck) {
     }
   }
   EXPECT_GE(checked, 6 * 29);
-}
-
-// Runs F, I, W of one microbatch on a list of stages chained like a pipeline; returns the loss.
-double run_pipeline(std::vector<GptStage>& stages, int mb, const Data& d, float scale, bool fused) {
-  std::vector<std::vector<float>> acts;
-  StageOutput out;
-  for (size_t s = 0; s < stages.size(); ++s) {
-    if (s == 0)
-      out = stages[s].forward(
-          mb, std::span<const int32_t>(d.tokens),
-          stages.size() == 1 ? std::span<const int32_t>(d.targets) : std::span<const int32_t>(),
-          scale);
-    else {
-      acts.emplace_back(out.activations.begin(), out.activations.end());
-      out = stages[s].forward(
-          mb, std::span<const float>(acts.back()),
-          s + 1 == stages.size() ? std::span<const int32_t>(d.targets) : std::span<const int32_t>(),
-          scale);
-    }
-  }
-  const double loss = out.loss;
-  std::vector<float> g;
-  for (size_t s = stages.size(); s-- > 0;) {
-    std::span<const float> gi;
-    if (fused)
-      gi = stages[s].backward(mb, g);
-    else {
-      gi = stages[s].backward_input(mb, g);
-      std::vector<float> copy(gi.begin(), gi.end());
-      stages[s].backward_weight(mb);
-      g = copy;
-      continue;
-    }
-    g.assign(gi.begin(), gi.end());
-  }
-  return loss;
-}
-
-std::map<std::string, std::vector<float>> named(const std::vector<GptStage>& stages, bool grads) {
-  std::map<std::string, std::vector<float>> out;
-  for (const GptStage& s : stages)
-    for (const ParamTensor& t : s.tensors()) {
-      auto src = (grads ? s.grads() : s.params()).subspan(t.offset, t.size);
-      out[t.name].assign(src.begin(), src.end());
-    }
-  return out;
-}
-
-std::vector<GptStage> make_stages(const GptConfig& c, int S, const RecomputeOptions& rc = {}) {
-  auto specs = partition_layers(c, S, "");
-  TP_CHECK(specs.ok());
-  std::vector<GptStage> out;
-  for (const StageSpec& s : *specs) out.emplace_back(c, s, 42, rc);
-  return out;
 }
 
 TEST(Model, FusedBackwardEqualsInputThenWeightBitForBit) {

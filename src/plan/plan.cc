@@ -566,6 +566,15 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
       return OkStatus();
     }
     sched = std::move(*g);
+    if (sched.directions != 1) {  // the splits and costs below are per stage id, one direction
+      ++res_.stats.configurations;
+      add_infeasible(c, rcs.front(),
+                     fmt::format("not yet planned: {} has {} directions (each rank holds two "
+                                 "copies of its model stage); hint: simulate it with `tightpipe "
+                                 "simulate --schedule {} --model ...`",
+                                 c.schedule, sched.directions, c.schedule));
+      return OkStatus();
+    }
   } else if (int64_t(S) * c.m > kMaxAutoStageMicrobatches) {
     ++res_.stats.configurations;
     add_infeasible(

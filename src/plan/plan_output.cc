@@ -65,6 +65,8 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   if (c.dp > 1) why_not.push_back(fmt::format("data parallel {} (train runs one replica)", c.dp));
   if (c.recompute.rfind("block:", 0) == 0)
     why_not.push_back("block recompute (train has the uniform method)");
+  if (c.schedule == "dualpipe")  // DualPipeV's pairs run; two directions do not yet
+    why_not.push_back(c.schedule + " (two directions are not yet executed)");
   if (why_not.empty()) {
     std::string cmd = fmt::format(
         "tightpipe train --num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} "
@@ -114,11 +116,14 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
         " --enable-zero-bubble --zero-bubble-max-pending-backward {}  # the "
         "zero-bubble fork",
         c.schedule == "zb-2p" || c.schedule == "zb-h2" ? 2 * c.pp : c.pp);
-  } else if (c.schedule == "gpipe" || c.schedule == "looped-bfs") {
+  } else if (c.schedule == "gpipe" || c.schedule == "looped-bfs" || c.schedule == "dualpipev") {
     mg += fmt::format(
         "  # Megatron-LM has no {} schedule: torch.distributed.pipelining's "
         "Schedule{} runs it",
-        c.schedule, c.schedule == "gpipe" ? "GPipe" : "LoopedBFS");
+        c.schedule,
+        c.schedule == "gpipe"        ? "GPipe"
+        : c.schedule == "looped-bfs" ? "LoopedBFS"
+                                     : "DualPipeV");
   }
   out.push_back(mg);
   return out;

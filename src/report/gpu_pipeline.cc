@@ -314,10 +314,12 @@ void fit_from_kernels(const std::vector<GpuRankReport>& ranks, const Schedule& s
   for (size_t r = 0; r < ranks.size(); ++r) {
     double units = 0;
     std::set<std::pair<int32_t, ActionType>> kinds;
-    for (const Action& a : sched.programs[r]) {
-      if (!is_compute(a.type)) continue;
-      units += weight(a.type);
-      kinds.insert({a.stage, a.type});
+    for (const Action& pa : sched.programs[r]) {
+      for (const Action& a : sub_actions(pa)) {  // an OVERLAP_F_B pair: its F and its B
+        if (!is_compute(a.type)) continue;
+        units += weight(a.type);
+        kinds.insert({a.stage, a.type});
+      }
     }
     if (units == 0) continue;
     for (const GpuStepReport& s : ranks[r].steps) {

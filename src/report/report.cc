@@ -90,6 +90,25 @@ Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, int
                                          : 1;
   TP_ASSIGN_OR_RETURN(Schedule shape, generate_schedule(shape_name, go));
   TP_ASSIGN_OR_RETURN(Schedule lowered, lower(shape));
+  if (lowered.directions > 1) {
+    // DualPipe: the costs of its p model stages (one direction's shape), the same for both
+    // copies of each (expand_to_directions, cost_model.h).
+    if (w.auto_layout) {
+      return Status::invalid_argument(fmt::format(
+          "--what-if {}: @auto is not yet chosen for schedules of {} directions; hint: drop "
+          "@auto",
+          w.label(), lowered.directions));
+    }
+    Schedule one = lowered;
+    one.directions = 1;
+    one.num_stages = lowered.stages_per_direction();
+    one.stage_to_rank.resize(one.num_stages);
+    one.programs.assign(one.num_ranks, {});
+    one.lowered = false;
+    TP_ASSIGN_OR_RETURN(CostModel per_model_stage, costs_for(one));
+    CostModel costs = expand_to_directions(per_model_stage, lowered);
+    return std::pair{std::move(lowered), std::move(costs)};
+  }
   TP_ASSIGN_OR_RETURN(CostModel costs, costs_for(lowered));
   if (is_auto) {
     TP_ASSIGN_OR_RETURN(Schedule built, build_auto_schedule(w.name, p, m, costs, {}));

@@ -15,6 +15,7 @@ bool is_compute(ActionType t) {
     case ActionType::kBackwardInput:
     case ActionType::kBackwardWeight:
     case ActionType::kBackward:
+    case ActionType::kOverlapFB:
       return true;
     case ActionType::kSendAct:
     case ActionType::kRecvAct:
@@ -37,19 +38,73 @@ std::string_view action_type_name(ActionType t) {
     case ActionType::kRecvAct: return "RECV_F";
     case ActionType::kSendGrad: return "SEND_B";
     case ActionType::kRecvGrad: return "RECV_B";
+    case ActionType::kOverlapFB:
+      return "OVERLAP_F_B";
   }
   return "?";
 }
 
+Action overlap_f_b(const Action& f, const Action& b) {
+  TP_CHECK(f.type == ActionType::kForward && b.type == ActionType::kBackward,
+           "an OVERLAP_F_B pair is an F and a B, got ", action_type_name(f.type), " and ",
+           action_type_name(b.type));
+  return {ActionType::kOverlapFB, f.stage, f.microbatch, b.stage, b.microbatch};
+}
+
+SubActions sub_actions(const Action& a) {
+  SubActions out;
+  if (a.type != ActionType::kOverlapFB) {
+    out.at[0] = a;
+    return out;
+  }
+  out.at[0] = {ActionType::kForward, a.stage, a.microbatch};
+  out.at[1] = {ActionType::kBackward, a.b_stage, a.b_microbatch};
+  out.count = 2;
+  return out;
+}
+
 std::string to_string(const Action& a) {
+  if (a.type == ActionType::kOverlapFB) {
+    // PyTorch's form of its composite action: the sub-actions in brackets, then the type.
+    return fmt::format("({}F{};{}B{})OVERLAP_F_B", a.stage, a.microbatch, a.b_stage,
+                       a.b_microbatch);
+  }
   return fmt::format("{}{}{}", a.stage, action_type_name(a.type), a.microbatch);
 }
 
+namespace {
+Result<Action> parse_simple_action(std::string_view token);
+}  // namespace
+
 Result<Action> parse_action(std::string_view token) {
+  if (token.empty() || token[0] != '(') return parse_simple_action(token);
+  auto bad = [&](std::string_view why) {
+    return Status::invalid_argument(fmt::format(
+        "bad action '{}': {}; hint: an overlapped pair looks like (0F5;7B2)OVERLAP_F_B (a "
+        "forward, ';', a full backward)",
+        printable(token), why));
+  };
+  constexpr std::string_view kSuffix = ")OVERLAP_F_B";
+  if (!token.ends_with(kSuffix)) return bad("it does not end with ')OVERLAP_F_B'");
+  const std::string_view inner = token.substr(1, token.size() - 1 - kSuffix.size());
+  const size_t semi = inner.find(';');
+  if (semi == std::string_view::npos) return bad("there is no ';' between the two sub-actions");
+  TP_ASSIGN_OR_RETURN(Action f, parse_simple_action(inner.substr(0, semi)));
+  TP_ASSIGN_OR_RETURN(Action b, parse_simple_action(inner.substr(semi + 1)));
+  if (f.type != ActionType::kForward || b.type != ActionType::kBackward) {
+    return bad(fmt::format("the sub-actions are {} and {}, not an F and a B",
+                           action_type_name(f.type), action_type_name(b.type)));
+  }
+  return overlap_f_b(f, b);
+}
+
+namespace {
+// One action that is not a pair: "2F0", "1SEND_F3".
+Result<Action> parse_simple_action(std::string_view token) {
   auto bad = [&](std::string_view why) {
     return Status::invalid_argument(fmt::format(
         "bad action '{}': {}; hint: actions look like 2F0, 1I3, 0W3, 2B1, 1SEND_F3, 2RECV_B0 "
-        "(stage, type, microbatch)",
+        "(stage, type, microbatch) or (0F5;7B2)OVERLAP_F_B",
         printable(token), why));
   };
   size_t i = 0;
@@ -101,6 +156,7 @@ Result<Action> parse_action(std::string_view token) {
   TP_RETURN_IF_ERROR(parse_id(mb_text, "microbatch", kMaxMicrobatches, a.microbatch));
   return a;
 }
+}  // namespace
 
 std::vector<int32_t> place_stages(Placement placement, int32_t ranks, int32_t stages) {
   TP_CHECK(ranks > 0 && stages % ranks == 0, "stages=", stages, " ranks=", ranks);

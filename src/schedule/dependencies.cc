@@ -21,6 +21,7 @@ std::optional<MessageEnds> message_ends(const Action& a, MessageEnd end) {
       gradient = true;
       break;
     case ActionType::kBackwardWeight:
+    case ActionType::kOverlapFB:  // two messages at each end: the caller asks its sub-actions
       return std::nullopt;
     case ActionType::kSendAct:
     case ActionType::kSendGrad:
@@ -47,7 +48,11 @@ std::optional<MessageRoute> message_route(const Schedule& sch, const Action& a, 
   if (!ends) return std::nullopt;
   const bool out = end == MessageEnd::kOut, gradient = ends->gradient;
   const int32_t other = ends->other_stage;
-  if (other < 0 || other >= sch.num_stages) return std::nullopt;
+  // No message leaves the pipeline, nor crosses from one direction's pipeline to the other's.
+  if (other < 0 || other >= sch.num_stages ||
+      sch.direction_of_stage(other) != sch.direction_of_stage(a.stage)) {
+    return std::nullopt;
+  }
   MessageRoute m;
   m.gradient = gradient;
   m.microbatch = a.microbatch;
@@ -60,16 +65,18 @@ std::optional<MessageRoute> message_route(const Schedule& sch, const Action& a, 
 
 int32_t remote_messages(const Schedule& sch, const Action& a) {
   int32_t n = 0;
-  for (MessageEnd end : {MessageEnd::kOut, MessageEnd::kIn}) {
-    const std::optional<MessageRoute> m = message_route(sch, a, end);
-    n += m && !m->local();
+  for (const Action& sub : sub_actions(a)) {
+    for (MessageEnd end : {MessageEnd::kOut, MessageEnd::kIn}) {
+      const std::optional<MessageRoute> m = message_route(sch, sub, end);
+      n += m && !m->local();
+    }
   }
   return n;
 }
 
-std::vector<Action> dependencies(const Schedule& sch, const Action& a) {
+namespace {
+void append_dependencies(const Schedule& sch, const Action& a, std::vector<Action>& deps) {
   const int32_t s = a.stage, mb = a.microbatch;
-  std::vector<Action> deps;
   // The message a compute action consumes: through its RECV when lowered and it crosses ranks,
   // else straight from the compute action that produced it.
   auto input_message = [&] {
@@ -104,7 +111,17 @@ std::vector<Action> dependencies(const Schedule& sch, const Action& a) {
     case ActionType::kRecvGrad:
       if (auto in = message_route(sch, a, MessageEnd::kIn)) deps.push_back(in->send());
       break;
+    case ActionType::kOverlapFB:
+      // The one rule, asked for each sub-action: the pair starts once both could.
+      for (const Action& sub : sub_actions(a)) append_dependencies(sch, sub, deps);
+      break;
   }
+}
+}  // namespace
+
+std::vector<Action> dependencies(const Schedule& sch, const Action& a) {
+  std::vector<Action> deps;
+  append_dependencies(sch, a, deps);
   return deps;
 }
 
@@ -120,6 +137,10 @@ size_t CompletionSet::index(ActionType t, int32_t stage, int32_t mb) const {
 }
 
 void CompletionSet::mark(const Action& a) {
+  if (a.type == ActionType::kOverlapFB) {
+    for (const Action& sub : sub_actions(a)) mark(sub);
+    return;
+  }
   done_[index(a.type, a.stage, a.microbatch)] = 1;
   if (a.type == ActionType::kBackward) {
     done_[index(ActionType::kBackwardInput, a.stage, a.microbatch)] = 1;

@@ -1,5 +1,6 @@
 // CSV in PyTorch's layout: one row per rank, one action per cell, no header; an empty cell is an
-// idle slot and is skipped. Loading infers the shape and the stage-to-rank map, then validates.
+// idle slot and is skipped. Loading infers the shape, the stage-to-rank map and the directions
+// (DualPipe's 2 when the actions say so), then validates.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,10 +27,11 @@ Status infer_shape(Schedule& sch, std::string_view source,
                    const std::vector<std::vector<std::pair<int, int>>>& cell_pos) {
   int32_t S = 0, M = 0;
   for (const auto& prog : sch.programs)
-    for (const auto& a : prog) {
-      S = std::max(S, a.stage + 1);
-      M = std::max(M, a.microbatch + 1);
-    }
+    for (const auto& pa : prog)
+      for (const auto& a : sub_actions(pa)) {
+        S = std::max(S, a.stage + 1);
+        M = std::max(M, a.microbatch + 1);
+      }
   if (S == 0) {
     return Status::invalid_argument(
         fmt::format("{}: the schedule holds no actions; hint: one row per rank, one action per "
@@ -43,20 +45,22 @@ Status infer_shape(Schedule& sch, std::string_view source,
   std::vector<std::pair<int, int>> first_seen(S, {-1, -1});
   for (int32_t r = 0; r < sch.num_ranks; ++r) {
     for (size_t i = 0; i < sch.programs[r].size(); ++i) {
-      const Action& a = sch.programs[r][i];
-      int32_t& owner = sch.stage_to_rank[a.stage];
-      if (owner == -1) {
-        owner = r;
-        first_seen[a.stage] = cell_pos.empty() ? std::pair<int, int>{r + 1, static_cast<int>(i) + 1}
-                                               : cell_pos[r][i];
-      } else if (owner != r) {
-        const auto here = cell_pos.empty() ? std::pair<int, int>{r + 1, static_cast<int>(i) + 1}
-                                           : cell_pos[r][i];
-        return Status::invalid_argument(fmt::format(
-            "{}:{}:{}: '{}' puts stage {} on rank {}, but {}:{}:{} already put it on rank {}; "
-            "hint: each stage lives on exactly one rank (one row)",
-            source, here.first, here.second, to_string(a), a.stage, r, source,
-            first_seen[a.stage].first, first_seen[a.stage].second, owner));
+      for (const Action& a : sub_actions(sch.programs[r][i])) {
+        int32_t& owner = sch.stage_to_rank[a.stage];
+        if (owner == -1) {
+          owner = r;
+          first_seen[a.stage] = cell_pos.empty()
+                                    ? std::pair<int, int>{r + 1, static_cast<int>(i) + 1}
+                                    : cell_pos[r][i];
+        } else if (owner != r) {
+          const auto here = cell_pos.empty() ? std::pair<int, int>{r + 1, static_cast<int>(i) + 1}
+                                             : cell_pos[r][i];
+          return Status::invalid_argument(fmt::format(
+              "{}:{}:{}: '{}' puts stage {} on rank {}, but {}:{}:{} already put it on rank {}; "
+              "hint: each stage lives on exactly one rank (one row)",
+              source, here.first, here.second, to_string(a), a.stage, r, source,
+              first_seen[a.stage].first, first_seen[a.stage].second, owner));
+        }
       }
     }
   }
@@ -68,6 +72,15 @@ Status infer_shape(Schedule& sch, std::string_view source,
           source, s, S - 1));
     }
   }
+  // Two directions (DualPipe) when every action fits them: the first half of the stages runs
+  // only the first half of the microbatches and the second half only the second. A schedule of
+  // one direction never fits (its stage 0 runs microbatch M - 1), so the guess cannot mislead.
+  sch.directions = 2;
+  bool fits = S % 2 == 0 && M % 2 == 0;
+  for (const auto& prog : sch.programs)
+    for (const auto& pa : prog)
+      for (const auto& a : sub_actions(pa)) fits = fits && sch.runs(a.stage, a.microbatch);
+  if (!fits) sch.directions = 1;
   sch.lowered = sch.has_comm_actions();
   return validate(sch).with_context(source);
 }

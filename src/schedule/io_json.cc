@@ -1,5 +1,6 @@
 // JSON form: {"name", "ranks", "stages", "microbatches", "stage_to_rank", "lowered",
-// "programs": [["0F0", ...], ...]}. Loading validates.
+// "programs": [["0F0", ...], ...]}, and "directions" when it is not 1 (DualPipe: 2; absent reads
+// as 1, so files written before it load unchanged). Loading validates.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@ std::string to_json(const Schedule& sch) {
   j["microbatches"] = sch.num_microbatches;
   j["stage_to_rank"] = sch.stage_to_rank;
   j["lowered"] = sch.lowered;
+  if (sch.directions != 1) j["directions"] = sch.directions;
   auto& progs = j["programs"] = nlohmann::json::array();
   for (const auto& prog : sch.programs) {
     auto row = nlohmann::json::array();
@@ -73,6 +75,9 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
                         json_count(j, "microbatches", kMaxMicrobatches, source));
     TP_RETURN_IF_ERROR(check_schedule_shape(source, sch.num_ranks, sch.num_stages,
                                             sch.num_microbatches));
+    if (j.contains("directions")) {
+      TP_ASSIGN_OR_RETURN(sch.directions, json_count(j, "directions", 2, source));
+    }
     const auto& map = j.at("stage_to_rank");
     if (!map.is_array() || map.size() != static_cast<size_t>(sch.num_stages)) {
       return Status::invalid_argument(

@@ -124,3 +124,33 @@ TEST(LimitsTest, HugeCountsAreRefusedBeforeAllocating) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// OVERLAP_F_B pairs are one cell in every format and read back exactly (PyTorch writes the same
+// token in its CSV). DualPipeV on one rank: stages 0 and 1, both on rank 0.
+TEST(CsvTest, OverlapPairsRoundTrip) {
+  const std::string text = "0F0,1F0,,0F1,1B0,(1F1;0B0)OVERLAP_F_B,1B1,0I1,0W1\n";
+  auto s = parse_csv(text, "pair.csv");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->stage_to_rank, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(s->num_microbatches, 2);
+  EXPECT_EQ(s->directions, 1);
+  ASSERT_EQ(s->programs[0].size(), 8u);
+  EXPECT_EQ(s->programs[0][4], parse_action("(1F1;0B0)OVERLAP_F_B").value());
+  EXPECT_EQ(to_csv(*s), "0F0,1F0,0F1,1B0,(1F1;0B0)OVERLAP_F_B,1B1,0I1,0W1\n");
+  auto js = parse_json(to_json(*s), "pair.json");
+  ASSERT_TRUE(js.ok()) << js.status().to_string();
+  EXPECT_EQ(js->programs, s->programs);
+  EXPECT_NE(format_grid(*s).find("(1F1;0B0)OVERLAP_F_B"), std::string::npos);
+  // A bad pair cell names the file, the line and the column.
+  auto bad = parse_csv("0F0,(1F1;0I0)OVERLAP_F_B\n", "bad.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad.csv:1:2: bad action '(1F1;0I0)OVERLAP_F_B'"),
+            std::string::npos)
+      << bad.status().message();
+}
+
+}  // namespace
+}  // namespace tightpipe

@@ -3,7 +3,8 @@
 // its program. A producer's SEND goes right after it, and the sender places the matching RECV on
 // the receiving rank at that same moment. Every SEND/RECV pair is thus adjacent in one global
 // order that respects all dependencies, so even rendezvous (blocking) transports cannot hang.
-// Stages on the same rank hand off locally: no SEND/RECV.
+// Stages on the same rank hand off locally: no SEND/RECV. An OVERLAP_F_B pair is placed once the
+// inputs of both its sub-actions are there, so both RECVs precede it; both SENDs follow it.
 #include <fmt/format.h>
 
 #include "tightpipe/schedule.h"
@@ -41,11 +42,13 @@ Result<Schedule> lower(const Schedule& in) {
       progress = true;
       // A message that leaves the rank: its SEND right after the producer, and the matching
       // RECV on the receiving rank at that same moment.
-      if (auto m = message_route(in, a, MessageEnd::kOut); m && !m->local()) {
-        out.programs[m->src_rank].push_back(m->send());
-        out.programs[m->dst_rank].push_back(m->recv());
-        placed.mark(m->send());
-        placed.mark(m->recv());
+      for (const Action& sub : sub_actions(a)) {
+        if (auto m = message_route(in, sub, MessageEnd::kOut); m && !m->local()) {
+          out.programs[m->src_rank].push_back(m->send());
+          out.programs[m->dst_rank].push_back(m->recv());
+          placed.mark(m->send());
+          placed.mark(m->recv());
+        }
       }
     }
     if (!progress) {

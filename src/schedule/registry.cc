@@ -13,6 +13,8 @@ Result<Schedule> generate_looped_bfs(const GeneratorOptions& o);
 Result<Schedule> generate_zb_h1(const GeneratorOptions& o);
 Result<Schedule> generate_zb_h2(const GeneratorOptions& o);
 Result<Schedule> generate_zb_v(const GeneratorOptions& o);
+Result<Schedule> generate_dualpipev(const GeneratorOptions& o);
+Result<Schedule> generate_dualpipe(const GeneratorOptions& o);
 }  // namespace detail
 
 const std::vector<GeneratorInfo>& schedule_generators() {
@@ -27,6 +29,11 @@ const std::vector<GeneratorInfo>& schedule_generators() {
       {"zb-h2", "zero bubble H2: split backward, 2p-1 activations, m >= 2p", false, 1,
        detail::generate_zb_h2},
       {"zb-v", "zero bubble V: V placement, 2 chunks per rank", true, 2, detail::generate_zb_v},
+      {"dualpipev", "DeepSeek DualPipeV: V placement, overlapped F&B pairs, m >= 2p", true, 2,
+       detail::generate_dualpipev},
+      {"dualpipe",
+       "DeepSeek DualPipe: two directions, each rank holds 2 stage copies; p, m even, m >= 2p",
+       true, 2, detail::generate_dualpipe},
   };
   return kGenerators;
 }
@@ -40,6 +47,7 @@ std::string canonical(std::string_view name) {
   if (s == "zbh2") return "zb-h2";
   if (s == "zbv" || s == "zbvzerobubble") return "zb-v";
   if (s == "loopedbfs" || s == "bfs") return "looped-bfs";
+  if (s == "dualpipe-v" || s == "scheduledualpipev") return "dualpipev";
   if (s == "pipedream-flush" || s == "one-f-one-b") return "1f1b";
   return s;
 }

@@ -69,62 +69,116 @@ Status validate(const Schedule& sch) {
         sch.name));
   }
 
-  // Per-action checks: range, owner rank, no duplicates, local order.
+  if (sch.directions < 1 || S % sch.directions != 0 || M % sch.directions != 0) {
+    return Status::invalid_argument(fmt::format(
+        "invalid schedule '{}': {} directions must divide both the {} stages and the {} "
+        "microbatches; hint: DualPipe has 2 directions, every other schedule 1",
+        sch.name, sch.directions, S, M));
+  }
+
+  // Per-action checks: range, owner rank, no duplicates, local order; a pair's sub-actions each.
   Placements seen(S, M);
   for (int32_t r = 0; r < P; ++r) {
     const auto& prog = sch.programs[r];
     for (int32_t i = 0; i < static_cast<int32_t>(prog.size()); ++i) {
-      const Action& a = prog[i];
       const GridMark here{r, i};
-      if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= M) {
-        return fail(sch, here, fmt::format("{} is outside the shape (stages 0..{}, microbatches 0..{})",
-                                           to_string(a), S - 1, M - 1));
-      }
-      if (sch.stage_to_rank[a.stage] != r) {
-        return fail(sch, here, fmt::format("{} runs on rank {} but stage {} lives on rank {}",
-                                           to_string(a), r, a.stage, sch.stage_to_rank[a.stage]));
-      }
-      Place& p = seen.at(a.type, a.stage, a.microbatch);
-      if (p.rank >= 0) {
-        return fail(sch, here, fmt::format("{} appears twice (first at rank {} step {})",
-                                           to_string(a), p.rank, p.step));
-      }
-      p = {r, i};
-      auto before = [&](ActionType t, const char* rule) -> Status {
-        if (seen.at(t, a.stage, a.microbatch).rank < 0) {
-          return fail(sch, here,
-                      fmt::format("{} comes before {}{}{}: {}", to_string(a), a.stage,
-                                  action_type_name(t), a.microbatch, rule));
+      if (prog[i].type == ActionType::kOverlapFB) {
+        const Action& pair = prog[i];
+        for (const Action& sub : sub_actions(pair)) {
+          if (sub.stage < 0 || sub.stage >= S) {
+            return fail(
+                sch, here,
+                fmt::format("{} names stage {}, outside 0..{}", to_string(pair), sub.stage, S - 1));
+          }
         }
-        return OkStatus();
-      };
-      switch (a.type) {
-        case ActionType::kForward:
-        case ActionType::kRecvAct:
-        case ActionType::kRecvGrad:
-          break;
-        case ActionType::kBackwardInput:
-        case ActionType::kBackward:
-          TP_RETURN_IF_ERROR(before(ActionType::kForward, "a backward needs its forward first"));
-          break;
-        case ActionType::kBackwardWeight:
-          if (seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0) {
-            return fail(sch, here, fmt::format("{} after the fused {}B{} (B already includes W)",
-                                               to_string(a), a.stage, a.microbatch));
+        if (sch.stage_to_rank[pair.stage] != sch.stage_to_rank[pair.b_stage]) {
+          return fail(sch, here,
+                      fmt::format("{} pairs stage {} (rank {}) with stage {} (rank {}): the two "
+                                  "sub-actions of a pair run on one rank",
+                                  to_string(pair), pair.stage, sch.stage_to_rank[pair.stage],
+                                  pair.b_stage, sch.stage_to_rank[pair.b_stage]));
+        }
+        const Action f = sub_actions(pair).at[0];
+        for (const Action& d : dependencies(sch, sub_actions(pair).at[1])) {
+          if (d == f) {
+            return fail(sch, here,
+                        fmt::format("{} can never start: its backward needs its own forward "
+                                    "{}; hint: pair a forward with the backward of another "
+                                    "microbatch",
+                                    to_string(pair), to_string(f)));
           }
-          TP_RETURN_IF_ERROR(before(ActionType::kBackwardInput, "W needs its I first"));
-          break;
-        case ActionType::kSendAct:
-          TP_RETURN_IF_ERROR(before(ActionType::kForward, "a send needs its producer first"));
-          break;
-        case ActionType::kSendGrad: {
-          const bool produced = seen.at(ActionType::kBackwardInput, a.stage, a.microbatch).rank >= 0 ||
-                                seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0;
-          if (!produced) {
-            return fail(sch, here, fmt::format("{} comes before the backward that produces it",
-                                               to_string(a)));
+        }
+      }
+      for (const Action& a : sub_actions(prog[i])) {
+        if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= M) {
+          return fail(sch, here,
+                      fmt::format("{} is outside the shape (stages 0..{}, microbatches 0..{})",
+                                  to_string(a), S - 1, M - 1));
+        }
+        if (!sch.runs(a.stage, a.microbatch)) {
+          return fail(
+              sch, here,
+              fmt::format("{}: stage {} belongs to direction {}, which does not run "
+                          "microbatch {} (direction {} runs microbatches {}..{})",
+                          to_string(a), a.stage, sch.direction_of_stage(a.stage), a.microbatch,
+                          sch.direction_of_stage(a.stage),
+                          sch.direction_of_stage(a.stage) * (M / sch.directions),
+                          (sch.direction_of_stage(a.stage) + 1) * (M / sch.directions) - 1));
+        }
+        if (sch.stage_to_rank[a.stage] != r) {
+          return fail(sch, here,
+                      fmt::format("{} runs on rank {} but stage {} lives on rank {}", to_string(a),
+                                  r, a.stage, sch.stage_to_rank[a.stage]));
+        }
+        Place& p = seen.at(a.type, a.stage, a.microbatch);
+        if (p.rank >= 0) {
+          return fail(sch, here,
+                      fmt::format("{} appears twice (first at rank {} step {})", to_string(a),
+                                  p.rank, p.step));
+        }
+        p = {r, i};
+        auto before = [&](ActionType t, const char* rule) -> Status {
+          if (seen.at(t, a.stage, a.microbatch).rank < 0) {
+            return fail(sch, here,
+                        fmt::format("{} comes before {}{}{}: {}", to_string(a), a.stage,
+                                    action_type_name(t), a.microbatch, rule));
           }
-          break;
+          return OkStatus();
+        };
+        switch (a.type) {
+          case ActionType::kForward:
+          case ActionType::kRecvAct:
+          case ActionType::kRecvGrad:
+            break;
+          case ActionType::kOverlapFB:
+            TP_CHECK(false, "sub_actions() returned a pair");
+            break;
+          case ActionType::kBackwardInput:
+          case ActionType::kBackward:
+            TP_RETURN_IF_ERROR(before(ActionType::kForward, "a backward needs its forward first"));
+            break;
+          case ActionType::kBackwardWeight:
+            if (seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0) {
+              return fail(sch, here,
+                          fmt::format("{} after the fused {}B{} (B already includes W)",
+                                      to_string(a), a.stage, a.microbatch));
+            }
+            TP_RETURN_IF_ERROR(before(ActionType::kBackwardInput, "W needs its I first"));
+            break;
+          case ActionType::kSendAct:
+            TP_RETURN_IF_ERROR(before(ActionType::kForward, "a send needs its producer first"));
+            break;
+          case ActionType::kSendGrad: {
+            const bool produced =
+                seen.at(ActionType::kBackwardInput, a.stage, a.microbatch).rank >= 0 ||
+                seen.at(ActionType::kBackward, a.stage, a.microbatch).rank >= 0;
+            if (!produced) {
+              return fail(
+                  sch, here,
+                  fmt::format("{} comes before the backward that produces it", to_string(a)));
+            }
+            break;
+          }
         }
       }
     }
@@ -133,6 +187,7 @@ Status validate(const Schedule& sch) {
   // Completeness: one F; one B or one I and one W; matching SEND/RECV on cross-rank edges.
   for (int32_t s = 0; s < S; ++s) {
     for (int32_t mb = 0; mb < M; ++mb) {
+      if (!sch.runs(s, mb)) continue;
       const GridMark stage_row{sch.stage_to_rank[s], -1};
       auto has = [&](ActionType t) { return seen.at(t, s, mb).rank >= 0; };
       if (!has(ActionType::kForward)) {
@@ -180,15 +235,17 @@ Status validate(const Schedule& sch) {
       }
     }
   }
-  // Stray RECVs at the ends of the pipeline, where no stage sends.
+  // Stray RECVs at the ends of each direction's pipeline, where no stage sends.
+  const int32_t L = sch.stages_per_direction();
   for (int32_t mb = 0; mb < M; ++mb) {
-    for (const Action& r :
-         {Action{ActionType::kRecvAct, 0, mb}, Action{ActionType::kRecvGrad, S - 1, mb}}) {
+    const int32_t first = sch.direction_of_microbatch(mb) * L;
+    for (const Action& r : {Action{ActionType::kRecvAct, first, mb},
+                            Action{ActionType::kRecvGrad, first + L - 1, mb}}) {
       const Place p = seen.at(r.type, r.stage, r.microbatch);
       if (p.rank < 0 || message_route(sch, r, MessageEnd::kIn)) continue;
       return fail(sch, {p.rank, p.step},
                   r.type == ActionType::kRecvAct
-                      ? "stage 0 has no upstream to receive from"
+                      ? "the first stage has no upstream to receive from"
                       : "the last stage has no downstream to receive from");
     }
   }
@@ -234,10 +291,12 @@ Status validate(const Schedule& sch) {
       done.mark(a);
       ++pc[r];
       --remaining;
-      wake(a.type, a.stage, a.microbatch);
-      if (a.type == ActionType::kBackward) {  // a fused B satisfies I and W requirements
-        wake(ActionType::kBackwardInput, a.stage, a.microbatch);
-        wake(ActionType::kBackwardWeight, a.stage, a.microbatch);
+      for (const Action& sub : sub_actions(a)) {
+        wake(sub.type, sub.stage, sub.microbatch);
+        if (sub.type == ActionType::kBackward) {  // a fused B satisfies I and W requirements
+          wake(ActionType::kBackwardInput, sub.stage, sub.microbatch);
+          wake(ActionType::kBackwardWeight, sub.stage, sub.microbatch);
+        }
       }
     }
   }
@@ -250,8 +309,11 @@ Status validate(const Schedule& sch) {
       std::vector<std::string> waits;
       for (const Action& d : dependencies(sch, a))
         if (!done.has(d)) waits.push_back(to_string(d));
-      blocked += fmt::format("\n  rank {} step {}: {} waits for {}", r, pc[r], to_string(a),
-                             join(waits, ", "));
+      blocked += fmt::format("\n  rank {} step {}: {} waits for {}{}", r, pc[r], to_string(a),
+                             join(waits, ", "),
+                             a.type == ActionType::kOverlapFB
+                                 ? " (a pair starts only once both sub-actions' inputs are there)"
+                                 : "");
       if (first.rank < 0) first = {r, static_cast<int32_t>(pc[r])};
     }
     return fail(sch, first,

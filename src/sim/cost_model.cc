@@ -36,6 +36,11 @@ double CostModel::compute_time(int32_t s, ActionType type, Recompute recompute) 
     case ActionType::kSendGrad:
     case ActionType::kRecvGrad:
       break;
+    case ActionType::kOverlapFB:
+      TP_CHECK(false,
+               "compute_time of an OVERLAP_F_B pair: ask its sub_actions() (simulator.h "
+               "overlap_fb_time)");
+      break;
   }
   TP_CHECK(false, "compute_time of a communication action type ", action_type_name(type));
   return 0;
@@ -234,6 +239,19 @@ CostModel random_cost_model(Rng& rng, int32_t stages, double act_after_i, double
   const LinkCost link{.latency = max_latency > 0 ? rng.uniform_double() * max_latency : 0,
                       .bandwidth = 0};
   return CostModel(std::move(table), link, "unit", "random", /*real_bytes=*/true);
+}
+
+CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule& schedule) {
+  TP_CHECK(per_model_stage.num_stages() == schedule.stages_per_direction(), "a cost model of ",
+           per_model_stage.num_stages(), " stages for ", schedule.stages_per_direction(),
+           " model stages");
+  if (schedule.directions == 1) return per_model_stage;
+  std::vector<StageCost> stages;
+  for (int32_t s = 0; s < schedule.num_stages; ++s) {
+    stages.push_back(per_model_stage.stage(schedule.model_stage(s)));
+  }
+  return CostModel(std::move(stages), per_model_stage.link(), per_model_stage.time_unit(),
+                   per_model_stage.source(), per_model_stage.real_bytes());
 }
 
 CostModel uniform_cost_model(const UniformCosts& u, int32_t ranks, int32_t stages) {

@@ -279,3 +279,53 @@ TEST_F(SimulateCli, BadInputExitsTwoWithOneLine) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// DualPipeV and DualPipe through the CLI: --compare knows both, --cost is per model stage
+// (DualPipe's two copies of a stage cost the same), and --overlap-fb-factor prices the pairs.
+TEST_F(SimulateCli, DualPipeSchedulesCompareAndOverlap) {
+  CliRun r =
+      run("--compare 1f1b,dualpipev,dualpipe --pp 4 --microbatches 8 --cost f=1,i=1,w=1 "
+          "--json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out)["results"];
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_DOUBLE_EQ(j[0]["makespan"].get<double>(), 33);
+  // dualpipev: chunks of half a rank (F = 0.5, B = 1, W = 0.5); 2m (F + B) = 24 busy per rank
+  // plus (p - 1)(F&B + B - 3W) = 3 (docs/schedule_ir.md).
+  EXPECT_DOUBLE_EQ(j[1]["makespan"].get<double>(), 27);
+  // dualpipe: every stage id a whole model stage (F = 1, B = 2, W = 1); m (F + B) = 24 busy per
+  // rank plus (p/2 - 1)(F&B + B - 3W) = 2.
+  EXPECT_DOUBLE_EQ(j[2]["makespan"].get<double>(), 26);
+  // Whole-rank activations (one microbatch through one rank's share of the model): 1F1B's rank
+  // 0 holds p = 4, DualPipeV p + 1/2, DualPipe p + 1 (DeepSeek's PP + 1).
+  EXPECT_DOUBLE_EQ(j[0]["per_rank"][0]["peak_activations"].get<double>(), 4);
+  EXPECT_DOUBLE_EQ(j[1]["per_rank"][0]["peak_activations"].get<double>(), 4.5);
+  EXPECT_DOUBLE_EQ(j[2]["per_rank"][0]["peak_activations"].get<double>(), 5);
+  CliRun x =
+      run("--schedule dualpipe --pp 4 --microbatches 8 --cost f=1,i=1,w=1 "
+          "--overlap-fb-factor 1 --json");
+  ASSERT_EQ(x.code, 0) << x.err;
+  EXPECT_LT(nlohmann::json::parse(x.out)["makespan"].get<double>(), 26);
+}
+
+TEST_F(SimulateCli, DualPipeBadInputIsOneLine) {
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--schedule dualpipe --pp 4 --microbatches 8 --overlap-fb-factor 1.5",
+            "--overlap-fb-factor 1.5: must be in [0, 1]"},
+           {"--schedule dualpipe --pp 3 --microbatches 12",
+            "--pp 3: schedule 'dualpipe' needs an even number of pipeline ranks"},
+           {"--schedule dualpipev --pp 4 --microbatches 6",
+            "--microbatches 6: schedule 'dualpipev' needs m >= 2p = 8"},
+           {"--schedule dualpipev --pp 4 --vpp 3 --microbatches 8",
+            "--vpp 3: schedule 'dualpipev' runs exactly 2 chunks per rank"}}) {
+    CliRun r = run(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.err.find(want), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tightpipe

@@ -44,6 +44,20 @@ Result<Recompute> parse_recompute(std::string_view text) {
       fmt::format("--recompute '{}' is not known; hint: none or full", text));
 }
 
+double overlap_fb_time(double f, double b, double factor) {
+  return f + b - factor * std::min(f, b);
+}
+
+Status check_overlap_fb_factor(double factor) {
+  if (!(factor >= 0 && factor <= 1)) {  // NaN fails too
+    return Status::invalid_argument(fmt::format(
+        "--overlap-fb-factor {}: must be in [0, 1] (0: a pair costs F + B, 1: the shorter of the "
+        "two is hidden entirely)",
+        factor));
+  }
+  return OkStatus();
+}
+
 namespace {
 
 bool is_send(ActionType t) { return t == ActionType::kSendAct || t == ActionType::kSendGrad; }
@@ -59,6 +73,8 @@ EventKind kind_of(ActionType t) {
     case ActionType::kSendGrad: return EventKind::kSend;
     case ActionType::kRecvAct:
     case ActionType::kRecvGrad: return EventKind::kRecv;
+    case ActionType::kOverlapFB:
+      return EventKind::kOther;  // recorded as its two sub-actions
   }
   return EventKind::kOther;
 }
@@ -119,6 +135,12 @@ class Simulator {
           "microbatches={}, {} programs, {} stage placements)",
           sch_.name, P_, S_, M_, sch_.programs.size(), sch_.stage_to_rank.size()));
     }
+    if (sch_.directions < 1 || S_ % sch_.directions != 0 || M_ % sch_.directions != 0) {
+      return Status::invalid_argument(fmt::format(
+          "simulate: schedule '{}' has {} directions for {} stages and {} microbatches (they "
+          "must divide both)",
+          sch_.name, sch_.directions, S_, M_));
+    }
     TP_RETURN_IF_ERROR(cost_.covers(sch_));
     for (int32_t s = 0; s < S_; ++s) {
       if (sch_.stage_to_rank[s] < 0 || sch_.stage_to_rank[s] >= P_) {
@@ -135,14 +157,16 @@ class Simulator {
         auto where = [&] {
           return fmt::format("simulate: rank {} step {} action {}", r, k, to_string(a));
         };
-        if (a.stage < 0 || a.stage >= S_ || a.microbatch < 0 || a.microbatch >= M_) {
-          return Status::invalid_argument(fmt::format(
-              "{}: stage or microbatch out of range (stages 0..{}, microbatches 0..{})", where(),
-              S_ - 1, M_ - 1));
-        }
-        if (sch_.stage_to_rank[a.stage] != r) {
-          return Status::invalid_argument(fmt::format("{}: stage {} lives on rank {}", where(),
-                                                      a.stage, sch_.stage_to_rank[a.stage]));
+        for (const Action& sub : sub_actions(a)) {
+          if (sub.stage < 0 || sub.stage >= S_ || sub.microbatch < 0 || sub.microbatch >= M_) {
+            return Status::invalid_argument(fmt::format(
+                "{}: stage or microbatch out of range (stages 0..{}, microbatches 0..{})", where(),
+                S_ - 1, M_ - 1));
+          }
+          if (sch_.stage_to_rank[sub.stage] != r) {
+            return Status::invalid_argument(fmt::format("{}: stage {} lives on rank {}", where(),
+                                                        sub.stage, sch_.stage_to_rank[sub.stage]));
+          }
         }
         if (is_comm(a.type)) {
           has_comm = true;
@@ -202,7 +226,9 @@ class Simulator {
     res_.recompute = opt_.recompute;
     res_.cost_source = cost_.source();
     res_.time_unit = cost_.time_unit();
-    res_.activation_unit_bytes = cost_.activation_unit_bytes(P_);
+    // One microbatch through one rank's share of the model. DualPipe's ranks hold a copy per
+    // direction, but a microbatch passes through one: its unit is one direction's share.
+    res_.activation_unit_bytes = cost_.activation_unit_bytes(P_) / sch_.directions;
     res_.real_bytes = cost_.real_bytes();
     res_.timeline.time_unit = cost_.time_unit();
     if (opt_.record_timeline) {
@@ -296,6 +322,9 @@ class Simulator {
       case ActionType::kSendGrad:
       case ActionType::kRecvGrad:
         break;
+      case ActionType::kOverlapFB:  // the F adds, then the B frees
+        for (const Action& sub : sub_actions(a)) account_memory(r, sub);
+        break;
     }
   }
 
@@ -330,6 +359,24 @@ class Simulator {
           ++st.compute_actions;
           account_memory(r, a);
           record(r, a, Lane::kCompute, now, now + dur);
+          push(now + dur, a, r, true);
+          return;
+        }
+        case ActionType::kOverlapFB: {
+          // One unit on the lane: F + B, less what the hardware overlaps (SimOptions). Recorded
+          // as its F then its B, each scaled to its share, so that timelines, bubble metrics and
+          // reports see only the actions they know.
+          const SubActions subs = sub_actions(a);
+          const double tf = cost_.action_time(sch_, subs.at[0], opt_.recompute);
+          const double tb = cost_.action_time(sch_, subs.at[1], opt_.recompute);
+          const double dur = overlap_fb_time(tf, tb, opt_.overlap_fb_factor);
+          const double scale = tf + tb > 0 ? dur / (tf + tb) : 0.0;
+          first_start_[r] = std::min(first_start_[r], now);
+          st.last_end = now + dur;
+          st.compute_actions += 2;
+          account_memory(r, a);
+          record(r, subs.at[0], Lane::kCompute, now, now + tf * scale);
+          record(r, subs.at[1], Lane::kCompute, now + tf * scale, now + dur);
           push(now + dur, a, r, true);
           return;
         }
@@ -383,10 +430,12 @@ class Simulator {
       --outstanding_recvs_;
     }
     done_.mark(a);
-    wake(key(a), t);
-    if (a.type == ActionType::kBackward) {
-      wake(key({ActionType::kBackwardInput, a.stage, a.microbatch}), t);
-      wake(key({ActionType::kBackwardWeight, a.stage, a.microbatch}), t);
+    for (const Action& sub : sub_actions(a)) {
+      wake(key(sub), t);
+      if (sub.type == ActionType::kBackward) {
+        wake(key({ActionType::kBackwardInput, sub.stage, sub.microbatch}), t);
+        wake(key({ActionType::kBackwardWeight, sub.stage, sub.microbatch}), t);
+      }
     }
     if (is_send(a.type)) {
       const MessageRoute m = *comm_route(sch_, a);
@@ -553,6 +602,7 @@ Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
         schedule.name, schedule.num_ranks, schedule.num_stages, schedule.num_microbatches));
   }
   TP_RETURN_IF_ERROR(cost.validate());
+  TP_RETURN_IF_ERROR(check_overlap_fb_factor(options.overlap_fb_factor));
   Simulator sim(schedule, cost, options);
   return sim.run();
 }

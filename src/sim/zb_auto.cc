@@ -311,29 +311,34 @@ std::vector<double> zb_peak_memory_units(const Schedule& schedule,
   const double even = 1.0 / std::max(1, schedule.chunks());
   for (int32_t r = 0; r < schedule.num_ranks; ++r) {
     double mem = 0;
-    for (const Action& a : schedule.programs[r]) {
-      const double f = fractions.at(a.stage);
-      const double unit = f_units.empty() ? even : f_units.at(a.stage);
-      switch (a.type) {
-        case ActionType::kForward:
-          mem += unit;
-          break;
-        case ActionType::kBackwardInput:
-          mem -= (1 - f) * unit;
-          break;
-        case ActionType::kBackwardWeight:
-          mem -= f * unit;
-          break;
-        case ActionType::kBackward:
-          mem -= unit;
-          break;
-        case ActionType::kSendAct:
-        case ActionType::kRecvAct:
-        case ActionType::kSendGrad:
-        case ActionType::kRecvGrad:
-          break;
+    for (const Action& pa : schedule.programs[r]) {
+      for (const Action& a : sub_actions(pa)) {  // a pair: its F adds, then its B frees
+        const double f = fractions.at(a.stage);
+        const double unit = f_units.empty() ? even : f_units.at(a.stage);
+        switch (a.type) {
+          case ActionType::kForward:
+            mem += unit;
+            break;
+          case ActionType::kBackwardInput:
+            mem -= (1 - f) * unit;
+            break;
+          case ActionType::kBackwardWeight:
+            mem -= f * unit;
+            break;
+          case ActionType::kBackward:
+            mem -= unit;
+            break;
+          case ActionType::kSendAct:
+          case ActionType::kRecvAct:
+          case ActionType::kSendGrad:
+          case ActionType::kRecvGrad:
+            break;
+          case ActionType::kOverlapFB:
+            TP_CHECK(false, "sub_actions() returned a pair");
+            break;
+        }
+        peak[r] = std::max(peak[r], mem);
       }
-      peak[r] = std::max(peak[r], mem);
     }
   }
   return peak;

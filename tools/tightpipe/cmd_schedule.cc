@@ -78,8 +78,9 @@ int cmd_schedule(int argc, char** argv) {
   } else if (format == "json") {
     text = to_json(s);
   } else {
-    text = fmt::format("{}: p={} stages={} m={} v={}{} ({} actions)\n{}", s.name, s.num_ranks,
+    text = fmt::format("{}: p={} stages={} m={} v={}{}{} ({} actions)\n{}", s.name, s.num_ranks,
                        s.num_stages, s.num_microbatches, s.chunks(),
+                       s.directions != 1 ? fmt::format(" directions={}", s.directions) : "",
                        s.lowered ? " lowered" : "", s.size(), format_grid(s));
   }
   if (out.empty()) {

@@ -52,14 +52,19 @@ int cmd_simulate(int argc, char** argv) {
   app.add_option("--recompute", recompute,
                  "none, or full: F keeps only its input and I/B re-run the forward first")
       ->capture_default_str();
+  double overlap_fb_factor = 0;
+  app.add_option("--overlap-fb-factor", overlap_fb_factor,
+                 "how much of an OVERLAP_F_B pair (dualpipev, dualpipe) the hardware overlaps, in "
+                 "[0, 1]: a pair takes F + B - X min(F, B)")
+      ->capture_default_str();
   app.add_flag("--json", json, "print the result as JSON (docs/simulate_json.md)");
   app.add_option("--trace", trace, "write a Chrome trace (Perfetto, chrome://tracing) here");
   app.add_option("--svg", svg, "write an SVG timeline here");
   auto* o_compare = app.add_option(
       "--compare", compare,
       "comma-separated schedules to simulate side by side, name[:v] (e.g. "
-      "gpipe,1f1b,interleaved:2,zb-h1,zb-v); interleaved and looped-bfs without :v use --vpp, "
-      "default 2");
+      "gpipe,1f1b,interleaved:2,zb-h1,zb-v,dualpipev); interleaved and looped-bfs without :v "
+      "use --vpp, default 2");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
   SimOptions opt;
@@ -70,6 +75,10 @@ int cmd_simulate(int argc, char** argv) {
     auto rc = parse_recompute(recompute);
     if (!rc.ok()) return report_error(kCmd, rc.status());
     opt.recompute = *rc;
+    if (Status st = check_overlap_fb_factor(overlap_fb_factor); !st.ok()) {
+      return report_error(kCmd, st);
+    }
+    opt.overlap_fb_factor = overlap_fb_factor;
   }
 
   if (o_compare->count() > 0) {

@@ -39,9 +39,11 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
 void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size) {
   app.add_option(
          "--vpp,--num-virtual-stages-per-pipeline-rank,--virtual-pipeline-model-parallel-size", vpp,
-         "chunks (virtual stages) per rank v; default 1, and 2 for zb-v and zb-v-auto")
+         "chunks (virtual stages) per rank v; default 1, and 2 for zb-v, zb-v-auto, dualpipev "
+         "and dualpipe")
       ->check(count_flag(kMaxChunks, "chunks per rank",
-                         "leave --vpp out for the schedule's default (1, or 2 for zb-v)"));
+                         "leave --vpp out for the schedule's default (1, or 2 for zb-v and "
+                         "dualpipe)"));
   app.add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
                  group_size, "interleaved: microbatches per group (default --pp)")
       ->check(count_flag(kMaxMicrobatches, "microbatches per group",
@@ -158,9 +160,33 @@ Result<CostModel> make_cost_model(const CostFlags& f, const Schedule& schedule) 
 
 namespace {
 
+Result<CostChoice> costs_from_flags(const CostFlags& f, const Schedule& schedule,
+                                    const SimOptions& sim);
+
+// DualPipe's costs: those of its model stages, the same for both copies of each (a --costs table
+// gives every stage id its own row and is taken as it is).
+Result<CostChoice> costs_for_directions(const CostFlags& f, const Schedule& schedule,
+                                        const SimOptions& sim) {
+  if (f.layout == "auto") {
+    return Status::invalid_argument(fmt::format(
+        "--pipeline-layout auto: not yet for schedule '{}' ({} directions); hint: give a layout "
+        "string for its {} model stages",
+        schedule.name, schedule.directions, schedule.stages_per_direction()));
+  }
+  Schedule one = schedule;  // the shape of one direction: the model stages
+  one.directions = 1;
+  one.num_stages = schedule.stages_per_direction();
+  one.stage_to_rank.resize(one.num_stages);
+  one.programs.clear();
+  TP_ASSIGN_OR_RETURN(CostChoice c, costs_from_flags(f, one, sim));
+  c.model = expand_to_directions(c.model, schedule);
+  return c;
+}
+
 // The costs the flags name, as given (make_costs checks their values).
 Result<CostChoice> costs_from_flags(const CostFlags& f, const Schedule& schedule,
                                     const SimOptions& sim) {
+  if (schedule.directions > 1 && f.costs.empty()) return costs_for_directions(f, schedule, sim);
   if (!f.layout.empty() && f.model.empty()) {
     return Status::invalid_argument(
         fmt::format("--pipeline-layout '{}': only --model costs know the layers; hint: add --model "
