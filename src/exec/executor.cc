@@ -299,13 +299,17 @@ class Executor::StepRun {
 Result<RankStepResult> Executor::StepRun::run(
     const std::function<void(int32_t stage)>& grads_done) {
   const auto& prog = sch_.programs[ex_.rank_];
-  // Per stage, the program index of its last W or B: its gradients are final after it.
+  // Per stage, the program index of its last W, B or OVERLAP_F_B pair's B: its gradients are
+  // final after it. Inverted: the stages whose gradients an index finishes.
   std::map<int32_t, size_t> last_grad;
   for (size_t pc = 0; pc < prog.size(); ++pc) {
-    const ActionType t = prog[pc].type;
-    if (t == ActionType::kBackward || t == ActionType::kBackwardWeight)
-      last_grad[prog[pc].stage] = pc;
+    const Action& a = prog[pc];
+    if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardWeight)
+      last_grad[a.stage] = pc;
+    if (a.type == ActionType::kOverlapFB) last_grad[a.b_stage] = pc;
   }
+  std::multimap<size_t, int32_t> grads_final;
+  for (const auto& [s, pc] : last_grad) grads_final.emplace(pc, s);
   for (auto& [s, stage] : ex_.stages_) stage->reset_peak();
   res_.peak_stash_bytes = static_cast<size_t>(stash_total());
   cpu_mark_ = res_.cpu_wait_mark = thread_cpu_wait_seconds();
@@ -320,8 +324,8 @@ Result<RankStepResult> Executor::StepRun::run(
     if (st.ok()) st = poll_sends();
     if (!st.ok()) return fail(pc, a, st);
     if (grads_done) {
-      const auto it = last_grad.find(a.stage);
-      if (it != last_grad.end() && it->second == pc) grads_done(a.stage);
+      const auto [first, last] = grads_final.equal_range(pc);
+      for (auto it = first; it != last; ++it) grads_done(it->second);
     }
   }
   TP_RETURN_IF_ERROR(drain_sends());

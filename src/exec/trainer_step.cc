@@ -6,6 +6,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "tightpipe/base.h"
@@ -103,9 +104,12 @@ class OverlappedReducer {
   ~OverlappedReducer() { (void)finish(); }
   void add(int32_t stage) {
     std::lock_guard<std::mutex> lock(mu_);
+    handed_.insert(stage);
     queue_.push_back(stage);
     cv_.notify_one();
   }
+  // True when `stage` was handed over (read after finish()).
+  bool handed(int32_t stage) const { return handed_.contains(stage); }
   // Waits until every handed stage is reduced; the first error.
   Status finish() {
     {
@@ -140,6 +144,7 @@ class OverlappedReducer {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int32_t> queue_;
+  std::set<int32_t> handed_;  // under mu_ until finish()
   bool closed_ = false;
   Status status_;  // the worker's; read after the join
   std::thread worker_;
@@ -175,6 +180,12 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
   if (dp) {
     if (overlapped) {
       TP_RETURN_IF_ERROR(overlapped->finish());
+      // A stage the program never finished with a W/B (none) has nothing summed yet.
+      for (auto& [s, stage] : pr.stages()) {
+        if (overlapped->handed(s)) continue;
+        TP_RETURN_IF_ERROR(
+            reduce_stage(*stage, s, *data_parallel, reduce.bucket_size, step, timeout_s));
+      }
     } else {
       for (auto& [s, stage] : pr.stages())
         TP_RETURN_IF_ERROR(

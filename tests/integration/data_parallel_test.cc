@@ -74,6 +74,7 @@ TEST(DataParallelTest, EveryScheduleOnDp2TimesPp2TrainsAsOneRank) {
   ASSERT_TRUE(run_training(one).ok());
   for (const GeneratorInfo& g : schedule_generators()) {
     SCOPED_TRACE(g.name);
+    if (g.name == "dualpipe") continue;  // not executed yet (two directions; executor_test)
     const int32_t vpp = g.fixed_chunks > 0 ? g.fixed_chunks : (g.takes_chunks ? 2 : 1);
     const TrainOptions o = options(dir + "/" + g.name, 2, 2, 4, g.name, vpp);
     auto s = run_training(o);
@@ -91,11 +92,12 @@ TEST(DataParallelTest, EveryScheduleOnDp2TimesPp2TrainsAsOneRank) {
 
 // --overlap-grad-reduce sums the same values in the same replica order, only earlier and in
 // other buckets: the same losses and weights bit for bit as the reduction after the program, for
-// a fused-B schedule, a split I/W one and one with two stages per rank.
+// a fused-B schedule, a split I/W one, one with two stages per rank and one whose last B of a
+// stage sits in an OVERLAP_F_B pair (dualpipev).
 TEST(DataParallelTest, OverlappedGradReduceEqualsTheReductionAfterTheProgram) {
   const std::string dir = testutil::make_temp_dir("tp-dp-overlap");
-  for (const auto& [sched, vpp] :
-       {std::pair{"1f1b", 1}, std::pair{"zb-h1", 1}, std::pair{"interleaved", 2}}) {
+  for (const auto& [sched, vpp] : {std::pair{"1f1b", 1}, std::pair{"zb-h1", 1},
+                                   std::pair{"interleaved", 2}, std::pair{"dualpipev", 2}}) {
     SCOPED_TRACE(sched);
     const TrainOptions after = options(fmt::format("{}/{}-after", dir, sched), 2, 2, 4, sched, vpp);
     TrainOptions overlap = options(fmt::format("{}/{}-overlap", dir, sched), 2, 2, 4, sched, vpp);
