@@ -100,8 +100,12 @@ class Executor {
 
   // Runs this rank's program once. `origin` (now_seconds() of a common start) anchors the
   // timeline. Errors carry "rank R step K action A:" and the grid of the schedule.
+  // `grads_done` (optional) is called with a local stage id right after the stage's last
+  // W (or B) of the program: its gradients are final for the step (--overlap-grad-reduce starts
+  // their reduction there); it must not touch other stages.
   Result<RankStepResult> run_step(int32_t step, double origin, const BatchFetcher& fetch,
-                                  float loss_scale);
+                                  float loss_scale,
+                                  const std::function<void(int32_t stage)>& grads_done = {});
 
   // Evaluation: `n` microbatches forward only, one after another through the whole pipeline
   // (every rank walks its stages in ascending order per microbatch, with blocking messages), no

@@ -53,6 +53,14 @@ class PipelineRank {
   std::unique_ptr<Executor> executor_;
 };
 
+// How pipeline_step sums gradients over the data-parallel group (Megatron's DDP options).
+struct GradReduceOptions {
+  // --overlap-grad-reduce: start a stage's reduction as soon as its last W (or B) of the step is
+  // done, on a helper thread, while the program goes on; off: one reduction after the program.
+  bool overlap = false;
+  int64_t bucket_size = int64_t{1} << 20;  // --bucket-size: gradient values per allreduce
+};
+
 struct StepOutcome {
   double loss = 0;       // mean over all tokens of all microbatches (same on every rank)
   double grad_norm = 0;  // global L2 norm before clipping (same on every rank)
@@ -66,10 +74,18 @@ struct StepOutcome {
 // norm stops every rank before the optimizer step with one error (the same on every rank) that
 // names the step, the stage(s) whose gradients are not finite and the first microbatch whose
 // loss was not: the weights stay those of the last good step.
+//
+// Data parallel: `data_parallel` (null or size 1: none) is this rank's group across the replicas
+// (the ranks holding the same stages). After the program the gradients of every local stage and
+// the loss are summed over it (deterministically, in replica order), before the norm, clipping
+// and AdamW; `tokens_per_step` is then the global batch's, so that every replica steps with the
+// gradients one rank would compute for the whole global batch.
 Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int32_t step,
                                   const BatchFetcher& fetch, int64_t tokens_per_step,
                                   const nn::AdamWConfig& adamw, float lr, float clip,
-                                  double timeout_s, bool check_nan = true);
+                                  double timeout_s, bool check_nan = true,
+                                  Transport* data_parallel = nullptr,
+                                  const GradReduceOptions& reduce = {});
 
 // Limits of the training counts (docs/train_limits.md), refused by TrainOptions::validate() with
 // one line naming the flag; the model's are in model.h (kMaxNumLayers...), the schedule's in
@@ -95,6 +111,14 @@ struct TrainOptions {
   ZbAutoOptions auto_schedule;         // --memory-limit, --w-memory-fraction, --objective
   int32_t auto_schedule_profile_steps = 3;  // --auto-schedule-profile-steps
   int32_t pp = 1;                      // --pp
+  // Data parallel x pipeline parallel (docs/data_parallel.md): world = data_parallel_size x pp
+  // ranks in Megatron-LM's order (transport.h ParallelLayout), each replica of the pipeline
+  // taking its own slice of every global batch of data_parallel_size x microbatches
+  // microbatches. The world is the MPI process count with --transport mpi, and on threads
+  // --world-size, else pp x data_parallel_size.
+  int32_t data_parallel_size = 0;      // --data-parallel-size (0: world / --pp)
+  int32_t world_size = 0;              // --world-size, threads (0: --pp x --data-parallel-size)
+  GradReduceOptions grad_reduce;       // --overlap-grad-reduce, --bucket-size
   int32_t vpp = 0;                     // --vpp (0: the schedule's default)
   int32_t microbatches = 1;            // --num-microbatches
   int32_t group_size = 0;              // --microbatch-group-size

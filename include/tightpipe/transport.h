@@ -105,6 +105,34 @@ Status broadcast(Transport& t, int root, std::span<std::byte> data, double timeo
 // Returns once every rank has entered the barrier (or an error).
 Status barrier(Transport& t, double timeout_s);
 
+// ---- Process groups (data parallel x pipeline parallel) -----------------------------------
+
+// The rank layout of DP x PP as Megatron-LM orders it by default (parallel_state.py, order
+// "tp-cp-ep-dp-pp" with tp = cp = ep = 1): data-parallel rank varies fastest, so the ranks of one
+// pipeline are strided by DP: global rank = pp_rank * dp + dp_rank. With dp = 2, pp = 2:
+// pipeline 0 = {0, 2}, pipeline 1 = {1, 3}; stage 0's DP group = {0, 1}, stage 1's = {2, 3}.
+struct ParallelLayout {
+  int dp = 1, pp = 1;  // REQUIRES: both >= 1
+  int world() const { return dp * pp; }
+  int pp_rank(int global) const { return global / dp; }
+  int dp_rank(int global) const { return global % dp; }
+  int global(int pp_rank, int dp_rank) const { return pp_rank * dp + dp_rank; }
+  // The global ranks of replica `dp_rank`'s pipeline, in stage-rank order (size pp).
+  std::vector<int> pipeline_group(int dp_rank) const;
+  // The global ranks holding pipeline rank `pp_rank` in every replica, in dp order (size dp).
+  std::vector<int> data_parallel_group(int pp_rank) const;
+};
+
+// A sub-communicator over `parent`: rank i of the view is parent rank members[i]; sends, receives
+// and the collectives of this header then run among the members only, with the view's ranks.
+// abort() and aborted() are the parent's (a failure anywhere stops the whole world). The view
+// does not own the parent, which must outlive it. Messages keep their tags, so two views of one
+// parent must not both carry messages between the same pair of parent ranks with the same tag
+// at once: the pipeline and data-parallel groups of a ParallelLayout share no pair of ranks (two
+// ranks in one pipeline differ in pp_rank, in one DP group they share it), so they never clash.
+// REQUIRES: members distinct, in [0, parent.size()), parent.rank() among them.
+std::unique_ptr<Transport> make_group_view(Transport& parent, std::vector<int> members);
+
 // ---- In-process backend ---------------------------------------------------------------------
 
 struct InProcOptions {

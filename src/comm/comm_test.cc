@@ -259,6 +259,45 @@ TEST_P(TransportTest, AllreduceIsDeterministicAndBitIdentical) {
   }));
 }
 
+// DP x PP on 4 ranks (Megatron's order): the pipeline and data-parallel views of one world
+// reduce and exchange among their own members only, with their own rank numbers, even when
+// every rank runs both one after the other with no barrier between.
+TEST_P(TransportTest, GroupViewsOfDataParallelTimesPipeline) {
+  const ParallelLayout layout{.dp = 2, .pp = 2};
+  EXPECT_EQ(layout.pipeline_group(1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(layout.data_parallel_group(1), (std::vector<int>{2, 3}));
+  expect_all_ok(run([&](Transport& t) -> Status {
+    if (t.size() != 4) return OkStatus();  // the mpi job of another size
+    const int g = t.rank();
+    auto pipe = make_group_view(t, layout.pipeline_group(layout.dp_rank(g)));
+    auto dp = make_group_view(t, layout.data_parallel_group(layout.pp_rank(g)));
+    EXPECT_EQ(pipe->rank(), layout.pp_rank(g));
+    EXPECT_EQ(dp->rank(), layout.dp_rank(g));
+    EXPECT_EQ(pipe->size(), 2);
+    for (int rep = 0; rep < 3; ++rep) {
+      double a[1] = {double(1 << g)};
+      TP_RETURN_IF_ERROR(allreduce_sum(*pipe, a, kLong));
+      EXPECT_EQ(a[0], double((1 << layout.dp_rank(g)) + (1 << (2 + layout.dp_rank(g)))));
+      double b[1] = {double(1 << g)};
+      TP_RETURN_IF_ERROR(allreduce_sum(*dp, b, kLong));
+      EXPECT_EQ(b[0], double(3 << (2 * layout.pp_rank(g))));
+      // Same tag in both views: the pair of parent ranks tells them apart.
+      int32_t out = 100 + g, in = -1;
+      auto in_bytes = std::as_writable_bytes(std::span<int32_t>(&in, 1));
+      auto out_bytes = std::as_bytes(std::span<const int32_t>(&out, 1));
+      auto r = pipe->irecv(1 - pipe->rank(), 7, in_bytes);
+      TP_RETURN_IF_ERROR(send(*pipe, 1 - pipe->rank(), 7, out_bytes, kLong));
+      TP_RETURN_IF_ERROR(r->wait(kLong));
+      EXPECT_EQ(in, 100 + layout.global(1 - layout.pp_rank(g), layout.dp_rank(g)));
+      r = dp->irecv(1 - dp->rank(), 7, in_bytes);
+      TP_RETURN_IF_ERROR(send(*dp, 1 - dp->rank(), 7, out_bytes, kLong));
+      TP_RETURN_IF_ERROR(r->wait(kLong));
+      EXPECT_EQ(in, 100 + layout.global(layout.pp_rank(g), 1 - layout.dp_rank(g)));
+    }
+    return OkStatus();
+  }));
+}
+
 TEST_P(TransportTest, BroadcastAndBarrier) {
   expect_all_ok(run([](Transport& t) -> Status {
     const int p = t.size();

@@ -237,7 +237,7 @@ class Executor::StepRun {
     res_.timeline.rank = ex.rank_;
   }
 
-  Result<RankStepResult> run();
+  Result<RankStepResult> run(const std::function<void(int32_t stage)>& grads_done);
 
  private:
   double now() const { return now_seconds() - origin_; }
@@ -296,8 +296,20 @@ class Executor::StepRun {
   SendQueue sends_;
 };
 
-Result<RankStepResult> Executor::StepRun::run() {
+Result<RankStepResult> Executor::StepRun::run(
+    const std::function<void(int32_t stage)>& grads_done) {
   const auto& prog = sch_.programs[ex_.rank_];
+  // Per stage, the program index of its last W, B or OVERLAP_F_B pair's B: its gradients are
+  // final after it. Inverted: the stages whose gradients an index finishes.
+  std::map<int32_t, size_t> last_grad;
+  for (size_t pc = 0; pc < prog.size(); ++pc) {
+    const Action& a = prog[pc];
+    if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardWeight)
+      last_grad[a.stage] = pc;
+    if (a.type == ActionType::kOverlapFB) last_grad[a.b_stage] = pc;
+  }
+  std::multimap<size_t, int32_t> grads_final;
+  for (const auto& [s, pc] : last_grad) grads_final.emplace(pc, s);
   for (auto& [s, stage] : ex_.stages_) stage->reset_peak();
   res_.peak_stash_bytes = static_cast<size_t>(stash_total());
   cpu_mark_ = res_.cpu_wait_mark = thread_cpu_wait_seconds();
@@ -311,6 +323,10 @@ Result<RankStepResult> Executor::StepRun::run() {
     if (st.ok() && !is_recv(a.type)) done_.mark(a);
     if (st.ok()) st = poll_sends();
     if (!st.ok()) return fail(pc, a, st);
+    if (grads_done) {
+      const auto [first, last] = grads_final.equal_range(pc);
+      for (auto it = first; it != last; ++it) grads_done(it->second);
+    }
   }
   TP_RETURN_IF_ERROR(drain_sends());
   TP_CHECK(incoming_.empty() && outgoing_.empty(), "rank ", ex_.rank_, " ended step ", step_,
@@ -676,9 +692,10 @@ Status Executor::StepRun::fail(size_t pc, const Action& a, const Status& st) con
 }
 
 Result<RankStepResult> Executor::run_step(int32_t step, double origin, const BatchFetcher& fetch,
-                                          float loss_scale) {
+                                          float loss_scale,
+                                          const std::function<void(int32_t stage)>& grads_done) {
   StepRun run(*this, step, origin, fetch, loss_scale);
-  return run.run();
+  return run.run(grads_done);
 }
 
 Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, float loss_scale) {

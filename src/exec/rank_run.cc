@@ -75,11 +75,14 @@ constexpr size_t kStepFields = 7;
 
 }  // namespace
 
-RankRun::RankRun(const RunPlan& plan, Transport& transport)
+RankRun::RankRun(const RunPlan& plan, Transport& transport, Transport& data_parallel)
     : plan_(plan),
       opt_(plan_.opt),
       t_(transport),
+      dp_(data_parallel),
       rank_(transport.rank()),
+      dp_rank_(data_parallel.rank()),
+      log_rank_(data_parallel.rank() == 0 ? transport.rank() : -1),
       pr_(plan_.lowered, transport.rank(), transport, plan.opt.model, plan.specs, plan.opt.seed,
           plan.opt.recompute,
           [&] {
@@ -105,13 +108,13 @@ Result<int64_t> RankRun::resume() {
   if (opt_.load_dir.empty()) return int64_t{0};
   const std::string& dir = opt_.load_dir;  // the directory make_plan resolved --load to
   const nn::Manifest& man = plan_.load.manifest;
-  for (const std::string& w : plan_.load.warnings) plan_.log(rank_, w);
+  for (const std::string& w : plan_.load.warnings) plan_.log(log_rank_, w);
   TP_RETURN_IF_ERROR(nn::check_manifest_shape(dir, man, opt_.model));
   if (man.config.precision != opt_.model.precision) {  // the weights load the same either way
-    plan_.log(rank_, fmt::format("--load {}: saved in {}, continuing in {} (master weights are "
-                                 "fp32 either way)",
-                                 dir, nn::precision_name(man.config.precision),
-                                 nn::precision_name(opt_.model.precision)));
+    plan_.log(log_rank_, fmt::format("--load {}: saved in {}, continuing in {} (master weights are "
+                                     "fp32 either way)",
+                                     dir, nn::precision_name(man.config.precision),
+                                     nn::precision_name(opt_.model.precision)));
   }
   if (man.stages != plan_.specs) {
     return Status::invalid_argument(fmt::format(
@@ -158,12 +161,39 @@ Result<int64_t> RankRun::resume() {
     }
     TP_RETURN_IF_ERROR(train_data_->restore(*pos).with_context("--load " + pos_path));
   }
-  plan_.log(rank_, fmt::format("loaded {} at step {}", dir, man.step));
+  TP_RETURN_IF_ERROR(check_data_parallel(dir));
+  plan_.log(log_rank_, fmt::format("loaded {} at step {}", dir, man.step));
   return man.step;
 }
 
+// The checkpoint's data position is the global stream's, cut into this many replica slices per
+// step: another data-parallel size would read other rows, so it is refused.
+Status RankRun::check_data_parallel(const std::string& dir) const {
+  const std::string path = (std::filesystem::path(dir) / kParallelFile).string();
+  int64_t saved = 1;  // checkpoints without the file were written by one pipeline
+  if (std::filesystem::exists(path)) {
+    TP_ASSIGN_OR_RETURN(std::string text, read_file(path));
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.contains("data_parallel_size") ||
+        !j["data_parallel_size"].is_number_integer()) {
+      return Status::corruption(fmt::format(
+          "--load {}: '{}' is damaged (no integer data_parallel_size); hint: restore the file "
+          "or use an older checkpoint",
+          dir, path));
+    }
+    saved = j["data_parallel_size"].get<int64_t>();
+  }
+  if (saved == plan_.layout.dp) return OkStatus();
+  return Status::invalid_argument(fmt::format(
+      "--load {}: the checkpoint was trained with data-parallel size {} but this run has "
+      "data-parallel size {} (world {} / --pp {}); hint: resume with {} x --pp ranks, the "
+      "data position splits the global batch by the data-parallel size",
+      dir, saved, plan_.layout.dp, plan_.layout.world(), opt_.pp, saved));
+}
+
 Status RankRun::open_files(int64_t start) {
-  if (opt_.out_dir.empty()) return OkStatus();
+  // Replica 0 speaks for all: the replicas' losses, weights and bubbles are the same.
+  if (opt_.out_dir.empty() || dp_rank_ != 0) return OkStatus();
   if (rank_ == 0) TP_RETURN_IF_ERROR(metrics_.open(opt_.out_dir + "/metrics.jsonl", start > 0));
   return timeline_.open(fmt::format("{}/timeline_rank{}.jsonl", opt_.out_dir, rank_), false);
 }
@@ -197,6 +227,9 @@ Status RankRun::save_parts(const std::string& dir, int64_t done) {
   if (rank_ == 0) {
     TP_RETURN_IF_ERROR(
         nn::write_checkpoint_file((d / nn::kTokenizerFile).string(), opt_.tokenizer.to_json()));
+    TP_RETURN_IF_ERROR(nn::write_checkpoint_file(
+        (d / kParallelFile).string(),
+        nlohmann::json{{"data_parallel_size", plan_.layout.dp}, {"pp", opt_.pp}}.dump() + "\n"));
     // The schedule an auto run built goes with the weights: a resumed run keeps it.
     const std::string sched = (d / kAutoScheduleFile).string();
     if (plan_.auto_switch.built) {
@@ -213,6 +246,8 @@ Status RankRun::save_parts(const std::string& dir, int64_t done) {
 // rank writes its files, and once all have (a collective), rank 0 writes the manifest and then
 // the tracker, so the tracker never names an incomplete directory; then --keep-last-checkpoints.
 Status RankRun::save(int64_t done) {
+  // Written once, by replica 0: every replica holds the same weights and data position.
+  if (dp_rank_ != 0) return OkStatus();
   const std::string& root = opt_.save_dir;
   const std::string dir = nn::iteration_dir(root, done);
   const std::string what = fmt::format("--save {}: checkpoint at step {}", root, done);
@@ -226,15 +261,16 @@ Status RankRun::save(int64_t done) {
     man.stages = plan_.specs;
     if (!opt_.exec.emulated) man.extra_files.push_back(nn::kDataPositionFile);
     man.extra_files.push_back(nn::kTokenizerFile);
+    man.extra_files.push_back(kParallelFile);
     if (plan_.auto_switch.built) man.extra_files.push_back(kAutoScheduleFile);
     committed = nn::commit_checkpoint(root, man);
   }
   TP_RETURN_IF_ERROR(agree(committed, what));
   if (rank_ != 0) return OkStatus();
-  plan_.log(rank_, fmt::format("saved {} at step {}", dir, done));
+  plan_.log(log_rank_, fmt::format("saved {} at step {}", dir, done));
   if (opt_.keep_last_checkpoints > 0) {
     for (const std::string& line : nn::prune_checkpoints(root, opt_.keep_last_checkpoints, done))
-      plan_.log(rank_, "--keep-last-checkpoints: " + line);
+      plan_.log(log_rank_, "--keep-last-checkpoints: " + line);
   }
   return OkStatus();
 }
@@ -245,10 +281,10 @@ void RankRun::report_skips() {
   for (; skips_reported_ < st.corrupt_skipped; ++skips_reported_) {
     const auto k = static_cast<size_t>(skips_reported_);
     if (k < st.corrupt_messages.size()) {
-      plan_.log(rank_,
+      plan_.log(log_rank_,
                 fmt::format("data: skipped (--on-corrupt skip): {}", st.corrupt_messages[k]));
     } else {  // the loader keeps the first reasons only
-      plan_.log(rank_,
+      plan_.log(log_rank_,
                 fmt::format("data: skipped {} more shard(s)/sample(s) (--on-corrupt skip; "
                             "the loader keeps the reasons of the first {})",
                             st.corrupt_skipped - skips_reported_, st.corrupt_messages.size()));
@@ -260,12 +296,19 @@ void RankRun::report_skips() {
 
 Result<StepRecord> RankRun::step(int64_t step) {
   std::vector<Batch> batches;
+  // Data parallel: the global batch is the next dp x m batches of the stream and replica d takes
+  // batches [d*m, (d+1)*m), the rows one rank with dp x m microbatches would give those
+  // microbatches. Every replica reads the whole global batch (skipping the others' slices), so
+  // its loader's position is the global stream's, the one a checkpoint saves.
+  const int64_t m = opt_.microbatches;
+  int64_t skipped = 0;  // batches of the replicas before this one, read this step
   BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
     while (static_cast<int32_t>(batches.size()) <= mb) {
       if (opt_.data_delay_ms > 0) {
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt_.data_delay_ms));
       }
       if (train_data_) {
+        for (; skipped < dp_rank_ * m; ++skipped) TP_RETURN_IF_ERROR(train_data_->next().status());
         TP_ASSIGN_OR_RETURN(Batch b, train_data_->next());
         batches.push_back(std::move(b));
       } else {
@@ -278,10 +321,16 @@ Result<StepRecord> RankRun::step(int64_t step) {
   rec.step = step;
   rec.lr = nn::lr_at(opt_.lr, step);
   const double t0 = now_seconds();
-  TP_ASSIGN_OR_RETURN(StepOutcome o, pipeline_step(pr_, t_, static_cast<int32_t>(step), fetch,
-                                                   plan_.tokens_per_step, opt_.adamw,
-                                                   static_cast<float>(rec.lr), opt_.clip_grad,
-                                                   opt_.exec.timeout_s, opt_.check_for_nan));
+  TP_ASSIGN_OR_RETURN(
+      StepOutcome o,
+      pipeline_step(pr_, t_, static_cast<int32_t>(step), fetch, plan_.tokens_per_step, opt_.adamw,
+                    static_cast<float>(rec.lr), opt_.clip_grad, opt_.exec.timeout_s,
+                    opt_.check_for_nan, &dp_, opt_.grad_reduce));
+  if (train_data_) {  // the replicas after this one: the stream moves past the global batch
+    for (int64_t k = dp_rank_ * m + static_cast<int64_t>(batches.size()); k < plan_.layout.dp * m;
+         ++k)
+      TP_RETURN_IF_ERROR(train_data_->next().status());
+  }
   rec.wall = now_seconds() - t0;
   rec.loss = o.loss;
   rec.grad_norm = o.grad_norm;
@@ -384,6 +433,10 @@ Status RankRun::switch_schedule() {
                                        built.status().message());
   }
   TP_ASSIGN_OR_RETURN(payload, broadcast_string(t_, 0, std::move(payload), opt_.exec.timeout_s));
+  // Every replica runs replica 0's schedule (theirs were built from their own timings).
+  if (dp_.size() > 1) {
+    TP_ASSIGN_OR_RETURN(payload, broadcast_string(dp_, 0, std::move(payload), opt_.exec.timeout_s));
+  }
   const std::string_view text(payload);
   const size_t eol = std::min(text.find('\n'), text.size());
   const std::string head(text.substr(0, eol));
@@ -403,7 +456,7 @@ Status RankRun::switch_schedule() {
   pr_.set_schedule(plan_.lowered);
   as.built = true;
   as.schedule = built;
-  if (rank_ != 0) return OkStatus();
+  if (rank_ != 0 || dp_rank_ != 0) return OkStatus();
   std::string wrote;
   if (!opt_.out_dir.empty()) {
     TP_RETURN_IF_ERROR(
@@ -412,7 +465,7 @@ Status RankRun::switch_schedule() {
     wrote =
         fmt::format("; wrote {0}/{1} and {0}/profile_costs.json", opt_.out_dir, kAutoScheduleFile);
   }
-  plan_.log(rank_,
+  plan_.log(log_rank_,
             fmt::format("{}: built from {} profile step(s) on {}; predicted bubble {} {:.1f}% -> "
                         "{} {:.1f}%; running it from step {}{}",
                         as.target, as.profile_steps, as.counterpart, as.counterpart,
@@ -447,10 +500,14 @@ Result<std::optional<TrainSummary>> RankRun::run() {
                                ? plan_.lowered.name
                                : fmt::format("{} (profiling {} step(s) for {})", plan_.lowered.name,
                                              opt_.auto_schedule_profile_steps, as.target);
-  plan_.log(rank_,
-            fmt::format("tightpipe train: {}, p={}, v={}, m={}, {}{}; model {} layers x {}, "
+  plan_.log(log_rank_,
+            fmt::format("tightpipe train: {}, p={}, v={}, m={}, {}{}{}; model {} layers x {}, "
                         "T={}, B={}, {}; stages {}",
                         name, opt_.pp, plan_.lowered.chunks(), opt_.microbatches,
+                        plan_.layout.dp > 1
+                            ? fmt::format("data-parallel {} (global batch {} microbatches), ",
+                                          plan_.layout.dp, plan_.layout.dp * opt_.microbatches)
+                            : std::string(),
                         transport_kind_name(opt_.world.kind),
                         opt_.exec.emulated ? ", emulated compute" : "", opt_.model.num_layers,
                         opt_.model.hidden_size, opt_.model.seq_length, opt_.model.micro_batch_size,
@@ -458,9 +515,9 @@ Result<std::optional<TrainSummary>> RankRun::run() {
   // Which kernel oneDNN runs the bf16 matmuls with; without native bf16 the line says it will be
   // slow (the run goes on).
   if (rank_ == 0 && opt_.model.precision == nn::Precision::kBf16 && !opt_.exec.emulated)
-    plan_.log(rank_, nn::bf16_matmul_isa());
-  if (!plan_.layout_note.empty()) plan_.log(rank_, plan_.layout_note);
-  if (plan_.cpu.oversubscribed()) plan_.log(rank_, plan_.cpu.warning());
+    plan_.log(log_rank_, nn::bf16_matmul_isa());
+  if (!plan_.layout_note.empty()) plan_.log(log_rank_, plan_.layout_note);
+  if (plan_.cpu.oversubscribed()) plan_.log(log_rank_, plan_.cpu.warning());
   const double run_start = now_seconds();
   int64_t done = start;
   for (int64_t s = start; s < opt_.train_iters; ++s) {
@@ -472,29 +529,30 @@ Result<std::optional<TrainSummary>> RankRun::run() {
     metrics_.write(metrics_line(rec));
     const bool log_now = s == start || s + 1 == opt_.train_iters || rec.val_loss >= 0 ||
                          (s + 1) % opt_.log_interval == 0;
-    if (log_now) plan_.log(rank_, step_line(plan_, rec, start, now_seconds() - run_start));
+    if (log_now) plan_.log(log_rank_, step_line(plan_, rec, start, now_seconds() - run_start));
     records_.push_back(std::move(rec));
     done = s + 1;
     if (done == opt_.train_iters) break;
     if (switch_due()) TP_RETURN_IF_ERROR(switch_schedule());
     if (opt_.exit_interval > 0 && done % opt_.exit_interval == 0) {
-      plan_.log(rank_, fmt::format("exit at step {} (--exit-interval)", done));
+      plan_.log(log_rank_, fmt::format("exit at step {} (--exit-interval)", done));
       break;
     }
     if (!opt_.save_dir.empty() && opt_.save_interval > 0 && done % opt_.save_interval == 0)
       TP_RETURN_IF_ERROR(save(done));
   }
   if (!as.target.empty() && !as.built) {
-    plan_.log(rank_, fmt::format("note: {} was not built: this run made {} step(s), not more than "
-                                 "--auto-schedule-profile-steps {}, so it ran {} throughout",
-                                 as.target, done - start, opt_.auto_schedule_profile_steps,
-                                 as.counterpart));
+    plan_.log(
+        log_rank_,
+        fmt::format("note: {} was not built: this run made {} step(s), not more than "
+                    "--auto-schedule-profile-steps {}, so it ran {} throughout",
+                    as.target, done - start, opt_.auto_schedule_profile_steps, as.counterpart));
   }
   TP_RETURN_IF_ERROR(metrics_.status());
   TP_RETURN_IF_ERROR(timeline_.status());
   if (!opt_.save_dir.empty()) TP_RETURN_IF_ERROR(save(done));
   TP_ASSIGN_OR_RETURN(RunEnd end, gather_end());
-  if (rank_ != 0) return std::optional<TrainSummary>();
+  if (rank_ != 0 || dp_rank_ != 0) return std::optional<TrainSummary>();
   TP_ASSIGN_OR_RETURN(TrainSummary summary, summarize_run(plan_, end));
   return std::optional<TrainSummary>(std::move(summary));
 }

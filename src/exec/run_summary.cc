@@ -64,6 +64,7 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   nlohmann::json j;
   j["schedule"] = plan.lowered.name;
   j["pp"] = o.pp;
+  j["data_parallel_size"] = plan.layout.dp;  // replicas; microbatches is per replica
   j["vpp"] = plan.lowered.chunks();
   j["microbatches"] = o.microbatches;
   j["model"] = {{"num_layers", o.model.num_layers},

@@ -60,7 +60,8 @@ struct RunPlan {
   // the warnings about what was skipped; load.dir empty: no --load.
   nn::ResolvedCheckpoint load;
   DataOptions data;                  // the loaders' options (B, T, vocabulary and seed set)
-  int64_t tokens_per_step = 0;
+  ParallelLayout layout;             // DP x PP; opt.world.world_size = layout.world()
+  int64_t tokens_per_step = 0;       // of the global batch (every replica's microbatches)
   CpuLoad cpu;
   // Logs on rank 0 only (no-op when the options carry no sink).
   void log(int32_t rank, const std::string& line) const;
@@ -68,6 +69,10 @@ struct RunPlan {
   // and then --measure-warmup-steps.
   int64_t excluded_steps() const { return auto_switch.profile_steps + opt.warmup_steps_excluded; }
 };
+
+// The file in a checkpoint that holds the data-parallel size it was trained with (absent: 1): the
+// data position is the global stream's, so a resume must split it the same way.
+inline constexpr const char* kParallelFile = "parallel.json";
 
 // The file in a checkpoint (and the out dir) that holds the schedule an auto run built.
 inline constexpr const char* kAutoScheduleFile = "schedule.csv";
@@ -168,13 +173,17 @@ class LineWriter {
 // end-of-run exchange). Rank 0 also summarises.
 class RankRun {
  public:
-  RankRun(const RunPlan& plan, Transport& transport);
+  // `transport` is this rank's pipeline (its replica's ranks), `data_parallel` its group across
+  // the replicas (size 1 without data parallelism). Replica 0 alone logs, writes the out dir
+  // and the checkpoints; every replica reads the global batch's stream and keeps its own slice.
+  RankRun(const RunPlan& plan, Transport& transport, Transport& data_parallel);
   // The whole run of this rank; the summary on rank 0, nullopt on the others.
   Result<std::optional<TrainSummary>> run();
 
  private:
   Status open_data();
   Result<int64_t> resume();  // the step to start at (0 without --load)
+  Status check_data_parallel(const std::string& dir) const;
   Status open_files(int64_t start);
   Result<StepRecord> step(int64_t step);
   Result<double> evaluate();
@@ -197,7 +206,10 @@ class RankRun {
   RunPlan plan_;  // this rank's copy: an auto schedule's switch changes its schedule
   const TrainOptions& opt_;
   Transport& t_;
+  Transport& dp_;
   const int32_t rank_;
+  const int32_t dp_rank_;
+  const int32_t log_rank_;  // rank_ on replica 0, -1 (silent) on the others
   PipelineRank pr_;
   const bool needs_data_;
   std::unique_ptr<DataLoader> train_data_;

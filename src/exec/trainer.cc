@@ -16,6 +16,7 @@
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/simulator.h"
+#include "tightpipe/transport_mpi.h"
 
 namespace tightpipe {
 
@@ -69,12 +70,18 @@ Status TrainOptions::validate() const {
         "--clip-grad {}: must be a finite number >= 0; hint: 1.0, or 0 to turn clipping off",
         clip_grad));
   }
-  if (blas_threads > 1 && pp > 1 && world.kind == TransportKind::kThreads) {
+  TP_RETURN_IF_ERROR(in_range("--data-parallel-size", data_parallel_size, 0, 4096,
+                              "replicas of the pipeline (0: the world size / --pp)"));
+  TP_RETURN_IF_ERROR(in_range("--world-size", world_size, 0, 4096,
+                              "thread ranks in all (0: --pp x --data-parallel-size)"));
+  TP_RETURN_IF_ERROR(in_range("--bucket-size", grad_reduce.bucket_size, 1, int64_t{1} << 30,
+                              "gradient values per data-parallel allreduce, e.g. 1048576"));
+  if (blas_threads > 1 && world.world_size > 1 && world.kind == TransportKind::kThreads) {
     return Status::invalid_argument(fmt::format(
         "--blas-threads {} with {} thread ranks in one process: OpenBLAS's thread count is one "
         "setting for the whole process; hint: --blas-threads 1, or --transport mpi (one process "
         "per rank)",
-        blas_threads, pp));
+        blas_threads, world.world_size));
   }
   TP_RETURN_IF_ERROR(world.validate());
   TP_RETURN_IF_ERROR(auto_schedule.validate());
@@ -89,9 +96,10 @@ Status TrainOptions::validate() const {
         "--emulate-data-delay-ms {}: must be in [0, 60000]; hint: 0 turns the emulation off",
         data_delay_ms));
   }
-  if (world.world_size != pp) {
+  if (world.world_size % pp != 0) {
     return Status::invalid_argument(fmt::format(
-        "world size {} differs from --pp {}; hint: start as many ranks as pipeline stages",
+        "world size {} is not a multiple of --pp {}; hint: start --pp x --data-parallel-size "
+        "ranks",
         world.world_size, pp));
   }
   return OkStatus();
@@ -109,11 +117,11 @@ int32_t available_cores() {
 
 // Ranks of this run on this host: every rank for threads; for MPI the launcher's local count.
 int32_t ranks_on_host(const TrainOptions& o) {
-  if (o.world.kind == TransportKind::kThreads) return o.pp;
+  if (o.world.kind == TransportKind::kThreads) return o.world.world_size;
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MPICH_LOCALNRANKS"}) {
     if (const char* v = std::getenv(var)) {
       auto n = parse_int(v);
-      if (n.ok() && *n >= 1) return static_cast<int32_t>(std::min<int64_t>(*n, o.pp));
+      if (n.ok() && *n >= 1) return static_cast<int32_t>(std::min<int64_t>(*n, o.world.world_size));
     }
   }
   return 1;
@@ -126,8 +134,12 @@ CpuLoad cpu_load(const TrainOptions& o, const Schedule& lowered) {
   const int32_t host = ranks_on_host(o);
   c.rank_threads = host;
   // The ranks of the first and the last stage each run a loader with num_workers threads.
-  const int32_t data_ranks = lowered.rank_of(0) == lowered.rank_of(lowered.num_stages - 1) ? 1 : 2;
-  const int32_t local_data_ranks = host == o.pp ? data_ranks : std::min(data_ranks, host);
+  // Every replica has its own.
+  const int32_t data_ranks =
+      (lowered.rank_of(0) == lowered.rank_of(lowered.num_stages - 1) ? 1 : 2) *
+      (o.world.world_size / o.pp);
+  const int32_t local_data_ranks =
+      host == o.world.world_size ? data_ranks : std::min(data_ranks, host);
   c.loader_threads = local_data_ranks * std::max(0, o.data.num_workers);
   return c;
 }
@@ -223,7 +235,7 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
     total.buffers += times * r.buffers;
   };
   if (o.world.kind == TransportKind::kThreads) {
-    for (const MemoryEstimate& r : ranks) add(r, 1);
+    for (const MemoryEstimate& r : ranks) add(r, o.world.world_size / o.pp);  // every replica
   } else {  // one rank per process: the largest, times the ranks sharing this host's memory
     const auto largest = std::max_element(
         ranks.begin(), ranks.end(),
@@ -309,11 +321,52 @@ void RunPlan::log(int32_t rank, const std::string& line) const {
   if (rank == 0 && opt.log) opt.log(line);
 }
 
+// The world and its DP x PP layout (Megatron-LM: data-parallel size = world / pipeline size).
+// MPI: the world is the process count (every process computes the same errors).
+Result<ParallelLayout> parallel_layout(const TrainOptions& opt) {
+  const bool mpi = opt.world.kind == TransportKind::kMpi;
+  if (opt.pp < 1) return ParallelLayout{};  // validate() names --pp
+  const int64_t want =
+      opt.world_size > 0 ? opt.world_size : int64_t{opt.pp} * std::max(1, opt.data_parallel_size);
+  if (opt.world_size <= 0 && want > 4096) {  // WorldOptions' limit, before an int overflow
+    return Status::invalid_argument(fmt::format(
+        "--pp {} x --data-parallel-size {} = {} ranks: must be at most 4096; hint: fewer "
+        "pipeline ranks or replicas",
+        opt.pp, std::max(1, opt.data_parallel_size), want));
+  }
+  int32_t world = static_cast<int32_t>(want);
+  std::string what = opt.world_size > 0 ? fmt::format("--world-size {}", world)
+                                        : fmt::format("the world size {}", world);
+  if (mpi && mpi_transport_available()) {
+    // run_world reports a --world-size that differs from what mpirun started.
+    TP_ASSIGN_OR_RETURN(std::shared_ptr<MpiScope> scope, MpiScope::acquire());
+    if (opt.world_size <= 0) {
+      world = scope->world_size();
+      what = fmt::format("the MPI world size (mpirun -np) {}", world);
+    }
+  }
+  if (world % opt.pp != 0) {
+    return Status::invalid_argument(fmt::format(
+        "{} is not divisible by --pp {}: every data-parallel replica needs all --pp pipeline "
+        "ranks; hint: start --pp x --data-parallel-size ranks{}",
+        what, opt.pp, mpi ? " (mpirun -np)" : " (--world-size, or --data-parallel-size alone)"));
+  }
+  const int32_t dp = world / opt.pp;
+  if (opt.data_parallel_size > 0 && opt.data_parallel_size != dp) {
+    return Status::invalid_argument(
+        fmt::format("--data-parallel-size {} disagrees with {} / --pp {} = {}; hint: drop "
+                    "--data-parallel-size (it is the world size / --pp) or start {} ranks",
+                    opt.data_parallel_size, what, opt.pp, dp, opt.data_parallel_size * opt.pp));
+  }
+  return ParallelLayout{.dp = dp, .pp = opt.pp};
+}
+
 Result<RunPlan> make_plan(const TrainOptions& options) {
   RunPlan plan;
   TrainOptions& opt = plan.opt;
   opt = options;
-  opt.world.world_size = opt.pp;
+  TP_ASSIGN_OR_RETURN(plan.layout, parallel_layout(opt));
+  opt.world.world_size = plan.layout.world();
   TP_RETURN_IF_ERROR(opt.validate());
   opt.lr.total_iters = opt.train_iters;
   TP_RETURN_IF_ERROR(opt.lr.validate());
@@ -348,7 +401,9 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
   }
   TP_ASSIGN_OR_RETURN(plan.specs, nn::partition_layers(opt.model, plan.lowered.num_stages,
                                                        opt.pipeline_layout));
-  plan.tokens_per_step = int64_t(opt.microbatches) * opt.model.tokens_per_microbatch();
+  // The global batch: every replica's microbatches (the loss and gradients are its mean).
+  plan.tokens_per_step =
+      int64_t(plan.layout.dp) * opt.microbatches * opt.model.tokens_per_microbatch();
   plan.data = opt.data;
   plan.data.micro_batch_size = opt.model.micro_batch_size;
   plan.data.seq_length = opt.model.seq_length;
@@ -399,8 +454,15 @@ Result<TrainSummary> run_training(const TrainOptions& options) {
   TP_ASSIGN_OR_RETURN(const RunPlan plan, train_internal::make_plan(options));
   nn::set_blas_threads(plan.opt.blas_threads);
   TrainSummary summary;
-  auto body = [&](Transport& t) -> Status {
-    train_internal::RankRun run(plan, t);
+  auto body = [&](Transport& world) -> Status {
+    // This rank's pipeline (its replica) and its data-parallel group (its stages' replicas).
+    const ParallelLayout& l = plan.layout;
+    const int g = world.rank();
+    const std::unique_ptr<Transport> pipeline =
+        make_group_view(world, l.pipeline_group(l.dp_rank(g)));
+    const std::unique_ptr<Transport> data_parallel =
+        make_group_view(world, l.data_parallel_group(l.pp_rank(g)));
+    train_internal::RankRun run(plan, *pipeline, *data_parallel);
     TP_ASSIGN_OR_RETURN(std::optional<TrainSummary> s, run.run());
     if (s) summary = std::move(*s);  // rank 0 only: one writer
     return OkStatus();

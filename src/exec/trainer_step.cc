@@ -1,6 +1,13 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
 
 #include "tightpipe/base.h"
 #include "tightpipe/trainer.h"
@@ -66,20 +73,137 @@ Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
       lr));
 }
 
+// Sums one stage's gradient arena over the data-parallel group in buckets of `bucket` values,
+// through doubles (the deterministic allreduce): DP = 2 gives exactly the float sum. Every
+// member holds the same stages (the same pipeline rank), so the buckets line up.
+Status reduce_stage(nn::GptStage& stage, int32_t s, Transport& dp, int64_t bucket, int32_t step,
+                    double timeout_s) {
+  std::vector<double> buf;
+  std::span<float> g = stage.grads();
+  const size_t chunk = static_cast<size_t>(bucket);
+  for (size_t at = 0; at < g.size(); at += chunk) {
+    const size_t n = std::min(chunk, g.size() - at);
+    buf.assign(g.begin() + at, g.begin() + at + n);
+    TP_RETURN_IF_ERROR(allreduce_sum(dp, buf, timeout_s)
+                           .with_context(fmt::format(
+                               "step {} data-parallel gradient allreduce of stage {}", step, s)));
+    std::copy(buf.begin(), buf.end(), g.begin() + at);
+  }
+  return OkStatus();
+}
+
+// --overlap-grad-reduce: one helper thread reduces the stages handed to it, in the order they
+// finished (the same on every member: they run the same program). A stage's arena is not
+// touched by the program after its last W/B, so the helper may sum it while compute goes on.
+class OverlappedReducer {
+ public:
+  OverlappedReducer(PipelineRank& pr, Transport& dp, int64_t bucket, int32_t step, double timeout_s)
+      : pr_(pr), dp_(dp), bucket_(bucket), step_(step), timeout_s_(timeout_s), worker_([this] {
+          loop();
+        }) {}
+  ~OverlappedReducer() { (void)finish(); }
+  void add(int32_t stage) {
+    std::lock_guard<std::mutex> lock(mu_);
+    handed_.insert(stage);
+    queue_.push_back(stage);
+    cv_.notify_one();
+  }
+  // True when `stage` was handed over (read after finish()).
+  bool handed(int32_t stage) const { return handed_.contains(stage); }
+  // Waits until every handed stage is reduced; the first error.
+  Status finish() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      cv_.notify_one();
+    }
+    if (worker_.joinable()) worker_.join();
+    return status_;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      int32_t s = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        s = queue_.front();
+        queue_.pop_front();
+      }
+      if (!status_.ok()) continue;  // after an error: drain, reduce nothing more
+      status_ = reduce_stage(*pr_.stages().at(s), s, dp_, bucket_, step_, timeout_s_);
+    }
+  }
+  PipelineRank& pr_;
+  Transport& dp_;
+  const int64_t bucket_;
+  const int32_t step_;
+  const double timeout_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int32_t> queue_;
+  std::set<int32_t> handed_;  // under mu_ until finish()
+  bool closed_ = false;
+  Status status_;  // the worker's; read after the join
+  std::thread worker_;
+};
+
 }  // namespace
 
 Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_t step,
                                   const BatchFetcher& fetch, int64_t tokens_per_step,
                                   const nn::AdamWConfig& adamw, float lr, float clip,
-                                  double timeout_s, bool check_nan) {
+                                  double timeout_s, bool check_nan, Transport* data_parallel,
+                                  const GradReduceOptions& reduce) {
   // A common origin for the step's timeline: every rank leaves the barrier at about the same time.
   TP_RETURN_IF_ERROR(barrier(transport, timeout_s).with_context(fmt::format("step {} barrier", step)));
   const double origin = now_seconds();
   const float loss_scale = 1.0f / static_cast<float>(tokens_per_step);
-  TP_ASSIGN_OR_RETURN(RankStepResult r, pr.executor().run_step(step, origin, fetch, loss_scale));
+  const bool dp = data_parallel != nullptr && data_parallel->size() > 1;
+  std::optional<OverlappedReducer> overlapped;
+  std::function<void(int32_t)> grads_done;
+  if (dp && reduce.overlap && !pr.stages().empty()) {
+    overlapped.emplace(pr, *data_parallel, reduce.bucket_size, step, timeout_s);
+    grads_done = [&](int32_t s) { overlapped->add(s); };
+  }
+  auto ran = pr.executor().run_step(step, origin, fetch, loss_scale, grads_done);
+  if (!ran.ok()) {
+    // The helper may wait on peers that wait on this rank: stop the world before joining it.
+    if (overlapped) transport.abort(ran.status().to_string());
+    return ran.status();
+  }
+  RankStepResult r = std::move(ran).value();
   StepOutcome out;
+  double loss = r.has_loss ? r.loss : 0.0, grad_sq = r.grad_sq_norm;
+  if (dp) {
+    if (overlapped) {
+      TP_RETURN_IF_ERROR(overlapped->finish());
+      // A stage the program never finished with a W/B (none) has nothing summed yet.
+      for (auto& [s, stage] : pr.stages()) {
+        if (overlapped->handed(s)) continue;
+        TP_RETURN_IF_ERROR(
+            reduce_stage(*stage, s, *data_parallel, reduce.bucket_size, step, timeout_s));
+      }
+    } else {
+      for (auto& [s, stage] : pr.stages())
+        TP_RETURN_IF_ERROR(
+            reduce_stage(*stage, s, *data_parallel, reduce.bucket_size, step, timeout_s));
+    }
+    double l[1] = {loss};
+    TP_RETURN_IF_ERROR(
+        allreduce_sum(*data_parallel, l, timeout_s)
+            .with_context(fmt::format("step {} data-parallel loss allreduce", step)));
+    loss = l[0];
+    if (!pr.stages().empty()) {  // the norm of the summed gradients (emulated: none)
+      grad_sq = 0;
+      for (auto& [s, stage] : pr.stages()) grad_sq += stage->grad_sq_norm();
+    }
+  }
+  // After the data-parallel reduction: its exposed time is idle before the optimizer.
   out.optimizer_start = now_seconds() - origin;
-  double sums[2] = {r.has_loss ? r.loss : 0.0, r.grad_sq_norm};
+  double sums[2] = {loss, grad_sq};
   TP_RETURN_IF_ERROR(allreduce_sum(transport, sums, timeout_s)
                          .with_context(fmt::format("step {} loss/grad-norm allreduce", step)));
   // Ready to run the update since the all-reduce returned: the core wait before it (timeline.h).

@@ -47,6 +47,26 @@ TEST(FailureTest, StalledThreadRankStopsTheOthersWithinTheTimeout) {
   EXPECT_NE(s.message().find("from rank 1"), std::string::npos) << s.message();
 }
 
+// Data parallel: a rank of one replica stalls (global rank 3 of DP 2 x PP 2, replica 1's last
+// stage); its pipeline neighbour times out on the p2p message and the other replica on the
+// data-parallel reduction, so every rank of both replicas stops within the timeout.
+TEST(FailureTest, StalledRankOfOneReplicaStopsEveryReplica) {
+  TrainOptions o = testutil::tiny_emulated_options(2);
+  o.data_parallel_size = 2;
+  testutil::FaultOptions fault;
+  fault.rank = 3;
+  fault.after_sends = 6;  // 1F1B, p = 2, m = 6: rank 1 sends 6 gradients per step; in step 1
+  fault.kind = testutil::FaultKind::kStall;
+  fault.stall_s = 8;
+  o.world.wrap = testutil::fault_wrapper(fault);
+  const double t0 = now_seconds();
+  auto r = run_training(o);
+  const double elapsed = now_seconds() - t0;
+  ASSERT_FALSE(r.ok()) << "a replica's rank stalled for 8 s past a 2 s time-out";
+  EXPECT_LT(elapsed, 15.0) << "a stalled replica must not hang the run";
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().to_string();
+}
+
 // The survivors' error lines ("fault_train: error: ..."): one per survivor, each naming the dead
 // or silent rank.
 void expect_survivor_errors(const std::string& all, int survivors, const std::string& peer) {
@@ -117,8 +137,9 @@ TEST(FailureTest, StalledMpiRankFailsTheJobAfterEverySurvivorReported) {
   expect_survivor_errors(all, 2, "rank");
 }
 
-// An error every rank finds before any work (here the world size) fails the job in both modes:
-// each process prints its line, and mpirun exits non-zero also under --enable-recovery.
+// An error every rank finds before any work (here a world size --pp does not divide: no whole
+// data-parallel replica) fails the job in both modes: each process prints its line, and mpirun
+// exits non-zero also under --enable-recovery.
 class MpiWorldSizeTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MpiWorldSizeTest, OtherThanPpStopsEveryRankBeforeWork) {
@@ -131,9 +152,11 @@ TEST_P(MpiWorldSizeTest, OtherThanPpStopsEveryRankBeforeWork) {
                        "--pp 3");
   const std::string all = r.out + r.err;
   EXPECT_NE(r.exit_code, 0) << all;
-  EXPECT_EQ(count(all, "this MPI job has 2 processes but the pipeline needs 3 ranks"), 2)
+  EXPECT_EQ(count(all, "the MPI world size (mpirun -np) 2 is not divisible by --pp 3"), 2)
       << all;  // one clear line from each process
-  EXPECT_NE(all.find("hint: start it with mpirun -np 3"), std::string::npos) << all;
+  EXPECT_NE(all.find("hint: start --pp x --data-parallel-size ranks (mpirun -np)"),
+            std::string::npos)
+      << all;
   EXPECT_EQ(all.find("step "), std::string::npos) << "no work may start: " << all;
   EXPECT_EQ(all.find("tightpipe: note:"), std::string::npos) << all;
 }

@@ -166,6 +166,19 @@ int cmd_train(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--pp,--pipeline-model-parallel-size", o.pp, "pipeline stages")
       ->capture_default_str();
+  app.add_option(
+      "--data-parallel-size", o.data_parallel_size,
+      "replicas of the pipeline, each on its own slice of the global batch of "
+      "data-parallel-size x --num-microbatches microbatches (default: world size / --pp)");
+  app.add_flag("--overlap-grad-reduce", o.grad_reduce.overlap,
+               "data parallel: start a stage's gradient all-reduce as soon as its last W (or B) of "
+               "the step is done, overlapping the rest of the program (default: after it)");
+  app.add_option("--bucket-size", o.grad_reduce.bucket_size,
+                 "data parallel: gradient values per all-reduce")
+      ->capture_default_str();
+  app.add_option("--world-size", o.world_size,
+                 "threads: ranks in all, --pp x data-parallel size (default: --pp x "
+                 "--data-parallel-size); mpi: the process count (mpirun -np)");
   app.add_option("--pipeline-layout", o.pipeline_layout,
                  "explicit split, e.g. \"E,t*3|t*3|t*3|t*2,L\", or auto: the split with the "
                  "smallest simulated makespan of the schedule (default: balanced)");
