@@ -152,6 +152,10 @@ Result<std::vector<Row>> runnable_candidates(const Settings& s, const std::strin
   result.options.model.seq_length = s.seq_length;
   result.options.model.vocab_size = 256;
   result.options.global_batch_size = s.global_batch_size;
+  // The device's precision as the plan has it (this-cpu: fp32); DevicePreset defaults to bf16
+  // (GPUs), which would add --bf16 to every command and time other runs than the plan priced.
+  result.options.device.bf16 =
+      plan.value("device", json::object()).value("precision", "") == "bf16";
   for (const json& j : plan["candidates"]) {
     if (!j.value("fits", false) || !j.value("simulated", true)) continue;
     PlanCandidate c;
