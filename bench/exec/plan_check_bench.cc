@@ -14,7 +14,9 @@
 // plan's top one (p = 1 predicted from costs measured at p = 2). A round's calibration, plan and
 // runs take under a minute, so a burst of other work on the shared machine moves a prediction
 // and its measurement together; a candidate's error is the median over the rounds.
-// The check passes when every error is within --tolerance and the measured order agrees with the
+// The check passes when every error is within the tolerance (--tolerance, or the calibration's own
+// spread over the rounds, max / min - 1 of identical runs, when that is larger) and the measured
+// order agrees with the
 // predicted order for every pair that the measurement can tell apart. A candidate's repeat noise
 // is max / min - 1 of its measured rounds, a pair's the larger of its two; a pair whose predicted
 // gap is within that noise is printed as "within noise" and not judged; the gaps, predicted and
@@ -356,6 +358,18 @@ int main(int argc, char** argv) {
   std::printf(
       "| # | rank | candidate | layout | predicted | measured | error per round | error |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
+  // The calibration is the same run every round: its spread is how far this machine's identical
+  // runs differ right now, and a prediction cannot be held closer than that (on a quiet machine
+  // the spread is a few percent and --tolerance rules; on a shared VM it reached 20%).
+  const auto [calib_lo, calib_hi] = std::minmax_element(calib_steps.begin(), calib_steps.end());
+  const double calib_spread = *calib_hi / *calib_lo - 1;
+  const double tolerance = std::max(s.tolerance, calib_spread);
+  if (tolerance > s.tolerance) {
+    std::printf(
+        "tolerance %.1f%%: the calibration's own spread over the rounds (identical runs), above "
+        "--tolerance %.0f%%\n\n",
+        100 * tolerance, 100 * s.tolerance);
+  }
   int off = 0, judged = 0, wrong = 0;  // errors over the tolerance; pairs judged, disagreeing
   int held_count = 0;                  // predictions held to the tolerance
   std::vector<double> noise(rows.size());
@@ -374,7 +388,7 @@ int main(int argc, char** argv) {
     // contention the cost table does not carry. It is ranked, and its error printed, not held
     // to the tolerance (the check is the 2-device plan's).
     const bool held = r.devices == 2;
-    const bool ok = !held || std::fabs(err) <= s.tolerance;
+    const bool ok = !held || std::fabs(err) <= tolerance;
     held_count += held ? 1 : 0;
     off += ok ? 0 : 1;
     std::printf("| %zu | %s | %s | %s | %.1f ms | %.1f ms | %s | %+.1f%%%s |\n", i + 1,
@@ -406,10 +420,10 @@ int main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool pass = off == 0 && wrong == 0;
   std::printf(
-      "\n%s: %zu predictions, %d held to %.0f%%, %d off by more; %d pairs told apart by the "
+      "\n%s: %zu predictions, %d held to %.1f%%, %d off by more; %d pairs told apart by the "
       "measurement, "
       "%d in the wrong order (%zu within noise); %.0f s%s%s\n",
-      pass ? "PASS" : "FAIL", rows.size(), held_count, 100 * s.tolerance, off, judged, wrong,
+      pass ? "PASS" : "FAIL", rows.size(), held_count, 100 * tolerance, off, judged, wrong,
       rows.size() * (rows.size() - 1) / 2 - judged, seconds, pass && !keep ? "" : "; runs in ",
       pass && !keep ? "" : s.out.c_str());
   if (pass && !keep) std::filesystem::remove_all(s.out);
