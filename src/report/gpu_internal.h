@@ -18,6 +18,14 @@ struct GpuLaunched {
   GpuEvent event;
   int64_t correlation = -1;
 };
+// The range a trace timestamp or duration is held to: +-4e18 ns (+-127 years around the epoch),
+// so that any end, difference or sum of two stays inside int64. Real profilers write nothing near
+// it; a value beyond it (a damaged or hand-made file) is saturated, not wrapped.
+inline constexpr int64_t kTraceNsLimit = 4'000'000'000'000'000'000;
+inline int64_t clamp_trace_ns(int64_t ns) {
+  return ns < -kTraceNsLimit ? -kTraceNsLimit : ns > kTraceNsLimit ? kTraceNsLimit : ns;
+}
+
 // A CPU launch (cudaLaunchKernel, cudaMemcpyAsync...): its correlation id and start.
 struct Launch {
   int64_t correlation = 0;

@@ -347,6 +347,9 @@ std::string gpu_trace_report_json(const GpuTraceReport& rep) {
 
 namespace {
 
+// The Chrome-trace thread of a device's stream (int64: ids are whatever the profiler wrote).
+int64_t stream_tid(int32_t device, int32_t stream) { return int64_t{device} * 100000 + stream; }
+
 // The Chrome trace in pieces handed to `sink` (a string, or a file a piece at a time: a trace can
 // hold millions of events).
 template <typename Sink>
@@ -376,7 +379,7 @@ void chrome_trace_pieces(const GpuTraceReport& rep, Sink&& sink) {
     for (const auto& [ds, unused] : streams) {
       emit(fmt::format(
           R"({{"ph": "M", "name": "thread_name", "pid": {}, "tid": {}, "args": {{"name": "device {} stream {}"}}}})",
-          t.rank, ds.first * 100000 + ds.second, ds.first, ds.second));
+          t.rank, stream_tid(ds.first, ds.second), ds.first, ds.second));
     }
     std::vector<std::string> quoted(t.names.size());
     for (size_t i = 0; i < t.names.size(); ++i) quoted[i] = nlohmann::json(t.names[i]).dump();
@@ -384,7 +387,7 @@ void chrome_trace_pieces(const GpuTraceReport& rep, Sink&& sink) {
       emit(fmt::format(
           R"({{"ph": "X", "cat": "{}", "name": {}, "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{"step": {}}}}})",
           gpu_event_kind_name(e.kind), e.name >= 0 ? quoted[e.name] : std::string("\"\""), t.rank,
-          e.device * 100000 + e.stream, static_cast<double>(e.start_ns - origin) * 1e-3,
+          stream_tid(e.device, e.stream), static_cast<double>(e.start_ns - origin) * 1e-3,
           static_cast<double>(e.end_ns - e.start_ns) * 1e-3, e.step));
     }
   }

@@ -460,6 +460,33 @@ TEST_F(TraceFiles, NegativeAndOverlappingDurationsAreCountedNotFatal) {
   EXPECT_EQ(said, 2);
 }
 
+TEST_F(TraceFiles, ExtremeTimesAndIdsAreHeldNotWrapped) {
+  // A damaged file: device and stream ids near INT32_MAX, timestamps beyond int64 nanoseconds as
+  // integers and as decimals, a huge negative start. The report is built (sanitizer lane: no
+  // signed overflow anywhere), busy + idle = window, and every time lies in the held range.
+  const std::string big = R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 0, )";
+  const std::string p =
+      write("extreme.json",
+            trace_json(
+                {big + R"("ts": 9000000000000000000, "dur": 9000000000000000000, "args": )"
+                       R"({"device": 2147483647, "stream": 2147483647, "correlation": 1}})",
+                 big + R"("ts": -9.5e18, "dur": 1.0e30, "args": {"device": 2910249, "stream": 7}})",
+                 big + R"("ts": 12345678901234567.891, "dur": 3, "args": {"device": -2147483648}})",
+                 kernel("small", 100, 20, 7, 2)}));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const GpuUsage& u = got->ranks[0].usage;
+  EXPECT_NEAR(u.busy_s + u.idle_s, u.window_s, 1e-9 * u.window_s);
+  for (const GpuEvent& e : got->traces[0].events) {
+    EXPECT_LE(std::abs(e.start_ns), 4'000'000'000'000'000'000);
+    EXPECT_LE(std::abs(e.end_ns), 4'000'000'000'000'000'000);
+    EXPECT_LE(e.start_ns, e.end_ns);
+  }
+  const std::string chrome = gpu_trace_chrome_json(*got);
+  EXPECT_NE(chrome.find("\"tid\": 214750512183647"), std::string::npos);  // (2^31-1) * 1e5 + 2^31-1
+  (void)gpu_trace_report_html(*got);
+}
+
 TEST_F(TraceFiles, RanksOfDifferentJobsAreRefused) {
   expect_error(
       build_gpu_trace_report({kTraces + "dp128_rank0.json.gz", kTraces + "dp2_rank0.json.gz"}),

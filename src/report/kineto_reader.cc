@@ -61,6 +61,19 @@ struct GzCloser {
 };
 using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
 
+// A JSON number in microseconds as nanoseconds, held to the trace range (NaN: 0).
+int64_t fallback_ns(double micros) {
+  const double ns = micros * 1000.0, lim = static_cast<double>(report_internal::kTraceNsLimit);
+  if (!(ns == ns)) return 0;
+  return static_cast<int64_t>(std::llround(std::clamp(ns, -lim, lim)));
+}
+
+// Whole microseconds as nanoseconds, held to the trace range.
+int64_t whole_micros_to_ns(int64_t us) {
+  constexpr int64_t kMax = report_internal::kTraceNsLimit / 1000;
+  return std::clamp(us, -kMax, kMax) * 1000;
+}
+
 // A JSON number in microseconds as integer nanoseconds, exact for the three decimals Kineto
 // writes (a double would round epoch-based timestamps to a quarter microsecond).
 int64_t micros_text_to_ns(std::string_view s, double fallback) {
@@ -72,11 +85,11 @@ int64_t micros_text_to_ns(std::string_view s, double fallback) {
   const size_t dot = s.find('.');
   const std::string_view whole = s.substr(0, dot);
   if (whole.empty() || s.find_first_of("eE") != std::string_view::npos) {
-    return static_cast<int64_t>(std::llround(fallback * 1000.0));
+    return fallback_ns(fallback);
   }
   int64_t w = 0;
   if (std::from_chars(whole.data(), whole.data() + whole.size(), w).ec != std::errc()) {
-    return static_cast<int64_t>(std::llround(fallback * 1000.0));
+    return fallback_ns(fallback);
   }
   int64_t frac = 0;
   int digits = 0;
@@ -95,7 +108,8 @@ int64_t micros_text_to_ns(std::string_view s, double fallback) {
     }
   }
   for (int d = std::min(digits, 3); d < 3; ++d) frac *= 10;
-  const int64_t ns = w * 1000 + frac + round_up;
+  if (w > report_internal::kTraceNsLimit / 1000) w = report_internal::kTraceNsLimit / 1000;
+  const int64_t ns = report_internal::clamp_trace_ns(w * 1000 + frac + round_up);
   return neg ? -ns : ns;
 }
 
@@ -241,10 +255,10 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
     if (in_event()) {
       if (depth_ == 3) {
         if (key_ == "ts") {
-          ev_.ts = v * 1000;
+          ev_.ts = whole_micros_to_ns(v);
           ev_.has_ts = true;
         } else if (key_ == "dur") {
-          ev_.dur = v * 1000;
+          ev_.dur = whole_micros_to_ns(v);
           ev_.has_dur = true;
         } else if (key_ == "pid") {
           ev_.pid = v;
@@ -280,7 +294,9 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
         return true;
       }
     }
-    return number(static_cast<int64_t>(v), text);
+    // Saturated like the timestamps (a cast of a double beyond int64 is undefined); NaN: 0.
+    const double lim = 9.2e18;
+    return number(v == v ? static_cast<int64_t>(std::clamp(v, -lim, lim)) : 0, text);
   }
 
   int32_t intern(const std::string& n) {
@@ -306,7 +322,7 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
           dur = 0;
         }
         p.event.start_ns = ev_.ts;
-        p.event.end_ns = ev_.ts + dur;
+        p.event.end_ns = report_internal::clamp_trace_ns(ev_.ts + dur);
         p.event.device = static_cast<int32_t>(ev_.device >= 0 ? ev_.device : ev_.pid);
         p.event.stream = static_cast<int32_t>(ev_.stream >= 0 ? ev_.stream : ev_.tid);
         p.event.name = intern(ev_.name);
@@ -324,7 +340,7 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
       case Cat::kAnnotation: {
         ++cpu_events;
         if (!ev_.has_ts) return;
-        const int64_t end = ev_.ts + std::max<int64_t>(0, ev_.dur);
+        const int64_t end = report_internal::clamp_trace_ns(ev_.ts + std::max<int64_t>(0, ev_.dur));
         if (auto n = report_internal::profiler_step(ev_.name)) {
           steps.push_back({*n, ev_.ts, end});
         } else if (report_internal::annotated_action(ev_.name)) {

@@ -170,6 +170,10 @@ class NsysDb {
 int64_t column_or(sqlite3_stmt* s, int i, int64_t fallback) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? fallback : sqlite3_column_int64(s, i);
 }
+// A timestamp column, held to the trace range (report_internal::clamp_trace_ns).
+int64_t time_column(sqlite3_stmt* s, int i) {
+  return report_internal::clamp_trace_ns(sqlite3_column_int64(s, i));
+}
 
 // Whether columns 0 and 1 of the row are not NULL.
 bool first_two_set(sqlite3_stmt* s) {
@@ -242,8 +246,8 @@ struct Collected {
   void add_gpu(sqlite3_stmt* s, GpuEventKind kind, int32_t name, int pid_col) {
     if (sqlite3_column_type(s, 0) == SQLITE_NULL) return;
     GpuLaunched p;
-    p.event.start_ns = sqlite3_column_int64(s, 0);
-    int64_t end = column_or(s, 1, p.event.start_ns);
+    p.event.start_ns = time_column(s, 0);
+    int64_t end = sqlite3_column_type(s, 1) == SQLITE_NULL ? p.event.start_ns : time_column(s, 1);
     if (end < p.event.start_ns) {
       ++trace.anomalies.negative_durations;
       end = p.event.start_ns;
@@ -370,7 +374,7 @@ Status read_launches(const NsysDb& db, Collected& out) {
     ++out.trace.cpu_events;
     sqlite3_stmt* s = stmt.get();
     if (!first_two_set(s)) continue;
-    out.launches.push_back({sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 0)});
+    out.launches.push_back({sqlite3_column_int64(s, 1), time_column(s, 0)});
   }
   return OkStatus();
 }
@@ -394,8 +398,8 @@ Status read_nvtx(const NsysDb& db, bool have_strings, Collected& out) {
     ++out.trace.cpu_events;
     sqlite3_stmt* s = stmt.get();
     if (!first_two_set(s)) continue;  // a range never closed (end NULL) has no extent
-    const int64_t start = sqlite3_column_int64(s, 0);
-    const int64_t end = std::max<int64_t>(start, sqlite3_column_int64(s, 1));
+    const int64_t start = time_column(s, 0);
+    const int64_t end = std::max<int64_t>(start, time_column(s, 1));
     const std::optional<std::string_view> name = nvtx_user_text(column_text(s, 2));
     if (!name || name->empty()) continue;
     if (auto n = report_internal::nvtx_iteration(*name)) {
