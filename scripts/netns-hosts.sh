@@ -25,6 +25,8 @@
 #
 # Exit status: 0; 77 where namespaces cannot be made here (not root, no CAP_SYS_ADMIN, no `ip`,
 # no veth), with one line on stderr saying why, for the test to skip with; 1 on other errors.
+# NS_A, HOST_A... come from DIR/hosts.env (source).
+# shellcheck disable=SC2153
 set -euo pipefail
 
 die() { echo "netns-hosts: $*" >&2; exit 1; }
@@ -173,6 +175,7 @@ cmd_mpirun() {
   [[ $per_host =~ ^[1-9][0-9]{0,3}$ ]] || die "mpirun: PER_HOST '$per_host' is not a rank count in [1, 9999]"
   # shellcheck disable=SC1091
   source "$dir/hosts.env"
+  # shellcheck disable=SC2054  # the commas are -H's, not array separators
   local cmd=(ip netns exec "$NS_A" mpirun --allow-run-as-root -H "$HOST_A:$per_host,$HOST_B:$per_host"
     -np $((2 * per_host)) --mca plm_rsh_agent "$AGENT" --mca btl tcp,self
     --mca btl_tcp_if_include "$SUBNET" --mca oob_tcp_if_include "$SUBNET" "$@")
