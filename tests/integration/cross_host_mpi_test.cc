@@ -58,7 +58,7 @@ class EmulatedHosts {
       return;
     }
     made_ = true;  // down is harmless on a half-made or failed up
-    up_error = r.exit_code == 0 ? "" : r.err;
+    if (r.exit_code != 0) up_error = fmt::format("exit {}: {}", r.exit_code, r.err);
     if (!up_error.empty()) return;
     for (const std::string& line : split(read_file(dir_ + "/hosts.env").value(), '\n')) {
       const size_t eq = line.find('=');
@@ -106,8 +106,9 @@ class EmulatedHosts {
 
 // The bubble of a cross-host run: measured, the run's own prediction (its measured costs, and its
 // emulated link if any) and the simulator's for the measured costs over the emulated link.
-void report_bubble(const std::string& name, const std::string& out, const std::string& link,
-                   const std::string& one_host_out) {
+// `key` names it in the test's XML record.
+void report_bubble(const std::string& name, const std::string& key, const std::string& out,
+                   const std::string& link, const std::string& one_host_out) {
   const auto s = nlohmann::json::parse(read_file(out + "/summary.json").value());
   ASSERT_TRUE(s.contains("measured_bubble_ratio") && s.contains("predicted_bubble_ratio"))
       << s.dump();
@@ -126,15 +127,14 @@ void report_bubble(const std::string& name, const std::string& out, const std::s
   EXPECT_TRUE(std::isfinite(predicted_link) && predicted_link >= 0 && predicted_link < 1);
   const auto one = nlohmann::json::parse(read_file(one_host_out + "/summary.json").value());
   const std::string line = fmt::format(
-      "{} over {}: step {:.1f} ms, bubble measured {:.1f}% (one host, threads, link emulated: "
-      "{:.1f}%), "
-      "predicted {:.1f}% (the run's), {:.1f}% (simulator, measured costs + the link "
-      "{} us, {} Mbit/s)",
+      "{} over {}: step {:.1f} ms, bubble measured {:.1f}% (one host, threads, link "
+      "emulated: {:.1f}%), predicted {:.1f}% (the run's), {:.1f}% (simulator, measured costs "
+      "+ the link {} us, {} Mbit/s)",
       name, link, 1e3 * s["step_time_s"].get<double>(), 100 * measured,
       100 * one["measured_bubble_ratio"].get<double>(), 100 * predicted, 100 * predicted_link,
       kDelayUs, kRateMbit);
   std::printf("%s\n", line.c_str());
-  ::testing::Test::RecordProperty(name, line);
+  ::testing::Test::RecordProperty(key, line);
 }
 
 TEST(CrossHostMpiTest, PipelineAndDp2TimesPp2AcrossTwoNamespacesTrainAsOnOneHost) {
@@ -165,11 +165,12 @@ TEST(CrossHostMpiTest, PipelineAndDp2TimesPp2AcrossTwoNamespacesTrainAsOnOneHost
 
   struct Case {
     const char* name;
+    const char* key;
     int per_host;  // ranks per host
     int dp;
   };
-  for (const Case& c : {Case{"pipeline p=2 (one rank per host)", 1, 1},
-                        Case{"DP 2 x PP 2 (two ranks per host)", 2, 2}}) {
+  for (const Case& c : {Case{"pipeline p=2 (one rank per host)", "bubble_pp2", 1, 1},
+                        Case{"DP 2 x PP 2 (two ranks per host)", "bubble_dp2_pp2", 2, 2}}) {
     SCOPED_TRACE(c.name);
     const std::string one = fmt::format("{}/one-dp{}", dir, c.dp);
     auto r1 =
@@ -205,7 +206,7 @@ TEST(CrossHostMpiTest, PipelineAndDp2TimesPp2AcrossTwoNamespacesTrainAsOnOneHost
     EXPECT_GE(hosts.tx_bytes("A") - tx_a, least) << "activations A -> B";
     EXPECT_GE(hosts.tx_bytes("B") - tx_b, least) << "gradients B -> A";
 
-    report_bubble(c.name, out, link, one);
+    report_bubble(c.name, c.key, out, link, one);
   }
 
   // Cleanup leaves no namespace behind.
