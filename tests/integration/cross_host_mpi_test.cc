@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -215,6 +216,7 @@ TEST(CrossHostMpiTest, PipelineAndDp2TimesPp2AcrossTwoNamespacesTrainAsOnOneHost
   auto list = run_command("ip netns list");
   EXPECT_EQ(list.out.find(hosts["NS_A"]), std::string::npos) << list.out;
   EXPECT_EQ(list.out.find(hosts["NS_B"]), std::string::npos) << list.out;
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
 }
 
 }  // namespace
