@@ -2,8 +2,8 @@
 // as one rank: the same losses and the same weights after several optimizer steps.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <utility>
@@ -378,9 +378,9 @@ TEST(ExecutableTest, TwoCopiesOnOneRankAreRefused) {
   }
   // Interleaved p = 2, v = 2 (stages 0 1 2 3 on ranks 0 1 0 1) read as two directions: model
   // stage 0 is stage ids 0 and 2, both on rank 0.
-  Schedule two = lower(generate_schedule("interleaved", {.ranks = 2, .microbatches = 2, .chunks = 2})
-                           .value())
-                     .value();
+  Schedule two =
+      lower(generate_schedule("interleaved", {.ranks = 2, .microbatches = 2, .chunks = 2}).value())
+          .value();
   EXPECT_TRUE(check_executable(two).ok());
   two.directions = 2;
   const Status st = check_executable(two);

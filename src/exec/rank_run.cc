@@ -85,8 +85,7 @@ RankRun::RankRun(const RunPlan& plan, Transport& transport, Transport& data_para
       dp_rank_(data_parallel.rank()),
       log_rank_(data_parallel.rank() == 0 ? transport.rank() : -1),
       pr_(plan_.lowered, transport.rank(), transport, plan.opt.model,
-          stage_specs(plan.lowered, plan.specs), plan.opt.seed,
-          plan.opt.recompute,
+          stage_specs(plan.lowered, plan.specs), plan.opt.seed, plan.opt.recompute,
           [&] {
             ExecutorOptions eo = plan.opt.exec;
             eo.progress_thread = plan.opt.world.kind == TransportKind::kMpi;

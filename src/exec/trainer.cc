@@ -112,7 +112,8 @@ std::vector<nn::StageSpec> stage_specs(const Schedule& schedule,
            "model specs ", model_specs.size(), " for ", schedule.stages_per_direction(),
            " model stages");
   std::vector<nn::StageSpec> out;
-  for (int32_t s = 0; s < schedule.num_stages; ++s) out.push_back(model_specs[schedule.model_stage(s)]);
+  for (int32_t s = 0; s < schedule.num_stages; ++s)
+    out.push_back(model_specs[schedule.model_stage(s)]);
   return out;
 }
 
@@ -154,8 +155,8 @@ constexpr size_t kCopyBucket = size_t{1} << 20;
 
 }  // namespace
 
-Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double grad_sq,
-                                int32_t step, double timeout_s) {
+Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double grad_sq, int32_t step,
+                                double timeout_s) {
   const Schedule& sch = pr.executor().schedule();
   auto stages = pr.stages();
   if (sch.directions <= 1 || stages.empty()) return grad_sq;
@@ -168,8 +169,8 @@ Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double gr
       buf.assign(grads.begin() + at, grads.begin() + at + n);
       TP_RETURN_IF_ERROR(allreduce_sum(*view, buf, timeout_s)
                              .with_context(fmt::format(
-                                 "step {} gradient sum of model stage {}'s copies (stage {})",
-                                 step, g.model_stage, g.local_stage)));
+                                 "step {} gradient sum of model stage {}'s copies (stage {})", step,
+                                 g.model_stage, g.local_stage)));
       std::copy(buf.begin(), buf.end(), grads.begin() + at);
     }
   }
@@ -201,9 +202,9 @@ Status check_stage_copies(PipelineRank& pr, Transport& pipeline, double timeout_
         std::memcpy(&bits, &w[at + i], sizeof bits);
         all[me * n + i] = static_cast<double>(bits);
       }
-      TP_RETURN_IF_ERROR(allreduce_sum(*view, all, timeout_s)
-                             .with_context(fmt::format("comparing model stage {}'s copies",
-                                                      g.model_stage)));
+      TP_RETURN_IF_ERROR(
+          allreduce_sum(*view, all, timeout_s)
+              .with_context(fmt::format("comparing model stage {}'s copies", g.model_stage)));
       for (size_t j = 1; j < members; ++j) {
         for (size_t i = 0; i < n; ++i) {
           if (all[j * n + i] == all[i]) continue;
