@@ -73,22 +73,13 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
         c.num_microbatches, c.pp, c.schedule);
     if (c.schedule == "interleaved" || c.schedule == "looped-bfs")
       cmd += fmt::format(" --vpp {}", c.vpp);
-    // DualPipe: train splits the layers into p model stages, each held twice (two directions),
-    // while the plan's layout is one of 2p stage ids: train takes no such layout.
-    const bool dualpipe = c.schedule == "dualpipe";
-    if (!c.layout.empty() && !dualpipe) cmd += " --pipeline-layout " + shell_quote(c.layout);
+    if (!c.layout.empty()) cmd += " --pipeline-layout " + shell_quote(c.layout);
     if (o.device.bf16) cmd += " --bf16";
     if (c.recompute == "full") {
       cmd += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
     }
     if (m.vocab_size == kGpt2PaddedVocab) {
       cmd += " --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json --merge-file merges.txt";
-    }
-    if (dualpipe) {
-      cmd += fmt::format(
-          "  # balanced over {} model stages, each on two ranks; the plan "
-          "priced {} stages of their own layers",
-          c.pp, 2 * c.pp);
     }
     out.push_back(cmd);
   } else {
