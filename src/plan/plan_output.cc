@@ -65,8 +65,6 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   if (c.dp > 1) why_not.push_back(fmt::format("data parallel {} (train runs one replica)", c.dp));
   if (c.recompute.rfind("block:", 0) == 0)
     why_not.push_back("block recompute (train has the uniform method)");
-  if (c.schedule == "dualpipe")  // DualPipeV's pairs run; two directions do not yet
-    why_not.push_back(c.schedule + " (two directions are not yet executed)");
   if (why_not.empty()) {
     std::string cmd = fmt::format(
         "tightpipe train --num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} "
