@@ -251,7 +251,8 @@ class Planner {
                         const RecomputeChoice& rc, const std::string& layout);
   // Per rank: the data-parallel all-reduce of its gradients.
   std::vector<double> allreduce_times(const Config& c, const CostModel& costs,
-                                      const std::vector<int32_t>& stage_to_rank) const;
+                                      const std::vector<int32_t>& stage_to_rank,
+                                      int32_t directions) const;
   // Per rank peak bytes: static + the activation peak of the program order (+ recompute transient).
   std::vector<double> peak_bytes(const Schedule& s, const CostModel& costs,
                                  const RecomputeChoice& rc, int64_t mbs);
@@ -391,8 +392,19 @@ CostModel Planner::stage_costs(const Config& c, const std::vector<StageLayers>& 
 }
 
 std::vector<double> Planner::allreduce_times(const Config& c, const CostModel& costs,
-                                             const std::vector<int32_t>& stage_to_rank) const {
+                                             const std::vector<int32_t>& stage_to_rank,
+                                             int32_t directions) const {
   std::vector<double> t(c.p, 0.0);
+  if (directions > 1) {
+    // DualPipe: the two copies of each model stage (ranks k and p-1-k) sum their gradients, a
+    // two-member all-reduce over the pipeline's link: each rank sends and receives one copy's
+    // gradient bytes, in 2 latency-bound steps.
+    const LinkSpec link = p2p_link();
+    const double bw = link_bandwidth(link);
+    for (int32_t s = 0; s < costs.num_stages(); ++s) {
+      t[stage_to_rank[s]] += (bw > 0 ? costs.stage(s).grad_bytes / bw : 0.0) + 2 * link.latency_s;
+    }
+  }
   if (c.dp <= 1) return t;
   const LinkSpec link = dp_link(c.dp);
   const double bw = link_bandwidth(link), d = c.dp;
@@ -541,8 +553,8 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
   const int32_t S = c.p * c.v;
   const bool is_auto = is_auto_schedule_name(c.schedule);
   // The layers are split over the model stages: S of them, or p for DualPipe, whose 2p stage ids
-  // hold each model stage twice (Schedule::model_stage); each stage id then has its model stage's
-  // layers, so a rank's costs and memory count both copies it holds.
+  // hold each model stage twice (Schedule::model_stage); expand_to_directions gives each stage id
+  // its model stage's costs, so a rank's time and memory count both copies it holds.
   auto model_split = [&](int32_t stages) -> const std::vector<StageLayers>& {
     auto key = std::pair{stages, c.mbs};
     auto sp = splits_.find(key);
@@ -579,21 +591,20 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
                     S, c.m, kMaxAutoStageMicrobatches, auto_schedule_counterpart(c.schedule)));
     return OkStatus();
   }
-  const int32_t model_stages = is_auto ? S : sched.stages_per_direction();
-  const std::vector<StageLayers>& by_model_stage = model_split(model_stages);
-  std::vector<StageLayers> split;
-  for (int32_t s = 0; s < S; ++s) {
-    split.push_back(by_model_stage[is_auto ? s : sched.model_stage(s)]);
-  }
+  const std::vector<StageLayers>& split = model_split(is_auto ? S : sched.stages_per_direction());
   std::vector<int> blocks;
-  for (const StageLayers& l : by_model_stage) blocks.push_back(l.blocks);
+  for (const StageLayers& l : split) blocks.push_back(l.blocks);
   const std::string layout = nn::layout_from_blocks(blocks);
+  // Each direction runs its share of the microbatches on its own copies.
+  const double per_stage_id_microbatches = static_cast<double>(c.m) / std::max(1, sched.directions);
   std::vector<double> last_peak;
   for (size_t k = 0; k < rcs.size(); ++k) {
     const RecomputeChoice& rc = rcs[k];
     if (is_auto && rc.kind != RecomputeChoice::Kind::kNone) continue;
     ++res_.stats.configurations;
-    const CostModel costs = stage_costs(c, split, rc, layout);
+    const CostModel costs = is_auto
+                                ? stage_costs(c, split, rc, layout)
+                                : expand_to_directions(stage_costs(c, split, rc, layout), sched);
     std::vector<int32_t> stage_to_rank = sched.stage_to_rank;
     std::vector<double> peak;
     Config cfg = c;
@@ -635,9 +646,9 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
     // The busiest rank's compute plus its all-reduce: no schedule of these costs is faster.
     std::vector<double> busy(c.p, 0.0);
     for (int32_t s = 0; s < S; ++s) {
-      busy[stage_to_rank[s]] += c.m * (costs.stage(s).f + costs.stage(s).b);
+      busy[stage_to_rank[s]] += per_stage_id_microbatches * (costs.stage(s).f + costs.stage(s).b);
     }
-    const std::vector<double> ar = allreduce_times(c, costs, stage_to_rank);
+    const std::vector<double> ar = allreduce_times(c, costs, stage_to_rank, sched.directions);
     double lb = 0;
     for (int32_t r = 0; r < c.p; ++r) lb = std::max(lb, busy[r] + ar[r]);
     pending_.push_back({cfg, rc, layout, split, lb,
@@ -675,12 +686,13 @@ Status Planner::simulate_best() {
       }
     }
     const Config& c = pd.cfg;
-    const CostModel costs = stage_costs(c, pd.split, pd.rc, pd.layout);
-    auto sched = make_schedule(c, costs);
+    const CostModel model_costs = stage_costs(c, pd.split, pd.rc, pd.layout);
+    auto sched = make_schedule(c, model_costs);  // automatic: built from the costs
     if (!sched.ok()) {
       add_infeasible(c, pd.rc, refusal(sched.status()));
       continue;
     }
+    const CostModel costs = expand_to_directions(model_costs, *sched);
     const std::vector<double> peak =
         is_auto_schedule_name(c.schedule) ? peak_bytes(*sched, costs, pd.rc, c.mbs) : pd.peak;
     if (*std::max_element(peak.begin(), peak.end()) > budget_) {
@@ -700,7 +712,7 @@ Status Planner::simulate_best() {
     pc.bubble_ratio = r.bubble_ratio;
     pc.peak_memory_bytes = peak;
     pc.complexity = pd.complexity;
-    const std::vector<double> ar = allreduce_times(c, costs, low.stage_to_rank);
+    const std::vector<double> ar = allreduce_times(c, costs, low.stage_to_rank, low.directions);
     double step = 0;
     for (int32_t rk = 0; rk < c.p; ++rk) {
       pc.allreduce_time_s = std::max(pc.allreduce_time_s, ar[rk]);
