@@ -89,10 +89,16 @@ Status reduce_stage(nn::GptStage& stage, int32_t s, Transport& dp, int64_t bucke
         dp.iallreduce_sum(std::span<double>(buf).subspan(at, std::min(chunk, g.size() - at))));
   }
   for (size_t k = 0; k < reqs.size(); ++k) {
-    // Each bucket gets the whole time-out: it measures a stall, not the size of the stage.
-    TP_RETURN_IF_ERROR(reqs[k]->wait(timeout_s).with_context(
-        fmt::format("step {} data-parallel gradient allreduce of stage {}, bucket {} of {}", step,
-                    s, k + 1, reqs.size())));
+    // Each bucket gets the whole time-out (it measures a stall, not the size of the stage), and
+    // twice: a member that stalls or died is first seen by its pipeline partner, whose message
+    // time-out names it and aborts the world, while a collective cannot tell who is missing.
+    // The abort then ends this wait with that name, within the partner's time-out.
+    TP_RETURN_IF_ERROR(
+        reqs[k]
+            ->wait(2 * timeout_s)
+            .with_context(
+                fmt::format("step {} data-parallel gradient allreduce of stage {}, bucket {} of {}",
+                            step, s, k + 1, reqs.size())));
   }
   std::copy(buf.begin(), buf.end(), g.begin());
   return OkStatus();
