@@ -30,7 +30,8 @@
 //
 // Thread safety: isend, irecv, abort and aborted may be called from several threads at once; one
 // Request is used by one thread at a time; a collective must not run concurrently with another
-// collective on the same Transport.
+// collective on the same Transport (posting an iallreduce_sum counts; its pending Requests do
+// not, so a helper thread may post and wait them while other threads use other groups).
 #pragma once
 
 #include <atomic>
