@@ -191,8 +191,9 @@ Status RankRun::check_data_parallel(const std::string& dir) const {
               fmt::format("--load {}: saved at data-parallel size {}, continuing at {} "
                           "(--allow-other-data-parallel-size): the weights and optimizer state as "
                           "saved; the data goes on from the checkpoint's place in the global "
-                          "sample stream in global batches of {} x {} microbatches, so no sample "
-                          "is repeated or skipped but the steps differ from a run kept at {}",
+                          "sample stream in global batches of {} x {} microbatches: no sample is "
+                          "repeated or skipped, and the steps are those of a run kept at {} only "
+                          "if its global batch had as many microbatches",
                           dir, saved, plan_.layout.dp, plan_.layout.dp, opt_.microbatches, saved));
     return OkStatus();
   }

@@ -48,6 +48,17 @@ TEST(DataParallelMpiTest, Dp2TimesPp2AndDp2TimesPp1TrainAsOneRank) {
         << r.out;
     testutil::expect_trains_as(out, out + "/ckpt", dir + "/one", dir + "/one/ckpt");
   }
+  // The DP 2 x PP 2 checkpoint goes on at DP 1 (threads) only with the flag.
+  const std::string more = fmt::format("{} --pp 2 --num-microbatches 4 --train-iters 7 --load {}",
+                                       kTrain, dir + "/np4pp2/ckpt");
+  auto refused = run_command(more);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("hint: resume with 2 x --pp ranks"), std::string::npos) << refused.err;
+  auto allowed = run_command(more + " --allow-other-data-parallel-size");
+  ASSERT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
+  EXPECT_NE((allowed.out + allowed.err).find("saved at data-parallel size 2, continuing at 1"),
+            std::string::npos)
+      << allowed.out << allowed.err;
 }
 
 TEST(DataParallelMpiTest, ProcessCountNotDivisibleByPpIsRefused) {
