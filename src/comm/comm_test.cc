@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -322,15 +323,12 @@ TEST_P(TransportTest, GroupIallreduceSumsBucketsInFlightTogether) {
       for (auto& x : v) x = (rng.uniform_double() - 0.5) * std::pow(10.0, int(rng.below(9)) - 4);
       return v;
     };
-    for (Transport* group : {pipe.get(), dp.get()}) {
-      const std::vector<int> members = group == pipe.get()
-                                           ? layout.pipeline_group(layout.dp_rank(g))
-                                           : layout.data_parallel_group(layout.pp_rank(g));
+    auto sum_in = [&](Transport& group, const std::vector<int>& members) -> Status {
       const std::vector<size_t> sizes = {0, 1, 3, 1001, 5000};
       std::vector<std::vector<double>> data;
       std::vector<std::unique_ptr<Request>> reqs;
       for (size_t k = 0; k < sizes.size(); ++k) data.push_back(input(g, sizes[k], int(k)));
-      for (size_t k = 0; k < sizes.size(); ++k) reqs.push_back(group->iallreduce_sum(data[k]));
+      for (size_t k = 0; k < sizes.size(); ++k) reqs.push_back(group.iallreduce_sum(data[k]));
       for (size_t k = sizes.size(); k-- > 0;) TP_RETURN_IF_ERROR(reqs[k]->wait(kLong));
       for (size_t k = 0; k < sizes.size(); ++k) {
         std::vector<double> ref = input(members[0], sizes[k], int(k));
@@ -340,7 +338,17 @@ TEST_P(TransportTest, GroupIallreduceSumsBucketsInFlightTogether) {
                     std::memcmp(ref.data(), data[k].data(), ref.size() * sizeof(double)) == 0)
             << "rank " << g << " bucket " << k;
       }
-    }
+      return OkStatus();
+    };
+    // The data-parallel group's on a helper thread (as --overlap-grad-reduce does) while this
+    // thread uses the pipeline group: under MPI_THREAD_SERIALIZED too
+    // (comm_test_mpi_np4_serialized).
+    Status helper;
+    std::thread th([&] { helper = sum_in(*dp, layout.data_parallel_group(layout.pp_rank(g))); });
+    const Status mine = sum_in(*pipe, layout.pipeline_group(layout.dp_rank(g)));
+    th.join();
+    TP_RETURN_IF_ERROR(mine);
+    TP_RETURN_IF_ERROR(helper);
     // The default collectives still run on the groups (the loss and norm reductions).
     double b[1] = {double(1 << g)};
     TP_RETURN_IF_ERROR(allreduce_sum(*dp, b, kLong));
@@ -781,6 +789,13 @@ TEST(RunWorldTest, ThreadsWithEmulatedLink) {
 }
 
 // Under mpirun -np 4 only.
+// comm_test_mpi_np4_serialized: MPI provides MPI_THREAD_SERIALIZED only, and the scope knows.
+TEST(MpiWorldTest, ThreadLevelIsTheOneProvided) {
+  if (!g_mpi) GTEST_SKIP() << "runs under mpirun";
+  if (std::getenv("TP_TEST_MPI_SERIALIZED") == nullptr) GTEST_SKIP() << "the serialized job only";
+  EXPECT_FALSE(g_mpi->thread_multiple());
+}
+
 TEST(MpiWorldTest, RunWorldChecksTheWorldSize) {
   if (!g_mpi) GTEST_SKIP() << "runs under mpirun";
   WorldOptions opt;
