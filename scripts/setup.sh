@@ -22,6 +22,8 @@ PACKAGES=(
   # The sanitizer lane (scripts/sanitize.sh): clang, its ASan/UBSan/libFuzzer runtimes
   # (libclang_rt.*.a), llvm-symbolizer for readable stack traces.
   clang libclang-rt-dev llvm
+  # The cross-host test (cross_host_mpi_test): network namespaces, veth pairs, tc.
+  iproute2
 )
 PACKAGES+=(${TP_EXTRA_PACKAGES:-})
 

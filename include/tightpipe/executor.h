@@ -20,7 +20,10 @@
 // sends hang-free.
 //
 // Emulated compute: with `emulated`, each compute action sleeps for its cost instead of doing the
-// math (so timing can be studied with p = 8 on 2 cores); messages are still real bytes.
+// math (so timing can be studied with p = 8 on 2 cores); messages are still real bytes. The
+// costs are a whole rank's share of the model; a stage id costs its share of them: 1/v for v
+// chunks per rank, a whole share for DualPipe's stage ids (each a whole model stage: a rank
+// holds two copies, and a microbatch passes through one of them).
 //
 // BF16 messages (`bf16_messages`, train --bf16): a message to another rank travels as bf16, half
 // the bytes of FP32: the sender converts the stage's FP32 output (nn::float_to_bf16) into a wire
@@ -86,9 +89,12 @@ struct RankStepResult {
   double cpu_wait_mark = -1;
 };
 
-// OK, or FailedPrecondition "not yet executed: ..." for a schedule the executor cannot run yet:
-// one of more than one direction (DualPipe's duplicated stages). The trainer asks it before
-// building ranks. OVERLAP_F_B pairs (DualPipeV) run: their F, then their B.
+// OK, or FailedPrecondition "not executed: ..." for a schedule the executor cannot run: one of
+// more than one direction whose copies of a model stage do not sit on distinct ranks (the
+// trainer sums each model stage's copies across ranks, sum_stage_copies in trainer.h). The
+// trainer asks it before building ranks. OVERLAP_F_B pairs (DualPipeV, DualPipe) run: their F,
+// then their B; DualPipe's two directions run, each direction's first stage reading its
+// microbatches and its last stage computing their loss.
 Status check_executable(const Schedule& schedule);
 
 class Executor {
@@ -110,7 +116,11 @@ class Executor {
   // Evaluation: `n` microbatches forward only, one after another through the whole pipeline
   // (every rank walks its stages in ascending order per microbatch, with blocking messages), no
   // stash kept. Returns this rank's share of the scaled loss (non-zero on the last stage's rank).
+  // With more than one direction only direction 0's stages evaluate (the copies in the other
+  // directions hold the same weights).
   Result<double> run_forward_only(int32_t n, const BatchFetcher& fetch, float loss_scale);
+
+  const Schedule& schedule() const { return schedule_; }
 
  private:
   class StepRun;  // the state of one run_step (executor.cc)

@@ -87,6 +87,33 @@ Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int3
                                   Transport* data_parallel = nullptr,
                                   const GradReduceOptions& reduce = {});
 
+// ----- DualPipe's copies (Schedule::directions > 1) -------------------------------------------
+//
+// With more than one direction every model stage exists once per direction, on distinct ranks
+// (DualPipe: model stage k is stage id k on rank k and stage id p+k on rank p-1-k). The copies
+// start identical (the same spec and seed give the same weights), sum their gradients before the
+// optimizer and so step identically. With one direction all three are no-ops.
+
+// The spec of every stage id: model_specs[schedule.model_stage(s)]. What PipelineRank takes.
+// REQUIRES: model_specs.size() == schedule.stages_per_direction().
+std::vector<nn::StageSpec> stage_specs(const Schedule& schedule,
+                                       const std::vector<nn::StageSpec>& model_specs);
+
+// Sums the gradients of every model stage's copies over the ranks holding them (a group view of
+// `pipeline` per model stage, in ascending model stage order on every rank; the sum of two floats
+// through doubles is their float sum, so both copies get the same bits). Returns the squared
+// gradient norm of this rank with each model stage counted once (its direction-0 copy), or
+// `grad_sq` unchanged with one direction or no stages (emulated). Every rank of the pipeline
+// calls it once per step, after any data-parallel reduction and before the norm's allreduce.
+Result<double> sum_stage_copies(PipelineRank& rank, Transport& pipeline, double grad_sq,
+                                int32_t step, double timeout_s);
+
+// OK when every model stage's copies hold the same weights (bit for bit; a NaN equals a NaN);
+// else Internal naming the model stage, the ranks, the tensor and the first index that differs.
+// A collective over `pipeline` like sum_stage_copies. Debug builds call it after every step
+// (RankRun); the equivalence tests call it directly.
+Status check_stage_copies(PipelineRank& rank, Transport& pipeline, double timeout_s);
+
 // Limits of the training counts (docs/train_limits.md), refused by TrainOptions::validate() with
 // one line naming the flag; the model's are in model.h (kMaxNumLayers...), the schedule's in
 // schedule.h (kMaxMicrobatches also bounds --num-microbatches and --eval-iters).

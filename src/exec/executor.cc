@@ -61,13 +61,21 @@ int message_tag(const Schedule& s, const MessageRoute& m) {
 }
 
 Status check_executable(const Schedule& schedule) {
-  // OVERLAP_F_B pairs run (their F then their B); two directions do not yet: the duplicated
-  // stages would need their gradients summed across ranks before the optimizer.
-  if (schedule.directions != 1) {
-    return Status::failed_precondition(fmt::format(
-        "schedule '{}': not yet executed: {} directions (DualPipe's duplicated stages); hint: "
-        "simulate it (tightpipe simulate)",
-        schedule.name, schedule.directions));
+  // More than one direction: every model stage has one copy per direction, and the trainer sums
+  // the copies' gradients over the ranks holding them (trainer.h sum_stage_copies), which needs
+  // them on distinct ranks (DualPipe: model stage k on ranks k and p-1-k).
+  const int32_t per = schedule.stages_per_direction();
+  for (int32_t k = 0; schedule.directions > 1 && k < per; ++k) {
+    for (int32_t d = 1; d < schedule.directions; ++d) {
+      for (int32_t e = 0; e < d; ++e) {
+        if (schedule.rank_of(k + d * per) != schedule.rank_of(k + e * per)) continue;
+        return Status::failed_precondition(fmt::format(
+            "schedule '{}': not executed: the copies of model stage {} in directions {} and {} "
+            "(stage ids {} and {}) are both on rank {}; hint: place each direction's copy of a "
+            "model stage on its own rank (DualPipe: ranks k and p-1-k)",
+            schedule.name, k, e, d, k + e * per, k + d * per, schedule.rank_of(k + d * per)));
+      }
+    }
   }
   return OkStatus();
 }
@@ -349,7 +357,7 @@ Status Executor::StepRun::execute(const Action& a) {
     case ActionType::kSendGrad:
       return send(a);
     case ActionType::kOverlapFB:
-      // DualPipeV's pair: its F, then its B, each through the lone action's own path (lowering
+      // DualPipe(V)'s pair: its F, then its B, each through the lone action's own path (lowering
       // posted both receives before the pair and puts both sends after it). The F is marked done
       // before the B runs so the B's dependency check sees it; the timeline shows an F and a B.
       for (const Action& sub : sub_actions(a)) {
@@ -681,8 +689,11 @@ void Executor::StepRun::track_stash(int64_t before) {
   res_.timeline.events.back().bytes = total - before;
 }
 
+// `ms` is a whole rank's share of the model; a stage id is a 1/v part of it (v chunks per rank),
+// or a whole share for DualPipe's (a rank's two copies: each microbatch passes through one).
 void Executor::StepRun::emulate(double ms) const {
-  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms / sch_.chunks()));
+  const double parts = double(sch_.stages_per_direction()) / sch_.num_ranks;
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms / parts));
 }
 
 Status Executor::StepRun::fail(size_t pc, const Action& a, const Status& st) const {
@@ -715,6 +726,8 @@ Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, 
     std::vector<float> act;
     const Batch* batch = nullptr;
     for (int32_t s : local) {
+      // One copy of each model stage evaluates: direction 0's (the others hold the same weights).
+      if (sch.direction_of_stage(s) != 0) continue;
       nn::GptStage* model = stages_.at(s);
       const Action f{ActionType::kForward, s, mb};
       const std::optional<MessageRoute> in = message_route(sch, f, MessageEnd::kIn);

@@ -2,10 +2,11 @@
 // as one rank: the same losses and the same weights after several optimizer steps.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #include "tightpipe/base.h"
 #include "tightpipe/trainer.h"
@@ -85,6 +86,43 @@ Reference single_rank(const nn::GptConfig& c, const std::vector<std::vector<Batc
   return ref;
 }
 
+// The one-rank oracle in DualPipe's summation order: two copies of the model with the same
+// seed, the first taking microbatches 0..m/2-1 and the second m/2..m-1 (each in ascending order,
+// as each direction's copy accumulates them), then the second copy's gradients added to the
+// first's (the float sum: what the copies' allreduce through doubles gives), the optimizer on the
+// first and its weights copied to the second. The loss is the direction-1 half's sum plus the
+// direction-0 half's (the loss allreduce in rank order: rank 0 holds direction 1's last stage).
+Reference single_rank_two_halves(const nn::GptConfig& c,
+                                 const std::vector<std::vector<Batch>>& batches, float clip) {
+  auto specs = nn::partition_layers(c, 1, "").value();
+  nn::GptStage a(c, specs[0], kSeed), b(c, specs[0], kSeed);
+  Reference ref;
+  for (const auto& step : batches) {
+    const int m = static_cast<int>(step.size());
+    const float scale = 1.0f / float(double(m) * c.tokens_per_microbatch());
+    double half_loss[2] = {0, 0};
+    for (int i = 0; i < m; ++i) {
+      nn::GptStage& copy = i < m / 2 ? a : b;
+      half_loss[i < m / 2 ? 0 : 1] += copy.forward(i, step[i].tokens, step[i].targets, scale).loss;
+      copy.backward(i);
+    }
+    std::span<float> ga = a.grads();
+    std::span<const float> gb = std::as_const(b).grads();
+    for (size_t i = 0; i < ga.size(); ++i) ga[i] += gb[i];
+    const float cs = nn::clip_scale(a.grad_sq_norm(), clip);
+    if (cs != 1.0f) a.scale_grads(cs);
+    a.optimizer_step(nn::AdamWConfig{}, kLr);
+    a.zero_grads();
+    b.zero_grads();
+    std::span<const float> wa = std::as_const(a).params();
+    std::copy(wa.begin(), wa.end(), b.params().begin());
+    ref.losses.push_back(half_loss[1] + half_loss[0]);
+  }
+  ref.params.assign(a.params().begin(), a.params().end());
+  ref.tensors = a.tensors();
+  return ref;
+}
+
 struct Case {
   std::string schedule;
   int p, m, v;
@@ -96,8 +134,12 @@ struct Case {
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (const auto& g : schedule_generators()) {
-    // Not executed yet (two directions; NotYetExecutedTest below holds the refusal).
-    if (g.name == "dualpipe") continue;
+    if (g.name == "dualpipe") {  // two directions; it needs p and m even, m >= 2p
+      for (int p : {2, 4}) {
+        for (int m : {2 * p, 2 * p + 2}) cases.push_back({g.name, p, m, 2});
+      }
+      continue;
+    }
     if (g.name == "dualpipev") {  // OVERLAP_F_B pairs; it needs m >= 2p
       for (int p : {2, 4}) {
         for (int m : {2 * p, 2 * p + 1}) cases.push_back({g.name, p, m, 2});
@@ -157,8 +199,10 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
     ASSERT_TRUE(sched.ok()) << sched.status().message();
     auto lowered = lower(*sched);
     ASSERT_TRUE(lowered.ok());
-    auto specs = nn::partition_layers(cfg, lowered->num_stages, "");
-    ASSERT_TRUE(specs.ok()) << specs.status().message();
+    // One spec per model stage, expanded to the stage ids (DualPipe: two copies of each).
+    auto model_specs = nn::partition_layers(cfg, lowered->stages_per_direction(), "");
+    ASSERT_TRUE(model_specs.ok()) << model_specs.status().message();
+    const std::vector<nn::StageSpec> specs = stage_specs(*lowered, *model_specs);
     for (bool overlap : {true, false}) {
       std::mutex mu;
       std::vector<std::string> failures;
@@ -170,7 +214,7 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
         eo.overlap_p2p = overlap;
         eo.timeout_s = 60;
         eo.progress_thread = w.kind == TransportKind::kMpi;  // as run_training sets it
-        PipelineRank pr(*lowered, t.rank(), t, cfg, *specs, kSeed, {}, eo);
+        PipelineRank pr(*lowered, t.rank(), t, cfg, specs, kSeed, {}, eo);
         std::vector<std::string> bad;
         for (int s = 0; s < kSteps; ++s) {
           BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> { return &batches[s][mb]; };
@@ -180,6 +224,9 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
           const bool same = exact ? o.loss == ref.losses[s]
                                   : std::abs(o.loss - ref.losses[s]) <= rel * std::abs(ref.losses[s]);
           if (!same) bad.push_back(fmt::format("rank {} step {} loss {:.17g} vs {:.17g}", t.rank(), s, o.loss, ref.losses[s]));
+          // DualPipe: the two copies of every model stage hold the same bits after each step.
+          if (Status copies = check_stage_copies(pr, t, 60); !copies.ok())
+            bad.push_back(fmt::format("rank {} step {}: {}", t.rank(), s, copies.message()));
         }
         for (auto& [sid, stage] : pr.stages()) {
           for (const auto& pt : stage->tensors()) {
@@ -218,15 +265,21 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
   }
 };
 
+// The one-rank oracle of a schedule: DualPipe's sums its two halves apart (above), looped BFS's
+// runs the backwards in reverse, every other one is train_step.
+Reference oracle(const Case& c, const nn::GptConfig& cfg, float clip) {
+  const auto batches = make_batches(cfg, kSteps, c.m, 99);
+  if (c.schedule == "dualpipe") return single_rank_two_halves(cfg, batches, clip);
+  return single_rank(cfg, batches, clip, /*reverse_backward=*/c.schedule == "looped-bfs");
+}
+
 // Without clipping every schedule sums each stage's gradients in the oracle's microbatch order
-// (looped BFS against the reverse-order oracle): losses and weights are bit-identical.
+// (looped BFS against the reverse-order oracle; DualPipe against the oracle that sums its two
+// halves apart and then adds them, as its two copies do): losses and weights are bit-identical.
 TEST_P(EquivalenceTest, NoClipBitIdentical) {
   if (skip_for_world()) GTEST_SKIP() << "p != MPI world size";
   const Case c = GetParam();
-  const auto cfg = tiny_config();
-  const bool reverse = c.schedule == "looped-bfs";
-  const Reference ref = single_rank(cfg, make_batches(cfg, kSteps, c.m, 99), 0.0f, reverse);
-  run_and_compare(ref, 0.0f, /*exact=*/true, 0);
+  run_and_compare(oracle(c, tiny_config(), 0.0f), 0.0f, /*exact=*/true, 0);
 }
 
 // With clipping the global norm is summed per stage and then across ranks, a different double
@@ -235,10 +288,7 @@ TEST_P(EquivalenceTest, NoClipBitIdentical) {
 TEST_P(EquivalenceTest, ClippedWithinOneInAMillion) {
   if (skip_for_world()) GTEST_SKIP() << "p != MPI world size";
   const Case c = GetParam();
-  const auto cfg = tiny_config();
-  const bool reverse = c.schedule == "looped-bfs";
-  const Reference ref = single_rank(cfg, make_batches(cfg, kSteps, c.m, 99), 0.5f, reverse);
-  run_and_compare(ref, 0.5f, /*exact=*/false, 1e-6);
+  run_and_compare(oracle(c, tiny_config(), 0.5f), 0.5f, /*exact=*/false, 1e-6);
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -272,11 +322,9 @@ TEST_P(Bf16EquivalenceTest, NoClipBitIdentical) {
   const Case c = GetParam();
   ASSERT_EQ(c.precision, nn::Precision::kBf16);
   const auto cfg = tiny_config(nn::Precision::kBf16);
-  const bool reverse = c.schedule == "looped-bfs";
-  const Reference ref = single_rank(cfg, make_batches(cfg, kSteps, c.m, 99), 0.0f, reverse);
+  const Reference ref = oracle(c, cfg, 0.0f);
   // Not the FP32 run: bf16 arithmetic really ran (else this test would compare FP32 with FP32).
-  const Reference fp32 =
-      single_rank(tiny_config(), make_batches(cfg, kSteps, c.m, 99), 0.0f, reverse);
+  const Reference fp32 = oracle(c, tiny_config(), 0.0f);
   ASSERT_NE(ref.losses.back(), fp32.losses.back());
   run_and_compare(ref, 0.0f, /*exact=*/true, 0);
 }
@@ -317,30 +365,74 @@ TEST(Bf16MessagesTest, HalfTheBytesOnTheWire) {
   }
 }
 
-// DualPipe simulates but does not run yet: the executor refuses its two directions with one line
-// before any rank starts (a schedule of two directions without pairs as well); DualPipeV runs.
-TEST(NotYetExecutedTest, TwoDirectionsAreRefused) {
+// DualPipeV and DualPipe run. A schedule of two directions whose copies of a model stage sit on
+// one rank (nowhere to sum their gradients across ranks) is refused with one line before any
+// rank starts.
+TEST(ExecutableTest, TwoCopiesOnOneRankAreRefused) {
   for (const char* name : {"dualpipev", "dualpipe"}) {
     auto sched = generate_schedule(name, {.ranks = 2, .microbatches = 4, .chunks = 2});
     ASSERT_TRUE(sched.ok()) << sched.status().to_string();
     auto lowered = lower(*sched);
     ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
-    const Status st = check_executable(*lowered);
-    if (std::string(name) == "dualpipev") {
-      EXPECT_TRUE(st.ok()) << st.to_string();
-      continue;
-    }
-    EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << name;
-    EXPECT_NE(st.message().find("not yet executed: 2 directions"), std::string::npos)
-        << st.message();
-    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+    EXPECT_TRUE(check_executable(*lowered).ok()) << check_executable(*lowered).to_string();
   }
-  Schedule two = lower(generate_schedule("1f1b", {.ranks = 2, .microbatches = 2}).value()).value();
+  // Interleaved p = 2, v = 2 (stages 0 1 2 3 on ranks 0 1 0 1) read as two directions: model
+  // stage 0 is stage ids 0 and 2, both on rank 0.
+  Schedule two =
+      lower(generate_schedule("interleaved", {.ranks = 2, .microbatches = 2, .chunks = 2}).value())
+          .value();
   EXPECT_TRUE(check_executable(two).ok());
   two.directions = 2;
-  EXPECT_NE(check_executable(two).message().find("not yet executed: 2 directions"),
+  const Status st = check_executable(two);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("copies of model stage 0 in directions 0 and 1 (stage ids 0 and 2) "
+                              "are both on rank 0"),
             std::string::npos)
-      << check_executable(two).message();
+      << st.message();
+  EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+}
+
+// The copies check can fail: after one step of DualPipe p = 2, m = 4 the copies are equal; one
+// weight of rank 1's stage id 2 (the direction-1 copy of model stage 0, whose direction-0 copy
+// is stage id 0 on rank 0) is then nudged by one ulp, and every rank's check names model stage
+// 0, ranks 0 and 1, the parameter and its tensor.
+TEST(StageCopiesTest, CheckFindsAOneUlpDifference) {
+  const int p = 2, m = 4;
+  const auto cfg = tiny_config();
+  const auto batches = make_batches(cfg, 1, m, 3);
+  auto lowered =
+      lower(generate_schedule("dualpipe", {.ranks = p, .microbatches = m, .chunks = 2}).value())
+          .value();
+  const auto specs = stage_specs(lowered, nn::partition_layers(cfg, p, "").value());
+  std::mutex mu;
+  std::vector<std::string> messages(p);
+  WorldOptions w;
+  w.world_size = p;
+  auto statuses = run_world(w, [&](Transport& t) -> Status {
+    PipelineRank pr(lowered, t.rank(), t, cfg, specs, kSeed, {}, ExecutorOptions{});
+    TP_RETURN_IF_ERROR(check_stage_copies(pr, t, 60));  // the same seed: the same weights
+    BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> { return &batches[0][mb]; };
+    TP_RETURN_IF_ERROR(pipeline_step(pr, t, 0, fetch, m * cfg.tokens_per_microbatch(),
+                                     nn::AdamWConfig{}, kLr, 0.0f, 60)
+                           .status());
+    TP_RETURN_IF_ERROR(check_stage_copies(pr, t, 60));
+    if (t.rank() == 1) {
+      std::span<float> wts = pr.stages().at(2)->params();  // stage id 2 = model stage 0's copy
+      wts[5] = std::nextafter(wts[5], 1.0f);
+    }
+    const Status st = check_stage_copies(pr, t, 60);
+    std::lock_guard<std::mutex> lock(mu);
+    messages[t.rank()] = st.ok() ? "ok" : st.message();
+    return OkStatus();
+  });
+  ASSERT_TRUE(statuses.ok()) << statuses.status().to_string();
+  for (const auto& st : *statuses) ASSERT_TRUE(st.status.ok()) << st.status.to_string();
+  for (int r = 0; r < p; ++r) {
+    EXPECT_NE(messages[r].find("model stage 0: the copies on ranks 0 and 1 differ at parameter 5 "
+                               "(wte)"),
+              std::string::npos)
+        << "rank " << r << ": " << messages[r];
+  }
 }
 
 // A DualPipeV pair runs as its F then its B, and the timeline records them as the F and the B

@@ -1,6 +1,7 @@
 // RankRun: one rank's training run, phase by phase (train_internal.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -83,16 +84,15 @@ RankRun::RankRun(const RunPlan& plan, Transport& transport, Transport& data_para
       rank_(transport.rank()),
       dp_rank_(data_parallel.rank()),
       log_rank_(data_parallel.rank() == 0 ? transport.rank() : -1),
-      pr_(plan_.lowered, transport.rank(), transport, plan.opt.model, plan.specs, plan.opt.seed,
-          plan.opt.recompute,
+      pr_(plan_.lowered, transport.rank(), transport, plan.opt.model,
+          stage_specs(plan.lowered, plan.specs), plan.opt.seed, plan.opt.recompute,
           [&] {
             ExecutorOptions eo = plan.opt.exec;
             eo.progress_thread = plan.opt.world.kind == TransportKind::kMpi;
             return eo;
           }()),
       needs_data_(!plan.opt.exec.emulated &&
-                  (plan.lowered.rank_of(0) == transport.rank() ||
-                   plan.lowered.rank_of(plan.lowered.num_stages - 1) == transport.rank())) {}
+                  std::ranges::count(data_ranks(plan.lowered), transport.rank()) > 0) {}
 
 Status RankRun::open_data() {
   if (!needs_data_) return OkStatus();
@@ -125,7 +125,8 @@ Result<int64_t> RankRun::resume() {
         plan_.specs.size(), nn::format_layout(plan_.specs)));
   }
   for (auto& [s, stage] : pr_.stages()) {
-    const std::string path = nn::stage_checkpoint_path(dir, s);
+    // DualPipe: both copies of a model stage load its one file.
+    const std::string path = nn::stage_checkpoint_path(dir, plan_.lowered.model_stage(s));
     TP_ASSIGN_OR_RETURN(nn::CheckpointState st, nn::load_stage_checkpoint(path, *stage));
     if (st.step != man.step) {  // changed since make_plan checked it
       return Status::corruption(fmt::format(
@@ -231,6 +232,9 @@ Status RankRun::agree(Status mine, std::string_view what) {
 // of stage 0), the built schedule (rank 0).
 Status RankRun::save_parts(const std::string& dir, int64_t done) {
   for (auto& [s, stage] : pr_.stages()) {
+    // Each model stage once: DualPipe's direction-1 copies equal the direction-0 ones (summed
+    // gradients), so the checkpoint is that of the p model stages, as 1F1B's.
+    if (plan_.lowered.direction_of_stage(s) != 0) continue;
     TP_RETURN_IF_ERROR(
         nn::save_stage_checkpoint(nn::stage_checkpoint_path(dir, s), *stage, {done, {}}));
   }
@@ -346,6 +350,11 @@ Result<StepRecord> RankRun::step(int64_t step) {
          ++k)
       TP_RETURN_IF_ERROR(train_data_->next().status());
   }
+#ifndef NDEBUG
+  // DualPipe's copies of a model stage step identically (issue 18): a collective, debug only.
+  if (Status same = check_stage_copies(pr_, t_, opt_.exec.timeout_s); !same.ok())
+    TP_CHECK(false, same.to_string());
+#endif
   rec.wall = now_seconds() - t0;
   rec.loss = o.loss;
   rec.grad_norm = o.grad_norm;

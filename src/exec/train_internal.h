@@ -54,7 +54,10 @@ struct RunPlan {
   TrainOptions opt;                  // validated; lr.total_iters = train_iters
   Schedule lowered;                  // the schedule every rank runs (now)
   AutoSwitch auto_switch;
-  std::vector<nn::StageSpec> specs;  // the layer split, one per stage
+  // The layer split, one per model stage (Schedule::model_stage): per stage id except for
+  // DualPipe, whose two copies of a model stage share one (stage_specs() in trainer.h expands
+  // it). What checkpoints record: a DualPipe checkpoint is that of its p model stages.
+  std::vector<nn::StageSpec> specs;
   std::string layout_note;           // --pipeline-layout auto: what it chose and why ("" if not)
   // --load resolved (opt.load_dir is then load.dir): the checkpoint directory, its manifest and
   // the warnings about what was skipped; load.dir empty: no --load.
@@ -76,6 +79,11 @@ inline constexpr const char* kParallelFile = "parallel.json";
 
 // The file in a checkpoint (and the out dir) that holds the schedule an auto run built.
 inline constexpr const char* kAutoScheduleFile = "schedule.csv";
+
+// The ranks that read data, ascending: those holding a direction's first stage (tokens) or its
+// last (targets and the loss). One direction: the ranks of stage 0 and stage S-1; DualPipe:
+// ranks 0 and p-1 (each holds one direction's first and the other's last stage).
+std::vector<int32_t> data_ranks(const Schedule& schedule);
 
 // How the measured samples are calibrated (the link when one is emulated).
 CalibrationOptions calibration_options(const RunPlan& plan);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -105,6 +106,130 @@ Status TrainOptions::validate() const {
   return OkStatus();
 }
 
+std::vector<nn::StageSpec> stage_specs(const Schedule& schedule,
+                                       const std::vector<nn::StageSpec>& model_specs) {
+  TP_CHECK(static_cast<int32_t>(model_specs.size()) == schedule.stages_per_direction(),
+           "model specs ", model_specs.size(), " for ", schedule.stages_per_direction(),
+           " model stages");
+  std::vector<nn::StageSpec> out;
+  for (int32_t s = 0; s < schedule.num_stages; ++s)
+    out.push_back(model_specs[schedule.model_stage(s)]);
+  return out;
+}
+
+namespace {
+
+// The copies of each model stage this rank holds one of, in ascending model stage order: the
+// local stage and the ranks holding the copies, ascending (the group view's members).
+struct CopyGroup {
+  int32_t model_stage = 0;
+  int32_t local_stage = 0;
+  std::vector<int> ranks;
+};
+
+std::vector<CopyGroup> copy_groups(const Schedule& sch, int32_t rank) {
+  std::vector<CopyGroup> out;
+  if (sch.directions <= 1) return out;
+  const int32_t per = sch.stages_per_direction();
+  for (int32_t k = 0; k < per; ++k) {
+    CopyGroup g;
+    g.model_stage = k;
+    g.local_stage = -1;
+    for (int32_t d = 0; d < sch.directions; ++d) {
+      const int32_t s = k + d * per;
+      g.ranks.push_back(sch.rank_of(s));
+      if (sch.rank_of(s) == rank) g.local_stage = s;
+    }
+    if (g.local_stage < 0) continue;
+    std::sort(g.ranks.begin(), g.ranks.end());
+    // check_executable refuses two copies on one rank.
+    TP_CHECK(std::adjacent_find(g.ranks.begin(), g.ranks.end()) == g.ranks.end(),
+             "two copies of model stage ", k, " on rank ", rank);
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+// Values per allreduce: bounds the double buffer of a large stage.
+constexpr size_t kCopyBucket = size_t{1} << 20;
+
+}  // namespace
+
+Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double grad_sq, int32_t step,
+                                double timeout_s) {
+  const Schedule& sch = pr.executor().schedule();
+  auto stages = pr.stages();
+  if (sch.directions <= 1 || stages.empty()) return grad_sq;
+  std::vector<double> buf;
+  for (const CopyGroup& g : copy_groups(sch, pr.rank())) {
+    const std::unique_ptr<Transport> view = make_group_view(pipeline, g.ranks);
+    std::span<float> grads = stages.at(g.local_stage)->grads();
+    for (size_t at = 0; at < grads.size(); at += kCopyBucket) {
+      const size_t n = std::min(kCopyBucket, grads.size() - at);
+      buf.assign(grads.begin() + at, grads.begin() + at + n);
+      TP_RETURN_IF_ERROR(allreduce_sum(*view, buf, timeout_s)
+                             .with_context(fmt::format(
+                                 "step {} gradient sum of model stage {}'s copies (stage {})", step,
+                                 g.model_stage, g.local_stage)));
+      std::copy(buf.begin(), buf.end(), grads.begin() + at);
+    }
+  }
+  // Each model stage once in the global norm: its direction-0 copy (the sums are equal).
+  double sq = 0;
+  for (auto& [s, stage] : stages)
+    if (sch.direction_of_stage(s) == 0) sq += stage->grad_sq_norm();
+  return sq;
+}
+
+Status check_stage_copies(PipelineRank& pr, Transport& pipeline, double timeout_s) {
+  const Schedule& sch = pr.executor().schedule();
+  auto stages = pr.stages();
+  if (sch.directions <= 1 || stages.empty()) return OkStatus();
+  std::vector<double> all;
+  for (const CopyGroup& g : copy_groups(sch, pr.rank())) {
+    const std::unique_ptr<Transport> view = make_group_view(pipeline, g.ranks);
+    const nn::GptStage& stage = *stages.at(g.local_stage);
+    std::span<const float> w = stage.params();
+    const size_t members = g.ranks.size();
+    const size_t me = static_cast<size_t>(view->rank());
+    for (size_t at = 0; at < w.size(); at += kCopyBucket) {
+      const size_t n = std::min(kCopyBucket, w.size() - at);
+      // Every member's bits in its own slot (integers below 2^32 are exact doubles, and the
+      // other slots are zeros): the sum hands everyone every copy's exact bits.
+      all.assign(n * members, 0.0);
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t bits = 0;
+        std::memcpy(&bits, &w[at + i], sizeof bits);
+        all[me * n + i] = static_cast<double>(bits);
+      }
+      TP_RETURN_IF_ERROR(
+          allreduce_sum(*view, all, timeout_s)
+              .with_context(fmt::format("comparing model stage {}'s copies", g.model_stage)));
+      for (size_t j = 1; j < members; ++j) {
+        for (size_t i = 0; i < n; ++i) {
+          if (all[j * n + i] == all[i]) continue;
+          const size_t index = at + i;
+          std::string tensor = "?";
+          for (const nn::ParamTensor& t : stage.tensors())
+            if (index >= t.offset && index < t.offset + t.size) tensor = t.name;
+          auto value = [&](size_t slot) {
+            const uint32_t bits = static_cast<uint32_t>(all[slot * n + i]);
+            float f = 0;
+            std::memcpy(&f, &bits, sizeof f);
+            return f;
+          };
+          return Status::internal(fmt::format(
+              "model stage {}: the copies on ranks {} and {} differ at parameter {} ({}): {} vs "
+              "{}; the copies must step identically (their gradients are summed before the "
+              "optimizer)",
+              g.model_stage, g.ranks[0], g.ranks[j], index, tensor, value(0), value(j)));
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
 namespace train_internal {
 
 namespace {
@@ -135,11 +260,9 @@ CpuLoad cpu_load(const TrainOptions& o, const Schedule& lowered) {
   c.rank_threads = host;
   // The ranks of the first and the last stage each run a loader with num_workers threads.
   // Every replica has its own.
-  const int32_t data_ranks =
-      (lowered.rank_of(0) == lowered.rank_of(lowered.num_stages - 1) ? 1 : 2) *
-      (o.world.world_size / o.pp);
-  const int32_t local_data_ranks =
-      host == o.world.world_size ? data_ranks : std::min(data_ranks, host);
+  const int32_t readers =
+      static_cast<int32_t>(data_ranks(lowered).size()) * (o.world.world_size / o.pp);
+  const int32_t local_data_ranks = host == o.world.world_size ? readers : std::min(readers, host);
   c.loader_threads = local_data_ranks * std::max(0, o.data.num_workers);
   return c;
 }
@@ -183,8 +306,10 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
   // recomputing stage keeps its input in bf16.
   const bool bf16 = m.precision == nn::Precision::kBf16;
   const double act_elem = bf16 ? 2 : 4;
-  const CostModel costs = cost_model_for_layout(layers, stage_layers(plan.specs), "");
   const Schedule& sched = plan.lowered;
+  // Per stage id: DualPipe's copies cost what their model stage does, each with its own weights.
+  const CostModel costs =
+      expand_to_directions(cost_model_for_layout(layers, stage_layers(plan.specs), ""), sched);
   const int32_t S = sched.num_stages;
   std::vector<MemoryEstimate> ranks(sched.num_ranks);
   // The activation stash follows each rank's program order (the simulator's memory model: F adds
@@ -222,10 +347,7 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
   // loader's queues.
   const double batch = B * T * 2 * 4, samples = double(o.data.num_workers) * o.data.prefetch * B;
   const double batches = double(std::max<int64_t>(o.microbatches, o.eval_iters));
-  for (int32_t s : {0, S - 1}) {
-    ranks[sched.rank_of(s)].buffers += batches * batch + samples * (T + 1) * 4;
-    if (sched.rank_of(0) == sched.rank_of(S - 1)) break;
-  }
+  for (int32_t r : data_ranks(sched)) ranks[r].buffers += batches * batch + samples * (T + 1) * 4;
   MemoryEstimate total;
   auto add = [&](const MemoryEstimate& r, double times) {
     total.weights += times * r.weights;
@@ -300,6 +422,18 @@ Result<Schedule> initial_schedule(const TrainOptions& opt, AutoSwitch& as) {
   }
   return generate_schedule(as.counterpart,
                            {.ranks = opt.pp, .microbatches = opt.microbatches, .chunks = chunks});
+}
+
+std::vector<int32_t> data_ranks(const Schedule& schedule) {
+  std::vector<int32_t> out;
+  const int32_t per = schedule.stages_per_direction();
+  for (int32_t d = 0; d < schedule.directions; ++d) {
+    out.push_back(schedule.rank_of(d * per));
+    out.push_back(schedule.rank_of(d * per + per - 1));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 CalibrationOptions calibration_options(const RunPlan& plan) {
@@ -388,6 +522,14 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
     TP_ASSIGN_OR_RETURN(plan.lowered, lower(*sched));
   }
   TP_RETURN_IF_ERROR(check_executable(plan.lowered).with_context("--schedule " + opt.schedule));
+  // The layer split is one of the model stages: DualPipe's 2p stage ids hold p model stages.
+  const int32_t model_stages = plan.lowered.stages_per_direction();
+  if (plan.lowered.directions > 1 && opt.pipeline_layout == "auto") {
+    return Status::invalid_argument(fmt::format(
+        "--pipeline-layout auto: not yet for schedule '{}' ({} directions); hint: give a layout "
+        "of its {} model stages, or leave --pipeline-layout out (balanced)",
+        plan.lowered.name, plan.lowered.directions, model_stages));
+  }
   TP_RETURN_IF_ERROR(resolve_auto_layout(plan));
   if (opt.megatron_split.any()) {  // Megatron-LM's uneven-split flags become a layout string
     if (!opt.pipeline_layout.empty()) {
@@ -396,11 +538,11 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
           "--account-for-*-in-pipeline-split: give one of them",
           opt.pipeline_layout));
     }
-    TP_ASSIGN_OR_RETURN(opt.pipeline_layout, nn::megatron_layout(opt.model, plan.lowered.num_stages,
-                                                                 opt.megatron_split));
+    TP_ASSIGN_OR_RETURN(opt.pipeline_layout,
+                        nn::megatron_layout(opt.model, model_stages, opt.megatron_split));
   }
-  TP_ASSIGN_OR_RETURN(plan.specs, nn::partition_layers(opt.model, plan.lowered.num_stages,
-                                                       opt.pipeline_layout));
+  TP_ASSIGN_OR_RETURN(plan.specs,
+                      nn::partition_layers(opt.model, model_stages, opt.pipeline_layout));
   // The global batch: every replica's microbatches (the loss and gradients are its mean).
   plan.tokens_per_step =
       int64_t(plan.layout.dp) * opt.microbatches * opt.model.tokens_per_microbatch();

@@ -213,6 +213,8 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
       for (auto& [s, stage] : pr.stages()) grad_sq += stage->grad_sq_norm();
     }
   }
+  // DualPipe: each model stage's two copies sum their gradients (trainer.h); no-op otherwise.
+  TP_ASSIGN_OR_RETURN(grad_sq, sum_stage_copies(pr, transport, grad_sq, step, timeout_s));
   // After the data-parallel reduction: its exposed time is idle before the optimizer.
   out.optimizer_start = now_seconds() - origin;
   double sums[2] = {loss, grad_sq};

@@ -268,7 +268,8 @@ class Planner {
   struct Pending {
     Config cfg;
     RecomputeChoice rc;
-    std::string layout;
+    std::string layout;              // of the model stages
+    std::vector<StageLayers> split;  // per stage id (DualPipe: each model stage twice)
     double lower_bound = 0;
     int32_t complexity = 0;
     // Peak bytes per rank: exact for a fixed schedule (its program walked in add_config); for an
@@ -538,19 +539,22 @@ Status Planner::enumerate() {
 
 Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& rcs) {
   const int32_t S = c.p * c.v;
-  auto key = std::pair{S, c.mbs};
-  auto sp = splits_.find(key);
-  if (sp == splits_.end()) {
-    sp = splits_
-             .emplace(key, balanced_layer_split(layer_costs(c.mbs),
-                                                static_cast<int32_t>(o_.model.num_layers), S))
-             .first;
-  }
-  const std::vector<StageLayers>& split = sp->second;
-  std::vector<int> blocks;
-  for (const StageLayers& l : split) blocks.push_back(l.blocks);
-  const std::string layout = nn::layout_from_blocks(blocks);
   const bool is_auto = is_auto_schedule_name(c.schedule);
+  // The layers are split over the model stages: S of them, or p for DualPipe, whose 2p stage ids
+  // hold each model stage twice (Schedule::model_stage); each stage id then has its model stage's
+  // layers, so a rank's costs and memory count both copies it holds.
+  auto model_split = [&](int32_t stages) -> const std::vector<StageLayers>& {
+    auto key = std::pair{stages, c.mbs};
+    auto sp = splits_.find(key);
+    if (sp == splits_.end()) {
+      sp =
+          splits_
+              .emplace(key, balanced_layer_split(layer_costs(c.mbs),
+                                                 static_cast<int32_t>(o_.model.num_layers), stages))
+              .first;
+    }
+    return sp->second;
+  };
 
   // A fixed schedule's order does not depend on the costs: generate it once for every recompute
   // choice. An automatic one is built from the costs when it is simulated (simulate_best); here
@@ -566,15 +570,6 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
       return OkStatus();
     }
     sched = std::move(*g);
-    if (sched.directions != 1) {  // the splits and costs below are per stage id, one direction
-      ++res_.stats.configurations;
-      add_infeasible(c, rcs.front(),
-                     fmt::format("not yet planned: {} has {} directions (each rank holds two "
-                                 "copies of its model stage); hint: simulate it with `tightpipe "
-                                 "simulate --schedule {} --model ...`",
-                                 c.schedule, sched.directions, c.schedule));
-      return OkStatus();
-    }
   } else if (int64_t(S) * c.m > kMaxAutoStageMicrobatches) {
     ++res_.stats.configurations;
     add_infeasible(
@@ -584,6 +579,15 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
                     S, c.m, kMaxAutoStageMicrobatches, auto_schedule_counterpart(c.schedule)));
     return OkStatus();
   }
+  const int32_t model_stages = is_auto ? S : sched.stages_per_direction();
+  const std::vector<StageLayers>& by_model_stage = model_split(model_stages);
+  std::vector<StageLayers> split;
+  for (int32_t s = 0; s < S; ++s) {
+    split.push_back(by_model_stage[is_auto ? s : sched.model_stage(s)]);
+  }
+  std::vector<int> blocks;
+  for (const StageLayers& l : by_model_stage) blocks.push_back(l.blocks);
+  const std::string layout = nn::layout_from_blocks(blocks);
   std::vector<double> last_peak;
   for (size_t k = 0; k < rcs.size(); ++k) {
     const RecomputeChoice& rc = rcs[k];
@@ -636,8 +640,8 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
     const std::vector<double> ar = allreduce_times(c, costs, stage_to_rank);
     double lb = 0;
     for (int32_t r = 0; r < c.p; ++r) lb = std::max(lb, busy[r] + ar[r]);
-    pending_.push_back({cfg, rc, layout, lb, schedule_complexity(c.schedule) * 2 + (k > 0 ? 1 : 0),
-                        std::move(peak)});
+    pending_.push_back({cfg, rc, layout, split, lb,
+                        schedule_complexity(c.schedule) * 2 + (k > 0 ? 1 : 0), std::move(peak)});
     // A heavier recompute of the same configuration fits too, and is slower (more compute in
     // the same order): dominated.
     for (size_t j = k + 1; j < rcs.size(); ++j) {
@@ -671,8 +675,7 @@ Status Planner::simulate_best() {
       }
     }
     const Config& c = pd.cfg;
-    const std::vector<StageLayers>& split = splits_.at({c.p * c.v, c.mbs});
-    const CostModel costs = stage_costs(c, split, pd.rc, pd.layout);
+    const CostModel costs = stage_costs(c, pd.split, pd.rc, pd.layout);
     auto sched = make_schedule(c, costs);
     if (!sched.ok()) {
       add_infeasible(c, pd.rc, refusal(sched.status()));

@@ -52,8 +52,8 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   const PlanModel& m = o.model;
   std::vector<std::string> out;
   // tightpipe train: GPT with its tokenizer's padded vocabulary (bytes: 256; GPT-2's BPE: 50304),
-  // 4h MLP, the device's precision (--bf16 where it trains in bf16), one data-parallel replica,
-  // recompute none or uniform (docs/plan.md).
+  // 4h MLP, the device's precision (--bf16 where it trains in bf16), `--data-parallel-size` dp when
+  // dp > 1, recompute none or uniform (docs/plan.md).
   constexpr int64_t kGpt2PaddedVocab = 50304;
   std::vector<std::string> why_not;
   if (m.vocab_size != 256 && m.vocab_size != kGpt2PaddedVocab) {
@@ -62,11 +62,8 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   }
   if (m.ffn_hidden_size != 0 && m.ffn_hidden_size != 4 * m.hidden_size)
     why_not.push_back("an MLP width other than 4 x hidden");
-  if (c.dp > 1) why_not.push_back(fmt::format("data parallel {} (train runs one replica)", c.dp));
   if (c.recompute.rfind("block:", 0) == 0)
     why_not.push_back("block recompute (train has the uniform method)");
-  if (c.schedule == "dualpipe")  // DualPipeV's pairs run; two directions do not yet
-    why_not.push_back(c.schedule + " (two directions are not yet executed)");
   if (why_not.empty()) {
     std::string cmd = fmt::format(
         "tightpipe train --num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} "
@@ -76,6 +73,7 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
     if (c.schedule == "interleaved" || c.schedule == "looped-bfs")
       cmd += fmt::format(" --vpp {}", c.vpp);
     if (!c.layout.empty()) cmd += " --pipeline-layout " + shell_quote(c.layout);
+    if (c.dp > 1) cmd += fmt::format(" --data-parallel-size {}", c.dp);
     if (o.device.bf16) cmd += " --bf16";
     if (c.recompute == "full") {
       cmd += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
@@ -116,6 +114,10 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
         " --enable-zero-bubble --zero-bubble-max-pending-backward {}  # the "
         "zero-bubble fork",
         c.schedule == "zb-2p" || c.schedule == "zb-h2" ? 2 * c.pp : c.pp);
+  } else if (c.schedule == "dualpipe") {
+    mg +=
+        "  # Megatron-LM has no dualpipe schedule: DeepSeek's DualPipe (deepseek-ai/DualPipe) runs "
+        "it";
   } else if (c.schedule == "gpipe" || c.schedule == "looped-bfs" || c.schedule == "dualpipev") {
     mg += fmt::format(
         "  # Megatron-LM has no {} schedule: torch.distributed.pipelining's "

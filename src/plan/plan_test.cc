@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace tightpipe {
@@ -123,6 +124,41 @@ TEST(PlanTest, EightStagesOfADeepModelZeroBubbleWins) {
   const PlanCandidate& base = r->candidates[r->baseline];
   EXPECT_GT(base.step_time_s, c.step_time_s * 1.01);
   EXPECT_GT(base.bubble_ratio, c.bubble_ratio);
+}
+
+TEST(PlanTest, DualPipeSplitsTheModelStagesAndHoldsTwoCopies) {
+  // DualPipe's 2p stage ids hold p model stages twice: the layout has p stages, every rank holds
+  // its two copies (stage r and p-1-r), so its weights and optimizer state are about twice 1F1B's
+  // on the same p, and the command trains it with that layout.
+  PlanOptions o = gpt_options(16, 4096, 4, 64);
+  o.schedules = {"dualpipe", "1f1b"};
+  o.recompute = {RecomputeChoice{}};
+  o.micro_batch_sizes = {1};
+  auto r = plan(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const PlanCandidate* dual = nullptr;
+  const PlanCandidate* base = nullptr;
+  for (const PlanCandidate& c : r->candidates) {
+    if (c.schedule == "dualpipe") dual = &c;
+    if (c.schedule == "1f1b") base = &c;
+  }
+  ASSERT_NE(dual, nullptr);
+  ASSERT_NE(base, nullptr);
+  ASSERT_TRUE(dual->simulated) << dual->reason;
+  EXPECT_EQ(dual->vpp, 2);
+  EXPECT_EQ(std::count(dual->layout.begin(), dual->layout.end(), '|'), 3) << dual->layout;
+  EXPECT_EQ(dual->layout, base->layout);
+  ASSERT_EQ(dual->peak_memory_bytes.size(), 4u);
+  // The middle ranks hold two block runs of the same size as 1F1B's one: their weight bytes
+  // double, and activations add (more microbatches in flight).
+  for (size_t k = 1; k + 1 < 4; ++k) {
+    EXPECT_GT(dual->peak_memory_bytes[k], base->peak_memory_bytes[k] * 1.3) << k;
+  }
+  EXPECT_LT(dual->bubble_ratio, base->bubble_ratio);
+  const std::vector<std::string> cmd = plan_command_lines(*r, *dual);
+  ASSERT_FALSE(cmd.empty());
+  EXPECT_NE(cmd[0].find("--schedule dualpipe --pipeline-layout"), std::string::npos) << cmd[0];
+  EXPECT_NE(cmd[0].find("--pp 4"), std::string::npos) << cmd[0];
 }
 
 TEST(PlanTest, BadInputIsOneClearLine) {

@@ -90,7 +90,11 @@ TEST(TrainIntegrationTest, EmulatedBubbleMatchesPredictionForEverySchedule) {
                {"zb-v", 2, 0.059},
                // Not in REFERENCE.md §2: simulate --schedule dualpipev --pp 4 --num-microbatches 8
                // (uniform f=1,i=1,w=1, pairs at F + B): makespan 27, busy 24 per rank.
-               {"dualpipev", 2, 0.111}};
+               {"dualpipev", 2, 0.111},
+               // docs/schedule_ir.md, "DualPipeV and DualPipe": simulate --compare ... dualpipe
+               // --pp 4 --microbatches 8 --cost f=1,i=1,w=1: makespan 26, busy 24 per rank (a
+               // stage id is a whole model stage, so it costs a whole rank's share).
+               {"dualpipe", 2, 0.077}};
   for (const auto& c : cases) {
     const std::string out = testutil::make_temp_dir("tp-emu");
     TrainOptions o = tiny(out);
@@ -264,13 +268,13 @@ std::map<int64_t, nlohmann::json> read_metrics(const std::string& out) {
 // The first part stops at --exit-interval 4 with --train-iters 8, as in Megatron-LM: a first part
 // run with --train-iters 4 decays the LR over 2 steps instead of 6 (its steps 4 differ).
 TEST(TrainIntegrationTest, ResumedRunEqualsStraightRun) {
-  for (const char* sched : {"1f1b", "zb-v"}) {
+  for (const char* sched : {"1f1b", "zb-v", "dualpipe"}) {
     SCOPED_TRACE(sched);
     const std::string dir = testutil::make_temp_dir("tp-resume");
     auto options = [&](const std::string& name) {
       TrainOptions o = tiny(dir + "/" + name);
       o.schedule = sched;
-      o.vpp = std::string(sched) == "zb-v" ? 2 : 1;
+      o.vpp = std::string(sched) == "1f1b" ? 1 : 2;
       o.train_iters = 8;
       o.lr.warmup_iters = 2;
       o.lr.min_lr = o.lr.lr / 10;
@@ -320,7 +324,11 @@ TEST(TrainIntegrationTest, ResumedRunEqualsStraightRun) {
     EXPECT_EQ(nn::resolve_checkpoint(second.save_dir).value().dir, cb);
     const nn::Manifest man = nn::load_manifest(cb).value();
     EXPECT_EQ(man.step, 8);
+    // DualPipe's checkpoint holds its p model stages once (the direction-0 copies).
     ASSERT_EQ(man.stages.size(), std::string(sched) == "zb-v" ? 4u : 2u);
+    if (std::string(sched) == "dualpipe") {
+      EXPECT_FALSE(std::filesystem::exists(nn::stage_checkpoint_path(cb, 2)));
+    }
     EXPECT_EQ(read_file(nn::manifest_path(cb)).value(), read_file(nn::manifest_path(ca)).value());
     EXPECT_EQ(read_file(cb + "/data_position.json").value(),
               read_file(ca + "/data_position.json").value());
@@ -665,6 +673,94 @@ TEST(TrainIntegrationTest, LoadRefusesMismatchedCheckpoint) {
   EXPECT_NE(s.status().message().find("stage-1.ckpt' is at step 2 but the manifest at step 1"),
             std::string::npos)
       << s.status().message();
+}
+
+// DualPipe end to end (issue 18): p = 2 (m = 4) and p = 4 (m = 8) train as one rank (pp 1 with
+// the same microbatches and data): every step's loss and the validation loss within 1e-6
+// relative. Not bit for bit: each direction's copy of a model stage sums its own half of the
+// microbatches and the two sums are then added (executor_test's DualPipe oracle is bit-identical
+// to that order); here the one rank sums all m in order. Its checkpoint is that of its model
+// stages: 1f1b with the same --pp resumes from it and continues as the DualPipe run does.
+TEST(TrainIntegrationTest, DualPipeTrainsAsOneRankAndItsCheckpointLoadsInto1F1B) {
+  for (int p : {2, 4}) {
+    SCOPED_TRACE(p);
+    const std::string dir = testutil::make_temp_dir("tp-dualpipe");
+    auto options = [&](const std::string& name, const char* sched, int pp) {
+      TrainOptions o = tiny(dir + "/" + name);
+      o.schedule = sched;
+      o.pp = pp;
+      o.vpp = std::string(sched) == "dualpipe" ? 2 : 1;
+      o.microbatches = 2 * p;
+      o.train_iters = 4;
+      o.clip_grad = 0;  // the global norm's summation order is the pipeline's: not compared here
+      o.trace_path.clear();
+      return o;
+    };
+    const TrainOptions one = options("one", "1f1b", 1);
+    TrainOptions dual = options("dual", "dualpipe", p);
+    dual.save_dir = dir + "/dual/ckpt";
+    auto a = run_training(one);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    auto d = run_training(dual);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    const auto ma = read_metrics(one.out_dir);
+    const auto md = read_metrics(dual.out_dir);
+    ASSERT_EQ(ma.size(), 4u);
+    ASSERT_EQ(md.size(), 4u);
+    for (const auto& [step, j] : ma) {
+      const double want = j["loss"].get<double>(), got = md.at(step)["loss"].get<double>();
+      EXPECT_NEAR(got, want, 1e-6 * want) << "step " << step;
+    }
+    ASSERT_GT(a->final_val_loss, 0);
+    EXPECT_NEAR(d->final_val_loss, a->final_val_loss, 1e-6 * a->final_val_loss);
+    // The memory model and the prediction know the two copies: a prediction was made.
+    EXPECT_TRUE(d->prediction_error.empty()) << d->prediction_error;
+
+    // 1f1b on the same --pp continues from DualPipe's checkpoint as DualPipe does.
+    const nn::Manifest man = nn::load_manifest(nn::iteration_dir(dual.save_dir, 4)).value();
+    EXPECT_EQ(static_cast<int>(man.stages.size()), p);
+    for (const char* sched : {"dualpipe", "1f1b"}) {
+      TrainOptions more = options(std::string("more-") + sched, sched, p);
+      more.load_dir = dual.save_dir;
+      more.train_iters = 6;
+      auto r = run_training(more);
+      ASSERT_TRUE(r.ok()) << sched << ": " << r.status().to_string();
+      EXPECT_EQ(r->steps, 2) << sched;
+    }
+    const auto m1 = read_metrics(dir + "/more-1f1b");
+    const auto m2 = read_metrics(dir + "/more-dualpipe");
+    ASSERT_EQ(m1.size(), 2u);
+    ASSERT_EQ(m2.size(), 2u);
+    for (const auto& [step, j] : m1) {
+      const double want = j["loss"].get<double>(), got = m2.at(step)["loss"].get<double>();
+      EXPECT_NEAR(got, want, 1e-6 * want) << "step " << step;
+    }
+  }
+}
+
+// DualPipe's requirements are refused before any work, in one line naming the value: p odd,
+// m odd, m < 2p.
+TEST(TrainIntegrationTest, DualPipeRefusesBadShapes) {
+  const std::string out = testutil::make_temp_dir("tp-dualpipe-bad");
+  struct Bad {
+    int pp, m;
+    const char* says;
+  } bad[] = {{3, 6, "--pp 3: schedule 'dualpipe' needs an even number of pipeline ranks"},
+             {2, 5, "schedule 'dualpipe' needs an even number of microbatches"},
+             {4, 6, "schedule 'dualpipe' needs m >= 2p = 8"}};
+  for (const Bad& b : bad) {
+    TrainOptions o = tiny(out);
+    o.schedule = "dualpipe";
+    o.vpp = 2;
+    o.pp = b.pp;
+    o.model.num_layers = 6;
+    o.microbatches = b.m;
+    auto s = run_training(o);
+    ASSERT_FALSE(s.ok()) << b.says;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(b.says), std::string::npos) << s.status().message();
+    EXPECT_EQ(s.status().message().find('\n'), std::string::npos) << s.status().message();
+  }
 }
 
 }  // namespace
