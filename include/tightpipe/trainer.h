@@ -145,6 +145,10 @@ struct TrainOptions {
   // --world-size, else pp x data_parallel_size.
   int32_t data_parallel_size = 0;      // --data-parallel-size (0: world / --pp)
   int32_t world_size = 0;              // --world-size, threads (0: --pp x --data-parallel-size)
+  // --allow-other-data-parallel-size: --load a checkpoint saved at another data-parallel size
+  // (weights and optimizer state are the same on every replica; the data continues at the
+  // checkpoint's position in the global sample stream). Off: such a load is refused.
+  bool allow_other_data_parallel_size = false;
   GradReduceOptions grad_reduce;       // --overlap-grad-reduce, --bucket-size
   int32_t vpp = 0;                     // --vpp (0: the schedule's default)
   int32_t microbatches = 1;            // --num-microbatches

@@ -1,5 +1,7 @@
 // Transport: point-to-point messages between the P ranks of a pipeline, plus the few small
-// collectives the executor needs (deterministic allreduce, broadcast, barrier), all built on p2p.
+// collectives the executor needs (deterministic allreduce, broadcast, barrier), all built on p2p,
+// and process groups (make_group) with a non-blocking allreduce that a backend may take from its
+// own library (MPI_Comm_split, MPI_Iallreduce) for the data-parallel gradient reduction.
 //
 // One Transport object per rank. Backends: in-process threads (`make_inproc_transports`, the
 // default) and MPI processes (transport_mpi.h). `make_link_emulator` wraps any transport to add
@@ -28,9 +30,11 @@
 //
 // Thread safety: isend, irecv, abort and aborted may be called from several threads at once; one
 // Request is used by one thread at a time; a collective must not run concurrently with another
-// collective on the same Transport.
+// collective on the same Transport (posting an iallreduce_sum counts; its pending Requests do
+// not, so a helper thread may post and wait them while other threads use other groups).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -88,6 +92,34 @@ class Transport {
   virtual void abort(std::string_view reason) = 0;
   // The abort this rank has seen (its own or a peer's), if any.
   virtual std::optional<Status> aborted() const = 0;
+
+  // A sub-communicator with its own collectives: rank i of the group is this transport's rank
+  // members[i]. Default: make_group_view(*this, members) (below). MPI: a new communicator from
+  // MPI_Comm_split of this one (color = members[0], key = position), whose iallreduce_sum is
+  // MPI_Iallreduce. COLLECTIVE: every rank of this transport calls make_group the same number of
+  // times in the same order, each call with groups that partition the ranks (e.g. every rank
+  // asks for its pipeline, then every rank for its data-parallel group), since MPI_Comm_split
+  // blocks until every rank of the parent joins. A decorator that wraps some ranks only must
+  // forward make_group to its inner transport (and wrap the group), so that every rank takes the
+  // same path; a decorator on every rank (the link emulator) may keep the default, which sends
+  // the group's traffic through the decorator. abort()/aborted() of the group are the world's.
+  // The group does not own this transport, which must outlive it and its requests.
+  // REQUIRES: members distinct, in [0, size()), rank() among them.
+  virtual Result<std::unique_ptr<Transport>> make_group(std::vector<int> members);
+
+  // Starts an in-place sum of `data` over every rank; the Request's wait/test completes it (the
+  // time-out and abort rules of isend/irecv apply). Default: the algorithm of allreduce_sum
+  // (below), its messages posted now: every rank gets bit-identical sums in rank order. MPI:
+  // MPI_Iallreduce(MPI_IN_PLACE, MPI_SUM) on the transport's communicator, which sums in the
+  // library's own order (exact and order-free for 2 ranks; for more, within rounding). Several
+  // may be in flight at once and be waited in any order. Dropping a pending one leaves `data`
+  // unspecified but no longer written.
+  // REQUIRES: every rank posts its iallreduce_sums in the same order with the same data.size();
+  // `data` stays alive and untouched until wait() returned OK (or the Request is dropped).
+  virtual std::unique_ptr<Request> iallreduce_sum(std::span<double> data);
+
+ private:
+  std::atomic<uint32_t> iallreduce_calls_{0};  // numbers the default iallreduce_sum's tags
 };
 
 // ---- Blocking helpers and collectives (free functions over any Transport) -------------------
@@ -123,14 +155,14 @@ struct ParallelLayout {
   std::vector<int> data_parallel_group(int pp_rank) const;
 };
 
-// A sub-communicator over `parent`: rank i of the view is parent rank members[i]; sends, receives
-// and the collectives of this header then run among the members only, with the view's ranks.
-// abort() and aborted() are the parent's (a failure anywhere stops the whole world). The view
-// does not own the parent, which must outlive it. Messages keep their tags, so two views of one
-// parent must not both carry messages between the same pair of parent ranks with the same tag
-// at once: the pipeline and data-parallel groups of a ParallelLayout share no pair of ranks (two
-// ranks in one pipeline differ in pp_rank, in one DP group they share it), so they never clash.
-// REQUIRES: members distinct, in [0, parent.size()), parent.rank() among them.
+// The default Transport::make_group: a sub-communicator over `parent`: rank i of the view is parent
+// rank members[i]; sends, receives and the collectives of this header then run among the members
+// only, with the view's ranks. abort() and aborted() are the parent's (a failure anywhere stops the
+// whole world). The view does not own the parent, which must outlive it. Messages keep their tags,
+// so two views of one parent must not both carry messages between the same pair of parent ranks
+// with the same tag at once: the pipeline and data-parallel groups of a ParallelLayout share no
+// pair of ranks (two ranks in one pipeline differ in pp_rank, in one DP group they share it), so
+// they never clash. REQUIRES: members distinct, in [0, parent.size()), parent.rank() among them.
 std::unique_ptr<Transport> make_group_view(Transport& parent, std::vector<int> members);
 
 // ---- In-process backend ---------------------------------------------------------------------

@@ -12,8 +12,14 @@
 // This header does not include mpi.h; it is usable whether or not MPI was built in
 // (functions return FailedPrecondition when TIGHTPIPE_HAVE_MPI is not defined).
 //
-// Thread safety: as Transport; MPI calls are serialized by a mutex per transport, so
-// MPI_THREAD_SERIALIZED suffices (MPI_THREAD_MULTIPLE is requested).
+// Groups (Transport::make_group) are MPI_Comm_split of the parent's communicator; they share the
+// world transport's abort channel (an abort anywhere stops every rank of the world) and lock, and
+// their iallreduce_sum is MPI_Iallreduce, polled like a message. Errors name world ranks.
+//
+// Thread safety: as Transport. MPI calls are serialized by one mutex per world transport (shared
+// by its groups) when MPI provides MPI_THREAD_MULTIPLE (requested), and by one mutex for the whole
+// process when it provides only MPI_THREAD_SERIALIZED (the overlapped gradient reduction calls
+// MPI from a helper thread), so either level is correct.
 #pragma once
 
 #include <atomic>
@@ -38,6 +44,8 @@ class MpiScope {
 
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
+  // True when MPI provides MPI_THREAD_MULTIPLE (else MPI_THREAD_SERIALIZED).
+  bool thread_multiple() const { return thread_multiple_; }
 
   // For the MPI transports: a wait timed out, an abort was seen or MPI reported an error, so a
   // peer may be dead. MPI_Finalize waits for every process (it can hang on a dead one), so at exit
@@ -52,6 +60,7 @@ class MpiScope {
   int world_rank_ = 0;
   int world_size_ = 1;
   bool owns_init_ = false;
+  bool thread_multiple_ = false;
   std::atomic<bool> peer_failure_{false};
 };
 

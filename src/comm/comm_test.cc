@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -294,6 +295,116 @@ TEST_P(TransportTest, GroupViewsOfDataParallelTimesPipeline) {
       TP_RETURN_IF_ERROR(r->wait(kLong));
       EXPECT_EQ(in, 100 + layout.global(layout.pp_rank(g), 1 - layout.dp_rank(g)));
     }
+    return OkStatus();
+  }));
+}
+
+// make_group (MPI: MPI_Comm_split; threads: the view) for DP x PP on 4 ranks, every rank asking
+// for its pipeline, then its data-parallel group: iallreduce_sum on both, several in flight at
+// once and waited in reverse order, gives the sums (2 members: exact, so bit for bit), and the
+// groups' messages keep to their members with world rank numbers in errors.
+TEST_P(TransportTest, GroupIallreduceSumsBucketsInFlightTogether) {
+  const ParallelLayout layout{.dp = 2, .pp = 2};
+  expect_all_ok(run([&](Transport& t) -> Status {
+    if (t.size() != 4) return OkStatus();  // the mpi job of another size
+    const int g = t.rank();
+    TP_ASSIGN_OR_RETURN(auto pipe, t.make_group(layout.pipeline_group(layout.dp_rank(g))));
+    TP_ASSIGN_OR_RETURN(auto dp, t.make_group(layout.data_parallel_group(layout.pp_rank(g))));
+    EXPECT_EQ(pipe->rank(), layout.pp_rank(g));
+    EXPECT_EQ(dp->rank(), layout.dp_rank(g));
+    EXPECT_EQ(dp->size(), 2);
+    // On MPI the groups are communicators of their own, not views of the world.
+    if (is_mpi()) {
+      EXPECT_THAT(dp->name(), HasSubstr("mpi group {"));
+    }
+    auto input = [](int rank, size_t n, int salt) {
+      Rng rng(1000 * salt + rank);
+      std::vector<double> v(n);
+      for (auto& x : v) x = (rng.uniform_double() - 0.5) * std::pow(10.0, int(rng.below(9)) - 4);
+      return v;
+    };
+    auto sum_in = [&](Transport& group, const std::vector<int>& members) -> Status {
+      const std::vector<size_t> sizes = {0, 1, 3, 1001, 5000};
+      std::vector<std::vector<double>> data;
+      std::vector<std::unique_ptr<Request>> reqs;
+      for (size_t k = 0; k < sizes.size(); ++k) data.push_back(input(g, sizes[k], int(k)));
+      for (size_t k = 0; k < sizes.size(); ++k) reqs.push_back(group.iallreduce_sum(data[k]));
+      for (size_t k = sizes.size(); k-- > 0;) TP_RETURN_IF_ERROR(reqs[k]->wait(kLong));
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        std::vector<double> ref = input(members[0], sizes[k], int(k));
+        const auto other = input(members[1], sizes[k], int(k));
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] += other[i];
+        EXPECT_TRUE(ref.empty() ||
+                    std::memcmp(ref.data(), data[k].data(), ref.size() * sizeof(double)) == 0)
+            << "rank " << g << " bucket " << k;
+      }
+      return OkStatus();
+    };
+    // The data-parallel group's on a helper thread (as --overlap-grad-reduce does) while this
+    // thread uses the pipeline group: under MPI_THREAD_SERIALIZED too
+    // (comm_test_mpi_np4_serialized).
+    Status helper;
+    std::thread th([&] { helper = sum_in(*dp, layout.data_parallel_group(layout.pp_rank(g))); });
+    const Status mine = sum_in(*pipe, layout.pipeline_group(layout.dp_rank(g)));
+    th.join();
+    TP_RETURN_IF_ERROR(mine);
+    TP_RETURN_IF_ERROR(helper);
+    // The default collectives still run on the groups (the loss and norm reductions).
+    double b[1] = {double(1 << g)};
+    TP_RETURN_IF_ERROR(allreduce_sum(*dp, b, kLong));
+    EXPECT_EQ(b[0], double(3 << (2 * layout.pp_rank(g))));
+    return OkStatus();
+  }));
+}
+
+// A data-parallel group member that stalls: its partner's iallreduce_sum times out naming the
+// group's world ranks and stays usable (it completes once the member joins); a member that
+// aborts ends the pending iallreduce_sums of the others with its reason, well within the time-out.
+TEST_P(TransportTest, GroupIallreduceTimesOutAndEndsOnAbort) {
+  const ParallelLayout layout{.dp = 2, .pp = 2};
+  expect_all_ok(run([&](Transport& t) -> Status {
+    if (t.size() != 4) return OkStatus();
+    const int g = t.rank();
+    TP_ASSIGN_OR_RETURN(auto pipe, t.make_group(layout.pipeline_group(layout.dp_rank(g))));
+    TP_ASSIGN_OR_RETURN(auto dp, t.make_group(layout.data_parallel_group(layout.pp_rank(g))));
+    // 1. Rank 3 joins 1 s late: rank 2 times out at 0.3 s, then completes.
+    std::vector<double> x(100, double(g));
+    if (g == 3) sleep_s(1.0);
+    auto r = dp->iallreduce_sum(x);
+    if (g == 2) {
+      Status s = r->wait(0.3);
+      EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.to_string();
+      // MPI knows the collective, not which rank is missing; the p2p algorithm waits on rank 3.
+      EXPECT_THAT(s.message(),
+                  HasSubstr(is_mpi() ? "iallreduce_sum of 100 doubles among world ranks {2, 3}"
+                                     : "recv from rank 3"));
+    }
+    TP_RETURN_IF_ERROR(r->wait(kLong));
+    EXPECT_EQ(x[99], double(layout.pp_rank(g) == 0 ? 0 + 1 : 2 + 3));
+    TP_RETURN_IF_ERROR(barrier(t, kLong));
+    // 2. Rank 3 aborts instead of joining: rank 2 (its DP partner) and rank 1 (its pipeline
+    // partner) end with its reason; ranks 0's groups need no rank 3.
+    if (g == 3) {
+      sleep_s(0.2);
+      t.abort("replica 1 lost its GPU");
+      return OkStatus();
+    }
+    std::vector<double> a(5000, 1.0), b(5000, 1.0);
+    auto ra = dp->iallreduce_sum(a);
+    auto rb = pipe->iallreduce_sum(b);
+    const double start = now_seconds();
+    constexpr double kTimeout = 10.0;
+    const Status sa = ra->wait(kTimeout), sb = rb->wait(kTimeout);
+    const double took = now_seconds() - start;
+    EXPECT_LT(took, 5.0);
+    const Status& pending = g == 2 ? sa : sb;  // the one that needs rank 3
+    if (g != 0) {
+      EXPECT_EQ(pending.code(), StatusCode::kUnavailable) << pending.to_string();
+      EXPECT_THAT(pending.message(), HasSubstr("rank 3 aborted: replica 1 lost its GPU"));
+      EXPECT_THAT(pending.message(), HasSubstr("allreduce_sum"));
+    }
+    for (const Status& s : {sa, sb})
+      EXPECT_TRUE(s.ok() || s.code() == StatusCode::kUnavailable) << s.to_string();
     return OkStatus();
   }));
 }
@@ -678,6 +789,13 @@ TEST(RunWorldTest, ThreadsWithEmulatedLink) {
 }
 
 // Under mpirun -np 4 only.
+// comm_test_mpi_np4_serialized: MPI provides MPI_THREAD_SERIALIZED only, and the scope knows.
+TEST(MpiWorldTest, ThreadLevelIsTheOneProvided) {
+  if (!g_mpi) GTEST_SKIP() << "runs under mpirun";
+  if (std::getenv("TP_TEST_MPI_SERIALIZED") == nullptr) GTEST_SKIP() << "the serialized job only";
+  EXPECT_FALSE(g_mpi->thread_multiple());
+}
+
 TEST(MpiWorldTest, RunWorldChecksTheWorldSize) {
   if (!g_mpi) GTEST_SKIP() << "runs under mpirun";
   WorldOptions opt;

@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+
+#ifdef TIGHTPIPE_HAVE_MPI
+#include <mpi.h>
+#endif
 
 #include "tightpipe/transport_mpi.h"
 
@@ -10,9 +15,22 @@ namespace tightpipe::comm_test {
 std::shared_ptr<MpiScope> g_mpi;  // set when launched by mpirun
 }  // namespace tightpipe::comm_test
 
+namespace {
+bool g_serialized_init = false;  // main called MPI_Init_thread (TP_TEST_MPI_SERIALIZED)
+}  // namespace
+
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   if (tightpipe::launched_by_mpirun()) {
+#ifdef TIGHTPIPE_HAVE_MPI
+    // TP_TEST_MPI_SERIALIZED=1: MPI initialized at MPI_THREAD_SERIALIZED, as some MPI builds
+    // provide; MpiScope then serializes every MPI call of the process (transport_mpi.h).
+    if (std::getenv("TP_TEST_MPI_SERIALIZED") != nullptr) {
+      int provided = 0;
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+      g_serialized_init = true;
+    }
+#endif
     auto scope = tightpipe::MpiScope::acquire();
     if (!scope.ok()) {
       std::fprintf(stderr, "comm_test: %s\n", scope.status().to_string().c_str());
@@ -29,5 +47,12 @@ int main(int argc, char** argv) {
     auto t = tightpipe::make_mpi_transport(g_mpi);
     if (!t.ok()) std::fprintf(stderr, "comm_test: %s\n", t.status().to_string().c_str());
   }
+#ifdef TIGHTPIPE_HAVE_MPI
+  if (g_serialized_init && g_mpi) {             // MPI was ours to start, so it is ours to finalize
+    const bool failed = g_mpi->peer_failure();  // as MpiScope: not while a peer may be gone
+    g_mpi.reset();
+    if (!failed) MPI_Finalize();
+  }
+#endif
   return rc;
 }

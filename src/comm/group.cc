@@ -1,4 +1,5 @@
-// Process groups: ParallelLayout and the group view (transport.h).
+// Process groups: ParallelLayout, the group view and the default Transport::make_group
+// (transport.h).
 #include <algorithm>
 #include <fmt/format.h>
 
@@ -57,6 +58,10 @@ class GroupView final : public Transport {
 
 std::unique_ptr<Transport> make_group_view(Transport& parent, std::vector<int> members) {
   return std::make_unique<GroupView>(parent, std::move(members));
+}
+
+Result<std::unique_ptr<Transport>> Transport::make_group(std::vector<int> members) {
+  return make_group_view(*this, std::move(members));
 }
 
 }  // namespace tightpipe

@@ -163,7 +163,7 @@ class LinkEmulator final : public Transport {
     }
     cv_.notify_all();
     return std::make_unique<EmuSendRequest>(
-        std::move(send), OpInfo{true, rank(), dst, tag, data.size()}, inner_.get());
+        std::move(send), OpInfo{true, rank(), dst, tag, data.size(), {}}, inner_.get());
   }
 
   std::unique_ptr<Request> irecv(int src, int tag, std::span<std::byte> data) override {

@@ -8,11 +8,18 @@
 namespace tightpipe::comm_internal {
 
 std::string OpInfo::describe() const {
+  if (!collective.empty()) return fmt::format("rank {}: {}", rank, collective);
   return fmt::format("rank {}: {} rank {}, tag {}, {} bytes", rank,
                      is_send ? "send to" : "recv from", peer, tag, bytes);
 }
 
 Status OpInfo::timeout_error(double timeout_s) const {
+  if (!collective.empty()) {
+    return Status::deadline_exceeded(fmt::format(
+        "{}: not complete after {:.3f} s; hint: one of those ranks may have stalled or died, or "
+        "the ranks' programs disagree on this collective",
+        describe(), timeout_s));
+  }
   return Status::deadline_exceeded(fmt::format(
       "{}: not complete after {:.3f} s; hint: rank {} may have stalled or died, or the two ranks' "
       "programs disagree on this message",

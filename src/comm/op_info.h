@@ -15,8 +15,11 @@ struct OpInfo {
   int peer = 0;  // destination of a send, source of a receive
   int tag = 0;
   size_t bytes = 0;
+  // Non-empty for a collective: what it is, e.g. "iallreduce_sum of 8 doubles among ranks
+  // {0, 1}" (peer and tag unused).
+  std::string collective;
 
-  // "rank 0: send to rank 1, tag 7, 4096 bytes"
+  // "rank 0: send to rank 1, tag 7, 4096 bytes"; a collective: "rank 0: <collective>"
   std::string describe() const;
   // DeadlineExceeded "<describe>: not complete after 0.50 s; hint: ..."
   Status timeout_error(double timeout_s) const;

@@ -185,10 +185,25 @@ Status RankRun::check_data_parallel(const std::string& dir) const {
     saved = j["data_parallel_size"].get<int64_t>();
   }
   if (saved == plan_.layout.dp) return OkStatus();
+  if (opt_.allow_other_data_parallel_size) {
+    // Every replica holds the same weights and optimizer state, and the loader position is the
+    // global stream's: only the grouping of the samples into global batches changes.
+    plan_.log(log_rank_,
+              fmt::format("--load {}: saved at data-parallel size {}, continuing at {} "
+                          "(--allow-other-data-parallel-size): the weights and optimizer state as "
+                          "saved; the data goes on from the checkpoint's place in the global "
+                          "sample stream in global batches of {} x {} microbatches: no sample is "
+                          "repeated or skipped, and the steps are those of a run kept at {} only "
+                          "if its global batch had as many microbatches",
+                          dir, saved, plan_.layout.dp, plan_.layout.dp, opt_.microbatches, saved));
+    return OkStatus();
+  }
   return Status::invalid_argument(fmt::format(
       "--load {}: the checkpoint was trained with data-parallel size {} but this run has "
       "data-parallel size {} (world {} / --pp {}); hint: resume with {} x --pp ranks, the "
-      "data position splits the global batch by the data-parallel size",
+      "data position splits the global batch by the data-parallel size, or pass "
+      "--allow-other-data-parallel-size to load the weights and continue the data stream in "
+      "global batches of the new size",
       dir, saved, plan_.layout.dp, plan_.layout.world(), opt_.pp, saved));
 }
 

@@ -598,12 +598,14 @@ Result<TrainSummary> run_training(const TrainOptions& options) {
   TrainSummary summary;
   auto body = [&](Transport& world) -> Status {
     // This rank's pipeline (its replica) and its data-parallel group (its stages' replicas).
+    // make_group is collective (MPI_Comm_split on MPI): every rank asks for its pipeline, then
+    // every rank for its data-parallel group, each call's groups partitioning the world.
     const ParallelLayout& l = plan.layout;
     const int g = world.rank();
-    const std::unique_ptr<Transport> pipeline =
-        make_group_view(world, l.pipeline_group(l.dp_rank(g)));
-    const std::unique_ptr<Transport> data_parallel =
-        make_group_view(world, l.data_parallel_group(l.pp_rank(g)));
+    TP_ASSIGN_OR_RETURN(const std::unique_ptr<Transport> pipeline,
+                        world.make_group(l.pipeline_group(l.dp_rank(g))));
+    TP_ASSIGN_OR_RETURN(const std::unique_ptr<Transport> data_parallel,
+                        world.make_group(l.data_parallel_group(l.pp_rank(g))));
     train_internal::RankRun run(plan, *pipeline, *data_parallel);
     TP_ASSIGN_OR_RETURN(std::optional<TrainSummary> s, run.run());
     if (s) summary = std::move(*s);  // rank 0 only: one writer

@@ -73,22 +73,34 @@ Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
       lr));
 }
 
-// Sums one stage's gradient arena over the data-parallel group in buckets of `bucket` values,
-// through doubles (the deterministic allreduce): DP = 2 gives exactly the float sum. Every
-// member holds the same stages (the same pipeline rank), so the buckets line up.
+// Sums one stage's gradient arena over the data-parallel group through doubles, in buckets of
+// `bucket` values: every bucket is posted (the group's iallreduce_sum: MPI_Iallreduce on MPI, the
+// deterministic p2p algorithm otherwise), so they are in flight together, then each is waited
+// for. DP = 2 gives exactly the float sum on either. Every member holds the same stages (the same
+// pipeline rank), so the buckets line up.
 Status reduce_stage(nn::GptStage& stage, int32_t s, Transport& dp, int64_t bucket, int32_t step,
                     double timeout_s) {
-  std::vector<double> buf;
   std::span<float> g = stage.grads();
+  std::vector<double> buf(g.begin(), g.end());
   const size_t chunk = static_cast<size_t>(bucket);
+  std::vector<std::unique_ptr<Request>> reqs;
   for (size_t at = 0; at < g.size(); at += chunk) {
-    const size_t n = std::min(chunk, g.size() - at);
-    buf.assign(g.begin() + at, g.begin() + at + n);
-    TP_RETURN_IF_ERROR(allreduce_sum(dp, buf, timeout_s)
-                           .with_context(fmt::format(
-                               "step {} data-parallel gradient allreduce of stage {}", step, s)));
-    std::copy(buf.begin(), buf.end(), g.begin() + at);
+    reqs.push_back(
+        dp.iallreduce_sum(std::span<double>(buf).subspan(at, std::min(chunk, g.size() - at))));
   }
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    // Each bucket gets the whole time-out (it measures a stall, not the size of the stage), and
+    // twice: a member that stalls or died is first seen by its pipeline partner, whose message
+    // time-out names it and aborts the world, while a collective cannot tell who is missing.
+    // The abort then ends this wait with that name, within the partner's time-out.
+    TP_RETURN_IF_ERROR(
+        reqs[k]
+            ->wait(2 * timeout_s)
+            .with_context(
+                fmt::format("step {} data-parallel gradient allreduce of stage {}, bucket {} of {}",
+                            step, s, k + 1, reqs.size())));
+  }
+  std::copy(buf.begin(), buf.end(), g.begin());
   return OkStatus();
 }
 

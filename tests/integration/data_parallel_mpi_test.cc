@@ -1,8 +1,9 @@
 // Data parallel x pipeline parallel on MPI processes, run as a user would (mpirun + the CLI):
-// DP 2 x PP 2 on 4 processes and DP 2 x PP 1 on 2 train 5 steps as one rank does on the whole
-// global batch (--pp 1 --num-microbatches 4, threads): losses, gradient norms and final weights
-// within 1e-6 relative, also with --overlap-grad-reduce. A process count that --pp does not divide
-// is refused on every process.
+// DP 2 x PP 2 on 4 processes, DP 2 x PP 1 on 2 and DP 4 x PP 1 on 4 train 5 steps as one rank
+// does on the whole global batch (--pp 1 --num-microbatches 4, threads): losses, gradient norms
+// and final weights within 1e-6 relative, also with --overlap-grad-reduce. The gradients are
+// summed with MPI_Iallreduce on the data-parallel communicators (MPI_Comm_split). A process count
+// that --pp does not divide is refused on every process.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -26,22 +27,38 @@ TEST(DataParallelMpiTest, Dp2TimesPp2AndDp2TimesPp1TrainAsOneRank) {
   auto one = run_command(fmt::format(
       "{} --pp 1 --num-microbatches 4 --out-dir {}/one --save {}/one/ckpt", kTrain, dir, dir));
   ASSERT_EQ(one.exit_code, 0) << one.out << one.err;
+  // m microbatches per replica: always a global batch of 4. DP 4 x PP 1 sums 4 replicas with
+  // MPI_Iallreduce in the library's order: within 1e-6, not bit for bit (docs/data_parallel.md).
   struct Case {
-    int np, pp;
+    int np, pp, m;
     const char* extra;
   };
-  for (const Case& c : {Case{4, 2, ""}, Case{2, 1, ""},
-                        Case{4, 2, " --schedule zb-h1 --overlap-grad-reduce --bucket-size 5000"}}) {
+  for (const Case& c :
+       {Case{4, 2, 2, ""}, Case{2, 1, 2, ""}, Case{4, 1, 1, ""},
+        Case{4, 2, 2, " --schedule zb-h1 --overlap-grad-reduce --bucket-size 5000"}}) {
     SCOPED_TRACE(fmt::format("-np {} --pp {}{}", c.np, c.pp, c.extra));
     const std::string out = fmt::format("{}/np{}pp{}{}", dir, c.np, c.pp, *c.extra ? "o" : "");
     auto r = run_command(fmt::format(
-        "{} -np {} {} --transport mpi --pp {} --num-microbatches 2 --out-dir {} --save {}/ckpt{}",
-        kMpirun, c.np, kTrain, c.pp, out, out, c.extra));
+        "{} -np {} {} --transport mpi --pp {} --num-microbatches {} --out-dir {} --save {}/ckpt{}",
+        kMpirun, c.np, kTrain, c.pp, c.m, out, out, c.extra));
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-    EXPECT_NE(r.out.find("data-parallel 2 (global batch 4 microbatches)"), std::string::npos)
+    EXPECT_NE(
+        r.out.find(fmt::format("data-parallel {} (global batch 4 microbatches)", c.np / c.pp)),
+        std::string::npos)
         << r.out;
     testutil::expect_trains_as(out, out + "/ckpt", dir + "/one", dir + "/one/ckpt");
   }
+  // The DP 2 x PP 2 checkpoint goes on at DP 1 (threads) only with the flag.
+  const std::string more = fmt::format("{} --pp 2 --num-microbatches 4 --train-iters 7 --load {}",
+                                       kTrain, dir + "/np4pp2/ckpt");
+  auto refused = run_command(more);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("hint: resume with 2 x --pp ranks"), std::string::npos) << refused.err;
+  auto allowed = run_command(more + " --allow-other-data-parallel-size");
+  ASSERT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
+  EXPECT_NE((allowed.out + allowed.err).find("saved at data-parallel size 2, continuing at 1"),
+            std::string::npos)
+      << allowed.out << allowed.err;
 }
 
 TEST(DataParallelMpiTest, ProcessCountNotDivisibleByPpIsRefused) {

@@ -2,10 +2,12 @@
 // pipeline, each on its own slice of the global batch, train as one rank does on the whole
 // global batch (--pp 1 --num-microbatches DP x m): the loss and gradient norm of every step and
 // the final weights within 1e-6 relative, for every schedule. A resume at the same DP x PP equals
-// the straight run exactly; bad DP x PP shapes and a checkpoint of another DP size are refused.
+// the straight run exactly; bad DP x PP shapes and a checkpoint of another DP size are refused,
+// unless --allow-other-data-parallel-size.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -153,6 +155,57 @@ TEST(DataParallelTest, ResumeAtTheSameDataParallelSizeEqualsTheStraightRun) {
   const std::string cb = nn::iteration_dir(part2.save_dir, 6);
   for (const char* f : {"stage-0.ckpt", "stage-1.ckpt", "data_position.json", "parallel.json"})
     EXPECT_TRUE(read_file(ca + "/" + f).value() == read_file(cb + "/" + f).value()) << f;
+}
+
+// --allow-other-data-parallel-size: a DP 2 x PP 2 checkpoint (m = 2) after 2 of 4 steps,
+// continued at DP 1 x PP 2 with m = 4 (the same global batch of 4 microbatches), trains as the
+// straight DP 2 run: the weights, the optimizer state and the data position carried over (the
+// steps after the load within 1e-6, the final weights too). And back: DP 1 to DP 2.
+TEST(DataParallelTest, OtherDataParallelSizeLoadsWithTheFlag) {
+  const std::string dir = testutil::make_temp_dir("tp-dp-other");
+  for (const auto& [from, to] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    SCOPED_TRACE(fmt::format("dp {} -> dp {}", from, to));
+    const std::string sub = fmt::format("{}/dp{}to{}", dir, from, to);
+    TrainOptions straight = options(sub + "/straight", 2, from, 4 / from);
+    straight.train_iters = 4;
+    TrainOptions part1 = options(sub + "/part1", 2, from, 4 / from);
+    part1.train_iters = 4;
+    part1.exit_interval = 2;
+    TrainOptions part2 = options(sub + "/part2", 2, to, 4 / to);
+    part2.train_iters = 4;
+    part2.load_dir = part1.save_dir;
+    ASSERT_TRUE(run_training(straight).ok());
+    ASSERT_TRUE(run_training(part1).ok());
+    auto refused = run_training(part2);
+    ASSERT_FALSE(refused.ok()) << "another DP size without the flag";
+    EXPECT_NE(refused.status().message().find("--allow-other-data-parallel-size"),
+              std::string::npos)
+        << refused.status().to_string();
+    part2.allow_other_data_parallel_size = true;
+    std::vector<std::string> lines;
+    part2.log = [&](const std::string& l) { lines.push_back(l); };
+    auto s = run_training(part2);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_EQ(s->steps, 2);
+    const std::string said =
+        fmt::format("saved at data-parallel size {}, continuing at {}", from, to);
+    EXPECT_EQ(
+        std::count_if(lines.begin(), lines.end(),
+                      [&](const std::string& l) { return l.find(said) != std::string::npos; }),
+        1);
+    const auto mr = read_metrics(part2.out_dir), ms = read_metrics(straight.out_dir);
+    ASSERT_EQ(mr.size(), 2u);
+    for (const auto& [step, j] : mr) {
+      SCOPED_TRACE(step);
+      for (const char* k : {"loss", "grad_norm"}) {
+        const double want = ms.at(step)[k].get<double>();
+        EXPECT_NEAR(j[k].get<double>(), want, 1e-6 * std::fabs(want)) << k;
+      }
+    }
+    EXPECT_LT(
+        testutil::relative(testutil::weights(part2.save_dir), testutil::weights(straight.save_dir)),
+        1e-6);
+  }
 }
 
 TEST(DataParallelTest, BadShapesAndAnotherDataParallelSizeAreRefused) {

@@ -78,26 +78,35 @@ void expect_survivor_errors(const std::string& all, int survivors, const std::st
   }
 }
 
-std::string mpirun_fault_train(const std::string& mpirun_flags, const std::string& fault) {
-  return "mpirun --allow-run-as-root --oversubscribe " + mpirun_flags + " -np 3 " +
-         std::string(TP_BINARY_DIR) +
-         "/tests/integration/fault_train --transport mpi --pp 3 --timeout 2 --fault " + fault;
+// The job: np processes, --pp pp (data-parallel size np / pp), `extra` fault_train flags.
+struct FaultJob {
+  int np = 3, pp = 3;
+  std::string extra;
+};
+
+std::string mpirun_fault_train(const std::string& mpirun_flags, const std::string& fault,
+                               const FaultJob& job = {}) {
+  return "mpirun --allow-run-as-root --oversubscribe " + mpirun_flags + " -np " +
+         std::to_string(job.np) + " " + std::string(TP_BINARY_DIR) +
+         "/tests/integration/fault_train --transport mpi --pp " + std::to_string(job.pp) +
+         " --timeout 2 --fault " + fault + job.extra;
 }
 
-// Runs fault_train under mpirun with `fault`, which ends rank 1's process, and checks what such
-// a run must show: no hang, mpirun's non-zero exit status, rank 1's one line (`dead_line`) and
-// one error line from each survivor naming rank 1.
+// Runs fault_train under mpirun with `fault`, which ends rank `dead`'s process, and checks what
+// such a run must show: no hang, mpirun's non-zero exit status, the dead rank's one line
+// (`dead_line`) and one error line from each survivor naming it.
 void expect_dead_rank_fails_the_job(const std::string& mpirun_flags, const std::string& fault,
-                                    const std::string& dead_line) {
+                                    const std::string& dead_line, const FaultJob& job = {},
+                                    int dead = 1) {
   const double t0 = now_seconds();
-  auto r = run_command(mpirun_fault_train(mpirun_flags, fault));
+  auto r = run_command(mpirun_fault_train(mpirun_flags, fault, job));
   const double elapsed = now_seconds() - t0;
   const std::string all = r.out + r.err;
   EXPECT_LT(elapsed, 30.0) << "a dead peer must not hang the run";
   EXPECT_NE(r.exit_code, 0) << "mpirun " << mpirun_flags << " must fail a job whose ranks failed\n"
                             << all;
   EXPECT_EQ(count(all, dead_line), 1) << all;
-  expect_survivor_errors(all, 2, "rank 1");
+  expect_survivor_errors(all, job.np - 1, "rank " + std::to_string(dead));
 }
 
 TEST(FailureTest, KilledMpiRankEndsEveryOtherRankWithAnError) {
@@ -120,6 +129,30 @@ TEST(FailureTest, KilledMpiRankUnderRecoveryFailsTheJob) {
   expect_dead_rank_fails_the_job("--enable-recovery",
                                  "sigkill:1:" + std::to_string(kHalfwayThroughStep1),
                                  "rank 1: SIGKILL after 18 sends");
+}
+
+// Issue 19: a replica that dies. DP 2 x PP 2 on 4 processes with real compute (so the replicas
+// reduce gradients with MPI_Iallreduce on their data-parallel communicators): global rank 3
+// (replica 1's last stage) ends its process mid-step 1 (1F1B, m = 6: it sends 6 gradients a
+// step). Its pipeline partner (rank 1) times out on its message, its data-parallel partner
+// (rank 2) and replica 0's rank 0 wait in the gradient reduction: all three end with an error
+// naming rank 3, no hang; with and without --enable-recovery.
+TEST(FailureTest, KilledMpiRankOfOneReplicaEndsEveryOtherReplica) {
+  if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
+  const FaultJob job{
+      .np = 4,
+      .pp = 2,
+      .extra = " --data-path " + std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt"};
+  {
+    SCOPED_TRACE("exit without finalize");
+    expect_dead_rank_fails_the_job("--mca orte_allowed_exit_without_sync 1", "kill:3:9:0",
+                                   "rank 3: killed after 9 sends", job, 3);
+  }
+  {
+    SCOPED_TRACE("--enable-recovery, SIGKILL");
+    expect_dead_rank_fails_the_job("--enable-recovery", "sigkill:3:9",
+                                   "rank 3: SIGKILL after 9 sends", job, 3);
+  }
 }
 
 // Without recovery: a silent (stalled) rank is not a dead process for mpirun, so the survivors

@@ -29,11 +29,18 @@ int main(int argc, char** argv) {
                  "stall:RANK:SENDS:SECONDS, kill:RANK:SENDS[:EXIT_CODE] or sigkill:RANK:SENDS")
       ->required();
   app.add_option("--timeout", timeout_s, "seconds a rank waits for a peer")->capture_default_str();
+  std::string data_path;
+  app.add_option("--data-path", data_path,
+                 "real compute of the tiny model on this text file (default: emulated compute)");
   CLI11_PARSE(app, argc, argv);
 
   auto run = [&]() -> Status {
     TrainOptions o = testutil::tiny_emulated_options(pp, schedule);
     o.exec.timeout_s = timeout_s;
+    if (!data_path.empty()) {  // real gradients: data-parallel runs reduce them
+      o.exec.emulated = false;
+      o.data.path = data_path;
+    }
     TP_ASSIGN_OR_RETURN(o.world.kind, parse_transport_kind(transport));
     TP_ASSIGN_OR_RETURN(testutil::FaultOptions f, testutil::parse_fault(fault));
     o.world.wrap = testutil::fault_wrapper(f);

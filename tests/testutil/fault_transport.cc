@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "tightpipe/base.h"
 
@@ -16,15 +17,20 @@ namespace {
 
 class FaultTransport final : public Transport {
  public:
-  FaultTransport(std::unique_ptr<Transport> inner, FaultOptions options)
-      : inner_(std::move(inner)), options_(options) {}
+  // `members`: the world ranks of a group's ranks (empty: this is the world), for messages.
+  FaultTransport(std::unique_ptr<Transport> inner, FaultOptions options,
+                 std::shared_ptr<std::atomic<int64_t>> sends, std::vector<int> members = {})
+      : inner_(std::move(inner)),
+        options_(options),
+        sends_(std::move(sends)),
+        group_(std::move(members)) {}
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string name() const override { return "fault(" + inner_->name() + ")"; }
 
   std::unique_ptr<Request> isend(int dst, int tag, std::span<const std::byte> data) override {
-    if (tag < kMaxUserTag && sends_.fetch_add(1) == options_.after_sends) fail(dst);
+    if (tag < kMaxUserTag && sends_->fetch_add(1) == options_.after_sends) fail(dst);
     return inner_->isend(dst, tag, data);
   }
   std::unique_ptr<Request> irecv(int src, int tag, std::span<std::byte> data) override {
@@ -32,10 +38,24 @@ class FaultTransport final : public Transport {
   }
   void abort(std::string_view reason) override { inner_->abort(reason); }
   std::optional<Status> aborted() const override { return inner_->aborted(); }
+  // Only the failing rank is wrapped, so make_group must take the inner transport's path as the
+  // other ranks do (collective on MPI); the group's sends count with this rank's.
+  Result<std::unique_ptr<Transport>> make_group(std::vector<int> members) override {
+    std::vector<int> world;
+    for (int m : members) world.push_back(world_rank(m));
+    TP_ASSIGN_OR_RETURN(std::unique_ptr<Transport> group, inner_->make_group(std::move(members)));
+    return std::unique_ptr<Transport>(
+        std::make_unique<FaultTransport>(std::move(group), options_, sends_, std::move(world)));
+  }
+  std::unique_ptr<Request> iallreduce_sum(std::span<double> data) override {
+    return inner_->iallreduce_sum(data);
+  }
 
  private:
-  void fail(int dst) {
-    const int r = inner_->rank();
+  int world_rank(int r) const { return group_.empty() ? r : group_[r]; }
+
+  void fail(int group_dst) {
+    const int r = world_rank(inner_->rank()), dst = world_rank(group_dst);
     const long long n = static_cast<long long>(options_.after_sends);
     switch (options_.kind) {
       case FaultKind::kStall:
@@ -59,7 +79,8 @@ class FaultTransport final : public Transport {
 
   std::unique_ptr<Transport> inner_;
   const FaultOptions options_;
-  std::atomic<int64_t> sends_{0};
+  std::shared_ptr<std::atomic<int64_t>> sends_;  // shared with the groups made from it
+  const std::vector<int> group_;                 // [rank]: world rank (empty: the world)
 };
 
 }  // namespace
@@ -105,7 +126,8 @@ Result<FaultOptions> parse_fault(std::string_view spec) {
 std::unique_ptr<Transport> make_fault_transport(std::unique_ptr<Transport> inner, int rank,
                                                 FaultOptions options) {
   if (rank != options.rank) return inner;
-  return std::make_unique<FaultTransport>(std::move(inner), options);
+  return std::make_unique<FaultTransport>(std::move(inner), options,
+                                          std::make_shared<std::atomic<int64_t>>(0));
 }
 
 TransportWrapper fault_wrapper(FaultOptions options) {

@@ -2,12 +2,12 @@
 // react to a stalled or dead peer. It goes into a run through the generic WorldOptions::wrap hook
 // (transport.h), so nothing in src/ knows about it.
 //
-// The failing rank counts its point-to-point sends with user tags (tag < kMaxUserTag: the
-// pipeline's messages; collectives such as barriers are not counted, so the count per training
-// step is the number of SEND actions in the rank's program). When it is about to post send number
-// `after_sends + 1`, it either stalls that call for `stall_s` seconds (once) or ends the process
-// after one line on stderr, with std::_Exit(exit_code) or as `kill -9` does (SIGKILL): no
-// MPI_Finalize, no goodbye to the peers.
+// The failing rank counts its point-to-point sends (its groups' too) with user tags (tag <
+// kMaxUserTag: the pipeline's messages; collectives such as barriers are not counted, so the count
+// per training step is the number of SEND actions in the rank's program). When it is about to post
+// send number `after_sends + 1`, it either stalls that call for `stall_s` seconds (once) or ends
+// the process after one line on stderr, with std::_Exit(exit_code) or as `kill -9` does (SIGKILL):
+// no MPI_Finalize, no goodbye to the peers.
 //
 // Thread safety: as the wrapped transport; the send count is atomic.
 #pragma once

@@ -170,6 +170,10 @@ int cmd_train(int argc, char** argv) {
       "--data-parallel-size", o.data_parallel_size,
       "replicas of the pipeline, each on its own slice of the global batch of "
       "data-parallel-size x --num-microbatches microbatches (default: world size / --pp)");
+  app.add_flag("--allow-other-data-parallel-size", o.allow_other_data_parallel_size,
+               "with --load: accept a checkpoint saved at another data-parallel size (weights and "
+               "optimizer state as saved; the data continues from the checkpoint's place in the "
+               "global sample stream, in global batches of the new size)");
   app.add_flag("--overlap-grad-reduce", o.grad_reduce.overlap,
                "data parallel: start a stage's gradient all-reduce as soon as its last W (or B) of "
                "the step is done, overlapping the rest of the program (default: after it)");

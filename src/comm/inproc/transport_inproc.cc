@@ -146,7 +146,7 @@ class InProcTransport final : public Transport {
   std::unique_ptr<Request> isend(int dst, int tag, std::span<const std::byte> data) override {
     check_peer_and_tag("isend", rank_, world_->size, dst, tag);
     auto op = std::make_shared<Op>();
-    op->info = {true, rank_, dst, tag, data.size()};
+    op->info = {true, rank_, dst, tag, data.size(), {}};
     op->send_data = data.data();
     std::unique_lock lk(world_->mu);
     if (world_->aborted) {
@@ -176,7 +176,7 @@ class InProcTransport final : public Transport {
   std::unique_ptr<Request> irecv(int src, int tag, std::span<std::byte> data) override {
     check_peer_and_tag("irecv", rank_, world_->size, src, tag);
     auto op = std::make_shared<Op>();
-    op->info = {false, rank_, src, tag, data.size()};
+    op->info = {false, rank_, src, tag, data.size(), {}};
     op->recv_data = data.data();
     std::unique_lock lk(world_->mu);
     auto& box = world_->mailboxes[rank_];
