@@ -1,7 +1,7 @@
 // The data-parallel gradient all-reduce, measured and predicted side by side in one run (issue
-// 19): DP = 2 x PP = 2 on threads, emulated compute (F 4, B 8 ms per microbatch through a rank)
+// 19): DP = 2 x PP = 2 on threads, emulated compute (F 8, B 16 ms per microbatch through a rank)
 // and an emulated link (--gbps, --latency-us), interleaved p = 2, v = 2, m = 4, a GPT of 8 x 64
-// whose stages' gradients (~120k values, reduced as doubles) the all-reduce moves. For the
+// whose stages' gradients (66k-150k values, reduced as doubles) the all-reduce moves. For the
 // reduction after the program and for --overlap-grad-reduce it prints the step time (median of
 // the measured steps) and the exposed all-reduce (`tightpipe report`'s cause: the optimizer's
 // wait on the reduction, in points of the step's bubble), measured against the simulator's
@@ -44,7 +44,7 @@ Row run(bool overlap, int steps, double gbps, double latency_us) {
   o.train_iters = steps;
   o.eval_iters = 0;
   o.exec.emulated = true;
-  o.exec.costs = EmulatedCompute::parse("f=4,i=4,w=4,b=8").value();
+  o.exec.costs = EmulatedCompute::parse("f=8,i=8,w=8,b=16").value();
   LinkOptions link;
   link.gbps = gbps;
   link.latency_us = latency_us;
@@ -69,7 +69,7 @@ Row run(bool overlap, int steps, double gbps, double latency_us) {
 
 int main(int argc, char** argv) {
   int steps = 6;
-  double gbps = 0.1, latency_us = 50;
+  double gbps = 0.25, latency_us = 50;
   CLI::App app("DP = 2 x PP = 2 on emulated compute and link: step time with and without "
                "--overlap-grad-reduce, measured exposed all-reduce against the prediction",
                "dp_allreduce_bench");
