@@ -70,9 +70,10 @@ Row run(bool overlap, int steps, double gbps, double latency_us) {
 int main(int argc, char** argv) {
   int steps = 6;
   double gbps = 0.25, latency_us = 50;
-  CLI::App app("DP = 2 x PP = 2 on emulated compute and link: step time with and without "
-               "--overlap-grad-reduce, measured exposed all-reduce against the prediction",
-               "dp_allreduce_bench");
+  CLI::App app(
+      "DP = 2 x PP = 2 on emulated compute and link: step time with and without "
+      "--overlap-grad-reduce, measured exposed all-reduce against the prediction",
+      "dp_allreduce_bench");
   app.add_option("--steps", steps, "training steps per run (the first is left out)")
       ->capture_default_str()
       ->check(CLI::Range(2, 1000));
@@ -90,7 +91,8 @@ int main(int argc, char** argv) {
               latency_us, steps);
   std::printf("%-22s %12s %12s %14s %14s %8s\n", "grad reduce", "step ms", "pred. ms",
               "exposed AR %", "predicted %", "gap pt");
-  for (const auto& [name, r] : {std::pair{"after the program", after}, std::pair{"overlapped", over}}) {
+  for (const auto& [name, r] :
+       {std::pair{"after the program", after}, std::pair{"overlapped", over}}) {
     std::printf("%-22s %12.1f %12.1f %14.1f %14.1f %8.1f\n", name, 1e3 * r.step,
                 1e3 * r.predicted_step, 100 * r.measured, 100 * r.predicted,
                 100 * (r.measured - r.predicted));

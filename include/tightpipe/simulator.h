@@ -75,9 +75,9 @@ Result<Recompute> parse_recompute(std::string_view text);
 
 // The data-parallel gradient all-reduce (issue 19, docs/cost_model.md "Data parallel").
 struct DataParallelSim {
-  int32_t size = 1;          // d replicas of the pipeline (--data-parallel-size); 1: none
-  bool overlap = false;      // --overlap-grad-reduce: a stage's reduction starts after its last W/B
-  double bucket_bytes = 0;   // bytes per bucket (--bucket-size values x 8); 0: one per stage
+  int32_t size = 1;         // d replicas of the pipeline (--data-parallel-size); 1: none
+  bool overlap = false;     // --overlap-grad-reduce: a stage's reduction starts after its last W/B
+  double bucket_bytes = 0;  // bytes per bucket (--bucket-size values x 8); 0: one per stage
   // The link within a data-parallel group (latency, bandwidth); none: the cost model's link.
   std::optional<LinkCost> link = std::nullopt;
 };
@@ -115,6 +115,7 @@ struct RankSimStats {
   double span = 0;           // last_end - first_start (prof.h span_bubble)
   double span_bubble_ratio = 0;  // (max_span - compute) / max_span (prof.h span_bubble)
   double comm = 0;           // time of this rank's SEND and RECV events
+  double program_end = 0;    // end of its program's events (before all-reduce and optimizer)
   double allreduce = 0;      // time of its data-parallel all-reduces (hidden or not)
   double exposed_allreduce = 0;  // of it, idle time its optimizer waited (prof.h)
   int64_t compute_actions = 0;

@@ -71,7 +71,7 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   j["schedule"] = plan.lowered.name;
   j["pp"] = o.pp;
   j["data_parallel_size"] = plan.layout.dp;  // replicas; microbatches is per replica
-  if (plan.layout.dp > 1) {  // how the report's prediction reduces the gradients
+  if (plan.layout.dp > 1) {                  // how the report's prediction reduces the gradients
     j["overlap_grad_reduce"] = o.grad_reduce.overlap;
     j["bucket_size"] = o.grad_reduce.bucket_size;
   }
@@ -115,7 +115,8 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   j["predicted_bubble_ratio"] = s.predicted_bubble_ratio;
   j["measured_bubble_ratio_per_rank"] = s.measured_bubble_per_rank;
   j["predicted_bubble_ratio_per_rank"] = s.predicted_bubble_per_rank;
-  if (plan.layout.dp > 1) j["predicted_exposed_allreduce_ratio"] = s.predicted_exposed_allreduce_ratio;
+  if (plan.layout.dp > 1)
+    j["predicted_exposed_allreduce_ratio"] = s.predicted_exposed_allreduce_ratio;
   j["measured_peak_activation_bytes_per_rank"] = s.peak_stash_bytes_per_rank;
   j["predicted_peak_activation_bytes_per_rank"] = s.predicted_peak_bytes_per_rank;
   if (!s.prediction_error.empty()) j["prediction_error"] = s.prediction_error;

@@ -202,8 +202,9 @@ class AllReduceLog {
   // Appends the events in start order. REQUIRES: no reduction runs any more.
   void merge_into(std::vector<TimelineEvent>& events) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::stable_sort(events_.begin(), events_.end(),
-                     [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
+    std::stable_sort(
+        events_.begin(), events_.end(),
+        [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
     events.insert(events.end(), events_.begin(), events_.end());
     events_.clear();
   }

@@ -688,29 +688,38 @@ Status Planner::simulate_best() {
     TP_ASSIGN_OR_RETURN(Schedule low, lower(*sched));
     SimOptions so;
     so.record_timeline = false;
+    // The step: the program, then each stage's gradient all-reduce on the data-parallel link
+    // after the rank's program (the run-it line does not overlap it), the simulator's ring.
+    const LinkSpec dl = dp_link(c.dp);
+    so.data_parallel.size = c.dp;
+    so.data_parallel.link = LinkCost{dl.latency_s, link_bandwidth(dl), 0};
     TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
     ++res_.stats.simulated;
-    // The step: the same program with each stage's gradient all-reduce on the data-parallel link
-    // after the rank's program (the run-it line does not overlap it), the simulator's ring.
-    SimResult step = r;
-    if (c.dp > 1) {
-      const LinkSpec dl = dp_link(c.dp);
-      so.data_parallel.size = c.dp;
-      so.data_parallel.link = LinkCost{dl.latency_s, link_bandwidth(dl), 0};
-      TP_ASSIGN_OR_RETURN(step, simulate(low, costs, so));
-    }
     PlanCandidate pc = candidate_of(c, pd.rc);
     pc.layout = pd.layout;
     pc.fits = true;
     pc.simulated = true;
-    pc.pipeline_time_s = r.makespan;
-    pc.bubble_ratio = r.bubble_ratio;
+    // The pipeline alone, without the all-reduce: the programs' end, then the optimizer phase
+    // (each rank's from the last program end), and its bubble over that window (the busy time
+    // is the same: the all-reduce is idle).
+    double program_end = 0, optimizer = 0;
+    std::vector<double> opt(c.p, 0.0);
+    for (int32_t s = 0; s < costs.num_stages(); ++s)
+      opt[low.stage_to_rank[s]] += costs.stage(s).optimizer;
+    for (int32_t rk = 0; rk < c.p; ++rk) {
+      program_end = std::max(program_end, r.ranks[rk].program_end);
+      optimizer = std::max(optimizer, opt[rk]);
+    }
+    pc.pipeline_time_s = c.dp > 1 ? program_end + (r.optimizer ? optimizer : 0.0) : r.makespan;
+    pc.bubble_ratio = c.dp > 1 && pc.pipeline_time_s > 0
+                          ? 1 - r.total_compute / (c.p * pc.pipeline_time_s)
+                          : r.bubble_ratio;
     pc.peak_memory_bytes = peak;
     pc.complexity = pd.complexity;
-    for (const RankSimStats& st : step.ranks)
+    for (const RankSimStats& st : r.ranks)
       pc.allreduce_time_s = std::max(pc.allreduce_time_s, st.allreduce);
-    pc.exposed_allreduce_ratio = step.exposed_allreduce_ratio;
-    pc.step_time_s = step.makespan;
+    pc.exposed_allreduce_ratio = r.exposed_allreduce_ratio;
+    pc.step_time_s = r.makespan;
     price(pc);
     best.insert(std::upper_bound(best.begin(), best.end(), pc.step_time_s), pc.step_time_s);
     fits_.push_back(std::move(pc));

@@ -12,7 +12,8 @@ std::string lane_name(Lane lane) {
     case Lane::kCompute: return "compute";
     case Lane::kComm: return "comm";
     case Lane::kData: return "data";
-    case Lane::kAllReduce: return "allreduce";
+    case Lane::kAllReduce:
+      return "allreduce";
   }
   return "lane";
 }
@@ -27,7 +28,8 @@ std::string event_kind_name(EventKind kind) {
     case EventKind::kRecv: return "RECV";
     case EventKind::kData: return "data";
     case EventKind::kOptimizer: return "optimizer";
-    case EventKind::kAllReduce: return "allreduce";
+    case EventKind::kAllReduce:
+      return "allreduce";
     case EventKind::kOther: return "other";
   }
   return "other";

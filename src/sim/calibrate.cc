@@ -78,7 +78,8 @@ Result<CostSamples> CostSamples::from_json(std::string_view text) {
       else if (kind == "m") s.stash[{a, b}] = std::move(v);
       else if (kind == "s") s.sent[{a, b != 0}] = std::move(v);
       else if (kind == "o") s.optimizer[a] = std::move(v);
-      else if (kind == "a") s.allreduce[a] = std::move(v);
+      else if (kind == "a")
+        s.allreduce[a] = std::move(v);
       else return Status::corruption(fmt::format("cost samples: unknown record '{}'", kind));
     }
   } catch (const nlohmann::json::exception& ex) {

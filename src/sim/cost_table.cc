@@ -92,7 +92,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
   }
   std::map<size_t, StageCost> by_stage;
   constexpr std::string_view kKeys =
-      "stage, f, i, w, b, recompute, optimizer, act_bytes, act_after_i_bytes, input_bytes, param_bytes, "
+      "stage, f, i, w, b, recompute, optimizer, act_bytes, act_after_i_bytes, input_bytes, "
+      "param_bytes, "
       "grad_bytes, optimizer_bytes, message_bytes, allreduce_bytes";
   for (size_t k = 0; k < n; ++k) {
     const json& e = (*stages)[k];
@@ -135,7 +136,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
       else if (key == "grad_bytes") c.grad_bytes = x;
       else if (key == "optimizer_bytes") c.optimizer_bytes = x;
       else if (key == "message_bytes") c.message_bytes = static_cast<int64_t>(std::llround(x));
-      else if (key == "allreduce_bytes") c.allreduce_bytes = x;
+      else if (key == "allreduce_bytes")
+        c.allreduce_bytes = x;
       else {
         return bad(source, fmt::format("{} has unknown key '{}' (value {}); hint: keys are {}",
                                        where, printable(key), printable(it->dump()), kKeys));

@@ -511,7 +511,8 @@ class Simulator {
         const double bytes = c.allreduce_bytes > 0 ? c.allreduce_bytes : c.grad_bytes;
         const double start = std::max(ready, lane);
         const double end =
-            start + ring_allreduce_time(bytes, dp.size, dp.link.value_or(cost_.link()), dp.bucket_bytes);
+            start +
+            ring_allreduce_time(bytes, dp.size, dp.link.value_or(cost_.link()), dp.bucket_bytes);
         lane = end;
         st.allreduce += end - start;
         // Exposed: after the rank's last compute (prof.h exposed_allreduce; the optimizer
@@ -566,6 +567,7 @@ class Simulator {
   }
 
   void finish_stats() {
+    for (int32_t r = 0; r < P_; ++r) res_.ranks[r].program_end = rank_end_[r];
     add_allreduce();
     const StepBubble bubble = step_bubble(add_optimizer());
     for (int32_t r = 0; r < P_; ++r) {

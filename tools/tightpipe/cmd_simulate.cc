@@ -25,6 +25,19 @@ Result<SimResult> run_one(const Schedule& compute_only_schedule, const CostFlags
                           const SimOptions& opt) {
   TP_ASSIGN_OR_RETURN(Schedule s, lowered(compute_only_schedule));
   TP_ASSIGN_OR_RETURN(CostChoice cost, make_costs(cf, s, opt));
+  if (opt.data_parallel.size > 1) {
+    bool bytes = false;
+    for (int32_t st = 0; st < cost.model.num_stages(); ++st)
+      bytes =
+          bytes || cost.model.stage(st).allreduce_bytes > 0 || cost.model.stage(st).grad_bytes > 0;
+    if (!bytes) {
+      return Status::invalid_argument(fmt::format(
+          "--data-parallel-size {}: the costs ({}) give no stage gradient bytes to all-reduce; "
+          "hint: use --model, or a --costs table with allreduce_bytes (a data-parallel run's "
+          "costs.json has them)",
+          opt.data_parallel.size, cost.model.source()));
+    }
+  }
   TP_ASSIGN_OR_RETURN(SimResult r, simulate(s, cost.model, opt));
   r.layout = cost.layout;
   return r;
