@@ -582,9 +582,10 @@ std::string text_rank_table(const Report& rep) {
   const auto& sm = rep.summary;
   std::string out = "\nper rank (median over measured steps, ms):\n";
   out += fmt::format(
-      "{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} | {:>7}",
+      "{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>7} | "
+      "{:>7}",
       "rank", "F", "I", "W", "B", "optim", "fill", "drain", "dep", "exp.comm", "data", "cpu",
-      "other", "bubble");
+      "exp.ar", "other", "bubble");
   if (rep.has_prediction) out += fmt::format(" {:>7} {:>9}", "pred", "gap");
   out += "\n";
   for (int32_t r = 0; r < run.num_ranks; ++r) {
