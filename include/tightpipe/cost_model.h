@@ -56,6 +56,10 @@ struct StageCost {
   double optimizer_bytes = 0;
   // Bytes of the activation this stage sends downstream (and of the gradient it gets back).
   int64_t message_bytes = 0;
+  // Bytes one data-parallel gradient all-reduce of this stage reduces (the trainer sums its
+  // gradients as doubles: 8 per parameter); 0: grad_bytes. Only a simulation with a
+  // data-parallel size above 1 uses it (SimOptions::data_parallel).
+  double allreduce_bytes = 0;
 };
 
 // Message time = latency + bytes / bandwidth (bandwidth 0 = infinite), the same for every link.
@@ -182,7 +186,8 @@ std::string cost_table_to_json(const CostModel& model);
 //   message_bytes = the median bytes of the stage's activation SENDs (else of the gradient SENDs
 //   of the next stage, else 0: a hand-off on one rank);
 //   optimizer = the median optimizer busy time (prof.h, after sync) of the stage's rank, shared
-//   evenly by the rank's stages.
+//   evenly by the rank's stages;
+//   allreduce_bytes = the median bytes of the stage's data-parallel ALLREDUCE events (0: none).
 
 // Samples of the measured steps, gathered where the events are (one rank's, or every rank's from
 // its timeline file). Plain data; merge() combines ranks.
@@ -191,8 +196,9 @@ struct CostSamples {
   std::map<std::pair<int32_t, int>, std::vector<double>> time, stash;
   std::map<std::pair<int32_t, bool>, std::vector<double>> sent;  // (stage, gradient?) -> bytes
   std::map<int32_t, std::vector<double>> optimizer;              // rank -> busy time after sync
+  std::map<int32_t, std::vector<double>> allreduce;  // stage -> bytes of its DP all-reduces
 
-  // An F/I/W/B or SEND event of a measured step (other kinds are ignored).
+  // An F/I/W/B, SEND or ALLREDUCE event of a measured step (other kinds are ignored).
   void add_event(const TimelineEvent& event);
   // Every event of one step of every rank, and each rank's optimizer busy time (step_bubble).
   void add_step(const Timeline& step);

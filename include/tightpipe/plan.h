@@ -133,9 +133,12 @@ struct PlanCandidate {
   std::string reason;              // why not, when !fits ("out of memory on rank 0 by 3.2 GiB")
   bool simulated = false;          // step time and bubble come from a simulation
   double pipeline_time_s = 0;      // the pipeline's makespan (simulated)
-  double allreduce_time_s =
-      0;  // the slowest rank's data-parallel gradient all-reduce (+ DualPipe's copy sum)
-  double step_time_s = 0;          // max over ranks of (pipeline end + all-reduce)
+  double allreduce_time_s = 0;  // the slowest rank's DP gradient all-reduce (+ DualPipe's copy sum)
+  // The step's exposed all-reduce in bubble points (SimResult::exposed_allreduce_ratio).
+  double exposed_allreduce_ratio = 0;
+  // The simulated step: the pipeline, then each rank's all-reduce (simulator.h, data parallel),
+  // then the optimizer phase when the costs have one.
+  double step_time_s = 0;
   double bubble_ratio = 0;         // the simulated pipeline's (docs/bubble.md)
   std::vector<double> peak_memory_bytes;  // [pp] per rank
   double tokens_per_s = 0;

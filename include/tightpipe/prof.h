@@ -84,6 +84,14 @@ struct Interval {
 };
 std::vector<Interval> busy_intervals(const std::vector<TimelineEvent>& events, double sync);
 
+// The exposed data-parallel all-reduce of one rank (docs/bubble.md): the time its optimizer
+// waits on its gradient all-reduce, i.e. the union of its ALLREDUCE events clipped to
+// [end of its last F/I/W/B, start of its optimizer event) (no optimizer event: to the end). It
+// is idle time (busy is only compute and the optimizer after sync), so the breakdown's
+// "exposed all-reduce" cause is part of idle; an all-reduce that overlaps compute or ends before
+// the rank's last compute is hidden and counts nothing.
+double exposed_allreduce(const std::vector<TimelineEvent>& events);
+
 // The steps a run's medians are taken over: [first, n). The first `warmup` steps are left out
 // when more than `warmup` ran; otherwise only the last step counts (never none when n > 0).
 struct StepRange {

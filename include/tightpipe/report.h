@@ -15,6 +15,9 @@
 //   data      covered by a `data` event (the loader);
 //   exposed   waiting for a message the peer had already posted (peer SEND start <= t < arrival);
 //             without overlap_p2p also the rank's own blocking SEND;
+//   exposed all-reduce  after the rank's last compute and before its optimizer event, covered
+//             by its data-parallel gradient ALLREDUCE events (prof.h exposed_allreduce: the
+//             optimizer waits on the reduction; an all-reduce hidden under compute costs nothing);
 //   drain     after the rank's last compute (includes waiting for the others at the optimizer);
 //   fill      before the rank's first compute;
 //   dependency waiting for a message the peer had not posted yet (t < peer SEND start);
@@ -46,7 +49,16 @@ namespace tightpipe {
 
 enum class BusyKind { kF = 0, kI, kW, kB, kOptimizer };
 inline constexpr int kNumBusyKinds = 5;
-enum class IdleCause { kFill = 0, kDrain, kDependency, kExposedComm, kData, kCpuWait, kOther };
+enum class IdleCause {
+  kFill = 0,
+  kDrain,
+  kDependency,
+  kExposedComm,
+  kData,
+  kCpuWait,
+  kExposedAllReduce,
+  kOther
+};
 inline constexpr int kNumIdleCauses = static_cast<int>(IdleCause::kOther) + 1;
 
 std::string_view busy_kind_name(BusyKind kind);     // "F", "I", "W", "B", "optimizer"
@@ -121,6 +133,11 @@ struct RunData {
   int32_t microbatches = 0;
   std::string transport, compute;
   bool overlap_p2p = true;
+  // Data parallel (summary.json): replicas, --overlap-grad-reduce, --bucket-size (values); the
+  // prediction adds each stage's gradient all-reduce (simulator.h DataParallelSim).
+  int32_t data_parallel_size = 1;
+  bool overlap_grad_reduce = false;
+  int64_t bucket_size = int64_t{1} << 20;
   int64_t warmup_steps_excluded = 1;
   // The model and its layer split (summary.json): what-ifs re-split the layers for their stages.
   std::optional<nn::GptConfig> model;

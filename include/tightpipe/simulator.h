@@ -34,6 +34,15 @@
 //   * The optimizer: when the cost model gives stages an `optimizer` time, every rank runs its
 //     stages' sum once all ranks finished their programs (an "optimizer" event from the rank's
 //     program end to sync + its time, as measured runs record it).
+//   * Data parallelism (SimOptions::data_parallel, d > 1): d replicas run the same program, so
+//     they stay in step and only the gradient all-reduce is added. Each stage's reduction over
+//     its d replicas costs ring_allreduce_time() of its StageCost::allreduce_bytes (0:
+//     grad_bytes) on the cost model's link, on a per-rank all-reduce lane (one reduction at a
+//     time per rank). Without overlap a rank reduces its stages in ascending order once its
+//     program has ended; with overlap each stage's reduction starts when its last W or B has
+//     ended (or the lane is free), in the order the stages finish. The rank's optimizer starts
+//     when its program and its reductions have ended; the idle time its optimizer waits on
+//     them is the exposed all-reduce (prof.h exposed_allreduce).
 //   * The bubble ratio is prof.h's step_bubble() over the same quantities a measured step has
 //     (the makespan measure); span_bubble_ratio is prof.h's span_bubble() (each rank timed from
 //     its first compute action, the zero-bubble paper's measure).
@@ -45,6 +54,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +73,22 @@ Result<CommMode> parse_comm_mode(std::string_view text);
 std::string_view recompute_name(Recompute recompute);  // "none", "full"
 Result<Recompute> parse_recompute(std::string_view text);
 
+// The data-parallel gradient all-reduce (issue 19, docs/cost_model.md "Data parallel").
+struct DataParallelSim {
+  int32_t size = 1;         // d replicas of the pipeline (--data-parallel-size); 1: none
+  bool overlap = false;     // --overlap-grad-reduce: a stage's reduction starts after its last W/B
+  double bucket_bytes = 0;  // bytes per bucket (--bucket-size values x 8); 0: one per stage
+  // The link within a data-parallel group (latency, bandwidth); none: the cost model's link.
+  std::optional<LinkCost> link = std::nullopt;
+};
+
+// The time of a ring all-reduce of `bytes` over d ranks on `link`, in `bucket_bytes` buckets
+// (0: one): per bucket of b bytes 2(d-1)/d x b / bandwidth + 2(d-1) x latency (bandwidth 0:
+// bytes are free). 0 when d <= 1 or bytes <= 0.
+double ring_allreduce_time(double bytes, int32_t d, const LinkCost& link, double bucket_bytes);
+// OK, or InvalidArgument naming --data-parallel-size or --bucket-size and the value.
+Status check_data_parallel(const DataParallelSim& dp);
+
 struct SimOptions {
   CommMode comm_mode = CommMode::kOverlap;  // how messages use the compute lanes
   Recompute recompute = Recompute::kNone;   // full: F keeps only its input, I/B re-run F first
@@ -70,6 +96,7 @@ struct SimOptions {
   // How much of an OVERLAP_F_B pair's shorter sub-action the hardware hides, in [0, 1]
   // (--overlap-fb-factor): 0 runs them back to back (F + B), 1 hides min(F, B) entirely.
   double overlap_fb_factor = 0;
+  DataParallelSim data_parallel = {};  // the gradient all-reduce across replicas; default: none
 };
 
 // The time of an OVERLAP_F_B pair whose F takes f and B takes b: f + b - factor * min(f, b).
@@ -88,6 +115,9 @@ struct RankSimStats {
   double span = 0;           // last_end - first_start (prof.h span_bubble)
   double span_bubble_ratio = 0;  // (max_span - compute) / max_span (prof.h span_bubble)
   double comm = 0;           // time of this rank's SEND and RECV events
+  double program_end = 0;    // end of its program's events (before all-reduce and optimizer)
+  double allreduce = 0;      // time of its data-parallel all-reduces (hidden or not)
+  double exposed_allreduce = 0;  // of it, idle time its optimizer waited (prof.h)
   int64_t compute_actions = 0;
   int64_t messages_sent = 0;
   int64_t bytes_sent = 0;
@@ -115,6 +145,10 @@ struct SimResult {
   double max_span = 0;       // the longest rank span, first compute start to last compute end
   double span_bubble_ratio = 0;  // span_bubble(...).ratio (prof.h): the per-rank span measure
   bool optimizer = false;    // the cost model gave the optimizer a time: its phase is simulated
+  DataParallelSim data_parallel;  // as simulated
+  // Sum over ranks of exposed_allreduce / (P x makespan): the breakdown's "exposed all-reduce"
+  // share of the step (report.h), in bubble-ratio points.
+  double exposed_allreduce_ratio = 0;
   // One whole-rank microbatch activation (CostModel), divided by Schedule::directions (DualPipe:
   // a microbatch passes through one of a rank's two copies), so units compare across schedules.
   double activation_unit_bytes = 0;

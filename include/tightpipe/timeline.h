@@ -11,7 +11,9 @@
 
 namespace tightpipe {
 
-enum class Lane { kCompute = 0, kComm = 1, kData = 2 };
+// kAllReduce: the data-parallel gradient all-reduce of a stage (docs/data_parallel.md); with
+// --overlap-grad-reduce it runs on a helper thread while the compute lane goes on.
+enum class Lane { kCompute = 0, kComm = 1, kData = 2, kAllReduce = 3 };
 
 enum class EventKind {
   kForward,         // F
@@ -22,6 +24,8 @@ enum class EventKind {
   kRecv,            // RECV_F / RECV_B: time spent waiting for / moving the message
   kData,            // waiting for the data loader
   kOptimizer,       // gradient-norm reduce + optimizer step
+  kAllReduce,       // a stage's data-parallel gradient all-reduce ("1ALLREDUCE"; bytes: its
+                    // wire buffer, values x 8: the reduction sums doubles)
   kOther,
 };
 
@@ -41,7 +45,7 @@ struct TimelineEvent {
   double start = 0;        // in Timeline::time_unit, from the step's common origin
   double end = 0;
   int32_t peer = -1;       // other rank of a SEND/RECV
-  int64_t bytes = 0;       // message bytes of a SEND/RECV
+  int64_t bytes = 0;       // message bytes of a SEND/RECV; reduced bytes of an ALLREDUCE
   // Compute events (F, I, W, B, optimizer) of measured runs: seconds the rank's thread was ready
   // to run but waited for a core (the kernel's run-queue delay) since the rank's previous compute
   // event ended (or the step began). 0: none, or not measured.

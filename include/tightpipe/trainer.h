@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ class PipelineRank {
   int32_t rank() const { return rank_; }
   // Local stage id -> model stage (ascending stage ids).
   std::map<int32_t, nn::GptStage*> stages();
+  // Local stage id -> its gradient arena, what the data-parallel all-reduce sums. Emulated
+  // compute has no model: a zero buffer of the size the stage's parameters would have
+  // (stage_param_count), so the all-reduce moves the bytes a real run would.
+  std::map<int32_t, std::span<float>> grads();
   Executor& executor() { return *executor_; }
   int32_t num_stages() const { return num_stages_; }  // of the whole pipeline
   // Runs `lowered` from the next step on, with the same model stages (an auto schedule's switch).
@@ -48,10 +53,17 @@ class PipelineRank {
   int32_t num_stages_ = 0;
   Transport& transport_;
   ExecutorOptions options_;
+  nn::GptConfig config_;
+  std::vector<nn::StageSpec> specs_;
+  std::vector<int32_t> executor_stages_;  // the stages this rank runs
   std::vector<std::unique_ptr<nn::GptStage>> owned_;
   std::map<int32_t, nn::GptStage*> stages_;
+  std::map<int32_t, std::vector<float>> emulated_grads_;  // emulated compute: see grads()
   std::unique_ptr<Executor> executor_;
 };
+
+// The parameter count of a GPT stage (GptStage::num_params() without building it).
+int64_t stage_param_count(const nn::GptConfig& config, const nn::StageSpec& spec);
 
 // How pipeline_step sums gradients over the data-parallel group (Megatron's DDP options).
 struct GradReduceOptions {
@@ -196,6 +208,8 @@ struct TrainSummary {
   // the measured steps; the prediction simulates the run's schedule with its calibrated costs.
   double measured_bubble_ratio = 0;
   double predicted_bubble_ratio = 0;
+  // Data parallel: the simulator's exposed gradient all-reduce, in bubble points (SimResult).
+  double predicted_exposed_allreduce_ratio = 0;
   std::string prediction_error;        // not empty: no prediction (why)
   double tokens_per_s = 0;             // median
   double step_time_s = 0;              // median wall time of a step

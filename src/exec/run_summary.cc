@@ -46,12 +46,18 @@ void predict(const RunPlan& plan, const Result<CostModel>& costs, TrainSummary& 
     s.prediction_error = costs.status().message();
     return;
   }
-  auto sim = simulate(plan.lowered, *costs, run_sim_options(plan));
+  SimOptions so = run_sim_options(plan);
+  // The replicas' gradient all-reduce (each stage's measured bytes on the run's link; costs.json).
+  so.data_parallel.size = plan.layout.dp;
+  so.data_parallel.overlap = plan.opt.grad_reduce.overlap;
+  so.data_parallel.bucket_bytes = 8.0 * static_cast<double>(plan.opt.grad_reduce.bucket_size);
+  auto sim = simulate(plan.lowered, *costs, so);
   if (!sim.ok()) {
     s.prediction_error = sim.status().message();
     return;
   }
   s.predicted_bubble_ratio = sim->bubble_ratio;
+  s.predicted_exposed_allreduce_ratio = sim->exposed_allreduce_ratio;
   for (const auto& r : sim->ranks) {
     s.predicted_bubble_per_rank.push_back(r.bubble_ratio);
     s.predicted_peak_bytes_per_rank.push_back(r.peak_activation_bytes);
@@ -65,6 +71,10 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   j["schedule"] = plan.lowered.name;
   j["pp"] = o.pp;
   j["data_parallel_size"] = plan.layout.dp;  // replicas; microbatches is per replica
+  if (plan.layout.dp > 1) {                  // how the report's prediction reduces the gradients
+    j["overlap_grad_reduce"] = o.grad_reduce.overlap;
+    j["bucket_size"] = o.grad_reduce.bucket_size;
+  }
   j["vpp"] = plan.lowered.chunks();
   j["microbatches"] = o.microbatches;
   j["model"] = {{"num_layers", o.model.num_layers},
@@ -105,6 +115,8 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   j["predicted_bubble_ratio"] = s.predicted_bubble_ratio;
   j["measured_bubble_ratio_per_rank"] = s.measured_bubble_per_rank;
   j["predicted_bubble_ratio_per_rank"] = s.predicted_bubble_per_rank;
+  if (plan.layout.dp > 1)
+    j["predicted_exposed_allreduce_ratio"] = s.predicted_exposed_allreduce_ratio;
   j["measured_peak_activation_bytes_per_rank"] = s.peak_stash_bytes_per_rank;
   j["predicted_peak_activation_bytes_per_rank"] = s.predicted_peak_bytes_per_rank;
   if (!s.prediction_error.empty()) j["prediction_error"] = s.prediction_error;
@@ -130,6 +142,7 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
       c.push_back({{"stage", st}, {"rank", plan.lowered.rank_of(st)}, {"f_s", x.f},
                    {"i_s", x.i}, {"w_s", x.w}, {"b_s", x.b}, {"optimizer_s", x.optimizer},
                    {"activation_bytes", x.act_bytes}});
+      if (x.allreduce_bytes > 0) c.back()["allreduce_bytes"] = x.allreduce_bytes;
     }
     j["measured_costs"] = c;
   }

@@ -18,7 +18,12 @@ PipelineRank::PipelineRank(const Schedule& lowered, int32_t rank, Transport& tra
                            const nn::GptConfig& config, const std::vector<nn::StageSpec>& specs,
                            uint64_t seed, const nn::RecomputeOptions& recompute,
                            ExecutorOptions options)
-    : rank_(rank), num_stages_(lowered.num_stages), transport_(transport) {
+    : rank_(rank),
+      num_stages_(lowered.num_stages),
+      transport_(transport),
+      config_(config),
+      specs_(specs),
+      executor_stages_(lowered.stages_of(rank)) {
   TP_CHECK(static_cast<int32_t>(specs.size()) == lowered.num_stages, "specs ", specs.size(),
            " for ", lowered.num_stages, " stages");
   if (!options.emulated) {
@@ -43,6 +48,30 @@ void PipelineRank::set_schedule(const Schedule& lowered) {
 }
 
 std::map<int32_t, nn::GptStage*> PipelineRank::stages() { return stages_; }
+
+int64_t stage_param_count(const nn::GptConfig& config, const nn::StageSpec& spec) {
+  // GptStage's arena (gpt_stage.cc): wte (V,C) and wpe (T,C); per block two LayerNorms (4C),
+  // qkv (3C,C)+3C, proj (C,C)+C, fc (4C,C)+4C, fc2 (C,4C)+C; the head's LayerNorm (2C) and
+  // lm_head (V,C).
+  const int64_t V = config.vocab_size, T = config.seq_length, C = config.hidden_size;
+  int64_t n = int64_t{spec.num_layers} * (12 * C * C + 13 * C);
+  if (spec.has_embedding) n += V * C + T * C;
+  if (spec.has_head) n += 2 * C + V * C;
+  return n;
+}
+
+std::map<int32_t, std::span<float>> PipelineRank::grads() {
+  std::map<int32_t, std::span<float>> out;
+  for (auto& [s, stage] : stages_) out[s] = stage->grads();
+  if (options_.emulated) {
+    for (int32_t s : executor_stages_) {
+      auto& g = emulated_grads_[s];
+      if (g.empty()) g.assign(static_cast<size_t>(stage_param_count(config_, specs_[s])), 0.0f);
+      out[s] = g;
+    }
+  }
+  return out;
+}
 
 namespace {
 
@@ -73,14 +102,13 @@ Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
       lr));
 }
 
-// Sums one stage's gradient arena over the data-parallel group through doubles, in buckets of
+// Sums one stage's gradient arena `g` over the data-parallel group through doubles, in buckets of
 // `bucket` values: every bucket is posted (the group's iallreduce_sum: MPI_Iallreduce on MPI, the
 // deterministic p2p algorithm otherwise), so they are in flight together, then each is waited
 // for. DP = 2 gives exactly the float sum on either. Every member holds the same stages (the same
 // pipeline rank), so the buckets line up.
-Status reduce_stage(nn::GptStage& stage, int32_t s, Transport& dp, int64_t bucket, int32_t step,
+Status reduce_stage(std::span<float> g, int32_t s, Transport& dp, int64_t bucket, int32_t step,
                     double timeout_s) {
-  std::span<float> g = stage.grads();
   std::vector<double> buf(g.begin(), g.end());
   const size_t chunk = static_cast<size_t>(bucket);
   std::vector<std::unique_ptr<Request>> reqs;
@@ -109,10 +137,10 @@ Status reduce_stage(nn::GptStage& stage, int32_t s, Transport& dp, int64_t bucke
 // touched by the program after its last W/B, so the helper may sum it while compute goes on.
 class OverlappedReducer {
  public:
-  OverlappedReducer(PipelineRank& pr, Transport& dp, int64_t bucket, int32_t step, double timeout_s)
-      : pr_(pr), dp_(dp), bucket_(bucket), step_(step), timeout_s_(timeout_s), worker_([this] {
-          loop();
-        }) {}
+  // `reduce_one(stage)` reduces one stage (pipeline_step's: reduce_stage, timed for the
+  // timeline's all-reduce lane).
+  explicit OverlappedReducer(std::function<Status(int32_t)> reduce_one)
+      : reduce_one_(std::move(reduce_one)), worker_([this] { loop(); }) {}
   ~OverlappedReducer() { (void)finish(); }
   void add(int32_t stage) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -145,14 +173,10 @@ class OverlappedReducer {
         queue_.pop_front();
       }
       if (!status_.ok()) continue;  // after an error: drain, reduce nothing more
-      status_ = reduce_stage(*pr_.stages().at(s), s, dp_, bucket_, step_, timeout_s_);
+      status_ = reduce_one_(s);
     }
   }
-  PipelineRank& pr_;
-  Transport& dp_;
-  const int64_t bucket_;
-  const int32_t step_;
-  const double timeout_s_;
+  const std::function<Status(int32_t)> reduce_one_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int32_t> queue_;
@@ -160,6 +184,48 @@ class OverlappedReducer {
   bool closed_ = false;
   Status status_;  // the worker's; read after the join
   std::thread worker_;
+};
+
+// The data-parallel all-reduce events of one step (timeline.h, Lane::kAllReduce): recorded by
+// the thread that ran the reduction (the program's, or --overlap-grad-reduce's helper) and merged
+// into the rank's timeline at the step's end.
+class AllReduceLog {
+ public:
+  AllReduceLog(double origin, int32_t step) : origin_(origin), step_(step) {}
+  // Runs `reduce` (stage s's reduction of `values` gradient values) and records its interval.
+  Status timed(int32_t s, size_t values, const std::function<Status()>& reduce) {
+    const double t0 = now_seconds();
+    Status st = reduce();
+    const double t1 = now_seconds();
+    TimelineEvent e;
+    e.name = fmt::format("{}ALLREDUCE", s);
+    e.kind = EventKind::kAllReduce;
+    e.lane = Lane::kAllReduce;
+    e.stage = s;
+    e.step = step_;
+    e.start = t0 - origin_;
+    e.end = t1 - origin_;
+    // The wire buffer: reduce_stage sums doubles (docs/data_parallel.md).
+    e.bytes = static_cast<int64_t>(values * sizeof(double));
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(e);
+    return st;
+  }
+  // Appends the events in start order. REQUIRES: no reduction runs any more.
+  void merge_into(std::vector<TimelineEvent>& events) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::stable_sort(
+        events_.begin(), events_.end(),
+        [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
+    events.insert(events.end(), events_.begin(), events_.end());
+    events_.clear();
+  }
+
+ private:
+  const double origin_;
+  const int32_t step_;
+  std::mutex mu_;
+  std::vector<TimelineEvent> events_;
 };
 
 }  // namespace
@@ -174,10 +240,20 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
   const double origin = now_seconds();
   const float loss_scale = 1.0f / static_cast<float>(tokens_per_step);
   const bool dp = data_parallel != nullptr && data_parallel->size() > 1;
+  // Each local stage's gradient arena (emulated compute: zeros of the stage's real size, so the
+  // all-reduce moves the bytes a real run would), and its reduction, timed for the timeline.
+  const std::map<int32_t, std::span<float>> grads = dp ? pr.grads() : decltype(pr.grads()){};
+  AllReduceLog allreduce_log(origin, step);
+  auto reduce_one = [&](int32_t s) {
+    const std::span<float> g = grads.at(s);
+    return allreduce_log.timed(s, g.size(), [&] {
+      return reduce_stage(g, s, *data_parallel, reduce.bucket_size, step, timeout_s);
+    });
+  };
   std::optional<OverlappedReducer> overlapped;
   std::function<void(int32_t)> grads_done;
-  if (dp && reduce.overlap && !pr.stages().empty()) {
-    overlapped.emplace(pr, *data_parallel, reduce.bucket_size, step, timeout_s);
+  if (dp && reduce.overlap && !grads.empty()) {
+    overlapped.emplace(reduce_one);
     grads_done = [&](int32_t s) { overlapped->add(s); };
   }
   auto ran = pr.executor().run_step(step, origin, fetch, loss_scale, grads_done);
@@ -193,16 +269,14 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
     if (overlapped) {
       TP_RETURN_IF_ERROR(overlapped->finish());
       // A stage the program never finished with a W/B (none) has nothing summed yet.
-      for (auto& [s, stage] : pr.stages()) {
+      for (const auto& [s, g] : grads) {
         if (overlapped->handed(s)) continue;
-        TP_RETURN_IF_ERROR(
-            reduce_stage(*stage, s, *data_parallel, reduce.bucket_size, step, timeout_s));
+        TP_RETURN_IF_ERROR(reduce_one(s));
       }
     } else {
-      for (auto& [s, stage] : pr.stages())
-        TP_RETURN_IF_ERROR(
-            reduce_stage(*stage, s, *data_parallel, reduce.bucket_size, step, timeout_s));
+      for (const auto& [s, g] : grads) TP_RETURN_IF_ERROR(reduce_one(s));
     }
+    allreduce_log.merge_into(r.timeline.events);
     double l[1] = {loss};
     TP_RETURN_IF_ERROR(
         allreduce_sum(*data_parallel, l, timeout_s)

@@ -250,6 +250,9 @@ class Planner {
   CostModel stage_costs(const Config& c, const std::vector<StageLayers>& split,
                         const RecomputeChoice& rc, const std::string& layout);
   // Per rank: the data-parallel all-reduce of its gradients.
+  // DualPipe's sum of each model stage's two copies, per rank (0 for one direction).
+  std::vector<double> copy_sum_times(const CostModel& costs, const std::vector<int32_t>& stage_to_rank,
+                                     int32_t directions) const;
   std::vector<double> allreduce_times(const Config& c, const CostModel& costs,
                                       const std::vector<int32_t>& stage_to_rank,
                                       int32_t directions) const;
@@ -391,25 +394,34 @@ CostModel Planner::stage_costs(const Config& c, const std::vector<StageLayers>& 
   return CostModel(std::move(stages), summed.link(), summed.time_unit(), summed.source());
 }
 
+std::vector<double> Planner::copy_sum_times(const CostModel& costs,
+                                            const std::vector<int32_t>& stage_to_rank,
+                                            int32_t directions) const {
+  int32_t ranks = 0;
+  for (int32_t r : stage_to_rank) ranks = std::max(ranks, r + 1);
+  std::vector<double> t(ranks, 0.0);
+  if (directions <= 1) return t;
+  // DualPipe: the two copies of each model stage (ranks k and p-1-k) sum their gradients, a
+  // two-member all-reduce over the pipeline's link: each rank sends and receives one copy's
+  // gradient bytes, in 2 latency-bound steps.
+  const LinkSpec link = p2p_link();
+  const double bw = link_bandwidth(link);
+  for (int32_t s = 0; s < costs.num_stages(); ++s) {
+    t[stage_to_rank[s]] += (bw > 0 ? costs.stage(s).grad_bytes / bw : 0.0) + 2 * link.latency_s;
+  }
+  return t;
+}
+
 std::vector<double> Planner::allreduce_times(const Config& c, const CostModel& costs,
                                              const std::vector<int32_t>& stage_to_rank,
                                              int32_t directions) const {
-  std::vector<double> t(c.p, 0.0);
-  if (directions > 1) {
-    // DualPipe: the two copies of each model stage (ranks k and p-1-k) sum their gradients, a
-    // two-member all-reduce over the pipeline's link: each rank sends and receives one copy's
-    // gradient bytes, in 2 latency-bound steps.
-    const LinkSpec link = p2p_link();
-    const double bw = link_bandwidth(link);
-    for (int32_t s = 0; s < costs.num_stages(); ++s) {
-      t[stage_to_rank[s]] += (bw > 0 ? costs.stage(s).grad_bytes / bw : 0.0) + 2 * link.latency_s;
-    }
-  }
+  std::vector<double> t = copy_sum_times(costs, stage_to_rank, directions);
   if (c.dp <= 1) return t;
   const LinkSpec link = dp_link(c.dp);
   const double bw = link_bandwidth(link), d = c.dp;
   for (int32_t s = 0; s < costs.num_stages(); ++s) {
-    // A ring all-reduce: 2(d-1)/d of the bytes cross each link, in 2(d-1) latency-bound steps.
+    // A ring all-reduce: 2(d-1)/d of the bytes cross each link, in 2(d-1) latency-bound steps
+    // (once per rank here: a lower bound of the simulator's, which pays them per stage).
     const double bytes = costs.stage(s).grad_bytes;
     t[stage_to_rank[s]] += (bw > 0 ? 2 * (d - 1) / d * bytes / bw : 0.0);
   }
@@ -702,24 +714,46 @@ Status Planner::simulate_best() {
     TP_ASSIGN_OR_RETURN(Schedule low, lower(*sched));
     SimOptions so;
     so.record_timeline = false;
+    // The step: the program, then each stage's gradient all-reduce on the data-parallel link
+    // after the rank's program (the run-it line does not overlap it), the simulator's ring.
+    const LinkSpec dl = dp_link(c.dp);
+    so.data_parallel.size = c.dp;
+    so.data_parallel.link = LinkCost{dl.latency_s, link_bandwidth(dl), 0};
     TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
     ++res_.stats.simulated;
     PlanCandidate pc = candidate_of(c, pd.rc);
     pc.layout = pd.layout;
     pc.fits = true;
     pc.simulated = true;
-    pc.pipeline_time_s = r.makespan;
-    pc.bubble_ratio = r.bubble_ratio;
+    // The pipeline alone, without the all-reduce: the programs' end, then the optimizer phase
+    // (each rank's from the last program end), and its bubble over that window (the busy time
+    // is the same: the all-reduce is idle).
+    double program_end = 0, optimizer = 0;
+    std::vector<double> opt(c.p, 0.0);
+    for (int32_t s = 0; s < costs.num_stages(); ++s)
+      opt[low.stage_to_rank[s]] += costs.stage(s).optimizer;
+    for (int32_t rk = 0; rk < c.p; ++rk) {
+      program_end = std::max(program_end, r.ranks[rk].program_end);
+      optimizer = std::max(optimizer, opt[rk]);
+    }
+    pc.pipeline_time_s = c.dp > 1 ? program_end + (r.optimizer ? optimizer : 0.0) : r.makespan;
+    pc.bubble_ratio = c.dp > 1 && pc.pipeline_time_s > 0
+                          ? 1 - r.total_compute / (c.p * pc.pipeline_time_s)
+                          : r.bubble_ratio;
     pc.peak_memory_bytes = peak;
     pc.complexity = pd.complexity;
-    const std::vector<double> ar = allreduce_times(c, costs, low.stage_to_rank, low.directions);
-    double step = 0;
-    for (int32_t rk = 0; rk < c.p; ++rk) {
-      pc.allreduce_time_s = std::max(pc.allreduce_time_s, ar[rk]);
-      step = std::max(step, r.ranks[rk].last_end + ar[rk]);
+    for (const RankSimStats& st : r.ranks)
+      pc.allreduce_time_s = std::max(pc.allreduce_time_s, st.allreduce);
+    pc.exposed_allreduce_ratio = r.exposed_allreduce_ratio;
+    pc.step_time_s = r.makespan;
+    if (low.directions > 1) {
+      // DualPipe's copy sum (not simulated): after the program and any data-parallel all-reduce,
+      // before the optimizer, on every rank alike.
+      const std::vector<double> copy = copy_sum_times(costs, low.stage_to_rank, low.directions);
+      const double worst = *std::max_element(copy.begin(), copy.end());
+      pc.allreduce_time_s += worst;
+      pc.step_time_s += worst;
     }
-    // With an optimizer phase (measured costs) the all-reduce comes before it, after the sync.
-    pc.step_time_s = r.optimizer ? r.makespan + pc.allreduce_time_s : step;
     price(pc);
     best.insert(std::upper_bound(best.begin(), best.end(), pc.step_time_s), pc.step_time_s);
     fits_.push_back(std::move(pc));

@@ -246,6 +246,7 @@ std::string plan_to_json(const PlanResult& r, int indent) {
                      {"step_time_s", c.step_time_s},
                      {"pipeline_time_s", c.pipeline_time_s},
                      {"allreduce_time_s", c.allreduce_time_s},
+                     {"exposed_allreduce_ratio", c.exposed_allreduce_ratio},
                      {"bubble_ratio", c.bubble_ratio},
                      {"peak_memory_bytes", c.peak_memory_bytes},
                      {"tokens_per_s", c.tokens_per_s},

@@ -1,5 +1,6 @@
 // The one definition of the bubble (prof.h, docs/bubble.md).
 #include <algorithm>
+#include <limits>
 
 #include "tightpipe/base.h"
 #include "tightpipe/prof.h"
@@ -104,6 +105,21 @@ std::vector<Interval> busy_intervals(const std::vector<TimelineEvent>& events, d
     }
   }
   return merged;
+}
+
+double exposed_allreduce(const std::vector<TimelineEvent>& events) {
+  double last_compute = 0, opt_start = std::numeric_limits<double>::infinity();
+  std::vector<Interval> ar;
+  for (const TimelineEvent& e : events) {
+    if (is_action_kind(e.kind)) last_compute = std::max(last_compute, e.end);
+    if (e.kind == EventKind::kOptimizer) opt_start = std::min(opt_start, e.start);
+    if (e.kind == EventKind::kAllReduce) ar.push_back({e.start, e.end});
+  }
+  std::sort(ar.begin(), ar.end(),
+            [](const Interval& a, const Interval& b) { return a.start < b.start; });
+  BusyUnion u;
+  for (const Interval& i : ar) u.add(std::max(i.start, last_compute), std::min(i.end, opt_start));
+  return u.total();
 }
 
 RankSpan rank_span(const std::vector<TimelineEvent>& events) {

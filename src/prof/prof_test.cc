@@ -367,3 +367,56 @@ TEST(TimelineIo, EventTimesMustBeFiniteAndOrdered) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// Issue 19: the data-parallel all-reduce has a lane and a kind of its own; a timeline file keeps
+// them, and the trace and the SVG name and draw them.
+TEST(AllReduceLane, RoundTripsAndIsDrawn) {
+  TimelineEvent e = ev("1ALLREDUCE", EventKind::kAllReduce, Lane::kAllReduce, 2, 5);
+  e.stage = 1;
+  e.bytes = 8 << 20;
+  EXPECT_EQ(lane_name(Lane::kAllReduce), "allreduce");
+  EXPECT_EQ(event_kind_name(EventKind::kAllReduce), "allreduce");
+  EXPECT_FALSE(is_compute_kind(EventKind::kAllReduce));
+  EXPECT_EQ(cost_slot(EventKind::kAllReduce), -1);
+  auto back = event_from_json(event_to_json(e), "t.jsonl:1");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->kind, EventKind::kAllReduce);
+  EXPECT_EQ(back->lane, Lane::kAllReduce);
+  EXPECT_EQ(back->bytes, 8 << 20);
+  Timeline t;
+  t.ranks.push_back({0, {ev("1F0", EventKind::kForward, Lane::kCompute, 0, 2), e}});
+  const std::string trace = to_chrome_trace(t);
+  EXPECT_NE(trace.find("\"allreduce\""), std::string::npos);
+  EXPECT_NE(trace.find("1ALLREDUCE"), std::string::npos);
+  const std::string svg = to_svg(t);
+  EXPECT_NE(svg.find(std::string(event_kind_color(EventKind::kAllReduce))), std::string::npos);
+  EXPECT_NE(event_kind_color(EventKind::kAllReduce), event_kind_color(EventKind::kOther));
+}
+
+// exposed_allreduce: only the part after the last compute and before the optimizer counts.
+// Compute [0, 4] and [6, 10]; all-reduces [3, 7] (hidden: before the last compute ends),
+// [9, 13] and [13, 15]; optimizer from 14: exposed [10, 14] = 4.
+TEST(AllReduceLane, ExposedIsAfterTheLastComputeAndBeforeTheOptimizer) {
+  std::vector<TimelineEvent> evs = {
+      ev("0F0", EventKind::kForward, Lane::kCompute, 0, 4),
+      ev("0B0", EventKind::kBackward, Lane::kCompute, 6, 10),
+      ev("0ALLREDUCE", EventKind::kAllReduce, Lane::kAllReduce, 3, 7),
+      ev("1ALLREDUCE", EventKind::kAllReduce, Lane::kAllReduce, 9, 13),
+      ev("2ALLREDUCE", EventKind::kAllReduce, Lane::kAllReduce, 13, 15),
+      ev("optimizer", EventKind::kOptimizer, Lane::kCompute, 14, 16)};
+  EXPECT_DOUBLE_EQ(exposed_allreduce(evs), 4);
+  evs.pop_back();  // no optimizer: to the end of the last reduction
+  EXPECT_DOUBLE_EQ(exposed_allreduce(evs), 5);
+  evs.resize(3);  // only the hidden one
+  EXPECT_DOUBLE_EQ(exposed_allreduce(evs), 0);
+  // The all-reduce is not busy time: the bubble keeps its one definition.
+  Timeline t;
+  t.ranks.push_back({0, evs});
+  EXPECT_DOUBLE_EQ(step_bubble(t).busy[0], 8);
+}
+
+}  // namespace
+}  // namespace tightpipe

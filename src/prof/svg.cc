@@ -51,6 +51,8 @@ std::string_view event_kind_color(EventKind kind) {
     case EventKind::kRecv: return "#ff9da7";            // pink
     case EventKind::kData: return "#9c755f";            // brown
     case EventKind::kOptimizer: return "#edc948";       // yellow
+    case EventKind::kAllReduce:
+      return "#17becf";                                 // cyan
     case EventKind::kOther: return "#bab0ac";           // grey-brown
   }
   return "#000000";
@@ -92,6 +94,7 @@ std::string svg_legend(const SvgLayout& layout) {
       {"B full backward", std::string(event_kind_color(EventKind::kBackward))},
       {"SEND", std::string(event_kind_color(EventKind::kSend))},
       {"RECV", std::string(event_kind_color(EventKind::kRecv))},
+      {"allreduce", std::string(event_kind_color(EventKind::kAllReduce))},
       {"other", std::string(event_kind_color(EventKind::kOther))},
       {"idle", kIdleColor},
   };
@@ -121,8 +124,13 @@ std::string svg_rank_row(const RankTimeline& rt, size_t i, const SvgLayout& layo
       layout.left, y + 2, layout.makespan * layout.sx, bar_h, kIdleColor);
   for (const TimelineEvent& e : rt.events) {
     const bool comm = e.lane != Lane::kCompute;
-    const double ey = comm ? y + 2 + bar_h + 1 : y + 2;
-    const double eh = comm ? comm_h : bar_h;
+    // The data-parallel all-reduce gets the lower half of the strip: it overlaps the
+    // pipeline's SEND/RECV strip when it runs on its helper thread.
+    const bool allreduce = e.lane == Lane::kAllReduce;
+    const double ey = allreduce ? y + 2 + bar_h + 1 + 0.5 * comm_h
+                      : comm    ? y + 2 + bar_h + 1
+                                : y + 2;
+    const double eh = allreduce ? 0.5 * comm_h : comm ? comm_h : bar_h;
     const double w = std::max(0.0, (e.end - e.start) * layout.sx);
     out += fmt::format(
         "<rect class=\"ev\" x=\"{:.3f}\" y=\"{:.2f}\" width=\"{:.3f}\" height=\"{:.2f}\" "

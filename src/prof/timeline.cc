@@ -12,6 +12,8 @@ std::string lane_name(Lane lane) {
     case Lane::kCompute: return "compute";
     case Lane::kComm: return "comm";
     case Lane::kData: return "data";
+    case Lane::kAllReduce:
+      return "allreduce";
   }
   return "lane";
 }
@@ -26,6 +28,8 @@ std::string event_kind_name(EventKind kind) {
     case EventKind::kRecv: return "RECV";
     case EventKind::kData: return "data";
     case EventKind::kOptimizer: return "optimizer";
+    case EventKind::kAllReduce:
+      return "allreduce";
     case EventKind::kOther: return "other";
   }
   return "other";
@@ -45,6 +49,7 @@ int cost_slot(EventKind kind) {
     case EventKind::kRecv:
     case EventKind::kData:
     case EventKind::kOptimizer:
+    case EventKind::kAllReduce:
     case EventKind::kOther:
       return -1;
   }
@@ -62,6 +67,7 @@ bool is_compute_kind(EventKind kind) {
     case EventKind::kSend:
     case EventKind::kRecv:
     case EventKind::kData:
+    case EventKind::kAllReduce:
     case EventKind::kOther:
       return false;
   }

@@ -30,13 +30,13 @@ Result<TimelineEvent> from_j(const nlohmann::json& j, std::string_view where) {
     bool kind_ok = false, lane_ok = false;
     for (EventKind k : {EventKind::kForward, EventKind::kBackwardInput, EventKind::kBackwardWeight,
                         EventKind::kBackward, EventKind::kSend, EventKind::kRecv, EventKind::kData,
-                        EventKind::kOptimizer, EventKind::kOther}) {
+                        EventKind::kOptimizer, EventKind::kAllReduce, EventKind::kOther}) {
       if (event_kind_name(k) == kind) {
         e.kind = k;
         kind_ok = true;
       }
     }
-    for (Lane l : {Lane::kCompute, Lane::kComm, Lane::kData}) {
+    for (Lane l : {Lane::kCompute, Lane::kComm, Lane::kData, Lane::kAllReduce}) {
       if (lane_name(l) == lane) {
         e.lane = l;
         lane_ok = true;

@@ -1,6 +1,7 @@
 // Per rank and step: busy time by kind, idle time by cause (report.h, docs/report.md).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -40,6 +41,8 @@ std::string_view idle_cause_name(IdleCause cause) {
       return "data wait";
     case IdleCause::kCpuWait:
       return "cpu wait";
+    case IdleCause::kExposedAllReduce:
+      return "exposed all-reduce";
     case IdleCause::kOther:
       return "other";
   }
@@ -60,6 +63,8 @@ std::string_view idle_cause_color(IdleCause cause) {
       return "#9c755f";
     case IdleCause::kCpuWait:
       return "#c2185b";
+    case IdleCause::kExposedAllReduce:
+      return "#17becf";
     case IdleCause::kOther:
       return "#d4a6c8";
   }
@@ -125,6 +130,8 @@ class GapClassifier {
         data_.push_back({e.start, e.end});
       } else if (e.kind == EventKind::kSend) {
         sends_.push_back({e.start, e.end});
+      } else if (e.kind == EventKind::kAllReduce) {
+        allreduce_.push_back({e.start, e.end});
       } else if (e.kind == EventKind::kRecv) {
         auto a = parse_action(e.name);
         if (a.ok()) recv_end_[{a->type == ActionType::kRecvGrad, a->stage, a->microbatch}] = e.end;
@@ -138,6 +145,8 @@ class GapClassifier {
     rb.first_compute = computes_.empty() ? 0 : computes_.front()->start;
     rb.last_compute = 0;
     for (const auto* c : computes_) rb.last_compute = std::max(rb.last_compute, c->end);
+    for (const TimelineEvent& e : rt.events)
+      if (e.kind == EventKind::kOptimizer) optimizer_start_ = std::min(optimizer_start_, e.start);
   }
 
   // Splits [a, b): the core wait reported by the busy event starting at b comes last (a woken
@@ -179,6 +188,9 @@ class GapClassifier {
     if (covered(data_, m)) return IdleCause::kData;
     if (!overlap_ && covered(sends_, m)) return IdleCause::kExposedComm;
     if (msg && posted >= 0 && posted <= m && m < arrived) return IdleCause::kExposedComm;
+    // The optimizer waits on the data-parallel reduction (prof.h exposed_allreduce).
+    if (m >= rb_.last_compute && m < optimizer_start_ && covered(allreduce_, m))
+      return IdleCause::kExposedAllReduce;
     if (computes_.empty() || m >= rb_.last_compute) return IdleCause::kDrain;
     if (m < rb_.first_compute) return IdleCause::kFill;
     if (msg && posted >= 0 && m < posted) return IdleCause::kDependency;
@@ -196,6 +208,8 @@ class GapClassifier {
       if (posted >= 0) cuts.push_back(posted);
     }
     for (const auto& iv : data_) cuts.insert(cuts.end(), {iv.start, iv.end});
+    for (const auto& iv : allreduce_) cuts.insert(cuts.end(), {iv.start, iv.end});
+    if (std::isfinite(optimizer_start_)) cuts.push_back(optimizer_start_);
     if (!overlap_)
       for (const auto& iv : sends_) cuts.insert(cuts.end(), {iv.start, iv.end});
     std::sort(cuts.begin(), cuts.end());
@@ -211,7 +225,8 @@ class GapClassifier {
   RankBreakdown& rb_;
   std::vector<const TimelineEvent*> computes_;  // F, I, W, B by start
   std::vector<const TimelineEvent*> starts_;    // every busy event (optimizer too) by start
-  std::vector<Interval> data_, sends_;
+  std::vector<Interval> data_, sends_, allreduce_;
+  double optimizer_start_ = std::numeric_limits<double>::infinity();  // none: never
   std::map<MsgKey, double> recv_end_;
 };
 

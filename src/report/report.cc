@@ -196,6 +196,10 @@ std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs) {
 SimOptions run_sim_options(const RunData& run) {
   SimOptions so;
   so.comm_mode = run.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
+  // The replicas' gradient all-reduce as the run reduced (the trainer sums doubles: 8 bytes).
+  so.data_parallel.size = run.data_parallel_size;
+  so.data_parallel.overlap = run.overlap_grad_reduce;
+  so.data_parallel.bucket_bytes = 8.0 * static_cast<double>(run.bucket_size);
   return so;
 }
 
@@ -578,9 +582,10 @@ std::string text_rank_table(const Report& rep) {
   const auto& sm = rep.summary;
   std::string out = "\nper rank (median over measured steps, ms):\n";
   out += fmt::format(
-      "{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} | {:>7}",
+      "{:<5} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>7} | "
+      "{:>7}",
       "rank", "F", "I", "W", "B", "optim", "fill", "drain", "dep", "exp.comm", "data", "cpu",
-      "other", "bubble");
+      "exp.ar", "other", "bubble");
   if (rep.has_prediction) out += fmt::format(" {:>7} {:>9}", "pred", "gap");
   out += "\n";
   for (int32_t r = 0; r < run.num_ranks; ++r) {

@@ -158,6 +158,12 @@ void RunLoader::read_summary_fields(const nlohmann::json& j, const std::string& 
     run_.transport = j.value("transport", std::string());
     run_.compute = j.value("compute", std::string());
     run_.overlap_p2p = j.value("overlap_p2p", true);
+    // Out-of-range values (a damaged file) fall back to one replica, one bucket per 2^20 values.
+    const int32_t dp = json_int<int32_t>(j, "data_parallel_size", 1);
+    run_.data_parallel_size = dp >= 1 && dp <= 65536 ? dp : 1;
+    run_.overlap_grad_reduce = j.value("overlap_grad_reduce", false);
+    const int64_t bucket = json_int<int64_t>(j, "bucket_size", int64_t{1} << 20);
+    run_.bucket_size = bucket >= 1 && bucket <= (int64_t{1} << 30) ? bucket : int64_t{1} << 20;
     run_.warmup_steps_excluded = json_int<int64_t>(j, "warmup_steps_excluded", 1);
     if (j.contains("model") && j["model"].is_object()) {
       const auto& m = j["model"];

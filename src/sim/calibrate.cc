@@ -13,6 +13,10 @@ namespace tightpipe {
 
 void CostSamples::add_event(const TimelineEvent& e) {
   if (e.stage < 0) return;
+  if (e.kind == EventKind::kAllReduce) {
+    allreduce[e.stage].push_back(static_cast<double>(e.bytes));
+    return;
+  }
   if (e.kind == EventKind::kSend) {
     auto a = parse_action(e.name);
     if (a.ok()) sent[{e.stage, a->type == ActionType::kSendGrad}].push_back(double(e.bytes));
@@ -48,6 +52,7 @@ void CostSamples::merge(const CostSamples& o) {
   append(stash, o.stash);
   append(sent, o.sent);
   append(optimizer, o.optimizer);
+  append(allreduce, o.allreduce);
 }
 
 std::string CostSamples::to_json() const {
@@ -56,6 +61,7 @@ std::string CostSamples::to_json() const {
   for (const auto& [k, v] : stash) j.push_back({"m", k.first, k.second, v});
   for (const auto& [k, v] : sent) j.push_back({"s", k.first, k.second ? 1 : 0, v});
   for (const auto& [k, v] : optimizer) j.push_back({"o", k, 0, v});
+  for (const auto& [k, v] : allreduce) j.push_back({"a", k, 0, v});
   return j.dump();
 }
 
@@ -72,6 +78,8 @@ Result<CostSamples> CostSamples::from_json(std::string_view text) {
       else if (kind == "m") s.stash[{a, b}] = std::move(v);
       else if (kind == "s") s.sent[{a, b != 0}] = std::move(v);
       else if (kind == "o") s.optimizer[a] = std::move(v);
+      else if (kind == "a")
+        s.allreduce[a] = std::move(v);
       else return Status::corruption(fmt::format("cost samples: unknown record '{}'", kind));
     }
   } catch (const nlohmann::json::exception& ex) {
@@ -113,6 +121,7 @@ Result<CostModel> calibrate(const CostSamples& samples, const Schedule& lowered,
     c.message_bytes = static_cast<int64_t>(msg.value_or(0.0));
     const auto opt = med(samples.optimizer, lowered.rank_of(s));
     c.optimizer = opt.value_or(0.0) / static_cast<double>(lowered.stages_of(lowered.rank_of(s)).size());
+    c.allreduce_bytes = med(samples.allreduce, s).value_or(0.0);
   }
   return CostModel(std::move(stages), options.link, options.time_unit, options.source);
 }

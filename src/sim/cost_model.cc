@@ -104,7 +104,8 @@ std::vector<std::pair<std::string_view, double>> stage_cost_fields(const StageCo
           {"param_bytes", c.param_bytes},
           {"grad_bytes", c.grad_bytes},
           {"optimizer_bytes", c.optimizer_bytes},
-          {"message_bytes", static_cast<double>(c.message_bytes)}};
+          {"message_bytes", static_cast<double>(c.message_bytes)},
+          {"allreduce_bytes", c.allreduce_bytes}};
 }
 
 Status CostModel::validate() const {

@@ -92,8 +92,9 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
   }
   std::map<size_t, StageCost> by_stage;
   constexpr std::string_view kKeys =
-      "stage, f, i, w, b, recompute, optimizer, act_bytes, act_after_i_bytes, input_bytes, param_bytes, "
-      "grad_bytes, optimizer_bytes, message_bytes";
+      "stage, f, i, w, b, recompute, optimizer, act_bytes, act_after_i_bytes, input_bytes, "
+      "param_bytes, "
+      "grad_bytes, optimizer_bytes, message_bytes, allreduce_bytes";
   for (size_t k = 0; k < n; ++k) {
     const json& e = (*stages)[k];
     const std::string where = fmt::format("stages[{}]", k);
@@ -135,6 +136,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
       else if (key == "grad_bytes") c.grad_bytes = x;
       else if (key == "optimizer_bytes") c.optimizer_bytes = x;
       else if (key == "message_bytes") c.message_bytes = static_cast<int64_t>(std::llround(x));
+      else if (key == "allreduce_bytes")
+        c.allreduce_bytes = x;
       else {
         return bad(source, fmt::format("{} has unknown key '{}' (value {}); hint: keys are {}",
                                        where, printable(key), printable(it->dump()), kKeys));
@@ -173,6 +176,8 @@ std::string cost_table_to_json(const CostModel& m) {
     json e = {{"stage", s}};
     for (const auto& [key, x] : stage_cost_fields(c)) e[std::string(key)] = x;
     e["message_bytes"] = c.message_bytes;  // a whole number in the table
+    // Only data-parallel runs measure it: tables without it stay as they were.
+    if (c.allreduce_bytes == 0) e.erase("allreduce_bytes");
     stages.push_back(std::move(e));
   }
   j["stages"] = std::move(stages);

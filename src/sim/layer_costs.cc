@@ -83,11 +83,19 @@ Row fit_field(const std::vector<Row>& rows, const std::vector<double>& y) {
 }
 
 // The fields of StageCost that scale with the layers a stage holds.
-constexpr std::array<double StageCost::*, 12> kFields = {
-    &StageCost::f,         &StageCost::i,          &StageCost::w,
-    &StageCost::b,         &StageCost::recompute,  &StageCost::optimizer,
-    &StageCost::act_bytes, &StageCost::act_after_i_bytes, &StageCost::input_bytes,
-    &StageCost::param_bytes, &StageCost::grad_bytes, &StageCost::optimizer_bytes};
+constexpr std::array<double StageCost::*, 13> kFields = {&StageCost::f,
+                                                         &StageCost::i,
+                                                         &StageCost::w,
+                                                         &StageCost::b,
+                                                         &StageCost::recompute,
+                                                         &StageCost::optimizer,
+                                                         &StageCost::act_bytes,
+                                                         &StageCost::act_after_i_bytes,
+                                                         &StageCost::input_bytes,
+                                                         &StageCost::param_bytes,
+                                                         &StageCost::grad_bytes,
+                                                         &StageCost::optimizer_bytes,
+                                                         &StageCost::allreduce_bytes};
 
 }  // namespace
 

@@ -38,6 +38,14 @@ ordered_json result_json(const SimResult& r) {
       "1 - busy / (ranks x max_span); a rank's span runs from its first compute start to its last "
       "compute end; busy = F, I, W, B (the zero-bubble paper's measure)";
   j["optimizer_modelled"] = r.optimizer;
+  const bool dp = r.data_parallel.size > 1;  // the keys below only then: older outputs stay
+  if (dp) {
+    j["data_parallel"] = {{"size", r.data_parallel.size},
+                          {"overlap_grad_reduce", r.data_parallel.overlap},
+                          {"bucket_bytes", r.data_parallel.bucket_bytes}};
+    j["exposed_allreduce_ratio"] = r.exposed_allreduce_ratio;
+    j["exposed_allreduce_percent"] = 100.0 * r.exposed_allreduce_ratio;
+  }
   j["messages"] = r.messages;
   j["message_bytes"] = r.message_bytes;
   j["actions"] = r.actions;
@@ -56,6 +64,10 @@ ordered_json result_json(const SimResult& r) {
     o["span"] = s.span;
     o["span_bubble_ratio"] = s.span_bubble_ratio;
     o["comm"] = s.comm;
+    if (dp) {
+      o["allreduce"] = s.allreduce;
+      o["exposed_allreduce"] = s.exposed_allreduce;
+    }
     o["compute_actions"] = s.compute_actions;
     o["messages_sent"] = s.messages_sent;
     o["bytes_sent"] = s.bytes_sent;
@@ -105,6 +117,18 @@ std::string format_sim_table(const SimResult& r) {
       "max span {:.6g}   span bubble {:.1f}%   (bubble: all ranks from 0 to the makespan; span "
       "bubble: each rank from its first to its last compute)\n",
       r.max_span, 100.0 * r.span_bubble_ratio);
+  if (r.data_parallel.size > 1) {
+    std::vector<std::string> ar, ex;
+    for (const RankSimStats& s : r.ranks) {
+      ar.push_back(fmt::format("{:.4g}", s.allreduce));
+      ex.push_back(fmt::format("{:.4g}", s.exposed_allreduce));
+    }
+    out += fmt::format(
+        "data parallel {} ({} the program): exposed all-reduce {:.1f}% of the step; per rank "
+        "all-reduce {} of which exposed {}\n",
+        r.data_parallel.size, r.data_parallel.overlap ? "overlapping" : "after",
+        100.0 * r.exposed_allreduce_ratio, join(ar, " "), join(ex, " "));
+  }
   out += fmt::format("{:>4} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10} {:>12} {:>12}\n",
                      "rank", "first", "last", "span", "busy", "idle", "gaps", "comm", "peak act",
                      "act bytes", "peak mem");

@@ -329,3 +329,43 @@ TEST_F(SimulateCli, DualPipeBadInputIsOneLine) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// Issue 19: --data-parallel-size adds each stage's all-reduce on the table's link. 1F1B p = 2,
+// m = 2, F = 1, B = 2, free messages (no bytes, no latency), 400 bytes per stage at 100 per unit:
+// the programs end at 9 and 7, each reduction takes 4 after them: T = 13, exposed 8 / 26.
+TEST(SimulateCliDataParallel, AddsTheAllReduceOfTheTable) {
+  const std::string kBin = std::string(TP_BINARY_DIR) + "/tools/tightpipe/tightpipe";
+  if (!std::filesystem::exists(kBin)) GTEST_SKIP() << "no binary at " << kBin;
+  const std::string table = tmp_path("dp_costs.json");
+  ASSERT_TRUE(write_file(table, R"({"time_unit": "unit", "link": {"latency": 0, "bandwidth": 100},
+    "stages": [{"stage": 0, "f": 1, "i": 1, "w": 1, "allreduce_bytes": 400},
+               {"stage": 1, "f": 1, "i": 1, "w": 1, "allreduce_bytes": 400}]})")
+                  .ok());
+  CliRun r = run("--schedule 1f1b --pp 2 --microbatches 2 --costs " + table +
+                 " --data-parallel-size 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 13);
+  EXPECT_DOUBLE_EQ(j["exposed_allreduce_ratio"].get<double>(), 8.0 / 26);
+  EXPECT_EQ(j["data_parallel"]["size"], 2);
+  EXPECT_DOUBLE_EQ(j["per_rank"][1]["exposed_allreduce"].get<double>(), 4);
+  r = run("--schedule 1f1b --pp 2 --microbatches 2 --costs " + table + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 9);
+  EXPECT_FALSE(j.contains("exposed_allreduce_ratio"));
+  // Uniform --cost has no gradient bytes: refused in one line, not a silent zero.
+  r = run("--schedule 1f1b --pp 2 --microbatches 2 --cost f=1,i=1,w=1 --data-parallel-size 2");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--data-parallel-size 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hint"), std::string::npos) << r.err;
+  r = run("--schedule 1f1b --pp 2 --microbatches 2 --costs " + table + " --bucket-size 0");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--bucket-size 0"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace tightpipe

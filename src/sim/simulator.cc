@@ -216,6 +216,7 @@ class Simulator {
     held_.assign(P_, 0.0);
     first_start_.assign(P_, std::numeric_limits<double>::infinity());
     rank_end_.assign(P_, 0.0);
+    grads_done_.assign(S_, -1.0);
     busy_.assign(P_, BusyUnion{});
     res_.ranks.resize(P_);
     res_.schedule = sch_.name;
@@ -223,6 +224,7 @@ class Simulator {
     res_.num_stages = S_;
     res_.num_microbatches = M_;
     res_.comm_mode = opt_.comm_mode;
+    res_.data_parallel = opt_.data_parallel;
     res_.recompute = opt_.recompute;
     res_.cost_source = cost_.source();
     res_.time_unit = cost_.time_unit();
@@ -276,6 +278,10 @@ class Simulator {
     res_.makespan = std::max(res_.makespan, end);
     rank_end_[rank] = std::max(rank_end_[rank], end);
     if (lane == Lane::kCompute) busy_[rank].add(start, end);
+    if (lane == Lane::kCompute &&
+        (a.type == ActionType::kBackwardWeight || a.type == ActionType::kBackward)) {
+      grads_done_[a.stage] = std::max(grads_done_[a.stage], end);
+    }
     if (!opt_.record_timeline) return;
     auto& events = lane == Lane::kCompute ? res_.timeline.ranks[rank].events : comm_events_[rank];
     TimelineEvent& ev = events.emplace_back();
@@ -483,6 +489,52 @@ class Simulator {
         res_.makespan, blocked, format_grid(sch_, mark)));
   }
 
+  // The data-parallel gradient all-reduce (simulator.h): on each rank's all-reduce lane, one
+  // stage at a time, after the program (in stage order) or, with overlap, from each stage's last
+  // W/B on (in the order the stages finish). Extends the rank's end, so its optimizer starts
+  // after its reductions.
+  void add_allreduce() {
+    const DataParallelSim& dp = opt_.data_parallel;
+    if (dp.size <= 1) return;
+    for (int32_t r = 0; r < P_; ++r) {
+      std::vector<std::pair<double, int32_t>> order;  // (ready, stage)
+      for (int32_t s : sch_.stages_of(r)) {
+        const double ready = dp.overlap && grads_done_[s] >= 0 ? grads_done_[s] : rank_end_[r];
+        order.push_back({ready, s});
+      }
+      std::sort(order.begin(), order.end());
+      RankSimStats& st = res_.ranks[r];
+      double lane = 0;
+      BusyUnion exposed;
+      for (const auto& [ready, s] : order) {
+        const StageCost& c = cost_.stage(s);
+        const double bytes = c.allreduce_bytes > 0 ? c.allreduce_bytes : c.grad_bytes;
+        const double start = std::max(ready, lane);
+        const double end =
+            start +
+            ring_allreduce_time(bytes, dp.size, dp.link.value_or(cost_.link()), dp.bucket_bytes);
+        lane = end;
+        st.allreduce += end - start;
+        // Exposed: after the rank's last compute (prof.h exposed_allreduce; the optimizer
+        // starts after the last reduction, so nothing is cut at its end).
+        const double from = st.compute_actions > 0 ? std::max(start, st.last_end) : start;
+        exposed.add(from, std::max(from, end));
+        rank_end_[r] = std::max(rank_end_[r], end);
+        res_.makespan = std::max(res_.makespan, end);
+        if (!opt_.record_timeline) continue;
+        TimelineEvent& ev = comm_events_[r].emplace_back();
+        ev.name = fmt::format("{}ALLREDUCE", s);
+        ev.kind = EventKind::kAllReduce;
+        ev.lane = Lane::kAllReduce;
+        ev.stage = s;
+        ev.start = start;
+        ev.end = end;
+        ev.bytes = static_cast<int64_t>(bytes);
+      }
+      st.exposed_allreduce = exposed.total();
+    }
+  }
+
   // The optimizer phase: once every rank has finished its program (sync), each rank runs its
   // stages' optimizer time. Its event starts where the rank's program ended, as a measured one
   // does (the wait for the slowest rank is idle time; prof.h, step_bubble).
@@ -515,6 +567,8 @@ class Simulator {
   }
 
   void finish_stats() {
+    for (int32_t r = 0; r < P_; ++r) res_.ranks[r].program_end = rank_end_[r];
+    add_allreduce();
     const StepBubble bubble = step_bubble(add_optimizer());
     for (int32_t r = 0; r < P_; ++r) {
       RankSimStats& st = res_.ranks[r];
@@ -536,6 +590,9 @@ class Simulator {
     }
     res_.total_compute = bubble.total_busy;
     res_.bubble_ratio = bubble.ratio;
+    double exposed = 0;
+    for (const RankSimStats& st : res_.ranks) exposed += st.exposed_allreduce;
+    res_.exposed_allreduce_ratio = res_.makespan > 0 ? exposed / (P_ * res_.makespan) : 0;
     // The span measure (prof.h span_bubble): each rank from its first compute to its last.
     std::vector<RankSpan> spans(P_);
     for (int32_t r = 0; r < P_; ++r) {
@@ -586,6 +643,7 @@ class Simulator {
   std::vector<double> held_;
   std::vector<double> first_start_;
   std::vector<double> rank_end_;     // [rank] latest end of its events
+  std::vector<double> grads_done_;   // [stage] end of its last W or B (-1: none yet)
   std::vector<BusyUnion> busy_;      // [rank] its compute intervals (prof.h, the one bubble)
   int64_t outstanding_recvs_ = 0;
   std::vector<std::vector<TimelineEvent>> comm_events_;  // [rank] until finish_stats()
@@ -593,6 +651,29 @@ class Simulator {
 };
 
 }  // namespace
+
+double ring_allreduce_time(double bytes, int32_t d, const LinkCost& link, double bucket_bytes) {
+  if (d <= 1 || !(bytes > 0)) return 0;
+  const double buckets = bucket_bytes > 0 ? std::ceil(bytes / bucket_bytes) : 1;
+  const double steps = 2.0 * (d - 1);
+  const double transfer = link.bandwidth > 0 ? steps / d * bytes / link.bandwidth : 0;
+  return transfer + buckets * steps * link.latency;
+}
+
+Status check_data_parallel(const DataParallelSim& dp) {
+  if (dp.size < 1 || dp.size > 65536) {
+    return Status::invalid_argument(fmt::format(
+        "--data-parallel-size {}: must be in [1, 65536]; hint: the number of pipeline replicas",
+        dp.size));
+  }
+  if (!(dp.bucket_bytes >= 0 && dp.bucket_bytes <= kMaxCostValue)) {
+    return Status::invalid_argument(fmt::format(
+        "--bucket-size: {} bytes per bucket is outside [0, {:g}]; hint: gradient values per "
+        "all-reduce, e.g. 1048576",
+        dp.bucket_bytes, kMaxCostValue));
+  }
+  return OkStatus();
+}
 
 Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
                            const SimOptions& options) {
@@ -603,6 +684,7 @@ Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
   }
   TP_RETURN_IF_ERROR(cost.validate());
   TP_RETURN_IF_ERROR(check_overlap_fb_factor(options.overlap_fb_factor));
+  TP_RETURN_IF_ERROR(check_data_parallel(options.data_parallel));
   Simulator sim(schedule, cost, options);
   return sim.run();
 }

@@ -1,8 +1,10 @@
 #include "tightpipe/simulator.h"
 
 #include <expat.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/check.h"
@@ -351,6 +353,120 @@ TEST(SimOutput, JsonHasStableFields) {
     EXPECT_TRUE(j["per_rank"][0].contains(k)) << k;
   }
   EXPECT_NE(format_sim_table(*r).find("makespan 9"), std::string::npos) << format_sim_table(*r);
+}
+
+}  // namespace
+}  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// The model with each stage's all-reduce bytes (its pipeline messages stay free).
+CostModel with_allreduce(const CostModel& base, double bytes, double optimizer = 0) {
+  std::vector<StageCost> st;
+  for (int32_t s = 0; s < base.num_stages(); ++s) {
+    st.push_back(base.stage(s));
+    st.back().allreduce_bytes = bytes;
+    st.back().optimizer = optimizer;
+  }
+  return CostModel(st, base.link(), base.time_unit(), "dp test", base.real_bytes());
+}
+
+// Two replicas on a data-parallel link of latency 0.5 and 100 bytes per unit.
+DataParallelSim dp2(bool overlap) { return {2, overlap, 0, LinkCost{0.5, 100, 0}}; }
+
+TEST(DataParallelSim, RingCostIsAlphaBeta) {
+  const LinkCost link{0.5, 100, 0};
+  // d = 2: 2(d-1)/d x 400 / 100 = 4, plus 2(d-1) x 0.5 = 1 per bucket.
+  EXPECT_DOUBLE_EQ(ring_allreduce_time(400, 2, link, 0), 5);
+  EXPECT_DOUBLE_EQ(ring_allreduce_time(400, 2, link, 100), 4 + 4 * 1);
+  EXPECT_DOUBLE_EQ(ring_allreduce_time(400, 2, link, 150), 4 + 3 * 1);  // 150, 150, 100
+  EXPECT_DOUBLE_EQ(ring_allreduce_time(400, 4, link, 0), 6 + 3);
+  EXPECT_DOUBLE_EQ(ring_allreduce_time(400, 1, link, 0), 0);
+  EXPECT_DOUBLE_EQ(ring_allreduce_time(400, 2, LinkCost{}, 0), 0);
+  EXPECT_FALSE(check_data_parallel({0, false, 0, {}}).ok());
+  EXPECT_NE(check_data_parallel({0, false, 0, {}}).message().find("--data-parallel-size 0"),
+            std::string::npos);
+  EXPECT_FALSE(check_data_parallel({2, false, -1, {}}).ok());
+}
+
+// Closed form: 1F1B p = 2, m = 2, F = 1, B = 2, free messages. The programs end at 9 (rank 0)
+// and 7 (rank 1); without overlap each rank's one stage reduces for 5 after its program, all of
+// it exposed: T = 14, exposed all-reduce (5 + 5) / (2 x 14).
+TEST(DataParallelSim, NoOverlapExposesTheWholeAllReduce) {
+  const CostModel cost = with_allreduce(uniform(2, 2), 400);
+  SimOptions o;
+  auto plain = simulate(hand_1f1b(true), cost, o);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_DOUBLE_EQ(plain->makespan, 9);
+  EXPECT_DOUBLE_EQ(plain->exposed_allreduce_ratio, 0);
+  o.data_parallel = dp2(false);
+  auto r = simulate(hand_1f1b(true), cost, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_DOUBLE_EQ(r->makespan, 14);
+  EXPECT_DOUBLE_EQ(r->ranks[0].allreduce, 5);
+  EXPECT_DOUBLE_EQ(r->ranks[0].exposed_allreduce, 5);
+  EXPECT_DOUBLE_EQ(r->ranks[1].exposed_allreduce, 5);
+  EXPECT_DOUBLE_EQ(r->exposed_allreduce_ratio, 10.0 / 28);
+  // The bubble keeps its one definition: the all-reduce is idle, not busy.
+  EXPECT_DOUBLE_EQ(r->bubble_ratio, 1 - 12.0 / 28);
+  // The timeline has the lane, and prof.h's exposed_allreduce reads the same off it.
+  int lanes = 0;
+  for (const RankTimeline& rt : r->timeline.ranks) {
+    for (const TimelineEvent& e : rt.events) {
+      if (e.lane != Lane::kAllReduce) continue;
+      ++lanes;
+      EXPECT_EQ(e.kind, EventKind::kAllReduce);
+      EXPECT_EQ(e.bytes, 400);
+      EXPECT_EQ(e.name, fmt::format("{}ALLREDUCE", e.stage));
+    }
+    EXPECT_DOUBLE_EQ(exposed_allreduce(rt.events), 5) << rt.rank;
+  }
+  EXPECT_EQ(lanes, 2);
+  // With the optimizer modelled: it starts after the reduction (rank 0 at 14, rank 1 at 12).
+  auto opt = simulate(hand_1f1b(true), with_allreduce(uniform(2, 2), 400, 1), o);
+  ASSERT_TRUE(opt.ok()) << opt.status().to_string();
+  EXPECT_DOUBLE_EQ(opt->makespan, 15);
+  EXPECT_DOUBLE_EQ(opt->exposed_allreduce_ratio, 10.0 / 30);
+}
+
+// With overlap a stage's reduction starts after its last W/B. Interleaved p = 2, v = 2: each
+// rank finishes one chunk's backwards before the other's, so part of its reductions hides under
+// the rest of its program and the step is shorter. One reduction at a time per rank.
+TEST(DataParallelSim, OverlapStartsAfterTheStagesLastBackward) {
+  auto sch = generate_schedule("interleaved", {.ranks = 2, .microbatches = 4, .chunks = 2});
+  ASSERT_TRUE(sch.ok()) << sch.status().to_string();
+  auto low = lower(*sch);
+  ASSERT_TRUE(low.ok()) << low.status().to_string();
+  const CostModel cost = with_allreduce(uniform(2, 4, 2, 2, 2), 200);  // 2 + 1 per stage
+  SimOptions o;
+  o.data_parallel = dp2(false);
+  auto after = simulate(*low, cost, o);
+  o.data_parallel.overlap = true;
+  auto overlapped = simulate(*low, cost, o);
+  ASSERT_TRUE(after.ok() && overlapped.ok());
+  EXPECT_LT(overlapped->makespan, after->makespan);
+  EXPECT_LT(overlapped->exposed_allreduce_ratio, after->exposed_allreduce_ratio);
+  for (const RankTimeline& rt : overlapped->timeline.ranks) {
+    std::map<int32_t, double> last_grad;
+    std::vector<std::pair<double, double>> ar;
+    for (const TimelineEvent& e : rt.events) {
+      if (e.kind == EventKind::kBackward || e.kind == EventKind::kBackwardWeight)
+        last_grad[e.stage] = std::max(last_grad[e.stage], e.end);
+      if (e.kind == EventKind::kAllReduce) ar.push_back({e.start, e.end});
+    }
+    for (const TimelineEvent& e : rt.events) {
+      if (e.kind == EventKind::kAllReduce) {
+        EXPECT_GE(e.start, last_grad.at(e.stage)) << e.name;
+      }
+    }
+    ASSERT_EQ(ar.size(), 2u);
+    EXPECT_GE(ar[1].first, ar[0].second);  // one at a time
+    EXPECT_DOUBLE_EQ(ar[0].second - ar[0].first, 3);
+  }
+  // Without overlap the step ends two reductions (2 x 3) after the later program.
+  EXPECT_DOUBLE_EQ(after->makespan,
+                   std::max(after->ranks[0].last_end, after->ranks[1].last_end) + 6);
 }
 
 }  // namespace

@@ -92,6 +92,52 @@ TEST(BreakdownTest, HandBuiltTimelineGetsEveryCauseRight) {
   EXPECT_DOUBLE_EQ(m.ranks[0].idle[static_cast<int>(IdleCause::kOther)], 18);
 }
 
+// Issue 19: the optimizer waiting on the data-parallel all-reduce is "exposed all-reduce", one
+// more idle cause that the causes still sum to. Rank 0: F [0,2], B [6,10], all-reduce [10,13],
+// optimizer [13,15]; rank 1: F [2,4], B [4,8], all-reduce [8,11], optimizer [11,15]. T = 15,
+// sync = 13. Rank 0 idles [2,6] (no message events: other) and [10,13] (exposed all-reduce);
+// rank 1 [0,2] (fill), [8,11] (exposed all-reduce), [11,13] (drain: waits for rank 0).
+TEST(BreakdownTest, ExposedAllReduceIsTheOptimizersWaitOnTheReduction) {
+  Timeline tl;
+  tl.ranks.resize(2);
+  tl.ranks[0].rank = 0;
+  tl.ranks[1].rank = 1;
+  auto& r0 = tl.ranks[0].events;
+  auto& r1 = tl.ranks[1].events;
+  r0.push_back(ev("0F0", EventKind::kForward, Lane::kCompute, 0, 2));
+  r0.push_back(ev("0B0", EventKind::kBackward, Lane::kCompute, 6, 10));
+  r0.push_back(ev("optimizer", EventKind::kOptimizer, Lane::kCompute, 13, 15));
+  r0.push_back(ev("0ALLREDUCE", EventKind::kAllReduce, Lane::kAllReduce, 10, 13));
+  r1.push_back(ev("1F0", EventKind::kForward, Lane::kCompute, 2, 4));
+  r1.push_back(ev("1B0", EventKind::kBackward, Lane::kCompute, 4, 8));
+  r1.push_back(ev("optimizer", EventKind::kOptimizer, Lane::kCompute, 11, 15));
+  r1.push_back(ev("1ALLREDUCE", EventKind::kAllReduce, Lane::kAllReduce, 8, 11));
+  constexpr int kAr = static_cast<int>(IdleCause::kExposedAllReduce);
+  auto s = breakdown_step(tl, 2, 0);
+  EXPECT_DOUBLE_EQ(s.step_time, 15);
+  EXPECT_DOUBLE_EQ(s.ranks[0].idle[kAr], 3);
+  EXPECT_DOUBLE_EQ(s.ranks[0].idle[static_cast<int>(IdleCause::kOther)], 4);
+  EXPECT_DOUBLE_EQ(s.ranks[1].idle[kAr], 3);
+  EXPECT_DOUBLE_EQ(s.ranks[1].idle[static_cast<int>(IdleCause::kFill)], 2);
+  EXPECT_DOUBLE_EQ(s.ranks[1].idle[static_cast<int>(IdleCause::kDrain)], 2);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_DOUBLE_EQ(s.ranks[r].idle_total(), 7) << r;  // T - 6 compute - 2 optimizer after sync
+    EXPECT_DOUBLE_EQ(s.ranks[r].idle_total(), s.bubble.idle[r]) << r;
+    EXPECT_DOUBLE_EQ(s.ranks[r].idle[kAr], exposed_allreduce(tl.ranks[r].events)) << r;
+  }
+  EXPECT_NEAR(cause(s, IdleCause::kExposedAllReduce), 6.0 / 30, 1e-12);
+  EXPECT_NEAR(s.bubble_ratio, 14.0 / 30, 1e-12);
+  EXPECT_EQ(idle_cause_name(IdleCause::kExposedAllReduce), "exposed all-reduce");
+  // Overlapped with compute (rank 1 reduces during [5, 7] of a B that ends at 8): hidden, and
+  // its [8, 11] wait becomes drain.
+  r1.back().start = 5;
+  r1.back().end = 7;
+  s = breakdown_step(tl, 2, 0);
+  EXPECT_DOUBLE_EQ(s.ranks[1].idle[kAr], 0);
+  EXPECT_DOUBLE_EQ(s.ranks[1].idle[static_cast<int>(IdleCause::kDrain)], 5);
+  EXPECT_DOUBLE_EQ(s.ranks[1].idle_total(), 7);
+}
+
 TEST(BreakdownTest, SpreadAndWarmup) {
   auto s = spread_of({5, 1, 3, 2, 4});
   EXPECT_DOUBLE_EQ(s.median, 3);

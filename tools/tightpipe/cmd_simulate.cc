@@ -25,6 +25,19 @@ Result<SimResult> run_one(const Schedule& compute_only_schedule, const CostFlags
                           const SimOptions& opt) {
   TP_ASSIGN_OR_RETURN(Schedule s, lowered(compute_only_schedule));
   TP_ASSIGN_OR_RETURN(CostChoice cost, make_costs(cf, s, opt));
+  if (opt.data_parallel.size > 1) {
+    bool bytes = false;
+    for (int32_t st = 0; st < cost.model.num_stages(); ++st)
+      bytes =
+          bytes || cost.model.stage(st).allreduce_bytes > 0 || cost.model.stage(st).grad_bytes > 0;
+    if (!bytes) {
+      return Status::invalid_argument(fmt::format(
+          "--data-parallel-size {}: the costs ({}) give no stage gradient bytes to all-reduce; "
+          "hint: use --model, or a --costs table with allreduce_bytes (a data-parallel run's "
+          "costs.json has them)",
+          opt.data_parallel.size, cost.model.source()));
+    }
+  }
   TP_ASSIGN_OR_RETURN(SimResult r, simulate(s, cost.model, opt));
   r.layout = cost.layout;
   return r;
@@ -57,6 +70,18 @@ int cmd_simulate(int argc, char** argv) {
                  "how much of an OVERLAP_F_B pair (dualpipev, dualpipe) the hardware overlaps, in "
                  "[0, 1]: a pair takes F + B - X min(F, B)")
       ->capture_default_str();
+  int32_t dp_size = 1;
+  bool overlap_grad_reduce = false;
+  int64_t bucket_size = int64_t{1} << 20;
+  app.add_option("--data-parallel-size", dp_size,
+                 "replicas of the pipeline: adds each stage's gradient all-reduce (a ring over "
+                 "the cost model's link) after the program")
+      ->capture_default_str();
+  app.add_flag("--overlap-grad-reduce", overlap_grad_reduce,
+               "start a stage's all-reduce after its last W/B instead of after the program");
+  app.add_option("--bucket-size", bucket_size,
+                 "gradient values per all-reduce bucket, 8 bytes each (the trainer sums doubles)")
+      ->capture_default_str();
   app.add_flag("--json", json, "print the result as JSON (docs/simulate_json.md)");
   app.add_option("--trace", trace, "write a Chrome trace (Perfetto, chrome://tracing) here");
   app.add_option("--svg", svg, "write an SVG timeline here");
@@ -79,6 +104,16 @@ int cmd_simulate(int argc, char** argv) {
       return report_error(kCmd, st);
     }
     opt.overlap_fb_factor = overlap_fb_factor;
+    if (bucket_size < 1 || bucket_size > (int64_t{1} << 30)) {
+      return report_error(kCmd, Status::invalid_argument(fmt::format(
+                                    "--bucket-size {}: must be in [1, 2^30] values; hint: "
+                                    "gradient values per all-reduce, e.g. 1048576",
+                                    bucket_size)));
+    }
+    opt.data_parallel.size = dp_size;
+    opt.data_parallel.overlap = overlap_grad_reduce;
+    opt.data_parallel.bucket_bytes = 8.0 * static_cast<double>(bucket_size);
+    if (Status st = check_data_parallel(opt.data_parallel); !st.ok()) return report_error(kCmd, st);
   }
 
   if (o_compare->count() > 0) {
