@@ -76,7 +76,8 @@ TEST(DataParallelTest, EveryScheduleOnDp2TimesPp2TrainsAsOneRank) {
   ASSERT_TRUE(run_training(one).ok());
   for (const GeneratorInfo& g : schedule_generators()) {
     SCOPED_TRACE(g.name);
-    if (g.name == "dualpipe") continue;  // not executed yet (two directions; executor_test)
+    // DualPipe too: its two copies of a model stage sum their gradients after the replicas did,
+    // an order one rank does not use, which the 1e-6 bound covers (docs/schedule_ir.md).
     const int32_t vpp = g.fixed_chunks > 0 ? g.fixed_chunks : (g.takes_chunks ? 2 : 1);
     const TrainOptions o = options(dir + "/" + g.name, 2, 2, 4, g.name, vpp);
     auto s = run_training(o);
