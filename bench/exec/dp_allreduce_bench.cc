@@ -15,6 +15,7 @@
 #include <string>
 
 #include "bench_cli.h"
+#include "dp_allreduce_setup.h"
 #include "tightpipe/base.h"
 #include "tightpipe/report.h"
 #include "tightpipe/trainer.h"
@@ -30,27 +31,10 @@ struct Row {
 Row run(bool overlap, int steps, double gbps, double latency_us) {
   char tmpl[] = "/tmp/tp-dp-bench-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  TrainOptions o;
-  o.model.num_layers = 8;
-  o.model.hidden_size = 64;
-  o.model.num_heads = 2;
-  o.model.seq_length = 16;
-  o.model.micro_batch_size = 1;
-  o.schedule = "interleaved";
-  o.vpp = 2;
-  o.pp = 2;
-  o.data_parallel_size = 2;
-  o.microbatches = 4;
-  o.train_iters = steps;
-  o.eval_iters = 0;
-  o.exec.emulated = true;
-  o.exec.costs = EmulatedCompute::parse("f=8,i=8,w=8,b=16").value();
   LinkOptions link;
   link.gbps = gbps;
   link.latency_us = latency_us;
-  o.world.link = link;
-  o.grad_reduce.overlap = overlap;
-  o.out_dir = dir;
+  const TrainOptions o = testutil::dp_allreduce_options(dir, overlap, steps, link);
   auto die = [](const Status& s) {
     std::fprintf(stderr, "dp_allreduce_bench: %s\n", s.to_string().c_str());
     std::exit(1);

@@ -26,6 +26,14 @@ PlanOptions h100_options() {
 
 const PlanCandidate& recommended(const PlanResult& r) { return r.candidates.at(r.recommended); }
 
+// The last candidate of `schedule` in the table (nullptr: none).
+const PlanCandidate* find_schedule(const PlanResult& r, const std::string& schedule) {
+  const PlanCandidate* found = nullptr;
+  for (const PlanCandidate& c : r.candidates)
+    if (c.schedule == schedule) found = &c;
+  return found;
+}
+
 TEST(PlanTest, IssueExampleFitsAndPricesTheRun) {
   auto r = plan(h100_options());
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -146,12 +154,8 @@ TEST(PlanTest, DualPipeSplitsTheModelStagesAndHoldsTwoCopies) {
   o.micro_batch_sizes = {1};
   auto r = plan(o);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  const PlanCandidate* dual = nullptr;
-  const PlanCandidate* base = nullptr;
-  for (const PlanCandidate& c : r->candidates) {
-    if (c.schedule == "dualpipe") dual = &c;
-    if (c.schedule == "1f1b") base = &c;
-  }
+  const PlanCandidate* dual = find_schedule(*r, "dualpipe");
+  const PlanCandidate* base = find_schedule(*r, "1f1b");
   ASSERT_NE(dual, nullptr);
   ASSERT_NE(base, nullptr);
   ASSERT_TRUE(dual->simulated) << dual->reason;
@@ -180,12 +184,8 @@ TEST(PlanTest, DualPipeAtTwoStagesPaysForSummingItsCopies) {
   o.micro_batch_sizes = {1};
   auto r = plan(o);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  const PlanCandidate* dual = nullptr;
-  const PlanCandidate* base = nullptr;
-  for (const PlanCandidate& c : r->candidates) {
-    if (c.schedule == "dualpipe") dual = &c;
-    if (c.schedule == "1f1b") base = &c;
-  }
+  const PlanCandidate* dual = find_schedule(*r, "dualpipe");
+  const PlanCandidate* base = find_schedule(*r, "1f1b");
   ASSERT_TRUE(dual && base && dual->simulated && base->simulated);
   EXPECT_EQ(base->allreduce_time_s, 0);
   EXPECT_GT(dual->allreduce_time_s, 0);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "dp_allreduce_setup.h"
 #include "run.h"
 #include "sanitizer.h"
 #include "tightpipe/model.h"
@@ -27,25 +28,8 @@ constexpr int kAr = static_cast<int>(IdleCause::kExposedAllReduce);
 // here: step 171 ms after the program, 156 ms overlapped; exposed all-reduce 33.8% / 26.4%
 // measured, 33.4% / 26.0% predicted.
 TrainOptions dp_options(const std::string& out, bool overlap) {
-  TrainOptions o;
-  o.model.num_layers = 8;
-  o.model.hidden_size = 64;
-  o.model.num_heads = 2;
-  o.model.seq_length = 16;
-  o.model.micro_batch_size = 1;
-  o.schedule = "interleaved";
-  o.vpp = 2;
-  o.pp = 2;
-  o.data_parallel_size = 2;
-  o.microbatches = 4;
-  o.train_iters = 6;
-  o.eval_iters = 0;
-  o.exec.emulated = true;
-  o.exec.costs = EmulatedCompute::parse("f=8,i=8,w=8,b=16").value();
-  o.world.link = parse_link_options("latency_us=50,gbps=0.25").value();
-  o.grad_reduce.overlap = overlap;
-  o.out_dir = out;
-  return o;
+  return testutil::dp_allreduce_options(out, overlap, 6,
+                                        parse_link_options("latency_us=50,gbps=0.25").value());
 }
 
 TEST(DataParallelAllReduce, EmulatedStageParamsAreTheModels) {
