@@ -9,11 +9,12 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
-#include "tightpipe/checkpoint.h"
 #include "tightpipe/base.h"
+#include "tightpipe/checkpoint.h"
 #include "tightpipe/cost_model.h"
 #include "tightpipe/data.h"
 #include "tightpipe/model.h"
@@ -24,6 +25,14 @@
 #include "tightpipe/transport.h"
 
 namespace tightpipe::train_internal {
+
+// Sums the float arena `g` over `group` (every member calls it with an arena of the same size)
+// through doubles, in buckets of `bucket` values all in flight together (the group's
+// iallreduce_sum: MPI_Iallreduce on an MPI group, the deterministic p2p algorithm otherwise; a
+// sum of two is exact either way), each waited for up to 2 x `timeout_s`. `what` names the sum
+// in errors. The one bucketed gradient sum: the DP reduction and DualPipe's copies call it.
+Status sum_over_group(std::span<float> g, Transport& group, int64_t bucket, double timeout_s,
+                      const std::string& what);
 
 // How many threads of this host want a core at once, against how many cores it has.
 struct CpuLoad {

@@ -150,7 +150,8 @@ std::vector<CopyGroup> copy_groups(const Schedule& sch, int32_t rank) {
   return out;
 }
 
-// Values per allreduce: bounds the double buffer of a large stage.
+// Values per allreduce bucket of the copies' gradient sum and of the debug comparison (which holds
+// members x bucket doubles at a time).
 constexpr size_t kCopyBucket = size_t{1} << 20;
 
 }  // namespace
@@ -160,19 +161,12 @@ Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double gr
   const Schedule& sch = pr.executor().schedule();
   auto stages = pr.stages();
   if (sch.directions <= 1 || stages.empty()) return grad_sq;
-  std::vector<double> buf;
   for (const CopyGroup& g : copy_groups(sch, pr.rank())) {
     const std::unique_ptr<Transport> view = make_group_view(pipeline, g.ranks);
-    std::span<float> grads = stages.at(g.local_stage)->grads();
-    for (size_t at = 0; at < grads.size(); at += kCopyBucket) {
-      const size_t n = std::min(kCopyBucket, grads.size() - at);
-      buf.assign(grads.begin() + at, grads.begin() + at + n);
-      TP_RETURN_IF_ERROR(allreduce_sum(*view, buf, timeout_s)
-                             .with_context(fmt::format(
-                                 "step {} gradient sum of model stage {}'s copies (stage {})", step,
-                                 g.model_stage, g.local_stage)));
-      std::copy(buf.begin(), buf.end(), grads.begin() + at);
-    }
+    TP_RETURN_IF_ERROR(train_internal::sum_over_group(
+        stages.at(g.local_stage)->grads(), *view, static_cast<int64_t>(kCopyBucket), timeout_s,
+        fmt::format("step {} gradient sum of model stage {}'s copies (stage {})", step,
+                    g.model_stage, g.local_stage)));
   }
   // Each model stage once in the global norm: its direction-0 copy (the sums are equal).
   double sq = 0;

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "exec/train_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/trainer.h"
 
@@ -73,6 +74,29 @@ std::map<int32_t, std::span<float>> PipelineRank::grads() {
   return out;
 }
 
+Status train_internal::sum_over_group(std::span<float> g, Transport& group, int64_t bucket,
+                                      double timeout_s, const std::string& what) {
+  std::vector<double> buf(g.begin(), g.end());
+  const size_t chunk = static_cast<size_t>(bucket);
+  std::vector<std::unique_ptr<Request>> reqs;
+  for (size_t at = 0; at < g.size(); at += chunk) {
+    reqs.push_back(
+        group.iallreduce_sum(std::span<double>(buf).subspan(at, std::min(chunk, g.size() - at))));
+  }
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    // Each bucket gets the whole time-out (it measures a stall, not the size of the arena), and
+    // twice: a member that stalls or died is first seen by its pipeline partner, whose message
+    // time-out names it and aborts the world, while a collective cannot tell who is missing.
+    // The abort then ends this wait with that name, within the partner's time-out.
+    TP_RETURN_IF_ERROR(
+        reqs[k]
+            ->wait(2 * timeout_s)
+            .with_context(fmt::format("{}, bucket {} of {}", what, k + 1, reqs.size())));
+  }
+  std::copy(buf.begin(), buf.end(), g.begin());
+  return OkStatus();
+}
+
 namespace {
 
 // Every rank's view of a non-finite step, summed over the ranks: per stage 1 where its gradients
@@ -102,34 +126,13 @@ Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
       lr));
 }
 
-// Sums one stage's gradient arena `g` over the data-parallel group through doubles, in buckets of
-// `bucket` values: every bucket is posted (the group's iallreduce_sum: MPI_Iallreduce on MPI, the
-// deterministic p2p algorithm otherwise), so they are in flight together, then each is waited
-// for. DP = 2 gives exactly the float sum on either. Every member holds the same stages (the same
-// pipeline rank), so the buckets line up.
+// Sums one stage's gradient arena `g` over the data-parallel group (sum_over_group). Every member
+// holds the same stages (the same pipeline rank), so the buckets line up.
 Status reduce_stage(std::span<float> g, int32_t s, Transport& dp, int64_t bucket, int32_t step,
                     double timeout_s) {
-  std::vector<double> buf(g.begin(), g.end());
-  const size_t chunk = static_cast<size_t>(bucket);
-  std::vector<std::unique_ptr<Request>> reqs;
-  for (size_t at = 0; at < g.size(); at += chunk) {
-    reqs.push_back(
-        dp.iallreduce_sum(std::span<double>(buf).subspan(at, std::min(chunk, g.size() - at))));
-  }
-  for (size_t k = 0; k < reqs.size(); ++k) {
-    // Each bucket gets the whole time-out (it measures a stall, not the size of the stage), and
-    // twice: a member that stalls or died is first seen by its pipeline partner, whose message
-    // time-out names it and aborts the world, while a collective cannot tell who is missing.
-    // The abort then ends this wait with that name, within the partner's time-out.
-    TP_RETURN_IF_ERROR(
-        reqs[k]
-            ->wait(2 * timeout_s)
-            .with_context(
-                fmt::format("step {} data-parallel gradient allreduce of stage {}, bucket {} of {}",
-                            step, s, k + 1, reqs.size())));
-  }
-  std::copy(buf.begin(), buf.end(), g.begin());
-  return OkStatus();
+  return train_internal::sum_over_group(
+      g, dp, bucket, timeout_s,
+      fmt::format("step {} data-parallel gradient allreduce of stage {}", step, s));
 }
 
 // --overlap-grad-reduce: one helper thread reduces the stages handed to it, in the order they
