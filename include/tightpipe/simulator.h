@@ -77,10 +77,17 @@ Result<Recompute> parse_recompute(std::string_view text);
 struct DataParallelSim {
   int32_t size = 1;         // d replicas of the pipeline (--data-parallel-size); 1: none
   bool overlap = false;     // --overlap-grad-reduce: a stage's reduction starts after its last W/B
-  double bucket_bytes = 0;  // bytes per bucket (--bucket-size values x 8); 0: one per stage
+  double bucket_bytes = 0;  // bytes per bucket (trainer_data_parallel); 0: one per stage
   // The link within a data-parallel group (latency, bandwidth); none: the cost model's link.
   std::optional<LinkCost> link = std::nullopt;
 };
+
+// The trainer's gradient reduction carries each gradient value as a double (it sums doubles:
+// DP = 2 gives exactly the float sum): the bytes per value on the wire.
+inline constexpr double kGradReduceBytesPerValue = sizeof(double);
+// The trainer's reduction as the simulator prices it: `size` replicas, `--bucket-size` values per
+// bucket (kGradReduceBytesPerValue each), overlapped or after the program; the cost model's link.
+DataParallelSim trainer_data_parallel(int32_t size, bool overlap, int64_t bucket_values);
 
 // The time of a ring all-reduce of `bytes` over d ranks on `link`, in `bucket_bytes` buckets
 // (0: one): per bucket of b bytes 2(d-1)/d x b / bandwidth + 2(d-1) x latency (bandwidth 0:

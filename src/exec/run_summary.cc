@@ -48,9 +48,8 @@ void predict(const RunPlan& plan, const Result<CostModel>& costs, TrainSummary& 
   }
   SimOptions so = run_sim_options(plan);
   // The replicas' gradient all-reduce (each stage's measured bytes on the run's link; costs.json).
-  so.data_parallel.size = plan.layout.dp;
-  so.data_parallel.overlap = plan.opt.grad_reduce.overlap;
-  so.data_parallel.bucket_bytes = 8.0 * static_cast<double>(plan.opt.grad_reduce.bucket_size);
+  so.data_parallel = trainer_data_parallel(plan.layout.dp, plan.opt.grad_reduce.overlap,
+                                           plan.opt.grad_reduce.bucket_size);
   auto sim = simulate(plan.lowered, *costs, so);
   if (!sim.ok()) {
     s.prediction_error = sim.status().message();

@@ -11,6 +11,7 @@
 
 #include "exec/train_internal.h"
 #include "tightpipe/base.h"
+#include "tightpipe/simulator.h"
 #include "tightpipe/trainer.h"
 
 namespace tightpipe {
@@ -126,21 +127,12 @@ Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
       lr));
 }
 
-// Sums one stage's gradient arena `g` over the data-parallel group (sum_over_group). Every member
-// holds the same stages (the same pipeline rank), so the buckets line up.
-Status reduce_stage(std::span<float> g, int32_t s, Transport& dp, int64_t bucket, int32_t step,
-                    double timeout_s) {
-  return train_internal::sum_over_group(
-      g, dp, bucket, timeout_s,
-      fmt::format("step {} data-parallel gradient allreduce of stage {}", step, s));
-}
-
 // --overlap-grad-reduce: one helper thread reduces the stages handed to it, in the order they
 // finished (the same on every member: they run the same program). A stage's arena is not
 // touched by the program after its last W/B, so the helper may sum it while compute goes on.
 class OverlappedReducer {
  public:
-  // `reduce_one(stage)` reduces one stage (pipeline_step's: reduce_stage, timed for the
+  // `reduce_one(stage)` reduces one stage (pipeline_step's: sum_over_group, timed for the
   // timeline's all-reduce lane).
   explicit OverlappedReducer(std::function<Status(int32_t)> reduce_one)
       : reduce_one_(std::move(reduce_one)), worker_([this] { loop(); }) {}
@@ -208,8 +200,8 @@ class AllReduceLog {
     e.step = step_;
     e.start = t0 - origin_;
     e.end = t1 - origin_;
-    // The wire buffer: reduce_stage sums doubles (docs/data_parallel.md).
-    e.bytes = static_cast<int64_t>(values * sizeof(double));
+    // The wire buffer: sum_over_group sums doubles (docs/data_parallel.md).
+    e.bytes = static_cast<int64_t>(static_cast<double>(values) * kGradReduceBytesPerValue);
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(e);
     return st;
@@ -249,8 +241,11 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
   AllReduceLog allreduce_log(origin, step);
   auto reduce_one = [&](int32_t s) {
     const std::span<float> g = grads.at(s);
+    // Every member holds the same stages (the same pipeline rank), so the buckets line up.
     return allreduce_log.timed(s, g.size(), [&] {
-      return reduce_stage(g, s, *data_parallel, reduce.bucket_size, step, timeout_s);
+      return train_internal::sum_over_group(
+          g, *data_parallel, reduce.bucket_size, timeout_s,
+          fmt::format("step {} data-parallel gradient allreduce of stage {}", step, s));
     });
   };
   std::optional<OverlappedReducer> overlapped;

@@ -14,6 +14,7 @@
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/model.h"
+#include "tightpipe/prof.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/simulator.h"
 
@@ -249,10 +250,11 @@ class Planner {
   // The stage costs of a configuration under a recompute choice.
   CostModel stage_costs(const Config& c, const std::vector<StageLayers>& split,
                         const RecomputeChoice& rc, const std::string& layout);
-  // Per rank: the data-parallel all-reduce of its gradients.
   // DualPipe's sum of each model stage's two copies, per rank (0 for one direction).
   std::vector<double> copy_sum_times(const CostModel& costs, const std::vector<int32_t>& stage_to_rank,
                                      int32_t directions) const;
+  // Per rank: the data-parallel all-reduce of its gradients, plus copy_sum_times (the search's
+  // lower bound; a candidate's step simulates the all-reduce).
   std::vector<double> allreduce_times(const Config& c, const CostModel& costs,
                                       const std::vector<int32_t>& stage_to_rank,
                                       int32_t directions) const;
@@ -273,7 +275,7 @@ class Planner {
     Config cfg;
     RecomputeChoice rc;
     std::string layout;              // of the model stages
-    std::vector<StageLayers> split;  // per stage id (DualPipe: each model stage twice)
+    std::vector<StageLayers> split;  // per model stage (DualPipe: p, each held twice)
     double lower_bound = 0;
     int32_t complexity = 0;
     // Peak bytes per rank: exact for a fixed schedule (its program walked in add_config); for an
@@ -725,21 +727,31 @@ Status Planner::simulate_best() {
     pc.layout = pd.layout;
     pc.fits = true;
     pc.simulated = true;
-    // The pipeline alone, without the all-reduce: the programs' end, then the optimizer phase
-    // (each rank's from the last program end), and its bubble over that window (the busy time
-    // is the same: the all-reduce is idle).
-    double program_end = 0, optimizer = 0;
-    std::vector<double> opt(c.p, 0.0);
-    for (int32_t s = 0; s < costs.num_stages(); ++s)
-      opt[low.stage_to_rank[s]] += costs.stage(s).optimizer;
-    for (int32_t rk = 0; rk < c.p; ++rk) {
-      program_end = std::max(program_end, r.ranks[rk].program_end);
-      optimizer = std::max(optimizer, opt[rk]);
+    pc.pipeline_time_s = r.makespan;
+    pc.bubble_ratio = r.bubble_ratio;
+    if (c.dp > 1) {
+      // The pipeline alone, without the all-reduce: each rank's program, then (with an optimizer
+      // phase) its optimizer from the moment the last program ended; step_bubble over that (the
+      // busy time is the same: the all-reduce is idle).
+      std::vector<double> opt(c.p, 0.0);
+      for (int32_t s = 0; s < costs.num_stages(); ++s)
+        opt[low.stage_to_rank[s]] += costs.stage(s).optimizer;
+      double program_end = 0;
+      for (const RankSimStats& st : r.ranks) program_end = std::max(program_end, st.program_end);
+      std::vector<RankBusy> alone(c.p);
+      for (int32_t rk = 0; rk < c.p; ++rk) {
+        RankBusy& b = alone[rk];
+        b.compute = r.ranks[rk].busy - (r.optimizer ? opt[rk] : 0.0);
+        b.end = r.ranks[rk].program_end;
+        if (r.optimizer) {
+          b.optimizer_start = b.end;
+          b.optimizer_end = b.end = program_end + opt[rk];
+        }
+      }
+      const StepBubble pipe = step_bubble(alone);
+      pc.pipeline_time_s = pipe.window;
+      pc.bubble_ratio = pipe.ratio;
     }
-    pc.pipeline_time_s = c.dp > 1 ? program_end + (r.optimizer ? optimizer : 0.0) : r.makespan;
-    pc.bubble_ratio = c.dp > 1 && pc.pipeline_time_s > 0
-                          ? 1 - r.total_compute / (c.p * pc.pipeline_time_s)
-                          : r.bubble_ratio;
     pc.peak_memory_bytes = peak;
     pc.complexity = pd.complexity;
     for (const RankSimStats& st : r.ranks)

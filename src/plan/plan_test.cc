@@ -144,15 +144,19 @@ TEST(PlanTest, EightStagesOfADeepModelZeroBubbleWins) {
   EXPECT_GT(base.bubble_ratio, c.bubble_ratio);
 }
 
+// `o` searching only dualpipe and 1f1b, without recompute, one sequence per microbatch.
+PlanOptions dualpipe_against_1f1b(PlanOptions o) {
+  o.schedules = {"dualpipe", "1f1b"};
+  o.recompute = {RecomputeChoice{}};
+  o.micro_batch_sizes = {1};
+  return o;
+}
+
 TEST(PlanTest, DualPipeSplitsTheModelStagesAndHoldsTwoCopies) {
   // DualPipe's 2p stage ids hold p model stages twice: the layout has p stages, every rank holds
   // its two copies (stage r and p-1-r), so its weights and optimizer state are about twice 1F1B's
   // on the same p, and the command trains it with that layout.
-  PlanOptions o = gpt_options(16, 4096, 4, 64);
-  o.schedules = {"dualpipe", "1f1b"};
-  o.recompute = {RecomputeChoice{}};
-  o.micro_batch_sizes = {1};
-  auto r = plan(o);
+  auto r = plan(dualpipe_against_1f1b(gpt_options(16, 4096, 4, 64)));
   ASSERT_TRUE(r.ok()) << r.status().message();
   const PlanCandidate* dual = find_schedule(*r, "dualpipe");
   const PlanCandidate* base = find_schedule(*r, "1f1b");
@@ -178,11 +182,7 @@ TEST(PlanTest, DualPipeSplitsTheModelStagesAndHoldsTwoCopies) {
 TEST(PlanTest, DualPipeAtTwoStagesPaysForSummingItsCopies) {
   // p = 2: DualPipe removes 1F1B's bubble, and its step includes the sum of the two copies'
   // gradients over the pipeline link (allreduce_time_s > 0 with no data parallelism).
-  PlanOptions o = gpt_options(24, 2048, 2, 256);
-  o.schedules = {"dualpipe", "1f1b"};
-  o.recompute = {RecomputeChoice{}};
-  o.micro_batch_sizes = {1};
-  auto r = plan(o);
+  auto r = plan(dualpipe_against_1f1b(gpt_options(24, 2048, 2, 256)));
   ASSERT_TRUE(r.ok()) << r.status().message();
   const PlanCandidate* dual = find_schedule(*r, "dualpipe");
   const PlanCandidate* base = find_schedule(*r, "1f1b");

@@ -196,10 +196,9 @@ std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs) {
 SimOptions run_sim_options(const RunData& run) {
   SimOptions so;
   so.comm_mode = run.overlap_p2p ? CommMode::kOverlap : CommMode::kBlocking;
-  // The replicas' gradient all-reduce as the run reduced (the trainer sums doubles: 8 bytes).
-  so.data_parallel.size = run.data_parallel_size;
-  so.data_parallel.overlap = run.overlap_grad_reduce;
-  so.data_parallel.bucket_bytes = 8.0 * static_cast<double>(run.bucket_size);
+  // The replicas' gradient all-reduce as the run reduced.
+  so.data_parallel =
+      trainer_data_parallel(run.data_parallel_size, run.overlap_grad_reduce, run.bucket_size);
   return so;
 }
 

@@ -660,6 +660,14 @@ double ring_allreduce_time(double bytes, int32_t d, const LinkCost& link, double
   return transfer + buckets * steps * link.latency;
 }
 
+DataParallelSim trainer_data_parallel(int32_t size, bool overlap, int64_t bucket_values) {
+  DataParallelSim dp;
+  dp.size = size;
+  dp.overlap = overlap;
+  dp.bucket_bytes = kGradReduceBytesPerValue * static_cast<double>(bucket_values);
+  return dp;
+}
+
 Status check_data_parallel(const DataParallelSim& dp) {
   if (dp.size < 1 || dp.size > 65536) {
     return Status::invalid_argument(fmt::format(

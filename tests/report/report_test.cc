@@ -44,12 +44,17 @@ TimelineEvent ev(const std::string& name, EventKind kind, Lane lane, double t0, 
   return e;
 }
 
+// An empty timeline of ranks 0..n-1, for hand-built events.
+Timeline ranks_timeline(int32_t n) {
+  Timeline tl;
+  tl.ranks.resize(n);
+  for (int32_t r = 0; r < n; ++r) tl.ranks[r].rank = r;
+  return tl;
+}
+
 // GPipe p = 2, m = 1, F = 4, B = 8, link 3 (ms): every cause at a known place.
 TEST(BreakdownTest, HandBuiltTimelineGetsEveryCauseRight) {
-  Timeline tl;
-  tl.ranks.resize(2);
-  tl.ranks[0].rank = 0;
-  tl.ranks[1].rank = 1;
+  Timeline tl = ranks_timeline(2);
   auto& r0 = tl.ranks[0].events;
   auto& r1 = tl.ranks[1].events;
   r0.push_back(ev("data", EventKind::kData, Lane::kData, 0, 1));
@@ -98,10 +103,7 @@ TEST(BreakdownTest, HandBuiltTimelineGetsEveryCauseRight) {
 // sync = 13. Rank 0 idles [2,6] (no message events: other) and [10,13] (exposed all-reduce);
 // rank 1 [0,2] (fill), [8,11] (exposed all-reduce), [11,13] (drain: waits for rank 0).
 TEST(BreakdownTest, ExposedAllReduceIsTheOptimizersWaitOnTheReduction) {
-  Timeline tl;
-  tl.ranks.resize(2);
-  tl.ranks[0].rank = 0;
-  tl.ranks[1].rank = 1;
+  Timeline tl = ranks_timeline(2);
   auto& r0 = tl.ranks[0].events;
   auto& r1 = tl.ranks[1].events;
   r0.push_back(ev("0F0", EventKind::kForward, Lane::kCompute, 0, 2));

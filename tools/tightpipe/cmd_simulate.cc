@@ -110,9 +110,7 @@ int cmd_simulate(int argc, char** argv) {
                                     "gradient values per all-reduce, e.g. 1048576",
                                     bucket_size)));
     }
-    opt.data_parallel.size = dp_size;
-    opt.data_parallel.overlap = overlap_grad_reduce;
-    opt.data_parallel.bucket_bytes = 8.0 * static_cast<double>(bucket_size);
+    opt.data_parallel = trainer_data_parallel(dp_size, overlap_grad_reduce, bucket_size);
     if (Status st = check_data_parallel(opt.data_parallel); !st.ok()) return report_error(kCmd, st);
   }
 
