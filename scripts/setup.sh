@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   g++ cmake ninja-build pkg-config git tar
+  # Both builds (this one and the sanitizer lane's) compile through ccache (CMakeLists.txt).
+  ccache
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin openssh-client
