@@ -5,7 +5,8 @@
 # prints the measured bubble next to the simulator's prediction and the data wait.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+# The demo runs only the CLI: build that target alone, not the test suite and the benches.
+BUILD_TARGETS=tightpipe ./scripts/setup.sh
 TP=${BUILD_DIR:-build}/tools/tightpipe/tightpipe
 OUT=${OUT_DIR:-runs/demo}
 set -x

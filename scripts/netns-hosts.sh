@@ -40,13 +40,32 @@ usage() {
 reap_stale() {
   local name pid
   for name in $( (ip netns list 2>/dev/null | awk '{print $1}'; ip -o link show 2>/dev/null |
-    awk -F': ' '{sub(/@.*/, "", $2); print $2}') | grep -E '^tpns[0-9]+[ab]$' | sort -u); do
+    awk -F': ' '{sub(/@.*/, "", $2); print $2}') | grep -E '^tpns[0-9]+[abp]$' | sort -u); do
     pid=${name#tpns}
     pid=${pid%?}
     [[ -d /proc/$pid ]] && continue
     ip netns del "$name" 2>/dev/null || true
     ip link del "$name" 2>/dev/null || true
   done
+}
+
+# What up needs, tried once on a namespace of its own before anything is made: add one, run a
+# command inside it (ip netns exec remounts / and /sys: a chroot, or a container whose / is not a
+# mount point, fails there with "mount --make-rslave /"), delete it. Any failure skips (77) with
+# the step and ip's words.
+probe_netns() {
+  local ns=tpns${1}p err
+  ip netns del "$ns" 2>/dev/null || true
+  if ! err=$(ip netns add "$ns" 2>&1); then
+    skip "ip netns add failed: ${err//$'\n'/ }; hint: needs CAP_SYS_ADMIN and a writable /var/run/netns"
+  fi
+  if ! err=$(ip netns exec "$ns" true 2>&1); then
+    ip netns del "$ns" 2>/dev/null || true
+    skip "ip netns exec failed: ${err//$'\n'/ }; hint: needs a mount namespace it may remount / in (not a chroot, or a container with / a mount point)"
+  fi
+  if ! err=$(ip netns del "$ns" 2>&1); then
+    skip "ip netns del failed: ${err//$'\n'/ }"
+  fi
 }
 
 cmd_down() {
@@ -83,6 +102,7 @@ cmd_up() {
   local owner=${TP_NETNS_OWNER:-$PPID}
   [[ $owner =~ ^[0-9]{1,9}$ ]] || die "up: TP_NETNS_OWNER '$owner' is not a pid"
   reap_stale
+  probe_netns "$owner"
 
   local ns_a=tpns${owner}a ns_b=tpns${owner}b
   local x=$((owner % 250 + 1))
@@ -102,8 +122,10 @@ EOF
   if ip netns list | awk '{print $1}' | grep -qxE "$ns_a|$ns_b"; then
     die "up: namespace $ns_a or $ns_b exists already (owner $owner is running); hint: $0 down on its DIR, or another TP_NETNS_OWNER"
   fi
-  # From here on a failure removes what was made.
-  trap 'cmd_down "$dir"' EXIT
+  # From here on a failure removes what was made (UP_DIR: the trap runs after cmd_up's locals
+  # are gone).
+  UP_DIR=$dir
+  trap 'cmd_down "$UP_DIR"' EXIT
   local err
   if ! err=$(ip netns add "$ns_a" 2>&1); then
     skip "ip netns add failed: ${err//$'\n'/ }; hint: needs CAP_SYS_ADMIN and a writable /var/run/netns"

@@ -24,4 +24,5 @@ source scripts/sanitizer-env.sh
 t2=$SECONDS
 FUZZ_BUILD_DIR="$B" ./scripts/fuzz.sh
 t3=$SECONDS
-echo "sanitize: build $((t1 - t0)) s, ctest -L unit $((t2 - t1)) s, fuzzing $((t3 - t2)) s"
+printf '%-32s %5d s\n' "sanitizer build" $((t1 - t0)) "sanitizer ctest -L unit" $((t2 - t1)) \
+  "fuzzing" $((t3 - t2)) | tee "$B/lane-times.txt"

@@ -46,4 +46,6 @@ BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CMAKE_ARGS:-}
 fi
-cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}"
+# BUILD_TARGETS: what to build (default: everything; the demo builds only the CLI it runs).
+# shellcheck disable=SC2086
+cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" ${BUILD_TARGETS:+--target $BUILD_TARGETS}

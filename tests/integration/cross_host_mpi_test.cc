@@ -219,5 +219,72 @@ TEST(CrossHostMpiTest, PipelineAndDp2TimesPp2AcrossTwoNamespacesTrainAsOnOneHost
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
 }
 
+// A fake `ip` first on PATH: netns add/list/del and link work, `ip netns exec` and `ip -n` fail
+// as they do in a chroot ("mount --make-rslave /" failed: Invalid argument), the case a fresh
+// Debian chroot hit. `up` must skip (77) naming the step, and make nothing that stays.
+std::string write_chroot_like_ip(const std::string& dir) {
+  const std::string bin = dir + "/bin";
+  std::filesystem::create_directories(bin);
+  // The namespaces it "made" are kept in ns.list, so `ip netns list` (which down reads) lists them.
+  const std::string script = R"(#!/bin/sh
+d=")" + dir + R"("
+echo "ip $*" >> "$d/ip.log"
+touch "$d/ns.list"
+case "$1 $2" in
+  "netns exec"|"-n "*) echo '"mount --make-rslave /" failed: Invalid argument' >&2; exit 1 ;;
+  "netns list") cat "$d/ns.list" ;;
+  "netns add") echo "$3" >> "$d/ns.list" ;;
+  "netns del") grep -vx "$3" "$d/ns.list" > "$d/ns.new"; mv "$d/ns.new" "$d/ns.list" ;;
+esac
+exit 0
+)";
+  EXPECT_TRUE(write_file(bin + "/ip", script).ok());
+  std::filesystem::permissions(bin + "/ip", std::filesystem::perms::owner_all);
+  return bin;
+}
+
+TEST(CrossHostScriptTest, UpSkipsNamingTheStepWhereNamespacesCannotBeEntered) {
+  if (getuid() != 0) GTEST_SKIP() << "the script skips earlier when not root";
+  const std::string dir = testutil::make_temp_dir("tp-netns-probe");
+  const std::string bin = write_chroot_like_ip(dir);
+  auto r = run_command(fmt::format("PATH={}:$PATH TP_NETNS_OWNER={} {} up {}/hosts", bin,
+                                   getpid(), kScript, dir));
+  EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
+  EXPECT_NE(r.err.find("ip netns exec failed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("make-rslave"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("unbound variable"), std::string::npos) << r.err;
+  // The probe's namespace was deleted again and the hosts' were never made.
+  auto log_file = read_file(dir + "/ip.log");
+  ASSERT_TRUE(log_file.ok()) << log_file.status().to_string();
+  const std::string log = log_file.value();
+  EXPECT_NE(log.find(fmt::format("netns del tpns{}p", getpid())), std::string::npos) << log;
+  EXPECT_EQ(log.find(fmt::format("netns add tpns{}a", getpid())), std::string::npos) << log;
+  std::filesystem::remove_all(dir);
+}
+
+// A failure after the namespaces exist (here `ip -n` failing past the probe) removes them on the
+// way out and exits 1 with the failing command's words, not an unbound-variable error of the
+// cleanup.
+TEST(CrossHostScriptTest, UpFailingHalfWayRemovesWhatItMade) {
+  if (getuid() != 0) GTEST_SKIP() << "the script skips earlier when not root";
+  const std::string dir = testutil::make_temp_dir("tp-netns-half");
+  const std::string bin = write_chroot_like_ip(dir);
+  // Let the probe's exec through: only `ip -n` fails.
+  std::string script = read_file(bin + "/ip").value();
+  const std::string from = "\"netns exec\"|\"-n \"*)";
+  script.replace(script.find(from), from.size(), "\"-n \"*)");
+  ASSERT_TRUE(write_file(bin + "/ip", script).ok());
+  auto r = run_command(fmt::format("PATH={}:$PATH TP_NETNS_OWNER={} {} up {}/hosts", bin,
+                                   getpid(), kScript, dir));
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(r.err.find("unbound variable"), std::string::npos) << r.err;
+  auto log_file = read_file(dir + "/ip.log");
+  ASSERT_TRUE(log_file.ok()) << log_file.status().to_string();
+  const std::string log = log_file.value();
+  EXPECT_NE(log.find(fmt::format("netns del tpns{}a", getpid())), std::string::npos) << log;
+  EXPECT_NE(log.find(fmt::format("netns del tpns{}b", getpid())), std::string::npos) << log;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tightpipe
