@@ -165,7 +165,7 @@ std::string html_usage(const GpuTraceReport& rep) {
        "memcpy/memset time under neither (busy &#8722; compute &#8722; exposed communication); "
        "<i>idle</i> no GPU event on any stream (window &#8722; busy). The " +
        std::string(rep.pipelined ? "bubble ratio (the run was said to be a pipeline, --pp)"
-                                 : "idle column (% of the window; a pipeline's bubble with --pp)") +
+                                 : "idle % column") +
        " is idle / window.</p>\n";
   return h;
 }

@@ -55,7 +55,7 @@ TraceTime TraceTime::of_ns(int64_t ns) {
 void TraceIssues::to_warnings(std::vector<std::string>& out) const {
   static constexpr std::array<std::string_view, kNumTraceIssues> kWhat = {
       "event(s) with a time that is missing or not a number",
-      "event(s) with a time beyond any profiler's clock (|t| > 4e18 ns, 127 years)",
+      "event(s) with a time beyond any profiler's clock, more than 4e18 ns (127 years) from 0",
       "device or stream id(s) of GPU events that are not 32-bit integers",
       "iteration mark(s) whose number is not in 0..2147483647",
       "iteration range(s) that start inside another",
