@@ -44,7 +44,10 @@ bool is_communication(GpuEventKind kind);                 // collective or P2P
 // What a kernel name is: NCCL/RCCL kernels ("nccl" in the name, any case) are communication, P2P
 // when the name says SendRecv, Send or Recv (ncclKernel_SendRecv_..., ncclDevKernel_Recv_...),
 // otherwise a collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll...);
-// every other kernel is compute. The one classifier both readers call.
+// expert-parallel all-to-all kernels are collectives too: DeepEP's ("deep_ep" in the name:
+// deep_ep::internode::dispatch, ...::combine), NVSHMEM's ("nvshmem"), and a kernel whose function
+// is named dispatch, combine or notify_..dispatch/combine. Every other kernel is compute. The one
+// classifier both readers call.
 GpuEventKind classify_kernel(std::string_view name);
 
 inline constexpr int32_t kNoStep = -1;  // a GPU event whose launch ran in no ProfilerStep
@@ -202,8 +205,8 @@ struct GpuFittedCosts {
   // [S] per stage, seconds: forward, the whole backward (I + W when split) and its weight part
   // (w_s empty: the backward ran fused).
   std::vector<double> f_s, b_s, w_s;
-  double message_s = 0;               // per P2P message
-  std::vector<std::string> notes;     // assumptions made
+  double message_s = 0;            // per P2P message
+  std::vector<std::string> notes;  // assumptions made
 };
 
 struct GpuWhatIf {
@@ -230,6 +233,8 @@ struct GpuTraceReport {
   std::vector<std::string> inputs;
   std::vector<GpuRankReport> ranks;  // by rank
   std::vector<GpuTraceRank> traces;  // by rank (the events, for the timeline and trace.json)
+  // Said to be a pipeline (--pp): idle time is then a "bubble" in the text, report.json
+  // ("ratio_name") and the page, and "idle" otherwise (ratio_name below).
   bool pipelined = false;
   std::optional<GpuPipelineReport> pipeline;
   std::vector<std::string> warnings;  // one line each (no steps, anomalies, unmatched launches)
@@ -237,6 +242,9 @@ struct GpuTraceReport {
 
 Result<GpuTraceReport> build_gpu_trace_report(const std::vector<std::string>& paths,
                                               const GpuPipelineSpec& pipeline = {});
+
+// What the idle / window ratio is called: "bubble" for a pipeline (report.pipelined), else "idle".
+std::string_view gpu_ratio_name(const GpuTraceReport& report);
 
 std::string format_gpu_trace_text(const GpuTraceReport& report);
 // report.json: {"kind": "gpu_trace", "ranks": [{rank, window_s, busy_s, idle_s, compute_s,

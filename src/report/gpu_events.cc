@@ -102,7 +102,43 @@ bool is_communication(GpuEventKind kind) {
   return kind == GpuEventKind::kCollective || kind == GpuEventKind::kP2P;
 }
 
+namespace {
+
+// The function a kernel name names, without "void ", namespaces, template arguments and
+// parameters: "void deep_ep::internode::dispatch<8, 4>(int*, ...)" -> "dispatch".
+std::string_view kernel_function(std::string_view name) {
+  name = name.substr(0, std::min(name.find('<'), name.find('(')));
+  if (const size_t colon = name.rfind("::"); colon != std::string_view::npos) {
+    name.remove_prefix(colon + 2);
+  }
+  if (const size_t space = name.rfind(' '); space != std::string_view::npos) {
+    name.remove_prefix(space + 1);
+  }
+  return name;
+}
+
+// Expert-parallel all-to-all kernels that are not NCCL's: DeepEP (namespace deep_ep: dispatch,
+// combine, notify_dispatch, cached_notify_combine...) and anything of NVSHMEM, which DeepEP and
+// other MoE libraries move tokens with; and kernels named dispatch / combine alone.
+bool is_all_to_all_kernel(std::string_view name) {
+  if (contains_nocase(name, "nvshmem") || contains_nocase(name, "deep_ep") ||
+      contains_nocase(name, "deepep")) {
+    return true;
+  }
+  const std::string_view f = kernel_function(name);
+  for (std::string_view w : {"dispatch", "combine"}) {
+    if (f.size() >= w.size() && contains_nocase(f.substr(f.size() - w.size()), w) &&
+        (f.size() == w.size() || contains_nocase(f, "notify_"))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 GpuEventKind classify_kernel(std::string_view name) {
+  if (is_all_to_all_kernel(name)) return GpuEventKind::kCollective;
   if (!contains_nocase(name, "nccl")) return GpuEventKind::kCompute;
   // SendRecv, Send and Recv kernels move one peer's data; every other NCCL kernel is a collective.
   if (contains_nocase(name, "sendrecv") || contains_nocase(name, "_send") ||

@@ -136,7 +136,8 @@ std::string html_usage(const GpuTraceReport& rep) {
       "<h2>GPU usage per rank: the whole trace and each step</h2>\n<table class=\"usage\">"
       "<tr><th class=\"l\">rank</th><th class=\"l\">step</th><th>window ms</th><th>busy ms</th>"
       "<th>idle ms</th><th>compute ms</th><th>communication ms</th><th>exposed comm ms</th>"
-      "<th>memory ms</th><th>bubble</th></tr>\n";
+      "<th>memory ms</th><th>" +
+      std::string(rep.pipelined ? "bubble" : "idle %") + "</th></tr>\n";
   for (const GpuRankReport& r : rep.ranks) {
     h += fmt::format(
         "<tr class=\"whole\" data-rank=\"{}\"><td class=\"l\"><b>{}</b></td><td class=\"l\">whole "
@@ -162,8 +163,10 @@ std::string html_usage(const GpuTraceReport& rep) {
        "event end): <i>compute</i> is the union of the compute kernels; <i>exposed "
        "communication</i> the NCCL/RCCL kernels' time not under compute; <i>memory only</i> the "
        "memcpy/memset time under neither (busy &#8722; compute &#8722; exposed communication); "
-       "<i>idle</i> no GPU event on any stream (window &#8722; busy). The bubble ratio is idle / "
-       "window.</p>\n";
+       "<i>idle</i> no GPU event on any stream (window &#8722; busy). The " +
+       std::string(rep.pipelined ? "bubble ratio (the run was said to be a pipeline, --pp)"
+                                 : "idle % column") +
+       " is idle / window.</p>\n";
   return h;
 }
 

@@ -3,6 +3,7 @@
 // from the kernels alone), that schedule simulated with them (predicted against measured) and the
 // what-ifs, all through the simulator and the calibration our own runs use.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -441,6 +442,51 @@ Status GpuPipelineSpec::validate() const {
 }
 
 namespace report_internal {
+
+Status check_pipeline_ranks(const std::vector<GpuTraceRank>& traces, int32_t pp) {
+  if (traces.empty() || traces.front().rank_from_file_order) return OkStatus();
+  std::vector<int64_t> r;
+  for (const GpuTraceRank& t : traces) r.push_back(t.rank);
+  std::sort(r.begin(), r.end());
+  const int64_t world = traces.front().world_size;  // the same in every trace (one job)
+  const std::string found = fmt::format("{}", fmt::join(r, ", "));
+  const std::string of_world = world > 0 ? fmt::format(" of a world of {}", world) : "";
+  auto refuse = [&](std::string hint) {
+    return Status::invalid_argument(
+        fmt::format("--pp {}: the traces are ranks {}{}, which are not one pipeline; hint: {}", pp,
+                    found, of_world, hint));
+  };
+  auto evenly = [&](int64_t first, int64_t gap) {
+    for (size_t k = 0; k < r.size(); ++k) {
+      if (r[k] != first + static_cast<int64_t>(k) * gap) return false;
+    }
+    return true;
+  };
+  auto list = [&](int64_t first, int64_t gap) {
+    std::vector<int64_t> v;
+    for (int64_t k = 0; k < pp; ++k) v.push_back(first + k * gap);
+    return fmt::format("{}", fmt::join(v, ", "));
+  };
+  if (world <= 0) {
+    if (r.size() < 2 || evenly(r[0], r[1] - r[0])) return OkStatus();
+    return refuse(
+        fmt::format("the ranks of one pipeline are evenly spaced (e.g. {})", list(r[0], 1)));
+  }
+  if (world % pp != 0) {
+    return refuse(
+        fmt::format("a world of {} does not split into pipelines of {} ranks; give "
+                    "--pp that divides {}",
+                    world, pp, world));
+  }
+  const int64_t gap = world / pp;
+  // Pipeline outermost (Megatron, DeepSpeed, torchtitan): ranks world / pp apart; innermost: pp
+  // contiguous ranks from a multiple of pp.
+  if ((r[0] < gap && evenly(r[0], gap)) || (r[0] % pp == 0 && evenly(r[0], 1))) return OkStatus();
+  return refuse(fmt::format(
+      "give the traces of one pipeline: ranks {} apart from one below {} (Megatron's layout, "
+      "e.g. {}) or {} contiguous ranks from a multiple of {} (e.g. {})",
+      gap, gap, list(r[0] % gap, gap), pp, pp, list(r[0] / pp * pp, 1)));
+}
 
 GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
                                        const std::vector<GpuRankReport>& ranks,

@@ -530,6 +530,52 @@ TEST(GpuPipelineSpecTest, BadScheduleFile) {
   expect_error(s, {"--num-microbatches 8", "4 microbatch"});
 }
 
+// ----- the ranks of a pipeline -------------------------------------------------------------------
+
+// One trace per rank of a world of `world`: a kernel and its launch, distributedInfo.
+std::vector<std::string> rank_traces(const std::string& dir, const std::vector<int>& ranks,
+                                     int world) {
+  std::vector<std::string> paths;
+  for (int r : ranks) {
+    const std::string p = fmt::format("{}/world{}_rank{}.json", dir, world, r);
+    EXPECT_TRUE(
+        write_file(p,
+                   fmt::format(R"({{"distributedInfo": {{"backend": "nccl", "rank": {}, )"
+                               R"("world_size": {}}}, "traceEvents": [)"
+                               R"({{"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": 5, )"
+                               R"("args": {{"device": 0, "stream": 7}}}}]}})",
+                               r, world))
+            .ok());
+    paths.push_back(p);
+  }
+  return paths;
+}
+
+TEST(GpuPipelineRanksTest, ThePpTracesMustBeOnePipelineOfTheWorld) {
+  const std::string dir = testutil::make_temp_dir("tp-gpu-pp-ranks");
+  auto refused = [&](const std::vector<int>& ranks, int world, int32_t pp,
+                     const std::vector<std::string>& parts) {
+    auto rep = build_gpu_trace_report(rank_traces(dir, ranks, world), spec_of(pp, "1f1b", 8));
+    ASSERT_FALSE(rep.ok()) << "ranks of world " << world << " with --pp " << pp;
+    const std::string m(rep.status().message());
+    for (const auto& part : parts) EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  };
+  refused(
+      {0, 1, 3}, 4, 3,
+      {"--pp 3", "ranks 0, 1, 3 of a world of 4", "not one pipeline", "does not split", "hint:"});
+  refused({1, 2}, 4, 2, {"--pp 2", "ranks 1, 2 of a world of 4", "e.g. 1, 3", "e.g. 0, 1"});
+  refused({0, 3}, 4, 2, {"ranks 0, 3 of a world of 4"});
+  refused({0, 2, 6}, 8, 3, {"ranks 0, 2, 6"});
+  // Megatron's layout (ranks world / pp apart) and pp contiguous ranks from a multiple of pp.
+  for (const auto& [ranks, world] : std::vector<std::pair<std::vector<int>, int>>{
+           {{1, 3}, 4}, {{0, 2}, 4}, {{2, 3}, 4}, {{0, 1, 2, 3}, 4}, {{3, 7}, 8}}) {
+    auto rep = build_gpu_trace_report(rank_traces(dir, ranks, world),
+                                      spec_of(static_cast<int32_t>(ranks.size()), "1f1b", 8));
+    EXPECT_TRUE(rep.ok()) << rep.status().message();
+  }
+}
+
 // ----- the command ------------------------------------------------------------------------------
 
 TEST_F(OneFOneB, Cli) {

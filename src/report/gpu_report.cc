@@ -94,6 +94,9 @@ Result<GpuTraceReport> build_gpu_trace_report(const std::vector<std::string>& pa
   rep.inputs = paths;
   TP_ASSIGN_OR_RETURN(rep.traces, read_gpu_traces(paths));
   rep.pipelined = pipeline.pp > 0;
+  if (rep.pipelined && rep.traces.size() == static_cast<size_t>(pipeline.pp)) {
+    TP_RETURN_IF_ERROR(report_internal::check_pipeline_ranks(rep.traces, pipeline.pp));
+  }
   for (const GpuTraceRank& t : rep.traces) {
     for (const std::string& w : t.warnings) {
       rep.warnings.push_back(fmt::format("rank {} ({}): {}", t.rank, t.path, w));
@@ -232,13 +235,17 @@ nlohmann::ordered_json causes_json(const GpuCauses& c, bool pipelined) {
 
 }  // namespace
 
+std::string_view gpu_ratio_name(const GpuTraceReport& rep) {
+  return rep.pipelined ? "bubble" : "idle";
+}
+
 std::string format_gpu_trace_text(const GpuTraceReport& rep) {
   std::string out;
   out += fmt::format("GPU trace report: {} rank(s), {} format\n", rep.ranks.size(),
                      rep.traces.empty() ? "?" : rep.traces.front().format);
   out += fmt::format("{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>7}\n", "rank/step",
                      "window ms", "busy ms", "idle ms", "compute ms", "comm ms", "exposed ms",
-                     "memory ms", "bubble");
+                     "memory ms", rep.pipelined ? "bubble" : "idle %");
   for (const auto& r : rep.ranks) {
     out += usage_row(fmt::format("rank {}", r.rank), r.usage);
     for (const auto& s : r.steps) out += usage_row(fmt::format("  step {}", s.step), s.usage);
@@ -293,6 +300,9 @@ std::string gpu_trace_report_json(const GpuTraceReport& rep) {
   j["format"] = rep.traces.empty() ? "" : rep.traces.front().format;
   j["inputs"] = rep.inputs;
   j["bubble_measure"] = "idle / window (GPU idle: no kernel, copy or memset on any stream)";
+  // bubble_ratio keeps its key; what the ratio is: a pipeline bubble only when said (--pp).
+  j["pipelined"] = rep.pipelined;
+  j["ratio_name"] = std::string(gpu_ratio_name(rep));
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const auto& r : rep.ranks) {
     nlohmann::ordered_json rj;

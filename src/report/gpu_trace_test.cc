@@ -366,6 +366,20 @@ TEST(GpuTraceTest, KernelClassifier) {
             GpuEventKind::kCollective);
   EXPECT_EQ(classify_kernel("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>"),
             GpuEventKind::kCompute);
+  // Expert-parallel all-to-all (DeepEP, NVSHMEM) is communication.
+  for (const char* comm :
+       {"void deep_ep::internode::dispatch<8, 768, 4>(int4*, float*, int*, long*)",
+        "void deep_ep::intranode::combine<nv_bfloat16, 8, 768>(...)",
+        "deep_ep::internode_ll::dispatch", "dispatch", "combine(int*, int)",
+        "void cached_notify_combine<8>(void**, int*)", "nvshmemi_transfer_rma_kernel",
+        "void nvshmem_barrier_all_kernel()"}) {
+    EXPECT_EQ(classify_kernel(comm), GpuEventKind::kCollective) << comm;
+  }
+  // A compute kernel that only has the word inside its name stays compute.
+  EXPECT_EQ(classify_kernel("void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits>()"),
+            GpuEventKind::kCompute);
+  EXPECT_EQ(classify_kernel("void at::native::index_elementwise_kernel<dispatch_fn>(int)"),
+            GpuEventKind::kCompute);
 }
 
 TEST_F(TraceFiles, PlainJsonReadsLikeGzip) {
@@ -460,31 +474,212 @@ TEST_F(TraceFiles, NegativeAndOverlappingDurationsAreCountedNotFatal) {
   EXPECT_EQ(said, 2);
 }
 
-TEST_F(TraceFiles, ExtremeTimesAndIdsAreHeldNotWrapped) {
-  // A damaged file: device and stream ids near INT32_MAX, timestamps beyond int64 nanoseconds as
-  // integers and as decimals, a huge negative start. The report is built (sanitizer lane: no
-  // signed overflow anywhere), busy + idle = window, and every time lies in the held range.
-  const std::string big = R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 0, )";
+// The warning of one kind (its text contains `kind`): exactly one line, or "" when none.
+std::string warning_of(const GpuTraceReport& rep, const std::string& kind) {
+  std::string found;
+  int lines = 0;
+  for (const auto& w : rep.warnings) {
+    if (w.find(kind) == std::string::npos) continue;
+    found = w;
+    ++lines;
+  }
+  EXPECT_LE(lines, 1) << "one line per kind: " << kind;
+  return found;
+}
+
+void expect_has(const std::string& text, const std::vector<std::string>& parts) {
+  for (const auto& p : parts) EXPECT_NE(text.find(p), std::string::npos) << p << " in: " << text;
+}
+
+TEST_F(TraceFiles, TimesBeyondAnyClockAreLeftOutAndSaid) {
+  // A damaged file: timestamps beyond int64 nanoseconds as integers, as decimals, as an exponent,
+  // above INT64_MAX, and an end beyond the clock. Each event is left out and counted in one
+  // warning naming the first; the rest is reported (sanitizer lane: no signed overflow).
+  const std::string big = R"({"ph": "X", "cat": "kernel", "name": "bad", "pid": 0, "tid": 0, )";
   const std::string p =
       write("extreme.json",
-            trace_json(
-                {big + R"("ts": 9000000000000000000, "dur": 9000000000000000000, "args": )"
-                       R"({"device": 2147483647, "stream": 2147483647, "correlation": 1}})",
-                 big + R"("ts": -9.5e18, "dur": 1.0e30, "args": {"device": 2910249, "stream": 7}})",
-                 big + R"("ts": 12345678901234567.891, "dur": 3, "args": {"device": -2147483648}})",
-                 kernel("small", 100, 20, 7, 2)}));
+            trace_json({launch(1, 2),
+                        big + R"("ts": 9000000000000000000, "dur": 5, "args": {"device": 0}})",
+                        big + R"("ts": -9.5e18, "dur": 1, "args": {"device": 0}})",
+                        big + R"("ts": 12345678901234567.891, "dur": 3, "args": {"device": 0}})",
+                        big + R"("ts": 18446744073709551615, "dur": 3, "args": {"device": 0}})",
+                        big + R"("ts": 100, "dur": 1.0e300, "args": {"device": 0}})",
+                        big + R"("ts": 3999999999999999, "dur": 3999999999999999, "args": {}})",
+                        kernel("small", 100, 20, 7, 2)}));
   auto got = build_gpu_trace_report({p});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
-  const GpuUsage& u = got->ranks[0].usage;
-  EXPECT_NEAR(u.busy_s + u.idle_s, u.window_s, 1e-9 * u.window_s);
-  for (const GpuEvent& e : got->traces[0].events) {
-    EXPECT_LE(std::abs(e.start_ns), 4'000'000'000'000'000'000);
-    EXPECT_LE(std::abs(e.end_ns), 4'000'000'000'000'000'000);
-    EXPECT_LE(e.start_ns, e.end_ns);
-  }
-  const std::string chrome = gpu_trace_chrome_json(*got);
-  EXPECT_NE(chrome.find("\"tid\": 214750512183647"), std::string::npos);  // (2^31-1) * 1e5 + 2^31-1
-  (void)gpu_trace_report_html(*got);
+  ASSERT_EQ(got->traces[0].events.size(), 1u);
+  EXPECT_NEAR(got->ranks[0].usage.window_s, 20e-6, 1e-12);
+  const std::string w = warning_of(*got, "beyond any profiler's clock");
+  expect_has(
+      w, {p, "6 event(s)", "first: kernel 'bad' (traceEvents[1]) \"ts\": 9000000000000000000 us",
+          "left out"});
+  // The Chrome trace's thread id of int32 extremes does not overflow.
+  const std::string ids = write(
+      "ids.json",
+      trace_json({launch(1, 1),
+                  big + R"("ts": 10, "dur": 5, "args": {"device": 2147483647, "stream": )"
+                        R"(2147483647, "correlation": 1}})",
+                  big + R"("ts": 20, "dur": 5, "args": {"device": 2147483648, "stream": 1.5}})",
+                  big + R"("ts": 30, "dur": 5, "args": {"device": -2147483648, "stream": "x"}})"}));
+  got = build_gpu_trace_report({ids});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_NE(gpu_trace_chrome_json(*got).find("\"tid\": 214750512183647"), std::string::npos);
+  expect_has(warning_of(*got, "not 32-bit integers"),
+             {ids, "3 device or stream id(s)",
+              "first: kernel 'bad' (traceEvents[2]) \"device\": 2147483648", "taken as -1"});
+  // Events that span more than any profile: refused, naming both ends.
+  expect_error(
+      build_gpu_trace_report({write(
+          "span.json", trace_json({kernel("early", 1, 5, 7, 1), kernel("late", 2e12, 5, 7, 2)}))}),
+      {"span.json", "span 2e+06 s", "'early' at ts 1.000 us", "'late' ending at", "hint:"});
+}
+
+TEST_F(TraceFiles, TextAndNullTimesAreLeftOutAndSaid) {
+  const std::string k = R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, )";
+  const std::string p = write(
+      "text.json",
+      trace_json({step_mark(1, 0, 100), launch(1, 1), launch(2, 2),
+                  k + R"("ts": "150", "dur": 5, "args": {"correlation": 1}})",
+                  k + R"("ts": 160, "dur": null, "args": {"correlation": 2}})",
+                  k + R"("ts": 170, "args": {"correlation": 2}})",
+                  k + R"("ts": {"us": 1}, "dur": 1, "args": {"correlation": 2}})",
+                  R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": true, )"
+                  R"("dur": 1, "args": {"correlation": 3}})",
+                  R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "ts": "200", )"
+                  R"("dur": 10})",
+                  kernel("good", 120, 10, 7, 2)}));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->traces[0].events.size(), 1u);
+  EXPECT_EQ(got->traces[0].steps.size(), 1u);
+  expect_has(warning_of(*got, "missing or not a number"),
+             {p, "6 event(s)", "first: kernel 'k' (traceEvents[3]) \"ts\": \"150\"", "left out"});
+  // Every GPU event unusable: one error saying why, not "CPU-only".
+  expect_error(build_gpu_trace_report(
+                   {write("none.json", trace_json({k + R"("ts": null, "dur": 1, "args": {}})"}))}),
+               {"none.json", "no usable GPU events", "\"ts\": null", "hint:"});
+}
+
+TEST_F(TraceFiles, RankOutsideTheWorldIsRefused) {
+  auto with_info = [&](const std::string& name, const std::string& info) {
+    return write(name, trace_json({launch(1, 1), kernel("k", 10, 5, 7, 1)},
+                                  "\"distributedInfo\": " + info + ", "));
+  };
+  expect_error(build_gpu_trace_report({with_info("r4.json", R"({"rank": 4, "world_size": 4})")}),
+               {"r4.json", "rank 4 is outside its world of 4 rank(s) (0..3)", "hint:"});
+  expect_error(build_gpu_trace_report({with_info("neg.json", R"({"rank": -1, "world_size": 4})")}),
+               {"neg.json", "rank -1 is not a rank"});
+  expect_error(build_gpu_trace_report({with_info("str.json", R"({"rank": "0", "world_size": 4})")}),
+               {"str.json", "rank \"0\" is not a rank"});
+  expect_error(build_gpu_trace_report({with_info("big.json", R"({"rank": 4294967296})")}),
+               {"big.json", "rank 4294967296"});
+  expect_error(build_gpu_trace_report({with_info("w0.json", R"({"rank": 0, "world_size": 0})")}),
+               {"w0.json", "world_size 0 is not a number of ranks"});
+  auto ok = build_gpu_trace_report({with_info("r3.json", R"({"rank": 3.0, "world_size": 4})")});
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->ranks[0].rank, 3);
+}
+
+TEST_F(TraceFiles, DistributedInfoAsAPythonReprIsRead) {
+  const std::string a =
+      write("r0.json",
+            trace_json({launch(1, 1), kernel("k", 10, 5, 7, 1)},
+                       R"("distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 2}, )"));
+  const std::string b =
+      write("r1.json",
+            trace_json({launch(1, 1), kernel("k", 10, 5, 7, 1)},
+                       R"("distributedInfo": "{'backend': 'nccl', 'rank': 1, 'world_size': 2, )"
+                       R"('pg_config': [{'ranks': (0, 1,), 'desc': \"it's\"}], 'x': None, )"
+                       R"('y': True}", )"));
+  auto got = build_gpu_trace_report({b, a});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->ranks.size(), 2u);
+  EXPECT_EQ(got->ranks[1].path, b);
+  EXPECT_EQ(got->traces[1].world_size, 2);
+  EXPECT_FALSE(got->traces[1].rank_from_file_order);
+  // The repr is checked like the object; one that is no dict is refused.
+  expect_error(
+      build_gpu_trace_report(
+          {write("r9.json", trace_json({kernel("k", 10, 5, 7, 1)},
+                                       R"("distributedInfo": "{'rank': 9, 'world_size': 2}", )"))}),
+      {"r9.json", "rank 9 is outside its world of 2"});
+  expect_error(build_gpu_trace_report(
+                   {write("junk.json", trace_json({kernel("k", 10, 5, 7, 1)},
+                                                  R"("distributedInfo": "rank=0 of 8", )"))}),
+               {"junk.json", "neither a Python dict nor JSON", "hint:"});
+}
+
+TEST_F(TraceFiles, StepNumbersOutOfRangeAreSaid) {
+  const std::string p =
+      write("steps.json",
+            trace_json(
+                {step_mark(1, 0, 10), launch(1, 1), launch(21, 2), launch(41, 3),
+                 R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#99999999999", )"
+                 R"("ts": 20, "dur": 10})",
+                 R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#-3", "ts": 40, )"
+                 R"("dur": 10})",
+                 kernel("a", 100, 5, 7, 1), kernel("b", 110, 5, 7, 2), kernel("c", 120, 5, 7, 3)}));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->ranks[0].steps.size(), 1u);
+  EXPECT_EQ(got->ranks[0].usage.events, 3);  // b and c stay in the whole trace, in no step
+  expect_has(warning_of(*got, "iteration mark(s) whose number"),
+             {p, "2 iteration mark(s)", "first: 'ProfilerStep#99999999999' (traceEvents[4])",
+              "count in no step"});
+}
+
+TEST_F(TraceFiles, OverlappingStepRangesAreSaidAndKeepTheirKernels) {
+  // Step 2 [50, 60] inside step 1 [0, 100]; step 3 twice. A launch at 55 is step 2's (the
+  // later-starting), one at 80 stays step 1's.
+  const std::string p =
+      write("overlap.json",
+            trace_json({step_mark(1, 0, 100), step_mark(2, 50, 10), step_mark(3, 200, 10),
+                        step_mark(3, 300, 10), launch(55, 1), launch(80, 2), launch(205, 3),
+                        launch(305, 4), kernel("a", 1000, 5, 7, 1), kernel("b", 1010, 5, 7, 2),
+                        kernel("c", 1020, 5, 7, 3), kernel("d", 1030, 5, 7, 4)}));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const auto& steps = got->ranks[0].steps;
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[0].step, 1);
+  EXPECT_EQ(steps[0].usage.events, 1);  // b
+  EXPECT_EQ(steps[1].usage.events, 1);  // a
+  EXPECT_EQ(steps[2].usage.events, 2);  // c and d
+  expect_has(warning_of(*got, "start inside another"),
+             {p, "1 iteration range(s)",
+              "first: step 2 [50.000, 60.000] us starts inside step 1 [0.000, 100.000] us"});
+  expect_has(warning_of(*got, "repeat the number"),
+             {"1 iteration range(s)", "step 3 at [200.000, 210.000] us and at [300.000, 310.000]"});
+}
+
+TEST_F(TraceFiles, IdleIsNotABubbleUnlessAPipelineIsSaid) {
+  const std::string p =
+      write("idle.json", trace_json({step_mark(1, 0, 10), launch(1, 1), launch(2, 2),
+                                     kernel("a", 100, 5, 7, 1), kernel("b", 110, 5, 7, 2)}));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(gpu_ratio_name(*got), "idle");
+  const std::string text = format_gpu_trace_text(*got);
+  EXPECT_EQ(text.find("bubble"), std::string::npos) << text;
+  EXPECT_NE(text.find("idle %"), std::string::npos) << text;
+  const auto j = nlohmann::json::parse(gpu_trace_report_json(*got));
+  EXPECT_EQ(j["pipelined"], false);
+  EXPECT_EQ(j["ratio_name"], "idle");
+  EXPECT_TRUE(j["ranks"][0].contains("bubble_ratio"));  // the key stays
+  const std::string html = gpu_trace_report_html(*got);
+  EXPECT_EQ(html.find(">bubble<"), std::string::npos);
+  EXPECT_EQ(html.find("bubble ratio"), std::string::npos);
+  // Said to be a pipeline (of one rank here): a bubble.
+  GpuPipelineSpec spec;
+  spec.pp = 1;
+  spec.schedule = "1f1b";
+  spec.microbatches = 1;
+  got = build_gpu_trace_report({p}, spec);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(gpu_ratio_name(*got), "bubble");
+  EXPECT_EQ(nlohmann::json::parse(gpu_trace_report_json(*got))["ratio_name"], "bubble");
+  EXPECT_NE(gpu_trace_report_html(*got).find("<th>bubble</th>"), std::string::npos);
 }
 
 TEST_F(TraceFiles, RanksOfDifferentJobsAreRefused) {

@@ -20,18 +20,73 @@ namespace tightpipe {
 
 namespace report_internal {
 
-std::optional<int32_t> profiler_step(std::string_view name) {
-  constexpr std::string_view kPrefix = "ProfilerStep#";
-  if (name.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+namespace {
+
+// The N of an iteration name's number, all of `digits` (nullopt: not digits, or beyond INT32_MAX).
+std::optional<int32_t> step_number(std::string_view digits) {
   int32_t n = 0;
-  auto rest = name.substr(kPrefix.size());
-  auto r = std::from_chars(rest.data(), rest.data() + rest.size(), n);
-  if (r.ec != std::errc() || r.ptr != rest.data() + rest.size()) return std::nullopt;
+  if (digits.empty() || digits.front() < '0' || digits.front() > '9') return std::nullopt;
+  auto r = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (r.ec != std::errc() || r.ptr != digits.data() + digits.size()) return std::nullopt;
   return n;
 }
 
-std::optional<int32_t> nvtx_iteration(std::string_view text) {
-  if (auto n = profiler_step(text)) return n;
+// Microseconds with three decimals, from integer nanoseconds (exact, any int64).
+std::string us_text(int64_t ns) {
+  const uint64_t mag = ns < 0 ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
+  return fmt::format("{}{}.{:03}", ns < 0 ? "-" : "", mag / 1000, mag % 1000);
+}
+
+}  // namespace
+
+std::string quoted_value(std::string_view text, bool is_string) {
+  const std::string shown = printable(text, 40);
+  return is_string ? "\"" + shown + "\"" : shown;
+}
+
+TraceTime TraceTime::of_ns(int64_t ns) {
+  TraceTime t;
+  t.ns = ns;
+  t.state = plausible_trace_ns(ns) ? State::kOk : State::kBeyond;
+  if (!t.ok()) t.text = fmt::format("{} ns", ns);
+  return t;
+}
+
+void TraceIssues::to_warnings(std::vector<std::string>& out) const {
+  static constexpr std::array<std::string_view, kNumTraceIssues> kWhat = {
+      "event(s) with a time that is missing or not a number",
+      "event(s) with a time beyond any profiler's clock, more than 4e18 ns (127 years) from 0",
+      "device or stream id(s) of GPU events that are not 32-bit integers",
+      "iteration mark(s) whose number is not in 0..2147483647",
+      "iteration range(s) that start inside another",
+      "iteration range(s) that repeat the number of an earlier one",
+  };
+  static constexpr std::array<std::string_view, kNumTraceIssues> kDone = {
+      "left out",
+      "left out",
+      "taken as -1",
+      "their GPU events count in no step",
+      "a launch inside both counts in the later-starting one",
+      "their GPU events count as one step",
+  };
+  for (int k = 0; k < kNumTraceIssues; ++k) {
+    if (count[k] == 0) continue;
+    out.push_back(fmt::format("{} {} (first: {}): {}", count[k], kWhat[k], first[k], kDone[k]));
+  }
+}
+
+IterationName profiler_step_name(std::string_view name) {
+  constexpr std::string_view kPrefix = "ProfilerStep#";
+  if (!name.starts_with(kPrefix)) return {};
+  return {true, step_number(name.substr(kPrefix.size()))};
+}
+
+std::optional<int32_t> profiler_step(std::string_view name) {
+  return profiler_step_name(name).step;
+}
+
+IterationName nvtx_iteration_name(std::string_view text) {
+  if (const IterationName p = profiler_step_name(text); p.is_iteration) return p;
   std::string lower(text);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::string_view rest = lower;
@@ -44,7 +99,7 @@ std::optional<int32_t> nvtx_iteration(std::string_view text) {
       break;
     }
   }
-  if (!word) return std::nullopt;
+  if (!word) return {};
   auto skip_spaces = [&] {
     while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
   };
@@ -53,11 +108,16 @@ std::optional<int32_t> nvtx_iteration(std::string_view text) {
     rest.remove_prefix(1);
     skip_spaces();
   }
-  if (rest.empty() || rest.front() < '0' || rest.front() > '9') return std::nullopt;
-  int32_t n = 0;
-  auto r = std::from_chars(rest.data(), rest.data() + rest.size(), n);
-  if (r.ec != std::errc() || r.ptr != rest.data() + rest.size()) return std::nullopt;
-  return n;
+  // A word and digits to the end: an iteration (whose number may be out of range).
+  if (rest.empty() ||
+      !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return {};
+  }
+  return {true, step_number(rest)};
+}
+
+std::optional<int32_t> nvtx_iteration(std::string_view text) {
+  return nvtx_iteration_name(text).step;
 }
 
 std::optional<Action> annotated_action(std::string_view name) {
@@ -82,31 +142,90 @@ std::optional<Action> annotated_action(std::string_view name) {
   return std::nullopt;
 }
 
-void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
-                        std::vector<Launch> launches) {
+Status attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
+                          std::vector<Launch> launches, TraceIssues issues) {
+  // The window: refused beyond any profile's length (a damaged time; differences stay small).
+  if (!gpu.empty()) {
+    auto first = gpu.begin(), last = gpu.begin();
+    for (auto it = gpu.begin(); it != gpu.end(); ++it) {
+      if (it->event.start_ns < first->event.start_ns) first = it;
+      if (it->event.end_ns > last->event.end_ns) last = it;
+    }
+    const int64_t span = last->event.end_ns - first->event.start_ns;  // both within kTraceNsLimit
+    if (span > kTraceWindowLimitNs) {
+      auto name = [&](const GpuLaunched& g) {
+        return g.event.name >= 0 ? printable(trace.names[g.event.name], 80) : std::string("?");
+      };
+      return Status::invalid_argument(fmt::format(
+          "trace '{}': its GPU events span {:.4g} s, from '{}' at ts {} us to '{}' ending at {} "
+          "us, more than the {:.0e} s (11.6 days) a profile can cover; hint: one of those times "
+          "is damaged (or traces of different runs were joined): fix or drop that event",
+          printable(trace.path, 200), static_cast<double>(span) * 1e-9, name(*first),
+          us_text(first->event.start_ns), name(*last), us_text(last->event.end_ns),
+          static_cast<double>(kTraceWindowLimitNs) * 1e-9));
+    }
+  }
   std::sort(launches.begin(), launches.end(),
             [](const Launch& a, const Launch& b) { return a.correlation < b.correlation; });
-  std::sort(trace.steps.begin(), trace.steps.end(),
-            [](const StepMark& a, const StepMark& b) { return a.start_ns < b.start_ns; });
+  std::sort(trace.steps.begin(), trace.steps.end(), [](const StepMark& a, const StepMark& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+  });
   std::sort(trace.ranges.begin(), trace.ranges.end(),
             [](const CpuRange& a, const CpuRange& b) { return a.start_ns < b.start_ns; });
+  // Iteration ranges that overlap (the later-starting one takes a launch in both) or repeat a
+  // number; the longest, to bound the backward scan for the latest-starting containing one.
+  int64_t longest_step = 0;
+  {
+    std::map<int32_t, const StepMark*> by_number;
+    const StepMark* reach = nullptr;  // the range reaching furthest so far
+    for (const StepMark& m : trace.steps) {
+      longest_step = std::max(longest_step, m.end_ns - m.start_ns);
+      if (reach && m.start_ns < reach->end_ns) {
+        issues.add(TraceIssue::kStepOverlap, [&] {
+          return fmt::format("step {} [{}, {}] us starts inside step {} [{}, {}] us", m.step,
+                             us_text(m.start_ns), us_text(m.end_ns), reach->step,
+                             us_text(reach->start_ns), us_text(reach->end_ns));
+        });
+      }
+      if (!reach || m.end_ns > reach->end_ns) reach = &m;
+      auto [it, fresh] = by_number.emplace(m.step, &m);
+      if (!fresh) {
+        issues.add(TraceIssue::kStepRepeated, [&] {
+          return fmt::format("step {} at [{}, {}] us and at [{}, {}] us", m.step,
+                             us_text(it->second->start_ns), us_text(it->second->end_ns),
+                             us_text(m.start_ns), us_text(m.end_ns));
+        });
+      }
+    }
+  }
   // The longest range, to bound the backward scan for the innermost containing range.
   int64_t longest = 0;
   for (const CpuRange& r : trace.ranges) longest = std::max(longest, r.end_ns - r.start_ns);
 
   trace.events.clear();
   trace.events.reserve(gpu.size());
+  std::string first_unmatched;
   for (GpuLaunched& g : gpu) {
     GpuEvent e = g.event;
     auto it = std::lower_bound(launches.begin(), launches.end(), g.correlation,
                                [](const Launch& l, int64_t c) { return l.correlation < c; });
     if (g.correlation < 0 || it == launches.end() || it->correlation != g.correlation) {
-      ++trace.anomalies.unmatched_launches;
+      if (trace.anomalies.unmatched_launches++ == 0 && e.name >= 0) {
+        first_unmatched = trace.names[e.name];
+      }
     } else {
       const int64_t t = it->ts;
+      // The latest-starting step that contains t (the one step when they do not overlap).
       auto s = std::upper_bound(trace.steps.begin(), trace.steps.end(), t,
                                 [](int64_t x, const StepMark& m) { return x < m.start_ns; });
-      if (s != trace.steps.begin() && t <= std::prev(s)->end_ns) e.step = std::prev(s)->step;
+      while (s != trace.steps.begin()) {
+        --s;
+        if (t - s->start_ns > longest_step) break;
+        if (t <= s->end_ns) {
+          e.step = s->step;
+          break;
+        }
+      }
       // Innermost: the latest-starting range that still contains t.
       auto r = std::upper_bound(trace.ranges.begin(), trace.ranges.end(), t,
                                 [](int64_t x, const CpuRange& m) { return x < m.start_ns; });
@@ -158,15 +277,17 @@ void attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
   }
   if (an.unmatched_launches > 0) {
     trace.warnings.push_back(fmt::format(
-        "{} of {} GPU event(s) have no CPU launch in the trace (no matching correlation id): "
-        "counted in the whole trace, in no step",
-        an.unmatched_launches, trace.events.size()));
+        "{} of {} GPU event(s) have no CPU launch in the trace (no matching correlation id; "
+        "first: '{}'): counted in the whole trace, in no step",
+        an.unmatched_launches, trace.events.size(), printable(first_unmatched, 80)));
   }
+  issues.to_warnings(trace.warnings);
   if (trace.steps.empty()) {
     trace.warnings.push_back(
         "no iteration markers (ProfilerStep#N; for nsys, NVTX ranges such as \"iteration 12\"): "
         "whole-trace numbers only; hint: call prof.step() every iteration");
   }
+  return OkStatus();
 }
 
 }  // namespace report_internal

@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -61,56 +62,198 @@ struct GzCloser {
 };
 using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
 
-// A JSON number in microseconds as nanoseconds, held to the trace range (NaN: 0).
-int64_t fallback_ns(double micros) {
-  const double ns = micros * 1000.0, lim = static_cast<double>(report_internal::kTraceNsLimit);
-  if (!(ns == ns)) return 0;
-  return static_cast<int64_t>(std::llround(std::clamp(ns, -lim, lim)));
+using report_internal::GpuLaunched;
+using report_internal::Launch;
+using report_internal::quoted_value;
+using report_internal::TraceId;
+using report_internal::TraceIssue;
+using report_internal::TraceIssues;
+using report_internal::TraceTime;
+
+// One JSON scalar (or the start of an object or array) as the SAX parser hands it over.
+struct Scalar {
+  enum class Kind { kInt, kUnsigned, kFloat, kString, kOther } kind = Kind::kOther;
+  int64_t i = 0;
+  uint64_t u = 0;
+  double d = 0;
+  std::string_view text;  // a float or a string as written; kOther: "null", "true", "an object"
+};
+
+constexpr int64_t kMaxMicros = report_internal::kTraceNsLimit / 1000;
+
+TraceTime beyond(std::string text) {
+  TraceTime t;
+  t.state = TraceTime::State::kBeyond;
+  t.text = std::move(text);
+  return t;
 }
 
-// Whole microseconds as nanoseconds, held to the trace range.
-int64_t whole_micros_to_ns(int64_t us) {
-  constexpr int64_t kMax = report_internal::kTraceNsLimit / 1000;
-  return std::clamp(us, -kMax, kMax) * 1000;
+// Whole microseconds as a time.
+TraceTime time_of_micros(int64_t us) {
+  if (us < -kMaxMicros || us > kMaxMicros) return beyond(fmt::format("{} us", us));
+  return TraceTime::of_ns(us * 1000);
 }
 
-// A JSON number in microseconds as integer nanoseconds, exact for the three decimals Kineto
-// writes (a double would round epoch-based timestamps to a quarter microsecond).
-int64_t micros_text_to_ns(std::string_view s, double fallback) {
+// A JSON decimal in microseconds (`s` as written, `v` its double) as integer nanoseconds: exact
+// for the three decimals Kineto writes (a double would round epoch-based timestamps to a quarter
+// microsecond), through the double for an exponent.
+TraceTime time_of_decimal(std::string_view s, double v) {
+  if (!std::isfinite(v) || std::abs(v) > static_cast<double>(kMaxMicros)) {
+    return beyond(printable(s, 40) + " us");
+  }
+  std::string_view t = s;
   bool neg = false;
-  if (!s.empty() && s[0] == '-') {
+  if (!t.empty() && t[0] == '-') {
     neg = true;
-    s.remove_prefix(1);
+    t.remove_prefix(1);
   }
-  const size_t dot = s.find('.');
-  const std::string_view whole = s.substr(0, dot);
-  if (whole.empty() || s.find_first_of("eE") != std::string_view::npos) {
-    return fallback_ns(fallback);
-  }
+  const size_t dot = t.find('.');
+  const std::string_view whole = t.substr(0, dot);
   int64_t w = 0;
-  if (std::from_chars(whole.data(), whole.data() + whole.size(), w).ec != std::errc()) {
-    return fallback_ns(fallback);
+  if (whole.empty() || t.find_first_of("eE") != std::string_view::npos ||
+      std::from_chars(whole.data(), whole.data() + whole.size(), w).ec != std::errc() ||
+      w > kMaxMicros) {
+    return TraceTime::of_ns(static_cast<int64_t>(std::llround(v * 1000.0)));  // |v| <= 4e15
   }
   int64_t frac = 0;
   int digits = 0;
   int round_up = 0;
   if (dot != std::string_view::npos) {
-    for (char ch : s.substr(dot + 1)) {
+    for (char ch : t.substr(dot + 1)) {
       if (ch < '0' || ch > '9') break;
       if (digits < 3) {
         frac = frac * 10 + (ch - '0');
-        ++digits;
+      } else if (digits == 3) {
+        round_up = ch >= '5';
       } else {
-        if (digits == 3) round_up = ch >= '5';
-        ++digits;
-        if (digits > 4) break;
+        break;
       }
+      ++digits;
     }
   }
   for (int d = std::min(digits, 3); d < 3; ++d) frac *= 10;
-  if (w > report_internal::kTraceNsLimit / 1000) w = report_internal::kTraceNsLimit / 1000;
-  const int64_t ns = report_internal::clamp_trace_ns(w * 1000 + frac + round_up);
-  return neg ? -ns : ns;
+  const int64_t ns = w * 1000 + frac + round_up;  // <= 4e18 + 1000
+  return TraceTime::of_ns(neg ? -ns : ns);
+}
+
+// A time field (microseconds) of any JSON form.
+TraceTime time_of(const Scalar& v) {
+  switch (v.kind) {
+    case Scalar::Kind::kInt:
+      return time_of_micros(v.i);
+    case Scalar::Kind::kUnsigned:
+      return beyond(fmt::format("{} us", v.u));  // above INT64_MAX (smaller ones come as kInt)
+    case Scalar::Kind::kFloat:
+      return time_of_decimal(v.text, v.d);
+    case Scalar::Kind::kString:
+    case Scalar::Kind::kOther: {
+      TraceTime t;
+      t.state = TraceTime::State::kNotNumber;
+      t.text = quoted_value(v.text, v.kind == Scalar::Kind::kString);
+      return t;
+    }
+  }
+  return {};
+}
+
+// An integer id (device, stream, correlation, rank...) of any JSON form: integers and integral
+// decimals are ids; anything else is bad.
+TraceId id_of(const Scalar& v) {
+  TraceId id;
+  id.state = TraceId::State::kOk;
+  switch (v.kind) {
+    case Scalar::Kind::kInt:
+      id.value = v.i;
+      return id;
+    case Scalar::Kind::kFloat:
+      if (std::isfinite(v.d) && std::trunc(v.d) == v.d && std::abs(v.d) < 9.2e18) {
+        id.value = static_cast<int64_t>(v.d);
+        return id;
+      }
+      break;
+    case Scalar::Kind::kUnsigned:
+    case Scalar::Kind::kString:
+    case Scalar::Kind::kOther:
+      break;
+  }
+  id.state = TraceId::State::kBad;
+  id.text = v.kind == Scalar::Kind::kUnsigned
+                ? std::to_string(v.u)
+                : quoted_value(v.text, v.kind == Scalar::Kind::kString);
+  return id;
+}
+
+// The same for a value of a JSON document (distributedInfo written as a string).
+TraceId id_of(const nlohmann::json& j) {
+  Scalar v;
+  std::string text;
+  if (j.is_number_integer() && !j.is_number_unsigned()) {
+    v.kind = Scalar::Kind::kInt;
+    v.i = j.get<int64_t>();
+  } else if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    v.kind = u <= static_cast<uint64_t>(INT64_MAX) ? Scalar::Kind::kInt : Scalar::Kind::kUnsigned;
+    v.i = static_cast<int64_t>(u & static_cast<uint64_t>(INT64_MAX));
+    v.u = u;
+  } else if (j.is_number_float()) {
+    v.kind = Scalar::Kind::kFloat;
+    v.d = j.get<double>();
+    text = j.dump();
+    v.text = text;
+  } else if (j.is_string()) {
+    v.kind = Scalar::Kind::kString;
+    v.text = j.get_ref<const std::string&>();
+  } else {
+    text = j.dump();
+    v.text = text;
+  }
+  return id_of(v);
+}
+
+// A Python literal, as torch writes distributedInfo when it is a string ("{'backend': 'nccl',
+// 'rank': 0, 'world_size': 8}"), as JSON text: single-quoted strings double-quoted, True, False
+// and None as true, false and null, tuples as arrays, trailing commas dropped. JSON passes
+// unchanged.
+std::string python_literal_to_json(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    if (c == '\'' || c == '"') {
+      out += '"';
+      for (++i; i < s.size() && s[i] != c; ++i) {
+        if (s[i] == '\\' && i + 1 < s.size()) {
+          if (s[i + 1] != '\'') out += '\\';
+          out += s[++i];
+        } else {
+          if (s[i] == '"') out += '\\';
+          out += s[i];
+        }
+      }
+      out += '"';
+      ++i;
+      continue;
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t j = i;
+      while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      const std::string_view word = s.substr(i, j - i);
+      out += word == "True" ? "true" : word == "False" ? "false" : word == "None" ? "null" : word;
+      i = j;
+      continue;
+    }
+    if (c == ',') {
+      size_t j = i + 1;
+      while (j < s.size() && std::isspace(static_cast<unsigned char>(s[j]))) ++j;
+      if (j < s.size() && (s[j] == ']' || s[j] == '}' || s[j] == ')')) {
+        i = j;
+        continue;
+      }
+    }
+    out += c == '(' ? '[' : c == ')' ? ']' : c;
+    ++i;
+  }
+  return out;
 }
 
 enum class Cat { kOther, kKernel, kMemcpy, kMemset, kLaunch, kAnnotation };
@@ -124,21 +267,33 @@ Cat cat_of(std::string_view c) {
   return Cat::kOther;
 }
 
+std::string_view cat_name(Cat c) {
+  switch (c) {
+    case Cat::kKernel:
+      return "kernel";
+    case Cat::kMemcpy:
+      return "gpu_memcpy";
+    case Cat::kMemset:
+      return "gpu_memset";
+    case Cat::kLaunch:
+      return "launch";
+    case Cat::kAnnotation:
+      return "user_annotation";
+    case Cat::kOther:
+      break;
+  }
+  return "event";
+}
+
 // One event object's fields as they stream by.
 struct RawEvent {
   bool is_x = false;
   Cat cat = Cat::kOther;
   std::string name;
-  int64_t ts = 0, dur = 0;
-  bool has_ts = false, has_dur = false;
-  int64_t pid = 0, tid = 0;
-  int64_t correlation = -1;
-  int64_t device = -1, stream = -1;
+  TraceTime ts, dur;
+  TraceId pid, tid, correlation, device, stream;
   void clear() { *this = RawEvent{}; }
 };
-
-using report_internal::GpuLaunched;
-using report_internal::Launch;
 
 // The SAX handler. Depth 1 is the top-level object; traceEvents elements are depth-2 objects.
 class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
@@ -154,50 +309,80 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   std::vector<std::string> names;
   std::unordered_map<std::string, int32_t> name_index;
   std::vector<GpuEventKind> kernel_kinds;  // classify_kernel of each name, once per name
-  // distributedInfo and deviceProperties.
-  int64_t rank = -1, world_size = 0;
+  TraceIssues issues;
+  // distributedInfo (an object, or the string of a Python dict) and deviceProperties.
+  bool saw_distributed = false;
+  TraceId rank, world_size;
   std::string backend, nccl_version, device_name;
+  std::string distributed_error;  // not empty: a distributedInfo string that is no dict
 
-  bool null() override { return scalar_done(); }
-  bool boolean(bool) override { return scalar_done(); }
-  // Integers pass no text (number() formats the one it keeps), except above INT64_MAX.
-  bool number_integer(number_integer_t v) override { return number(v, {}); }
-  bool number_unsigned(number_unsigned_t v) override {
-    if (v <= static_cast<number_unsigned_t>(INT64_MAX)) return number(static_cast<int64_t>(v), {});
-    return number(static_cast<int64_t>(v), std::to_string(v));
+  bool null() override { return scalar({Scalar::Kind::kOther, 0, 0, 0, "null"}); }
+  bool boolean(bool b) override {
+    return scalar({Scalar::Kind::kOther, 0, 0, 0, b ? "true" : "false"});
   }
-  bool number_float(number_float_t v, const string_t& s) override { return number_f(v, s); }
+  bool number_integer(number_integer_t v) override {
+    return scalar({Scalar::Kind::kInt, v, 0, 0, {}});
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (v <= static_cast<number_unsigned_t>(INT64_MAX)) {
+      return scalar({Scalar::Kind::kInt, static_cast<int64_t>(v), 0, 0, {}});
+    }
+    return scalar({Scalar::Kind::kUnsigned, 0, v, 0, {}});
+  }
+  bool number_float(number_float_t v, const string_t& s) override {
+    return scalar({Scalar::Kind::kFloat, 0, 0, v, s});
+  }
   bool string(string_t& v) override {
     if (in_event() && depth_ == 3) {
-      if (key_ == "ph")
+      if (key_ == "ph") {
         ev_.is_x = v == "X";
-      else if (key_ == "cat")
+        return true;
+      }
+      if (key_ == "cat") {
         ev_.cat = cat_of(v);
-      else if (key_ == "name")
+        return true;
+      }
+      if (key_ == "name") {
         ev_.name = std::move(v);
+        return true;
+      }
     } else if (section_ == Section::kDistributed && depth_ == 2) {
-      if (key_ == "backend")
+      if (key_ == "backend") {
         backend = v;
-      else if (key_ == "nccl_version")
+        return true;
+      }
+      if (key_ == "nccl_version") {
         nccl_version = v;
+        return true;
+      }
+    } else if (section_ == Section::kNone && depth_ == 1 && key_ == "distributedInfo") {
+      distributed_from_text(v);
+      return true;
     } else if (section_ == Section::kDevices && depth_ == 3 && key_ == "name" &&
                device_name.empty()) {
       device_name = v;
+      return true;
     }
-    return scalar_done();
+    return scalar({Scalar::Kind::kString, 0, 0, 0, v});
   }
-  bool binary(binary_t&) override { return scalar_done(); }
+  bool binary(binary_t&) override { return true; }
   bool start_object(std::size_t) override {
     ++depth_;
     if (depth_ == 1) saw_top_object = true;
     if (depth_ == 2 && section_ == Section::kNone && key_ == "distributedInfo") {
       section_ = Section::kDistributed;
+      saw_distributed = true;
     }
     if (depth_ == 3 && section_ == Section::kEvents) {
       ev_.clear();
       event_open_ = true;
+      ++event_index_;
     }
-    if (depth_ == 4 && event_open_ && key_ == "args") in_args_ = true;
+    if (depth_ == 4 && event_open_ && key_ == "args") {
+      in_args_ = true;
+    } else {
+      compound("an object");
+    }
     key_.clear();
     return true;
   }
@@ -223,6 +408,8 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
       saw_trace_events = true;
     } else if (depth_ == 2 && key_ == "deviceProperties") {
       section_ = Section::kDevices;
+    } else {
+      compound("an array");
     }
     key_.clear();
     return true;
@@ -248,55 +435,64 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
  private:
   enum class Section { kNone, kEvents, kDistributed, kDevices };
   bool in_event() const { return event_open_; }
-  bool scalar_done() { return true; }
 
-  // `text`: the number as written, empty for an integer that v holds.
-  bool number(int64_t v, std::string_view text) {
+  // An object or array where a number belongs (called after depth_ was raised to its level).
+  void compound(std::string_view what) {
+    --depth_;  // the level of the key it is the value of
+    scalar({Scalar::Kind::kOther, 0, 0, 0, what});
+    ++depth_;
+  }
+
+  // A value at the current key: the numbers the analysis reads, in any JSON form.
+  bool scalar(const Scalar& v) {
     if (in_event()) {
       if (depth_ == 3) {
         if (key_ == "ts") {
-          ev_.ts = whole_micros_to_ns(v);
-          ev_.has_ts = true;
+          ev_.ts = time_of(v);
         } else if (key_ == "dur") {
-          ev_.dur = whole_micros_to_ns(v);
-          ev_.has_dur = true;
+          ev_.dur = time_of(v);
         } else if (key_ == "pid") {
-          ev_.pid = v;
+          ev_.pid = id_of(v);
         } else if (key_ == "tid") {
-          ev_.tid = v;
+          ev_.tid = id_of(v);
         }
       } else if (depth_ == 4 && in_args_) {
-        if (key_ == "correlation")
-          ev_.correlation = v;
-        else if (key_ == "device")
-          ev_.device = v;
-        else if (key_ == "stream")
-          ev_.stream = v;
+        if (key_ == "correlation") {
+          ev_.correlation = id_of(v);
+        } else if (key_ == "device") {
+          ev_.device = id_of(v);
+        } else if (key_ == "stream") {
+          ev_.stream = id_of(v);
+        }
       }
     } else if (section_ == Section::kDistributed && depth_ == 2) {
-      if (key_ == "rank")
-        rank = v;
-      else if (key_ == "world_size")
-        world_size = v;
+      if (key_ == "rank") {
+        rank = id_of(v);
+      } else if (key_ == "world_size") {
+        world_size = id_of(v);
+      }
     }
     return true;
   }
-  bool number_f(double v, const std::string& text) {
-    if (in_event() && depth_ == 3) {
-      if (key_ == "ts") {
-        ev_.ts = micros_text_to_ns(text, v);
-        ev_.has_ts = true;
-        return true;
-      }
-      if (key_ == "dur") {
-        ev_.dur = micros_text_to_ns(text, v);
-        ev_.has_dur = true;
-        return true;
-      }
+
+  // distributedInfo written as a string: the repr of a Python dict (or JSON text).
+  void distributed_from_text(const std::string& text) {
+    saw_distributed = true;
+    const nlohmann::json j = nlohmann::json::parse(python_literal_to_json(text), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      distributed_error = fmt::format(
+          "its distributedInfo is a string that is neither a Python dict nor JSON ({}); hint: "
+          "write distributedInfo as an object, e.g. {{\"rank\": 0, \"world_size\": 8}}",
+          quoted_value(text, true));
+      return;
     }
-    // Saturated like the timestamps (a cast of a double beyond int64 is undefined); NaN: 0.
-    const double lim = 9.2e18;
-    return number(v == v ? static_cast<int64_t>(std::clamp(v, -lim, lim)) : 0, text);
+    if (auto it = j.find("rank"); it != j.end()) rank = id_of(*it);
+    if (auto it = j.find("world_size"); it != j.end()) world_size = id_of(*it);
+    if (auto it = j.find("backend"); it != j.end() && it->is_string())
+      backend = it->get<std::string>();
+    if (auto it = j.find("nccl_version"); it != j.end() && it->is_string()) {
+      nccl_version = it->get<std::string>();
+    }
   }
 
   int32_t intern(const std::string& n) {
@@ -308,43 +504,69 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
     return it->second;
   }
 
+  // "kernel 'gemm' (traceEvents[12]) "ts":": the event and field a warning names.
+  auto field(std::string_view f) const {
+    return [this, f] {
+      return fmt::format("{} '{}' (traceEvents[{}]) \"{}\":", cat_name(ev_.cat),
+                         printable(ev_.name, 60), event_index_, f);
+    };
+  }
+
   void finish_event() {
     if (!ev_.is_x) return;
     switch (ev_.cat) {
       case Cat::kKernel:
       case Cat::kMemcpy:
       case Cat::kMemset: {
-        if (!ev_.has_ts) return;
+        if (!ev_.ts.check(issues, field("ts")) || !ev_.dur.check(issues, field("dur"))) return;
         GpuLaunched p;
-        int64_t dur = ev_.dur;
+        int64_t dur = ev_.dur.ns;
         if (dur < 0) {
           ++negative;
           dur = 0;
         }
-        p.event.start_ns = ev_.ts;
-        p.event.end_ns = report_internal::clamp_trace_ns(ev_.ts + dur);
-        p.event.device = static_cast<int32_t>(ev_.device >= 0 ? ev_.device : ev_.pid);
-        p.event.stream = static_cast<int32_t>(ev_.stream >= 0 ? ev_.stream : ev_.tid);
+        // Both within kTraceNsLimit: the sum cannot overflow.
+        const TraceTime end = TraceTime::of_ns(ev_.ts.ns + dur);
+        if (!end.check(issues, field("ts + dur"))) return;
+        p.event.start_ns = ev_.ts.ns;
+        p.event.end_ns = end.ns;
+        p.event.device = report_internal::id_or(
+            ev_.device.state != TraceId::State::kMissing ? ev_.device : ev_.pid, 0, issues,
+            field("device"));
+        p.event.stream = report_internal::id_or(
+            ev_.stream.state != TraceId::State::kMissing ? ev_.stream : ev_.tid, 0, issues,
+            field("stream"));
         p.event.name = intern(ev_.name);
         p.event.kind = ev_.cat == Cat::kMemcpy   ? GpuEventKind::kMemcpy
                        : ev_.cat == Cat::kMemset ? GpuEventKind::kMemset
                                                  : kernel_kinds[p.event.name];
-        p.correlation = ev_.correlation;
+        p.correlation = ev_.correlation.state == TraceId::State::kOk ? ev_.correlation.value : -1;
         gpu.push_back(p);
         return;
       }
       case Cat::kLaunch:
         ++cpu_events;
-        if (ev_.correlation >= 0 && ev_.has_ts) launches.push_back({ev_.correlation, ev_.ts});
+        if (ev_.correlation.state != TraceId::State::kOk || ev_.correlation.value < 0) return;
+        if (!ev_.ts.check(issues, field("ts"))) return;
+        launches.push_back({ev_.correlation.value, ev_.ts.ns});
         return;
       case Cat::kAnnotation: {
         ++cpu_events;
-        if (!ev_.has_ts) return;
-        const int64_t end = report_internal::clamp_trace_ns(ev_.ts + std::max<int64_t>(0, ev_.dur));
-        if (auto n = report_internal::profiler_step(ev_.name)) {
-          steps.push_back({*n, ev_.ts, end});
-        } else if (report_internal::annotated_action(ev_.name)) {
-          ranges.push_back({ev_.name, ev_.ts, end});
+        const report_internal::IterationName it = report_internal::profiler_step_name(ev_.name);
+        if (!it.is_iteration && !report_internal::annotated_action(ev_.name)) return;
+        if (it.is_iteration && !it.step) {
+          issues.add(TraceIssue::kStepNumber, [&] {
+            return fmt::format("'{}' (traceEvents[{}])", printable(ev_.name, 60), event_index_);
+          });
+          return;
+        }
+        if (!ev_.ts.check(issues, field("ts")) || !ev_.dur.check(issues, field("dur"))) return;
+        const TraceTime end = TraceTime::of_ns(ev_.ts.ns + std::max<int64_t>(0, ev_.dur.ns));
+        if (!end.check(issues, field("ts + dur"))) return;
+        if (it.is_iteration) {
+          steps.push_back({*it.step, ev_.ts.ns, end.ns});
+        } else {
+          ranges.push_back({ev_.name, ev_.ts.ns, end.ns});
         }
         return;
       }
@@ -358,8 +580,49 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   Section section_ = Section::kNone;
   std::string key_;
   bool event_open_ = false, in_args_ = false;
+  int64_t event_index_ = -1;  // of the open event in traceEvents
   RawEvent ev_;
 };
+
+// The rank and world size distributedInfo says, checked: a rank is 0 or more and inside the
+// world, a world size 1 or more (both int32). -1 / 0: not said.
+Status distributed_rank(const KinetoSax& sax, const std::string& shown, int32_t& rank,
+                        int32_t& world) {
+  constexpr std::string_view kHint =
+      "hint: the file's distributedInfo is damaged or was edited; torch.profiler writes the rank "
+      "and world size of torch.distributed (0 <= rank < world_size)";
+  if (!sax.distributed_error.empty()) {
+    return Status::invalid_argument(fmt::format("trace '{}': {}", shown, sax.distributed_error));
+  }
+  auto bad = [&](std::string_view field, const std::string& value, std::string_view what) {
+    return Status::invalid_argument(fmt::format("trace '{}': distributedInfo {} {} is not {}; {}",
+                                                shown, field, value, what, kHint));
+  };
+  world = 0;
+  rank = -1;
+  const TraceId& w = sax.world_size;
+  if (w.state == TraceId::State::kBad) return bad("world_size", w.text, "a number of ranks");
+  if (w.state == TraceId::State::kOk) {
+    if (w.value < 1 || w.value > INT32_MAX) {
+      return bad("world_size", std::to_string(w.value), "a number of ranks (1 or more)");
+    }
+    world = static_cast<int32_t>(w.value);
+  }
+  const TraceId& r = sax.rank;
+  if (r.state == TraceId::State::kBad) return bad("rank", r.text, "a rank (an integer, 0 or more)");
+  if (r.state == TraceId::State::kOk) {
+    if (r.value < 0 || r.value > INT32_MAX) {
+      return bad("rank", std::to_string(r.value), "a rank (an integer, 0 or more)");
+    }
+    if (world > 0 && r.value >= world) {
+      return Status::invalid_argument(fmt::format(
+          "trace '{}': distributedInfo rank {} is outside its world of {} rank(s) (0..{}); {}",
+          shown, r.value, world, world - 1, kHint));
+    }
+    rank = static_cast<int32_t>(r.value);
+  }
+  return OkStatus();
+}
 
 }  // namespace
 
@@ -400,6 +663,13 @@ Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
         "torch.profiler writes (export_chrome_trace or tensorboard_trace_handler)",
         shown));
   }
+  if (sax.gpu.empty() && sax.issues.times_left_out() > 0) {
+    return Status::invalid_argument(fmt::format(
+        "trace '{}': no usable GPU events: {} event(s) have a time that is not a number of "
+        "microseconds or lies beyond any clock (first: {}); hint: the file is damaged or was "
+        "edited: ts and dur are JSON numbers",
+        shown, sax.issues.times_left_out(), sax.issues.first_time_issue()));
+  }
   if (sax.gpu.empty()) {
     return Status::invalid_argument(fmt::format(
         "trace '{}': a CPU-only trace: no GPU events (kernel, gpu_memcpy, gpu_memset) among its "
@@ -410,12 +680,11 @@ Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
   GpuTraceRank out;
   out.path = path;
   out.format = "kineto";
-  out.rank = sax.rank >= 0 ? static_cast<int32_t>(sax.rank) : -1;
-  out.world_size = static_cast<int32_t>(sax.world_size);
+  TP_RETURN_IF_ERROR(distributed_rank(sax, shown, out.rank, out.world_size));
   // The job: what every rank's distributedInfo shares, and the device model.
-  if (sax.rank >= 0 || !sax.backend.empty()) {
+  if (sax.saw_distributed) {
     out.job = fmt::format("backend {}, world size {}", sax.backend.empty() ? "?" : sax.backend,
-                          sax.world_size);
+                          out.world_size);
     if (!sax.nccl_version.empty()) out.job += ", NCCL " + sax.nccl_version;
   } else {
     out.job = "no distributedInfo";
@@ -426,7 +695,8 @@ Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
   out.ranges = std::move(sax.ranges);
   out.cpu_events = sax.cpu_events;
   out.anomalies.negative_durations = sax.negative;
-  report_internal::attribute_and_sort(out, std::move(sax.gpu), std::move(sax.launches));
+  TP_RETURN_IF_ERROR(report_internal::attribute_and_sort(out, std::move(sax.gpu),
+                                                         std::move(sax.launches), sax.issues));
   return out;
 }
 

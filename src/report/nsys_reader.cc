@@ -15,6 +15,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <set>
@@ -167,17 +168,75 @@ class NsysDb {
   DbHandle db_;
 };
 
+using report_internal::TraceId;
+using report_internal::TraceIssue;
+using report_internal::TraceIssues;
+using report_internal::TraceTime;
+
 int64_t column_or(sqlite3_stmt* s, int i, int64_t fallback) {
   return sqlite3_column_type(s, i) == SQLITE_NULL ? fallback : sqlite3_column_int64(s, i);
 }
-// A timestamp column, held to the trace range (report_internal::clamp_trace_ns).
-int64_t time_column(sqlite3_stmt* s, int i) {
-  return report_internal::clamp_trace_ns(sqlite3_column_int64(s, i));
+
+// What a column holds that is not a number, for a message: NULL, 'text', a blob.
+std::string not_a_number(sqlite3_stmt* s, int i) {
+  switch (sqlite3_column_type(s, i)) {
+    case SQLITE_NULL:
+      return "NULL";
+    case SQLITE_BLOB:
+      return "a blob";
+    default: {
+      const unsigned char* t = sqlite3_column_text(s, i);
+      return "'" + printable(t ? reinterpret_cast<const char*>(t) : "", 40) + "'";
+    }
+  }
 }
 
-// Whether columns 0 and 1 of the row are not NULL.
-bool first_two_set(sqlite3_stmt* s) {
-  return sqlite3_column_type(s, 0) != SQLITE_NULL && sqlite3_column_type(s, 1) != SQLITE_NULL;
+// A timestamp column (integer nanoseconds; a REAL is rounded): SQLite would convert text to 0 and
+// saturate a huge REAL, so the type is checked first.
+TraceTime time_column(sqlite3_stmt* s, int i) {
+  TraceTime t;
+  switch (sqlite3_column_type(s, i)) {
+    case SQLITE_INTEGER:
+      return TraceTime::of_ns(sqlite3_column_int64(s, i));
+    case SQLITE_FLOAT: {
+      const double v = sqlite3_column_double(s, i);
+      if (std::isfinite(v) && std::abs(v) <= static_cast<double>(report_internal::kTraceNsLimit)) {
+        return TraceTime::of_ns(static_cast<int64_t>(std::llround(v)));
+      }
+      t.state = TraceTime::State::kBeyond;
+      t.text = fmt::format("{} ns", v);
+      return t;
+    }
+    default:
+      t.state = TraceTime::State::kNotNumber;
+      t.text = not_a_number(s, i);
+      return t;
+  }
+}
+
+// An id column: an integer (or an integral REAL); anything else is bad, NULL is missing.
+TraceId id_column(sqlite3_stmt* s, int i) {
+  TraceId id;
+  const int type = sqlite3_column_type(s, i);
+  if (type == SQLITE_NULL) return id;
+  id.state = TraceId::State::kOk;
+  if (type == SQLITE_INTEGER) {
+    id.value = sqlite3_column_int64(s, i);
+    return id;
+  }
+  const double v = sqlite3_column_double(s, i);
+  if (type == SQLITE_FLOAT && std::isfinite(v) && std::trunc(v) == v && std::abs(v) < 9.2e18) {
+    id.value = static_cast<int64_t>(v);
+    return id;
+  }
+  id.state = TraceId::State::kBad;
+  id.text = type == SQLITE_FLOAT ? fmt::format("{}", v) : not_a_number(s, i);
+  return id;
+}
+
+// "CUPTI_ACTIVITY_KIND_KERNEL row 3 start": the row and column a warning names.
+auto cell(std::string_view table, int64_t row, std::string_view column) {
+  return [=] { return fmt::format("{} row {} {}", table, row, column); };
 }
 
 std::string_view column_text(sqlite3_stmt* s, int i) {
@@ -242,20 +301,31 @@ struct Collected {
     return it->second;
   }
 
-  // One row of a GPU table: start, end, deviceId, streamId, correlationId in columns 0..4.
-  void add_gpu(sqlite3_stmt* s, GpuEventKind kind, int32_t name, int pid_col) {
-    if (sqlite3_column_type(s, 0) == SQLITE_NULL) return;
+  TraceIssues issues;
+
+  // One row (`row`, from 1) of a GPU table: start, end, deviceId, streamId, correlationId in
+  // columns 0..4. A start or end that is not a usable time leaves the row out (counted).
+  void add_gpu(sqlite3_stmt* s, std::string_view table, int64_t row, GpuEventKind kind,
+               int32_t name, int pid_col) {
+    const TraceTime start = time_column(s, 0), stop = time_column(s, 1);
+    if (!start.check(issues, cell(table, row, "start")) ||
+        !stop.check(issues, cell(table, row, "end"))) {
+      return;
+    }
     GpuLaunched p;
-    p.event.start_ns = time_column(s, 0);
-    int64_t end = sqlite3_column_type(s, 1) == SQLITE_NULL ? p.event.start_ns : time_column(s, 1);
+    p.event.start_ns = start.ns;
+    int64_t end = stop.ns;
     if (end < p.event.start_ns) {
       ++trace.anomalies.negative_durations;
       end = p.event.start_ns;
     }
     p.event.end_ns = end;
-    p.event.device = static_cast<int32_t>(column_or(s, 2, 0));
-    p.event.stream = static_cast<int32_t>(column_or(s, 3, 0));
-    p.correlation = column_or(s, 4, -1);
+    p.event.device =
+        report_internal::id_or(id_column(s, 2), 0, issues, cell(table, row, "deviceId"));
+    p.event.stream =
+        report_internal::id_or(id_column(s, 3), 0, issues, cell(table, row, "streamId"));
+    const TraceId corr = id_column(s, 4);
+    p.correlation = corr.state == TraceId::State::kOk ? corr.value : -1;
     p.event.kind = kind == GpuEventKind::kCompute ? name_kinds[name] : kind;
     p.event.name = name;
     if (pid_col >= 0 && sqlite3_column_type(s, pid_col) != SQLITE_NULL) {
@@ -333,7 +403,7 @@ Status read_gpu_table(const NsysDb& db, std::string_view table, GpuEventKind kin
   }
   TP_ASSIGN_OR_RETURN(StmtHandle stmt, db.prepare(fmt::format("{} FROM \"{}\"", select, table)));
   std::unordered_map<int64_t, int32_t> copy_names;  // copyKind -> name index
-  for (;;) {
+  for (int64_t rows = 1;; ++rows) {
     TP_ASSIGN_OR_RETURN(bool row, db.step(stmt.get()));
     if (!row) break;
     sqlite3_stmt* s = stmt.get();
@@ -356,7 +426,7 @@ Status read_gpu_table(const NsysDb& db, std::string_view table, GpuEventKind kin
     } else {
       name = out.intern("Memset");
     }
-    out.add_gpu(s, kind, name, pid_col);
+    out.add_gpu(s, table, rows, kind, name, pid_col);
   }
   return OkStatus();
 }
@@ -368,13 +438,16 @@ Status read_launches(const NsysDb& db, Collected& out) {
   TP_ASSIGN_OR_RETURN(
       StmtHandle stmt,
       db.prepare(fmt::format("SELECT start, correlationId FROM \"{}\"", kRuntimeTable)));
-  for (;;) {
+  for (int64_t rows = 1;; ++rows) {
     TP_ASSIGN_OR_RETURN(bool row, db.step(stmt.get()));
     if (!row) break;
     ++out.trace.cpu_events;
     sqlite3_stmt* s = stmt.get();
-    if (!first_two_set(s)) continue;
-    out.launches.push_back({sqlite3_column_int64(s, 1), time_column(s, 0)});
+    const TraceId corr = id_column(s, 1);
+    if (corr.state != TraceId::State::kOk || corr.value < 0) continue;  // launches nothing known
+    const TraceTime start = time_column(s, 0);
+    if (!start.check(out.issues, cell(kRuntimeTable, rows, "start"))) continue;
+    out.launches.push_back({corr.value, start.ns});
   }
   return OkStatus();
 }
@@ -392,20 +465,34 @@ Status read_nvtx(const NsysDb& db, bool have_strings, Collected& out) {
   if (text_id) sql += " LEFT JOIN StringIds AS s ON s.id = n.textId";
   sql += fmt::format(" WHERE n.eventType IN ({}, {})", kNvtxPushPopRange, kNvtxStartEndRange);
   TP_ASSIGN_OR_RETURN(StmtHandle stmt, db.prepare(sql));
-  for (;;) {
+  for (int64_t rows = 1;; ++rows) {
     TP_ASSIGN_OR_RETURN(bool row, db.step(stmt.get()));
     if (!row) break;
     ++out.trace.cpu_events;
     sqlite3_stmt* s = stmt.get();
-    if (!first_two_set(s)) continue;  // a range never closed (end NULL) has no extent
-    const int64_t start = time_column(s, 0);
-    const int64_t end = std::max<int64_t>(start, time_column(s, 1));
     const std::optional<std::string_view> name = nvtx_user_text(column_text(s, 2));
     if (!name || name->empty()) continue;
-    if (auto n = report_internal::nvtx_iteration(*name)) {
-      out.trace.steps.push_back({*n, start, end});
-    } else if (report_internal::annotated_action(*name)) {
-      out.trace.ranges.push_back({std::string(*name), start, end});
+    const report_internal::IterationName it = report_internal::nvtx_iteration_name(*name);
+    if (!it.is_iteration && !report_internal::annotated_action(*name)) continue;
+    auto what = [&](std::string_view column) {
+      return [&, column] {
+        return fmt::format("{} row {} '{}'{}", kNvtxTable, rows, printable(*name, 60), column);
+      };
+    };
+    if (it.is_iteration && !it.step) {
+      out.issues.add(TraceIssue::kStepNumber, what(""));
+      continue;
+    }
+    // A range never closed has end NULL: no extent, counted with the other unusable times.
+    const TraceTime start = time_column(s, 0), stop = time_column(s, 1);
+    if (!start.check(out.issues, what(" start")) || !stop.check(out.issues, what(" end"))) {
+      continue;
+    }
+    const int64_t end = std::max(start.ns, stop.ns);
+    if (it.is_iteration) {
+      out.trace.steps.push_back({*it.step, start.ns, end});
+    } else {
+      out.trace.ranges.push_back({std::string(*name), start.ns, end});
     }
   }
   return OkStatus();
@@ -456,6 +543,13 @@ Result<GpuTraceRank> read_nsys_sqlite(const std::string& path) {
   }
   if (tables.contains(kRuntimeTable)) TP_RETURN_IF_ERROR(read_launches(db, got));
   if (tables.contains(kNvtxTable)) TP_RETURN_IF_ERROR(read_nvtx(db, have_strings, got));
+  if (got.gpu.empty() && got.issues.times_left_out() > 0) {
+    return Status::invalid_argument(fmt::format(
+        "nsys export '{}': no usable GPU events: {} row(s) have a time that is NULL, not a number "
+        "or beyond any clock (first: {}); hint: the export is damaged or was edited: start and "
+        "end are integer nanoseconds; {}",
+        db.shown(), got.issues.times_left_out(), got.issues.first_time_issue(), kExportHint));
+  }
   if (got.gpu.empty()) {
     return Status::invalid_argument(fmt::format(
         "nsys export '{}': a CPU-only trace: no GPU events ({}, {} and {} are missing or empty) "
@@ -477,7 +571,8 @@ Result<GpuTraceRank> read_nsys_sqlite(const std::string& path) {
   if (tables.contains(kGpuInfoTable)) {
     TP_ASSIGN_OR_RETURN(out.job, read_gpu_name(db, got.gpu.front().event.device));
   }
-  report_internal::attribute_and_sort(out, std::move(got.gpu), std::move(got.launches));
+  TP_RETURN_IF_ERROR(report_internal::attribute_and_sort(out, std::move(got.gpu),
+                                                         std::move(got.launches), got.issues));
   return std::move(out);
 }
 

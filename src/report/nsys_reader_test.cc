@@ -286,6 +286,12 @@ TEST(NvtxIterationTest, WordAndNumber) {
         "iteration 99999999999", "train step 3", "ProfilerStep#", ""}) {
     EXPECT_EQ(nvtx_iteration(not_one), std::nullopt) << not_one;
   }
+  // Iterations whose number is out of range are iterations still (the readers warn about them).
+  for (const char* out_of_range : {"iteration 99999999999", "ProfilerStep#-3", "ProfilerStep#"}) {
+    EXPECT_TRUE(report_internal::nvtx_iteration_name(out_of_range).is_iteration) << out_of_range;
+    EXPECT_FALSE(report_internal::nvtx_iteration_name(out_of_range).step) << out_of_range;
+  }
+  EXPECT_FALSE(report_internal::nvtx_iteration_name("step 3a").is_iteration);
   // The pipeline rule the nsys reader shares with the Kineto reader.
   EXPECT_TRUE(annotated_action("PP:2B1").has_value());
   EXPECT_TRUE(annotated_action("Megatron Forward step").has_value());
@@ -427,6 +433,76 @@ TEST_F(NsysReaderTest, KernelTableMissingAColumn) {
        {db.c_str(), "CUPTI_ACTIVITY_KIND_KERNEL", "'streamId'", "hint:", "nsys export"}) {
     EXPECT_NE(got.status().message().find(part), std::string::npos) << got.status().message();
   }
+}
+
+// SQLite keeps any value in a column without a type (a hand-made or converted export): NULL and
+// text times, a REAL beyond any clock, an id beyond int32, an iteration number beyond int32, a
+// range never closed. Each kind is one warning with its count and first row; no row is read as 0.
+TEST_F(NsysReaderTest, NullTextAndHugeNumbersAreSaid) {
+  const std::string path = file("loose.sqlite");
+  {
+    Db db = create_db(path);
+    exec(db.get(), R"sql(
+      CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+      CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, streamId, correlationId,
+                                               demangledName, shortName);
+      CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start, correlationId);
+      CREATE TABLE NVTX_EVENTS (start, end, eventType, text);
+      INSERT INTO StringIds VALUES (1, 'gemm');
+      INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+        (1000, 2000, 0, 7, 1, 1, 1), (NULL, 3000, 0, 7, 2, 1, 1), (4000, 'soon', 0, 7, 2, 1, 1),
+        (1e300, 5000, 0, 7, 2, 1, 1), (6000, 7000, 4294967296, 7, 2, 1, 1);
+      INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (500, 1), (NULL, 2);
+      INSERT INTO NVTX_EVENTS VALUES (0, 10000, 59, 'step 1'), (20000, NULL, 59, 'step 2'),
+        (30000, 40000, 59, 'step 99999999999'), (NULL, NULL, 59, 'unrelated');
+    )sql");
+  }
+  auto got = read_nsys_sqlite(path);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->events.size(), 2u);
+  EXPECT_EQ(got->events[1].device, -1);
+  ASSERT_EQ(got->steps.size(), 1u);
+  auto warning = [&](const std::string& kind) {
+    std::string found;
+    for (const auto& w : got->warnings) {
+      if (w.find(kind) == std::string::npos) continue;
+      EXPECT_TRUE(found.empty()) << "one line per kind: " << kind;
+      found = w;
+    }
+    return found;
+  };
+  auto expect_has = [](const std::string& text, const std::vector<std::string>& parts) {
+    for (const auto& p : parts) EXPECT_NE(text.find(p), std::string::npos) << p << " in: " << text;
+  };
+  expect_has(warning("missing or not a number"),
+             {"4 event(s)", "first: CUPTI_ACTIVITY_KIND_KERNEL row 2 start NULL", "left out"});
+  expect_has(warning("beyond any profiler's clock"),
+             {"1 event(s)", "CUPTI_ACTIVITY_KIND_KERNEL row 4 start 1e+300 ns"});
+  expect_has(warning("not 32-bit integers"),
+             {"1 device or stream id(s)", "CUPTI_ACTIVITY_KIND_KERNEL row 5 deviceId 4294967296"});
+  expect_has(warning("iteration mark(s) whose number"),
+             {"1 iteration mark(s)", "NVTX_EVENTS row 3 'step 99999999999'", "in no step"});
+  // The report names the file with each.
+  auto rep = build_gpu_trace_report({path});
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  int named = 0;
+  for (const auto& w : rep->warnings) named += w.find(path) != std::string::npos;
+  EXPECT_GE(named, 4);
+  // Nothing usable: an error that says so.
+  const std::string none = file("none.sqlite");
+  {
+    Db db = create_db(none);
+    exec(db.get(), R"sql(
+      CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+      CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, streamId, correlationId,
+                                               shortName);
+      INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ('12:00', 3000, 0, 7, 2, 1);
+    )sql");
+  }
+  auto bad = read_nsys_sqlite(none);
+  ASSERT_FALSE(bad.ok());
+  expect_has(std::string(bad.status().message()),
+             {none, "no usable GPU events", "row 1 start '12:00'", "hint:"});
 }
 
 TEST_F(NsysReaderTest, TruncatedDatabase) {

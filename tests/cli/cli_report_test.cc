@@ -1,5 +1,6 @@
 // `tightpipe report PATH` when PATH is not a run directory: one line that says what PATH is and
 // which directory to pass instead.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,6 +100,75 @@ TEST(CliReportTest, GpuTraces) {
   r = run_command(tp + " report " + run_dir + " --pp 2");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--pp"), std::string::npos) << r.err;
+}
+
+// A trace that was not said to be a pipeline: "idle", never "bubble", in the terminal, report.json
+// and the page; its damaged times are one warning line (count, first event, the file) in the
+// terminal and in report.json. `--pp` over ranks that are not one pipeline is refused.
+TEST(CliReportTest, GpuTraceIdleLabelWarningsAndPipelineRanks) {
+  const std::string tp = testutil::tightpipe_binary();
+  if (!fs::exists(tp)) GTEST_SKIP() << "tightpipe not built";
+  const std::string dir = testutil::make_temp_dir("tp-cli-report-idle");
+  auto trace = [&](const std::string& name, const std::string& info, const std::string& bad_ts) {
+    const std::string p = dir + "/" + name;
+    std::string ev =
+        R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 50},)"
+        R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 1, )"
+        R"("args": {"correlation": 1}},)"
+        R"({"ph": "X", "cat": "kernel", "name": "gemm", "ts": 100, "dur": 10, )"
+        R"("args": {"device": 0, "stream": 7, "correlation": 1}},)"
+        R"({"ph": "X", "cat": "kernel", "name": "gemm", "ts": 130, "dur": 10, )"
+        R"("args": {"device": 0, "stream": 7}})";
+    for (int i = 0; i < 3 && !bad_ts.empty(); ++i) {
+      ev += R"(,{"ph": "X", "cat": "kernel", "name": "bad", "ts": )" + bad_ts +
+            R"(, "dur": 1, "args": {"device": 0, "stream": 7}})";
+    }
+    EXPECT_TRUE(write_file(p, "{" + info + "\"traceEvents\": [" + ev + "]}").ok());
+    return p;
+  };
+  const std::string t = trace("t.json", "", "\"12\"");
+  auto r = run_command(tp + " report " + t + " --out " + dir + "/out");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("bubble"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("idle %"), std::string::npos) << r.out;
+  size_t lines = 0, at = 0;
+  for (; (at = r.out.find("with a time that is missing or not a number", at)) != std::string::npos;
+       ++at) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << r.out;
+  for (const char* part : {"warning: rank 0 (", "3 event(s) with a time",
+                           "first: kernel 'bad' (traceEvents[4]) \"ts\": \"12\""})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  EXPECT_NE(r.out.find(t), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(*read_file(dir + "/out/report.json"));
+  EXPECT_EQ(j["ratio_name"], "idle");
+  EXPECT_EQ(j["pipelined"], false);
+  bool in_json = false;
+  for (const auto& w : j["warnings"])
+    in_json |= w.get<std::string>().find("3 event(s) with a time") != std::string::npos;
+  EXPECT_TRUE(in_json) << j["warnings"].dump();
+  const auto html = read_file(dir + "/out/report.html");
+  ASSERT_TRUE(html.ok());
+  EXPECT_EQ(html->find("bubble"), std::string::npos);
+
+  // --pp 3 over ranks 0, 1 and 3 of a world of 4: one line naming them.
+  std::string files;
+  for (int rank : {0, 1, 3}) {
+    files += " " +
+             trace(fmt::format("rank{}.json", rank),
+                   fmt::format(
+                       R"("distributedInfo": {{"backend": "nccl", "rank": {}, "world_size": 4}}, )",
+                       rank),
+                   "");
+  }
+  r = run_command(tp + " report" + files + " --pp 3 --schedule 1f1b --num-microbatches 4 --out " +
+                  dir + "/pp");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const char* part : {"--pp 3", "ranks 0, 1, 3 of a world of 4", "hint:"})
+    EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
+  EXPECT_FALSE(fs::exists(dir + "/pp/report.json"));
 }
 
 }  // namespace
