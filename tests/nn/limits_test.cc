@@ -118,10 +118,10 @@ TEST(TrainLimits, HugeModelsAreRefusedBeforeAllocating) {
 TEST(TrainLimits, ManyThreadRanksOverTheAddressSpaceAreRefusedNotLivelocked) {
   if (kBuiltWithSanitizer)
     GTEST_SKIP() << "sanitizers reserve terabytes of address space: ulimit -v breaks";
+  // The command: the default model (4 x 128, T = 128, B = 8), whose tensors fit easily.
   const std::string run =
-      "train --pp 1 --data-parallel-size 48 --num-layers 2 --hidden-size 32 "
-      "--num-attention-heads 2 --seq-length 32 --micro-batch-size 1 --num-microbatches 1 "
-      "--train-iters 3 --eval-iters 0 --pipeline-timeout 5 --data-path " +
+      "train --pp 1 --data-parallel-size 48 --train-iters 3 --eval-iters 0 --pipeline-timeout 5 "
+      "--data-path " +
       kText;
   const RunResult r = run_limited(run, 4000000, 30);
   ASSERT_NE(r.code, 124) << "timed out (a livelock)\n" << r.output;
