@@ -237,20 +237,40 @@ struct WorldOptions {
   // Wraps each hosted rank's transport (outside the link emulator) before its body runs, e.g.
   // to trace or to inject faults; empty: none. Called on the thread that calls run_world.
   TransportWrapper wrap;
+  // > 0: the run-level watchdog. A hosted rank that reports no progress (report_progress) for
+  // this many seconds is stuck, whatever it is stuck in (a computation, an allocation that
+  // retries, a wait that ignores its time-out): run_world aborts the world with a message naming
+  // the rank, its step and what it was doing, and gives up on it (its RankStatus: stuck).
+  double stall_timeout_s = 0;
   Status validate() const;
 };
 
 struct RankStatus {
   int rank = 0;
   Status status;
+  // The watchdog gave up on this rank: its thread is still running, detached; it keeps the
+  // body (run_world's copy) and its transport alive. The caller should end the process soon.
+  bool stuck = false;
 };
+
+// Where the calling rank is, for the watchdog (WorldOptions::stall_timeout_s): `step` (-1: not
+// in a step) and `what` ("action 1F4", "optimizer step"). Cheap (a lock and a copy); a no-op on a
+// thread that run_world did not start as a rank.
+void report_progress(int64_t step, std::string_view what);
+// True once run_world gave up on a rank of this process (RankStatus::stuck). Its thread still
+// runs, so the process should end without running static destructors, which free what that
+// thread may still use (OpenBLAS unmaps its buffers): main flushes and calls std::_Exit.
+bool ranks_left_running();
 
 // Runs body(transport) on every rank this process hosts and returns their Status in rank order:
 // threads: P threads in this process, P entries; mpi: this process's rank, one entry (MPI is
 // initialized on first use and finalized at exit; start the program with `mpirun -np P`).
 // A rank whose body fails aborts the world, so the other ranks stop promptly with Unavailable.
 // Errors before any rank runs (bad options, MPI world size != world_size, MPI not built) are
-// returned as the Result's Status, identically on every process.
+// returned as the Result's Status, identically on every process. With a watchdog
+// (stall_timeout_s) each rank's body runs on its own thread, on a copy of `body`, so that a
+// stuck one can be left behind: the stuck rank's status is DeadlineExceeded naming it, the others
+// end with the abort it sent (Unavailable naming it) or their own errors.
 Result<std::vector<RankStatus>> run_world(const WorldOptions& options,
                                           const std::function<Status(Transport&)>& body);
 

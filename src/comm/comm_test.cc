@@ -11,8 +11,11 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "tightpipe/base.h"
@@ -738,6 +741,71 @@ TEST(RunWorldTest, ThreadsRunsEveryRankAndReportsFailures) {
   opt.world_size = 0;
   EXPECT_EQ(run_world(opt, [](Transport&) { return OkStatus(); }).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// The run-level watchdog: a rank that stops reporting progress outside any transport wait (here
+// it blocks on a condition nobody signals, as a rank spinning in a library or retrying an
+// allocation would) is named, with its step and what it did, on every rank, and run_world returns
+// within about the limit although that rank never returns by itself; the peers' own waits are
+// much longer than the limit.
+TEST(RunWorldTest, WatchdogEndsARankStuckOutsideAnyWaitNamingIt) {
+  if (g_mpi) GTEST_SKIP();
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+  };
+  auto gate = std::make_shared<Gate>();
+  WorldOptions opt;
+  opt.world_size = 3;
+  opt.stall_timeout_s = 0.5;
+  const double t0 = now_seconds();
+  auto res = run_world(opt, [gate](Transport& t) -> Status {
+    std::vector<std::byte> b(1);
+    if (t.rank() == 1) {  // stuck: no progress, no wait on a peer, never returns by itself
+      report_progress(3, "action 1F2");
+      for (int peer : {0, 2}) TP_RETURN_IF_ERROR(send(t, peer, 0, b, kLong));
+      std::unique_lock<std::mutex> lock(gate->mu);
+      gate->cv.wait(lock, [&] { return gate->open; });
+      return OkStatus();
+    }
+    // The peers report after rank 1 did, then block on it.
+    TP_RETURN_IF_ERROR(recv(t, 1, 0, b, kLong));
+    report_progress(3, "waiting for rank 1");
+    return recv(t, 1, 1, b, kLong);
+  });
+  const double elapsed = now_seconds() - t0;
+  {
+    std::lock_guard<std::mutex> lock(gate->mu);  // lets the abandoned thread end
+    gate->open = true;
+  }
+  gate->cv.notify_all();
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  ASSERT_EQ(res->size(), 3u);
+  EXPECT_LT(elapsed, kLong / 2) << "the peers' waits ended on their own time-out, not the watchdog";
+  const RankStatus& stuck = (*res)[1];
+  EXPECT_TRUE(stuck.stuck);
+  EXPECT_EQ(stuck.status.code(), StatusCode::kDeadlineExceeded) << stuck.status.to_string();
+  EXPECT_THAT(stuck.status.message(), HasSubstr("rank 1 is stuck: no progress for"));
+  EXPECT_THAT(stuck.status.message(), HasSubstr("in step 3, action 1F2"));
+  EXPECT_THAT(stuck.status.message(), HasSubstr("limit is 0.5 s"));
+  for (int r : {0, 2}) {
+    EXPECT_FALSE((*res)[r].stuck);
+    EXPECT_EQ((*res)[r].status.code(), StatusCode::kUnavailable) << (*res)[r].status.to_string();
+    EXPECT_THAT((*res)[r].status.message(), HasSubstr("rank 1 is stuck"));
+    EXPECT_THAT((*res)[r].status.message(), HasSubstr("in step 3, action 1F2"));
+  }
+  // Ranks that report progress are not stuck, however long the run.
+  opt.stall_timeout_s = 0.2;
+  auto busy = run_world(opt, [](Transport& t) -> Status {
+    for (int i = 0; i < 10; ++i) {
+      report_progress(i, "computing");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return barrier(t, kLong);
+  });
+  ASSERT_TRUE(busy.ok());
+  for (const RankStatus& rs : *busy) EXPECT_TRUE(rs.status.ok()) << rs.status.to_string();
 }
 
 // WorldOptions::wrap decorates every rank's transport, outside the link emulator, before the

@@ -8,6 +8,9 @@ namespace tightpipe {
 
 namespace comm_internal {
 Status run_rank_body(Transport& t, const std::function<Status(Transport&)>& body);
+std::vector<RankStatus> run_watched(std::vector<std::unique_ptr<Transport>> transports,
+                                    const std::function<Status(Transport&)>& body,
+                                    double stall_timeout_s);
 }  // namespace comm_internal
 
 namespace {
@@ -67,6 +70,12 @@ Status WorldOptions::validate() const {
   }
   if (link) TP_RETURN_IF_ERROR(link->validate().with_context("--emulate-link"));
   TP_RETURN_IF_ERROR(mpi.validate());
+  if (!(stall_timeout_s >= 0 && stall_timeout_s <= 1e7)) {
+    return Status::invalid_argument(
+        fmt::format("WorldOptions.stall_timeout_s = {}: must be in [0, 1e7] seconds (0: no "
+                    "watchdog)",
+                    stall_timeout_s));
+  }
   if (kind == TransportKind::kMpi && !mpi_transport_available()) {
     return Status::failed_precondition(
         "--transport mpi: this tightpipe was built without MPI; hint: apt-get install "
@@ -87,6 +96,9 @@ Result<std::vector<RankStatus>> run_world(const WorldOptions& options,
         if (options.link) ts[r] = make_link_emulator(std::move(ts[r]), *options.link);
         if (options.wrap) ts[r] = wrapped(options, std::move(ts[r]), r);
       }
+      if (options.stall_timeout_s > 0) {
+        return comm_internal::run_watched(std::move(ts), body, options.stall_timeout_s);
+      }
       std::vector<Status> statuses = run_on_threads(ts, body);
       for (int r = 0; r < options.world_size; ++r) out.push_back({r, std::move(statuses[r])});
       return out;
@@ -106,6 +118,11 @@ Result<std::vector<RankStatus>> run_world(const WorldOptions& options,
       if (options.wrap) {
         const int rank = t->rank();
         t = wrapped(options, std::move(t), rank);
+      }
+      if (options.stall_timeout_s > 0) {
+        std::vector<std::unique_ptr<Transport>> one;
+        one.push_back(std::move(t));
+        return comm_internal::run_watched(std::move(one), body, options.stall_timeout_s);
       }
       out.push_back({t->rank(), comm_internal::run_rank_body(*t, body)});
       return out;

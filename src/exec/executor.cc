@@ -327,6 +327,8 @@ Result<RankStepResult> Executor::StepRun::run(
   }
   for (size_t pc = 0; pc < prog.size(); ++pc) {
     const Action& a = prog[pc];
+    report_progress(step_, fmt::format("action {} ({} of {} in rank {}'s program)", to_string(a),
+                                       pc, prog.size(), ex_.rank_));
     Status st = execute(a);
     if (st.ok() && !is_recv(a.type)) done_.mark(a);
     if (st.ok()) st = poll_sends();
@@ -723,6 +725,7 @@ Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, 
   const auto local = sch.stages_of(rank_);
   Wire wire(options_.bf16_messages ? msg_floats : 0);  // bf16_messages: the bytes on the wire
   for (int32_t mb = 0; mb < n; ++mb) {
+    report_progress(-1, fmt::format("evaluation microbatch {} of {}", mb, n));
     std::vector<float> act;
     const Batch* batch = nullptr;
     for (int32_t s : local) {

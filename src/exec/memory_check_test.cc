@@ -98,5 +98,37 @@ TEST(MemoryCheck, RefusesWhatDoesNotFitNamingTheFlags) {
   EXPECT_TRUE(check_memory(*plan, {1024, "a test limit"}).ok());
 }
 
+// Issue 27: 48 thread ranks (--pp 1 --data-parallel-size 48) of a tiny model fit any memory,
+// but each maps OpenBLAS's 128 MiB buffer and a stack: under a 4 GB address-space limit OpenBLAS
+// could not map them and retried forever. The check counts them and refuses, naming the counts.
+TEST(MemoryCheck, CountsWhatEachThreadRankReservesBeyondTensors) {
+  TrainOptions o = small_run();
+  o.pp = 1;
+  o.data_parallel_size = 48;
+  auto plan = make_plan(o);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto e = estimate_memory(*plan);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(e->blas_buffers, 48);
+  EXPECT_GE(e->threads, 48);
+  EXPECT_GE(e->reserved(), 48 * kOpenBlasBufferBytes);
+  EXPECT_LT(e->total(), 1e9) << "the tensors are small: only the address space is short";
+  EXPECT_TRUE(check_memory(*plan, {1e12, "test"}).ok());
+  const Status s = check_memory(*plan, {1e12, "test"}, 4e9);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  for (const char* part :
+       {"--pp 1 --data-parallel-size 48 (48 thread ranks in this process)",
+        "of address space but the address-space limit (ulimit -v) leaves 3.7 GiB",
+        "OpenBLAS's buffer of 128.0 MiB for each of 48 BLAS thread(s)", "thread stack(s)",
+        "malloc arena(s)", "hint: fewer replicas", "--transport mpi"}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << " not in: " << s.message();
+  }
+  // One replica of the same model fits the same limit.
+  auto one = make_plan(small_run());
+  ASSERT_TRUE(one.ok());
+  EXPECT_TRUE(check_memory(*one, {1e12, "test"}, 4e9).ok());
+}
+
 }  // namespace
 }  // namespace tightpipe::train_internal

@@ -267,6 +267,7 @@ Status RankRun::save_parts(const std::string& dir, int64_t done) {
 Status RankRun::save(int64_t done) {
   // Written once, by replica 0: every replica holds the same weights and data position.
   if (dp_rank_ != 0) return OkStatus();
+  report_progress(-1, fmt::format("saving the checkpoint of step {}", done));
   const std::string& root = opt_.save_dir;
   const std::string dir = nn::iteration_dir(root, done);
   const std::string what = fmt::format("--save {}: checkpoint at step {}", root, done);
@@ -336,6 +337,7 @@ Result<StepRecord> RankRun::step(int64_t step) {
     }
     return &batches[mb];
   };
+  report_progress(step, "starting the step");  // each action reports too (the executor)
   StepRecord rec;
   rec.step = step;
   rec.lr = nn::lr_at(opt_.lr, step);
@@ -396,6 +398,7 @@ bool RankRun::eval_due(int64_t step) const {
 
 // Validation loss: forward only over the pipeline, the same windows every time.
 Result<double> RankRun::evaluate() {
+  report_progress(-1, "evaluation");
   std::unique_ptr<DataLoader> val;
   if (needs_data_) {
     TP_ASSIGN_OR_RETURN(val, open_validation(plan_.data));
@@ -500,6 +503,7 @@ Status RankRun::switch_schedule() {
 
 // Every rank's samples of the measured steps and every rank's last step, on rank 0.
 Result<RunEnd> RankRun::gather_end() {
+  report_progress(-1, "gathering every rank's measurements");
   RunEnd end;
   TP_ASSIGN_OR_RETURN(end.samples,
                       gather_samples(measured_step_range(records_.size(), plan_.excluded_steps())));
@@ -516,7 +520,9 @@ Result<RunEnd> RankRun::gather_end() {
 }
 
 Result<std::optional<TrainSummary>> RankRun::run() {
+  report_progress(-1, "opening the data");
   TP_RETURN_IF_ERROR(open_data());
+  report_progress(-1, "resuming");
   TP_ASSIGN_OR_RETURN(const int64_t start, resume());
   TP_RETURN_IF_ERROR(open_files(start));
   const AutoSwitch& as = plan_.auto_switch;
@@ -577,6 +583,7 @@ Result<std::optional<TrainSummary>> RankRun::run() {
   if (!opt_.save_dir.empty()) TP_RETURN_IF_ERROR(save(done));
   TP_ASSIGN_OR_RETURN(RunEnd end, gather_end());
   if (rank_ != 0 || dp_rank_ != 0) return std::optional<TrainSummary>();
+  report_progress(-1, "summarising the run");
   TP_ASSIGN_OR_RETURN(TrainSummary summary, summarize_run(plan_, end));
   return std::optional<TrainSummary>(std::move(summary));
 }

@@ -5,6 +5,7 @@
 // Private to src/exec.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -131,11 +132,29 @@ std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs);
 struct MemoryEstimate {
   double weights = 0, gradients = 0, adamw = 0, activations = 0, buffers = 0;
   double total() const { return weights + gradients + adamw + activations + buffers; }
+  // Address space this process reserves beyond its tensors (counted against RLIMIT_AS only: it is
+  // mapped, not resident): OpenBLAS's buffer per thread that calls BLAS (kOpenBlasBufferBytes;
+  // with a failed allocation OpenBLAS 0.3.21 retries forever), each thread's stack and glibc's
+  // malloc arena per thread (up to 8 per CPU).
+  double process_tensors = 0;  // the tensors of this process's ranks (MPI: the largest rank)
+  int64_t threads = 0, blas_buffers = 0, arenas = 0;
+  double stack_bytes = 0;  // one thread's stack (pthread's default)
+  double reserved() const;
 };
+// The buffer OpenBLAS maps for each thread that runs a BLAS call (BUFFER_SIZE of Debian's 0.3.21
+// x86_64 build, 32 << 22, plus a page; measured: 48 threads calling sgemm map 48 x 128 MiB).
+inline constexpr double kOpenBlasBufferBytes = double(128 << 20) + 4096;
+// glibc's malloc: each thread's arena reserves HEAP_MAX_SIZE (64 MiB on 64-bit), up to 8 arenas
+// per online CPU (M_ARENA_MAX's default).
+inline constexpr double kMallocArenaBytes = double(64 << 20);
 Result<MemoryEstimate> estimate_memory(const RunPlan& plan);
 // InvalidArgument naming the flags that drive the estimate, the parts, and `available`, when the
 // estimate does not fit; OK otherwise (and with emulated compute, which allocates no model).
-Status check_memory(const RunPlan& plan, const AvailableMemory& available);
+// Then this process's tensors and what it reserves beyond them (MemoryEstimate::reserved) against
+// `address_space` (address_space_left(), host.h): refused naming the parts and the counts.
+Status check_memory(const RunPlan& plan, const AvailableMemory& available,
+                    double address_space = HUGE_VAL);
+Status check_address_space(const RunPlan& plan, const MemoryEstimate& e, double address_space);
 
 // One step as every rank knows it after the step's exchange.
 struct StepRecord {

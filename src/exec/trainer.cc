@@ -3,18 +3,20 @@
 #include "tightpipe/trainer.h"
 
 #include <fmt/format.h>
-#include <sched.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <thread>
+#include <memory>
+#include <mutex>
 
 #include "exec/train_internal.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/host.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/simulator.h"
 #include "tightpipe/transport_mpi.h"
@@ -228,12 +230,6 @@ namespace train_internal {
 
 namespace {
 
-int32_t available_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 // Ranks of this run on this host: every rank for threads; for MPI the launcher's local count.
 int32_t ranks_on_host(const TrainOptions& o) {
   if (o.world.kind == TransportKind::kThreads) return o.world.world_size;
@@ -248,9 +244,12 @@ int32_t ranks_on_host(const TrainOptions& o) {
 
 CpuLoad cpu_load(const TrainOptions& o, const Schedule& lowered) {
   CpuLoad c;
-  c.cores = available_cores();
-  if (o.exec.emulated) return c;  // emulated ranks sleep instead of computing
+  const UsableCores cores = usable_cores();
   const int32_t host = ranks_on_host(o);
+  // Threads: this process's cores. MPI: every local rank's (each bound to its own by mpirun, or
+  // all sharing the same).
+  c.cores = o.world.kind == TransportKind::kThreads ? cores.count() : cores.of_host(host);
+  if (o.exec.emulated) return c;  // emulated ranks sleep instead of computing
   c.rank_threads = host;
   // The ranks of the first and the last stage each run a loader with num_workers threads.
   // Every replica has its own.
@@ -343,6 +342,30 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
   const double batches = double(std::max<int64_t>(o.microbatches, o.eval_iters));
   for (int32_t r : data_ranks(sched)) ranks[r].buffers += batches * batch + samples * (T + 1) * 4;
   MemoryEstimate total;
+  // What each rank costs beyond tensors: its thread, the helpers its options start (the
+  // overlapped gradient reducer, the send progress thread), the loader workers of a data rank
+  // (training and validation), and one OpenBLAS buffer per BLAS thread.
+  const bool threads = o.world.kind == TransportKind::kThreads;
+  const int32_t dp = o.world.world_size / o.pp;
+  const int64_t helpers = 1 + (dp > 1 && o.grad_reduce.overlap ? 1 : 0) +
+                          (o.exec.overlap_p2p && o.exec.progress_thread ? 1 : 0);
+  const int64_t data = static_cast<int64_t>(data_ranks(sched).size());
+  const int64_t loaders = 2 * int64_t{std::max(0, o.data.num_workers)};
+  if (threads) {
+    total.threads = dp * (int64_t{sched.num_ranks} * helpers + data * loaders);
+    total.blas_buffers = int64_t{dp} * sched.num_ranks * o.blas_threads;
+  } else {
+    total.threads = helpers + loaders + (o.blas_threads - 1);
+    total.blas_buffers = o.blas_threads;
+  }
+  pthread_attr_t attr;
+  size_t stack = 8 << 20;
+  if (pthread_getattr_default_np(&attr) == 0) {
+    pthread_attr_getstacksize(&attr, &stack);
+    pthread_attr_destroy(&attr);
+  }
+  total.stack_bytes = static_cast<double>(stack);
+  total.arenas = std::min<int64_t>(total.threads, 8 * int64_t{usable_cores().online});
   auto add = [&](const MemoryEstimate& r, double times) {
     total.weights += times * r.weights;
     total.gradients += times * r.gradients;
@@ -357,14 +380,22 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
         ranks.begin(), ranks.end(),
         [](const MemoryEstimate& a, const MemoryEstimate& b) { return a.total() < b.total(); });
     add(*largest, ranks_on_host(o));
+    total.process_tensors = largest->total();
   }
+  if (threads) total.process_tensors = total.total();
   return total;
 }
 
-Status check_memory(const RunPlan& plan, const AvailableMemory& available) {
+double MemoryEstimate::reserved() const {
+  return static_cast<double>(blas_buffers) * kOpenBlasBufferBytes +
+         static_cast<double>(threads) * stack_bytes +
+         static_cast<double>(arenas) * kMallocArenaBytes;
+}
+
+Status check_memory(const RunPlan& plan, const AvailableMemory& available, double address_space) {
   if (plan.opt.exec.emulated) return OkStatus();
   TP_ASSIGN_OR_RETURN(const MemoryEstimate e, estimate_memory(plan));
-  if (e.total() <= available.bytes) return OkStatus();
+  if (e.total() <= available.bytes) return check_address_space(plan, e, address_space);
   const TrainOptions& o = plan.opt;
   const nn::GptConfig& m = o.model;
   const bool threads = o.world.kind == TransportKind::kThreads;
@@ -379,6 +410,25 @@ Status check_memory(const RunPlan& plan, const AvailableMemory& available) {
       human_bytes(e.weights), human_bytes(e.gradients), human_bytes(e.adamw),
       human_bytes(e.activations), human_bytes(e.buffers), human_bytes(available.bytes),
       available.source));
+}
+
+Status check_address_space(const RunPlan& plan, const MemoryEstimate& e, double address_space) {
+  const double need = e.process_tensors + e.reserved();
+  if (need <= address_space) return OkStatus();
+  const TrainOptions& o = plan.opt;
+  const bool threads = o.world.kind == TransportKind::kThreads;
+  return Status::invalid_argument(fmt::format(
+      "--pp {} --data-parallel-size {} ({} {}): this process needs {} of address space but the "
+      "address-space limit (ulimit -v) leaves {}: its tensors take {} and it reserves {} more "
+      "(OpenBLAS's buffer of {} for each of {} BLAS thread(s), which OpenBLAS retries forever "
+      "when it cannot map; {} thread stack(s) of {}; {} malloc arena(s) of {}); hint: fewer "
+      "replicas (--data-parallel-size) or ranks in one process, --transport mpi (one process "
+      "per rank, each with its own limit), or a larger ulimit -v",
+      o.pp, o.world.world_size / o.pp, o.world.world_size,
+      threads ? "thread ranks in this process" : "MPI ranks, one per process", human_bytes(need),
+      human_bytes(address_space), human_bytes(e.process_tensors), human_bytes(e.reserved()),
+      human_bytes(kOpenBlasBufferBytes), e.blas_buffers, e.threads, human_bytes(e.stack_bytes),
+      e.arenas, human_bytes(kMallocArenaBytes)));
 }
 
 std::string CpuLoad::warning() const {
@@ -561,7 +611,7 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
   plan.cpu = cpu_load(opt, plan.lowered);
   // Before any rank allocates its stages: a model that cannot fit is refused here, not by
   // std::bad_alloc after gigabytes.
-  TP_RETURN_IF_ERROR(check_memory(plan, available_memory()));
+  TP_RETURN_IF_ERROR(check_memory(plan, available_memory(), address_space_left()));
   return plan;
 }
 
@@ -587,31 +637,51 @@ Status LineWriter::status() const {
 }  // namespace train_internal
 
 Result<TrainSummary> run_training(const TrainOptions& options) {
-  TP_ASSIGN_OR_RETURN(const RunPlan plan, train_internal::make_plan(options));
+  // The plan and the summary live as long as the last rank thread: a rank the watchdog gave up
+  // on (WorldOptions::stall_timeout_s) keeps running, detached, and must not outlive them.
+  struct Shared {
+    RunPlan plan;
+    std::mutex mu;
+    TrainSummary summary;  // rank 0's, guarded by mu
+  };
+  auto shared = std::make_shared<Shared>();
+  TP_ASSIGN_OR_RETURN(shared->plan, train_internal::make_plan(options));
+  const RunPlan& plan = shared->plan;
   nn::set_blas_threads(plan.opt.blas_threads);
-  TrainSummary summary;
-  auto body = [&](Transport& world) -> Status {
+  auto body = [shared](Transport& world) -> Status {
+    report_progress(-1, "setting up (its groups and stages)");
     // This rank's pipeline (its replica) and its data-parallel group (its stages' replicas).
     // make_group is collective (MPI_Comm_split on MPI): every rank asks for its pipeline, then
     // every rank for its data-parallel group, each call's groups partitioning the world.
-    const ParallelLayout& l = plan.layout;
+    const ParallelLayout& l = shared->plan.layout;
     const int g = world.rank();
     TP_ASSIGN_OR_RETURN(const std::unique_ptr<Transport> pipeline,
                         world.make_group(l.pipeline_group(l.dp_rank(g))));
     TP_ASSIGN_OR_RETURN(const std::unique_ptr<Transport> data_parallel,
                         world.make_group(l.data_parallel_group(l.pp_rank(g))));
-    train_internal::RankRun run(plan, *pipeline, *data_parallel);
+    train_internal::RankRun run(shared->plan, *pipeline, *data_parallel);
     TP_ASSIGN_OR_RETURN(std::optional<TrainSummary> s, run.run());
-    if (s) summary = std::move(*s);  // rank 0 only: one writer
+    if (s) {  // rank 0 only: one writer
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->summary = std::move(*s);
+    }
     return OkStatus();
   };
-  TP_ASSIGN_OR_RETURN(std::vector<RankStatus> statuses, run_world(plan.opt.world, body));
-  // The first real failure (not the Unavailable echoes of other ranks' aborts) is the error.
+  WorldOptions world = plan.opt.world;
+  // The watchdog: a rank silent for longer than any wait of a step may block (the data-parallel
+  // sums wait 2 x the time-out) is stuck, whatever it is stuck in.
+  if (world.stall_timeout_s <= 0) world.stall_timeout_s = 2 * plan.opt.exec.timeout_s + 1;
+  TP_ASSIGN_OR_RETURN(std::vector<RankStatus> statuses, run_world(world, body));
+  // A stuck rank is the cause; then the first real failure (not the Unavailable echoes of other
+  // ranks' aborts).
+  for (const auto& rs : statuses)
+    if (rs.stuck) return rs.status;
   for (const auto& rs : statuses)
     if (!rs.status.ok() && rs.status.code() != StatusCode::kUnavailable) return rs.status;
   for (const auto& rs : statuses)
     if (!rs.status.ok()) return rs.status;
-  return summary;
+  std::lock_guard<std::mutex> lock(shared->mu);
+  return shared->summary;
 }
 
 }  // namespace tightpipe

@@ -261,6 +261,7 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
     return ran.status();
   }
   RankStepResult r = std::move(ran).value();
+  report_progress(step, "the step's gradient reductions and optimizer update");
   StepOutcome out;
   double loss = r.has_loss ? r.loss : 0.0, grad_sq = r.grad_sq_norm;
   if (dp) {

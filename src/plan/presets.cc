@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <thread>
 
 #include "tightpipe/base.h"
+#include "tightpipe/host.h"
 #include "tightpipe/plan.h"
 
 namespace tightpipe {
@@ -41,7 +41,7 @@ constexpr double kCpuMessageCopyBandwidth = 19e9;
 DevicePreset this_cpu() {
   DevicePreset d;
   d.name = "this-cpu";
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int32_t cores = usable_cores().count();  // its affinity and CPU quota
   d.description = fmt::format("one core of this machine ({} cores), FP32, threads as ranks", cores);
   // Zen 5 core, AVX-512: 2 FMA pipes x 16 fp32 lanes x 2 FLOPs x ~4.2 GHz (shared/peers/README.md
   // measures 266 GFLOP/s peak, 125 GFLOP/s SGEMM with OPENBLAS_CORETYPE=Haswell).

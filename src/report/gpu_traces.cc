@@ -15,6 +15,7 @@
 #include "report/gpu_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/gpu_trace.h"
+#include "tightpipe/host.h"
 
 namespace tightpipe {
 
@@ -363,7 +364,7 @@ Result<std::vector<GpuTraceRank>> read_gpu_traces(const std::vector<std::string>
         "alone, or only trace files",
         printable(paths[i], 200)));
   };
-  int nthreads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  int nthreads = threads > 0 ? threads : usable_cores().count();
   nthreads = std::max(1, std::min<int>(nthreads, static_cast<int>(n)));
   std::atomic<size_t> next{0};
   std::vector<std::thread> pool;

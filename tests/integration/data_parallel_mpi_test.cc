@@ -7,8 +7,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "data_parallel_util.h"
 #include "run.h"
+#include "tightpipe/base.h"
+#include "tightpipe/host.h"
 
 namespace tightpipe {
 namespace {
@@ -69,6 +73,25 @@ TEST(DataParallelMpiTest, ProcessCountNotDivisibleByPpIsRefused) {
   EXPECT_NE(r.err.find("the MPI world size (mpirun -np) 3 is not divisible by --pp 2"),
             std::string::npos)
       << r.out << r.err;
+}
+
+// Issue 27: mpirun -np 2 --bind-to core gives each process a core of its own. The run counts the
+// cores of both processes (each sees one in its affinity mask), not one core for two ranks: no
+// oversubscription note, and summary.json says 2 cores.
+TEST(DataParallelMpiTest, RanksBoundToTheirOwnCoresAreNotOversubscribed) {
+  if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
+  if (usable_cores().count() < 2) GTEST_SKIP() << "fewer than 2 cores";
+  const std::string out = testutil::make_temp_dir("tp-dp-mpi-bound") + "/run";
+  auto r = run_command(fmt::format(
+      "{} --bind-to core -np 2 {} --transport mpi --pp 2 --num-microbatches 2 --num-workers 1 "
+      "--train-iters 2 --out-dir {}",
+      kMpirun, kTrain, out));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ((r.out + r.err).find("oversubscribed"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ((r.out + r.err).find("computing rank thread(s)"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(*read_file(out + "/summary.json"));
+  EXPECT_EQ(j["cpu"]["cores"], 2) << j["cpu"].dump();
+  EXPECT_EQ(j["cpu"]["oversubscribed"], false) << j["cpu"].dump();
 }
 
 }  // namespace

@@ -33,6 +33,9 @@ TEST(FailureTest, StalledThreadRankStopsTheOthersWithinTheTimeout) {
   fault.kind = testutil::FaultKind::kStall;
   fault.stall_s = 8;
   o.world.wrap = testutil::fault_wrapper(fault);
+  // The neighbours' own time-outs, not the watchdog (2 x the time-out + 1 s by default), which
+  // WatchdogNamesAStuckRank covers: a watchdog limit past the stall.
+  o.world.stall_timeout_s = 60;
   const double t0 = now_seconds();
   auto r = run_training(o);
   const double elapsed = now_seconds() - t0;
@@ -65,6 +68,28 @@ TEST(FailureTest, StalledRankOfOneReplicaStopsEveryReplica) {
   ASSERT_FALSE(r.ok()) << "a replica's rank stalled for 8 s past a 2 s time-out";
   EXPECT_LT(elapsed, 15.0) << "a stalled replica must not hang the run";
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().to_string();
+}
+
+// Issue 27: a rank stuck for good (here in a send that ignores its time-out; a rank spinning in
+// OpenBLAS's retry of a failed allocation is the same to its peers) no longer hangs the run when
+// its neighbours have given up: the watchdog (2 x --pipeline-timeout + 1 s) names it, its step and
+// its action, and the process exits with that error although the rank's thread never returns.
+TEST(FailureTest, WatchdogNamesAStuckRankAndEndsTheRun) {
+  const double t0 = now_seconds();
+  auto r = run_command("exec timeout 60 " + std::string(TP_BINARY_DIR) +
+                       "/tests/integration/fault_train --transport threads --pp 3 --timeout 1 "
+                       "--fault stall:1:" +
+                       std::to_string(kHalfwayThroughStep1) + ":600");
+  const double elapsed = now_seconds() - t0;
+  const std::string all = r.out + r.err;
+  ASSERT_NE(r.exit_code, 124) << "hung past 60 s: the stuck rank was joined forever\n" << all;
+  EXPECT_EQ(r.exit_code, 1) << all;
+  EXPECT_LT(elapsed, 20.0) << all;
+  EXPECT_EQ(count(r.err, "fault_train: error: "), 1) << all;
+  EXPECT_NE(r.err.find("fault_train: error: rank 1 is stuck: no progress for"), std::string::npos)
+      << all;
+  EXPECT_NE(r.err.find("in step 1, action "), std::string::npos) << all;
+  EXPECT_NE(r.err.find("the watchdog's limit is 3 s"), std::string::npos) << all;
 }
 
 // The survivors' error lines ("fault_train: error: ..."): one per survivor, each naming the dead

@@ -10,6 +10,7 @@
 // mpirun exit non-zero.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 
 #include "fault_transport.h"
 #include "tightpipe/trainer.h"
@@ -55,5 +56,6 @@ int main(int argc, char** argv) {
   std::fflush(stderr);
   const Status launcher = fail_launched_job();
   if (!launcher.ok()) std::fprintf(stderr, "fault_train: note: %s\n", launcher.message().c_str());
+  if (ranks_left_running()) std::_Exit(1);  // as tightpipe's main: a stuck rank still runs
   return 1;
 }

@@ -111,6 +111,27 @@ TEST(TrainLimits, HugeModelsAreRefusedBeforeAllocating) {
   EXPECT_EQ(ok.code, 0) << ok.output;
 }
 
+// Issue 27: --pp 1 --data-parallel-size 48 on threads under a 4 GB address-space limit. Every
+// rank maps OpenBLAS's 128 MiB buffer (and a stack): 48 of them do not fit, OpenBLAS retried its
+// failed allocation forever and the run livelocked after step 1. Refused before any work, in
+// one line with the counts, within seconds.
+TEST(TrainLimits, ManyThreadRanksOverTheAddressSpaceAreRefusedNotLivelocked) {
+  if (kBuiltWithSanitizer)
+    GTEST_SKIP() << "sanitizers reserve terabytes of address space: ulimit -v breaks";
+  // The issue's command: the default model (4 x 128, T = 128, B = 8), whose tensors fit easily.
+  const std::string run =
+      "train --pp 1 --data-parallel-size 48 --train-iters 3 --eval-iters 0 --pipeline-timeout 5 "
+      "--data-path " +
+      kText;
+  const RunResult r = run_limited(run, 4000000, 30);
+  ASSERT_NE(r.code, 124) << "timed out (a livelock)\n" << r.output;
+  expect_one_line_error(r, 2, "48 BLAS thread(s)");
+  EXPECT_NE(r.output.find("the address-space limit (ulimit -v) leaves"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("hint: fewer replicas (--data-parallel-size)"), std::string::npos)
+      << r.output;
+}
+
 TEST(DataInputs, NotARegularFileSaysWhatItIs) {
   const std::string dir = fresh_dir("data_inputs");
   RunResult r = run_tightpipe("data shard --input /dev/zero --out " + dir + "/o1");

@@ -1,5 +1,6 @@
 // tightpipe: pipeline-parallel training with measured and simulated bubbles.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -64,6 +65,11 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     const tightpipe::Status s = tightpipe::fail_launched_job();
     if (!s.ok()) std::fprintf(stderr, "tightpipe: note: %s\n", s.message().c_str());
+    // A rank the watchdog gave up on still runs: no static destructors under its feet.
+    if (tightpipe::ranks_left_running()) {
+      std::fflush(stderr);
+      std::_Exit(rc);
+    }
   }
   return rc;
 }
