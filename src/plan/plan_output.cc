@@ -85,7 +85,7 @@ std::string table(const std::vector<Cells>& rows) {
       const std::string pad(width[k] - std::min(width[k], text.size()), ' ');
       out += kColumns[k].left ? std::string(text) + pad : pad + std::string(text);
     }
-    return out + "\n";
+    return out.erase(out.find_last_not_of(' ') + 1) + "\n";  // no trailing blanks
   };
   std::string out = line([](size_t k) { return std::string_view(kColumns[k].header); });
   for (const Cells& r : rows) out += line([&](size_t k) { return std::string_view(r[k]); });

@@ -178,9 +178,9 @@ TEST(CliPlanTest, TableStaysAlignedForTheLargestValues) {
     for (const char* h :
          {"pp", "vpp", "dp", "mbs", "step s", "tokens/s", "bubble", "peak GiB", "train", "cost"}) {
       const size_t end = header->find(std::string(" ") + h + " ") + 1 + std::string(h).size();
-      ASSERT_LT(end, it->size()) << h << "\n" << *header << "\n" << *it;
+      ASSERT_LE(end, it->size()) << h << "\n" << *header << "\n" << *it;
       EXPECT_NE((*it)[end - 1], ' ') << h << "\n" << *header << "\n" << *it;
-      EXPECT_EQ((*it)[end], ' ') << h << "\n" << *header << "\n" << *it;
+      EXPECT_TRUE(end == it->size() || (*it)[end] == ' ') << h << "\n" << *header << "\n" << *it;
     }
   }
   EXPECT_GE(rows, 2) << r.out;
