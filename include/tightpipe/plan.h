@@ -66,6 +66,12 @@ Result<LinkSpec> find_network(std::string_view name);
 
 // ----- what is planned ----------------------------------------------------------------------------
 
+// GPT-2's BPE vocabulary and the LM head's rows Megatron-LM makes of it (padded to a multiple of
+// --make-vocab-size-divisible-by 128): `plan`'s default vocabulary, and what `train` runs with
+// GPT2BPETokenizer.
+inline constexpr int64_t kGpt2VocabSize = 50257;
+inline constexpr int64_t kGpt2PaddedVocabSize = 50304;
+
 // The model, in Megatron-LM's flag terms.
 struct PlanModel {
   int64_t num_layers = 0;           // --num-layers
@@ -92,6 +98,13 @@ struct RecomputeChoice {
 // "none", "full" or "block:N" (N >= 1); InvalidArgument naming --recompute otherwise.
 Result<RecomputeChoice> parse_recompute_choice(std::string_view text);
 
+// The ranges of plan's real-valued flags (a value outside is an error naming the range): a
+// petabyte per device, $10k per device-hour, 1e16 tokens (some 700 x Llama 3's 15T).
+inline constexpr double kMaxPlanMemoryBudgetGib = 1 << 20;
+inline constexpr double kMaxPlanPricePerDeviceHour = 1e4;
+inline constexpr double kMaxPlanTrainTokens = 1e16;
+inline constexpr int32_t kMaxPlanTop = 10000;  // --top: rows of the table
+
 struct PlanOptions {
   PlanModel model;
   int64_t global_batch_size = 0;              // --global-batch-size, sequences per step
@@ -116,6 +129,9 @@ struct PlanOptions {
   std::vector<std::string> schedules;
   std::vector<RecomputeChoice> recompute;
   int32_t top = 10;                 // --top: rows of the table
+  // The automatic schedules' local search after their greedy, in ms (ZbAutoOptions; nullopt: its
+  // default fixed number of simulations; 0: the greedy's schedule, as the fuzz target plans).
+  std::optional<double> auto_search_budget_ms;
   double simpler_within = 0.01;     // a simpler schedule this close to the best is recommended
   // Errors name the flag, the value and a hint.
   Status validate() const;

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "tightpipe/base.h"
+#include "tightpipe/flag_checks.h"
 #include "tightpipe/model.h"
 
 namespace tightpipe::nn {
@@ -21,23 +22,21 @@ Status GptConfig::validate() const {
     return Status::invalid_argument(
         fmt::format("{} {}: must be in [1, {}]; hint: {}", flag, v, limit, hint));
   };
-  TP_RETURN_IF_ERROR(in_range(num_layers, kMaxNumLayers, "--num-layers", "e.g. --num-layers 4"));
-  TP_RETURN_IF_ERROR(
-      in_range(hidden_size, kMaxHiddenSize, "--hidden-size", "e.g. --hidden-size 128"));
-  TP_RETURN_IF_ERROR(in_range(num_heads, kMaxNumHeads, "--num-attention-heads",
-                              "e.g. --num-attention-heads 4 (it must divide --hidden-size)"));
-  TP_RETURN_IF_ERROR(in_range(seq_length, kMaxSeqLength, "--seq-length", "e.g. --seq-length 128"));
+  // The shape's rules are plan's and simulate --model's (flag_checks.h), at train's limits.
+  TP_RETURN_IF_ERROR(check_model_shape({.layers = num_layers,
+                                        .hidden = hidden_size,
+                                        .heads = num_heads,
+                                        .seq = seq_length,
+                                        .vocab = vocab_size},
+                                       {.vocab = "vocab size "},
+                                       {.layers = kMaxNumLayers,
+                                        .hidden = kMaxHiddenSize,
+                                        .heads = kMaxNumHeads,
+                                        .seq = kMaxSeqLength,
+                                        .vocab = kMaxVocabSize,
+                                        .min_vocab = 1}));
   TP_RETURN_IF_ERROR(in_range(micro_batch_size, kMaxMicroBatchSize, "--micro-batch-size",
                               "e.g. --micro-batch-size 8"));
-  TP_RETURN_IF_ERROR(
-      in_range(vocab_size, kMaxVocabSize, "vocab size", "the byte tokenizer has 256 tokens"));
-  if (hidden_size % num_heads != 0) {
-    int lo = hidden_size - hidden_size % num_heads;
-    return Status::invalid_argument(fmt::format(
-        "--hidden-size {} is not divisible by --num-attention-heads {}; hint: use a hidden size "
-        "that is a multiple of the heads (e.g. --hidden-size {}) or a head count that divides {}",
-        hidden_size, num_heads, lo > 0 ? lo + num_heads : num_heads, hidden_size));
-  }
   // The largest buffers a stage holds: one layer's attention probabilities (B, NH, T, T), the
   // logits (B, T, V), one layer's parameters (12C^2 + 13C) and the embedding. Within the limits
   // above they fit 64 bits; the check keeps that true if a limit is raised.

@@ -13,6 +13,7 @@
 #include "plan_format.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/flag_checks.h"
 #include "tightpipe/model.h"
 #include "tightpipe/prof.h"
 #include "tightpipe/schedule.h"
@@ -64,33 +65,18 @@ Result<RecomputeChoice> parse_recompute_choice(std::string_view text) {
 }
 
 Status PlanOptions::validate() const {
+  constexpr double kGiBytes = 1024.0 * 1024.0 * 1024.0;
   auto bad = [](std::string_view flag, auto value, std::string_view hint) {
     return Status::invalid_argument(fmt::format("{} {}: {}", flag, value, hint));
   };
   const PlanModel& m = model;
-  if (m.num_layers < 1 || m.num_layers > kMaxGptLayers) {
-    return bad("--num-layers", m.num_layers,
-               fmt::format("must be in [1, {}]; hint: e.g. --num-layers 32", kMaxGptLayers));
-  }
-  if (m.hidden_size < 1 || m.hidden_size > (int64_t{1} << 20)) {
-    return bad("--hidden-size", m.hidden_size,
-               "must be in [1, 2^20]; hint: e.g. --hidden-size 4096");
-  }
-  if (m.num_attention_heads < 1 || m.hidden_size % m.num_attention_heads != 0) {
-    return bad("--num-attention-heads", m.num_attention_heads,
-               fmt::format("must divide --hidden-size {}; hint: e.g. --num-attention-heads 32",
-                           m.hidden_size));
-  }
-  if (m.seq_length < 1 || m.seq_length > (int64_t{1} << 20)) {
-    return bad("--seq-length", m.seq_length, "must be in [1, 2^20]; hint: e.g. --seq-length 4096");
-  }
-  if (m.vocab_size < 0 || m.vocab_size > (int64_t{1} << 24)) {
-    return bad("--vocab-size", m.vocab_size, "must be in [0, 2^24]; hint: e.g. --vocab-size 50304");
-  }
-  if (m.ffn_hidden_size < 0 || m.ffn_hidden_size > (int64_t{1} << 22)) {
-    return bad("--ffn-hidden-size", m.ffn_hidden_size,
-               "must be in [0, 2^22] (0: 4 x --hidden-size); hint: e.g. --ffn-hidden-size 16384");
-  }
+  TP_RETURN_IF_ERROR(check_model_shape({.layers = m.num_layers,
+                                        .hidden = m.hidden_size,
+                                        .heads = m.num_attention_heads,
+                                        .seq = m.seq_length,
+                                        .vocab = m.vocab_size,
+                                        .ffn_hidden = m.ffn_hidden_size},
+                                       {}, {.layers = kMaxGptLayers}));
   if (global_batch_size < 1 || global_batch_size > (int64_t{1} << 30)) {
     return bad("--global-batch-size", global_batch_size,
                "must be in [1, 2^30] sequences per step; hint: e.g. --global-batch-size 1024");
@@ -115,19 +101,18 @@ Status PlanOptions::validate() const {
                "must be in (0, 1], the achieved fraction of peak; hint: 0.4-0.6 is "
                "typical for large models");
   }
-  if (!(memory_budget_bytes >= 0 && std::isfinite(memory_budget_bytes))) {
-    return bad("--memory-budget-gib", memory_budget_bytes / (1 << 30), "must be >= 0");
-  }
+  TP_RETURN_IF_ERROR(check_number_range(
+      "--memory-budget-gib", memory_budget_bytes / kGiBytes, 0, kMaxPlanMemoryBudgetGib,
+      "GiB per device, e.g. 72; 0 (the default) is 0.9 x the device's"));
   if (memory_budget_bytes == 0 && !(device.memory_bytes > 0)) {
     return Status::invalid_argument(fmt::format(
         "--device {}: its memory is unknown here; hint: pass --memory-budget-gib", device.name));
   }
-  if (!(price_per_device_hour >= 0 && std::isfinite(price_per_device_hour))) {
-    return bad("--price-per-device-hour", price_per_device_hour, "must be >= 0; hint: e.g. 2.50");
-  }
-  if (!(train_tokens > 0 && std::isfinite(train_tokens))) {
-    return bad("--train-tokens", train_tokens, "must be > 0; hint: e.g. --train-tokens 1e11");
-  }
+  TP_RETURN_IF_ERROR(check_number_range("--price-per-device-hour", price_per_device_hour, 0,
+                                        kMaxPlanPricePerDeviceHour,
+                                        "dollars per device-hour, e.g. 2.50"));
+  TP_RETURN_IF_ERROR(check_number_range("--train-tokens", train_tokens, 1, kMaxPlanTrainTokens,
+                                        "tokens of the whole run, e.g. 1e11"));
   if (measured && measured_micro_batch_size < 1) {
     return bad("--costs micro batch size", measured_micro_batch_size, "must be >= 1");
   }
@@ -149,7 +134,14 @@ Status PlanOptions::validate() const {
                       printable(s), generator_names()));
     }
   }
-  if (top < 1) return bad("--top", top, "must be >= 1");
+  if (top < 1 || top > kMaxPlanTop) {
+    return bad("--top", top,
+               fmt::format("must be in [1, {}]; hint: rows of the table, e.g. 10", kMaxPlanTop));
+  }
+  if (auto_search_budget_ms) {
+    TP_RETURN_IF_ERROR(check_number_range("auto_search_budget_ms", *auto_search_budget_ms, 0,
+                                          kZbMaxSearchBudgetMs, "0 for the greedy alone"));
+  }
   if (!(simpler_within >= 0 && simpler_within < 1)) {
     return bad("simpler_within", simpler_within, "must be in [0, 1)");
   }
@@ -452,6 +444,7 @@ std::vector<double> Planner::peak_bytes(const Schedule& s, const CostModel& cost
 }
 
 std::string Planner::out_of_memory(const std::vector<double>& peak) const {
+  if (peak.empty()) return fmt::format("out of memory (budget {:.1f} GiB)", budget_ / kGiB);
   const auto it = std::max_element(peak.begin(), peak.end());
   return fmt::format("out of memory on rank {} by {:.1f} GiB (needs {:.1f} of {:.1f} GiB)",
                      it - peak.begin(), (*it - budget_) / kGiB, *it / kGiB, budget_ / kGiB);
@@ -461,6 +454,7 @@ Result<Schedule> Planner::make_schedule(const Config& c, const CostModel& costs)
   if (is_auto_schedule_name(c.schedule)) {
     ZbAutoOptions zo;
     if (zb_auto_name_memory_limit(c.schedule, c.p) == 0) zo.memory_limit = c.zb_limit;
+    zo.search_budget_ms = o_.auto_search_budget_ms;
     return build_auto_schedule(c.schedule, c.p, static_cast<int32_t>(c.m), costs, zo);
   }
   return generate_schedule(
@@ -677,6 +671,17 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
     }
     return OkStatus();
   }
+  if (last_peak.empty()) {
+    // No recompute choice applied: an automatic schedule plans only without recompute (its
+    // memory limit bounds the activations instead).
+    ++res_.stats.configurations;
+    add_infeasible(c, rcs.front(),
+                   fmt::format("{} plans without recompute (its memory limit bounds the "
+                               "activations), and --recompute leaves out none; hint: add none to "
+                               "--recompute, e.g. --recompute none,{}",
+                               c.schedule, rcs.front().label()));
+    return OkStatus();
+  }
   add_infeasible(c, is_auto ? rcs.front() : rcs.back(), out_of_memory(last_peak), last_peak);
   return OkStatus();
 }
@@ -856,14 +861,22 @@ Result<PlanResult> Planner::run() {
           "--use-distributed-optimizer, or --recompute full",
           budget_ / kGiB, least_need_ / kGiB, least_need_key_));
     }
-    std::string why = infeasible_.empty() ? "no configuration" : infeasible_.front().reason;
-    return Status::invalid_argument(
-        fmt::format("no configuration can run: {} ({} {} p={} v={}); hint: loosen --pp, --vpp, "
-                    "--schedules or --micro-batch-size",
-                    why, infeasible_.empty() ? "" : "e.g.",
-                    infeasible_.empty() ? "" : infeasible_.front().schedule,
-                    infeasible_.empty() ? 0 : infeasible_.front().pp,
-                    infeasible_.empty() ? 0 : infeasible_.front().vpp));
+    if (infeasible_.empty()) {
+      // Every option filtered: no schedule takes the --vpp values at any pipeline size left.
+      return Status::invalid_argument(fmt::format(
+          "no configuration matches --pp {} --vpp {} --schedules {} for --num-layers {} on "
+          "--devices {}; hint: loosen --pp, --vpp or --schedules (interleaved and looped-bfs "
+          "take v = 2, 4, 8, ...; p x v must not exceed the layers + 2)",
+          o_.pp.empty() ? "any" : fmt::format("{}", fmt::join(o_.pp, ",")),
+          o_.vpp.empty() ? "any" : fmt::format("{}", fmt::join(o_.vpp, ",")),
+          o_.schedules.empty() ? "any" : fmt::format("{}", fmt::join(o_.schedules, ",")),
+          o_.model.num_layers, o_.devices));
+    }
+    const PlanCandidate& first = infeasible_.front();
+    return Status::invalid_argument(fmt::format(
+        "no configuration can run: {} (e.g. {} p={} v={}); hint: loosen --pp, --vpp, "
+        "--schedules, --recompute or --micro-batch-size",
+        first.reason.substr(0, first.reason.find("; hint:")), first.schedule, first.pp, first.vpp));
   }
   res_.search_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

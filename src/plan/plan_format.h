@@ -10,15 +10,17 @@ namespace tightpipe::plan_format {
 
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// "$7518.38", "$24.5k", "$21.34M".
+// "$7518.38", "$24.5k", "$21.34M", "$3.20e+12".
 inline std::string dollars(double x) {
+  if (x >= 1e9) return fmt::format("${:.2e}", x);
   if (x >= 1e6) return fmt::format("${:.2f}M", x / 1e6);
   if (x >= 1e4) return fmt::format("${:.1f}k", x / 1e3);
   return fmt::format("${:.2f}", x);
 }
 
-// "12.0 min", "47.0 h", "3.2 d".
+// "12.0 min", "47.0 h", "3.2 d", "1.6e+05 d".
 inline std::string hours(double h) {
+  if (h >= 24 * 1e5) return fmt::format("{:.1e} d", h / 24);
   if (h >= 48) return fmt::format("{:.1f} d", h / 24);
   if (h >= 1) return fmt::format("{:.1f} h", h);
   return fmt::format("{:.1f} min", h * 60);

@@ -422,16 +422,59 @@ std::string points_svg(const PlanResult& result, const PlotData& d, const Frame&
   return out + "</g>\n";
 }
 
-// A ring around candidate i and a label next to it.
+// A mark's label box as drawn (font-size 12, bold): an estimate of the text's extent, wide enough
+// for the sans-serif fonts a browser picks.
+constexpr double kLabelCharWidth = 7.5, kLabelAscent = 11, kLabelDescent = 4;
+struct LabelBox {
+  double x0, y0, x1, y1;
+  bool overlaps(const LabelBox& o) const {
+    return x0 < o.x1 && o.x0 < x1 && y0 < o.y1 && o.y0 < y1;
+  }
+};
+
+// A ring around candidate i and a label next to it: to the right of the point (or to its left
+// near the right edge) at label_dy below it; where that box would cover a label already placed
+// (close points), the other side, then further down or up in steps of a line, until it is clear.
 std::string mark_svg(const PlanResult& result, const Frame& f, const Metric& metric, int i,
                      const std::string& cls, const std::string& label, const char* color,
-                     double radius, bool dashed, int label_dy) {
+                     double radius, bool dashed, int label_dy, std::vector<LabelBox>& placed) {
   if (i < 0 || i >= static_cast<int>(result.candidates.size())) return "";
   const auto& c = result.candidates[i];
   if (!max_peak_bytes(c)) return "";
   const Point p = point_of(f, c, metric);
-  // The label to the right of the point, or to its left near the right edge.
-  const bool left = p.x > Frame::kRight - 260;
+  // `label` is escaped: count an entity as one character.
+  size_t chars = 0;
+  for (size_t k = 0; k < label.size(); ++k) {
+    if (label[k] == '&') k = std::min(label.find(';', k), label.size() - 1);
+    ++chars;
+  }
+  const double w = static_cast<double>(chars) * kLabelCharWidth;
+  const bool prefer_left = p.x > Frame::kRight - 260;
+  auto box_at = [&](bool left, double y) {
+    const double x = left ? p.x - radius - 4 : p.x + radius + 4;
+    return LabelBox{left ? x - w : x, y - kLabelAscent, left ? x : x + w, y + kLabelDescent};
+  };
+  bool left = prefer_left;
+  double y = p.y + label_dy;
+  bool found = false;
+  for (int step = 0; step < 40 && !found; ++step) {
+    // 0, +1, -1, +2, -2, ... lines from where the label would go, each on both sides.
+    const int lines = (step + 1) / 2 * (step % 2 == 1 ? 1 : -1);
+    for (const bool side : {prefer_left, !prefer_left}) {
+      const double ty = p.y + label_dy + lines * (kLabelAscent + kLabelDescent + 2);
+      const LabelBox b = box_at(side, ty);
+      if (b.x0 < 0 || b.x1 > Frame::kWidth) continue;
+      bool clear = true;
+      for (const LabelBox& o : placed) clear = clear && !b.overlaps(o);
+      if (clear) {
+        left = side;
+        y = ty;
+        found = true;
+        break;
+      }
+    }
+  }
+  placed.push_back(box_at(left, y));
   const double lx = left ? p.x - radius - 4 : p.x + radius + 4;
   return fmt::format(
       "<circle class=\"{}\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"none\" stroke=\"{}\" "
@@ -439,8 +482,8 @@ std::string mark_svg(const PlanResult& result, const Frame& f, const Metric& met
       "<text class=\"{}-label\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"{}\" "
       "font-weight=\"bold\" stroke=\"#ffffff\" stroke-width=\"3\" "
       "paint-order=\"stroke\">{}</text>\n",
-      cls, p.x, p.y, radius, color, dashed ? " stroke-dasharray=\"3,2\"" : "", cls, lx,
-      p.y + label_dy, left ? "end" : "start", color, label);
+      cls, p.x, p.y, radius, color, dashed ? " stroke-dasharray=\"3,2\"" : "", cls, lx, y,
+      left ? "end" : "start", color, label);
 }
 
 // One scatter plot of `metric` against peak memory.
@@ -462,22 +505,26 @@ std::string scatter_svg(const PlanResult& result, const PlotData& d, const Metri
     const auto& c = result.candidates[i];
     return fmt::format("{} p={} v={} m={}", esc(c.schedule), c.pp, c.vpp, c.num_microbatches);
   };
-  if (base >= 0 && base != rec) {
-    out += mark_svg(result, f, metric, base, "base-mark", "1F1B baseline: " + short_key(base),
-                    "#333333", 8, true, 18);
-  }
-  if (fast >= 0 && fast != rec && fast != base) {
-    out += mark_svg(result, f, metric, fast, "fast-mark", "fastest: " + short_key(fast), "#555555",
-                    8, true, 18);
-  }
+  // The recommended label first (it keeps its place), then the others around it; the rings are
+  // drawn in the old order (the recommended on top).
+  std::vector<LabelBox> placed;
+  std::string rec_svg;
   if (rec >= 0) {
-    out +=
+    rec_svg =
         mark_svg(result, f, metric, rec, "rec-mark",
                  std::string(rec == base ? "recommended (the 1F1B baseline): " : "recommended: ") +
                      short_key(rec),
-                 kRecommendedColor, 10, false, -10);
+                 kRecommendedColor, 10, false, -10, placed);
   }
-  return out + "</svg>\n";
+  if (base >= 0 && base != rec) {
+    out += mark_svg(result, f, metric, base, "base-mark", "1F1B baseline: " + short_key(base),
+                    "#333333", 8, true, 18, placed);
+  }
+  if (fast >= 0 && fast != rec && fast != base) {
+    out += mark_svg(result, f, metric, fast, "fast-mark", "fastest: " + short_key(fast), "#555555",
+                    8, true, 18, placed);
+  }
+  return out + rec_svg + "</svg>\n";
 }
 
 // ----- the page around the plot

@@ -123,6 +123,50 @@ TEST(PlanHtml, BudgetLineRecommendedAndBaselineMarks) {
   EXPECT_TRUE(found);
 }
 
+// Issue 27: where the recommended, the baseline and the fastest sit close together their labels
+// were drawn over each other. Each label's box (the text's extent at font-size 12, bold, at most
+// 7.5 px a character) clears every other's.
+TEST(PlanHtml, LabelsOfClosePointsDoNotOverlap) {
+  PlanResult r = testutil::sample_plan_result();
+  // Three points a hair apart: the fastest (zb-v), the recommended (interleaved), the baseline.
+  for (int i : {0, 1, 2}) {
+    PlanCandidate& c = r.candidates[i];
+    c.step_time_s = 10.0 + 0.01 * i;
+    c.cost_usd = c.step_time_s * r.candidates[3].cost_usd / r.candidates[3].step_time_s;
+    c.peak_memory_bytes.assign(8, (60.0 + 0.1 * i) * 1024 * 1024 * 1024);
+  }
+  r.fastest = 0;
+  r.recommended = 1;
+  r.baseline = 2;
+  const SvgParse svg = parse_svgs(plan_to_html(r));
+  ASSERT_TRUE(svg.ok) << svg.error;
+  struct Box {
+    std::string text;
+    double x0, y0, x1, y1;
+  };
+  std::vector<Box> boxes;
+  for (const char* cls : {"rec-mark-label", "base-mark-label", "fast-mark-label"}) {
+    const auto labels = with_class(svg, cls);
+    ASSERT_EQ(labels.size(), 1u) << cls;
+    const Element& e = *labels[0];
+    const double x = std::stod(e.attrs.at("x")), y = std::stod(e.attrs.at("y"));
+    const double w = 7.5 * static_cast<double>(e.text.size());
+    const bool end = e.attrs.at("text-anchor") == "end";
+    boxes.push_back({e.text, end ? x - w : x, y - 11, end ? x : x + w, y + 4});
+  }
+  for (size_t a = 0; a < boxes.size(); ++a) {
+    for (size_t b = a + 1; b < boxes.size(); ++b) {
+      const Box &p = boxes[a], &q = boxes[b];
+      const bool overlap = p.x0 < q.x1 && q.x0 < p.x1 && p.y0 < q.y1 && q.y0 < p.y1;
+      EXPECT_FALSE(overlap) << p.text << " [" << p.x0 << "," << p.y0 << " " << p.x1 << "," << p.y1
+                            << "] and " << q.text << " [" << q.x0 << "," << q.y0 << " " << q.x1
+                            << "," << q.y1 << "]";
+    }
+    EXPECT_GE(boxes[a].x0, 0) << boxes[a].text;
+    EXPECT_LE(boxes[a].x1, 980) << boxes[a].text;
+  }
+}
+
 TEST(PlanHtml, RecommendedBaselineIsOneMarkAndNothingFitsHasNone) {
   PlanResult r = testutil::sample_plan_result();
   r.recommended = r.baseline = 2;

@@ -23,24 +23,73 @@ double max_peak(const PlanCandidate& c) {
              : *std::max_element(c.peak_memory_bytes.begin(), c.peak_memory_bytes.end());
 }
 
-std::string si(double x) {  // 1.2M, 340k
+std::string si(double x) {  // 1.2M, 340k; 1.2e+15 beyond G
+  if (x >= 1e12) return fmt::format("{:.1e}", x);
   if (x >= 1e9) return fmt::format("{:.2f}G", x / 1e9);
   if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
   if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
   return fmt::format("{:.0f}", x);
 }
 
-std::string row(const char* mark, const PlanCandidate& c, const PlanCandidate* base) {
+// The table's columns: header, least width, left-aligned. Each column is as wide as its widest
+// cell (plus a space), so any accepted value keeps the rows aligned under the header.
+struct Column {
+  const char* header;
+  size_t width;
+  bool left;
+};
+constexpr Column kColumns[] = {
+    {"", 5, true},           {"schedule", 12, true},  {"pp", 4, false},
+    {"vpp", 4, false},       {"dp", 5, false},        {"mbs", 5, false},
+    {"m", 6, false},         {"", 2, true},           {"recompute", 9, true},
+    {"step s", 10, false},   {"tokens/s", 10, false}, {"bubble", 9, false},
+    {"peak GiB", 10, false}, {"train", 10, false},    {"cost", 11, false},
+    {"vs 1F1B", 8, false}};
+constexpr size_t kNumColumns = sizeof(kColumns) / sizeof(kColumns[0]);
+using Cells = std::vector<std::string>;
+
+Cells row(const char* mark, const PlanCandidate& c, const PlanCandidate* base) {
   std::string vs = "";
   if (base != nullptr && base != &c && base->cost_usd > 0) {
-    vs = fmt::format("{:+.1f}%", 100 * (c.cost_usd / base->cost_usd - 1));
+    const double pct = 100 * (c.cost_usd / base->cost_usd - 1);
+    vs = std::abs(pct) < 1e4 ? fmt::format("{:+.1f}%", pct) : fmt::format("{:+.1e}%", pct);
   }
-  return fmt::format(
-      "{:<5}{:<12}{:>4}{:>4}{:>5}{:>5}{:>6}  "
-      "{:<9}{:>10.4g}{:>10}{:>8.1f}%{:>10.1f}{:>10}{:>11}{:>8}\n",
-      mark, c.schedule, c.pp, c.vpp, c.dp, c.micro_batch_size, c.num_microbatches, c.recompute,
-      c.step_time_s, si(c.tokens_per_s), 100 * c.bubble_ratio, max_peak(c) / kGiB,
-      hours(c.train_hours), dollars(c.cost_usd), vs);
+  return {mark,
+          c.schedule,
+          fmt::format("{}", c.pp),
+          fmt::format("{}", c.vpp),
+          fmt::format("{}", c.dp),
+          fmt::format("{}", c.micro_batch_size),
+          fmt::format("{}", c.num_microbatches),
+          "",
+          c.recompute,
+          fmt::format("{:.4g}", c.step_time_s),
+          si(c.tokens_per_s),
+          fmt::format("{:.1f}%", 100 * c.bubble_ratio),
+          fmt::format("{:.1f}", max_peak(c) / kGiB),
+          hours(c.train_hours),
+          dollars(c.cost_usd),
+          vs};
+}
+
+std::string table(const std::vector<Cells>& rows) {
+  size_t width[kNumColumns];
+  for (size_t k = 0; k < kNumColumns; ++k) {
+    width[k] = std::max(kColumns[k].width, std::string_view(kColumns[k].header).size());
+    for (const Cells& r : rows) width[k] = std::max(width[k], r[k].size() + 1);
+  }
+  auto line = [&](auto cell) {
+    std::string out;
+    for (size_t k = 0; k < kNumColumns; ++k) {
+      const std::string_view text = cell(k);
+      const std::string pad(width[k] - std::min(width[k], text.size()), ' ');
+      out += kColumns[k].left ? std::string(text) + pad : pad + std::string(text);
+    }
+    return out.erase(out.find_last_not_of(' ') + 1) + "\n";  // no trailing blanks
+  };
+  std::string out = line([](size_t k) { return std::string_view(kColumns[k].header); });
+  for (const Cells& r : rows) out += line([&](size_t k) { return std::string_view(r[k]); });
+  return out;
 }
 
 std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
@@ -54,11 +103,11 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   // tightpipe train: GPT with its tokenizer's padded vocabulary (bytes: 256; GPT-2's BPE: 50304),
   // 4h MLP, the device's precision (--bf16 where it trains in bf16), `--data-parallel-size` dp when
   // dp > 1, recompute none or uniform (docs/plan.md).
-  constexpr int64_t kGpt2PaddedVocab = 50304;
   std::vector<std::string> why_not;
-  if (m.vocab_size != 256 && m.vocab_size != kGpt2PaddedVocab) {
-    why_not.push_back(fmt::format(
-        "vocab {} (its vocabulary is its tokenizer's: 256 bytes or GPT-2's 50304)", m.vocab_size));
+  if (m.vocab_size != 256 && m.vocab_size != kGpt2PaddedVocabSize) {
+    why_not.push_back(
+        fmt::format("vocab {} (its vocabulary is its tokenizer's: 256 bytes or GPT-2's {})",
+                    m.vocab_size, kGpt2PaddedVocabSize));
   }
   if (m.ffn_hidden_size != 0 && m.ffn_hidden_size != 4 * m.hidden_size)
     why_not.push_back("an MLP width other than 4 x hidden");
@@ -78,7 +127,7 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
     if (c.recompute == "full") {
       cmd += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
     }
-    if (m.vocab_size == kGpt2PaddedVocab) {
+    if (m.vocab_size == kGpt2PaddedVocabSize) {
       cmd += " --tokenizer-type GPT2BPETokenizer --vocab-file vocab.json --merge-file merges.txt";
     }
     out.push_back(cmd);
@@ -135,14 +184,14 @@ std::string format_plan(const PlanResult& r) {
   const PlanOptions& o = r.options;
   const PlanModel& m = o.model;
   std::string out = fmt::format(
-      "model: {} layers x {} hidden, {} heads, seq {}, vocab {}, {:.2f}B parameters\n"
+      "model: {} layers x {} hidden, {} heads, seq {}, vocab {}{}, {:.2f}B parameters\n"
       "batch: {} sequences x {} tokens per step; {:.3g} tokens = {:.1f} steps\n"
       "devices: {} x {} ({}; {}{}), memory budget {:.1f} GiB per device; network {}; ${:.2f} per "
       "device-hour\n",
       m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
-      m.parameters() / 1e9, o.global_batch_size, m.seq_length, o.train_tokens, r.steps, o.devices,
-      o.device.name, o.device.description,
-      o.measured ? "costs measured in a run" : fmt::format("mfu {:g}", o.mfu),
+      m.vocab_size == 0 ? " (no embedding, no LM head)" : "", m.parameters() / 1e9,
+      o.global_batch_size, m.seq_length, o.train_tokens, r.steps, o.devices, o.device.name,
+      o.device.description, o.measured ? "costs measured in a run" : fmt::format("mfu {:g}", o.mfu),
       o.distributed_optimizer ? ", distributed optimizer" : "", r.memory_budget_bytes / kGiB,
       o.network.name, o.price_per_device_hour);
   out += fmt::format(
@@ -150,23 +199,21 @@ std::string format_plan(const PlanResult& r) {
       "dominated by a lighter recompute, {} do not fit\n\n",
       r.stats.configurations, r.search_seconds, r.stats.simulated, r.stats.pruned,
       r.stats.dominated, r.stats.infeasible);
-  out += fmt::format(
-      "{:<5}{:<12}{:>4}{:>4}{:>5}{:>5}{:>6}  {:<9}{:>10}{:>10}{:>9}{:>10}{:>10}{:>11}{:>8}\n", "",
-      "schedule", "pp", "vpp", "dp", "mbs", "m", "recompute", "step s", "tokens/s", "bubble",
-      "peak GiB", "train", "cost", "vs 1F1B");
   const PlanCandidate* base = r.baseline >= 0 ? &r.candidates[r.baseline] : nullptr;
   // The top rows, then the recommended and the baseline where the top rows left them out.
   auto mark = [&](int32_t i) { return i == r.recommended ? "->" : i == r.baseline ? "base" : ""; };
+  std::vector<Cells> rows;
   int32_t shown = 0;
   for (; shown < static_cast<int32_t>(r.candidates.size()) && shown < o.top; ++shown) {
     if (!r.candidates[shown].fits) break;
-    out += row(mark(shown), r.candidates[shown], base);
+    rows.push_back(row(mark(shown), r.candidates[shown], base));
   }
   for (int32_t i : {r.recommended, r.baseline}) {
     if (i >= shown && (i != r.baseline || r.baseline != r.recommended)) {
-      out += row(mark(i), r.candidates[i], base);
+      rows.push_back(row(mark(i), r.candidates[i], base));
     }
   }
+  out += table(rows);
   if (r.recommended >= 0) {
     const PlanCandidate& c = r.candidates[r.recommended];
     out += fmt::format(

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "tightpipe/auto_schedule.h"
 #include "tightpipe/schedule.h"
 
 namespace tightpipe {
@@ -32,6 +34,50 @@ const PlanCandidate* find_schedule(const PlanResult& r, const std::string& sched
   for (const PlanCandidate& c : r.candidates)
     if (c.schedule == schedule) found = &c;
   return found;
+}
+
+// Issue 27: recompute choices without none reached out_of_memory with no peak (SIGSEGV) for the
+// automatic schedules; now they plan with the choices given, and an automatic schedule alone is
+// refused in one line that says why.
+TEST(PlanTest, RecomputeWithoutNone) {
+  for (const char* choice : {"full", "block:1"}) {
+    PlanOptions o = h100_options();
+    o.recompute = {*parse_recompute_choice(choice)};
+    auto r = plan(o);
+    ASSERT_TRUE(r.ok()) << choice << ": " << r.status().message();
+    EXPECT_EQ(recommended(*r).recompute, choice);
+    for (const PlanCandidate& c : r->candidates) {
+      if (is_auto_schedule_name(c.schedule)) {
+        EXPECT_FALSE(c.fits) << c.schedule;
+      }
+    }
+  }
+  PlanOptions o = h100_options();
+  o.recompute = {*parse_recompute_choice("full")};
+  o.schedules = {"zb-auto"};
+  auto r = plan(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("zb-auto plans without recompute"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+}
+
+// The options' numbers: NaN, inf and absurd values are refused naming the range.
+TEST(PlanTest, ValidateRefusesNonFiniteAndAbsurdNumbers) {
+  auto refused = [](auto edit, const std::string& part) {
+    PlanOptions o = h100_options();
+    edit(o);
+    const Status st = o.validate();
+    EXPECT_FALSE(st.ok()) << part;
+    EXPECT_NE(st.message().find(part), std::string::npos) << st.message();
+  };
+  refused([](PlanOptions& o) { o.memory_budget_bytes = 1e300; }, "must be in [0, 1048576]");
+  refused([](PlanOptions& o) { o.train_tokens = 1e30; }, "--train-tokens 1e+30: must be in");
+  refused([](PlanOptions& o) { o.train_tokens = std::nan(""); }, "--train-tokens nan");
+  refused([](PlanOptions& o) { o.price_per_device_hour = -1; }, "--price-per-device-hour -1");
+  refused([](PlanOptions& o) { o.top = 1 << 30; }, "--top 1073741824: must be in [1, 10000]");
+  refused([](PlanOptions& o) { o.model.num_attention_heads = 7; },
+          "--hidden-size 4096 is not divisible by --num-attention-heads 7");
 }
 
 TEST(PlanTest, IssueExampleFitsAndPricesTheRun) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "tightpipe/base.h"
+#include "tightpipe/flag_checks.h"
 
 namespace tightpipe {
 
@@ -339,6 +340,17 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
     return Status::invalid_argument(
         fmt::format("--model: key 'flops' must be > 0 (device FLOP/s, e.g. flops=150e12)"));
   }
+  // The rules of a shape are plan's and train's too (flag_checks.h): heads divide hidden.
+  TP_RETURN_IF_ERROR(check_model_shape(
+      {.layers = c.layers, .hidden = c.hidden, .heads = c.heads, .seq = c.seq, .vocab = c.vocab},
+      {.context = "--model: ",
+       .layers = "layers=",
+       .hidden = "hidden=",
+       .heads = "heads=",
+       .seq = "seq=",
+       .vocab = "vocab=",
+       .ffn_hidden = "ffn_hidden="},
+      {.layers = kMaxGptLayers}));
   return c;
 }
 

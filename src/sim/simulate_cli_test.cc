@@ -90,6 +90,33 @@ TEST_F(SimulateCli, JsonHasBothBubbleMeasures) {
   EXPECT_EQ(k["results"][1]["span_bubble_ratio"].get<double>(), 0);
 }
 
+// One model check for simulate, plan and train (flag_checks.h): heads that do not divide the
+// hidden size are refused by --model as plan and train refuse them, in one line naming both.
+TEST_F(SimulateCli, ModelHeadsMustDivideHidden) {
+  CliRun r =
+      run("--schedule 1f1b --pp 2 --microbatches 4 --model layers=4,hidden=1000,heads=3,seq=64");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("hidden=1000 is not divisible by heads=3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hint:"), std::string::npos) << r.err;
+  CliRun ok =
+      run("--schedule 1f1b --pp 2 --microbatches 4 --model layers=4,hidden=1002,heads=3,seq=64");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+// simulate's numeric flags: NaN, inf, negative and absurd values are one line naming the flag.
+TEST_F(SimulateCli, NumericFlagsOutOfRange) {
+  for (const char* bad : {"--overlap-fb-factor nan", "--overlap-fb-factor inf",
+                          "--overlap-fb-factor -1", "--data-parallel-size 0", "--bucket-size -5",
+                          "--model layers=4,hidden=64,heads=4,seq=64,flops=nan",
+                          "--model layers=4,hidden=64,heads=4,seq=64,flops=inf",
+                          "--cost f=nan,i=1,w=1", "--cost f=1e400,i=1,w=1"}) {
+    CliRun r = run(std::string("--schedule 1f1b --pp 2 --microbatches 4 ") + bad);
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
+    EXPECT_NE(r.err.find("hint:"), std::string::npos) << bad << "\n" << r.err;
+  }
+}
+
 TEST_F(SimulateCli, MegatronAliases) {
   CliRun r = run("--schedule interleaved --pipeline-model-parallel-size 4 --num-microbatches 8 "
               "--num-virtual-stages-per-pipeline-rank 2 --json");

@@ -4,12 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <queue>
 
+#include "tightpipe/flag_checks.h"
 #include "tightpipe/prof.h"
 
 namespace tightpipe {
@@ -49,13 +50,8 @@ double overlap_fb_time(double f, double b, double factor) {
 }
 
 Status check_overlap_fb_factor(double factor) {
-  if (!(factor >= 0 && factor <= 1)) {  // NaN fails too
-    return Status::invalid_argument(fmt::format(
-        "--overlap-fb-factor {}: must be in [0, 1] (0: a pair costs F + B, 1: the shorter of the "
-        "two is hidden entirely)",
-        factor));
-  }
-  return OkStatus();
+  return check_number_range("--overlap-fb-factor", factor, 0, 1,
+                            "0: a pair costs F + B, 1: the shorter of the two is hidden entirely");
 }
 
 namespace {

@@ -110,6 +110,105 @@ TEST(CliPlanTest, BadInput) {
                   {"--recompute 'sometimes'", "block:N"});
 }
 
+// Issue 27: the README's command with --recompute leaving out none crashed (SIGSEGV, nothing
+// printed): an automatic schedule tried no recompute choice. Now it plans; filters that leave
+// nothing, or only automatic schedules without none, are one line each.
+TEST(CliPlanTest, RecomputeWithoutNonePlans) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  for (const char* rc : {" --recompute full", " --recompute block:1"}) {
+    auto r = run_command(tp + kExample + rc + " --json");
+    ASSERT_EQ(r.exit_code, 0) << rc << "\n" << r.err;
+    const auto doc = nlohmann::json::parse(r.out);
+    const auto& rec = doc["candidates"][doc["recommended"].get<int>()];
+    EXPECT_EQ(rec["recompute"], std::string(rc).substr(13)) << rc;
+    EXPECT_TRUE(rec["fits"].get<bool>());
+  }
+  const std::string small =
+      " plan --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024"
+      " --global-batch-size 64 --devices 8";
+  expect_one_line(run_command(tp + small + " --schedules zb-auto,zb-v-auto --recompute full"),
+                  {"no configuration can run", "without recompute", "--recompute"});
+  expect_one_line(run_command(tp + small + " --schedules interleaved --vpp 3"),
+                  {"no configuration matches", "--vpp 3", "hint:"});
+}
+
+// Every real-valued flag: NaN, inf, negative or absurd is one line naming the flag, the value as
+// given (not inf) and the range.
+TEST(CliPlanTest, NumbersOutOfRange) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  const std::string model =
+      " plan --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024"
+      " --global-batch-size 64 --devices 8";
+  expect_one_line(run_command(tp + model + " --memory-budget-gib 1e300"),
+                  {"--memory-budget-gib 1e+300: must be in [0, 1048576]", "hint:"});
+  EXPECT_EQ(run_command(tp + model + " --memory-budget-gib 1e300").err.find("inf"),
+            std::string::npos);
+  expect_one_line(run_command(tp + model + " --memory-budget-gib nan"),
+                  {"--memory-budget-gib nan: must be in [0,"});
+  expect_one_line(run_command(tp + model + " --memory-budget-gib -3"),
+                  {"--memory-budget-gib -3: must be in [0,"});
+  expect_one_line(run_command(tp + model + " --train-tokens 1e30"),
+                  {"--train-tokens 1e+30: must be in [1, 1e+16]", "hint:"});
+  expect_one_line(run_command(tp + model + " --train-tokens inf"), {"--train-tokens inf"});
+  expect_one_line(run_command(tp + model + " --price-per-device-hour -1"),
+                  {"--price-per-device-hour -1: must be in [0, 10000]"});
+  expect_one_line(run_command(tp + model + " --price-per-device-hour nan"),
+                  {"--price-per-device-hour nan"});
+  expect_one_line(run_command(tp + model + " --mfu nan"), {"--mfu nan", "(0, 1]"});
+  expect_one_line(run_command(tp + model + " --top 100000000"), {"--top 100000000", "[1, 10000]"});
+  expect_one_line(run_command(tp + model + " --num-attention-heads 7"),
+                  {"--hidden-size 1024 is not divisible by --num-attention-heads 7", "hint:"});
+}
+
+// Any accepted value keeps the table aligned: every right-aligned cell ends under its header.
+TEST(CliPlanTest, TableStaysAlignedForTheLargestValues) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  auto r = run_command(tp + kExample + " --train-tokens 1e16 --price-per-device-hour 10000");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = split(r.out, '\n');
+  auto header = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("schedule") != std::string::npos && l.find("vs 1F1B") != std::string::npos;
+  });
+  ASSERT_NE(header, lines.end()) << r.out;
+  int rows = 0;
+  for (auto it = header + 1; it != lines.end() && !it->empty(); ++it, ++rows) {
+    for (const char* h :
+         {"pp", "vpp", "dp", "mbs", "step s", "tokens/s", "bubble", "peak GiB", "train", "cost"}) {
+      const size_t end = header->find(std::string(" ") + h + " ") + 1 + std::string(h).size();
+      ASSERT_LE(end, it->size()) << h << "\n" << *header << "\n" << *it;
+      EXPECT_NE((*it)[end - 1], ' ') << h << "\n" << *header << "\n" << *it;
+      EXPECT_TRUE(end == it->size() || (*it)[end] == ' ') << h << "\n" << *header << "\n" << *it;
+    }
+  }
+  EXPECT_GE(rows, 2) << r.out;
+}
+
+// Without --vocab-size the plan is GPT-2's vocabulary padded as Megatron-LM pads it (it was 0: no
+// embedding, no LM head), and the header says so.
+TEST(CliPlanTest, DefaultVocabularyIsGpt2Padded) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  const std::string shape =
+      " plan --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128"
+      " --global-batch-size 16 --devices 2 --pp 2 --micro-batch-size 4 --device this-cpu";
+  auto j = run_command(tp + shape + " --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["model"]["vocab_size"], 50304);
+  EXPECT_NE(doc["commands"][0].get<std::string>().find("--tokenizer-type GPT2BPETokenizer"),
+            std::string::npos)
+      << doc["commands"][0];
+  auto t = run_command(tp + shape);
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("seq 128, vocab 50304,"), std::string::npos) << t.out;
+  auto none = run_command(tp + shape + " --vocab-size 0");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.out.find("vocab 0 (no embedding, no LM head)"), std::string::npos) << none.out;
+}
+
 // A run's measured costs: the same shape plans; another shape is refused naming the mismatch.
 TEST(CliPlanTest, MeasuredCostsFromARun) {
   const std::string tp = tightpipe_or_skip();
@@ -136,6 +235,41 @@ TEST(CliPlanTest, MeasuredCostsFromARun) {
       << doc["commands"][0];
   expect_one_line(run_command(tp + shape + " --hidden-size 128"),
                   {"another model shape", "--hidden-size 128", "measured 64", "hint:"});
+
+  // Issue 27: a missing --costs path took its parent folder (the run) silently.
+  const std::string missing = "--costs " + dir + "/costs.json-missing";
+  expect_one_line(run_command(tp + shape + "-missing --hidden-size 64"),
+                  {missing.c_str(), "such file or directory", "hint:"});
+  // A negative cost, or every block time 0: the table's own error, not "no cost table" or a $0
+  // plan.
+  auto costs = read_file(dir + "/costs.json");
+  ASSERT_TRUE(costs.ok());
+  auto variant = [&](const std::string& name, const std::string& text) {
+    const std::string d = dir + "/" + name;
+    fs::create_directories(d);
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file()) fs::copy_file(e.path(), d / e.path().filename());
+    EXPECT_TRUE(write_file(d + "/costs.json", text).ok());
+    return " plan --num-layers 4 --num-attention-heads 4 --seq-length 32 --vocab-size 256"
+           " --global-batch-size 8 --devices 2 --pp 2 --micro-batch-size 1,2 --hidden-size 64"
+           " --costs " +
+           d;
+  };
+  auto replace_all = [](std::string text, const std::string& key, const std::string& value) {
+    for (size_t at = text.find("\"" + key + "\": "); at != std::string::npos;
+         at = text.find("\"" + key + "\": ", at + 1)) {
+      const size_t from = at + key.size() + 4, to = text.find_first_of(",\n}", from);
+      text.replace(from, to - from, value);
+    }
+    return text;
+  };
+  const auto negative = run_command(tp + variant("negative", replace_all(*costs, "f", "-1")));
+  expect_one_line(negative, {"negative", "'f'", "hint:"});
+  EXPECT_EQ(negative.err.find("no cost table"), std::string::npos) << negative.err;
+  std::string zero = *costs;
+  for (const char* key : {"f", "i", "w", "b", "recompute", "optimizer"})
+    zero = replace_all(zero, key, "0");
+  expect_one_line(run_command(tp + variant("zero", zero)), {"takes no time", "hint:"});
 }
 
 }  // namespace

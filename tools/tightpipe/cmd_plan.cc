@@ -8,6 +8,8 @@
 
 #include "commands.h"
 #include "tightpipe/base.h"
+#include "tightpipe/cost_model.h"
+#include "tightpipe/flag_checks.h"
 #include "tightpipe/plan.h"
 #include "tightpipe/report.h"
 #include "tightpipe/tokenizer.h"
@@ -20,11 +22,35 @@ namespace {
 Status load_measured(const std::string& path, PlanOptions& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const std::string dir = fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) {
+    // Not there: an error naming it (its parent folder is not what was asked for).
+    return Status::invalid_argument(fmt::format(
+        "--costs {}: {}; hint: a run directory of `tightpipe train --out-dir`, or the costs.json "
+        "in it",
+        printable(path), ec ? ec.message() : "no such file or directory"));
+  }
+  const std::string dir = fs::is_directory(st) ? path : fs::path(path).parent_path().string();
   auto run = load_run(dir.empty() ? "." : dir);
   if (!run.ok()) return run.status().with_context("--costs " + printable(path));
+  if (!run->costs) {
+    // The table's own error (a negative or NaN cost), not only that there is none.
+    const std::string file = (dir.empty() ? std::string(".") : dir) + "/costs.json";
+    if (auto text = read_file(file); text.ok()) {
+      if (auto table = parse_cost_table(*text, file); !table.ok()) {
+        return table.status().with_context("--costs " + printable(path));
+      }
+    }
+  }
   auto costs = run_layer_costs(*run);
   if (!costs.ok()) return costs.status().with_context("--costs " + printable(path));
+  // A table whose blocks take no time plans every configuration at $0 and 0 s: refused.
+  if (!(costs->block.f > 0 && costs->block.b > 0)) {
+    return Status::invalid_argument(fmt::format(
+        "--costs {}: the measured transformer block takes no time (f={:g}, b={:g} {}); hint: the "
+        "costs.json of a `tightpipe train` run that measured its steps",
+        printable(path), costs->block.f, costs->block.b, costs->time_unit));
+  }
   if (costs->time_unit != "s") {
     return Status::invalid_argument(fmt::format(
         "--costs {}: its times are in '{}', not seconds; hint: the costs.json of a `tightpipe "
@@ -77,8 +103,11 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--hidden-size", m.hidden_size, "hidden size")->required();
   app.add_option("--num-attention-heads", m.num_attention_heads, "attention heads")->required();
   app.add_option("--seq-length", m.seq_length, "sequence length")->required();
+  m.vocab_size = kGpt2VocabSize;
   app.add_option("--vocab-size", m.vocab_size,
-                 "vocabulary (embedding and LM head); 0 leaves them out")
+                 fmt::format("vocabulary (embedding and LM head; default GPT-2's, padded to {}); "
+                             "0 leaves them out",
+                             kGpt2PaddedVocabSize))
       ->capture_default_str();
   int64_t divisible_by = 128;
   app.add_option("--make-vocab-size-divisible-by", divisible_by,
@@ -152,6 +181,16 @@ int cmd_plan(int argc, char** argv) {
   if (!net.ok()) return report_error("plan", net.status());
   o.network = std::move(*net);
   o.flash_attention = flash.value_or(o.device.bf16);
+  // The flags' numbers within their ranges, as given (a GiB figure before it becomes bytes).
+  for (const Status& st :
+       {check_number_range("--memory-budget-gib", budget_gib, 0, kMaxPlanMemoryBudgetGib,
+                           "GiB per device, e.g. 72; 0 (the default) is 0.9 x the device's"),
+        check_number_range("--price-per-device-hour", o.price_per_device_hour, 0,
+                           kMaxPlanPricePerDeviceHour, "dollars per device-hour, e.g. 2.50"),
+        check_number_range("--train-tokens", o.train_tokens, 1, kMaxPlanTrainTokens,
+                           "tokens of the whole run, e.g. 1e11")}) {
+    if (!st.ok()) return report_error("plan", st);
+  }
   o.memory_budget_bytes = budget_gib * 1024.0 * 1024.0 * 1024.0;
   for (const std::string& r : recompute) {
     auto rc = parse_recompute_choice(r);
