@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "tightpipe/input_file.h"
 #include "tightpipe/status.h"
 
 namespace tightpipe {
@@ -184,12 +185,7 @@ Result<std::vector<std::string>> expand_data_path(const std::string& path);
 // "a{1..3}b" -> {"a1b","a2b","a3b"}; "{a,b}" lists; several groups multiply. InvalidArgument on a
 // malformed pattern. Pure string operation.
 Result<std::vector<std::string>> expand_braces(std::string_view pattern);
-// OK when `path` is a regular file this process can read. Otherwise one line that says why,
-// naming `what` (e.g. "--input", "data path") and the path: it does not exist, is a directory, a
-// character or block device (/dev/zero), a FIFO or a socket, or cannot be opened (the OS's
-// reason, e.g. permission denied); with a hint. NotFound when missing, InvalidArgument for the
-// wrong kind of file, IOError when unreadable.
-Status check_input_file(std::string_view what, const std::string& path);
+// check_input_file() (tightpipe/input_file.h) checks each data input before it is read.
 // True for names ending in .tar, .tar.gz, .tgz: read as tar shards; anything else is text.
 bool is_shard_path(std::string_view path);
 

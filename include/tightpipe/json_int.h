@@ -3,7 +3,7 @@
 // json_int<T>() takes only a JSON integer within T's range. Anything else throws the exception
 // get<T>() throws for a wrong type (nlohmann::json::type_error / out_of_range, both
 // nlohmann::json::exception), so a reader that already catches those reports it as a bad field.
-// Header-only; pure functions.
+// json_error_text() words nlohmann's exceptions for a message. Header-only; pure functions.
 #pragma once
 
 #include <fmt/format.h>
@@ -13,6 +13,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "tightpipe/base.h"
 
@@ -44,6 +45,30 @@ template <std::integral T>
 T json_int(const nlohmann::json& obj, const char* key, T fallback) {
   const auto it = obj.find(key);
   return it == obj.end() ? fallback : json_int<T>(*it);
+}
+
+// A nlohmann exception in our words, for a message that names the file first: its
+// "[json.exception.parse_error.101]" tag dropped; a parse error reads "not valid JSON at line L,
+// column C: <what the parser saw>", any other the reason alone ("type must be number, but is
+// string", "number overflow parsing '1e999'"). Every reader that catches one words it with this.
+inline std::string json_error_text(const nlohmann::json::exception& e) {
+  std::string_view w = e.what();
+  if (w.starts_with("[json.exception.")) {
+    if (const size_t close = w.find("] "); close != std::string_view::npos)
+      w.remove_prefix(close + 2);
+  }
+  if (const auto* pe = dynamic_cast<const nlohmann::json::parse_error*>(&e)) {
+    constexpr std::string_view kAt = "parse error at ";
+    std::string where = fmt::format("byte {}", pe->byte);
+    if (const size_t colon = w.find(": "); w.starts_with(kAt) && colon != std::string_view::npos) {
+      where = std::string(w.substr(kAt.size(), colon - kAt.size()));
+      w.remove_prefix(colon + 2);
+    } else if (w.starts_with("parse error: ")) {
+      w.remove_prefix(13);
+    }
+    return fmt::format("not valid JSON at {}: {}", where, printable(w, 160));
+  }
+  return printable(w, 200);
 }
 
 }  // namespace tightpipe

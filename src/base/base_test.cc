@@ -1,7 +1,15 @@
+#include "tightpipe/base.h"
+
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "tightpipe/base.h"
+#include <cstdlib>
+#include <filesystem>
+
+#include "tightpipe/input_file.h"
 #include "tightpipe/status.h"
 
 namespace tightpipe {
@@ -101,6 +109,112 @@ TEST(FilesTest, MissingFileNamesPath) {
   auto r = read_file("/nonexistent/tp_file");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("/nonexistent/tp_file"), std::string::npos);
+}
+
+// A fresh directory under $TMPDIR (or /tmp) for the input-file tests.
+std::string input_test_dir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string templ = std::string(base ? base : "/tmp") + "/tp_input_file-XXXXXX";
+  EXPECT_NE(::mkdtemp(templ.data()), nullptr);
+  return templ;
+}
+
+constexpr InputKind kTestKind{"test file", 1024, "a small test file"};
+
+TEST(InputFileTest, ReadsARegularFileWhole) {
+  const std::string dir = input_test_dir();
+  const std::string bytes("text\0more\n", 10);
+  ASSERT_TRUE(write_file(dir + "/a.txt", bytes).ok());
+  auto r = read_input_file("--x", dir + "/a.txt", kTestKind);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(*r, bytes);
+  auto f = open_input_file("--x", dir + "/a.txt", kTestKind);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_GE(f->fd(), 0);
+  EXPECT_EQ(f->size(), 10);
+  // Exactly at the cap is still accepted.
+  ASSERT_EQ(::truncate((dir + "/a.txt").c_str(), 1024), 0);
+  EXPECT_TRUE(read_input_file("--x", dir + "/a.txt", kTestKind).ok());
+}
+
+// Each kind of path that is not a regular file: one line naming what reads it, the path and what
+// it is, with a hint; none of them blocks (a FIFO would block a plain open forever: the alarm
+// ends the test binary instead of hanging the suite).
+TEST(InputFileTest, RefusesWhatIsNotARegularFileWithoutBlocking) {
+  const std::string dir = input_test_dir();
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  ASSERT_EQ(::symlink("loop_b", (dir + "/loop_a").c_str()), 0);
+  ASSERT_EQ(::symlink("loop_a", (dir + "/loop_b").c_str()), 0);
+  ASSERT_EQ(::symlink("gone.txt", (dir + "/dangling").c_str()), 0);
+  ::alarm(60);
+  const struct {
+    std::string path;
+    StatusCode code;
+    const char* says;
+  } cases[] = {
+      {dir + "/fifo", StatusCode::kInvalidArgument, "is a FIFO (named pipe), not a regular file"},
+      {"/dev/zero", StatusCode::kInvalidArgument, "is a character device, not a regular file"},
+      {dir, StatusCode::kInvalidArgument, "is a directory, not a regular file"},
+      {dir + "/loop_a", StatusCode::kInvalidArgument, "is a symbolic link loop"},
+      {dir + "/dangling", StatusCode::kNotFound, "is a symbolic link to 'gone.txt'"},
+      {dir + "/nope.txt", StatusCode::kNotFound, "does not exist"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.path);
+    for (const Status& s : {read_input_file("--x", c.path, kTestKind).status(),
+                            open_input_file("--x", c.path, kTestKind).status(),
+                            check_input_file("--x", c.path, kTestKind)}) {
+      EXPECT_EQ(s.code(), c.code) << s.message();
+      EXPECT_THAT(s.message(), HasSubstr("--x '" + c.path + "'"));
+      EXPECT_THAT(s.message(), HasSubstr(c.says));
+      EXPECT_THAT(s.message(), HasSubstr("hint: "));
+      EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+    }
+  }
+  ::alarm(0);
+}
+
+TEST(InputFileTest, RefusesAFileOverItsKindsCapBeforeReadingIt) {
+  const std::string dir = input_test_dir();
+  const std::string big = dir + "/big.json";
+  ASSERT_TRUE(write_file(big, "").ok());
+  ASSERT_EQ(::truncate(big.c_str(), 1025), 0);  // sparse: costs no disk
+  for (const Status& s : {read_input_file("--costs", big, kTestKind).status(),
+                          open_input_file("--costs", big, kTestKind).status(),
+                          check_input_file("--costs", big, kTestKind)}) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("--costs '" + big +
+                                       "' is 1.0 KiB (1025 bytes), more than "
+                                       "the 1.0 KiB a test file may be; hint: "));
+    EXPECT_THAT(s.message(), HasSubstr("a small test file"));
+  }
+  // A real cap: 300 MiB of sparse schedule is refused without reading (or allocating) it.
+  ASSERT_EQ(::truncate(big.c_str(), int64_t{300} << 20), 0);
+  auto r = read_input_file("schedule file", big, input_kind::kSchedule);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("(314572800 bytes), more than the 256.0 MiB"));
+}
+
+TEST(InputFileTest, AFileWhoseSizeSaysNothingIsReadUpToTheCap) {
+  // /proc files say 0 bytes and still hold text: read to their end, bounded by the cap.
+  auto r = read_input_file("status", "/proc/self/status", input_kind::kConfig);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_THAT(*r, HasSubstr("VmSize"));
+  auto small =
+      read_input_file("status", "/proc/self/status", InputKind{"status file", 16, "a short one"});
+  ASSERT_FALSE(small.ok());
+  EXPECT_THAT(small.status().message(), HasSubstr("grew past the 16 B a status file may be"));
+}
+
+TEST(InputFileTest, UnreadableFileSaysTheOsReason) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads files whatever their mode";
+  const std::string dir = input_test_dir();
+  ASSERT_TRUE(write_file(dir + "/secret.txt", "x").ok());
+  ASSERT_EQ(::chmod((dir + "/secret.txt").c_str(), 0), 0);
+  auto r = read_input_file("--x", dir + "/secret.txt", kTestKind);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIOError);
+  EXPECT_THAT(r.status().message(), HasSubstr("cannot be opened: Permission denied; hint:"));
 }
 
 TEST(CheckedProductTest, RefusesOverflowAndNegatives) {

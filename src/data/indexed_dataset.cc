@@ -169,34 +169,19 @@ std::string indexed_bin_path(std::string_view prefix) { return std::string(prefi
 class IndexedDataset::Mapping {
  public:
   static Result<std::unique_ptr<Mapping>> open(std::string_view what, const std::string& path) {
-    TP_RETURN_IF_ERROR(check_input_file(what, path));
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int err = errno;
-      return Status::io_error(
-          fmt::format("{} '{}' cannot be opened: {}; hint: check its permissions", what,
-                      printable(path, 200), std::strerror(err)));
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return Status::io_error(fmt::format("{} '{}': cannot stat it: {}", what, printable(path, 200),
-                                          std::strerror(err)));
-    }
+    // The descriptor the check opened is the one mapped (no second open a FIFO could take).
+    TP_ASSIGN_OR_RETURN(const InputFile f, open_input_file(what, path, input_kind::kData));
     std::unique_ptr<Mapping> m(new Mapping());
-    m->size_ = static_cast<size_t>(st.st_size);
+    m->size_ = static_cast<size_t>(f.size());
     if (m->size_ > 0) {
-      void* addr = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      void* addr = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, f.fd(), 0);
       if (addr == MAP_FAILED) {
         const int err = errno;
-        ::close(fd);
         return Status::io_error(fmt::format("{} '{}': cannot map its {} bytes: {}", what,
                                             printable(path, 200), m->size_, std::strerror(err)));
       }
       m->addr_ = addr;
     }
-    ::close(fd);
     return m;
   }
   ~Mapping() {

@@ -332,6 +332,7 @@ class LoaderImpl final : public DataLoader {
   }
 
   Status read_text(ItemQueue& q, const Source& src, int64_t position) {
+    TP_RETURN_IF_ERROR(check_input_file("text file", src.path));
     std::ifstream in(src.path, std::ios::binary);
     if (!in) return Status::not_found(fmt::format("cannot open text file '{}'", src.path));
     in.seekg(src.begin);

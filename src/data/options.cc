@@ -235,64 +235,12 @@ Result<DataPosition> DataPosition::from_json(std::string_view json) {
     TP_ASSIGN_OR_RETURN(p.split, parse_split(j.at("split").get<std::string>()));
     p.num_sources = json_int<int64_t>(j.at("num_sources"));
   } catch (const nlohmann::json::exception& e) {
-    return Status::corruption(fmt::format("data position: {}", e.what()));
+    return Status::corruption(fmt::format("data position: {}", json_error_text(e)));
   }
   if (p.epoch < 0 || p.samples_in_epoch < 0 || p.token_offset < 0 || p.batches < 0) {
     return Status::corruption("data position has a negative counter");
   }
   return p;
-}
-
-Status check_input_file(std::string_view what, const std::string& path) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  const std::string shown = printable(path, 200);
-  const char* kind = nullptr;
-  switch (st.type()) {
-    case fs::file_type::regular:
-      break;
-    case fs::file_type::not_found:
-      return Status::not_found(
-          fmt::format("{} '{}' does not exist; hint: check the path (relative paths start at {})",
-                      what, shown, printable(fs::current_path(ec).string(), 200)));
-    case fs::file_type::directory:
-      kind = "a directory";
-      break;
-    case fs::file_type::character:
-      kind = "a character device";
-      break;
-    case fs::file_type::block:
-      kind = "a block device";
-      break;
-    case fs::file_type::fifo:
-      kind = "a FIFO (named pipe)";
-      break;
-    case fs::file_type::socket:
-      kind = "a socket";
-      break;
-    default:
-      if (ec) {
-        return Status::io_error(
-            fmt::format("{} '{}': cannot stat it: {}; hint: check the path and its permissions",
-                        what, shown, ec.message()));
-      }
-      kind = "not a regular file";
-      break;
-  }
-  if (kind != nullptr) {
-    return Status::invalid_argument(fmt::format(
-        "{} '{}' is {}, not a regular file; hint: pass a regular file (its size must be known "
-        "and it must end), e.g. a text file or a .tar shard",
-        what, shown, kind));
-  }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int err = errno;
-    return Status::io_error(fmt::format("{} '{}' cannot be opened: {}; hint: check its permissions",
-                                        what, shown, std::strerror(err)));
-  }
-  std::fclose(f);
-  return OkStatus();
 }
 
 bool is_shard_path(std::string_view path) {
@@ -357,18 +305,23 @@ Result<std::vector<std::string>> expand_data_path(const std::string& path) {
                                            path, missing, files.size(), first_missing));
     }
   } else if (fs::is_directory(path, ec)) {
-    for (const auto& e : fs::directory_iterator(path, ec)) {
-      std::string p = e.path().string();
-      if (e.is_regular_file() && is_shard_path(p)) files.push_back(p);
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+      std::string p = it->path().string();
+      std::error_code kind;
+      if (it->is_regular_file(kind) && is_shard_path(p)) files.push_back(p);
     }
-    if (ec) return Status::io_error(fmt::format("cannot list '{}': {}", path, ec.message()));
+    if (ec) {
+      return Status::io_error(
+          fmt::format("data directory '{}': cannot list it: {}; hint: check its permissions",
+                      printable(path, 200), ec.message()));
+    }
     if (files.empty()) {
       return Status::not_found(fmt::format(
           "data directory '{}' holds no *.tar shards; hint: 'tightpipe data shard --input FILE "
           "--out {}'",
           path, path));
     }
-  } else if (fs::exists(path, ec)) {
+  } else if (fs::exists(fs::symlink_status(path, ec))) {  // a dangling or looping link too
     TP_RETURN_IF_ERROR(check_input_file("data path", path));
     files.push_back(path);
   } else {

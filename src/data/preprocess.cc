@@ -18,6 +18,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
+#include "tightpipe/json_int.h"
 
 namespace tightpipe {
 
@@ -50,8 +51,9 @@ struct Block {
 class RecordReader {
  public:
   static Result<RecordReader> open(const std::string& path, bool json_lines) {
-    TP_RETURN_IF_ERROR(check_input_file("--input", path));
-    std::FILE* f = std::fopen(path.c_str(), "rb");
+    TP_ASSIGN_OR_RETURN(InputFile in, open_input_file("--input", path, input_kind::kData));
+    std::FILE* f = ::fdopen(in.fd(), "rb");  // the checked descriptor, not the path again
+    if (f != nullptr) in.release();
     if (f == nullptr) {
       const int err = errno;
       return Status::io_error(fmt::format("--input '{}' cannot be opened: {}", printable(path, 200),
@@ -200,8 +202,9 @@ class Encoder {
                       where(), what.substr(column, colon - column),
                       printable(what.substr(colon + 2), 160), printable(line)));
     } catch (const nlohmann::json::exception& e) {
-      return Status::corruption(fmt::format("{}: not JSON: {}; line: {}", where(),
-                                            printable(e.what(), 160), printable(line)));
+      return Status::corruption(fmt::format(
+          "{}: not JSON: {}; line: {}; hint: one JSON object per line, e.g. {{\"text\": \"...\"}}",
+          where(), json_error_text(e), printable(line)));
     }
     if (!j.is_object()) {
       return Status::invalid_argument(fmt::format(

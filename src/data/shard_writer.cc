@@ -102,10 +102,16 @@ Result<std::vector<std::string>> list_inputs(const std::vector<std::string>& inp
     std::error_code ec;
     if (fs::is_directory(in, ec)) {
       std::vector<std::string> found;
-      for (const auto& e : fs::recursive_directory_iterator(in, ec)) {
-        if (e.is_regular_file()) found.push_back(e.path().string());
+      for (fs::recursive_directory_iterator it(in, ec), end; !ec && it != end; it.increment(ec)) {
+        std::error_code kind;
+        if (it->is_regular_file(kind)) found.push_back(it->path().string());
       }
-      if (ec) return Status::io_error(fmt::format("cannot list '{}': {}", in, ec.message()));
+      if (ec) {
+        return Status::io_error(
+            fmt::format("--input directory '{}': cannot list it: {}; hint: "
+                        "check its permissions",
+                        printable(in, 200), ec.message()));
+      }
       std::sort(found.begin(), found.end());
       if (found.empty()) {
         return Status::not_found(fmt::format(
@@ -176,6 +182,7 @@ Result<ShardWriteSummary> write_shards(const ShardWriterOptions& options) {
   };
 
   for (const std::string& file : files) {
+    TP_RETURN_IF_ERROR(check_input_file("--input", file));
     std::ifstream in(file, std::ios::binary);
     if (!in) {
       return Status::io_error(

@@ -12,6 +12,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
+#include "tightpipe/input_file.h"
 
 namespace tightpipe::data_internal {
 
@@ -31,9 +32,9 @@ std::optional<std::pair<std::string, std::string>> split_key(std::string_view en
 }
 
 Result<std::unique_ptr<TarSampleReader>> TarSampleReader::open(const std::string& path) {
-  std::error_code ec;
-  auto size = fs::file_size(path, ec);
-  if (ec) return Status::not_found(fmt::format("cannot stat: {}", ec.message()));
+  // A FIFO or a device would block or never end inside libarchive: the one input check first.
+  TP_ASSIGN_OR_RETURN(const InputFile checked, open_input_file("shard", path, input_kind::kData));
+  const int64_t size = checked.size();
   if (size == 0) {
     return Status::corruption(
         "empty file (0 bytes), not a tar archive; hint: remove it or "

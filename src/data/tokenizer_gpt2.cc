@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "tightpipe/base.h"
+#include "tightpipe/input_file.h"
 #include "tokenizers.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -350,12 +351,8 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
   for (int b = 0; b < 256; ++b) to_byte[to_code_point[b]] = static_cast<uint8_t>(b);
 
   // vocab.json: {"token": id, ...}, ids 0..n-1 each once.
-  auto vocab_text = read_file(vocab_file);
-  if (!vocab_text.ok()) {
-    return Status(vocab_text.status().code(),
-                  fmt::format("--vocab-file {}: {}; hint: GPT-2's vocab.json",
-                              printable(vocab_file, 200), vocab_text.status().message()));
-  }
+  auto vocab_text = read_input_file("--vocab-file", vocab_file, input_kind::kTokenizer);
+  if (!vocab_text.ok()) return vocab_text.status();
   nlohmann::json vocab = nlohmann::json::parse(*vocab_text, nullptr, /*allow_exceptions=*/false);
   if (vocab.is_discarded() || !vocab.is_object() || vocab.empty()) {
     return Status::invalid_argument(fmt::format(
@@ -390,12 +387,8 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
   }
 
   // merges.txt: "#version..." then one "a b" per line, rank = line order.
-  auto merge_text = read_file(merge_file);
-  if (!merge_text.ok()) {
-    return Status(merge_text.status().code(),
-                  fmt::format("--merge-file {}: {}; hint: GPT-2's merges.txt",
-                              printable(merge_file, 200), merge_text.status().message()));
-  }
+  auto merge_text = read_input_file("--merge-file", merge_file, input_kind::kTokenizer);
+  if (!merge_text.ok()) return merge_text.status();
   std::vector<std::string> lines = split(*merge_text, '\n');
   std::unique_ptr<Gpt2BpeTokenizer> t(new Gpt2BpeTokenizer(lines.size(), long_word_bytes));
   uint32_t rank = 0;

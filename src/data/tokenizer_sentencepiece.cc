@@ -4,6 +4,7 @@
 #include <sentencepiece_processor.h>
 
 #include "tightpipe/base.h"
+#include "tightpipe/input_file.h"
 #include "tokenizers.h"
 
 namespace tightpipe {
@@ -38,13 +39,18 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
 
   static Result<std::unique_ptr<Tokenizer>> load(const std::string& model_file) {
+    // Read through the one input check (a FIFO, a directory or /dev/zero is refused in our
+    // words), then parsed from memory: the library never opens the path itself.
+    TP_ASSIGN_OR_RETURN(const std::string bytes,
+                        read_input_file("--tokenizer-model", model_file, input_kind::kTokenizer));
     std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
-    auto status = t->processor_.Load(model_file);
+    auto status = t->processor_.LoadFromSerializedProto(bytes);
     if (!status.ok()) {
       return Status::invalid_argument(
-          fmt::format("--tokenizer-model {}: {}; hint: a SentencePiece .model file (what "
+          fmt::format("--tokenizer-model {}: its {} bytes are not a SentencePiece model "
+                      "(SentencePiece says: {}); hint: a SentencePiece .model file (what "
                       "spm_train writes)",
-                      printable(model_file, 200), printable(status.ToString(), 200)));
+                      printable(model_file, 200), bytes.size(), printable(status.message(), 120)));
     }
     return std::unique_ptr<Tokenizer>(std::move(t));
   }

@@ -12,6 +12,7 @@
 #include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
 #include "tightpipe/cost_model.h"
+#include "tightpipe/input_file.h"
 #include "tightpipe/kernels_bf16.h"
 #include "tightpipe/timeline_io.h"
 
@@ -145,7 +146,7 @@ Result<int64_t> RankRun::resume() {
   // stage 0 saved its loader.
   if (train_data_) {
     const std::string pos_path = (std::filesystem::path(dir) / nn::kDataPositionFile).string();
-    auto pos_text = read_file(pos_path);
+    auto pos_text = read_input_file("data position", pos_path, input_kind::kConfig);
     if (!pos_text.ok()) {
       return Status(pos_text.status().code(),
                     fmt::format("--load {}: {}; hint: without it the data would restart at the "
@@ -172,8 +173,10 @@ Result<int64_t> RankRun::resume() {
 Status RankRun::check_data_parallel(const std::string& dir) const {
   const std::string path = (std::filesystem::path(dir) / kParallelFile).string();
   int64_t saved = 1;  // checkpoints without the file were written by one pipeline
-  if (std::filesystem::exists(path)) {
-    TP_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
+    TP_ASSIGN_OR_RETURN(std::string text,
+                        read_input_file("parallel layout", path, input_kind::kConfig));
     const auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.contains("data_parallel_size") ||
         !j["data_parallel_size"].is_number_integer()) {

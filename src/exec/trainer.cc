@@ -17,6 +17,7 @@
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/host.h"
+#include "tightpipe/input_file.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/simulator.h"
 #include "tightpipe/transport_mpi.h"
@@ -452,8 +453,11 @@ Result<Schedule> initial_schedule(const TrainOptions& opt, AutoSwitch& as) {
   const int32_t chunks = auto_schedule_chunks(as.target);
   TP_RETURN_IF_ERROR(check_auto_schedule_vpp(opt.schedule, opt.vpp));
   const std::string saved = fmt::format("{}/{}", opt.load_dir, kAutoScheduleFile);
-  if (!opt.load_dir.empty() && std::filesystem::exists(saved)) {
-    TP_ASSIGN_OR_RETURN(std::string text, read_file(saved));
+  std::error_code ec;
+  if (!opt.load_dir.empty() &&
+      std::filesystem::exists(std::filesystem::symlink_status(saved, ec))) {
+    TP_ASSIGN_OR_RETURN(std::string text,
+                        read_input_file("schedule file", saved, input_kind::kSchedule));
     auto s = parse_csv(text, saved);
     if (!s.ok()) {
       return s.status().with_context(

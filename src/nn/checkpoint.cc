@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "tightpipe/base.h"
+#include "tightpipe/input_file.h"
 
 namespace tightpipe::nn {
 namespace fs = std::filesystem;
@@ -347,7 +348,7 @@ Result<CheckpointState> load_stage_checkpoint(const std::string& path, GptStage&
         kOlderHint));
   }
   TP_RETURN_IF_ERROR(check_stage_size(path, *header));
-  auto read = read_file(path);
+  auto read = read_input_file("stage checkpoint", path, input_kind::kData);
   if (!read.ok()) return read.status();
   const std::string& bytes = *read;
   const size_t n = stage.num_params() * sizeof(float);
@@ -403,7 +404,8 @@ Result<Manifest> load_manifest(const std::string& dir) {
                     "can be; {}",
                     path, *size, kMaxManifestBytes, kOlderHint));
   }
-  TP_ASSIGN_OR_RETURN(const std::string text, read_file(path));
+  TP_ASSIGN_OR_RETURN(const std::string text,
+                      read_input_file("manifest", path, input_kind::kManifest));
   Manifest m;
   std::optional<int64_t> num_stages;
   bool has_step = false;
@@ -540,6 +542,12 @@ Status write_tracker(const std::string& root, int64_t step) {
 Result<ResolvedCheckpoint> resolve_checkpoint(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
+    if (ec.value() == ELOOP) {
+      return Status::invalid_argument(fmt::format(
+          "--load '{}' is a symbolic link loop (too many levels of symbolic links); hint: name a "
+          "directory written by --save (or one of its iter_* directories)",
+          path));
+    }
     return Status::not_found(fmt::format(
         "--load '{}' does not exist; hint: name a directory written by --save (or one of its "
         "iter_* directories)",
@@ -580,7 +588,7 @@ Result<ResolvedCheckpoint> resolve_checkpoint(const std::string& path) {
   } else if (*size > 64) {
     r.warnings.push_back(
         fmt::format("tracker '{}' is {} bytes, not a step number", tracker, *size));
-  } else if (auto text = read_file(tracker); !text.ok()) {
+  } else if (auto text = read_input_file("tracker", tracker, input_kind::kConfig); !text.ok()) {
     r.warnings.push_back(text.status().message());
   } else if (auto step = parse_int(trim(*text)); !step.ok() || *step < 0) {
     r.warnings.push_back(

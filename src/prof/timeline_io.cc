@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
+#include "tightpipe/input_file.h"
 #include "tightpipe/json_int.h"
 
 namespace tightpipe {
@@ -57,7 +58,8 @@ Result<TimelineEvent> from_j(const nlohmann::json& j, std::string_view where) {
     e.cpu_wait = j.value("cpu_wait", 0.0);
   } catch (const nlohmann::json::exception& ex) {
     return Status::corruption(
-        fmt::format("{}: bad timeline event: {}", where, printable(ex.what(), 200)));
+        fmt::format("{}: bad timeline event: {}; hint: a timeline tightpipe train wrote", where,
+                    json_error_text(ex)));
   }
   // Times are seconds from the step's start: a negative start or an end before the start would
   // count more busy time than the step has (a bubble over 100%).
@@ -80,14 +82,15 @@ Result<TimelineEvent> event_from_json(std::string_view line, std::string_view wh
   try {
     j = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& ex) {  // parse_error, or out_of_range (1e999)
-    return Status::corruption(fmt::format("{}: not a JSON event (truncated file?): {}", where,
-                                          printable(ex.what(), 200)));
+    return Status::corruption(fmt::format(
+        "{}: not a JSON event: {}; hint: the file may be truncated (a run killed while writing)",
+        where, json_error_text(ex)));
   }
   return from_j(j, where);
 }
 
 Result<RankTimeline> read_rank_timeline(const std::string& path, int32_t rank) {
-  TP_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  TP_ASSIGN_OR_RETURN(std::string text, read_input_file("timeline", path, input_kind::kTimeline));
   RankTimeline tl;
   tl.rank = rank;
   size_t line_no = 0;
@@ -113,7 +116,10 @@ Result<RankTimeline> events_from_json_array(std::string_view text, int32_t rank)
   try {
     arr = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& ex) {  // parse_error, or out_of_range (1e999)
-    return Status::corruption(fmt::format("rank {} timeline: {}", rank, printable(ex.what(), 200)));
+    return Status::corruption(
+        fmt::format("rank {} timeline: {}; hint: a timeline tightpipe train "
+                    "wrote",
+                    rank, json_error_text(ex)));
   }
   for (const auto& j : arr) {
     TP_ASSIGN_OR_RETURN(TimelineEvent e, from_j(j, fmt::format("rank {} timeline", rank)));

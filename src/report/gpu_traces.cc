@@ -1,14 +1,16 @@
 // GPU traces: what the readers share (attribution to steps and ranges), telling inputs apart,
 // reading one trace per rank (gpu_trace.h).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <thread>
 
@@ -16,6 +18,7 @@
 #include "tightpipe/base.h"
 #include "tightpipe/gpu_trace.h"
 #include "tightpipe/host.h"
+#include "tightpipe/input_file.h"
 
 namespace tightpipe {
 
@@ -308,16 +311,24 @@ Result<ReportInput> detect_report_input(const std::string& path) {
                  ec)) {
     return ReportInput::kRunDir;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  auto in = open_input_file("report input", path, input_kind::kGpuTrace);
+  if (!in.ok() && in.status().code() == StatusCode::kNotFound) {
     return Status::not_found(fmt::format(
         "report input '{}' does not exist; hint: give a `tightpipe train --out-dir` directory, "
         "PyTorch profiler traces (.json, .json.gz) or nsys SQLite exports",
         printable(path, 200)));
   }
+  if (!in.ok()) return in.status();
   char head[16] = {};
-  in.read(head, sizeof head);
-  const std::streamsize n = in.gcount();
+  ssize_t n = 0;
+  while ((n = ::read(in->fd(), head, sizeof head)) < 0 && errno == EINTR) {
+  }
+  if (n < 0) {
+    return Status::io_error(
+        fmt::format("report input '{}': cannot read it: {}; hint: check the "
+                    "file",
+                    printable(path, 200), std::strerror(errno)));
+  }
   if (n >= 2 && static_cast<unsigned char>(head[0]) == 0x1f &&
       static_cast<unsigned char>(head[1]) == 0x8b) {
     return ReportInput::kKineto;  // gzip: the reader says if it is not a trace inside
@@ -325,7 +336,7 @@ Result<ReportInput> detect_report_input(const std::string& path) {
   if (n == 16 && std::string_view(head, 16) == std::string_view("SQLite format 3\0", 16)) {
     return ReportInput::kNsys;
   }
-  for (std::streamsize i = 0; i < n; ++i) {
+  for (ssize_t i = 0; i < n; ++i) {
     const char c = head[i];
     if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
     if (c == '{' || c == '[') return ReportInput::kKineto;

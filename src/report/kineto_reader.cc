@@ -2,6 +2,7 @@
 // only what the analysis needs (gpu_trace.h). The document is never held: memory grows with the
 // number of GPU events and launches, not with the file.
 #include <fmt/format.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "report/gpu_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/gpu_trace.h"
+#include "tightpipe/input_file.h"
 
 namespace tightpipe {
 
@@ -627,9 +629,14 @@ Status distributed_rank(const KinetoSax& sax, const std::string& shown, int32_t&
 }  // namespace
 
 Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
-  GzHandle f(gzopen(path.c_str(), "rb"));
+  // A FIFO or /dev/zero would never end: the one input check first, and zlib reads the checked
+  // descriptor (not the path again).
+  TP_ASSIGN_OR_RETURN(InputFile file, open_input_file("trace", path, input_kind::kGpuTrace));
+  const int fd = file.release();
+  GzHandle f(gzdopen(fd, "rb"));
   const std::string shown = printable(path, 200);
   if (!f) {
+    ::close(fd);
     return Status::io_error(fmt::format("trace '{}': cannot open ({}); hint: check the path", shown,
                                         std::strerror(errno)));
   }

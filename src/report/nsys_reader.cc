@@ -25,6 +25,7 @@
 #include "report/gpu_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/gpu_trace.h"
+#include "tightpipe/input_file.h"
 
 namespace tightpipe {
 
@@ -524,6 +525,7 @@ bool is_nsys_table(std::string_view t) {
 }  // namespace
 
 Result<GpuTraceRank> read_nsys_sqlite(const std::string& path) {
+  TP_RETURN_IF_ERROR(check_input_file("nsys export", path, input_kind::kGpuTrace));
   TP_ASSIGN_OR_RETURN(NsysDb db, NsysDb::open(path));
   TP_ASSIGN_OR_RETURN(auto tables, db.tables());
   if (std::none_of(tables.begin(), tables.end(), [](auto& t) { return is_nsys_table(t); })) {

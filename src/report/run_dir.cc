@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "tightpipe/base.h"
+#include "tightpipe/input_file.h"
 #include "tightpipe/json_int.h"
 #include "tightpipe/report.h"
 #include "tightpipe/timeline_io.h"
@@ -19,7 +20,7 @@ namespace fs = std::filesystem;
 // dropped with a warning. Any other bad line makes the whole file unreadable (an error).
 Result<RankTimeline> read_timeline_lenient(const std::string& path, int32_t rank,
                                            std::vector<std::string>& warnings) {
-  TP_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  TP_ASSIGN_OR_RETURN(std::string text, read_input_file("timeline", path, input_kind::kTimeline));
   RankTimeline tl;
   tl.rank = rank;
   const auto lines = split(text, '\n');
@@ -69,10 +70,18 @@ Result<int32_t> max_timeline_rank(const std::string& dir) {
   std::error_code ec;
   std::regex re(R"(timeline_rank(\d+)\.jsonl)");
   int32_t max_rank = -1;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, re)) max_rank = std::max(max_rank, std::stoi(m[1].str()));
+    const std::string name = it->path().filename().string();
+    if (!std::regex_match(name, m, re)) continue;
+    const auto r = parse_int(m[1].str());
+    if (r.ok() && *r < kMaxRanks) max_rank = std::max(max_rank, static_cast<int32_t>(*r));
+  }
+  if (ec) {
+    return Status::io_error(
+        fmt::format("run directory '{}': cannot list it: {}; hint: check its "
+                    "permissions",
+                    printable(dir, 200), ec.message()));
   }
   if (max_rank < 0) {
     return Status::not_found(
@@ -111,22 +120,23 @@ class RunLoader {
 
 void RunLoader::read_summary(int32_t max_rank) {
   const std::string summary_path = dir_ + "/summary.json";
-  if (fs::exists(summary_path)) {
-    auto text = read_file(summary_path);
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(summary_path, ec))) {
+    auto text = read_input_file("summary", summary_path, input_kind::kRunFile);
     nlohmann::json j;
-    bool ok = text.ok();
-    if (ok) {
+    std::string why;
+    if (!text.ok()) {
+      why = text.status().message();
+    } else {
       try {
         j = nlohmann::json::parse(*text);
-        ok = j.is_object();
-      } catch (const nlohmann::json::exception&) {
-        ok = false;
+        if (!j.is_object()) why = fmt::format("{}: not a JSON object", summary_path);
+      } catch (const nlohmann::json::exception& ex) {
+        why = fmt::format("{}: {} (truncated?)", summary_path, json_error_text(ex));
       }
     }
-    if (!ok) {
-      run_.warnings.push_back(fmt::format(
-          "{}: unreadable or not JSON (truncated?); ranks taken from the timeline files",
-          summary_path));
+    if (!why.empty()) {
+      run_.warnings.push_back(fmt::format("{}; ranks taken from the timeline files", why));
     } else {
       read_summary_fields(j, summary_path);
     }
@@ -193,7 +203,7 @@ void RunLoader::read_summary_fields(const nlohmann::json& j, const std::string& 
           j["measured_peak_activation_bytes_per_rank"].get<std::vector<double>>();
   } catch (const nlohmann::json::exception& ex) {
     run_.has_summary = false;
-    run_.warnings.push_back(fmt::format("{}: bad field: {}", path, ex.what()));
+    run_.warnings.push_back(fmt::format("{}: bad field: {}", path, json_error_text(ex)));
   }
 }
 
@@ -204,7 +214,8 @@ void RunLoader::read_rank_timelines() {
   for (int32_t r = 0; r < P; ++r) {
     run_.ranks[r].rank = r;
     const std::string path = fmt::format("{}/timeline_rank{}.jsonl", dir_, r);
-    if (!fs::exists(path)) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(path, ec))) {
       run_.warnings.push_back(fmt::format("rank {} missing: {} does not exist", r, path));
       continue;
     }
@@ -224,9 +235,11 @@ void RunLoader::read_rank_timelines() {
 
 void RunLoader::read_metrics() {
   const std::string metrics_path = dir_ + "/metrics.jsonl";
-  auto text = read_file(metrics_path);
+  auto text = read_input_file("metrics", metrics_path, input_kind::kTimeline);
   if (!text.ok()) {
-    run_.warnings.push_back(fmt::format("{} is missing: no loss curve", metrics_path));
+    run_.warnings.push_back(text.status().code() == StatusCode::kNotFound
+                                ? fmt::format("{} is missing: no loss curve", metrics_path)
+                                : fmt::format("{}; no loss curve", text.status().message()));
     return;
   }
   size_t line_no = 0;
@@ -249,10 +262,12 @@ void RunLoader::read_metrics() {
 
 void RunLoader::read_costs() {
   const std::string costs_path = dir_ + "/costs.json";
-  auto text = read_file(costs_path);
+  auto text = read_input_file("costs", costs_path, input_kind::kCostTable);
   if (!text.ok()) {
     run_.warnings.push_back(
-        fmt::format("{} is missing: costs are taken from the timelines", costs_path));
+        text.status().code() == StatusCode::kNotFound
+            ? fmt::format("{} is missing: costs are taken from the timelines", costs_path)
+            : fmt::format("{}; costs are taken from the timelines", text.status().message()));
     return;
   }
   auto cm = parse_cost_table(*text, costs_path);
@@ -267,9 +282,11 @@ void RunLoader::read_costs() {
 // The lowered schedule that ran; its chunks and microbatches override summary.json's.
 void RunLoader::read_schedule() {
   const std::string sched_path = dir_ + "/schedule.csv";
-  auto text = read_file(sched_path);
+  auto text = read_input_file("schedule file", sched_path, input_kind::kSchedule);
   if (!text.ok()) {
-    run_.warnings.push_back(fmt::format("{} is missing: no prediction", sched_path));
+    run_.warnings.push_back(text.status().code() == StatusCode::kNotFound
+                                ? fmt::format("{} is missing: no prediction", sched_path)
+                                : fmt::format("{}; no prediction", text.status().message()));
     return;
   }
   auto s = parse_csv(*text, sched_path);

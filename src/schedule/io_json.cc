@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
+#include "tightpipe/json_int.h"
 #include "tightpipe/schedule.h"
 
 namespace tightpipe {
@@ -63,8 +64,8 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
-    return Status::invalid_argument(fmt::format("{}: not valid JSON: {}; {}", source,
-                                                printable(e.what(), 200), kWrittenByUsHint));
+    return Status::invalid_argument(
+        fmt::format("{}: {}; {}", source, json_error_text(e), kWrittenByUsHint));
   }
   Schedule sch;
   try {
@@ -112,7 +113,7 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
   } catch (const nlohmann::json::exception& e) {
     return Status::invalid_argument(fmt::format(
         "{}: {}; hint: expected keys ranks, stages, microbatches, stage_to_rank, programs", source,
-        printable(e.what(), 200)));
+        json_error_text(e)));
   }
   sch.lowered = sch.has_comm_actions();
   TP_RETURN_IF_ERROR(validate(sch).with_context(source));

@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "generator_util.h"
+#include "tightpipe/input_file.h"
 
 namespace tightpipe {
 namespace detail {
@@ -95,7 +96,8 @@ Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions
 }
 
 Result<Schedule> load_schedule_file(const std::string& path) {
-  TP_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  TP_ASSIGN_OR_RETURN(std::string text,
+                      read_input_file("schedule file", path, input_kind::kSchedule));
   return path.ends_with(".json") ? parse_json(text, path) : parse_csv(text, path);
 }
 

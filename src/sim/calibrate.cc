@@ -83,7 +83,7 @@ Result<CostSamples> CostSamples::from_json(std::string_view text) {
       else return Status::corruption(fmt::format("cost samples: unknown record '{}'", kind));
     }
   } catch (const nlohmann::json::exception& ex) {
-    return Status::corruption(fmt::format("cost samples: {}", ex.what()));
+    return Status::corruption(fmt::format("cost samples: {}", json_error_text(ex)));
   }
   return s;
 }

@@ -7,6 +7,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/cost_model.h"
+#include "tightpipe/json_int.h"
 
 namespace tightpipe {
 namespace {
@@ -37,9 +38,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999
-    return bad(source, fmt::format("not valid JSON: {}; hint: see docs/cost_model.md for the "
-                                   "format",
-                                   printable(e.what(), 200)));
+    return bad(source,
+               fmt::format("{}; hint: see docs/cost_model.md for the format", json_error_text(e)));
   }
   if (!j.is_object()) {
     return bad(source, "the top level must be an object with a \"stages\" array; hint: see "

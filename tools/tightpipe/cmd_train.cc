@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
+#include "tightpipe/input_file.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/model.h"
 #include "tightpipe/optimizer.h"
@@ -92,8 +93,12 @@ Result<std::unique_ptr<Tokenizer>> sample_tokenizer(const TokenizerFlags& flags,
     return make_tokenizer(options);
   }
   const std::string path = (std::filesystem::path(dir) / nn::kTokenizerFile).string();
-  if (!std::filesystem::exists(path)) return make_tokenizer(TokenizerOptions{});
-  TP_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
+    return make_tokenizer(TokenizerOptions{});
+  }
+  TP_ASSIGN_OR_RETURN(std::string text,
+                      read_input_file("tokenizer record", path, input_kind::kConfig));
   TP_ASSIGN_OR_RETURN(TokenizerOptions options, TokenizerOptions::from_json(text, path));
   auto tokenizer = make_tokenizer(options);
   if (!tokenizer.ok()) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <new>
 #include <string_view>
 
@@ -45,6 +46,13 @@ int run(int argc, char** argv) {
                  "tightpipe %s: error: out of memory; hint: a smaller model, --num-microbatches "
                  "or --micro-batch-size, or a machine with more memory\n",
                  argv[1]);
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the OS refused where no command checked first: name the path and the OS reason.
+    std::fprintf(
+        stderr,
+        "tightpipe %s: error: '%.200s': %.200s; hint: check the path, its kind (a file or a "
+        "directory) and its permissions\n",
+        argv[1], e.path1().c_str(), e.code().message().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr,
                  "tightpipe %s: error: internal error: %.200s; hint: this is a bug, please report "

@@ -4,6 +4,7 @@
 
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/input_file.h"
 #include "tightpipe/model.h"
 
 namespace tightpipe::cli {
@@ -194,13 +195,9 @@ Result<CostChoice> costs_from_flags(const CostFlags& f, const Schedule& schedule
                     printable(f.layout)));
   }
   if (!f.costs.empty()) {
-    auto text = read_file(f.costs);
-    if (!text.ok()) {
-      return Status::invalid_argument(fmt::format(
-          "--costs {}: {}; hint: give the path of a JSON cost table (docs/cost_model.md)", f.costs,
-          text.status().message()));
-    }
-    TP_ASSIGN_OR_RETURN(CostModel m, parse_cost_table(*text, "--costs " + f.costs));
+    TP_ASSIGN_OR_RETURN(std::string text,
+                        read_input_file("--costs", f.costs, input_kind::kCostTable));
+    TP_ASSIGN_OR_RETURN(CostModel m, parse_cost_table(text, "--costs " + f.costs));
     TP_RETURN_IF_ERROR(m.covers(schedule));
     return CostChoice{std::move(m), ""};
   }
