@@ -541,8 +541,8 @@ Status IndexedDatasetWriter::finish() {
   std::FILE* f = std::fopen(idx_tmp_.c_str(), "wb");
   if (f == nullptr) {
     const int err = errno;
-    return Status::io_error(fmt::format("cannot create '{}': {}", printable(idx_tmp_, 200),
-                                        std::strerror(err)));
+    return Status::io_error(
+        fmt::format("cannot create '{}': {}", printable(idx_tmp_, 200), std::strerror(err)));
   }
   const bool written = std::fwrite(idx.data(), 1, idx.size(), f) == idx.size();
   const int write_err = errno;

@@ -3,14 +3,13 @@
 #include "tightpipe/preprocess.h"
 
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <csignal>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -161,8 +160,7 @@ class RecordReader {
       return Status::invalid_argument(fmt::format(
           "--input '{}' line {}: a line of more than {} (one JSON document); hint: split the "
           "document into several lines or sentences",
-          printable(path_, 200), line,
-          human_bytes(static_cast<double>(kMaxRecordBytes))));
+          printable(path_, 200), line, human_bytes(static_cast<double>(kMaxRecordBytes))));
     }
     const int64_t document =
         documents_ + static_cast<int64_t>(split_paragraphs(buf_.substr(0, kBlockBytes)).size()) - 1;
@@ -223,7 +221,8 @@ class TempFilesOnSignal {
     count_ = count;
     for (size_t k = 0; k < kSignals.size(); ++k) {
       struct sigaction now {};
-      installed_[k] = sigaction(kSignals[k], nullptr, &old_[k]) == 0 && old_[k].sa_handler == SIG_DFL;
+      installed_[k] =
+          sigaction(kSignals[k], nullptr, &old_[k]) == 0 && old_[k].sa_handler == SIG_DFL;
       if (!installed_[k]) continue;
       now.sa_handler = &TempFilesOnSignal::on_signal;
       sigemptyset(&now.sa_mask);
@@ -369,8 +368,7 @@ class Encoder {
     return OkStatus();
   }
 
-  Status add_sentence(std::string_view text, EncodedDocument& doc, const Block& b,
-                      size_t r) const {
+  Status add_sentence(std::string_view text, EncodedDocument& doc, const Block& b, size_t r) const {
     if (text.size() > tokenizer_.max_text_bytes()) {
       return Status::invalid_argument(fmt::format(
           "{}: a text of {}, over {}'s {} at a time; hint: split the document (sentences as a "

@@ -349,8 +349,10 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     }
   }
 
-  // The same merges for long words, in place, in O(n log n) time and 4 bytes per byte of the word
-  // beyond `w` itself (the sorts, and the pair lists with their stale entries; see LongWordState).
+  // The same merges for long words, in place, in O(n log n) time (the sorts; the rest is linear)
+  // and, beyond `w`'s 4 bytes a byte, 4 bytes a listed pair: the pass's list and the lists it
+  // fills, stale entries included (listed afresh when they outnumber half the symbols), about 8
+  // bytes a byte at most.
   //
   // A symbol is a run of the word's bytes [p, p + length): `w[p]` is its id at its first byte
   // (>= 0), and every other byte of it holds -(p + 1), so the next symbol starts at p + length

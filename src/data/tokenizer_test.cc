@@ -7,11 +7,13 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "data/test_util.h"
 #include "data/tokenizers.h"
 #include "tightpipe/base.h"
+#include "tightpipe/preprocess.h"
 
 namespace tightpipe {
 namespace {
@@ -135,8 +137,8 @@ TEST(Gpt2Bpe, LongWordMergeMatchesThePassesOnHardWords) {
   auto fast = make_gpt2_bpe_tokenizer(vocab, merges, /*long_word_bytes=*/1);
   auto passes = make_gpt2_bpe_tokenizer(vocab, merges, /*long_word_bytes=*/SIZE_MAX);
   ASSERT_TRUE(fast.ok() && passes.ok());
-  const std::vector<std::string> letters = {"a", "b", "x", "e", "r", "\xc3\xa9", "\xe6\xbc\xa2",
-                                            "\xd0\xb6", "t", "h", "s"};
+  const std::vector<std::string> letters = {
+      "a", "b", "x", "e", "r", "\xc3\xa9", "\xe6\xbc\xa2", "\xd0\xb6", "t", "h", "s"};
   Rng rng(27);
   for (int k = 0; k < 400; ++k) {
     const size_t alphabet = 1 + rng.below(k % 2 == 0 ? 2 : 4);
@@ -181,7 +183,10 @@ TEST(Gpt2Bpe, HugeWordsMatchThePasses) {
   EXPECT_EQ(gpt2().encode(xs + "xxx").size(), ids.size() + 1);  // "xxx" is a token
 
   std::string pattern;
-  while (pattern.size() < (1 << 19)) pattern += "\xc3\xa9t\xe6\xbc\xa2" "e\xc3\xa9";
+  while (pattern.size() < (1 << 19))
+    pattern +=
+        "\xc3\xa9t\xe6\xbc\xa2"
+        "e\xc3\xa9";
   const std::vector<int32_t> pattern_ids = gpt2().encode(pattern);
   EXPECT_EQ(pattern_ids, (*passes)->encode(pattern));
   EXPECT_EQ(*gpt2().decode(pattern_ids), pattern);
@@ -463,6 +468,38 @@ TEST(SentencePiece, TrainedModelRoundTrips) {
   auto bad = (*t)->decode(std::vector<int32_t>{5, 500});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("token id 500 at position 1"), std::string::npos);
+}
+
+// libsentencepiece encodes a text whole at 100+ bytes a byte: preprocess refuses a text over
+// max_text_bytes() naming its line, before encoding it (it took minutes and gigabytes).
+TEST(SentencePiece, PreprocessRefusesAnOverlongText) {
+  ScratchDir dir;
+  ASSERT_TRUE(write_file(dir.file("corpus.txt"), corpus().substr(0, 200000)).ok());
+  auto status = sentencepiece::SentencePieceTrainer::Train(
+      "--input=" + dir.file("corpus.txt") + " --model_prefix=" + dir.file("m") +
+      " --vocab_size=200 --model_type=unigram --minloglevel=2 --num_threads=2");
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  PreprocessOptions o;
+  o.tokenizer.type = TokenizerType::kSentencePiece;
+  o.tokenizer.tokenizer_model = dir.file("m.model");
+  auto t = make_tokenizer(o.tokenizer);
+  ASSERT_TRUE(t.ok());
+  const size_t limit = (*t)->max_text_bytes();
+  EXPECT_LE(limit, size_t{64} << 20);
+  o.input = dir.file("in.jsonl");
+  o.output_prefix = dir.file("out");
+  ASSERT_TRUE(write_file(o.input, "{\"text\": \"short\"}\n{\"text\": \"" +
+                                      std::string(limit + 1, 'a') + "\"}\n")
+                  .ok());
+  auto r = preprocess(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  for (const std::string& needle :
+       {std::string("in.jsonl' line 2"), std::string("SentencePieceTokenizer"),
+        std::string("hint: split the document")}) {
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out_text_document.bin.tmp")));
 }
 
 TEST(SentencePiece, MissingOrBadModel) {

@@ -54,10 +54,10 @@ TEST(CliPreprocessTest, RefusalsAreOneLine) {
       2, "--append-eod: --tokenizer-type ByteTokenizer has no end-of-document token");
   expect_one_line(run_command(base + "--input " + dir + "/in.txt --tokenizer-type Bytes"), 2,
                   "--tokenizer-type Bytes: unknown");
-  expect_one_line(run_command(kTp + " data preprocess --input " + dir +
-                              "/in.txt --tokenizer-type ByteTokenizer --output-prefix " + dir +
-                              "/no/such/out"),
-                  1, "--output-prefix: cannot create");
+  expect_one_line(
+      run_command(kTp + " data preprocess --input " + dir +
+                  "/in.txt --tokenizer-type ByteTokenizer --output-prefix " + dir + "/no/such/out"),
+      1, "--output-prefix: cannot create");
   EXPECT_FALSE(std::filesystem::exists(dir + "/out_text_document.bin"));
 }
 
@@ -74,11 +74,11 @@ const std::string kGpt2Flags = " --tokenizer-type GPT2BPETokenizer --vocab-file 
                                std::string(TP_SHARED_DIR) + "/data/gpt2/vocab.json --merge-file " +
                                std::string(TP_SHARED_DIR) + "/data/gpt2/merges.txt";
 
-// One word of 40 MiB (no space: one pre-token) under a 1 GiB address-space limit: it took about
+// One word of 32 MiB (no space: one pre-token) under a 1 GiB address-space limit: it took about
 // 50 bytes a byte and died of std::bad_alloc, leaving a 0-byte .bin.tmp.
 TEST(CliPreprocessTest, OneHugeWordFitsInBoundedMemory) {
   const std::string dir = testutil::make_temp_dir("tp-preprocess-word");
-  constexpr size_t kBytes = size_t{40} << 20;
+  constexpr size_t kBytes = size_t{32} << 20;
   ASSERT_TRUE(write_file(dir + "/in.txt", std::string(kBytes, 'x')).ok());
   auto r = run_command("ulimit -v 1048576 && " + kTp + " data preprocess --input " + dir +
                        "/in.txt --output-prefix " + dir + "/out" + kGpt2Flags + " --workers 1");
@@ -113,9 +113,10 @@ TEST(CliPreprocessTest, InterruptedOrFailedRunLeavesNoTempFile) {
   for (int i = 0; i < 20000; ++i) lines += "{\"text\": \"line " + std::to_string(i) + "\"}\n";
   lines += "{\"text\": 7}\n";
   ASSERT_TRUE(write_file(dir + "/in.jsonl", lines).ok());
-  expect_one_line(run_command(kTp + " data preprocess --input " + dir + "/in.jsonl --output-prefix " +
-                              dir + "/out --tokenizer-type ByteTokenizer --workers 2"),
-                  2, "line 20001: key 'text' is a JSON number");
+  expect_one_line(
+      run_command(kTp + " data preprocess --input " + dir + "/in.jsonl --output-prefix " + dir +
+                  "/out --tokenizer-type ByteTokenizer --workers 2 --log-interval 100000"),
+      2, "line 20001: key 'text' is a JSON number");
   EXPECT_TRUE(temp_files(dir).empty());
   EXPECT_FALSE(std::filesystem::exists(dir + "/out_text_document.bin"));
 }
