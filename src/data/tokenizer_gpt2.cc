@@ -396,7 +396,10 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     std::vector<uint32_t> batch;
     while (s.any()) {
       // Stale entries more than half the pairs: list the pairs afresh (amortised O(1) a merge).
-      if (s.entries() > symbols + symbols / 2 + 4096) list_all_pairs();
+      if (s.entries() > symbols + symbols / 2 + 4096) {
+        list_all_pairs();
+        if (!s.any()) break;
+      }
       const uint32_t rank = s.take_lowest(&batch);
       if (!std::is_sorted(batch.begin(), batch.end())) std::sort(batch.begin(), batch.end());
       // The last merged symbol, whose pair with its right neighbour is listed only once that
