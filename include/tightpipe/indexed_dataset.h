@@ -163,13 +163,14 @@ class IndexedDatasetWriter {
  private:
   IndexedDatasetWriter(std::string prefix, IndexedDtype dtype);
   Status write_bin(const void* data, size_t bytes);
+  Status write_tokens(std::span<const int32_t> tokens, size_t width);  // at `width` bytes each
 
   std::string prefix_, bin_tmp_, idx_tmp_;
   IndexedDtype dtype_;
   std::FILE* bin_ = nullptr;
   std::vector<int32_t> sequence_lengths_;
   std::vector<int64_t> document_indices_{0};
-  std::vector<uint8_t> buffer_;  // the document being encoded
+  std::vector<uint8_t> buffer_;  // the slice of a document being written
   int64_t num_tokens_ = 0;
   bool finished_ = false;
 };

@@ -7,6 +7,7 @@
 // tokenizer from several workers). docs/data_format.md: files and ids.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -55,6 +56,11 @@ class Tokenizer {
   // The end-of-document id (GPT-2: 50256 "<|endoftext|>"; SentencePiece: its eos id; byte: -1
   // none).
   virtual int32_t eod() const = 0;
+  // The longest text encode() takes at once, in bytes (SentencePiece: its lattice costs many
+  // times the text; GPT-2 BPE and bytes: no limit below 2 GiB, each word costs O(n log n) time and
+  // a few times its size). Callers refuse longer texts with an error that names them.
+  virtual size_t max_text_bytes() const { return kMaxEncodeBytes; }
+  static constexpr size_t kMaxEncodeBytes = (size_t{1} << 31) - 1;
 };
 
 // Builds a tokenizer from its files. Errors name the file and what is wrong with it (missing,

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -444,8 +445,6 @@ Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens,
                     printable(prefix_, 200), doc, sum, tokens.size()));
   }
   const IdRange range = id_range(dtype_);
-  const size_t width = static_cast<size_t>(indexed_dtype_size(dtype_));
-  buffer_.resize(tokens.size() * width);
   for (size_t k = 0; k < tokens.size(); ++k) {
     const int32_t v = tokens[k];
     if (v < range.lo || v > range.hi) {
@@ -454,6 +453,24 @@ Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens,
           "65,500 ids or more needs int32",
           printable(prefix_, 200), doc, k, v, indexed_dtype_name(dtype_), range.lo, range.hi));
     }
+  }
+  // Converted and written a slice at a time: a huge document costs no second copy.
+  constexpr size_t kSliceTokens = size_t{1} << 16;
+  const size_t width = static_cast<size_t>(indexed_dtype_size(dtype_));
+  for (size_t first = 0; first < tokens.size(); first += kSliceTokens) {
+    const size_t count = std::min(kSliceTokens, tokens.size() - first);
+    TP_RETURN_IF_ERROR(write_tokens(tokens.subspan(first, count), width));
+  }
+  for (int64_t len : sequence_lengths) sequence_lengths_.push_back(static_cast<int32_t>(len));
+  document_indices_.push_back(num_sequences());
+  num_tokens_ += sum;
+  return OkStatus();
+}
+
+Status IndexedDatasetWriter::write_tokens(std::span<const int32_t> tokens, size_t width) {
+  buffer_.resize(tokens.size() * width);
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    const int32_t v = tokens[k];
     uint8_t* dst = buffer_.data() + k * width;
     switch (width) {
       case 1:
@@ -468,11 +485,7 @@ Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens,
         std::memcpy(dst, &v, 4);
     }
   }
-  TP_RETURN_IF_ERROR(write_bin(buffer_.data(), buffer_.size()));
-  for (int64_t len : sequence_lengths) sequence_lengths_.push_back(static_cast<int32_t>(len));
-  document_indices_.push_back(num_sequences());
-  num_tokens_ += sum;
-  return OkStatus();
+  return write_bin(buffer_.data(), buffer_.size());
 }
 
 Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
@@ -509,7 +522,21 @@ Status IndexedDatasetWriter::finish() {
     pointer += len * width;
   }
   idx.append(reinterpret_cast<const char*>(document_indices_.data()), 8 * d1);
-  TP_RETURN_IF_ERROR(write_file(idx_tmp_, idx));
+  // Every write and the close checked, naming the file and the OS's reason.
+  std::FILE* f = std::fopen(idx_tmp_.c_str(), "wb");
+  if (f == nullptr) {
+    const int err = errno;
+    return Status::io_error(
+        fmt::format("cannot create '{}': {}", printable(idx_tmp_, 200), std::strerror(err)));
+  }
+  const bool written = std::fwrite(idx.data(), 1, idx.size(), f) == idx.size();
+  const int write_err = errno;
+  const bool idx_closed = std::fclose(f) == 0;
+  if (!written || !idx_closed) {
+    return Status::io_error(fmt::format("writing '{}': {}; hint: is the disk full?",
+                                        printable(idx_tmp_, 200),
+                                        std::strerror(written ? errno : write_err)));
+  }
   for (const auto& [from, to] : {std::pair{bin_tmp_, indexed_bin_path(prefix_)},
                                  std::pair{idx_tmp_, indexed_idx_path(prefix_)}}) {
     std::error_code ec;

@@ -3,15 +3,19 @@
 #include "tightpipe/preprocess.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <utility>
@@ -28,6 +32,9 @@ namespace {
 // workers, large enough that handing blocks over costs nothing next to tokenizing them.
 constexpr size_t kBlockBytes = 64 << 10;
 constexpr size_t kReadChunk = 1 << 20;
+// The longest record (a JSON line or a paragraph): token positions and Megatron's sequence
+// lengths are 32-bit.
+constexpr size_t kMaxRecordBytes = (size_t{1} << 31) - 1;
 
 struct EncodedDocument {
   std::vector<int32_t> tokens;
@@ -38,6 +45,7 @@ struct Block {
   std::string text;                       // the input bytes of its records
   std::vector<std::string_view> records;  // into text: JSON lines or paragraphs
   std::vector<int64_t> lines;             // JSON input: each record's 1-based line number
+  int64_t first_document = 0;             // the 0-based document number of records[0]
   int64_t bytes = 0;                      // input bytes the block covers (separators included)
   std::vector<std::vector<EncodedDocument>> encoded;  // [key][record]
   Status status;
@@ -83,15 +91,25 @@ class RecordReader {
     size_t cut = std::string::npos;
     while ((cut = find_cut(from)) == std::string::npos && !eof_) {
       if (buf_.size() > from) from = buf_.size() - (json_lines_ ? 0 : 2);
+      if (buf_.size() > kMaxRecordBytes + kBlockBytes) return record_too_long();
       TP_RETURN_IF_ERROR(refill());
     }
     auto block = std::make_unique<Block>();
+    block->first_document = documents_;
     const size_t separator = json_lines_ ? 1 : 2;
     if (cut == std::string::npos) {  // the rest of the input
+      if (buf_.size() > kMaxRecordBytes + kBlockBytes) return record_too_long();
       block->text = std::move(buf_);
       buf_.clear();
       block->bytes = static_cast<int64_t>(block->text.size());
       done_ = true;
+    } else if (cut > kBlockBytes) {
+      // A block of one long record: its bytes move rather than being copied.
+      std::string rest = buf_.substr(cut + separator);
+      block->text = std::move(buf_);
+      block->text.resize(cut);
+      buf_ = std::move(rest);
+      block->bytes = static_cast<int64_t>(cut + separator);
     } else {
       block->text = buf_.substr(0, cut);
       block->bytes = static_cast<int64_t>(cut + separator);
@@ -115,6 +133,7 @@ class RecordReader {
     } else {
       block->records = split_paragraphs(block->text);
     }
+    documents_ += static_cast<int64_t>(block->records.size());
     return block;
   }
 
@@ -134,8 +153,34 @@ class RecordReader {
     return std::string::npos;
   }
 
+  // A record over kMaxRecordBytes: the error names its line (JSON) or document number (text).
+  Status record_too_long() const {
+    const size_t record_start = json_lines_ ? buf_.rfind('\n', kBlockBytes) : std::string::npos;
+    if (json_lines_) {
+      const int64_t line =
+          line_ + 1 + std::count(buf_.begin(), buf_.begin() + (record_start + 1), '\n');
+      return Status::invalid_argument(fmt::format(
+          "--input '{}' line {}: a line of more than {} (one JSON document); hint: split the "
+          "document into several lines or sentences",
+          printable(path_, 200), line, human_bytes(static_cast<double>(kMaxRecordBytes))));
+    }
+    const int64_t document =
+        documents_ + static_cast<int64_t>(split_paragraphs(buf_.substr(0, kBlockBytes)).size()) - 1;
+    return Status::invalid_argument(fmt::format(
+        "--input '{}' document {}: a paragraph of more than {} (documents are separated by a "
+        "blank line); hint: split the text with blank lines",
+        printable(path_, 200), document, human_bytes(static_cast<double>(kMaxRecordBytes))));
+  }
+
   Status refill() {
     const size_t old = buf_.size();
+    if (old + kReadChunk > buf_.capacity()) {
+      // Grow by a quarter, not the string's doubling: a long record costs about its size.
+      std::string bigger;
+      bigger.reserve(old + old / 4 + kReadChunk);
+      bigger.append(buf_);
+      buf_ = std::move(bigger);
+    }
     buf_.resize(old + kReadChunk);
     const size_t got = std::fread(buf_.data() + old, 1, kReadChunk, file_);
     buf_.resize(old + got);
@@ -157,6 +202,69 @@ class RecordReader {
   bool eof_ = false;
   bool done_ = false;
   int64_t line_ = 0;
+  int64_t documents_ = 0;  // records handed out in blocks
+};
+
+// Removes the datasets' .tmp files when SIGINT, SIGTERM or SIGHUP ends the process mid-way (on
+// every other way out, an error or an exception, the writers' destructors remove them), then dies
+// of the signal as it would have. Only for signals left at their default action, and only for the
+// first preprocess() of the process at a time (others run without it).
+class TempFilesOnSignal {
+ public:
+  explicit TempFilesOnSignal(const std::vector<std::string>& paths) {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (active_) return;
+    size_t count = 0;
+    for (const std::string& path : paths) {
+      if (path.size() >= kMaxPath || count == kMaxFiles) continue;
+      std::memcpy(paths_[count], path.c_str(), path.size() + 1);
+      ++count;
+    }
+    count_ = count;
+    for (size_t k = 0; k < kSignals.size(); ++k) {
+      struct sigaction now {};
+      installed_[k] =
+          sigaction(kSignals[k], nullptr, &old_[k]) == 0 && old_[k].sa_handler == SIG_DFL;
+      if (!installed_[k]) continue;
+      now.sa_handler = &TempFilesOnSignal::on_signal;
+      sigemptyset(&now.sa_mask);
+      installed_[k] = sigaction(kSignals[k], &now, nullptr) == 0;
+    }
+    active_ = owner_ = true;
+  }
+  ~TempFilesOnSignal() {
+    if (!owner_) return;
+    std::lock_guard<std::mutex> lock(mutex());
+    for (size_t k = 0; k < kSignals.size(); ++k) {
+      if (installed_[k]) sigaction(kSignals[k], &old_[k], nullptr);
+    }
+    active_ = false;
+  }
+  TempFilesOnSignal(const TempFilesOnSignal&) = delete;
+  TempFilesOnSignal& operator=(const TempFilesOnSignal&) = delete;
+
+ private:
+  static constexpr size_t kMaxFiles = 64;
+  static constexpr size_t kMaxPath = 4096;
+  static constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGHUP};
+
+  // Async-signal-safe: unlink, signal, raise.
+  static void on_signal(int sig) {
+    for (size_t k = 0; k < count_; ++k) ::unlink(paths_[k]);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+
+  static inline bool active_ = false;
+  static inline char paths_[kMaxFiles][kMaxPath] = {};
+  static inline volatile size_t count_ = 0;
+  static inline std::array<struct sigaction, 3> old_{};
+  static inline std::array<bool, 3> installed_{};
+  bool owner_ = false;
 };
 
 // Tokenizes one block (Megatron's Encoder.encode for each record and key).
@@ -165,24 +273,43 @@ class Encoder {
   Encoder(const PreprocessOptions& o, const Tokenizer& tokenizer)
       : o_(o), tokenizer_(tokenizer), json_(is_json_lines_path(o.input)) {}
 
+  // Never throws: running out of memory on a record is its error (a worker thread must not end
+  // the process, which would leave the .tmp files behind).
   void encode(Block& b) const {
     b.encoded.assign(o_.json_keys.size(), std::vector<EncodedDocument>(b.records.size()));
     for (size_t r = 0; r < b.records.size(); ++r) {
-      if (!json_) {
-        add_sentence(b.records[r], b.encoded[0][r]);
-        finish_document(b.encoded[0][r]);
-        continue;
+      try {
+        b.status = encode_record(b, r);
+      } catch (const std::bad_alloc&) {
+        b.encoded.clear();
+        b.status = Status::io_error(fmt::format(
+            "{}: out of memory tokenizing its {}; hint: split the document (one per JSON line, or "
+            "paragraphs separated by a blank line), or use a machine with more memory",
+            where(b, r), human_bytes(static_cast<double>(b.records[r].size()))));
       }
-      b.status = encode_json(b.records[r], b.lines[r], b, r);
       if (!b.status.ok()) return;
     }
   }
 
  private:
-  Status encode_json(std::string_view line, int64_t line_no, Block& b, size_t r) const {
-    auto where = [&] {
-      return fmt::format("--input '{}' line {}", printable(o_.input, 200), line_no);
-    };
+  // The record's name in errors: its line (JSON lines) or its document number (plain text).
+  std::string where(const Block& b, size_t r) const {
+    if (json_) return fmt::format("--input '{}' line {}", printable(o_.input, 200), b.lines[r]);
+    return fmt::format("--input '{}' document {}", printable(o_.input, 200),
+                       b.first_document + static_cast<int64_t>(r));
+  }
+
+  Status encode_record(Block& b, size_t r) const {
+    if (!json_) {
+      TP_RETURN_IF_ERROR(add_sentence(b.records[r], b.encoded[0][r], b, r));
+      finish_document(b.encoded[0][r]);
+      return OkStatus();
+    }
+    return encode_json(b.records[r], b, r);
+  }
+
+  Status encode_json(std::string_view line, Block& b, size_t r) const {
+    auto where = [&] { return this->where(b, r); };
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
@@ -224,7 +351,7 @@ class Encoder {
       }
       EncodedDocument& doc = b.encoded[k][r];
       if (it->is_string()) {
-        add_sentence(it->get_ref<const std::string&>(), doc);
+        TP_RETURN_IF_ERROR(add_sentence(it->get_ref<const std::string&>(), doc, b, r));
       } else if (it->is_array()) {
         for (const auto& s : *it) {
           if (!s.is_string()) {
@@ -232,7 +359,7 @@ class Encoder {
                 "{}: key '{}' is a list holding a JSON {}, expected strings (one sentence each)",
                 where(), printable(key), s.type_name()));
           }
-          add_sentence(s.get_ref<const std::string&>(), doc);
+          TP_RETURN_IF_ERROR(add_sentence(s.get_ref<const std::string&>(), doc, b, r));
         }
       } else {
         return Status::invalid_argument(
@@ -244,11 +371,25 @@ class Encoder {
     return OkStatus();
   }
 
-  void add_sentence(std::string_view text, EncodedDocument& doc) const {
+  Status add_sentence(std::string_view text, EncodedDocument& doc, const Block& b, size_t r) const {
+    if (text.size() > tokenizer_.max_text_bytes()) {
+      return Status::invalid_argument(fmt::format(
+          "{}: a text of {}, over {}'s {} at a time; hint: split the document (sentences as a "
+          "JSON list of strings, or paragraphs separated by a blank line), or use "
+          "GPT2BPETokenizer",
+          where(b, r), human_bytes(static_cast<double>(text.size())),
+          tokenizer_type_name(tokenizer_.type()),
+          human_bytes(static_cast<double>(tokenizer_.max_text_bytes()))));
+    }
     std::vector<int32_t> ids = tokenizer_.encode(text);
-    if (ids.empty()) return;
-    doc.tokens.insert(doc.tokens.end(), ids.begin(), ids.end());
+    if (ids.empty()) return OkStatus();
     doc.lengths.push_back(static_cast<int64_t>(ids.size()));
+    if (doc.tokens.empty()) {
+      doc.tokens = std::move(ids);
+    } else {
+      doc.tokens.insert(doc.tokens.end(), ids.begin(), ids.end());
+    }
+    return OkStatus();
   }
   void finish_document(EncodedDocument& doc) const {
     if (doc.tokens.empty() || !o_.append_eod) return;
@@ -381,6 +522,14 @@ Result<PreprocessSummary> preprocess(
 
   PreprocessSummary summary;
   summary.dtype = indexed_dtype_for_vocab(tokenizer->vocab_size());
+  std::vector<std::string> temp_files;
+  for (const std::string& key : o.json_keys) {
+    const std::string prefix = preprocess_output_prefix(o.output_prefix, key);
+    temp_files.push_back(indexed_bin_path(prefix) + ".tmp");
+    temp_files.push_back(indexed_idx_path(prefix) + ".tmp");
+  }
+  // Before the writers: it outlives them.
+  const TempFilesOnSignal remove_on_signal(temp_files);
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const std::string& key : o.json_keys) {
     summary.prefixes.push_back(preprocess_output_prefix(o.output_prefix, key));

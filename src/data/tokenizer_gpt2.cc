@@ -3,13 +3,15 @@
 // byte and the adjacent pair with the lowest merge rank is merged everywhere in the word, left to
 // right, until no adjacent pair has a rank. Bytes the pattern cannot match (invalid UTF-8) form
 // words of their own, so any bytes encode and decode back unchanged. Each thread keeps a bounded
-// cache word -> ids and its own PCRE2 match data.
+// cache word -> ids (words up to 1 KiB) and its own PCRE2 match data. A word of n bytes costs
+// O(n log n) time and about 12n bytes of scratch at most (apply_merges_long), freed after it.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_map>
@@ -120,6 +122,77 @@ class MergeTable {
   std::vector<Merge> values_;
 };
 
+// The scratch of Gpt2BpeTokenizer::apply_merges_long(), kept by each thread: one list of pair
+// positions (left symbols' starts) per merge rank, a min-heap of the ranks whose list is not
+// empty, and the number of entries over all lists.
+class LongWordState {
+ public:
+  // Before a word: room for `ranks` lists.
+  void start(uint32_t ranks) {
+    if (lists_.size() < ranks) {
+      lists_.resize(ranks);
+      queued_.resize(ranks, 0);
+      counts_.resize(ranks, 0);
+    }
+  }
+  // Empties every list, freeing its memory.
+  void clear_lists() {
+    for (uint32_t r : heap_) {
+      std::vector<uint32_t>().swap(lists_[r]);
+      queued_[r] = 0;
+    }
+    heap_.clear();
+    entries_ = 0;
+  }
+  // count() each entry to come, then reserve_counted(), then add() them: lists without slack.
+  void count(uint32_t rank) {
+    if (counts_[rank]++ == 0) counted_.push_back(rank);
+  }
+  void reserve_counted() {
+    for (uint32_t r : counted_) {
+      lists_[r].reserve(counts_[r]);
+      counts_[r] = 0;
+    }
+    counted_.clear();
+  }
+  void add(uint32_t rank, uint32_t pos) {
+    lists_[rank].push_back(pos);
+    ++entries_;
+    if (queued_[rank] == 0) {
+      queued_[rank] = 1;
+      heap_.push_back(rank);
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+    }
+  }
+  bool any() const { return !heap_.empty(); }
+  size_t entries() const { return entries_; }
+  // Moves the lowest rank's list into *batch (emptying it there) and returns the rank.
+  uint32_t take_lowest(std::vector<uint32_t>* batch) {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+    const uint32_t rank = heap_.back();
+    heap_.pop_back();
+    queued_[rank] = 0;
+    *batch = std::move(lists_[rank]);
+    lists_[rank] = std::vector<uint32_t>();
+    entries_ -= batch->size();
+    return rank;
+  }
+  // After a word: frees what a long one made big.
+  void finish() {
+    clear_lists();
+    if (heap_.capacity() > 4096) std::vector<uint32_t>().swap(heap_);
+    if (counted_.capacity() > 4096) std::vector<uint32_t>().swap(counted_);
+  }
+
+ private:
+  std::vector<std::vector<uint32_t>> lists_;  // by rank
+  std::vector<char> queued_;                  // by rank: in heap_
+  std::vector<uint32_t> counts_;              // by rank, between count() and reserve_counted()
+  std::vector<uint32_t> counted_;             // the ranks count() saw
+  std::vector<uint32_t> heap_;                // the ranks of the lists that are not empty
+  size_t entries_ = 0;
+};
+
 std::atomic<uint64_t> g_next_tokenizer_serial{1};
 
 // What one thread keeps between encode() calls: match data, scratch, the word cache of the
@@ -127,6 +200,9 @@ std::atomic<uint64_t> g_next_tokenizer_serial{1};
 struct Gpt2ThreadState {
   static constexpr size_t kMaxCachedWords = 1 << 16;
   static constexpr size_t kMaxCachedIds = 1 << 21;
+  // Longer words are not cached (nor is their key copied): a word of many MiB would take the
+  // cache's memory, for a word that seldom comes twice.
+  static constexpr size_t kMaxCachedWordBytes = 1024;
   struct Span {
     uint32_t offset;
     uint32_t size;
@@ -136,6 +212,7 @@ struct Gpt2ThreadState {
   std::unordered_map<std::string, Span, StringHash, std::equal_to<>> cache;
   std::vector<int32_t> cached_ids;
   std::vector<int32_t> word;
+  LongWordState long_word;
 
   Gpt2ThreadState() { match_data = pcre2_match_data_create(1, nullptr); }
   ~Gpt2ThreadState() { pcre2_match_data_free(match_data); }
@@ -210,30 +287,37 @@ class Gpt2BpeTokenizer final : public Tokenizer {
       ids->push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
       return;
     }
-    if (auto it = state.cache.find(word); it != state.cache.end()) {
-      const int32_t* p = state.cached_ids.data() + it->second.offset;
-      ids->insert(ids->end(), p, p + it->second.size);
-      return;
+    const bool cacheable = word.size() <= Gpt2ThreadState::kMaxCachedWordBytes;
+    if (cacheable) {
+      if (auto it = state.cache.find(word); it != state.cache.end()) {
+        const int32_t* p = state.cached_ids.data() + it->second.offset;
+        ids->insert(ids->end(), p, p + it->second.size);
+        return;
+      }
     }
     std::vector<int32_t>& w = state.word;
     w.clear();
+    w.reserve(word.size());
     for (char c : word) w.push_back(byte_ids_[static_cast<unsigned char>(c)]);
     if (w.size() > long_word_bytes_) {
-      apply_merges_long(&w);
+      apply_merges_long(&w, state.long_word);
     } else {
       apply_merges(&w);
     }
     ids->insert(ids->end(), w.begin(), w.end());
+    if (!cacheable) {
+      // A long word is rare: its scratch goes rather than stay with the thread.
+      if (w.capacity() > Gpt2ThreadState::kMaxCachedWordBytes) std::vector<int32_t>().swap(w);
+      return;
+    }
     if (state.cache.size() >= Gpt2ThreadState::kMaxCachedWords ||
         state.cached_ids.size() + w.size() > Gpt2ThreadState::kMaxCachedIds) {
       state.clear_cache();
     }
-    if (w.size() <= Gpt2ThreadState::kMaxCachedIds) {
-      Gpt2ThreadState::Span span{static_cast<uint32_t>(state.cached_ids.size()),
-                                 static_cast<uint32_t>(w.size())};
-      state.cached_ids.insert(state.cached_ids.end(), w.begin(), w.end());
-      state.cache.emplace(std::string(word), span);
-    }
+    Gpt2ThreadState::Span span{static_cast<uint32_t>(state.cached_ids.size()),
+                               static_cast<uint32_t>(w.size())};
+    state.cached_ids.insert(state.cached_ids.end(), w.begin(), w.end());
+    state.cache.emplace(std::string(word), span);
   }
 
   // BPE on one word's symbols, in place: while some adjacent pair has a rank, merge every
@@ -266,66 +350,97 @@ class Gpt2BpeTokenizer final : public Tokenizer {
     }
   }
 
-  // The same merges for long words in O(n log n): symbols in a linked list, every adjacent pair
-  // with a rank in a heap by (rank, position). All entries of the lowest rank (one pair: a rank
-  // names one pair) are taken together and applied left to right, skipping those whose symbols
-  // changed, before the pairs the merges made enter the heap: exactly apply_merges()'s passes.
-  void apply_merges_long(std::vector<int32_t>* word) const {
+  // The same merges for long words, in place, in O(n log n) time (the sorts; the rest is linear)
+  // and, beyond `w`'s 4 bytes a byte, 4 bytes a listed pair: the pass's list and the lists it
+  // fills, stale entries included (listed afresh when they outnumber half the symbols), about 8
+  // bytes a byte at most.
+  //
+  // A symbol is a run of the word's bytes [p, p + length): `w[p]` is its id at its first byte
+  // (>= 0), and every other byte of it holds -(p + 1), so the next symbol starts at p + length
+  // and the previous one ends at p - 1, where either its id (a one-byte symbol) or -(its start
+  // + 1) is. Each adjacent pair with a rank is listed by its left symbol's start in the list of
+  // its rank when it forms. The lowest rank's list is then taken whole, sorted, and merged left
+  // to right, skipping entries whose pair changed since (lazy invalidation): exactly one pass of
+  // apply_merges() for that pair. A merge forms no pair of its own rank (the merged token is longer
+  // than either part), so the pass never feeds itself; pairs it forms with a lower rank (possible
+  // only with hand-made merge files) wait in their list for the next pass, as in apply_merges().
+  void apply_merges_long(std::vector<int32_t>* word, LongWordState& s) const {
     std::vector<int32_t>& w = *word;
-    const auto n = static_cast<int32_t>(w.size());
-    struct Entry {
-      uint32_t rank;
-      int32_t pos;
-      int32_t left;
-      int32_t right;
+    const auto n = static_cast<uint32_t>(w.size());
+    TP_CHECK(w.size() < (size_t{1} << 31), "a word of ", w.size(), " bytes (at most 2^31 - 1)");
+    s.start(static_cast<uint32_t>(merge_ranks_));
+    auto next = [&](uint32_t p) {
+      const int32_t id = w[p];
+      return p + static_cast<uint32_t>(token_offsets_[id + 1] - token_offsets_[id]);
     };
-    auto later = [](const Entry& x, const Entry& y) {
-      return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
+    auto prev = [&](uint32_t p) -> int64_t {
+      if (p == 0) return -1;
+      return w[p - 1] >= 0 ? int64_t{p} - 1 : -int64_t{w[p - 1]} - 1;
     };
-    std::vector<int32_t> next(n);
-    std::vector<int32_t> prev(n);
-    std::vector<bool> dead(n, false);
-    std::vector<Entry> heap;
-    for (int32_t i = 0; i < n; ++i) {
-      next[i] = i + 1 < n ? i + 1 : -1;
-      prev[i] = i - 1;
+    // The rank of the pair starting at symbol p, or nullptr.
+    auto pair_at = [&](uint32_t p) -> const MergeTable::Merge* {
+      const uint32_t q = next(p);
+      return q < n ? merges_.get(w[p], w[q]) : nullptr;
+    };
+    auto list_all_pairs = [&] {
+      s.clear_lists();
+      for (uint32_t p = 0; p < n; p = next(p)) {
+        if (const MergeTable::Merge* m = pair_at(p)) s.count(m->rank);
+      }
+      s.reserve_counted();
+      for (uint32_t p = 0; p < n; p = next(p)) {
+        if (const MergeTable::Merge* m = pair_at(p)) s.add(m->rank, p);
+      }
+    };
+    list_all_pairs();
+    uint64_t symbols = n;
+    std::vector<uint32_t> batch;
+    while (s.any()) {
+      // Stale entries more than half the pairs: list the pairs afresh (amortised O(1) a merge).
+      if (s.entries() > symbols + symbols / 2 + 4096) {
+        list_all_pairs();
+        if (!s.any()) break;
+      }
+      const uint32_t rank = s.take_lowest(&batch);
+      if (!std::is_sorted(batch.begin(), batch.end())) std::sort(batch.begin(), batch.end());
+      // The last merged symbol, whose pair with its right neighbour is listed only once that
+      // neighbour is final: when it merges too, its own left pair is that pair.
+      int64_t pending = -1;
+      for (const uint32_t p : batch) {
+        if (w[p] < 0) continue;  // no longer a symbol's start
+        const MergeTable::Merge* m = pair_at(p);
+        if (m == nullptr || m->rank != rank) continue;
+        const uint32_t q = next(p);
+        const uint32_t end = next(q);
+        if (pending >= 0 && next(static_cast<uint32_t>(pending)) != p) {
+          if (const MergeTable::Merge* pm = pair_at(static_cast<uint32_t>(pending))) {
+            s.add(pm->rank, static_cast<uint32_t>(pending));
+          }
+        }
+        w[p] = m->merged;
+        w[q] = -static_cast<int32_t>(p) - 1;
+        w[end - 1] = -static_cast<int32_t>(p) - 1;
+        --symbols;
+        if (const int64_t l = prev(p); l >= 0) {
+          if (const MergeTable::Merge* lm = pair_at(static_cast<uint32_t>(l))) {
+            s.add(lm->rank, static_cast<uint32_t>(l));
+          }
+        }
+        pending = p;
+      }
+      if (pending >= 0) {
+        if (const MergeTable::Merge* pm = pair_at(static_cast<uint32_t>(pending))) {
+          s.add(pm->rank, static_cast<uint32_t>(pending));
+        }
+      }
     }
-    auto push = [&](int32_t p) {
-      if (p < 0 || next[p] < 0) return;
-      if (const MergeTable::Merge* m = merges_.get(w[p], w[next[p]])) {
-        heap.push_back({m->rank, p, w[p], w[next[p]]});
-        std::push_heap(heap.begin(), heap.end(), later);
-      }
-    };
-    for (int32_t i = 0; i + 1 < n; ++i) push(i);
-    std::vector<Entry> batch;
-    std::vector<int32_t> merged_at;
-    while (!heap.empty()) {
-      const uint32_t rank = heap.front().rank;
-      batch.clear();
-      while (!heap.empty() && heap.front().rank == rank) {
-        std::pop_heap(heap.begin(), heap.end(), later);
-        batch.push_back(heap.back());
-        heap.pop_back();
-      }
-      merged_at.clear();
-      for (const Entry& e : batch) {
-        const int32_t p = e.pos;
-        if (dead[p] || w[p] != e.left || next[p] < 0 || w[next[p]] != e.right) continue;
-        const int32_t q = next[p];
-        w[p] = merges_.get(e.left, e.right)->merged;
-        dead[q] = true;
-        next[p] = next[q];
-        if (next[q] >= 0) prev[next[q]] = p;
-        merged_at.push_back(p);
-      }
-      for (int32_t p : merged_at) {
-        push(prev[p]);
-        push(p);
-      }
+    s.finish();
+    uint32_t out = 0;
+    for (uint32_t p = 0; p < n;) {
+      const uint32_t q = next(p);
+      w[out++] = w[p];
+      p = q;
     }
-    int32_t out = 0;
-    for (int32_t p = 0; p >= 0; p = next[p]) w[out++] = w[p];
     w.resize(out);
   }
 
@@ -333,6 +448,7 @@ class Gpt2BpeTokenizer final : public Tokenizer {
       : long_word_bytes_(long_word_bytes), merges_(merge_count) {}
 
   size_t long_word_bytes_;  // words longer than this take apply_merges_long()
+  size_t merge_ranks_ = 0;  // merges in merges.txt (ranks 0 .. merge_ranks_ - 1)
 
   uint64_t serial_ = g_next_tokenizer_serial.fetch_add(1);
   std::unique_ptr<pcre2_code, PcreCodeFree> code_;
@@ -421,6 +537,7 @@ Result<std::unique_ptr<Tokenizer>> Gpt2BpeTokenizer::load(const std::string& voc
     }
     t->merges_.put(a_id->second, b_id->second, {rank++, merged->second});
   }
+  t->merge_ranks_ = rank;
 
   for (int b = 0; b < 256; ++b) {
     auto it = id_of.find(std::string(1, static_cast<char>(b)));

@@ -7,11 +7,13 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "data/test_util.h"
 #include "data/tokenizers.h"
 #include "tightpipe/base.h"
+#include "tightpipe/preprocess.h"
 
 namespace tightpipe {
 namespace {
@@ -124,6 +126,72 @@ TEST(Gpt2Bpe, LongWordMergeIsTheSame) {
     if (k % 3 == 0) word = " " + word;
     ASSERT_EQ((*heap)->encode(word), (*passes)->encode(word)) << word;
   }
+}
+
+// The merge of long words against the passes (the reference's loop, the oracle) on words that
+// stress it: small alphabets (long runs, ties between equal pairs), multi-byte letters, and
+// words from the corpus glued together.
+TEST(Gpt2Bpe, LongWordMergeMatchesThePassesOnHardWords) {
+  const std::string vocab = kData + "/gpt2/vocab.json";
+  const std::string merges = kData + "/gpt2/merges.txt";
+  auto fast = make_gpt2_bpe_tokenizer(vocab, merges, /*long_word_bytes=*/1);
+  auto passes = make_gpt2_bpe_tokenizer(vocab, merges, /*long_word_bytes=*/SIZE_MAX);
+  ASSERT_TRUE(fast.ok() && passes.ok());
+  const std::vector<std::string> letters = {
+      "a", "b", "x", "e", "r", "\xc3\xa9", "\xe6\xbc\xa2", "\xd0\xb6", "t", "h", "s"};
+  Rng rng(27);
+  for (int k = 0; k < 400; ++k) {
+    const size_t alphabet = 1 + rng.below(k % 2 == 0 ? 2 : 4);
+    const size_t offset = rng.below(letters.size() - alphabet + 1);
+    std::string word = k % 5 == 0 ? " " : "";
+    const size_t length = 2 + rng.below(k % 10 == 0 ? 5000 : 300);
+    while (word.size() < length) word += letters[offset + rng.below(alphabet)];
+    ASSERT_EQ((*fast)->encode(word), (*passes)->encode(word)) << word;
+  }
+  // Runs of one letter of every length up to 600 (the parity of a run decides its merges).
+  for (size_t n = 2; n <= 600; ++n) {
+    const std::string word(n, 'x');
+    ASSERT_EQ((*fast)->encode(word), (*passes)->encode(word)) << n;
+  }
+  // The corpus's letters with everything else taken out: one word of 800 KiB, and pieces of it.
+  std::string glued;
+  for (char c : corpus()) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) glued.push_back(c);
+  }
+  ASSERT_GT(glued.size(), size_t{700000});
+  for (size_t length : {size_t{64}, size_t{1000}, size_t{30000}}) {
+    const std::string word = glued.substr(length, length);
+    ASSERT_EQ((*fast)->encode(word), (*passes)->encode(word)) << length;
+  }
+  EXPECT_EQ(*(*fast)->decode((*fast)->encode(glued)), glued);
+}
+
+// Words of many MiB (the preprocess of one such document ran out of memory): the same ids as the
+// passes, which take a few passes over a periodic word, and by construction for a run of 'x'
+// (GPT-2 merges x x, then xx xx, then xxxx xxxx).
+TEST(Gpt2Bpe, HugeWordsMatchThePasses) {
+  const std::string vocab = kData + "/gpt2/vocab.json";
+  const std::string merges = kData + "/gpt2/merges.txt";
+  auto passes = make_gpt2_bpe_tokenizer(vocab, merges, /*long_word_bytes=*/SIZE_MAX);
+  ASSERT_TRUE(passes.ok());
+  const std::string xs(4 << 20, 'x');
+  const std::vector<int32_t> ids = gpt2().encode(xs);
+  const std::vector<int32_t> eight = gpt2().encode("xxxxxxxx");
+  ASSERT_EQ(eight.size(), 1u);
+  EXPECT_EQ(ids, std::vector<int32_t>(xs.size() / 8, eight[0]));
+  EXPECT_EQ(ids, (*passes)->encode(xs));
+  EXPECT_EQ(gpt2().encode(xs + "xxx").size(), ids.size() + 1);  // "xxx" is a token
+
+  std::string pattern;
+  while (pattern.size() < (1 << 19))
+    pattern +=
+        "\xc3\xa9t\xe6\xbc\xa2"
+        "e\xc3\xa9";
+  const std::vector<int32_t> pattern_ids = gpt2().encode(pattern);
+  EXPECT_EQ(pattern_ids, (*passes)->encode(pattern));
+  EXPECT_EQ(*gpt2().decode(pattern_ids), pattern);
+  // The cache keeps short words only: the huge word again gives the same ids.
+  EXPECT_EQ(gpt2().encode(xs), ids);
 }
 
 TEST(Gpt2Bpe, LongWordRoundTrips) {
@@ -400,6 +468,38 @@ TEST(SentencePiece, TrainedModelRoundTrips) {
   auto bad = (*t)->decode(std::vector<int32_t>{5, 500});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("token id 500 at position 1"), std::string::npos);
+}
+
+// libsentencepiece encodes a text whole at 100+ bytes a byte: preprocess refuses a text over
+// max_text_bytes() naming its line, before encoding it (it took minutes and gigabytes).
+TEST(SentencePiece, PreprocessRefusesAnOverlongText) {
+  ScratchDir dir;
+  ASSERT_TRUE(write_file(dir.file("corpus.txt"), corpus().substr(0, 200000)).ok());
+  auto status = sentencepiece::SentencePieceTrainer::Train(
+      "--input=" + dir.file("corpus.txt") + " --model_prefix=" + dir.file("m") +
+      " --vocab_size=200 --model_type=unigram --minloglevel=2 --num_threads=2");
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  PreprocessOptions o;
+  o.tokenizer.type = TokenizerType::kSentencePiece;
+  o.tokenizer.tokenizer_model = dir.file("m.model");
+  auto t = make_tokenizer(o.tokenizer);
+  ASSERT_TRUE(t.ok());
+  const size_t limit = (*t)->max_text_bytes();
+  EXPECT_LE(limit, size_t{64} << 20);
+  o.input = dir.file("in.jsonl");
+  o.output_prefix = dir.file("out");
+  ASSERT_TRUE(write_file(o.input, "{\"text\": \"short\"}\n{\"text\": \"" +
+                                      std::string(limit + 1, 'a') + "\"}\n")
+                  .ok());
+  auto r = preprocess(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  for (const std::string& needle :
+       {std::string("in.jsonl' line 2"), std::string("SentencePieceTokenizer"),
+        std::string("hint: split the document")}) {
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out_text_document.bin.tmp")));
 }
 
 TEST(SentencePiece, MissingOrBadModel) {
