@@ -7,7 +7,8 @@
 // over the target, so a reader sees the old file or the new one and never a part: on any failure
 // the .tmp is removed, the previous file at `path` is left as it was and the Status (kIOError)
 // names the path, the system's reason ("No space left on device") and a hint. A target that is
-// not a regular file (/dev/stdout, a FIFO, /dev/null) is written in place. A symlink to a file is
+// not a regular file (a FIFO, /dev/null), or one that names an open descriptor (/dev/stdout,
+// /dev/fd/N, /proc/...: a redirect the shell opened), is written in place. A symlink to a file is
 // followed (the file it names is replaced, the link stays).
 //
 // A log (Mode::kLog, kAppend) is written in place so that it can be read while it grows: each
@@ -74,8 +75,9 @@ class OutputFile {
   std::string file_;    // what is written: path_'s .tmp, or the file itself (logs, devices)
   Mode mode_ = Mode::kReplace;
   bool durable_ = false;
-  bool in_place_ = false;  // no rename at commit (a log, or a device/FIFO)
-  bool created_ = false;   // this open created or emptied file_ (a log removed when left empty)
+  bool in_place_ = false;    // no rename at commit (a log, or a device/FIFO)
+  bool descriptor_ = false;  // /dev/stdout, /dev/fd/N, /proc/...: appended to, left as it is
+  bool created_ = false;     // this open created or emptied file_ (a log removed when left empty)
   int fd_ = -1;
   std::string buffer_;
   int64_t written_ = 0;   // bytes of this output that reached the file

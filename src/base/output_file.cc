@@ -81,6 +81,7 @@ OutputFile& OutputFile::operator=(OutputFile&& o) noexcept {
   mode_ = o.mode_;
   durable_ = o.durable_;
   in_place_ = o.in_place_;
+  descriptor_ = o.descriptor_;
   created_ = o.created_;
   fd_ = std::exchange(o.fd_, -1);
   buffer_ = std::move(o.buffer_);
@@ -116,12 +117,17 @@ Status OutputFile::open(const std::string& path, Mode mode, bool durable) {
         Status::io_error(fmt::format("cannot write '{}': {}", path_, output_error_reason(EISDIR)));
     return error_;
   }
-  const bool regular = !exists || S_ISREG(st.st_mode);
+  // /dev/stdout, /dev/fd/N, /proc/self/fd/N name an open descriptor (a redirect the shell made):
+  // written through, never replaced, whatever it is.
+  // Appended to (a `>>` redirect stays whole), never truncated, removed or cut back.
+  descriptor_ =
+      path.starts_with("/dev/std") || path.starts_with("/dev/fd/") || path.starts_with("/proc/");
+  const bool regular = !descriptor_ && (!exists || S_ISREG(st.st_mode));
   in_place_ = mode != Mode::kReplace || !regular;
-  file_ = in_place_ ? target_ : target_ + ".tmp";
+  file_ = descriptor_ ? path_ : in_place_ ? target_ : target_ + ".tmp";
   int flags = O_WRONLY | O_CLOEXEC;
   if (regular) flags |= O_CREAT;
-  flags |= mode == Mode::kAppend ? O_APPEND : O_TRUNC;
+  flags |= mode == Mode::kAppend || descriptor_ ? O_APPEND : O_TRUNC;
   do {
     fd_ = ::open(file_.c_str(), flags, 0666);
   } while (fd_ < 0 && errno == EINTR);
@@ -157,7 +163,8 @@ void OutputFile::abandon() {
   const bool failed = !error_.ok();
   if (fd_ >= 0) {
     // A failed log is cut back to the end of its last whole write (no half line).
-    if (failed && in_place_ && mode_ != Mode::kReplace) (void)::ftruncate(fd_, good_end_);
+    if (failed && in_place_ && mode_ != Mode::kReplace && !descriptor_)
+      (void)::ftruncate(fd_, good_end_);
     ::close(fd_);
     fd_ = -1;
   }

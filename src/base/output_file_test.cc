@@ -2,6 +2,7 @@
 // says the path and the system's reason, leaves no .tmp and no part, and keeps the previous file.
 #include "tightpipe/output_file.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -158,6 +159,22 @@ TEST(OutputFile, DevicesAreWrittenInPlace) {
               has(s.message(), "hint:"))
       << s.message();
   EXPECT_TRUE(fs::is_character_file("/dev/full"));
+  // A descriptor the shell opened (`--out /dev/stdout >> file`): written through it, appended,
+  // the file neither replaced nor cut.
+  const std::string dir = fresh_dir("fd");
+  const std::string file = dir + "/log.txt";
+  ASSERT_TRUE(write_output_file(file, "earlier\n").ok());
+  const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  struct stat before;
+  ::stat(file.c_str(), &before);
+  EXPECT_TRUE(write_output_file(fmt::format("/dev/fd/{}", fd), "more\n").ok());
+  ::close(fd);
+  struct stat after;
+  ::stat(file.c_str(), &after);
+  EXPECT_EQ(before.st_ino, after.st_ino);
+  EXPECT_EQ(read_file(file).value(), "earlier\nmore\n");
+  EXPECT_FALSE(fs::exists(file + ".tmp"));
 }
 
 TEST(OutputFile, AnOutputThatIsAnInputIsRefused) {

@@ -28,8 +28,8 @@ TEST(CliOutputTest, FullStdoutFailsWithTheReason) {
        {"schedule --schedule 1f1b --pp 4 --microbatches 8", "schedule --help",
         "simulate --schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1",
         "schedule --schedule 1f1b --pp 4 --microbatches 512 --format csv",
-        "plan --num-layers 8 --hidden-size 256 --num-attention-heads 4 --seq-length 256 "
-        "--global-batch-size 64 --devices 8 --memory-budget-gib 16"}) {
+        "plan --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 "
+        "--global-batch-size 8 --devices 2 --memory-budget-gib 16"}) {
     auto r = run_command(kTp + " " + args + " >/dev/full");
     EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.err;
     EXPECT_EQ(lines(r.err), 1) << args << "\n" << r.err;
