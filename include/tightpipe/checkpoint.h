@@ -13,12 +13,15 @@
 //   ROOT/iter_0000130/schedule.csv           the schedule an auto run built
 //
 // Every file is written to "<path>.tmp", fsynced and renamed (then the directory is fsynced); a
-// failed write removes its .tmp. A save writes every stage file first, the manifest last, then the
-// tracker: a directory without its manifest, or with a file of another step, is incomplete and
-// is never named by the tracker. Load checks the manifest and every header against the model it
-// fills and refuses a truncated, corrupt or mismatched file with an error that names the file,
-// what was expected and what was found. A round trip is exact (bit for bit). Stateless free
-// functions; a stage is read or written by one thread at a time; one writer per root.
+// failed write removes its .tmp (write_output_file, output_file.h). A save writes into
+// ROOT/iter_0000130.saving: every stage file first, the manifest last; then it swaps that
+// directory into place as ROOT/iter_0000130 (a complete checkpoint of the same step is replaced
+// only then, whole), then the tracker: a directory without its manifest, or with a file of
+// another step, is incomplete and is never named by the tracker. Load checks the manifest and every
+// header against the model it fills and refuses a truncated, corrupt or mismatched file with an
+// error that names the file, what was expected and what was found. A round trip is exact (bit for
+// bit). Stateless free functions; a stage is read or written by one thread at a time; one writer
+// per root.
 #pragma once
 
 #include <array>
@@ -118,9 +121,12 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
                                            int64_t current_step);
 
 // The steps of a save (one writer per file; with several ranks each step ends at a barrier):
-// prepare_iteration_dir (creates ROOT/iter_<step>, removes the manifest an earlier attempt at
-// the step left), the stage files and extra files, then commit_checkpoint (the manifest inside
-// the iteration directory, then the tracker).
+// prepare_iteration_dir (creates staging_dir(ROOT/iter_<step>) beside the iteration directory,
+// removes the manifest an earlier attempt left there), the stage files and extra files into the
+// staging directory, then commit_checkpoint (the manifest into the staging directory, the swap
+// that puts it at ROOT/iter_<step>, then the tracker). A checkpoint already at that step keeps
+// loading until the swap replaces it whole: an interrupted save never costs a complete one.
+std::string staging_dir(const std::string& iteration_dir);  // ROOT/iter_<step>.saving
 Status prepare_iteration_dir(const std::string& dir);
 Status commit_checkpoint(const std::string& root, const Manifest& manifest);
 

@@ -255,7 +255,8 @@ std::string gpu_trace_report_json(const GpuTraceReport& report);
 std::string gpu_trace_report_html(const GpuTraceReport& report);
 // Chrome trace of the GPU events: pid = rank, tid = device/stream.
 std::string gpu_trace_chrome_json(const GpuTraceReport& report);
-// Writes report.html, report.json and trace.json into out_dir.
+// Writes report.html, report.json and report-trace.json into out_dir (report.h's names); refuses
+// first when one of them is one of the input traces.
 Status write_gpu_trace_report(const GpuTraceReport& report, const std::string& out_dir);
 
 }  // namespace tightpipe

@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tightpipe/output_file.h"
 #include "tightpipe/status.h"
 
 namespace tightpipe {
@@ -165,9 +166,9 @@ class IndexedDatasetWriter {
   Status write_bin(const void* data, size_t bytes);
   Status write_tokens(std::span<const int32_t> tokens, size_t width);  // at `width` bytes each
 
-  std::string prefix_, bin_tmp_, idx_tmp_;
+  std::string prefix_;
   IndexedDtype dtype_;
-  std::FILE* bin_ = nullptr;
+  OutputFile bin_;  // PREFIX.bin through its .tmp (renamed by finish, removed otherwise)
   std::vector<int32_t> sequence_lengths_;
   std::vector<int64_t> document_indices_{0};
   std::vector<uint8_t> buffer_;  // the slice of a document being written

@@ -241,8 +241,18 @@ std::string report_html(const Report& report);
 // span measure beside it (measured_span_bubble_ratio, predicted_span_bubble_ratio, ...), per
 // rank and cause, the gap (docs/report.md lists the keys).
 std::string report_json(const Report& report);
-// Writes report.html, report.json, trace.json (every step, one after another) and costs.json
-// into out_dir.
+// The files `tightpipe report` writes into --out DIR, named apart from every file a run directory
+// holds (`train --trace RUN_DIR/trace.json`, its costs.json), so a report never replaces them.
+inline constexpr const char* kReportHtmlFile = "report.html";
+inline constexpr const char* kReportJsonFile = "report.json";
+inline constexpr const char* kReportTraceFile = "report-trace.json";
+inline constexpr const char* kReportCostsFile = "report-costs.json";
+// Refuses (one line naming both and --out) when one of the report's files in out_dir is one of
+// `inputs` (the same file: inode or canonical path), before anything is written.
+Status check_report_outputs(const std::string& out_dir, const std::vector<std::string>& inputs);
+
+// Writes report.html, report.json, report-trace.json (every step, one after another) and
+// report-costs.json into out_dir; refuses first when one of them is a file of the run directory.
 Status write_report(const Report& report, const std::string& out_dir);
 
 }  // namespace tightpipe

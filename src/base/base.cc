@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "tightpipe/base.h"
+#include "tightpipe/output_file.h"
 
 namespace tightpipe {
 namespace {
@@ -132,14 +133,7 @@ Result<std::string> read_file(const std::string& path) {
 }
 
 Status write_file(const std::string& path, std::string_view contents) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    return Status::io_error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  }
-  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-  out.close();
-  if (!out) return Status::io_error(fmt::format("error writing '{}'", path));
-  return OkStatus();
+  return write_output_file(path, contents);
 }
 
 std::vector<std::string> split(std::string_view s, char sep) {

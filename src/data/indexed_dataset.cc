@@ -17,6 +17,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
+#include "tightpipe/output_file.h"
 
 namespace tightpipe {
 
@@ -385,19 +386,9 @@ void IndexedDataset::check_view(size_t size, IndexedDtype want, int64_t i) const
 // Writer
 
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexedDtype dtype)
-    : prefix_(std::move(prefix)),
-      bin_tmp_(indexed_bin_path(prefix_) + ".tmp"),
-      idx_tmp_(indexed_idx_path(prefix_) + ".tmp"),
-      dtype_(dtype) {}
+    : prefix_(std::move(prefix)), dtype_(dtype) {}
 
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (bin_ != nullptr) std::fclose(bin_);
-  if (!finished_) {
-    std::error_code ec;
-    std::filesystem::remove(bin_tmp_, ec);
-    std::filesystem::remove(idx_tmp_, ec);
-  }
-}
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;  // bin_ removes an unfinished .tmp
 
 Result<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::create(
     const std::string& prefix, IndexedDtype dtype) {
@@ -407,28 +398,17 @@ Result<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::create(
         printable(prefix, 200), static_cast<int>(dtype)));
   }
   std::unique_ptr<IndexedDatasetWriter> w(new IndexedDatasetWriter(prefix, dtype));
-  w->bin_ = std::fopen(w->bin_tmp_.c_str(), "wb");
-  if (w->bin_ == nullptr) {
-    const int err = errno;
-    return Status::io_error(fmt::format(
-        "cannot create '{}': {}; hint: the output prefix's directory must exist and be writable",
-        printable(w->bin_tmp_, 200), std::strerror(err)));
-  }
+  TP_RETURN_IF_ERROR(w->bin_.open(indexed_bin_path(prefix)));
   return w;
 }
 
 Status IndexedDatasetWriter::write_bin(const void* data, size_t bytes) {
-  if (bytes > 0 && std::fwrite(data, 1, bytes, bin_) != bytes) {
-    const int err = errno;
-    return Status::io_error(fmt::format("writing '{}': {}; hint: is the disk full?",
-                                        printable(bin_tmp_, 200), std::strerror(err)));
-  }
-  return OkStatus();
+  return bin_.write(std::string_view(static_cast<const char*>(data), bytes));
 }
 
 Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens,
                                           std::span<const int64_t> sequence_lengths) {
-  TP_CHECK(!finished_ && bin_ != nullptr, "add_document after finish");
+  TP_CHECK(!finished_ && bin_.is_open(), "add_document after finish");
   const int64_t doc = num_documents();
   int64_t sum = 0;
   for (int64_t len : sequence_lengths) {
@@ -495,16 +475,8 @@ Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
 }
 
 Status IndexedDatasetWriter::finish() {
-  TP_CHECK(!finished_ && bin_ != nullptr, "finish called twice");
-  const bool flushed = std::fflush(bin_) == 0;
-  const int flush_err = errno;
-  const bool closed = std::fclose(bin_) == 0;
-  bin_ = nullptr;
-  if (!flushed || !closed) {
-    return Status::io_error(fmt::format("writing '{}': {}; hint: is the disk full?",
-                                        printable(bin_tmp_, 200),
-                                        std::strerror(flushed ? errno : flush_err)));
-  }
+  TP_CHECK(!finished_ && bin_.is_open(), "finish called twice");
+  TP_RETURN_IF_ERROR(bin_.status());
   const uint64_t n = sequence_lengths_.size();
   const uint64_t d1 = document_indices_.size();
   std::string idx;
@@ -522,30 +494,12 @@ Status IndexedDatasetWriter::finish() {
     pointer += len * width;
   }
   idx.append(reinterpret_cast<const char*>(document_indices_.data()), 8 * d1);
-  // Every write and the close checked, naming the file and the OS's reason.
-  std::FILE* f = std::fopen(idx_tmp_.c_str(), "wb");
-  if (f == nullptr) {
-    const int err = errno;
-    return Status::io_error(
-        fmt::format("cannot create '{}': {}", printable(idx_tmp_, 200), std::strerror(err)));
-  }
-  const bool written = std::fwrite(idx.data(), 1, idx.size(), f) == idx.size();
-  const int write_err = errno;
-  const bool idx_closed = std::fclose(f) == 0;
-  if (!written || !idx_closed) {
-    return Status::io_error(fmt::format("writing '{}': {}; hint: is the disk full?",
-                                        printable(idx_tmp_, 200),
-                                        std::strerror(written ? errno : write_err)));
-  }
-  for (const auto& [from, to] : {std::pair{bin_tmp_, indexed_bin_path(prefix_)},
-                                 std::pair{idx_tmp_, indexed_idx_path(prefix_)}}) {
-    std::error_code ec;
-    std::filesystem::rename(from, to, ec);
-    if (ec) {
-      return Status::io_error(fmt::format("rename '{}' to '{}': {}", printable(from, 200),
-                                          printable(to, 200), ec.message()));
-    }
-  }
+  // Both files whole before either is renamed: the .idx through its .tmp, then the pair.
+  OutputFile idx_file;
+  TP_RETURN_IF_ERROR(idx_file.open(indexed_idx_path(prefix_)));
+  TP_RETURN_IF_ERROR(idx_file.write(idx));
+  TP_RETURN_IF_ERROR(bin_.commit());
+  TP_RETURN_IF_ERROR(idx_file.commit());
   finished_ = true;
   return OkStatus();
 }

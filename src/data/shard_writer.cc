@@ -14,6 +14,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/data.h"
+#include "tightpipe/output_file.h"
 #include "tightpipe/shard.h"
 
 namespace tightpipe {
@@ -36,18 +37,17 @@ class TarWriter {
     TP_CHECK(w->a_ != nullptr, "archive_write_new failed");
     archive_write_set_format_pax_restricted(w->a_);
     archive_write_set_bytes_per_block(w->a_, 10240);
-    if (archive_write_open_filename(w->a_, w->tmp_.c_str()) != ARCHIVE_OK) {
+    // The archive's bytes go through an OutputFile: "<path>.tmp", every write checked, renamed by
+    // close(), removed on any failure.
+    TP_RETURN_IF_ERROR(w->out_.open(w->path_));
+    if (archive_write_open(w->a_, w.get(), nullptr, &TarWriter::write_cb, nullptr) != ARCHIVE_OK) {
       return Status::io_error(
           fmt::format("cannot create '{}': {}", w->tmp_, archive_error_string(w->a_)));
     }
     return w;
   }
   ~TarWriter() {
-    if (a_) archive_write_free(a_);  // on error paths: leaves the .tmp behind, never the shard
-    if (!closed_) {
-      std::error_code ec;
-      fs::remove(tmp_, ec);
-    }
+    if (a_) archive_write_free(a_);  // on error paths; out_ then removes the .tmp
   }
   Status add(const std::string& name, std::string_view bytes) {
     archive_entry* e = archive_entry_new();
@@ -79,10 +79,7 @@ class TarWriter {
     }
     archive_write_free(a_);
     a_ = nullptr;
-    std::error_code ec;
-    fs::rename(tmp_, path_, ec);
-    if (ec) return Status::io_error(fmt::format("rename '{}': {}", tmp_, ec.message()));
-    closed_ = true;
+    TP_RETURN_IF_ERROR(out_.commit());
     return OkStatus();
   }
   int64_t bytes() const { return bytes_; }  // entries so far, without the end marker
@@ -90,10 +87,17 @@ class TarWriter {
 
  private:
   explicit TarWriter(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
+  static la_ssize_t write_cb(archive* a, void* self, const void* buf, size_t n) {
+    OutputFile& out = static_cast<TarWriter*>(self)->out_;
+    const Status s = out.write(std::string_view(static_cast<const char*>(buf), n));
+    if (s.ok()) return static_cast<la_ssize_t>(n);
+    archive_set_error(a, EIO, "%s", s.message().c_str());
+    return -1;
+  }
   std::string path_, tmp_;
+  OutputFile out_;
   archive* a_ = nullptr;
   int64_t bytes_ = 0;
-  bool closed_ = false;
 };
 
 Result<std::vector<std::string>> list_inputs(const std::vector<std::string>& inputs) {

@@ -264,9 +264,10 @@ Status RankRun::save_parts(const std::string& dir, int64_t done) {
   return OkStatus();
 }
 
-// Checkpoint after `done` steps into --save/iter_<done>: rank 0 prepares the directory, every
-// rank writes its files, and once all have (a collective), rank 0 writes the manifest and then
-// the tracker, so the tracker never names an incomplete directory; then --keep-last-checkpoints.
+// Checkpoint after `done` steps into --save/iter_<done>: rank 0 prepares its staging directory,
+// every rank writes its files there, and once all have (a collective), rank 0 writes the manifest
+// and then the tracker, so the tracker never names an incomplete directory; then
+// --keep-last-checkpoints.
 Status RankRun::save(int64_t done) {
   // Written once, by replica 0: every replica holds the same weights and data position.
   if (dp_rank_ != 0) return OkStatus();
@@ -275,7 +276,9 @@ Status RankRun::save(int64_t done) {
   const std::string dir = nn::iteration_dir(root, done);
   const std::string what = fmt::format("--save {}: checkpoint at step {}", root, done);
   TP_RETURN_IF_ERROR(agree(rank_ == 0 ? nn::prepare_iteration_dir(dir) : OkStatus(), what));
-  TP_RETURN_IF_ERROR(agree(save_parts(dir, done), what));
+  // Into the staging directory beside `dir`: a checkpoint already there keeps loading until
+  // commit_checkpoint swaps the complete new one in.
+  TP_RETURN_IF_ERROR(agree(save_parts(nn::staging_dir(dir), done), what));
   Status committed;
   if (rank_ == 0) {
     nn::Manifest man;
@@ -385,9 +388,14 @@ Result<StepRecord> RankRun::step(int64_t step) {
   rec.bubble = step_bubble(ranks);
 
   CostSamples& samples = samples_.emplace_back();
+  std::string lines;  // the step's events in one write
   for (const auto& e : events) {
     samples.add_event(e);
-    timeline_.write(event_to_json(e));
+    lines += event_to_json(e) + '\n';
+  }
+  if (!lines.empty()) {
+    lines.pop_back();
+    timeline_.write(lines);
   }
   last_ = std::move(o.rank.timeline);
   return rec;

@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <span>
@@ -19,6 +18,7 @@
 #include "tightpipe/cost_model.h"
 #include "tightpipe/data.h"
 #include "tightpipe/model.h"
+#include "tightpipe/output_file.h"
 #include "tightpipe/prof.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/simulator.h"
@@ -192,17 +192,18 @@ std::string metrics_line(const StepRecord& rec);
 std::string step_line(const RunPlan& plan, const StepRecord& rec, int64_t first_step,
                       double elapsed_s);
 
-// Appends lines to a file; the first failure is kept and reported by status().
+// Appends lines to a file read while it grows (OutputFile::Mode::kLog / kAppend): each line goes
+// out whole; the first failure (the path and the system's reason) is kept and reported by status().
 class LineWriter {
  public:
   Status open(const std::string& path, bool append);
   bool is_open() const { return out_.is_open(); }
   void write(const std::string& line);
-  Status status() const;
+  // The first failure; closes the file (checked) when called after the last line.
+  Status status();
 
  private:
-  std::string path_;
-  std::ofstream out_;
+  OutputFile out_;
 };
 
 // One rank's run: the phases in order (set-up and resume, steps, evaluation, checkpoints, the

@@ -620,22 +620,17 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
 }
 
 Status LineWriter::open(const std::string& path, bool append) {
-  path_ = path;
-  out_.open(path, append ? std::ios::app : std::ios::trunc);
-  if (!out_) return Status::io_error(fmt::format("--out-dir: cannot write '{}'", path));
-  return OkStatus();
+  return out_.open(path, append ? OutputFile::Mode::kAppend : OutputFile::Mode::kLog)
+      .with_context("--out-dir");
 }
 
 void LineWriter::write(const std::string& line) {
-  if (!out_.is_open()) return;
-  out_ << line << '\n';
+  if (out_.is_open()) (void)out_.write(line + '\n');
 }
 
-Status LineWriter::status() const {
-  if (out_.is_open() && !out_.good()) {
-    return Status::io_error(fmt::format("--out-dir: writing '{}' failed", path_));
-  }
-  return OkStatus();
+Status LineWriter::status() {
+  Status s = out_.is_open() ? out_.commit() : out_.status();
+  return s.ok() ? s : s.with_context("--out-dir");
 }
 
 }  // namespace train_internal

@@ -17,6 +17,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/input_file.h"
+#include "tightpipe/output_file.h"
 
 namespace tightpipe::nn {
 namespace fs = std::filesystem;
@@ -61,49 +62,11 @@ std::string io_reason(int err) {
   return r;
 }
 
-// Closes the descriptor on every path out.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-  int release() {
-    int f = fd;
-    fd = -1;
-    return f;
-  }
-};
-
-Status write_and_sync(const std::string& tmp, std::string_view bytes) {
-  Fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (f.fd < 0) {
-    return Status::io_error(fmt::format("cannot create '{}': {}", tmp, io_reason(errno)));
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(f.fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return Status::io_error(fmt::format("cannot write '{}' ({} of {} bytes written): {}", tmp,
-                                          done, bytes.size(), io_reason(n < 0 ? errno : EIO)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(f.fd) != 0 && errno != EINVAL && errno != EROFS) {
-    return Status::io_error(fmt::format("cannot sync '{}': {}", tmp, io_reason(errno)));
-  }
-  if (::close(f.release()) != 0) {
-    return Status::io_error(fmt::format("cannot write '{}': {}", tmp, io_reason(errno)));
-  }
-  return OkStatus();
-}
-
 void sync_directory(const std::string& dir) {
-  Fd d(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (d.fd >= 0) (void)::fsync(d.fd);  // best effort: some file systems refuse a directory fsync
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);  // best effort: some file systems refuse a directory fsync
+  ::close(fd);
 }
 
 std::string shape_flags(const GptConfig& c) {
@@ -263,18 +226,7 @@ std::string manifest_path(const std::string& dir) {
 }
 
 Status write_checkpoint_file(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  Status s = write_and_sync(tmp, bytes);
-  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Status::io_error(
-        fmt::format("cannot rename '{}' to '{}': {}", tmp, path, io_reason(errno)));
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());  // no .tmp left behind, whatever failed
-    return s;
-  }
-  sync_directory(fs::path(path).parent_path().string());
-  return OkStatus();
+  return write_output_file(path, bytes, /*durable=*/true);
 }
 
 Status save_stage_checkpoint(const std::string& path, const GptStage& stage,
@@ -645,33 +597,76 @@ std::vector<std::string> prune_checkpoints(const std::string& root, int64_t keep
   return lines;
 }
 
+std::string staging_dir(const std::string& dir) { return dir + ".saving"; }
+
 Status prepare_iteration_dir(const std::string& dir) {
+  const std::string staging = staging_dir(dir);
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  fs::create_directories(staging, ec);
   if (ec) {
     return Status::io_error(
-        fmt::format("cannot create checkpoint directory '{}': {}", dir, io_reason(ec.value())));
+        fmt::format("cannot create checkpoint directory '{}': {}", staging, io_reason(ec.value())));
   }
-  // An earlier attempt at this step (killed, or resumed from an older one since) may have left
-  // its manifest: without it the directory reads as incomplete until this save's manifest lands.
-  fs::remove(manifest_path(dir), ec);
+  // An earlier attempt at this step (killed) may have left its files there, or the checkpoint a
+  // swap replaced: without a manifest the directory is incomplete until this save's lands.
+  fs::remove(manifest_path(staging), ec);
   if (ec) {
     return Status::io_error(
-        fmt::format("cannot remove '{}': {}", manifest_path(dir), io_reason(ec.value())));
+        fmt::format("cannot remove '{}': {}", manifest_path(staging), io_reason(ec.value())));
   }
   return OkStatus();
 }
 
+namespace {
+
+// Moves the complete `staging` directory to `dir`. A checkpoint already at `dir` is swapped out
+// in one step (RENAME_EXCHANGE) and then removed, so `dir` always holds a complete checkpoint;
+// where the file system cannot exchange, the old one is moved aside first (DIR.old) and removed
+// after.
+Status swap_into_place(const std::string& staging, const std::string& dir) {
+  auto failed = [&](int err) {
+    return Status::io_error(fmt::format(
+        "cannot move the new checkpoint '{}' into place as '{}': {}; the checkpoint at '{}' is "
+        "unchanged",
+        staging, dir, io_reason(err), dir));
+  };
+  if (std::rename(staging.c_str(), dir.c_str()) == 0) return OkStatus();  // none there (or empty)
+  if (errno != ENOTEMPTY && errno != EEXIST) return failed(errno);
+  std::error_code ec;
+  if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(staging, ec);  // the old checkpoint; a leftover is cleared by the next save
+    return OkStatus();
+  }
+  if (errno != EINVAL && errno != ENOSYS) return failed(errno);
+  const std::string old = dir + ".old";
+  fs::remove_all(old, ec);
+  if (std::rename(dir.c_str(), old.c_str()) != 0) return failed(errno);
+  if (std::rename(staging.c_str(), dir.c_str()) != 0) {
+    const int err = errno;
+    (void)std::rename(old.c_str(), dir.c_str());
+    return failed(err);
+  }
+  fs::remove_all(old, ec);
+  return OkStatus();
+}
+
+}  // namespace
+
 Status commit_checkpoint(const std::string& root, const Manifest& manifest) {
-  TP_RETURN_IF_ERROR(save_manifest(iteration_dir(root, manifest.step), manifest));
+  const std::string dir = iteration_dir(root, manifest.step);
+  const std::string staging = staging_dir(dir);
+  TP_RETURN_IF_ERROR(save_manifest(staging, manifest));
+  sync_directory(staging);
+  TP_RETURN_IF_ERROR(swap_into_place(staging, dir));
+  sync_directory(root);
   return write_tracker(root, manifest.step);
 }
 
 Status save_checkpoint(const std::string& root, std::span<GptStage* const> stages,
                        const CheckpointState& state) {
   TP_CHECK(!stages.empty());
-  const std::string dir = iteration_dir(root, state.step);
-  TP_RETURN_IF_ERROR(prepare_iteration_dir(dir));
+  const std::string dir = staging_dir(iteration_dir(root, state.step));
+  TP_RETURN_IF_ERROR(prepare_iteration_dir(iteration_dir(root, state.step)));
   Manifest m;
   m.step = state.step;
   m.config = stages[0]->config();

@@ -3,11 +3,15 @@
 // warning, --keep-last-checkpoints); a full disk; counts refused before any allocation.
 #include "tightpipe/checkpoint.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 
 #include "tightpipe/base.h"
@@ -323,8 +327,8 @@ TEST(Checkpoint, FullDiskSaysSoAndLeavesNoTmp) {
   // A whole save: the stage file hits the full disk; the tracker still names step 1.
   auto a = save_steps(root, 1);
   const std::string it2 = iteration_dir(root, 2);
-  fs::create_directories(it2);
-  fs::create_symlink("/dev/full", stage_checkpoint_path(it2, 1) + ".tmp");
+  fs::create_directories(staging_dir(it2));  // where the save writes before it swaps
+  fs::create_symlink("/dev/full", stage_checkpoint_path(staging_dir(it2), 1) + ".tmp");
   s = save_checkpoint(root, ptrs(a), {2, {}});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("stage-1.ckpt.tmp"), std::string::npos) << s.message();
@@ -335,6 +339,86 @@ TEST(Checkpoint, FullDiskSaysSoAndLeavesNoTmp) {
   auto r = resolve_checkpoint(root);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->manifest.step, 1);
+}
+
+// A re-save of a step that already holds a complete checkpoint (resumed from an older one) that
+// dies half-way: SIGKILL while its second stage file is being written (the save blocks on a FIFO
+// there), or a full disk at that file. The old checkpoint still loads, whole, with its own
+// weights; a later save that completes replaces it.
+TEST(Checkpoint, InterruptedResaveOfAStepKeepsTheCompleteOne) {
+  namespace fs = std::filesystem;
+  GptConfig c = small();
+  c.hidden_size = 64;  // stage files far beyond a pipe's 64 KiB: the writer blocks in the FIFO
+  const std::string root = fresh_dir("resave");
+  auto a = stages(c, 2, 1);
+  train_a_bit(a);
+  ASSERT_TRUE(save_checkpoint(root, ptrs(a), {2, {}}).ok());
+  train_a_bit(a);
+  ASSERT_TRUE(save_checkpoint(root, ptrs(a), {4, {}}).ok());
+  const std::string it4 = iteration_dir(root, 4);
+  const std::string old0 = read_file(stage_checkpoint_path(it4, 0)).value();
+  const std::string old1 = read_file(stage_checkpoint_path(it4, 1)).value();
+  auto expect_old_step4_loads = [&] {
+    auto m = check_checkpoint_complete(it4);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ(read_file(stage_checkpoint_path(it4, 0)).value(), old0);
+    EXPECT_EQ(read_file(stage_checkpoint_path(it4, 1)).value(), old1);
+    auto b = stages(c, 2, 9);
+    auto st = load_checkpoint(root, ptrs(b));
+    ASSERT_TRUE(st.ok()) << st.status().to_string();
+    EXPECT_EQ(st->step, 4);
+  };
+  // Other weights (as trained on from step 2), saved again as step 4.
+  auto other = stages(c, 2, 5);
+  train_a_bit(other);
+
+  // SIGKILL mid-save: the second stage file's .tmp is a FIFO nobody reads, wherever the save
+  // writes it (the iteration directory itself or the staging directory beside it).
+  const std::string fifo = root + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& d : {it4, it4 + ".saving"}) {
+    fs::create_directories(d);
+    fs::create_symlink(fifo, stage_checkpoint_path(d, 1) + ".tmp");
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    (void)save_checkpoint(root, ptrs(other), {4, {}});
+    ::_exit(0);
+  }
+  ASSERT_GT(pid, 0);
+  // Opening the read end waits for the save to open the write end: the save is in flight, its
+  // first stage file written; it then blocks once the pipe is full (nothing reads it).
+  const int rd = ::open(fifo.c_str(), O_RDONLY);
+  ASSERT_GE(rd, 0);
+  ::kill(pid, SIGKILL);
+  int wstatus = 0;
+  ::waitpid(pid, &wstatus, 0);
+  ::close(rd);
+  EXPECT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) << wstatus;
+  expect_old_step4_loads();
+  for (const std::string& d : {it4, it4 + ".saving"})
+    fs::remove(stage_checkpoint_path(d, 1) + ".tmp");
+
+  // A full disk at the second stage file: an error, the old step 4 untouched.
+  if (fs::exists("/dev/full")) {
+    fs::create_directories(it4 + ".saving");
+    fs::create_symlink("/dev/full", stage_checkpoint_path(it4 + ".saving", 1) + ".tmp");
+    Status s = save_checkpoint(root, ptrs(other), {4, {}});
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+    expect_old_step4_loads();
+  }
+
+  // A save that completes replaces it whole, and leaves nothing beside it.
+  ASSERT_TRUE(save_checkpoint(root, ptrs(other), {4, {}}).ok());
+  EXPECT_NE(read_file(stage_checkpoint_path(it4, 1)).value(), old1);
+  auto b = stages(c, 2, 9);
+  ASSERT_TRUE(load_checkpoint(root, ptrs(b)).ok());
+  EXPECT_EQ(b[1].params()[0], other[1].params()[0]);
+  EXPECT_EQ(std::vector<float>(b[0].params().begin(), b[0].params().end()),
+            std::vector<float>(other[0].params().begin(), other[0].params().end()));
+  EXPECT_FALSE(fs::exists(it4 + ".saving"));
+  EXPECT_FALSE(fs::exists(it4 + ".old"));
 }
 
 // Damage a message must name and explain: a flipped byte of the header's parameter count (the

@@ -1,5 +1,5 @@
 // The GPU trace report: per rank, per step and whole-trace usage and causes, the terminal table,
-// report.json and trace.json (gpu_trace.h).
+// report.json and report-trace.json (gpu_trace.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +14,8 @@
 #include "report/report_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/gpu_trace.h"
+#include "tightpipe/output_file.h"
+#include "tightpipe/report.h"
 
 namespace tightpipe {
 
@@ -414,22 +416,16 @@ std::string gpu_trace_chrome_json(const GpuTraceReport& rep) {
 }
 
 Status write_gpu_trace_report(const GpuTraceReport& rep, const std::string& out_dir) {
+  TP_RETURN_IF_ERROR(check_report_outputs(out_dir, rep.inputs));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Status::io_error(fmt::format("--out '{}': {}", out_dir, ec.message()));
-  TP_RETURN_IF_ERROR(write_file(out_dir + "/report.html", gpu_trace_report_html(rep)));
-  TP_RETURN_IF_ERROR(write_file(out_dir + "/report.json", gpu_trace_report_json(rep)));
-  const std::string trace = out_dir + "/trace.json";
-  std::FILE* f = std::fopen(trace.c_str(), "wb");
-  if (!f)
-    return Status::io_error(fmt::format("cannot write '{}': {}", trace, std::strerror(errno)));
-  bool ok = true;
-  chrome_trace_pieces(rep, [&](std::string_view s) {
-    ok = ok && std::fwrite(s.data(), 1, s.size(), f) == s.size();
-  });
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) return Status::io_error(fmt::format("cannot write '{}' (disk full?)", trace));
-  return Status::Ok();
+  TP_RETURN_IF_ERROR(write_file(out_dir + "/" + kReportHtmlFile, gpu_trace_report_html(rep)));
+  TP_RETURN_IF_ERROR(write_file(out_dir + "/" + kReportJsonFile, gpu_trace_report_json(rep)));
+  OutputFile trace;
+  TP_RETURN_IF_ERROR(trace.open(out_dir + "/" + kReportTraceFile));
+  chrome_trace_pieces(rep, [&](std::string_view s) { (void)trace.write(s); });
+  return trace.commit();
 }
 
 }  // namespace tightpipe

@@ -13,6 +13,7 @@
 #include "report/report_internal.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/output_file.h"
 #include "tightpipe/prof.h"
 
 namespace tightpipe {
@@ -754,12 +755,29 @@ std::string report_json(const Report& rep) {
   return j.dump(2) + "\n";
 }
 
+Status check_report_outputs(const std::string& out_dir, const std::vector<std::string>& inputs) {
+  for (const char* name : {kReportHtmlFile, kReportJsonFile, kReportTraceFile, kReportCostsFile}) {
+    TP_RETURN_IF_ERROR(check_output_is_not_input(out_dir + "/" + name, inputs, "--out DIR"));
+  }
+  return OkStatus();
+}
+
 Status write_report(const Report& rep, const std::string& out_dir) {
+  // The run directory's files (all but an earlier report's) are inputs: none may be written over.
+  std::vector<std::string> inputs;
   std::error_code ec;
+  for (std::filesystem::directory_iterator it(rep.run.dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name != kReportHtmlFile && name != kReportJsonFile && name != kReportTraceFile &&
+        name != kReportCostsFile)
+      inputs.push_back(it->path().string());
+  }
+  TP_RETURN_IF_ERROR(check_report_outputs(out_dir, inputs));
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Status::io_error(fmt::format("--out '{}': {}", out_dir, ec.message()));
-  TP_RETURN_IF_ERROR(write_file(out_dir + "/report.html", report_html(rep)));
-  TP_RETURN_IF_ERROR(write_file(out_dir + "/report.json", report_json(rep)));
+  TP_RETURN_IF_ERROR(write_file(out_dir + "/" + kReportHtmlFile, report_html(rep)));
+  TP_RETURN_IF_ERROR(write_file(out_dir + "/" + kReportJsonFile, report_json(rep)));
   // The trace: every complete step one after another (each step's origin moved to the end of the
   // previous one), one process per rank.
   Timeline all;
@@ -782,9 +800,10 @@ Status write_report(const Report& rep, const std::string& out_dir) {
       all.ranks[r].events.push_back(std::move(x));
     }
   }
-  TP_RETURN_IF_ERROR(write_chrome_trace(out_dir + "/trace.json", all));
+  TP_RETURN_IF_ERROR(write_chrome_trace(out_dir + "/" + kReportTraceFile, all));
   if (rep.run.costs) {
-    TP_RETURN_IF_ERROR(write_file(out_dir + "/costs.json", cost_table_to_json(*rep.run.costs)));
+    TP_RETURN_IF_ERROR(
+        write_file(out_dir + "/" + kReportCostsFile, cost_table_to_json(*rep.run.costs)));
   }
   return OkStatus();
 }

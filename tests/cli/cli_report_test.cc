@@ -67,7 +67,7 @@ TEST(CliReportTest, GpuTraces) {
   for (const char* part : {"GPU trace report: 2 rank(s)", "step 551", "step 552",
                            "worst step: rank", "exposed comm", "wrote "})
     EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
-  for (const char* f : {"report.html", "report.json", "trace.json"})
+  for (const char* f : {"report.html", "report.json", "report-trace.json"})
     EXPECT_TRUE(fs::exists(dir + "/out/" + f)) << f;
   auto text = read_file(dir + "/out/report.json");
   ASSERT_TRUE(text.ok());
@@ -81,7 +81,7 @@ TEST(CliReportTest, GpuTraces) {
     EXPECT_TRUE(rank["steps"][0].contains("step"));
     EXPECT_TRUE(rank["steps"][0].contains("exposed_communication_s"));
   }
-  EXPECT_NO_THROW((void)nlohmann::json::parse(*read_file(dir + "/out/trace.json")));
+  EXPECT_NO_THROW((void)nlohmann::json::parse(*read_file(dir + "/out/report-trace.json")));
 
   // Without --out: one line saying so.
   r = run_command(tp + " report " + traces + "dp2_rank0.json.gz");

@@ -594,13 +594,14 @@ TEST(TrainIntegrationTest, SaveFailingOnOneRankLeavesTheTrackerOnTheLastComplete
   const std::string dir = testutil::make_temp_dir("tp-full");
   TrainOptions o = saving_every_step(dir, 2);
   const std::string it2 = nn::iteration_dir(o.save_dir, 2);
-  fs::create_directories(it2);
-  fs::create_symlink("/dev/full", nn::stage_checkpoint_path(it2, 1) + ".tmp");
+  const std::string staging = nn::staging_dir(it2);  // where the save writes before it swaps
+  fs::create_directories(staging);
+  fs::create_symlink("/dev/full", nn::stage_checkpoint_path(staging, 1) + ".tmp");
   auto r = run_training(o);
   ASSERT_FALSE(r.ok());
   const std::string& m = r.status().message();
   EXPECT_EQ(r.status().code(), StatusCode::kIOError) << m;
-  EXPECT_NE(m.find(nn::stage_checkpoint_path(it2, 1) + ".tmp"), std::string::npos) << m;
+  EXPECT_NE(m.find(nn::stage_checkpoint_path(staging, 1) + ".tmp"), std::string::npos) << m;
   EXPECT_NE(m.find("No space left on device"), std::string::npos) << m;
   for (const auto& e : fs::recursive_directory_iterator(o.save_dir))
     EXPECT_NE(e.path().extension(), ".tmp") << e.path();

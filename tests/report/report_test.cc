@@ -533,11 +533,11 @@ TEST_F(BadRunDirTest, Cli) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("bubble"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("interleaved:2"), std::string::npos) << r.out;
-  for (const char* f : {"report.html", "trace.json", "costs.json"})
+  for (const char* f : {"report.html", "report-trace.json", "report-costs.json"})
     EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
-  // costs.json is accepted by `simulate --costs`.
+  // report-costs.json is accepted by `simulate --costs`.
   r = testutil::run_command(tp + " simulate --schedule 1f1b --pp 2 --num-microbatches 4 --costs " +
-                            out + "/costs.json");
+                            out + "/report-costs.json");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
 }
 
@@ -555,7 +555,7 @@ TEST(ReportTraceTest, RealRunTraceHasOneProcessPerRank) {
   auto rep = build_report(out);
   ASSERT_TRUE(rep.ok()) << rep.status().to_string();
   ASSERT_TRUE(write_report(*rep, out + "/report").ok());
-  auto j = nlohmann::json::parse(read_file(out + "/report/trace.json").value());
+  auto j = nlohmann::json::parse(read_file(out + "/report/report-trace.json").value());
   ASSERT_TRUE(j.contains("traceEvents") && j["traceEvents"].is_array());
   std::set<int> pids, named;
   size_t complete = 0;

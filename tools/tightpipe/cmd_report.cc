@@ -18,7 +18,7 @@ int cmd_report(int argc, char** argv) {
       "rank and cause, measured vs predicted, what-if schedules), or another engine's GPU run "
       "from its PyTorch profiler traces (.json, .json.gz) or Nsight Systems SQLite exports, one "
       "file per rank (window, busy, idle, compute, communication, exposed communication per rank "
-      "and ProfilerStep). Writes report.html, report.json and trace.json.",
+      "and ProfilerStep). Writes report.html, report.json and report-trace.json.",
       "tightpipe report");
   std::vector<std::string> inputs;
   std::string out_dir, what_if;
@@ -29,7 +29,7 @@ int cmd_report(int argc, char** argv) {
                  "rank)")
       ->required();
   app.add_option("--out", out_dir,
-                 "where to write report.html, report.json, trace.json (default: RUN_DIR; "
+                 "where to write report.html, report.json, report-trace.json (default: RUN_DIR; "
                  "required for trace files)");
   app.add_option("--what-if", what_if,
                  "re-simulate the measured costs under other schedules, e.g. "
@@ -77,9 +77,9 @@ int cmd_report(int argc, char** argv) {
     if (out_dir.empty()) out_dir = run_dir;
     if (Status st = write_report(*rep, out_dir); !st.ok()) return report_error("report", st);
     if (!quiet) std::fputs(format_report_text(*rep).c_str(), stdout);
-    std::printf("\nwrote %s/report.html, %s/report.json, %s/trace.json%s\n", out_dir.c_str(),
+    std::printf("\nwrote %s/report.html, %s/report.json, %s/report-trace.json%s\n", out_dir.c_str(),
                 out_dir.c_str(), out_dir.c_str(),
-                rep->run.costs ? fmt::format(", {}/costs.json", out_dir).c_str() : "");
+                rep->run.costs ? fmt::format(", {}/report-costs.json", out_dir).c_str() : "");
     return kExitOk;
   }
 
@@ -96,7 +96,7 @@ int cmd_report(int argc, char** argv) {
     return report_error("report", st);
   }
   if (!quiet) std::fputs(format_gpu_trace_text(*rep).c_str(), stdout);
-  std::printf("\nwrote %s/report.html, %s/report.json, %s/trace.json\n", out_dir.c_str(),
+  std::printf("\nwrote %s/report.html, %s/report.json, %s/report-trace.json\n", out_dir.c_str(),
               out_dir.c_str(), out_dir.c_str());
   return kExitOk;
 }

@@ -1,13 +1,18 @@
 // tightpipe: pipeline-parallel training with measured and simulated bubbles.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
 #include <new>
+#include <string>
 #include <string_view>
 
 #include "commands.h"
+#include "tightpipe/output_file.h"
 #include "tightpipe/transport_mpi.h"
 
 namespace {
@@ -28,6 +33,29 @@ constexpr const char* kUsage =
     "             memory budget, and price each choice in time and dollars\n";
 
 int dispatch(std::string_view cmd, int sub_argc, char** sub_argv);
+
+// Standard output after the command: everything it printed must have reached stdout (a full disk,
+// /dev/full, a closed pipe with SIGPIPE ignored fail here, not silently). OK when it did; else
+// one line naming stdout and the system's reason, and the exit status becomes an error.
+int check_stdout(const char* cmd, int rc) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  int err = errno;
+  bool failed = !flushed || std::ferror(stdout);
+  if (!failed) {
+    // A close of a copy reports what only a close does (NFS, FUSE); the real stdout stays open.
+    const int fd = ::dup(STDOUT_FILENO);
+    if (fd >= 0 && ::close(fd) != 0 && errno != EINTR) {
+      err = errno;
+      failed = true;
+    }
+  }
+  if (!failed) return rc;
+  const std::string why = err != 0 ? tightpipe::output_error_reason(err)
+                                   : "a write failed; hint: send stdout to another file or pipe";
+  std::fprintf(stderr, "tightpipe %s: error: cannot write to stdout: %s\n", cmd, why.c_str());
+  return rc == tightpipe::cli::kExitOk ? tightpipe::cli::kExitError : rc;
+}
 
 // The command's exit status; its error line is printed.
 int run(int argc, char** argv) {
@@ -65,7 +93,12 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rc = run(argc, argv);
+  // Not a terminal: a command's whole output (a grid, a CSV, a plan) stays in one buffer until
+  // check_stdout flushes it, so a failure there knows the system's reason. (Progress lines of a
+  // run are flushed as they come.)
+  static char stdout_buffer[1 << 20];
+  if (!::isatty(STDOUT_FILENO)) std::setvbuf(stdout, stdout_buffer, _IOFBF, sizeof(stdout_buffer));
+  const int rc = check_stdout(argc > 1 ? argv[1] : "", run(argc, argv));
   if (rc != tightpipe::cli::kExitOk) {
     // Under mpirun: the job fails as a whole, mpirun's exit status included (--enable-recovery
     // too), after the other ranks had a moment to print their own line.
