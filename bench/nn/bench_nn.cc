@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
   std::string sizes = "4x128,8x256,12x512";
   std::string precision = "both";
   std::string python = "/usr/bin/python3";
-  std::string script = TP_SHARED_DIR "/peers/torch_gpt_bench.py";
+  std::string script = std::string(TP_SHARED_DIR) + "/peers/torch_gpt_bench.py";
   std::string json_out;
   bool no_torch = false;
   app.add_option("--steps", steps, "timed steps per side (median)")

@@ -17,17 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "comm/world_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/transport.h"
 
 namespace tightpipe {
-
-namespace comm_internal {
-Status run_rank_body(Transport& t, const std::function<Status(Transport&)>& body);
-std::vector<RankStatus> run_watched(std::vector<std::unique_ptr<Transport>> transports,
-                                    const std::function<Status(Transport&)>& body,
-                                    double stall_timeout_s);
-}  // namespace comm_internal
 
 namespace {
 

@@ -1,17 +1,11 @@
 // run_world: the one entry point that starts the ranks this process hosts on the chosen backend.
 #include <fmt/format.h>
 
+#include "comm/world_internal.h"
 #include "tightpipe/transport.h"
 #include "tightpipe/transport_mpi.h"
 
 namespace tightpipe {
-
-namespace comm_internal {
-Status run_rank_body(Transport& t, const std::function<Status(Transport&)>& body);
-std::vector<RankStatus> run_watched(std::vector<std::unique_ptr<Transport>> transports,
-                                    const std::function<Status(Transport&)>& body,
-                                    double stall_timeout_s);
-}  // namespace comm_internal
 
 namespace {
 

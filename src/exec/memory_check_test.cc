@@ -12,7 +12,7 @@ namespace {
 
 TrainOptions small_run() {
   TrainOptions o = testutil::tiny_train_options("");
-  o.data.path = TP_SHARED_DIR "/data/tinyshakespeare.txt";
+  o.data.path = std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt";
   return o;
 }
 

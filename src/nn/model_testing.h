@@ -22,7 +22,8 @@ struct Data {
 
 // B*T windows of real text (tinyshakespeare) at offsets drawn from `seed`.
 inline Data text_batch(const GptConfig& c, uint64_t seed) {
-  static const std::string text = *read_file(TP_SHARED_DIR "/data/tinyshakespeare.txt");
+  static const std::string text =
+      *read_file(std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt");
   Rng r(seed);
   Data d;
   for (int b = 0; b < c.micro_batch_size; ++b) {

@@ -77,9 +77,9 @@ TEST(CliOutputTest, ReportNeverWritesOverItsInputs) {
   auto r = run_command(kTp +
                        " train --pp 2 --schedule zb-h1 --num-microbatches 4 --num-layers 2 "
                        "--hidden-size 32 --num-attention-heads 2 --seq-length 32 "
-                       "--micro-batch-size 2 --train-iters 3 --data-path " TP_SHARED_DIR
-                       "/data/tinyshakespeare.txt --out-dir " +
-                       run + " --trace " + run + "/trace.json");
+                       "--micro-batch-size 2 --train-iters 3 --data-path " +
+                       std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt --out-dir " + run +
+                       " --trace " + run + "/trace.json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string trace = read_file(run + "/trace.json").value();
   const std::string costs = read_file(run + "/costs.json").value();
@@ -102,7 +102,8 @@ TEST(CliOutputTest, ReportNeverWritesOverItsInputs) {
   // named report-trace.json to it) is refused before anything is written.
   const std::string gpu = dir + "/gpu";
   fs::create_directories(gpu);
-  fs::copy_file(TP_SHARED_DIR "/data/traces/dp2_rank0.json.gz", gpu + "/rank0.json.gz");
+  fs::copy_file(std::string(TP_SHARED_DIR) + "/data/traces/dp2_rank0.json.gz",
+                gpu + "/rank0.json.gz");
   const std::string input = read_file(gpu + "/rank0.json.gz").value();
   r = run_command(kTp + " report " + gpu + "/rank0.json.gz --out " + gpu);
   ASSERT_EQ(r.exit_code, 0) << r.err;

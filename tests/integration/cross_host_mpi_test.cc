@@ -247,8 +247,8 @@ TEST(CrossHostScriptTest, UpSkipsNamingTheStepWhereNamespacesCannotBeEntered) {
   if (getuid() != 0) GTEST_SKIP() << "the script skips earlier when not root";
   const std::string dir = testutil::make_temp_dir("tp-netns-probe");
   const std::string bin = write_chroot_like_ip(dir);
-  auto r = run_command(fmt::format("PATH={}:$PATH TP_NETNS_OWNER={} {} up {}/hosts", bin,
-                                   getpid(), kScript, dir));
+  auto r = run_command(
+      fmt::format("PATH={}:$PATH TP_NETNS_OWNER={} {} up {}/hosts", bin, getpid(), kScript, dir));
   EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
   EXPECT_NE(r.err.find("ip netns exec failed"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("make-rslave"), std::string::npos) << r.err;
@@ -274,8 +274,8 @@ TEST(CrossHostScriptTest, UpFailingHalfWayRemovesWhatItMade) {
   const std::string from = "\"netns exec\"|\"-n \"*)";
   script.replace(script.find(from), from.size(), "\"-n \"*)");
   ASSERT_TRUE(write_file(bin + "/ip", script).ok());
-  auto r = run_command(fmt::format("PATH={}:$PATH TP_NETNS_OWNER={} {} up {}/hosts", bin,
-                                   getpid(), kScript, dir));
+  auto r = run_command(
+      fmt::format("PATH={}:$PATH TP_NETNS_OWNER={} {} up {}/hosts", bin, getpid(), kScript, dir));
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_EQ(r.err.find("unbound variable"), std::string::npos) << r.err;
   auto log_file = read_file(dir + "/ip.log");

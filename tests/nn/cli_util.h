@@ -29,7 +29,7 @@ inline RunResult run_shell(const std::string& cmd) {
   return r;
 }
 
-inline const std::string kTightpipe = TP_BINARY_DIR "/tools/tightpipe/tightpipe";
+inline const std::string kTightpipe = std::string(TP_BINARY_DIR) + "/tools/tightpipe/tightpipe";
 
 inline RunResult run_tightpipe(const std::string& args) {
   return run_shell(kTightpipe + " " + args);
@@ -52,7 +52,7 @@ inline std::string fresh_dir(const std::string& name) {
   return d.string();
 }
 
-inline const std::string kText = TP_SHARED_DIR "/data/tinyshakespeare.txt";
+inline const std::string kText = std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt";
 inline const std::string kTiny =
     "--pp 1 --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 32 "
     "--micro-batch-size 4 --eval-iters 2 --data-path " +

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "comm/op_info.h"
+#include "comm/world_internal.h"
 #include "tightpipe/transport.h"
 
 namespace tightpipe {
