@@ -195,8 +195,10 @@ Result<CostChoice> costs_from_flags(const CostFlags& f, const Schedule& schedule
                     printable(f.layout)));
   }
   if (!f.costs.empty()) {
-    TP_ASSIGN_OR_RETURN(std::string text,
-                        read_input_file("--costs", f.costs, input_kind::kCostTable));
+    auto read = read_input_file("--costs", f.costs, input_kind::kCostTable);
+    // A flag's file that cannot be read is a usage error (exit 2), as the flag's other errors.
+    if (!read.ok()) return Status::invalid_argument(std::string(read.status().message()));
+    std::string text = std::move(read.value());
     TP_ASSIGN_OR_RETURN(CostModel m, parse_cost_table(text, "--costs " + f.costs));
     TP_RETURN_IF_ERROR(m.covers(schedule));
     return CostChoice{std::move(m), ""};
