@@ -192,12 +192,14 @@ Status attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
         });
       }
       if (!reach || m.end_ns > reach->end_ns) reach = &m;
-      auto [it, fresh] = by_number.emplace(m.step, &m);
-      if (!fresh) {
+      // (No structured binding: clang 14 cannot capture one in the lambda.)
+      const auto placed = by_number.emplace(m.step, &m);
+      if (!placed.second) {
+        const auto* first = placed.first->second;
         issues.add(TraceIssue::kStepRepeated, [&] {
           return fmt::format("step {} at [{}, {}] us and at [{}, {}] us", m.step,
-                             us_text(it->second->start_ns), us_text(it->second->end_ns),
-                             us_text(m.start_ns), us_text(m.end_ns));
+                             us_text(first->start_ns), us_text(first->end_ns), us_text(m.start_ns),
+                             us_text(m.end_ns));
         });
       }
     }
