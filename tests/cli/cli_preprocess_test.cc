@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "run.h"
+#include "sanitizer.h"
 #include "tightpipe/base.h"
 
 namespace tightpipe {
@@ -77,6 +78,8 @@ const std::string kGpt2Flags = " --tokenizer-type GPT2BPETokenizer --vocab-file 
 // One word of 32 MiB (no space: one pre-token) under a 1 GiB address-space limit: it took about
 // 50 bytes a byte and died of std::bad_alloc, leaving a 0-byte .bin.tmp.
 TEST(CliPreprocessTest, OneHugeWordFitsInBoundedMemory) {
+  // ASan reserves terabytes of shadow address space: ulimit -v cannot hold a sanitized binary.
+  TP_SKIP_IF_SANITIZED("ulimit -v on a sanitized binary");
   const std::string dir = testutil::make_temp_dir("tp-preprocess-word");
   constexpr size_t kBytes = size_t{32} << 20;
   ASSERT_TRUE(write_file(dir + "/in.txt", std::string(kBytes, 'x')).ok());
