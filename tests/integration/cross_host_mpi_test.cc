@@ -222,16 +222,20 @@ TEST(CrossHostMpiTest, PipelineAndDp2TimesPp2AcrossTwoNamespacesTrainAsOnOneHost
 // A fake `ip` first on PATH: netns add/list/del and link work, `ip netns exec` and `ip -n` fail
 // as they do in a chroot ("mount --make-rslave /" failed: Invalid argument), the case a fresh
 // Debian chroot hit. `up` must skip (77) naming the step, and make nothing that stays.
-std::string write_chroot_like_ip(const std::string& dir) {
+// `exec_fails`: `ip netns exec` fails too (the chroot); else only `ip -n` does (past the probe).
+std::string write_chroot_like_ip(const std::string& dir, bool exec_fails) {
   const std::string bin = dir + "/bin";
   std::filesystem::create_directories(bin);
   // The namespaces it "made" are kept in ns.list, so `ip netns list` (which down reads) lists them.
-  const std::string script = R"(#!/bin/sh
-d=")" + dir + R"("
+  const std::string script =
+      R"(#!/bin/sh
+d=")" +
+      dir + R"("
 echo "ip $*" >> "$d/ip.log"
 touch "$d/ns.list"
 case "$1 $2" in
-  "netns exec"|"-n "*) echo '"mount --make-rslave /" failed: Invalid argument' >&2; exit 1 ;;
+  )" + std::string(exec_fails ? "\"netns exec\"|" : "") +
+      R"("-n "*) echo '"mount --make-rslave /" failed: Invalid argument' >&2; exit 1 ;;
   "netns list") cat "$d/ns.list" ;;
   "netns add") echo "$3" >> "$d/ns.list" ;;
   "netns del") grep -vx "$3" "$d/ns.list" > "$d/ns.new"; mv "$d/ns.new" "$d/ns.list" ;;
@@ -243,20 +247,32 @@ exit 0
   return bin;
 }
 
+// `netns-hosts.sh up` with the fake `ip` of write_chroot_like_ip first on PATH; `log` is what
+// that `ip` was asked to do.
+struct FakeUp {
+  testutil::CommandResult r;
+  std::string log;
+};
+FakeUp up_with_fake_ip(const std::string& dir, bool exec_fails) {
+  const std::string bin = write_chroot_like_ip(dir, exec_fails);
+  FakeUp u;
+  u.r = run_command(
+      fmt::format("PATH={}:$PATH TP_NETNS_OWNER={} {} up {}/hosts", bin, getpid(), kScript, dir));
+  auto log_file = read_file(dir + "/ip.log");
+  EXPECT_TRUE(log_file.ok()) << log_file.status().to_string();
+  if (log_file.ok()) u.log = log_file.value();
+  return u;
+}
+
 TEST(CrossHostScriptTest, UpSkipsNamingTheStepWhereNamespacesCannotBeEntered) {
   if (getuid() != 0) GTEST_SKIP() << "the script skips earlier when not root";
   const std::string dir = testutil::make_temp_dir("tp-netns-probe");
-  const std::string bin = write_chroot_like_ip(dir);
-  auto r = run_command(
-      fmt::format("PATH={}:$PATH TP_NETNS_OWNER={} {} up {}/hosts", bin, getpid(), kScript, dir));
+  const auto [r, log] = up_with_fake_ip(dir, /*exec_fails=*/true);
   EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
   EXPECT_NE(r.err.find("ip netns exec failed"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("make-rslave"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("unbound variable"), std::string::npos) << r.err;
   // The probe's namespace was deleted again and the hosts' were never made.
-  auto log_file = read_file(dir + "/ip.log");
-  ASSERT_TRUE(log_file.ok()) << log_file.status().to_string();
-  const std::string log = log_file.value();
   EXPECT_NE(log.find(fmt::format("netns del tpns{}p", getpid())), std::string::npos) << log;
   EXPECT_EQ(log.find(fmt::format("netns add tpns{}a", getpid())), std::string::npos) << log;
   std::filesystem::remove_all(dir);
@@ -268,19 +284,10 @@ TEST(CrossHostScriptTest, UpSkipsNamingTheStepWhereNamespacesCannotBeEntered) {
 TEST(CrossHostScriptTest, UpFailingHalfWayRemovesWhatItMade) {
   if (getuid() != 0) GTEST_SKIP() << "the script skips earlier when not root";
   const std::string dir = testutil::make_temp_dir("tp-netns-half");
-  const std::string bin = write_chroot_like_ip(dir);
-  // Let the probe's exec through: only `ip -n` fails.
-  std::string script = read_file(bin + "/ip").value();
-  const std::string from = "\"netns exec\"|\"-n \"*)";
-  script.replace(script.find(from), from.size(), "\"-n \"*)");
-  ASSERT_TRUE(write_file(bin + "/ip", script).ok());
-  auto r = run_command(
-      fmt::format("PATH={}:$PATH TP_NETNS_OWNER={} {} up {}/hosts", bin, getpid(), kScript, dir));
+  // The probe's exec goes through: only `ip -n` fails.
+  const auto [r, log] = up_with_fake_ip(dir, /*exec_fails=*/false);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_EQ(r.err.find("unbound variable"), std::string::npos) << r.err;
-  auto log_file = read_file(dir + "/ip.log");
-  ASSERT_TRUE(log_file.ok()) << log_file.status().to_string();
-  const std::string log = log_file.value();
   EXPECT_NE(log.find(fmt::format("netns del tpns{}a", getpid())), std::string::npos) << log;
   EXPECT_NE(log.find(fmt::format("netns del tpns{}b", getpid())), std::string::npos) << log;
   std::filesystem::remove_all(dir);
