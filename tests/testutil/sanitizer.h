@@ -3,6 +3,7 @@
 // __SANITIZE_ADDRESS__). The one test of it: a test that compares measured times within a few
 // percent begins with TP_SKIP_IF_SANITIZED("what it compares"), since the sanitizers slow
 // allocation and copies many times more than arithmetic and so distort any timing.
+// And one budget: kSweepStride, below.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,6 +14,10 @@ inline constexpr bool kBuiltWithSanitizer = true;
 #else
 inline constexpr bool kBuiltWithSanitizer = false;
 #endif
+// An exhaustive sweep over shapes steps its innermost range by this: every shape in the main
+// build, every third under the sanitizers (the same code paths in a third of the time; the
+// sanitizer lane's budget, scripts/sanitize.sh).
+inline constexpr int kSweepStride = kBuiltWithSanitizer ? 3 : 1;
 }  // namespace tightpipe::testutil
 
 #define TP_SKIP_IF_SANITIZED(what)                                                          \
