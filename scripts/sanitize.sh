@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # The sanitizer lane (scripts/test.sh runs it after the normal suite; docs/fuzzing.md): one clang
 # build with AddressSanitizer + UndefinedBehaviorSanitizer (-O1, libFuzzer coverage in every
-# object) of only what `ctest -L unit` runs and the fuzz targets, then `ctest -L unit` there (less
-# SAN_EXCLUDE, below), then
-# every fuzz target for FUZZ_SECONDS over its seed corpus (scripts/fuzz.sh). Any sanitizer report,
-# failing test or fuzz finding fails the script.
-# Environment: SAN_BUILD_DIR (default build-sanitize), SAN_EXCLUDE (a ctest -E regex), FUZZ_SECONDS (default 20; 0 skips fuzzing),
-# JOBS (default nproc).
+# object) of only what `ctest -L unit` runs and the fuzz targets, then `ctest -L unit` there
+# (less SAN_EXCLUDE, below), then every fuzz target for FUZZ_SECONDS over its seed corpus
+# (scripts/fuzz.sh). Any sanitizer report, failing test or fuzz finding fails the script.
+# Environment: SAN_BUILD_DIR (default build-sanitize), SAN_EXCLUDE (a ctest -E regex; default
+# below), FUZZ_SECONDS (default 20; 0 skips fuzzing), JOBS (default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${SAN_BUILD_DIR:-build-sanitize}
