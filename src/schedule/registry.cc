@@ -4,6 +4,7 @@
 
 #include "generator_util.h"
 #include "tightpipe/input_file.h"
+#include "tightpipe/schedule_torch.h"
 
 namespace tightpipe {
 namespace detail {
@@ -42,7 +43,8 @@ const std::vector<GeneratorInfo>& schedule_generators() {
 namespace {
 std::string canonical(std::string_view name) {
   std::string s;
-  for (char c : name) s += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char c : name)
+    s += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (s == "interleaved1f1b" || s == "interleaved-1f1b" || s == "vpp") return "interleaved";
   if (s == "zbh1" || s == "zb1p") return "zb-h1";
   if (s == "zbh2") return "zb-h2";
@@ -96,9 +98,14 @@ Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions
 }
 
 Result<Schedule> load_schedule_file(const std::string& path) {
+  return load_schedule_file(path, nullptr);
+}
+
+Result<Schedule> load_schedule_file(const std::string& path, TorchActionCounts* counts) {
+  if (counts) *counts = {};
   TP_ASSIGN_OR_RETURN(std::string text,
                       read_input_file("schedule file", path, input_kind::kSchedule));
-  return path.ends_with(".json") ? parse_json(text, path) : parse_csv(text, path);
+  return path.ends_with(".json") ? parse_json(text, path) : parse_csv(text, path, counts);
 }
 
 Result<Schedule> schedule_from_name_or_file(const std::string& name, GeneratorOptions options) {
