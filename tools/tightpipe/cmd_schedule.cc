@@ -11,13 +11,11 @@
 namespace tightpipe::cli {
 
 int cmd_schedule(int argc, char** argv) {
-  CLI::App app(
-      "Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout), "
-      "JSON or PyTorch's compute_comms CSV (--format torch); or check a schedule file of "
-      "your own (--check). zb-auto, zb-1p, zb-2p and "
-      "zb-v-auto are built from the costs (--cost, --costs, --model) under "
-      "--memory-limit.",
-      "tightpipe schedule");
+  CLI::App app("Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout), "
+               "JSON or PyTorch's compute_comms CSV (--format torch); or check a schedule file "
+               "of your own (--check). zb-auto, zb-1p, zb-2p and zb-v-auto are built from the "
+               "costs (--cost, --costs, --model) under --memory-limit.",
+               "tightpipe schedule");
   ScheduleFlags flags;
   add_schedule_flags(app, flags);
   add_cost_flags(app, flags.costs);
@@ -56,11 +54,10 @@ int cmd_schedule(int argc, char** argv) {
     TorchActionCounts torch;
     auto s = load_schedule_file(check, &torch);
     if (!s.ok()) return report_error("schedule", s.status());
-    std::printf(
-        "%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
-        "finishes (no deadlock)\n",
-        check.c_str(), s->lowered ? "lowered " : "", s->num_ranks, s->num_stages,
-        s->num_microbatches, s->size());
+    std::printf("%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
+                "finishes (no deadlock)\n",
+                check.c_str(), s->lowered ? "lowered " : "", s->num_ranks, s->num_stages,
+                s->num_microbatches, s->size());
     if (torch.total() > 0) {
       std::printf(
           "PyTorch actions: %lld UNSHARD, %lld RESHARD, %lld REDUCE_GRAD, each where "
