@@ -72,6 +72,29 @@ std::string to_string(const Action& a) {
   return fmt::format("{}{}{}", a.stage, action_type_name(a.type), a.microbatch);
 }
 
+namespace detail {
+// A stage or microbatch id: digits only, no leading zero (keeps parsing the inverse of
+// to_string), below tightpipe's limit. Returns why `s` is not one (naming which id, its value
+// and the limit), or "" with `out` set. Shared by parse_action and parse_torch_action.
+std::string read_action_id(std::string_view s, std::string_view what, int32_t limit, int32_t& out) {
+  const bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+  if (!digits) return fmt::format("the {} '{}' is not a plain number", what, printable(s));
+  if (s.size() > 1 && s[0] == '0') {
+    return fmt::format("the {} '{}' has a leading zero", what, printable(s));
+  }
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || v >= limit) {
+    return fmt::format("{} {} is over tightpipe's limit ({} ids 0..{})", what, printable(s), what,
+                       limit - 1);
+  }
+  out = static_cast<int32_t>(v);
+  return "";
+}
+}  // namespace detail
+
 namespace {
 Result<Action> parse_simple_action(std::string_view token);
 }  // namespace
@@ -132,25 +155,10 @@ Result<Action> parse_simple_action(std::string_view token) {
         fmt::format("unknown type '{}' (expected F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B)",
                     printable(type_text)));
   }
-  // A stage or microbatch id: digits only, no leading zero (keeps parse the inverse of
-  // to_string), below tightpipe's limit; errors name which id, its value and the limit.
   auto parse_id = [&](std::string_view s, std::string_view what, int32_t limit,
                       int32_t& out) -> Status {
-    const bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-      return std::isdigit(static_cast<unsigned char>(c));
-    });
-    if (!digits) return bad(fmt::format("the {} '{}' is not a plain number", what, printable(s)));
-    if (s.size() > 1 && s[0] == '0') {
-      return bad(fmt::format("the {} '{}' has a leading zero", what, printable(s)));
-    }
-    int64_t v = 0;
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || v >= limit) {
-      return bad(fmt::format("{} {} is over tightpipe's limit ({} ids 0..{})", what, printable(s),
-                             what, limit - 1));
-    }
-    out = static_cast<int32_t>(v);
-    return OkStatus();
+    std::string why = detail::read_action_id(s, what, limit, out);
+    return why.empty() ? OkStatus() : bad(why);
   };
   TP_RETURN_IF_ERROR(parse_id(token.substr(0, i), "stage", kMaxStages, a.stage));
   TP_RETURN_IF_ERROR(parse_id(mb_text, "microbatch", kMaxMicrobatches, a.microbatch));

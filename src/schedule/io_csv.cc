@@ -1,12 +1,15 @@
 // CSV in PyTorch's layout: one row per rank, one action per cell, no header; an empty cell is an
 // idle slot and is skipped. Loading infers the shape, the stage-to-rank map and the directions
-// (DualPipe's 2 when the actions say so), then validates.
+// (DualPipe's 2 when the actions say so), then validates. PyTorch's UNSHARD, RESHARD and
+// REDUCE_GRAD cells are checked against the schedule and left out of it (schedule_torch.h).
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "tightpipe/base.h"
 #include "tightpipe/schedule.h"
+#include "tightpipe/schedule_torch.h"
+#include "torch_cells.h"
 
 namespace tightpipe {
 
@@ -84,12 +87,19 @@ Status infer_shape(Schedule& sch, std::string_view source,
   sch.lowered = sch.has_comm_actions();
   return validate(sch).with_context(source);
 }
+
 }  // namespace detail
 
 Result<Schedule> parse_csv(std::string_view text, std::string_view source) {
+  return parse_csv(text, source, nullptr);
+}
+
+Result<Schedule> parse_csv(std::string_view text, std::string_view source,
+                           TorchActionCounts* counts) {
   Schedule sch;
   sch.name = std::string(source);
   std::vector<std::vector<std::pair<int, int>>> pos;
+  std::vector<detail::TorchCell> torch_cells;
   auto lines = split(text, '\n');
   while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
   for (size_t li = 0; li < lines.size(); ++li) {
@@ -102,6 +112,18 @@ Result<Schedule> parse_csv(std::string_view text, std::string_view source) {
       std::string_view cell = trim(cells[ci]);
       if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') cell = cell.substr(1, cell.size() - 2);
       if (cell.empty()) continue;  // an idle slot
+      auto t = parse_torch_action(cell);
+      if (!t.ok()) {
+        return Status::invalid_argument(
+            fmt::format("{}:{}:{}: {}", source, li + 1, ci + 1, t.status().message()));
+      }
+      if (t->has_value()) {
+        torch_cells.push_back({**t,
+                               static_cast<int32_t>(li),
+                               sch.programs.back().size(),
+                               {static_cast<int>(li) + 1, static_cast<int>(ci) + 1}});
+        continue;
+      }
       auto a = parse_action(cell);
       if (!a.ok()) {
         return Status::invalid_argument(fmt::format("{}:{}:{}: {}", source, li + 1, ci + 1,
@@ -117,6 +139,17 @@ Result<Schedule> parse_csv(std::string_view text, std::string_view source) {
         source));
   }
   TP_RETURN_IF_ERROR(detail::infer_shape(sch, source, pos));
+  TP_RETURN_IF_ERROR(detail::check_torch_cells(sch, torch_cells, pos, source));
+  if (counts) {
+    *counts = {};
+    for (const auto& c : torch_cells) {
+      switch (c.action.type) {
+        case TorchActionType::kUnshard: ++counts->unshard; break;
+        case TorchActionType::kReshard: ++counts->reshard; break;
+        case TorchActionType::kReduceGrad: ++counts->reduce_grad; break;
+      }
+    }
+  }
   return sch;
 }
 

@@ -4,6 +4,7 @@
 
 #include "generator_util.h"
 #include "tightpipe/input_file.h"
+#include "tightpipe/schedule_torch.h"
 
 namespace tightpipe {
 namespace detail {
@@ -96,9 +97,14 @@ Result<Schedule> generate_schedule(std::string_view name, const GeneratorOptions
 }
 
 Result<Schedule> load_schedule_file(const std::string& path) {
+  return load_schedule_file(path, nullptr);
+}
+
+Result<Schedule> load_schedule_file(const std::string& path, TorchActionCounts* counts) {
+  if (counts) *counts = {};
   TP_ASSIGN_OR_RETURN(std::string text,
                       read_input_file("schedule file", path, input_kind::kSchedule));
-  return path.ends_with(".json") ? parse_json(text, path) : parse_csv(text, path);
+  return path.ends_with(".json") ? parse_json(text, path) : parse_csv(text, path, counts);
 }
 
 Result<Schedule> schedule_from_name_or_file(const std::string& name, GeneratorOptions options) {

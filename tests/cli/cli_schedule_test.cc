@@ -1,6 +1,8 @@
 // `tightpipe schedule` as a user runs it: output formats, exit codes, errors with hints.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "run.h"
@@ -76,6 +78,84 @@ TEST(CliScheduleTest, CheckAcceptsGoodAndRejectsBadFiles) {
   auto missing = run_command(kTp + " schedule --check " + dir + "/nope.csv");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("nope.csv"), std::string::npos);
+}
+
+// `--format torch` (PyTorch's compute_comms form) of every schedule but dualpipe passes --check,
+// which counts the PyTorch actions; dualpipe refuses in one line; PyTorch's own dump checks.
+TEST(CliScheduleTest, TorchFormatRoundTripsThroughCheck) {
+  const std::string dir = testutil::make_temp_dir("tp-cli-torch");
+  struct Case {
+    std::string name, flags;
+    int stages;
+  } cases[] = {
+      {"gpipe", "", 4},
+      {"1f1b", "", 4},
+      {"interleaved", "--vpp 2", 8},
+      {"looped-bfs", "--vpp 4", 16},
+      {"zb-h1", "", 4},
+      {"zb-h2", "", 4},
+      {"zb-v", "", 8},
+      {"dualpipev", "", 8},
+      {"zb-1p", "--cost f=1,i=1,w=1", 4},
+      {"zb-2p", "--cost f=1,i=1,w=1", 4},
+      {"zb-auto", "--cost f=1,i=1,w=1", 4},
+      {"zb-v-auto", "--cost f=1,i=1,w=1", 8},
+  };
+  for (const auto& c : cases) {
+    const std::string file = dir + "/" + c.name + ".csv";
+    const std::string gen =
+        kTp + " schedule --schedule " + c.name + " --pp 4 --microbatches 8 " + c.flags;
+    auto out = run_command(gen + " --format torch --out " + file);
+    ASSERT_EQ(out.exit_code, 0) << c.name << "\n" << out.err;
+    auto check = run_command(kTp + " schedule --check " + file);
+    EXPECT_EQ(check.exit_code, 0) << c.name << "\n" << check.err;
+    EXPECT_NE(check.out.find("valid lowered schedule"), std::string::npos) << check.out;
+    EXPECT_NE(check.out.find(fmt::format("{} REDUCE_GRAD, each where PyTorch's runtime needs it",
+                                         c.stages)),
+              std::string::npos)
+        << c.name << "\n" << check.out;
+    // --lowered changes nothing: the torch form is always lowered.
+    auto lowered = run_command(gen + " --lowered --format torch");
+    EXPECT_EQ(lowered.exit_code, 0) << lowered.err;
+    EXPECT_EQ(lowered.out, read_file(file).value()) << c.name;
+  }
+  auto dual = run_command(kTp + " schedule --schedule dualpipe --pp 4 --microbatches 8 --format torch");
+  EXPECT_EQ(dual.exit_code, 2);
+  EXPECT_NE(dual.err.find("runs 2 directions"), std::string::npos) << dual.err;
+  EXPECT_NE(dual.err.find("PyTorch's pipelining has no form for"), std::string::npos) << dual.err;
+  EXPECT_EQ(std::count(dual.err.begin(), dual.err.end(), '\n'), 1) << dual.err;
+  // A plain lowered CSV still checks, with a note that PyTorch would not reduce its gradients.
+  ASSERT_EQ(run_command(kTp + " schedule --schedule 1f1b --pp 2 --microbatches 2 --lowered "
+                              "--format csv --out " + dir + "/plain.csv")
+                .exit_code,
+            0);
+  auto plain = run_command(kTp + " schedule --check " + dir + "/plain.csv");
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("no REDUCE_GRAD"), std::string::npos) << plain.out;
+  // PyTorch's _dump_csv of its own lowering of 1F1B (p = 2, m = 2): "0UNSHARD" was refused.
+  ASSERT_TRUE(write_file(dir + "/dump.csv",
+                         "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,"
+                         "0REDUCE_GRAD,0RESHARD\r\n1UNSHARD,1RECV_F0,1F0,1RECV_F1,1B0,1SEND_B0,"
+                         "1F1,1B1,1SEND_B1,1REDUCE_GRAD,1RESHARD\r\n")
+                  .ok());
+  auto dump = run_command(kTp + " schedule --check " + dir + "/dump.csv");
+  EXPECT_EQ(dump.exit_code, 0) << dump.err;
+  EXPECT_NE(dump.out.find("PyTorch actions: 2 UNSHARD, 2 RESHARD, 2 REDUCE_GRAD"),
+            std::string::npos)
+      << dump.out;
+  // Misplaced: one line naming the file, row:column, the cell and a hint.
+  ASSERT_TRUE(write_file(dir + "/early.csv",
+                         "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0REDUCE_GRAD,"
+                         "0B1,0RESHARD\n1RECV_F0,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1B1,1SEND_B1,"
+                         "1REDUCE_GRAD\n")
+                  .ok());
+  auto early = run_command(kTp + " schedule --check " + dir + "/early.csv");
+  EXPECT_EQ(early.exit_code, 2);
+  EXPECT_NE(early.err.find("early.csv:1:9: '0REDUCE_GRAD' comes after 1 of stage 0's 2 backward"),
+            std::string::npos)
+      << early.err;
+  EXPECT_NE(early.err.find("hint"), std::string::npos) << early.err;
+  EXPECT_EQ(std::count(early.err.begin(), early.err.end(), '\n'), 1) << early.err;
 }
 
 TEST(CliScheduleTest, BadShapesAreUsageErrors) {

@@ -16,6 +16,7 @@
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/checkpoint.h"
+#include "tightpipe/schedule_torch.h"
 #include "tightpipe/trainer.h"
 #include "tiny_train.h"
 
@@ -115,6 +116,28 @@ TEST(TrainIntegrationTest, EmulatedBubbleMatchesPredictionForEverySchedule) {
     std::printf("emulated %s: measured %.1f%%, predicted %.1f%%\n", c.schedule,
                 100 * s->measured_bubble_ratio, 100 * s->predicted_bubble_ratio);
   }
+}
+
+// `schedule --format torch`'s file (PyTorch's compute_comms form: SEND/RECV, UNSHARD, RESHARD,
+// REDUCE_GRAD) trains bit for bit as the schedule it came from: the three PyTorch actions are
+// no-ops here, and the gradients are reduced at the step's end as always.
+TEST(TrainIntegrationTest, TorchFormatFileTrainsAsItsSchedule) {
+  const std::string out = testutil::make_temp_dir("tp-torch");
+  const Schedule zb = generate_schedule("zb-h1", {.ranks = 2, .microbatches = 4}).value();
+  ASSERT_TRUE(write_file(out + "/zb.csv", to_torch_csv(zb).value()).ok());
+  auto run = [&](const std::string& schedule) {
+    TrainOptions o = tiny(out + "/" + std::to_string(schedule.size()));
+    o.schedule = schedule;
+    o.train_iters = 2;
+    o.eval_iters = 0;
+    return run_training(o);
+  };
+  auto by_name = run("zb-h1");
+  ASSERT_TRUE(by_name.ok()) << by_name.status().to_string();
+  auto by_file = run(out + "/zb.csv");
+  ASSERT_TRUE(by_file.ok()) << by_file.status().to_string();
+  EXPECT_EQ(by_file->steps, 2);
+  EXPECT_EQ(by_file->final_loss, by_name->final_loss);
 }
 
 TEST(TrainIntegrationTest, InvalidCombinationsFailBeforeWork) {

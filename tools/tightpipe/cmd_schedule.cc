@@ -6,14 +6,15 @@
 #include "commands.h"
 #include "schedule_source.h"
 #include "tightpipe/base.h"
+#include "tightpipe/schedule_torch.h"
 
 namespace tightpipe::cli {
 
 int cmd_schedule(int argc, char** argv) {
-  CLI::App app("Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout) or "
-               "JSON; or check a schedule file of your own (--check). zb-auto, zb-1p, zb-2p and "
-               "zb-v-auto are built from the costs (--cost, --costs, --model) under "
-               "--memory-limit.",
+  CLI::App app("Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout), "
+               "JSON or PyTorch's compute_comms CSV (--format torch); or check a schedule file "
+               "of your own (--check). zb-auto, zb-1p, zb-2p and zb-v-auto are built from the "
+               "costs (--cost, --costs, --model) under --memory-limit.",
                "tightpipe schedule");
   ScheduleFlags flags;
   add_schedule_flags(app, flags);
@@ -23,13 +24,16 @@ int cmd_schedule(int argc, char** argv) {
   std::string format = "grid", out, check;
   bool list = false;
   app.add_flag("--lowered", lowered, "insert the SEND/RECV actions (what each rank really runs)");
-  app.add_option("--format", format, "output format")
-      ->check(CLI::IsMember({"grid", "csv", "json"}))
+  app.add_option("--format", format,
+                 "output format; torch: the lowered schedule with PyTorch's UNSHARD, RESHARD and "
+                 "REDUCE_GRAD, for _PipelineScheduleRuntime._load_csv(f, format=\"compute_comms\")")
+      ->check(CLI::IsMember({"grid", "csv", "json", "torch"}))
       ->capture_default_str();
   app.add_option("--out", out, "write to this file instead of standard output");
   app.add_option("--check", check,
-                 "validate a schedule file (.csv in PyTorch's layout, or .json): per-action rules, "
-                 "SEND/RECV matching, and a dry run proving it cannot deadlock");
+                 "validate a schedule file (.csv in PyTorch's layout, compute-only or "
+                 "compute_comms, or .json): per-action rules, SEND/RECV matching, UNSHARD/RESHARD/"
+                 "REDUCE_GRAD placement, and a dry run proving it cannot deadlock");
   app.add_flag("--list", list, "list the known schedules");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
@@ -47,12 +51,25 @@ int cmd_schedule(int argc, char** argv) {
     return kExitOk;
   }
   if (!check.empty()) {
-    auto s = load_schedule_file(check);
+    TorchActionCounts torch;
+    auto s = load_schedule_file(check, &torch);
     if (!s.ok()) return report_error("schedule", s.status());
     std::printf("%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
                 "finishes (no deadlock)\n",
                 check.c_str(), s->lowered ? "lowered " : "", s->num_ranks, s->num_stages,
                 s->num_microbatches, s->size());
+    if (torch.total() > 0) {
+      std::printf(
+          "PyTorch actions: %lld UNSHARD, %lld RESHARD, %lld REDUCE_GRAD, each where "
+          "PyTorch's runtime needs it (tightpipe runs them as no-ops: "
+          "docs/schedule_ir.md)\n",
+          static_cast<long long>(torch.unshard), static_cast<long long>(torch.reshard),
+          static_cast<long long>(torch.reduce_grad));
+    } else if (s->lowered && s->directions == 1) {
+      std::printf(
+          "no REDUCE_GRAD: PyTorch's runtime would run this as compute_comms without "
+          "reducing gradients; `--format torch` writes them\n");
+    }
     if (!s->lowered) {
       auto low = lower(*s);
       if (!low.ok()) return report_error("schedule", low.status());
@@ -73,7 +90,11 @@ int cmd_schedule(int argc, char** argv) {
   }
   if (Status st = validate(s); !st.ok()) return report_error("schedule", st);
   std::string text;
-  if (format == "csv") {
+  if (format == "torch") {
+    auto t = to_torch_csv(s);  // lowers a compute-only schedule itself
+    if (!t.ok()) return report_error("schedule", t.status());
+    text = std::move(t).value();
+  } else if (format == "csv") {
     text = to_csv(s);
   } else if (format == "json") {
     text = to_json(s);
