@@ -254,12 +254,12 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "--child-raw") == 0) return child_raw();
 #endif
   // --child and --child-raw above are the modes mpirun starts this binary in; users pass none.
-  CLI::App app(
+  bench::Flags flags(
       "p2p latency and bandwidth between 2 ranks, side by side: threads, then MPI (mpirun -np 2 "
       "on this binary) with vader single-copy on and off at several poll back-offs, and plain "
       "blocking MPI for reference. Takes no flags.",
       "comm_bench");
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
 
   std::vector<std::pair<std::string, Numbers>> cols;
   {

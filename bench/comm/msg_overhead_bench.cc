@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
   int rounds = 7;
   int messages = 0;
   int pool_mib = 64;
-  CLI::App app(
+  bench::Flags flags(
       "Compute-thread time of one pipeline message between two ranks on the in-process threads "
       "transport (copy_to_buffer + isend at the sender, irecv + wait at the receiver, as the "
       "executor does them), side by side with a memcpy of the same bytes; thread CPU time, "
@@ -278,26 +278,28 @@ int main(int argc, char** argv) {
       "LinkCost::overhead for the this-cpu device. --run-dir: the same, in situ, from a run's "
       "timelines.",
       "msg_overhead_bench");
-  app.add_option("--sizes", sizes,
-                 "message sizes in bytes (default 8192 65536 524288 4194304: above the "
-                 "transport's 4 KiB eager limit, as a pipeline's activations are)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 28));
-  app.add_option("--rounds", rounds, "rounds per size and order; the median round is reported")
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--messages", messages, "messages per round (default: 200 up to 1 MiB, 50 above)")
-      ->check(CLI::Range(1, 100000));
-  app.add_option("--pool-mib", pool_mib,
-                 "MiB of buffers each end cycles through (2 to 64 buffers); 0: two buffers, so "
-                 "the copies hit the caches (default 64: they miss, for the larger sizes)")
-      ->check(CLI::Range(0, 4096));
+  flags
+      .option("--sizes", sizes,
+              "message sizes in bytes (default 8192 65536 524288 4194304: above the "
+              "transport's 4 KiB eager limit, as a pipeline's activations are)")
+      .range(int64_t{1}, int64_t{1} << 28);
+  flags.option("--rounds", rounds, "rounds per size and order; the median round is reported")
+      .range(1, 1000);
+  flags.option("--messages", messages, "messages per round (default: 200 up to 1 MiB, 50 above)")
+      .range(1, 100000);
+  flags
+      .option("--pool-mib", pool_mib,
+              "MiB of buffers each end cycles through (2 to 64 buffers); 0: two buffers, so "
+              "the copies hit the caches (default 64: they miss, for the larger sizes)")
+      .range(0, 4096);
   std::string run_dir;
   int64_t warmup_steps = 3;
-  app.add_option("--run-dir", run_dir,
-                 "instead: the in-situ estimate from a `tightpipe train --out-dir` run "
-                 "(schedule.csv, timeline_rank*.jsonl; overlap mode)");
-  app.add_option("--warmup-steps", warmup_steps, "with --run-dir: steps left out at the start")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--run-dir", run_dir,
+               "instead: the in-situ estimate from a `tightpipe train --out-dir` run "
+               "(schedule.csv, timeline_rank*.jsonl; overlap mode)");
+  flags.option("--warmup-steps", warmup_steps, "with --run-dir: steps left out at the start")
+      .range(int64_t{0}, int64_t{1} << 30);
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   if (!run_dir.empty()) return analyze_run(run_dir, warmup_steps);
 
   std::printf(

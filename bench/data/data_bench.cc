@@ -7,7 +7,6 @@
 // The reader/consumer ratio is the headroom: above 1 the loader is not the bottleneck.
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 
@@ -45,15 +44,14 @@ ReadResult measure_reader(const DataOptions& o, int64_t tokens_wanted) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("loader tokens/s vs the tiny config's training tokens/s", "data_bench");
+  bench::Flags flags("loader tokens/s vs the tiny config's training tokens/s", "data_bench");
   std::string text = std::string(TP_SHARED_DIR) + "/data/tinyshakespeare.txt";
   int64_t read_tokens = 4'000'000;
   int train_steps = 20;
-  app.add_option("--text", text, "text to shard")->capture_default_str();
-  app.add_option("--read-tokens", read_tokens, "tokens read per reader measurement")
-      ->capture_default_str();
-  app.add_option("--train-steps", train_steps, "measured training steps")->capture_default_str();
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--text", text, "text to shard").show_default();
+  flags.option("--read-tokens", read_tokens, "tokens read per reader measurement").show_default();
+  flags.option("--train-steps", train_steps, "measured training steps").show_default();
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
 
   const std::string dir = std::string(TP_BINARY_DIR) + "/data_bench_shards";
   std::filesystem::remove_all(dir);

@@ -10,7 +10,6 @@
 // share (< 1%), and exits 1 when either misses.
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -23,8 +22,9 @@
 using namespace tightpipe;
 
 int main(int argc, char** argv) {
-  CLI::App app("GPT-2 BPE encode MB/s for 1 and 2 threads next to what a 2-rank pipeline consumes",
-               "tokenize_bench");
+  bench::Flags flags(
+      "GPT-2 BPE encode MB/s for 1 and 2 threads next to what a 2-rank pipeline consumes",
+      "tokenize_bench");
   std::string data = std::string(TP_SHARED_DIR) + "/data";
   std::string text_file = data + "/tinyshakespeare.txt";
   TokenizerOptions options;
@@ -34,18 +34,16 @@ int main(int argc, char** argv) {
   int repeat = 3;
   int train_steps = 8;
   std::string prefix = data + "/megatron/tinyshakespeare_gpt2_text_document";
-  app.add_option("--text", text_file, "corpus to encode")->capture_default_str();
-  app.add_option("--vocab-file", options.vocab_file, "GPT-2 vocab.json")->capture_default_str();
-  app.add_option("--merge-file", options.merge_file, "GPT-2 merges.txt")->capture_default_str();
-  app.add_option("--repeat", repeat, "passes over the corpus per thread")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--prefix", prefix, "indexed dataset (GPT-2 ids) the training run reads")
-      ->capture_default_str();
-  app.add_option("--train-steps", train_steps, "measured training steps (after 2 left out)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--text", text_file, "corpus to encode").show_default();
+  flags.option("--vocab-file", options.vocab_file, "GPT-2 vocab.json").show_default();
+  flags.option("--merge-file", options.merge_file, "GPT-2 merges.txt").show_default();
+  flags.option("--repeat", repeat, "passes over the corpus per thread").positive().show_default();
+  flags.option("--prefix", prefix, "indexed dataset (GPT-2 ids) the training run reads")
+      .show_default();
+  flags.option("--train-steps", train_steps, "measured training steps (after 2 left out)")
+      .positive()
+      .show_default();
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
 
   auto text = read_file(text_file);
   if (!text.ok()) {

@@ -67,20 +67,19 @@ struct Case {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app(
+  bench::Flags flags(
       "zb-h1, zb-1p, zb-2p, zb-v and zb-v-auto with the auto layer split on real compute (p = 2, "
       "8 layers x 128, m = 8): measured bubble, the run's prediction, and the what-if from the "
       "zb-h1 run, side by side. About 4 minutes with the defaults.",
       "auto_schedule_bench");
   int steps = 10, rounds = 5;
-  app.add_option("--steps", steps,
-                 "training steps per run (for zb-1p/zb-2p: 3 profile steps first)")
-      ->capture_default_str()
-      ->check(CLI::Range(6, 1000));
-  app.add_option("--rounds", rounds, "rounds over every schedule (medians)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100));
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--steps", steps, "training steps per run (for zb-1p/zb-2p: 3 profile steps first)")
+      .show_default()
+      .range(6, 1000);
+  flags.option("--rounds", rounds, "rounds over every schedule (medians)")
+      .show_default()
+      .range(1, 100);
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   char tmpl[] = "/tmp/tp-auto-bench-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
 

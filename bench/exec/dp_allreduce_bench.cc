@@ -54,20 +54,20 @@ Row run(bool overlap, int steps, double gbps, double latency_us) {
 int main(int argc, char** argv) {
   int steps = 6;
   double gbps = 0.25, latency_us = 50;
-  CLI::App app(
+  bench::Flags flags(
       "DP = 2 x PP = 2 on emulated compute and link: step time with and without "
       "--overlap-grad-reduce, measured exposed all-reduce against the prediction",
       "dp_allreduce_bench");
-  app.add_option("--steps", steps, "training steps per run (the first is left out)")
-      ->capture_default_str()
-      ->check(CLI::Range(2, 1000));
-  app.add_option("--gbps", gbps, "emulated link bandwidth, Gbit/s")
-      ->capture_default_str()
-      ->check(CLI::Range(0.001, 1000.0));
-  app.add_option("--latency-us", latency_us, "emulated link latency, microseconds")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e6));
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--steps", steps, "training steps per run (the first is left out)")
+      .show_default()
+      .range(2, 1000);
+  flags.option("--gbps", gbps, "emulated link bandwidth, Gbit/s")
+      .show_default()
+      .range(0.001, 1000.0);
+  flags.option("--latency-us", latency_us, "emulated link latency, microseconds")
+      .show_default()
+      .range(0.0, 1e6);
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
 
   const Row after = run(false, steps, gbps, latency_us);
   const Row over = run(true, steps, gbps, latency_us);

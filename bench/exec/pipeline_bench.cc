@@ -79,7 +79,7 @@ Run mpi_run(const std::string& schedule, int vpp, int steps, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app(
+  bench::Flags flags(
       "Pipeline tokens/s on real compute, p = 2, next to (1 - predicted bubble) per schedule, on "
       "threads and MPI (each run compared with the single-rank runs around it), then the step "
       "time with and without p2p overlap on emulated compute. About 5 minutes with the defaults.",
@@ -87,16 +87,16 @@ int main(int argc, char** argv) {
   int steps = 8, rounds = 5;
   std::string schedule_list = "1f1b,zb-h1,zb-v";
   bool no_mpi = false;
-  app.add_option("--steps", steps, "training steps per run (the first is a warm-up)")
-      ->capture_default_str()
-      ->check(CLI::Range(2, 1000));
-  app.add_option("--rounds", rounds, "rounds over every schedule and transport (medians)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100));
-  app.add_option("--schedules", schedule_list, "schedules to run, name[:v] comma-separated")
-      ->capture_default_str();
-  app.add_flag("--no-mpi", no_mpi, "threads only (no mpirun runs)");
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--steps", steps, "training steps per run (the first is a warm-up)")
+      .show_default()
+      .range(2, 1000);
+  flags.option("--rounds", rounds, "rounds over every schedule and transport (medians)")
+      .show_default()
+      .range(1, 100);
+  flags.option("--schedules", schedule_list, "schedules to run, name[:v] comma-separated")
+      .show_default();
+  flags.flag("--no-mpi", no_mpi, "threads only (no mpirun runs)");
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   auto specs = parse_schedule_specs("--schedules", schedule_list);
   if (!specs.ok()) {
     std::fprintf(stderr, "pipeline_bench: %s\n", specs.status().message().c_str());

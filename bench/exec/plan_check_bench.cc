@@ -193,7 +193,7 @@ double predicted_step(const std::vector<Row>& plan, const PlanCandidate& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app(
+  bench::Flags flags(
       "Predicted against measured step time of `tightpipe plan` on this machine. Each round "
       "calibrates from a short real run of a small GPT, plans it on 2 devices and on 1 (p <= 2) "
       "from those costs and runs candidates `tightpipe train` can run for real (the top ones, "
@@ -202,50 +202,48 @@ int main(int argc, char** argv) {
       "noise can tell apart. About 100 s with the defaults.",
       "plan_check_bench");
   Settings s;
-  app.add_option("--num-layers", s.num_layers, "model: transformer layers")->capture_default_str();
-  app.add_option("--hidden-size", s.hidden_size, "model: hidden size")->capture_default_str();
-  app.add_option("--num-attention-heads", s.heads, "model: attention heads")->capture_default_str();
-  app.add_option("--seq-length", s.seq_length, "model: sequence length")->capture_default_str();
-  app.add_option("--global-batch-size", s.global_batch_size, "sequences per step")
-      ->capture_default_str();
-  app.add_option("--micro-batch-size", s.micro_batch_sizes,
-                 "the plan's candidate micro batch sizes, e.g. 1,2,4,8")
-      ->capture_default_str();
-  app.add_option("--calibration-micro-batch-size", s.calibration_micro_batch_size,
-                 "micro batch size of the calibration run")
-      ->capture_default_str();
-  app.add_option("--steps", s.steps, "measured steps per run")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--warmup", s.warmup,
-                 "steps before them, left out (at least 4: zb-auto profiles 3)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100));
-  app.add_option("--rounds", s.rounds, "runs of every candidate, interleaved")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100));
-  app.add_option("--top", s.top, "the plan's fastest candidates to run")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 20));
-  app.add_option("--spread", s.spread,
-                 "and this many more, spaced evenly over the rest of the ranking down to the "
-                 "slowest, so that the ranking is judged over candidates the noise can tell apart")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 20));
-  app.add_flag("!--no-single-device", s.single_device,
-               "leave out the top candidate of the 1-device plan (p = 1)");
-  app.add_option("--tolerance", s.tolerance, "largest relative error of a prediction")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 10.0));
-  app.add_option("--nice", s.nice,
-                 "nice value of every run, in a session of its own (0: as started; a negative "
-                 "value needs CAP_SYS_NICE and is left out silently without it)")
-      ->capture_default_str()
-      ->check(CLI::Range(-20, 19));
-  app.add_option("--out", s.out,
-                 "directory for the runs, kept (default: a new one under /tmp, removed when the "
-                 "check passes)");
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--num-layers", s.num_layers, "model: transformer layers").show_default();
+  flags.option("--hidden-size", s.hidden_size, "model: hidden size").show_default();
+  flags.option("--num-attention-heads", s.heads, "model: attention heads").show_default();
+  flags.option("--seq-length", s.seq_length, "model: sequence length").show_default();
+  flags.option("--global-batch-size", s.global_batch_size, "sequences per step").show_default();
+  flags
+      .option("--micro-batch-size", s.micro_batch_sizes,
+              "the plan's candidate micro batch sizes, e.g. 1,2,4,8")
+      .show_default();
+  flags
+      .option("--calibration-micro-batch-size", s.calibration_micro_batch_size,
+              "micro batch size of the calibration run")
+      .show_default();
+  flags.option("--steps", s.steps, "measured steps per run").show_default().range(1, 1000);
+  flags.option("--warmup", s.warmup, "steps before them, left out (at least 4: zb-auto profiles 3)")
+      .show_default()
+      .range(1, 100);
+  flags.option("--rounds", s.rounds, "runs of every candidate, interleaved")
+      .show_default()
+      .range(1, 100);
+  flags.option("--top", s.top, "the plan's fastest candidates to run").show_default().range(1, 20);
+  flags
+      .option("--spread", s.spread,
+              "and this many more, spaced evenly over the rest of the ranking down to the "
+              "slowest, so that the ranking is judged over candidates the noise can tell apart")
+      .show_default()
+      .range(0, 20);
+  flags.flag("!--no-single-device", s.single_device,
+             "leave out the top candidate of the 1-device plan (p = 1)");
+  flags.option("--tolerance", s.tolerance, "largest relative error of a prediction")
+      .show_default()
+      .range(0.0, 10.0);
+  flags
+      .option("--nice", s.nice,
+              "nice value of every run, in a session of its own (0: as started; a negative "
+              "value needs CAP_SYS_NICE and is left out silently without it)")
+      .show_default()
+      .range(-20, 19);
+  flags.option("--out", s.out,
+               "directory for the runs, kept (default: a new one under /tmp, removed when the "
+               "check passes)");
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   const bool keep = !s.out.empty();  // a temporary directory goes when the check passes
   if (s.out.empty()) {
     char tmpl[] = "/tmp/tp-plan-check-XXXXXX";

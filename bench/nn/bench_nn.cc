@@ -15,7 +15,6 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -199,9 +198,9 @@ struct Target {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
+  tightpipe::bench::Flags flags(
       "tightpipe vs PyTorch single-rank GPT training throughput, FP32 and BF16, one thread each",
-      "bench_nn"};
+      "bench_nn");
   int steps = 10, warmup = 3, rounds = 1;
   std::string sizes = "4x128,8x256,12x512";
   std::string precision = "both";
@@ -209,34 +208,33 @@ int main(int argc, char** argv) {
   std::string script = std::string(TP_SHARED_DIR) + "/peers/torch_gpt_bench.py";
   std::string json_out;
   bool no_torch = false;
-  app.add_option("--steps", steps, "timed steps per side (median)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  app.add_option("--warmup", warmup, "untimed steps first")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 100000));
-  app.add_option("--rounds", rounds,
-                 "measure every side this many times, interleaved, and keep each side's fastest "
-                 "round (interference on a shared machine only slows a round down)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100));
-  app.add_option("--sizes", sizes,
-                 "LxC list out of 4x128 (T=128,B=8), 8x256 (T=256,B=8), "
-                 "12x512 (T=256,B=4)")
-      ->capture_default_str();
-  app.add_option("--precision", precision,
-                 "fp32, bf16 or both (tightpipe GptConfig::precision / train --bf16; PyTorch "
-                 "--bf16 = torch.autocast(\"cpu\", bfloat16))")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16", "both"}));
-  app.add_option("--python", python, "interpreter with PyTorch (Debian's python3-torch)")
-      ->capture_default_str();
-  app.add_option("--script", script)->capture_default_str();
-  app.add_option("--json", json_out, "write the results here");
-  app.add_flag("--no-torch", no_torch, "only tightpipe");
+  flags.option("--steps", steps, "timed steps per side (median)").show_default().range(1, 100000);
+  flags.option("--warmup", warmup, "untimed steps first").show_default().range(0, 100000);
+  flags
+      .option("--rounds", rounds,
+              "measure every side this many times, interleaved, and keep each side's fastest "
+              "round (interference on a shared machine only slows a round down)")
+      .show_default()
+      .range(1, 100);
+  flags
+      .option("--sizes", sizes,
+              "LxC list out of 4x128 (T=128,B=8), 8x256 (T=256,B=8), "
+              "12x512 (T=256,B=4)")
+      .show_default();
+  flags
+      .option("--precision", precision,
+              "fp32, bf16 or both (tightpipe GptConfig::precision / train --bf16; PyTorch "
+              "--bf16 = torch.autocast(\"cpu\", bfloat16))")
+      .show_default()
+      .one_of({"fp32", "bf16", "both"});
+  flags.option("--python", python, "interpreter with PyTorch (Debian's python3-torch)")
+      .show_default();
+  flags.option("--script", script).show_default();
+  flags.option("--json", json_out, "write the results here");
+  flags.flag("--no-torch", no_torch, "only tightpipe");
   bool bf16_only = false;
-  app.add_flag("--bf16", bf16_only, "same as --precision bf16")->excludes("--precision");
-  if (int rc = tightpipe::bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.flag("--bf16", bf16_only, "same as --precision bf16").excludes("--precision");
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
 
   std::vector<Size> list;
   for (const std::string& name : split(sizes, ',')) {

@@ -16,7 +16,6 @@
 //   build/bench/nn/matmul_bf16_bench
 //   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench/nn/matmul_bf16_bench   # AVX-512 sgemm
 //   build/bench/nn/matmul_bf16_bench --rounds 5          # the FP32 choice, beyond noise
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -142,22 +141,25 @@ std::vector<Size> parse_sizes(const std::string& list, bool& ok) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"GPT matmul GFLOP/s, one thread: OpenBLAS sgemm vs oneDNN FP32 vs oneDNN bf16",
-               "matmul_bf16_bench"};
+  tightpipe::bench::Flags flags(
+      "GPT matmul GFLOP/s, one thread: OpenBLAS sgemm vs oneDNN FP32 vs oneDNN bf16",
+      "matmul_bf16_bench");
   std::string sizes = "4x128,8x256,12x512";
   int reps = 7, rounds = 1;
-  app.add_option("--sizes", sizes,
-                 "LxC list out of 4x128 (T=128,B=8), 8x256 (T=256,B=8), 12x512 (T=256,B=4)")
-      ->capture_default_str();
-  app.add_option("--reps", reps, "timed calls per measurement (median)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--rounds", rounds,
-                 "measurements per (shape, pass), in a row: GFLOP/s are their medians, dnnl/B "
-                 "shows the range")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100));
-  if (int rc = tightpipe::bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags
+      .option("--sizes", sizes,
+              "LxC list out of 4x128 (T=128,B=8), 8x256 (T=256,B=8), 12x512 (T=256,B=4)")
+      .show_default();
+  flags.option("--reps", reps, "timed calls per measurement (median)")
+      .show_default()
+      .range(1, 1000);
+  flags
+      .option("--rounds", rounds,
+              "measurements per (shape, pass), in a row: GFLOP/s are their medians, dnnl/B "
+              "shows the range")
+      .show_default()
+      .range(1, 100);
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   bool ok = true;
   const std::vector<Size> list = parse_sizes(sizes, ok);
   if (!ok) return tightpipe::bench::kExitUsage;

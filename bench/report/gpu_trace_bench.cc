@@ -22,7 +22,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -675,28 +674,27 @@ double peak_rss_self_bytes() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("our streaming Kineto reader against a whole-file DOM parse: time and peak RSS",
-               "gpu_trace_bench");
+  bench::Flags flags(
+      "our streaming Kineto reader against a whole-file DOM parse: time and peak RSS",
+      "gpu_trace_bench");
   GenSpec g;
   int64_t total_mb = 1024;
   std::string dir = (fs::temp_directory_path() / "tightpipe-gpu-trace-bench").string();
   bool keep = false, skip_naive = false;
-  app.add_option("--ranks", g.ranks, "rank files")
-      ->check(CLI::Range(1, kMaxRanks))
-      ->capture_default_str();
-  app.add_option("--total-mb", total_mb, "MiB of JSON over all ranks")
-      ->check(CLI::Range(int64_t{1}, int64_t{65536}))
-      ->capture_default_str();
-  app.add_option(
-         "--dir", dir,
-         "where the rank<R>.json files go (overwritten; removed after the run unless --keep)")
-      ->capture_default_str();
-  app.add_flag("--gzip", g.gzip, "write rank<R>.json.gz (gzip level 1)");
-  app.add_flag("--keep", keep,
-               "reuse files already in --dir that match (size and seed), keep them afterwards");
-  app.add_option("--seed", g.seed, "generator seed")->capture_default_str();
-  app.add_flag("--skip-naive", skip_naive, "run only ours (for profiling the reader)");
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--ranks", g.ranks, "rank files").range(1, kMaxRanks).show_default();
+  flags.option("--total-mb", total_mb, "MiB of JSON over all ranks")
+      .range(int64_t{1}, int64_t{65536})
+      .show_default();
+  flags
+      .option("--dir", dir,
+              "where the rank<R>.json files go (overwritten; removed after the run unless --keep)")
+      .show_default();
+  flags.flag("--gzip", g.gzip, "write rank<R>.json.gz (gzip level 1)");
+  flags.flag("--keep", keep,
+             "reuse files already in --dir that match (size and seed), keep them afterwards");
+  flags.option("--seed", g.seed, "generator seed").show_default();
+  flags.flag("--skip-naive", skip_naive, "run only ours (for profiling the reader)");
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   g.bytes_per_rank = total_mb * kMiB / g.ranks;
   if (g.bytes_per_rank < 256 * 1024) {
     std::fprintf(stderr,

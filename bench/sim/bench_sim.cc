@@ -78,13 +78,13 @@ void print(const Row& r, double base_per_action) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app(
+  bench::Flags flags(
       "Simulator throughput: generate, lower and simulate CPU times for p*m*v up to 64*1024*4 "
       "(interleaved), then 1f1b, zb-h1 and zb-v at p=64, m=512.",
       "bench_sim");
   bool quick = false;
-  app.add_flag("--quick", quick, "only the growth rows up to p=64, m=512, v=4, best of 1");
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.flag("--quick", quick, "only the growth rows up to p=64, m=512, v=4, best of 1");
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   const int reps = quick ? 1 : 3;
   fmt::print("simulated actions include SEND/RECV (lowered programs); comm=0.1, overlap mode\n");
   fmt::print("CPU times in ms (best of {}; CPU, not wall, so neighbours on a shared machine do "

@@ -71,10 +71,10 @@ int run(int repeats) {
 }  // namespace tightpipe
 
 int main(int argc, char** argv) {
-  CLI::App app("plan_search_bench: wall time of the planner's search", "plan_search_bench");
+  tightpipe::bench::Flags flags("plan_search_bench: wall time of the planner's search",
+                                "plan_search_bench");
   int repeats = 3;
-  app.add_option("--repeats", repeats, "searches per case (the median is printed)")
-      ->check(CLI::Range(1, 100));
-  if (int rc = tightpipe::bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--repeats", repeats, "searches per case (the median is printed)").range(1, 100);
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   return tightpipe::run(repeats);
 }

@@ -64,7 +64,7 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app(
+  bench::Flags flags(
       "zb-auto's local search (improve_schedule) against the plain greedy over seeded random "
       "uneven per-stage costs: how often and by how much it improves the objective, and its time.",
       "zb_search_bench");
@@ -74,23 +74,22 @@ int main(int argc, char** argv) {
   std::string objective_text = "makespan";
   uint64_t seed = 2026;
   double max_comm = 0.5;
-  app.add_option("--samples", samples, "random cost tables per row")
-      ->check(CLI::Range(1, 10000))
-      ->capture_default_str();
-  app.add_option("--ranks", ranks, "pipeline sizes p (rows: m in {2p, 4p}, limit in {p, 2p})")
-      ->check(CLI::Range(1, 64))
-      ->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--budget-ms", budget_ms,
-                 "search budget per schedule, wall ms (default: zb-auto's own, a fixed number of "
-                 "simulations)")
-      ->check(CLI::Range(0.0, kZbMaxSearchBudgetMs));
-  app.add_option("--objective", objective_text, "makespan or span")->capture_default_str();
-  app.add_option("--seed", seed, "seed of the cost tables")->capture_default_str();
-  app.add_option("--max-comm", max_comm, "message latency drawn from [0, this)")
-      ->check(CLI::Range(0.0, 100.0))
-      ->capture_default_str();
-  if (int rc = bench::parse_bench_flags(app, argc, argv); rc >= 0) return rc;
+  flags.option("--samples", samples, "random cost tables per row").range(1, 10000).show_default();
+  flags.option("--ranks", ranks, "pipeline sizes p (rows: m in {2p, 4p}, limit in {p, 2p})")
+      .range(1, 64)
+      .delimiter(',')
+      .show_default();
+  flags
+      .option("--budget-ms", budget_ms,
+              "search budget per schedule, wall ms (default: zb-auto's own, a fixed number of "
+              "simulations)")
+      .range(0.0, kZbMaxSearchBudgetMs);
+  flags.option("--objective", objective_text, "makespan or span").show_default();
+  flags.option("--seed", seed, "seed of the cost tables").show_default();
+  flags.option("--max-comm", max_comm, "message latency drawn from [0, this)")
+      .range(0.0, 100.0)
+      .show_default();
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   auto objective = parse_zb_objective(objective_text);
   if (!objective.ok()) {
     fmt::print(stderr, "zb_search_bench: {}\n", objective.status().message());

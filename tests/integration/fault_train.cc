@@ -8,10 +8,10 @@
 // exits 1 the way tightpipe's main does (fail_launched_job, transport_mpi.h): under mpirun it
 // first lingers so that the other survivors report too, and under --enable-recovery it makes
 // mpirun exit non-zero.
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 
+#include "bench_cli.h"
 #include "fault_transport.h"
 #include "tightpipe/trainer.h"
 #include "tightpipe/transport_mpi.h"
@@ -19,21 +19,22 @@
 
 int main(int argc, char** argv) {
   using namespace tightpipe;
-  CLI::App app{"tiny emulated training run with one injected failure", "fault_train"};
+  bench::Flags flags("tiny emulated training run with one injected failure", "fault_train");
   std::string transport = "threads", schedule = "1f1b", fault;
   int32_t pp = 3;
   double timeout_s = 2;
-  app.add_option("--transport", transport, "threads or mpi")->capture_default_str();
-  app.add_option("--pp", pp, "pipeline ranks")->capture_default_str();
-  app.add_option("--schedule", schedule, "schedule name")->capture_default_str();
-  app.add_option("--fault", fault,
-                 "stall:RANK:SENDS:SECONDS, kill:RANK:SENDS[:EXIT_CODE] or sigkill:RANK:SENDS")
-      ->required();
-  app.add_option("--timeout", timeout_s, "seconds a rank waits for a peer")->capture_default_str();
+  flags.option("--transport", transport, "threads or mpi").show_default();
+  flags.option("--pp", pp, "pipeline ranks").show_default();
+  flags.option("--schedule", schedule, "schedule name").show_default();
+  flags
+      .option("--fault", fault,
+              "stall:RANK:SENDS:SECONDS, kill:RANK:SENDS[:EXIT_CODE] or sigkill:RANK:SENDS")
+      .required();
+  flags.option("--timeout", timeout_s, "seconds a rank waits for a peer").show_default();
   std::string data_path;
-  app.add_option("--data-path", data_path,
-                 "real compute of the tiny model on this text file (default: emulated compute)");
-  CLI11_PARSE(app, argc, argv);
+  flags.option("--data-path", data_path,
+               "real compute of the tiny model on this text file (default: emulated compute)");
+  if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
 
   auto run = [&]() -> Status {
     TrainOptions o = testutil::tiny_emulated_options(pp, schedule);
