@@ -93,6 +93,9 @@ DataParallelSim trainer_data_parallel(int32_t size, bool overlap, int64_t bucket
 // (0: one): per bucket of b bytes 2(d-1)/d x b / bandwidth + 2(d-1) x latency (bandwidth 0:
 // bytes are free). 0 when d <= 1 or bytes <= 0.
 double ring_allreduce_time(double bytes, int32_t d, const LinkCost& link, double bucket_bytes);
+// The bytes one data-parallel all-reduce of a stage reduces: allreduce_bytes, or grad_bytes when
+// that is 0 (StageCost).
+double stage_allreduce_bytes(const StageCost& c);
 // OK, or InvalidArgument naming --data-parallel-size or --bucket-size and the value.
 Status check_data_parallel(const DataParallelSim& dp);
 
