@@ -118,7 +118,9 @@ int main(int argc, char** argv) {
           TP_CHECK(greedy.ok() && searched.ok(), "zb-auto failed");
           g.add(100 * lower_bound_gap(objective_of(*greedy, c, *objective), best));
           s.add(100 * lower_bound_gap(objective_of(*searched, c, *objective), best));
-          b.add(100 * lower_bound_gap(best, st.lower_bound));
+          TP_CHECK(st.lower_bound <= best * (1 + 1e-9), "the lower bound ", st.lower_bound,
+                   " is above the optimum ", best);
+          b.add(100 * std::max(0.0, lower_bound_gap(best, st.lower_bound)));  // float residue
         }
         fmt::print(
             "{:>2} {:>2} {:>5g} | {:>6.2f}% {:>6.2f}% | {:>6.2f}% {:>6.2f}% | {:>6.2f}% {:>6.2f}% "

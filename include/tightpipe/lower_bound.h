@@ -48,6 +48,9 @@ struct LowerBoundOptions {
   // per-microbatch order statistics, no memory term, no one-lane relaxation, no span beyond the
   // work). The planner's pruning bound.
   bool fast = false;
+  // false: the span bound is term 1's work only, skipping the per-rank pass (O(p S m)) that
+  // bounds each rank's span: for callers that print only the makespan (the planner).
+  bool span = true;
 };
 
 struct LowerBound {
@@ -71,7 +74,10 @@ Result<LowerBound> lower_bound(const Schedule& shape, const CostModel& costs,
 // highest zb_peak_memory_units() peak, default units and fractions), so it reads "no schedule of
 // this shape holding at most as much memory is faster".
 Result<LowerBound> lower_bound_for(const Schedule& schedule, const CostModel& costs,
-                                   const SimOptions& sim);
+                                   const SimOptions& sim, bool span = true);
+
+// Simulates nothing: fills result's lower_bound_* fields from `lb`.
+void attach_lower_bound(SimResult& result, const LowerBound& lb);
 
 // (value - bound) / bound, the share a schedule is above its bound; 0 when bound <= 0.
 double lower_bound_gap(double value, double bound);

@@ -16,6 +16,9 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNegInf = -kInf;
 constexpr double kMemSlack = 1e-9;  // memory counts are sums of fractions
+// The span's per-rank pass costs O(p S m): above this many rank x stage x microbatch steps
+// (a few tenths of a second here) the span bound is the work term alone.
+constexpr int64_t kMaxSpanPass = int64_t{1} << 24;
 
 // What the relaxation knows of one stage (docs: "the items").
 struct StageTerms {
@@ -198,7 +201,8 @@ class Bounder {
       }
       // Span (term 6): per rank, heads and tails relative to its own first and last compute.
       double span = 0, span_free = 0;
-      for (int32_t r = 0; r < P_; ++r) {
+      const bool pass = o_.span && int64_t{P_} * S_ * md_ <= kMaxSpanPass;
+      for (int32_t r = 0; r < P_ && pass; ++r) {
         const std::vector<char> mine = stages_on(r);
         tails(mine, md_);
         heads(mine, o_.memory_limit.has_value(), md_);
@@ -404,10 +408,11 @@ Result<LowerBound> lower_bound(const Schedule& shape, const CostModel& costs,
 }
 
 Result<LowerBound> lower_bound_for(const Schedule& schedule, const CostModel& costs,
-                                   const SimOptions& sim) {
+                                   const SimOptions& sim, bool span) {
   TP_RETURN_IF_ERROR(costs.covers(schedule));
   LowerBoundOptions o;
   o.sim = sim;
+  o.span = span;
   o.f_memory_units = zb_f_memory_units(costs, schedule);
   o.w_memory_fractions = zb_w_memory_fractions(costs, ZbAutoOptions{});
   const std::vector<double> peak =
@@ -418,6 +423,13 @@ Result<LowerBound> lower_bound_for(const Schedule& schedule, const CostModel& co
   for (double u : o.f_memory_units) unit = std::max(unit, u);
   o.memory_limit = std::max(most, unit);
   return lower_bound(schedule, costs, o);
+}
+
+void attach_lower_bound(SimResult& result, const LowerBound& lb) {
+  result.has_lower_bound = true;
+  result.lower_bound_makespan = lb.makespan;
+  result.lower_bound_span = lb.span;
+  result.lower_bound_memory = lb.memory_limit;
 }
 
 double lower_bound_gap(double value, double bound) {
