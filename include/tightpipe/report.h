@@ -196,6 +196,9 @@ struct WhatIfResult {
   double bubble_saving = 0;    // baseline bubble ratio - bubble_ratio
   double peak_act_bytes = 0;   // max over ranks
   double peak_act_delta = 0;   // vs the baseline prediction (> 0 costs memory)
+  // The shape's lower bound at the candidate's memory (lower_bound.h): no schedule of its
+  // stages and placement holding at most that memory has a shorter step; and on the span.
+  double lower_bound = 0, lower_bound_span = 0, max_span = 0;
   // The layer split the candidate was costed with ("E,t|t|t|t,L": what `train --schedule` would
   // run), or "even" when the run's model is unknown and each rank's cost was spread evenly.
   std::string layout;

@@ -93,6 +93,12 @@ DataParallelSim trainer_data_parallel(int32_t size, bool overlap, int64_t bucket
 // (0: one): per bucket of b bytes 2(d-1)/d x b / bandwidth + 2(d-1) x latency (bandwidth 0:
 // bytes are free). 0 when d <= 1 or bytes <= 0.
 double ring_allreduce_time(double bytes, int32_t d, const LinkCost& link, double bucket_bytes);
+// The bytes one data-parallel all-reduce of a stage reduces: allreduce_bytes, or grad_bytes when
+// that is 0 (StageCost).
+double stage_allreduce_bytes(const StageCost& c);
+// The bytes one data-parallel all-reduce of a stage reduces: allreduce_bytes, or grad_bytes when
+// that is 0 (StageCost).
+double stage_allreduce_bytes(const StageCost& c);
 // OK, or InvalidArgument naming --data-parallel-size or --bucket-size and the value.
 Status check_data_parallel(const DataParallelSim& dp);
 
@@ -160,6 +166,13 @@ struct SimResult {
   // a microbatch passes through one of a rank's two copies), so units compare across schedules.
   double activation_unit_bytes = 0;
   bool real_bytes = true;  // false: memory sizes are abstract units (uniform model), not bytes
+  // The shape's lower bound at the schedule's memory (lower_bound.h, lower_bound_for), when the
+  // caller computed one: simulate() leaves it unset, as `layout`. The tables print it next to the
+  // makespan and the span; the JSON adds lower_bound_* and gap_to_lower_bound* keys.
+  bool has_lower_bound = false;
+  double lower_bound_makespan = 0;
+  double lower_bound_span = 0;
+  double lower_bound_memory = 0;  // the memory limit it assumed (whole-rank activations)
   int64_t messages = 0;      // SENDs simulated
   int64_t message_bytes = 0;
   int64_t actions = 0;       // actions simulated (compute and comm)

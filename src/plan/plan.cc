@@ -14,6 +14,7 @@
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/flag_checks.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/model.h"
 #include "tightpipe/prof.h"
 #include "tightpipe/schedule.h"
@@ -603,8 +604,6 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
   std::vector<int> blocks;
   for (const StageLayers& l : split) blocks.push_back(l.blocks);
   const std::string layout = nn::layout_from_blocks(blocks);
-  // Each direction runs its share of the microbatches on its own copies.
-  const double per_stage_id_microbatches = static_cast<double>(c.m) / std::max(1, sched.directions);
   std::vector<double> last_peak;
   for (size_t k = 0; k < rcs.size(); ++k) {
     const RecomputeChoice& rc = rcs[k];
@@ -651,14 +650,22 @@ Status Planner::add_config(const Config& c, const std::vector<RecomputeChoice>& 
       last_peak = std::move(peak);
       continue;
     }
-    // The busiest rank's compute plus its all-reduce: no schedule of these costs is faster.
-    std::vector<double> busy(c.p, 0.0);
-    for (int32_t s = 0; s < S; ++s) {
-      busy[stage_to_rank[s]] += per_stage_id_microbatches * (costs.stage(s).f + costs.stage(s).b);
-    }
+    // No schedule of these costs is faster: the lower bound's fast terms (each rank's work
+    // between its shortest head and tail; lower_bound.h), and each rank's work plus its
+    // all-reduce.
+    Schedule shape;
+    shape.name = c.schedule;
+    shape.num_ranks = c.p;
+    shape.num_stages = static_cast<int32_t>(stage_to_rank.size());
+    shape.num_microbatches = static_cast<int32_t>(c.m);
+    shape.stage_to_rank = stage_to_rank;
+    shape.directions = is_auto ? 1 : sched.directions;
+    LowerBoundOptions lo;
+    lo.fast = true;
+    TP_ASSIGN_OR_RETURN(LowerBound bound, lower_bound(shape, costs, lo));
     const std::vector<double> ar = allreduce_times(c, costs, stage_to_rank, sched.directions);
-    double lb = 0;
-    for (int32_t r = 0; r < c.p; ++r) lb = std::max(lb, busy[r] + ar[r]);
+    double lb = bound.makespan;
+    for (int32_t r = 0; r < c.p; ++r) lb = std::max(lb, bound.rank_work[r] + ar[r]);
     pending_.push_back({cfg, rc, layout, split, lb,
                         schedule_complexity(c.schedule) * 2 + (k > 0 ? 1 : 0), std::move(peak)});
     // A heavier recompute of the same configuration fits too, and is slower (more compute in
@@ -770,6 +777,10 @@ Status Planner::simulate_best() {
       const double worst = *std::max_element(copy.begin(), copy.end());
       pc.allreduce_time_s += worst;
       pc.step_time_s += worst;
+    }
+    {
+      TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(low, costs, so, /*span=*/false));
+      pc.lower_bound_s = lb.makespan + (pc.step_time_s - r.makespan);  // DualPipe's copy sum
     }
     price(pc);
     best.insert(std::upper_bound(best.begin(), best.end(), pc.step_time_s), pc.step_time_s);

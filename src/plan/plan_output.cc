@@ -8,6 +8,7 @@
 
 #include "plan_format.h"
 #include "tightpipe/base.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/plan.h"
 
 namespace tightpipe {
@@ -217,11 +218,11 @@ std::string format_plan(const PlanResult& r) {
   if (r.recommended >= 0) {
     const PlanCandidate& c = r.candidates[r.recommended];
     out += fmt::format(
-        "\nrecommended: {} p={} v={} dp={} mbs={} m={} recompute {} layout {}: {:.4g} s per step, "
-        "bubble {:.1f}%, {:.1f} GiB peak on the fullest rank, {} and {} for the run\n",
+        "\nrecommended: {} p={} v={} dp={} mbs={} m={} recompute {} layout {}: {:.4g} s per step "
+        "{}, bubble {:.1f}%, {:.1f} GiB peak on the fullest rank, {} and {} for the run\n",
         c.schedule, c.pp, c.vpp, c.dp, c.micro_batch_size, c.num_microbatches, c.recompute,
-        c.layout, c.step_time_s, 100 * c.bubble_ratio, max_peak(c) / kGiB, hours(c.train_hours),
-        dollars(c.cost_usd));
+        c.layout, c.step_time_s, format_lower_bound(c.step_time_s, c.lower_bound_s),
+        100 * c.bubble_ratio, max_peak(c) / kGiB, hours(c.train_hours), dollars(c.cost_usd));
     out += "why: " + r.why + "\n";
     out += "run it:\n";
     for (const std::string& line : plan_command_lines(r, c)) out += "  " + line + "\n";
@@ -291,6 +292,8 @@ std::string plan_to_json(const PlanResult& r, int indent) {
                      {"reason", c.reason},
                      {"simulated", c.simulated},
                      {"step_time_s", c.step_time_s},
+                     {"lower_bound_makespan", c.lower_bound_s},
+                     {"gap_to_lower_bound", lower_bound_gap(c.step_time_s, c.lower_bound_s)},
                      {"pipeline_time_s", c.pipeline_time_s},
                      {"allreduce_time_s", c.allreduce_time_s},
                      {"exposed_allreduce_ratio", c.exposed_allreduce_ratio},

@@ -100,6 +100,10 @@ TEST(PlanTest, IssueExampleFitsPricesTheRunAndIsTheSameTwice) {
   const PlanCandidate& c = recommended(*r);
   EXPECT_TRUE(c.fits);
   EXPECT_TRUE(c.simulated);
+  // Its step next to the lower bound of its shape at its memory (lower_bound.h).
+  EXPECT_GT(c.lower_bound_s, 0);
+  EXPECT_LE(c.lower_bound_s, c.step_time_s * (1 + 1e-9));
+  EXPECT_NE(format_plan(*r).find("(lower bound "), std::string::npos);
   ASSERT_EQ(c.peak_memory_bytes.size(), static_cast<size_t>(c.pp));
   for (double b : c.peak_memory_bytes) EXPECT_LE(b, r->memory_budget_bytes);
   EXPECT_EQ(c.pp * c.dp, 64);

@@ -13,6 +13,7 @@
 #include "report/report_internal.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/output_file.h"
 #include "tightpipe/prof.h"
 
@@ -463,6 +464,11 @@ WhatIfResult what_if(const WhatIfSpec& w, const Report& rep) {
   res.gpu_hours_saved = run.costs->time_unit() == "s" ? steps * res.step_saving * P / 3600.0 : 0;
   res.peak_act_bytes = max_peak(*sim);
   res.peak_act_delta = res.peak_act_bytes - max_peak(rep.predicted);
+  res.max_span = sim->max_span;
+  if (auto lb = lower_bound_for(lowered, derived, so); lb.ok()) {
+    res.lower_bound = lb->makespan;
+    res.lower_bound_span = lb->span;
+  }
   return res;
 }
 
@@ -625,23 +631,30 @@ std::string text_what_if(const Report& rep) {
   if (rep.what_ifs.empty()) return "";
   const std::string& unit = rep.predicted.time_unit;
   std::string out =
-      "\nwhat-if (the run's measured costs per layer kind, re-simulated on each schedule's split):\n";
-  out += fmt::format("{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14} {:>14}  {}\n", "schedule", "v",
-                     "step", "bubble", "saves/step", "bubble -", "GPU-h saved", "peak act (+)",
-                     "layout");
+      "\nwhat-if (the run's measured costs per layer kind, re-simulated on each schedule's "
+      "split):\n";
+  out += fmt::format("{:<16} {:>3} {:>11} {:>8} {:>8} {:>12} {:>12} {:>14} {:>14}  {}\n",
+                     "schedule", "v", "step", "bubble", "vs bound", "saves/step", "bubble -",
+                     "GPU-h saved", "peak act (+)", "layout");
   for (const auto& w : rep.what_ifs) {
     if (!w.error.empty()) {
       out += fmt::format("{:<16} error: {}\n", w.label, w.error.substr(0, w.error.find('\n')));
       continue;
     }
     out += fmt::format(
-        "{:<16} {:>3} {:>11} {:>8} {:>12} {:>12} {:>14.4g} {:>14}  {}\n", w.label, w.chunks,
-        fmt_time(w.makespan, unit), pct(w.bubble_ratio), fmt_time(w.step_saving, unit),
-        fmt::format("{:.1f} pp", 100 * w.bubble_saving), w.gpu_hours_saved,
+        "{:<16} {:>3} {:>11} {:>8} {:>8} {:>12} {:>12} {:>14.4g} {:>14}  {}\n", w.label, w.chunks,
+        fmt_time(w.makespan, unit), pct(w.bubble_ratio),
+        w.lower_bound > 0 ? "+" + pct(std::max(0.0, lower_bound_gap(w.makespan, w.lower_bound)))
+                          : std::string("-"),
+        fmt_time(w.step_saving, unit), fmt::format("{:.1f} pp", 100 * w.bubble_saving),
+        w.gpu_hours_saved,
         fmt::format("{} ({}{})", human_bytes(w.peak_act_bytes), w.peak_act_delta >= 0 ? "+" : "-",
                     human_bytes(std::abs(w.peak_act_delta))),
         w.layout);
   }
+  out +=
+      "vs bound: the step above the lower bound of the schedule's shape at its memory "
+      "(docs/cost_model.md, \"Lower bound\")\n";
   return out;
 }
 
@@ -681,6 +694,10 @@ nlohmann::ordered_json what_if_json(const WhatIfResult& w) {
     o["step_saving"] = w.step_saving;
     o["gpu_hours_saved"] = w.gpu_hours_saved;
     o["peak_activation_bytes"] = w.peak_act_bytes;
+    o["lower_bound_makespan"] = w.lower_bound;
+    o["lower_bound_span"] = w.lower_bound_span;
+    o["gap_to_lower_bound"] = lower_bound_gap(w.makespan, w.lower_bound);
+    o["gap_to_lower_bound_span"] = lower_bound_gap(w.max_span, w.lower_bound_span);
     o["layout"] = w.layout;
   }
   return o;

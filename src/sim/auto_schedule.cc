@@ -6,20 +6,21 @@
 #include <string>
 
 #include "sim/zb_score.h"
+#include "tightpipe/lower_bound.h"
 
 namespace tightpipe {
 
 bool is_auto_schedule_name(std::string_view name) {
-  return is_zb_auto_name(name) || zb::lower_case(name) == "zb-v-auto";
+  return is_zb_auto_name(name) || is_zb_opt_name(name) || zb::lower_case(name) == "zb-v-auto";
 }
 
 std::string auto_schedule_counterpart(std::string_view name) {
-  if (is_zb_auto_name(name)) return "zb-h1";
+  if (is_zb_auto_name(name) || is_zb_opt_name(name)) return "zb-h1";
   return is_auto_schedule_name(name) ? "zb-v" : "";
 }
 
 int32_t auto_schedule_chunks(std::string_view name) {
-  if (is_zb_auto_name(name)) return 1;
+  if (is_zb_auto_name(name) || is_zb_opt_name(name)) return 1;
   return is_auto_schedule_name(name) ? 2 : 0;
 }
 
@@ -63,8 +64,10 @@ Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m
     }
     o.memory_limit = implied;
   }
-  TP_ASSIGN_OR_RETURN(Schedule s, auto_schedule_chunks(name) == 2 ? build_zb_v_auto(p, m, costs, o)
-                                                                  : build_zb_auto(p, m, costs, o));
+  TP_ASSIGN_OR_RETURN(Schedule s, is_zb_opt_name(name) ? build_zb_opt(p, m, costs, o)
+                                  : auto_schedule_chunks(name) == 2
+                                      ? build_zb_v_auto(p, m, costs, o)
+                                      : build_zb_auto(p, m, costs, o));
   s.name = auto_schedule_name(name);  // zb-1p and zb-2p keep their names in tables and JSON
   return s;
 }

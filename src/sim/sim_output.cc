@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/simulator.h"
 
 namespace tightpipe {
@@ -37,6 +38,13 @@ ordered_json result_json(const SimResult& r) {
   j["span_bubble_definition"] =
       "1 - busy / (ranks x max_span); a rank's span runs from its first compute start to its last "
       "compute end; busy = F, I, W, B (the zero-bubble paper's measure)";
+  if (r.has_lower_bound) {  // only then: outputs without a bound keep their keys
+    j["lower_bound_makespan"] = r.lower_bound_makespan;
+    j["lower_bound_span"] = r.lower_bound_span;
+    j["lower_bound_memory_limit"] = r.lower_bound_memory;
+    j["gap_to_lower_bound"] = lower_bound_gap(r.makespan, r.lower_bound_makespan);
+    j["gap_to_lower_bound_span"] = lower_bound_gap(r.max_span, r.lower_bound_span);
+  }
   j["optimizer_modelled"] = r.optimizer;
   const bool dp = r.data_parallel.size > 1;  // the keys below only then: older outputs stay
   if (dp) {
@@ -105,18 +113,28 @@ std::string compare_results_to_json(const std::vector<SimResult>& results, int i
 std::string format_sim_table(const SimResult& r) {
   std::string out;
   const int32_t v = r.num_ranks ? r.num_stages / r.num_ranks : 0;
-  out += fmt::format("schedule {}  p={} v={} m={}  comm={} recompute={}\n", r.schedule,
-                     r.num_ranks, v, r.num_microbatches, comm_mode_name(r.comm_mode),
-                     recompute_name(r.recompute));
+  out +=
+      fmt::format("schedule {}  p={} v={} m={}  comm={} recompute={}\n", r.schedule, r.num_ranks, v,
+                  r.num_microbatches, comm_mode_name(r.comm_mode), recompute_name(r.recompute));
   out += fmt::format("costs    {} (time unit: {})\n", r.cost_source, r.time_unit);
   if (!r.layout.empty()) out += fmt::format("layout   {}\n", r.layout);
-  out += fmt::format("makespan {:.6g}   bubble {:.1f}%   compute {:.6g}   messages {} ({})\n",
-                     r.makespan, 100.0 * r.bubble_ratio, r.total_compute, r.messages,
-                     human_bytes(static_cast<double>(r.message_bytes)));
+  auto bound = [&](double value, double lb) {
+    return r.has_lower_bound ? " " + format_lower_bound(value, lb) : std::string();
+  };
+  out +=
+      fmt::format("makespan {:.6g}{}   bubble {:.1f}%   compute {:.6g}   messages {} ({})\n",
+                  r.makespan, bound(r.makespan, r.lower_bound_makespan), 100.0 * r.bubble_ratio,
+                  r.total_compute, r.messages, human_bytes(static_cast<double>(r.message_bytes)));
   out += fmt::format(
-      "max span {:.6g}   span bubble {:.1f}%   (bubble: all ranks from 0 to the makespan; span "
+      "max span {:.6g}{}   span bubble {:.1f}%   (bubble: all ranks from 0 to the makespan; span "
       "bubble: each rank from its first to its last compute)\n",
-      r.max_span, 100.0 * r.span_bubble_ratio);
+      r.max_span, bound(r.max_span, r.lower_bound_span), 100.0 * r.span_bubble_ratio);
+  if (r.has_lower_bound) {
+    out += fmt::format(
+        "lower bound: no schedule of this shape holding at most {:.4g} activations per rank is "
+        "faster (docs/cost_model.md, \"Lower bound\")\n",
+        r.lower_bound_memory);
+  }
   if (r.data_parallel.size > 1) {
     std::vector<std::string> ar, ex;
     for (const RankSimStats& s : r.ranks) {
@@ -144,22 +162,32 @@ std::string format_sim_table(const SimResult& r) {
 }
 
 std::string format_compare_table(const std::vector<SimResult>& results) {
-  std::string out = fmt::format("{:<14} {:>3} {:>12} {:>8} {:>10} {:>6} {:>9}  {:<28} {}\n",
-                                "schedule", "v", "makespan", "bubble%", "max span", "span%",
-                                "messages", "peak activations per rank", "peak memory per rank");
+  std::string out =
+      fmt::format("{:<14} {:>3} {:>12} {:>8} {:>10} {:>6} {:>10} {:>9}  {:<28} {}\n", "schedule",
+                  "v", "makespan", "bubble%", "max span", "span%", "vs bound", "messages",
+                  "peak activations per rank", "peak memory per rank");
   for (const SimResult& r : results) {
     const int32_t v = r.num_ranks ? r.num_stages / r.num_ranks : 0;
+    const std::string vs =
+        r.has_lower_bound
+            ? fmt::format(
+                  "+{:.1f}%",
+                  100.0 * std::max(0.0, lower_bound_gap(r.makespan, r.lower_bound_makespan)))
+            : "-";
     out += fmt::format(
-        "{:<14} {:>3} {:>12.6g} {:>8.1f} {:>10.6g} {:>6.1f} {:>9}  {:<28} {}\n", r.schedule, v,
-        r.makespan, 100.0 * r.bubble_ratio, r.max_span, 100.0 * r.span_bubble_ratio, r.messages,
-        join_ranks(r, [](const RankSimStats& s) { return fmt::format("{:.4g}", s.peak_activations); }),
+        "{:<14} {:>3} {:>12.6g} {:>8.1f} {:>10.6g} {:>6.1f} {:>10} {:>9}  {:<28} {}\n", r.schedule,
+        v, r.makespan, 100.0 * r.bubble_ratio, r.max_span, 100.0 * r.span_bubble_ratio, vs,
+        r.messages,
+        join_ranks(r,
+                   [](const RankSimStats& s) { return fmt::format("{:.4g}", s.peak_activations); }),
         r.real_bytes
             ? join_ranks(r, [](const RankSimStats& s) { return human_bytes(s.peak_bytes); })
             : std::string("- (uniform costs: no bytes)"));
   }
   out +=
       "bubble%: all ranks from 0 to the makespan (bubble_ratio); span%: each rank from its first "
-      "to its last compute, over the max span (the zero-bubble paper's measure)\n";
+      "to its last compute, over the max span (the zero-bubble paper's measure); vs bound: the "
+      "makespan above the shape's lower bound at the schedule's memory\n";
   return out;
 }
 

@@ -81,13 +81,43 @@ TEST_F(SimulateCli, JsonHasBothBubbleMeasures) {
   CliRun t = run("--schedule zb-h2 --pp 4 --microbatches 8 --cost f=1,i=1,w=1");
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("bubble 11.1%"), std::string::npos) << t.out;
-  EXPECT_NE(t.out.find("max span 24   span bubble 0.0%"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("max span 24 (lower bound 24: within 0.0%)   span bubble 0.0%"),
+            std::string::npos)
+      << t.out;
   CliRun c = run("--compare 1f1b,zb-h2 --pp 4 --microbatches 8 --json");
   ASSERT_EQ(c.code, 0) << c.err;
   auto k = nlohmann::json::parse(c.out);
   EXPECT_EQ(k["results"][0]["bubble_measure"], "makespan");
   EXPECT_DOUBLE_EQ(k["results"][0]["span_bubble_ratio"].get<double>(), 9.0 / 33.0);  // 1F1B
   EXPECT_EQ(k["results"][1]["span_bubble_ratio"].get<double>(), 0);
+}
+
+// Every simulated schedule is printed next to its shape's lower bound at its memory
+// (lower_bound.h): ZB-H1 at F = I = W meets it (3m + p - 1), 1F1B (fused B) is above it.
+TEST_F(SimulateCli, PrintsTheLowerBound) {
+  CliRun t = run("--schedule zb-h1 --pp 4 --microbatches 8 --cost f=1,i=1,w=1");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("makespan 27 (lower bound 27: within 0.0%)"), std::string::npos) << t.out;
+  CliRun r = run("--schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 33);
+  EXPECT_DOUBLE_EQ(j["lower_bound_makespan"].get<double>(), 27);
+  EXPECT_DOUBLE_EQ(j["gap_to_lower_bound"].get<double>(), 6.0 / 27.0);
+  EXPECT_DOUBLE_EQ(j["lower_bound_memory_limit"].get<double>(), 4);
+  EXPECT_TRUE(j.contains("lower_bound_span") && j.contains("gap_to_lower_bound_span"));
+  CliRun c = run("--compare 1f1b,zb-h1 --pp 4 --microbatches 8");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("vs bound"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("+22.2%"), std::string::npos) << c.out;
+  // zb-opt through the CLI, and its one-line refusal over its size.
+  CliRun o = run("--schedule zb-opt --pp 3 --microbatches 4 --cost f=1,i=2,w=1");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("schedule zb-opt"), std::string::npos) << o.out;
+  CliRun big = run("--schedule zb-opt --pp 8 --microbatches 8 --cost f=1,i=1,w=1");
+  EXPECT_EQ(big.code, 2) << big.out;
+  EXPECT_EQ(std::count(big.err.begin(), big.err.end(), '\n'), 1) << big.err;
+  EXPECT_NE(big.err.find("at most --pp 4 and --microbatches 6"), std::string::npos) << big.err;
 }
 
 // One model check for simulate, plan and train (flag_checks.h): heads that do not divide the

@@ -504,7 +504,7 @@ class Simulator {
       BusyUnion exposed;
       for (const auto& [ready, s] : order) {
         const StageCost& c = cost_.stage(s);
-        const double bytes = c.allreduce_bytes > 0 ? c.allreduce_bytes : c.grad_bytes;
+        const double bytes = stage_allreduce_bytes(c);
         const double start = std::max(ready, lane);
         const double end =
             start +
@@ -647,6 +647,10 @@ class Simulator {
 };
 
 }  // namespace
+
+double stage_allreduce_bytes(const StageCost& c) {
+  return c.allreduce_bytes > 0 ? c.allreduce_bytes : c.grad_bytes;
+}
 
 double ring_allreduce_time(double bytes, int32_t d, const LinkCost& link, double bucket_bytes) {
   if (d <= 1 || !(bytes > 0)) return 0;

@@ -335,6 +335,10 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   for (const auto& w : rep->what_ifs) {
     EXPECT_TRUE(w.error.empty()) << w.label << ": " << w.error;
     EXPECT_GT(w.makespan, 0) << w.label;
+    // Each candidate next to its shape's lower bound (lower_bound.h), which it never beats.
+    EXPECT_GT(w.lower_bound, 0) << w.label;
+    EXPECT_GE(w.makespan, w.lower_bound * (1 - 1e-9)) << w.label;
+    EXPECT_GE(w.max_span, w.lower_bound_span * (1 - 1e-9)) << w.label;
   }
   EXPECT_GE(rep->what_ifs[0].step_saving, -1e-9);
   EXPECT_EQ(rep->what_ifs[1].chunks, 2);
@@ -351,6 +355,7 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   const std::string text = format_report_text(*rep);
   EXPECT_NE(text.find("data wait"), std::string::npos) << text;
   EXPECT_NE(text.find("what-if"), std::string::npos) << text;
+  EXPECT_NE(text.find("vs bound"), std::string::npos) << text;
   EXPECT_NE(text.find("span bubble: measured"), std::string::npos) << text;
   // report.json: both measures, and which one bubble_ratio is.
   auto j = nlohmann::json::parse(report_json(*rep));

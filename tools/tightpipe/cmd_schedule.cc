@@ -6,9 +6,33 @@
 #include "commands.h"
 #include "schedule_source.h"
 #include "tightpipe/base.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/schedule_torch.h"
 
 namespace tightpipe::cli {
+
+namespace {
+
+// "makespan 27 (lower bound 27: within 0.0%)   max span 27 (...)   costs f=1,i=1,w=1": the
+// schedule simulated under the cost flags (default: uniform) next to its shape's lower bound at
+// its memory. Empty when it cannot be simulated (a file whose costs the flags do not cover): the
+// grid is still printed.
+std::string summary_line(const Schedule& s, const CostFlags& cf) {
+  auto low = s.lowered ? Result<Schedule>(s) : lower(s);
+  if (!low.ok()) return "";
+  SimOptions so;
+  so.record_timeline = false;
+  auto costs = make_costs(cf, *low, so);
+  if (!costs.ok()) return "";
+  auto r = simulate(*low, costs->model, so);
+  auto lb = lower_bound_for(*low, costs->model, so);
+  if (!r.ok() || !lb.ok()) return "";
+  return fmt::format("makespan {:.6g} {}   max span {:.6g} {}   costs {}\n", r->makespan,
+                     format_lower_bound(r->makespan, lb->makespan), r->max_span,
+                     format_lower_bound(r->max_span, lb->span), costs->model.source());
+}
+
+}  // namespace
 
 int cmd_schedule(int argc, char** argv) {
   CLI::App app("Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout), "
@@ -45,6 +69,9 @@ int cmd_schedule(int argc, char** argv) {
                 "zero-bubble, v=1, built from the costs under --memory-limit (default p)");
     std::printf("%-12s %s\n", "zb-1p", "zb-auto with --memory-limit p (1F1B's memory)");
     std::printf("%-12s %s\n", "zb-2p", "zb-auto with --memory-limit 2p");
+    std::printf("%-12s %s\n", "zb-opt",
+                "the optimum by exact search (v=1, I/W split) under --memory-limit (default p), "
+                "for --pp <= 4 and --microbatches <= 6");
     std::printf("%-12s %s\n", "zb-v-auto",
                 "zero-bubble, V placement (v=2, as zb-v), built from the costs under "
                 "--memory-limit (default p)");
@@ -99,10 +126,11 @@ int cmd_schedule(int argc, char** argv) {
   } else if (format == "json") {
     text = to_json(s);
   } else {
-    text = fmt::format("{}: p={} stages={} m={} v={}{}{} ({} actions)\n{}", s.name, s.num_ranks,
+    text = fmt::format("{}: p={} stages={} m={} v={}{}{} ({} actions)\n{}{}", s.name, s.num_ranks,
                        s.num_stages, s.num_microbatches, s.chunks(),
                        s.directions != 1 ? fmt::format(" directions={}", s.directions) : "",
-                       s.lowered ? " lowered" : "", s.size(), format_grid(s));
+                       s.lowered ? " lowered" : "", s.size(), summary_line(s, flags.costs),
+                       format_grid(s));
   }
   if (out.empty()) {
     std::fputs(text.c_str(), stdout);

@@ -8,6 +8,7 @@
 #include "schedule_source.h"
 #include "tightpipe/base.h"
 #include "tightpipe/cost_model.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/prof.h"
 #include "tightpipe/simulator.h"
 
@@ -40,6 +41,8 @@ Result<SimResult> run_one(const Schedule& compute_only_schedule, const CostFlags
   }
   TP_ASSIGN_OR_RETURN(SimResult r, simulate(s, cost.model, opt));
   r.layout = cost.layout;
+  TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(s, cost.model, opt));
+  attach_lower_bound(r, lb);
   return r;
 }
 
