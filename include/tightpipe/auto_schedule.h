@@ -131,17 +131,20 @@ std::string auto_schedule_name(std::string_view name);
 // OK when --vpp `vpp` fits the auto schedule `name` (0: not given, or its chunk count);
 // otherwise InvalidArgument naming --vpp, the value, the chunk count and a hint.
 Status check_auto_schedule_vpp(std::string_view name, int32_t vpp);
-// The largest stages x microbatches (p x v x m) an auto schedule is built for: the greedy and the
-// search simulate the whole schedule hundreds of times, so their time grows with it much faster
-// than a generator's; at this limit a build takes a few seconds (docs/zero_bubble_auto.md,
-// "Limits"). Larger pipelines use the handcrafted zb-h1, zb-h2 or zb-v.
-inline constexpr int64_t kMaxAutoStageMicrobatches = 512;
+// The largest stages x microbatches (p x v x m) an auto schedule is built for: 128 stages x 1024
+// microbatches (zb-v-auto at p = 64, m = 1024). Derived from a build-time bound, not a memory one
+// (the builder holds O(stages x microbatches) numbers, a few MB here): the list scheduler places
+// each action in O(log p) and the search's evaluations are O(stages x microbatches) each, so the
+// build grows about linearly and takes about kAutoBuildSecondsAtBound seconds at the bound on a
+// 2-core machine (docs/cost_model.md, "zb-auto").
+inline constexpr int64_t kMaxAutoStageMicrobatches = int64_t{128} * 1024;
+inline constexpr int kAutoBuildSecondsAtBound = 60;
 
 // Builds the named schedule (build_zb_auto or build_zb_v_auto) and names it `name` lower-cased.
 // zb-1p and zb-2p set the memory limit (p, 2p); a different options.memory_limit is an error.
 // `costs` has auto_schedule_chunks(name) * p stages. Errors: an unknown name, a shape over
-// check_schedule_shape() or kMaxAutoStageMicrobatches, and those of the builders (InvalidArgument,
-// one line, naming the flag and a hint).
+// check_schedule_shape() or kMaxAutoStageMicrobatches (the error names the bound), and those of the
+// builders (InvalidArgument, one line, naming the flag and a hint).
 Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m,
                                      const CostModel& costs, const ZbAutoOptions& o = {});
 

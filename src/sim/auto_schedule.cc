@@ -47,10 +47,11 @@ Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m
   TP_RETURN_IF_ERROR(check_schedule_shape(shape, p, stages, m));
   if (p > 0 && m > 0 && stages * m > kMaxAutoStageMicrobatches) {
     return Status::invalid_argument(fmt::format(
-        "{}: stages x microbatches {} x {} = {} is over {}'s limit of {} (it simulates the whole "
-        "schedule hundreds of times); hint: fewer --pp or --microbatches, or the handcrafted {} "
-        "for larger pipelines",
-        shape, stages, m, stages * m, auto_schedule_name(name), kMaxAutoStageMicrobatches,
+        "{}: stages x microbatches {} x {} = {} is over the automatic schedules' size bound of {} "
+        "(their build-time bound, docs/cost_model.md \"zb-auto\": the greedy and the search "
+        "grow about linearly, {} s here at the bound); hint: fewer --pp or --microbatches, or "
+        "the handcrafted {}",
+        shape, stages, m, stages * m, kMaxAutoStageMicrobatches, kAutoBuildSecondsAtBound,
         auto_schedule_chunks(name) == 2 ? "zb-v" : "zb-h1 or zb-h2"));
   }
   ZbAutoOptions o = options;
