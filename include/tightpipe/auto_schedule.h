@@ -1,7 +1,9 @@
 // Cost-aware schedules built from a cost table under a memory limit (the zero-bubble paper's
 // automatic schedules; REFERENCE.md section 4):
 //   * zb-auto (zb-1p, zb-2p): single chunk (v = 1), loop placement (docs/cost_model.md 4c);
-//   * zb-v-auto: 2 chunks per rank in zb-v's V placement (docs/cost_model.md 4d).
+//   * zb-v-auto: 2 chunks per rank in zb-v's V placement (docs/cost_model.md 4d); v-min and
+//     v-half are zb-v-auto at the memory of "Pipeline Parallelism with Controllable Memory"
+//     (Qi et al. 2024): (p + 4) / 3 and (p + 2) / 2 whole-rank microbatch activations.
 // build_auto_schedule() is the one entry point for every name.
 //
 // The schedule module stays free of costs, so the builders live here, in the sim module: each
@@ -118,12 +120,23 @@ Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
 
 // ----- every cost-aware name ------------------------------------------------------------------
 
-// "zb-auto", "zb-1p", "zb-2p", "zb-v-auto"; case-insensitive.
+// The memory limits of V-Min and V-Half for p ranks, in whole-rank microbatch activations (1F1B
+// and zb-v hold p): (p + 4) / 3 and (p + 2) / 2, rounded down (Qi et al. 2024). Their bubble at
+// F = B = W is about 2p / 3m and p / 2m of the compute (1F1B's: p / m).
+int32_t v_min_memory_limit(int32_t p);
+int32_t v_half_memory_limit(int32_t p);
+
+// "zb-auto", "zb-1p", "zb-2p", "zb-v-auto", "v-min", "v-half"; case-insensitive.
 bool is_auto_schedule_name(std::string_view name);
+// The memory limit an auto name implies for p ranks: zb_auto_name_memory_limit's for the
+// single-chunk names, v_min_memory_limit / v_half_memory_limit for v-min / v-half, 0 (use the
+// options) for zb-auto and zb-v-auto.
+double auto_schedule_memory_limit(std::string_view name, int32_t p);
 // The fixed schedule with the same stages and placement: "zb-h1" for the single-chunk names,
-// "zb-v" for zb-v-auto; "" for other names.
+// "zb-v" for zb-v-auto, v-min and v-half; "" for other names.
 std::string auto_schedule_counterpart(std::string_view name);
-// Chunks per rank: 1 for the single-chunk names, 2 for zb-v-auto; 0 for other names.
+// Chunks per rank: 1 for the single-chunk names, 2 for zb-v-auto, v-min and v-half; 0 for
+// other names.
 int32_t auto_schedule_chunks(std::string_view name);
 // The canonical spelling of an auto name (lower case: "ZB-1P" -> "zb-1p"), as
 // build_auto_schedule() names its result.
@@ -141,7 +154,8 @@ inline constexpr int64_t kMaxAutoStageMicrobatches = int64_t{128} * 1024;
 inline constexpr int kAutoBuildSecondsAtBound = 60;
 
 // Builds the named schedule (build_zb_auto or build_zb_v_auto) and names it `name` lower-cased.
-// zb-1p and zb-2p set the memory limit (p, 2p); a different options.memory_limit is an error.
+// zb-1p, zb-2p, v-min and v-half set the memory limit (auto_schedule_memory_limit); a different
+// options.memory_limit is an error.
 // `costs` has auto_schedule_chunks(name) * p stages. Errors: an unknown name, a shape over
 // check_schedule_shape() or kMaxAutoStageMicrobatches (the error names the bound), and those of the
 // builders (InvalidArgument, one line, naming the flag and a hint).

@@ -105,9 +105,9 @@ std::string compare_results_to_json(const std::vector<SimResult>& results, int i
 std::string format_sim_table(const SimResult& r) {
   std::string out;
   const int32_t v = r.num_ranks ? r.num_stages / r.num_ranks : 0;
-  out += fmt::format("schedule {}  p={} v={} m={}  comm={} recompute={}\n", r.schedule,
-                     r.num_ranks, v, r.num_microbatches, comm_mode_name(r.comm_mode),
-                     recompute_name(r.recompute));
+  out +=
+      fmt::format("schedule {}  p={} v={} m={}  comm={} recompute={}\n", r.schedule, r.num_ranks, v,
+                  r.num_microbatches, comm_mode_name(r.comm_mode), recompute_name(r.recompute));
   out += fmt::format("costs    {} (time unit: {})\n", r.cost_source, r.time_unit);
   if (!r.layout.empty()) out += fmt::format("layout   {}\n", r.layout);
   out += fmt::format("makespan {:.6g}   bubble {:.1f}%   compute {:.6g}   messages {} ({})\n",
@@ -152,7 +152,8 @@ std::string format_compare_table(const std::vector<SimResult>& results) {
     out += fmt::format(
         "{:<14} {:>3} {:>12.6g} {:>8.1f} {:>10.6g} {:>6.1f} {:>9}  {:<28} {}\n", r.schedule, v,
         r.makespan, 100.0 * r.bubble_ratio, r.max_span, 100.0 * r.span_bubble_ratio, r.messages,
-        join_ranks(r, [](const RankSimStats& s) { return fmt::format("{:.4g}", s.peak_activations); }),
+        join_ranks(r,
+                   [](const RankSimStats& s) { return fmt::format("{:.4g}", s.peak_activations); }),
         r.real_bytes
             ? join_ranks(r, [](const RankSimStats& s) { return human_bytes(s.peak_bytes); })
             : std::string("- (uniform costs: no bytes)"));

@@ -331,7 +331,7 @@ std::vector<double> limit_grid(int32_t p, int32_t m) {
   std::vector<double> g;
   for (int32_t k = 1; k <= 8; ++k) g.push_back(k);
   for (double x = 8; x < 2.0 * p + 1; x *= std::sqrt(2.0)) g.push_back(std::round(x));
-  for (int32_t k : {p, 2 * p, m, (p + 4) / 3, (p + 2) / 2}) g.push_back(k);
+  for (int32_t k : {p, 2 * p, m, v_min_memory_limit(p), v_half_memory_limit(p)}) g.push_back(k);
   std::sort(g.begin(), g.end());
   g.erase(std::unique(g.begin(), g.end()), g.end());
   while (!g.empty() && g.back() > m) g.pop_back();
