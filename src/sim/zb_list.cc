@@ -191,6 +191,7 @@ void ListScheduler::commit(int32_t r, const Choice& c, std::vector<Action>& prog
   if (x.first_start < 0) x.first_start = c.start;
   switch (*c.type) {
     case ActionType::kForward:
+      x.remaining -= z.cf;
       x.free_at = c.start + z.cf;
       chain_.end_f(c.stage, y.nf) = x.free_at;
       prog.push_back({ActionType::kForward, c.stage, y.nf++});
@@ -200,12 +201,14 @@ void ListScheduler::commit(int32_t r, const Choice& c, std::vector<Action>& prog
       TP_CHECK(x.mem <= limit_ + 1e-6, "list scheduler: memory ", x.mem, " over ", limit_);
       break;
     case ActionType::kBackwardInput:
+      x.remaining -= z.ci;
       x.free_at = c.start + z.ci;
       chain_.end_i(c.stage, y.ni) = x.free_at;
       prog.push_back({ActionType::kBackwardInput, c.stage, y.ni++});
       x.mem -= (1 - z.frac) * z.unit;
       break;
     case ActionType::kBackwardWeight:
+      x.remaining -= z.cw;
       x.free_at = c.start + z.cw;
       prog.push_back({ActionType::kBackwardWeight, c.stage, y.nw++});
       x.mem -= z.frac * z.unit;
@@ -271,7 +274,7 @@ void ListScheduler::set_choice(int32_t r, Choice c) {
   heap_down(static_cast<size_t>(heap_pos_[r]));
 }
 
-Pass ListScheduler::run(double limit, const Policy& policy, ZbObjective objective) {
+Pass ListScheduler::run(double limit, const Policy& policy, ZbObjective objective, double cutoff) {
   limit_ = limit;
   pol_ = policy;
   cap_base_ = static_cast<int32_t>(std::floor(limit + kMemEps)) - policy.cap_base_offset;
@@ -291,7 +294,17 @@ Pass ListScheduler::run(double limit, const Policy& policy, ZbObjective objectiv
   sch = pr_.shape;
   sch.programs.assign(pr_.p, {});
   for (auto& prog : sch.programs) prog.reserve(3 * pr_.v * pr_.m);
+  for (int32_t r = 0; r < pr_.p; ++r) {
+    for (int32_t c = 0; c < pr_.v; ++c) {
+      const Problem::Stage& z = pr_.stage[pr_.stages_of_rank[r][c]];
+      rk_[r].remaining += pr_.m * (z.cf + z.ci + z.cw);
+    }
+  }
   for (int32_t r = 0; r < pr_.p; ++r) set_choice(r, decide(r, false));
+  // Above this a pass cannot win (a margin for the sums' rounding).
+  const double cut_at = cutoff + 1e-9 * std::max(1.0, std::abs(cutoff));
+  double bound = 0;
+  for (const RankState& x : rk_) bound = std::max(bound, x.remaining);
   const int64_t total = 3LL * pr_.S * pr_.m;
   for (int64_t n = 0; n < total; ++n) {
     if (heap_.empty()) {  // every rank waits on a knob: decide once without them
@@ -301,6 +314,17 @@ Pass ListScheduler::run(double limit, const Policy& policy, ZbObjective objectiv
     const int32_t best = heap_.front();
     const Choice c = choice_[best];
     commit(best, c, sch.programs[best]);
+    {
+      const RankState& x = rk_[best];
+      const double lb =
+          x.free_at + x.remaining - (objective == ZbObjective::kSpan ? x.first_start : 0.0);
+      bound = std::max(bound, lb);
+      if (bound > cut_at) {
+        out.cut = true;
+        out.valid_below = limit;  // unknown: run it again at the next limit
+        return out;
+      }
+    }
     // The rank itself, and the rank that consumes what it made: an F feeds stage s + 1, an I
     // stage s - 1, a W nobody. The others keep their decision (their estimates of when an I
     // comes are refreshed at their next decision).
@@ -373,6 +397,7 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
   std::vector<double> valid_below(policies.size(), -kInf);  // a pass answers limits below this
   std::vector<std::pair<Schedule, double>> starts;          // the best up to each limit
   ListScheduler ls(pr);
+  size_t winner = policies.size();  // the policy of the best pass so far (none yet)
   auto consider = [&](Schedule s, const Score& sc) {
     if (!best || sc < best_score) {
       best = std::move(s);
@@ -390,11 +415,19 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
                            : Score{t.makespan(), t.span(), hand_peak[h]};
       consider(std::move(hand[h]), sc);
     }
+    // The policy that won last first: its pass at this limit sets a tight cutoff for the rest.
+    // The order depends only on the limits before, so every limit asked for sees the same passes.
+    std::vector<size_t> order;
+    if (winner < policies.size()) order.push_back(winner);
     for (size_t k = 0; k < policies.size(); ++k) {
+      if (k != winner) order.push_back(k);
+    }
+    for (size_t k : order) {
       if (l < valid_below[k]) continue;  // the same pass as at the last limit it ran at
-      Pass ps = ls.run(l, policies[k], objective);
+      Pass ps = ls.run(l, policies[k], objective, best ? best_score.primary : kInf);
       valid_below[k] = ps.valid_below;
-      consider(std::move(ps.schedule), ps.score);
+      if (!ps.cut && (!best || ps.score < best_score)) winner = k;
+      if (!ps.cut) consider(std::move(ps.schedule), ps.score);
     }
     starts.emplace_back(*best, l);
   }

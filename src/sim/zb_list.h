@@ -75,12 +75,17 @@ struct Pass {
   // the least memory level a fit check refused, and for a capped policy the least limit whose
   // cap would admit an F the cap refused (kInf: nothing was refused).
   double valid_below = std::numeric_limits<double>::infinity();
+  bool cut = false;  // stopped early: worse than the cutoff (schedule and score unset)
 };
 
 class ListScheduler {
  public:
   explicit ListScheduler(const Problem& pr);
-  Pass run(double limit, const Policy& policy, ZbObjective objective);
+  // One pass at `limit`. It stops early (Pass::cut) once a lower bound on its objective (per rank:
+  // when its lane is free plus its remaining work, less its first start for span) exceeds
+  // `cutoff`: it could not beat a candidate of that score.
+  Pass run(double limit, const Policy& policy, ZbObjective objective,
+           double cutoff = std::numeric_limits<double>::infinity());
 
  private:
   struct Choice {
@@ -93,6 +98,7 @@ class ListScheduler {
   };
   struct RankState {
     double free_at = 0, first_start = -1, mem = 0;
+    double remaining = 0;      // compute time of the actions not placed yet
     int32_t last_f_chunk = 1;  // so that kAlternate starts with chunk 0
   };
 
