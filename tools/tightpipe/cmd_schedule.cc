@@ -10,11 +10,12 @@
 namespace tightpipe::cli {
 
 int cmd_schedule(int argc, char** argv) {
-  CLI::App app("Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout) or "
-               "JSON; or check a schedule file of your own (--check). zb-auto, zb-1p, zb-2p and "
-               "zb-v-auto are built from the costs (--cost, --costs, --model) under "
-               "--memory-limit.",
-               "tightpipe schedule");
+  CLI::App app(
+      "Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout) or "
+      "JSON; or check a schedule file of your own (--check). zb-auto, zb-1p, zb-2p and "
+      "zb-v-auto are built from the costs (--cost, --costs, --model) under "
+      "--memory-limit.",
+      "tightpipe schedule");
   ScheduleFlags flags;
   add_schedule_flags(app, flags);
   add_cost_flags(app, flags.costs);
@@ -44,15 +45,20 @@ int cmd_schedule(int argc, char** argv) {
     std::printf("%-12s %s\n", "zb-v-auto",
                 "zero-bubble, V placement (v=2, as zb-v), built from the costs under "
                 "--memory-limit (default p)");
+    std::printf("%-12s %s\n", "v-half",
+                "zb-v-auto with --memory-limit (p+2)/2 (V-Half, Qi et al. 2024)");
+    std::printf("%-12s %s\n", "v-min",
+                "zb-v-auto with --memory-limit (p+4)/3 (V-Min, Qi et al. 2024)");
     return kExitOk;
   }
   if (!check.empty()) {
     auto s = load_schedule_file(check);
     if (!s.ok()) return report_error("schedule", s.status());
-    std::printf("%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
-                "finishes (no deadlock)\n",
-                check.c_str(), s->lowered ? "lowered " : "", s->num_ranks, s->num_stages,
-                s->num_microbatches, s->size());
+    std::printf(
+        "%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
+        "finishes (no deadlock)\n",
+        check.c_str(), s->lowered ? "lowered " : "", s->num_ranks, s->num_stages,
+        s->num_microbatches, s->size());
     if (!s->lowered) {
       auto low = lower(*s);
       if (!low.ok()) return report_error("schedule", low.status());
