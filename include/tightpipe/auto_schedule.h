@@ -8,11 +8,12 @@
 //
 // The schedule module stays free of costs, so the builders live here, in the sim module: each
 // greedily places F, I and W against the cost model's times and message latencies, tries several
-// variants (memory limits up to the requested one, yes/no knobs), adds the handcrafted schedules
-// of the same shape where they fit the limit (zb-h1 and zb-h2; zb-v), simulates every candidate
-// with simulate() (lowered, overlap mode), keeps the best in the requested objective and
-// improves it with a local search (improve_schedule(), within a budget). The result is an
-// ordinary compute-only Schedule (F, I, W) that validate() accepts and lower() lowers.
+// variants (a fixed grid of memory limits up to the requested one, yes/no knobs; one list
+// scheduler for both, src/sim/zb_list.h), adds the handcrafted schedules of the same shape where
+// they fit the limit (zb-h1 and zb-h2; zb-v), scores every candidate from the times it placed
+// (simulate()'s times in overlap mode, without simulating), keeps the best in the requested
+// objective and improves it with a local search (improve_schedule(), within a budget). The result
+// is an ordinary compute-only Schedule (F, I, W) that validate() accepts and lower() lowers.
 //
 // Memory is counted per rank in whole-rank microbatch units, independent of timing: F adds u, the
 // stage's share of its rank's activation bytes (1/v without sizes; zb_f_memory_units), I frees
@@ -50,9 +51,9 @@ Result<ZbObjective> parse_zb_objective(std::string_view text);
 inline constexpr double kZbAutoMinMemoryLimit = 1.0;
 
 // The local search after the greedy, from the best candidate of each memory limit tried (so a
-// larger limit is never worse): by default at most kZbDefaultSearchEvaluations simulated
-// candidates per start (deterministic: the same schedule on every machine; zb-2p at p = 8,
-// m = 32 takes about 0.5 s in all here), or a wall-clock budget per start the user gives
+// larger limit is never worse): by default at most kZbDefaultSearchEvaluations evaluated
+// candidates per start (deterministic: the same schedule on every machine; each is one O(N)
+// direct timing), or a wall-clock budget per start the user gives
 // (--search-budget-ms, at most kZbMaxSearchBudgetMs).
 inline constexpr int64_t kZbDefaultSearchEvaluations = 100;
 inline constexpr double kZbMaxSearchBudgetMs = 60000;
@@ -148,8 +149,9 @@ Status check_auto_schedule_vpp(std::string_view name, int32_t vpp);
 // microbatches (zb-v-auto at p = 64, m = 1024). Derived from a build-time bound, not a memory one
 // (the builder holds O(stages x microbatches) numbers, a few MB here): the list scheduler places
 // each action in O(log p) and the search's evaluations are O(stages x microbatches) each, so the
-// build grows about linearly and takes about kAutoBuildSecondsAtBound seconds at the bound on a
-// 2-core machine (docs/cost_model.md, "zb-auto").
+// build grows about linearly; extrapolated from auto_schedule_scale_bench (zb-v-auto p = 64,
+// m = 512: 29 s of CPU with the search) it takes about kAutoBuildSecondsAtBound seconds at the
+// bound on a 2-core machine (docs/cost_model.md, "zb-auto"; not measured at the bound itself).
 inline constexpr int64_t kMaxAutoStageMicrobatches = int64_t{128} * 1024;
 inline constexpr int kAutoBuildSecondsAtBound = 60;
 
@@ -177,7 +179,7 @@ struct SearchBudget {
 struct SearchStats {
   // Candidate moves looked at (including those the checks refused).
   int64_t moves_tried = 0;
-  // Candidates simulated: the input's own score included, not the one timeline simulation per
+  // Candidates timed (evaluations): the input's own score included, not the one timing per
   // kept move that finds the critical chain.
   int64_t evaluations = 0;
   int64_t accepted = 0;             // moves kept (each strictly improved the score)
@@ -195,7 +197,8 @@ struct SearchStats {
 // (the actions on the current critical chain first, then a cyclic sweep over all positions),
 // and keeps a move only if the result still passes validate() (the schedule module's dependency
 // rule), every rank's zb_peak_memory_units stays within `memory_limit`, and the score strictly
-// improves: the objective (lowered, simulated in overlap mode), then the other one of makespan
+// improves: the objective (simulate(lower(s))'s, overlap mode, timed directly: zb_timing.h),
+// then the other one of makespan
 // and span, then the highest memory peak. So the result is never worse than the input; it is
 // the input itself when no move helps. Stops at a local optimum, after budget.ms or after
 // budget.max_evaluations simulations. Deterministic unless the time budget cuts it short.

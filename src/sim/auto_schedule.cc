@@ -67,7 +67,8 @@ Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m
     return Status::invalid_argument(fmt::format(
         "{}: stages x microbatches {} x {} = {} is over the automatic schedules' size bound of {} "
         "(their build-time bound, docs/cost_model.md \"zb-auto\": the greedy and the search "
-        "grow about linearly, {} s here at the bound); hint: fewer --pp or --microbatches, or "
+        "grow about linearly, an estimated {} s on 2 cores at the bound); hint: fewer --pp or "
+        "--microbatches, or "
         "the handcrafted {}",
         shape, stages, m, stages * m, kMaxAutoStageMicrobatches, kAutoBuildSecondsAtBound,
         auto_schedule_chunks(name) == 2 ? "zb-v" : "zb-h1 or zb-h2"));

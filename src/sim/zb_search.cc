@@ -2,16 +2,16 @@
 // docs/cost_model.md, "zb-auto").
 //
 // The neighbourhood: one action of one rank's program moves by a few positions (the actions in
-// between shift by one). First the actions on the critical chain of the current schedule (one
-// simulation with a timeline: the chain of same-rank and dependency edges that ends the
+// between shift by one). First the actions on the critical chain of the current schedule (from
+// the direct timing, zb_timing.h: the chain of same-rank and dependency edges that ends the
 // objective) are tried, latest first; then a fixed cyclic order (rank, position, shift) goes on
 // where it stopped; after every kept move the search returns to the new critical chain. Each move
-// goes through cheap checks first and is simulated only if it passes them:
+// goes through cheap checks first and is timed only if it passes them:
 //   1. the order on the rank: the action does not jump over one it depends on, nor over one
-//      that depends on it (dependencies(), CompletionSet: the schedule module's rule);
-//   2. memory: every rank's zb_peak_memory_units stays within the limit;
-//   3. validate() (lower() runs it before the simulation): the whole schedule is well formed and
-//      can finish (a move on one rank can deadlock against another rank's order);
+//      that depends on it (Timing::needs: dependencies(), the schedule module's rule);
+//   2. memory: the moved rank's zb_peak_memory_units stays within the limit;
+//   3. the direct timing (O(N), simulate(lower(s))'s times) finishes: a move on one rank can
+//      deadlock against another rank's order;
 //   4. the score (zb_score.h) strictly improves, with the sum over ranks of the objective's
 //      per-rank measure as a last tie-break (so the search crosses plateaus where one move cannot
 //      yet shorten the longest rank); else the move is undone.
