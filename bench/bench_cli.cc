@@ -95,6 +95,11 @@ Flag Flags::option(const std::string& name, std::vector<int64_t>& value, const s
   return impl_->option(name, value, help);
 }
 
+Flag Flags::option(const std::string& name, std::vector<std::string>& value,
+                   const std::string& help) {
+  return impl_->option(name, value, help);
+}
+
 Flag Flags::flag(const std::string& name, bool& value, const std::string& help) {
   return Flag(impl_->app.add_flag(name, value, help));
 }

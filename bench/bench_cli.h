@@ -59,6 +59,8 @@ class Flags {
   Flag option(const std::string& name, std::string& value, const std::string& help = "");
   Flag option(const std::string& name, std::vector<int>& value, const std::string& help = "");
   Flag option(const std::string& name, std::vector<int64_t>& value, const std::string& help = "");
+  Flag option(const std::string& name, std::vector<std::string>& value,
+              const std::string& help = "");
   // A flag without a value: sets `value` to true, or to false for a name spelled "!--no-x".
   Flag flag(const std::string& name, bool& value, const std::string& help = "");
 

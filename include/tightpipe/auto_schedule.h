@@ -1,16 +1,19 @@
 // Cost-aware schedules built from a cost table under a memory limit (the zero-bubble paper's
 // automatic schedules; REFERENCE.md section 4):
 //   * zb-auto (zb-1p, zb-2p): single chunk (v = 1), loop placement (docs/cost_model.md 4c);
-//   * zb-v-auto: 2 chunks per rank in zb-v's V placement (docs/cost_model.md 4d).
+//   * zb-v-auto: 2 chunks per rank in zb-v's V placement (docs/cost_model.md 4d); v-min and
+//     v-half are zb-v-auto at the memory of "Pipeline Parallelism with Controllable Memory"
+//     (Qi et al. 2024): (p + 4) / 3 and (p + 2) / 2 whole-rank microbatch activations.
 // build_auto_schedule() is the one entry point for every name.
 //
 // The schedule module stays free of costs, so the builders live here, in the sim module: each
 // greedily places F, I and W against the cost model's times and message latencies, tries several
-// variants (memory limits up to the requested one, yes/no knobs), adds the handcrafted schedules
-// of the same shape where they fit the limit (zb-h1 and zb-h2; zb-v), simulates every candidate
-// with simulate() (lowered, overlap mode), keeps the best in the requested objective and
-// improves it with a local search (improve_schedule(), within a budget). The result is an
-// ordinary compute-only Schedule (F, I, W) that validate() accepts and lower() lowers.
+// variants (a fixed grid of memory limits up to the requested one, yes/no knobs; one list
+// scheduler for both, src/sim/zb_list.h), adds the handcrafted schedules of the same shape where
+// they fit the limit (zb-h1 and zb-h2; zb-v), scores every candidate from the times it placed
+// (simulate()'s times in overlap mode, without simulating), keeps the best in the requested
+// objective and improves it with a local search (improve_schedule(), within a budget). The result
+// is an ordinary compute-only Schedule (F, I, W) that validate() accepts and lower() lowers.
 //
 // Memory is counted per rank in whole-rank microbatch units, independent of timing: F adds u, the
 // stage's share of its rank's activation bytes (1/v without sizes; zb_f_memory_units), I frees
@@ -48,9 +51,9 @@ Result<ZbObjective> parse_zb_objective(std::string_view text);
 inline constexpr double kZbAutoMinMemoryLimit = 1.0;
 
 // The local search after the greedy, from the best candidate of each memory limit tried (so a
-// larger limit is never worse): by default at most kZbDefaultSearchEvaluations simulated
-// candidates per start (deterministic: the same schedule on every machine; zb-2p at p = 8,
-// m = 32 takes about 0.5 s in all here), or a wall-clock budget per start the user gives
+// larger limit is never worse): by default at most kZbDefaultSearchEvaluations evaluated
+// candidates per start (deterministic: the same schedule on every machine; each is one O(N)
+// direct timing), or a wall-clock budget per start the user gives
 // (--search-budget-ms, at most kZbMaxSearchBudgetMs).
 inline constexpr int64_t kZbDefaultSearchEvaluations = 100;
 inline constexpr double kZbMaxSearchBudgetMs = 60000;
@@ -118,12 +121,23 @@ Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
 
 // ----- every cost-aware name ------------------------------------------------------------------
 
-// "zb-auto", "zb-1p", "zb-2p", "zb-v-auto"; case-insensitive.
+// The memory limits of V-Min and V-Half for p ranks, in whole-rank microbatch activations (1F1B
+// and zb-v hold p): (p + 4) / 3 and (p + 2) / 2, rounded down (Qi et al. 2024). Their bubble at
+// F = B = W is about 2p / 3m and p / 2m of the compute (1F1B's: p / m).
+int32_t v_min_memory_limit(int32_t p);
+int32_t v_half_memory_limit(int32_t p);
+
+// "zb-auto", "zb-1p", "zb-2p", "zb-v-auto", "v-min", "v-half"; case-insensitive.
 bool is_auto_schedule_name(std::string_view name);
+// The memory limit an auto name implies for p ranks: zb_auto_name_memory_limit's for the
+// single-chunk names, v_min_memory_limit / v_half_memory_limit for v-min / v-half, 0 (use the
+// options) for zb-auto and zb-v-auto.
+double auto_schedule_memory_limit(std::string_view name, int32_t p);
 // The fixed schedule with the same stages and placement: "zb-h1" for the single-chunk names,
-// "zb-v" for zb-v-auto; "" for other names.
+// "zb-v" for zb-v-auto, v-min and v-half; "" for other names.
 std::string auto_schedule_counterpart(std::string_view name);
-// Chunks per rank: 1 for the single-chunk names, 2 for zb-v-auto; 0 for other names.
+// Chunks per rank: 1 for the single-chunk names, 2 for zb-v-auto, v-min and v-half; 0 for
+// other names.
 int32_t auto_schedule_chunks(std::string_view name);
 // The canonical spelling of an auto name (lower case: "ZB-1P" -> "zb-1p"), as
 // build_auto_schedule() names its result.
@@ -131,17 +145,22 @@ std::string auto_schedule_name(std::string_view name);
 // OK when --vpp `vpp` fits the auto schedule `name` (0: not given, or its chunk count);
 // otherwise InvalidArgument naming --vpp, the value, the chunk count and a hint.
 Status check_auto_schedule_vpp(std::string_view name, int32_t vpp);
-// The largest stages x microbatches (p x v x m) an auto schedule is built for: the greedy and the
-// search simulate the whole schedule hundreds of times, so their time grows with it much faster
-// than a generator's; at this limit a build takes a few seconds (docs/zero_bubble_auto.md,
-// "Limits"). Larger pipelines use the handcrafted zb-h1, zb-h2 or zb-v.
-inline constexpr int64_t kMaxAutoStageMicrobatches = 512;
+// The largest stages x microbatches (p x v x m) an auto schedule is built for: 128 stages x 1024
+// microbatches (zb-v-auto at p = 64, m = 1024). Derived from a build-time bound, not a memory one
+// (the builder holds O(stages x microbatches) numbers, a few MB here): the list scheduler places
+// each action in O(log p) and the search's evaluations are O(stages x microbatches) each, so the
+// build grows about linearly; extrapolated from auto_schedule_scale_bench (zb-v-auto p = 64,
+// m = 512: 29 s of CPU with the search) it takes about kAutoBuildSecondsAtBound seconds at the
+// bound on a 2-core machine (docs/cost_model.md, "zb-auto"; not measured at the bound itself).
+inline constexpr int64_t kMaxAutoStageMicrobatches = int64_t{128} * 1024;
+inline constexpr int kAutoBuildSecondsAtBound = 60;
 
 // Builds the named schedule (build_zb_auto or build_zb_v_auto) and names it `name` lower-cased.
-// zb-1p and zb-2p set the memory limit (p, 2p); a different options.memory_limit is an error.
+// zb-1p, zb-2p, v-min and v-half set the memory limit (auto_schedule_memory_limit); a different
+// options.memory_limit is an error.
 // `costs` has auto_schedule_chunks(name) * p stages. Errors: an unknown name, a shape over
-// check_schedule_shape() or kMaxAutoStageMicrobatches, and those of the builders (InvalidArgument,
-// one line, naming the flag and a hint).
+// check_schedule_shape() or kMaxAutoStageMicrobatches (the error names the bound), and those of the
+// builders (InvalidArgument, one line, naming the flag and a hint).
 Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m,
                                      const CostModel& costs, const ZbAutoOptions& o = {});
 
@@ -160,7 +179,7 @@ struct SearchBudget {
 struct SearchStats {
   // Candidate moves looked at (including those the checks refused).
   int64_t moves_tried = 0;
-  // Candidates simulated: the input's own score included, not the one timeline simulation per
+  // Candidates timed (evaluations): the input's own score included, not the one timing per
   // kept move that finds the critical chain.
   int64_t evaluations = 0;
   int64_t accepted = 0;             // moves kept (each strictly improved the score)
@@ -178,7 +197,8 @@ struct SearchStats {
 // (the actions on the current critical chain first, then a cyclic sweep over all positions),
 // and keeps a move only if the result still passes validate() (the schedule module's dependency
 // rule), every rank's zb_peak_memory_units stays within `memory_limit`, and the score strictly
-// improves: the objective (lowered, simulated in overlap mode), then the other one of makespan
+// improves: the objective (simulate(lower(s))'s, overlap mode, timed directly: zb_timing.h),
+// then the other one of makespan
 // and span, then the highest memory peak. So the result is never worse than the input; it is
 // the input itself when no move helps. Stops at a local optimum, after budget.ms or after
 // budget.max_evaluations simulations. Deterministic unless the time budget cuts it short.

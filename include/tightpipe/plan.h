@@ -25,27 +25,28 @@
 
 namespace tightpipe {
 
-// ----- hardware -----------------------------------------------------------------------------------
+// ----- hardware
+// -----------------------------------------------------------------------------------
 
 // One kind of link: a message of n bytes takes latency + n / bandwidth.
 struct LinkSpec {
-  std::string name;        // "nvlink", "pcie", "infiniband", "ethernet-25g", "threads"
-  double latency_s = 0;    // seconds per message
-  double bandwidth = 0;    // bytes per second, one direction (0: bytes cost nothing)
-  std::string source;      // where the figure comes from (docs/plan.md)
+  std::string name;             // "nvlink", "pcie", "infiniband", "ethernet-25g", "threads"
+  double latency_s = 0;         // seconds per message
+  double bandwidth = 0;         // bytes per second, one direction (0: bytes cost nothing)
+  std::string source;           // where the figure comes from (docs/plan.md)
   bool shared_by_node = false;  // the bandwidth is per node, shared by its devices
 };
 
 // A device type: datasheet figures (docs/plan.md cites each one).
 struct DevicePreset {
-  std::string name;              // --device value: "h100-sxm", "h200", "a100-80g", "l40s", "this-cpu"
-  std::string description;       // "NVIDIA H100 SXM5 80 GB"
-  double peak_flops_bf16 = 0;    // dense BF16 FLOP/s (tensor cores)
-  double peak_flops_fp32 = 0;    // dense FP32 FLOP/s
-  bool bf16 = true;              // trains in BF16 mixed precision (GPUs); false: FP32 (this-cpu)
-  double memory_bytes = 0;       // device memory
-  int32_t devices_per_node = 8;  // devices sharing the fast intra-node link
-  LinkSpec intra_node;           // between devices of one node (NVLink, PCIe, threads)
+  std::string name;            // --device value: "h100-sxm", "h200", "a100-80g", "l40s", "this-cpu"
+  std::string description;     // "NVIDIA H100 SXM5 80 GB"
+  double peak_flops_bf16 = 0;  // dense BF16 FLOP/s (tensor cores)
+  double peak_flops_fp32 = 0;  // dense FP32 FLOP/s
+  bool bf16 = true;            // trains in BF16 mixed precision (GPUs); false: FP32 (this-cpu)
+  double memory_bytes = 0;     // device memory
+  int32_t devices_per_node = 8;        // devices sharing the fast intra-node link
+  LinkSpec intra_node;                 // between devices of one node (NVLink, PCIe, threads)
   std::string network = "infiniband";  // the default --network between nodes
   // Compute-lane time per point-to-point message on the sending and on the receiving device (GPU
   // P2P kernels occupy SMs; a CPU rank spends cycles copying): LinkCost::overhead.
@@ -64,7 +65,8 @@ Result<DevicePreset> find_device_preset(std::string_view name);
 const std::vector<LinkSpec>& network_presets();
 Result<LinkSpec> find_network(std::string_view name);
 
-// ----- what is planned ----------------------------------------------------------------------------
+// ----- what is planned
+// ----------------------------------------------------------------------------
 
 // GPT-2's BPE vocabulary and the LM head's rows Megatron-LM makes of it (padded to a multiple of
 // --make-vocab-size-divisible-by 128): `plan`'s default vocabulary, and what `train` runs with
@@ -92,7 +94,7 @@ struct PlanModel {
 struct RecomputeChoice {
   enum class Kind { kNone, kFull, kBlock };
   Kind kind = Kind::kNone;
-  int32_t layers = 0;  // N of block:N
+  int32_t layers = 0;         // N of block:N
   std::string label() const;  // "none", "full", "block:2"
 };
 // "none", "full" or "block:N" (N >= 1); InvalidArgument naming --recompute otherwise.
@@ -107,15 +109,15 @@ inline constexpr int32_t kMaxPlanTop = 10000;  // --top: rows of the table
 
 struct PlanOptions {
   PlanModel model;
-  int64_t global_batch_size = 0;              // --global-batch-size, sequences per step
-  std::vector<int64_t> micro_batch_sizes;     // --micro-batch-size candidates (empty: 1, 2, 4, 8)
-  int64_t devices = 0;                        // --devices
-  DevicePreset device;                        // --device (resolved)
-  double mfu = 0.5;                           // --mfu: achieved fraction of the peak FLOP/s
-  LinkSpec network;                           // --network between nodes (resolved)
-  double memory_budget_bytes = 0;             // per device; 0: 0.9 x device.memory_bytes
-  bool distributed_optimizer = false;         // --use-distributed-optimizer: state sharded over dp
-  bool flash_attention = true;                // --use-flash-attn: attention scores not stored
+  int64_t global_batch_size = 0;           // --global-batch-size, sequences per step
+  std::vector<int64_t> micro_batch_sizes;  // --micro-batch-size candidates (empty: 1, 2, 4, 8)
+  int64_t devices = 0;                     // --devices
+  DevicePreset device;                     // --device (resolved)
+  double mfu = 0.5;                        // --mfu: achieved fraction of the peak FLOP/s
+  LinkSpec network;                        // --network between nodes (resolved)
+  double memory_budget_bytes = 0;          // per device; 0: 0.9 x device.memory_bytes
+  bool distributed_optimizer = false;      // --use-distributed-optimizer: state sharded over dp
+  bool flash_attention = true;             // --use-flash-attn: attention scores not stored
   // --costs: costs measured in a run, per layer kind, at `measured_micro_batch_size` sequences
   // per microbatch; times scale linearly with the microbatch size, bytes too. nullopt: the
   // analytic costs of the device preset.
@@ -128,27 +130,28 @@ struct PlanOptions {
   std::vector<int32_t> vpp;
   std::vector<std::string> schedules;
   std::vector<RecomputeChoice> recompute;
-  int32_t top = 10;                 // --top: rows of the table
-  // The automatic schedules' local search after their greedy, in ms (ZbAutoOptions; nullopt: its
-  // default fixed number of simulations; 0: the greedy's schedule, as the fuzz target plans).
+  int32_t top = 10;  // --top: rows of the table
+  // The automatic schedules' local search after their greedy, in wall ms per start
+  // (ZbAutoOptions::search_budget_ms); nullopt or 0: the greedy's schedule (the planner builds
+  // one per shape it simulates; docs/plan.md).
   std::optional<double> auto_search_budget_ms;
-  double simpler_within = 0.01;     // a simpler schedule this close to the best is recommended
+  double simpler_within = 0.01;  // a simpler schedule this close to the best is recommended
   // Errors name the flag, the value and a hint.
   Status validate() const;
 };
 
 // One configuration and what it costs.
 struct PlanCandidate {
-  std::string schedule;            // registry name: "1f1b", "interleaved", "zb-v", "zb-2p", ...
+  std::string schedule;  // registry name: "1f1b", "interleaved", "zb-v", "zb-2p", ...
   int32_t pp = 0, vpp = 1, dp = 0;
   int64_t micro_batch_size = 0;
   int64_t num_microbatches = 0;
-  std::string recompute;           // RecomputeChoice::label()
-  std::string layout;              // the layer split, Megatron layout string "E,t*4|t*4,L"
-  bool fits = false;               // within the memory budget on every rank
-  std::string reason;              // why not, when !fits ("out of memory on rank 0 by 3.2 GiB")
-  bool simulated = false;          // step time and bubble come from a simulation
-  double pipeline_time_s = 0;      // the pipeline's makespan (simulated)
+  std::string recompute;        // RecomputeChoice::label()
+  std::string layout;           // the layer split, Megatron layout string "E,t*4|t*4,L"
+  bool fits = false;            // within the memory budget on every rank
+  std::string reason;           // why not, when !fits ("out of memory on rank 0 by 3.2 GiB")
+  bool simulated = false;       // step time and bubble come from a simulation
+  double pipeline_time_s = 0;   // the pipeline's makespan (simulated)
   double allreduce_time_s = 0;  // the slowest rank's DP gradient all-reduce (+ DualPipe's copy sum)
   // The step's exposed all-reduce in bubble points (SimResult::exposed_allreduce_ratio).
   double exposed_allreduce_ratio = 0;
@@ -161,16 +164,16 @@ struct PlanCandidate {
   double bubble_ratio = 0;         // the simulated pipeline's (docs/bubble.md)
   std::vector<double> peak_memory_bytes;  // [pp] per rank
   double tokens_per_s = 0;
-  double train_hours = 0;          // steps x step time / 3600
-  double cost_usd = 0;             // train_hours x devices x price
-  int32_t complexity = 0;          // 0 simplest (1f1b, no recompute); used for the 1% rule
+  double train_hours = 0;  // steps x step time / 3600
+  double cost_usd = 0;     // train_hours x devices x price
+  int32_t complexity = 0;  // 0 simplest (1f1b, no recompute); used for the 1% rule
 };
 
 struct PlanSearchStats {
-  int64_t configurations = 0;   // every (p, v, mbs, schedule, recompute) looked at
-  int64_t infeasible = 0;       // refused by shape or memory
-  int64_t dominated = 0;        // a lighter recompute of the same configuration fits
-  int64_t pruned = 0;           // their lower bound cannot reach the top: not simulated
+  int64_t configurations = 0;  // every (p, v, mbs, schedule, recompute) looked at
+  int64_t infeasible = 0;      // refused by shape or memory
+  int64_t dominated = 0;       // a lighter recompute of the same configuration fits
+  int64_t pruned = 0;          // their lower bound cannot reach the top: not simulated
   int64_t simulated = 0;
 };
 
@@ -181,10 +184,10 @@ struct PlanResult {
   // Candidates with fits first, by step time (ties: simpler, then by key), then the ones that do
   // not fit.
   std::vector<PlanCandidate> candidates;
-  int32_t recommended = -1;   // index into candidates; -1 when nothing fits
-  int32_t fastest = -1;       // the fastest that fits
-  int32_t baseline = -1;      // plain 1F1B of the recommended's p, dp, m, mbs (or the best 1F1B)
-  std::string why;            // the recommendation in words
+  int32_t recommended = -1;  // index into candidates; -1 when nothing fits
+  int32_t fastest = -1;      // the fastest that fits
+  int32_t baseline = -1;     // plain 1F1B of the recommended's p, dp, m, mbs (or the best 1F1B)
+  std::string why;           // the recommendation in words
   PlanSearchStats stats;
   double search_seconds = 0;
 };

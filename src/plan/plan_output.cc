@@ -159,6 +159,10 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
   }
   if (c.schedule == "zb-v" || c.schedule == "zb-v-auto") {
     mg += " --zero-bubble-v-schedule  # the zero-bubble fork";
+  } else if (c.schedule == "v-half" || c.schedule == "v-min") {
+    mg += fmt::format(
+        " --zero-bubble-v-schedule --zero-bubble-v-schedule-mem-setup {}  # the zero-bubble fork",
+        c.schedule.substr(2));
   } else if (c.schedule.rfind("zb-", 0) == 0) {
     mg += fmt::format(
         " --enable-zero-bubble --zero-bubble-max-pending-backward {}  # the "

@@ -10,8 +10,25 @@
 
 namespace tightpipe {
 
+namespace {
+bool is_v_auto_name(std::string_view name) {
+  const std::string n = zb::lower_case(name);
+  return n == "zb-v-auto" || n == "v-min" || n == "v-half";
+}
+}  // namespace
+
+int32_t v_min_memory_limit(int32_t p) { return (p + 4) / 3; }
+int32_t v_half_memory_limit(int32_t p) { return (p + 2) / 2; }
+
 bool is_auto_schedule_name(std::string_view name) {
-  return is_zb_auto_name(name) || is_zb_opt_name(name) || zb::lower_case(name) == "zb-v-auto";
+  return is_zb_auto_name(name) || is_zb_opt_name(name) || is_v_auto_name(name);
+}
+
+double auto_schedule_memory_limit(std::string_view name, int32_t p) {
+  const std::string n = zb::lower_case(name);
+  if (n == "v-min") return v_min_memory_limit(p);
+  if (n == "v-half") return v_half_memory_limit(p);
+  return zb_auto_name_memory_limit(name, p);
 }
 
 std::string auto_schedule_counterpart(std::string_view name) {
@@ -40,7 +57,8 @@ Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m
                                      const CostModel& costs, const ZbAutoOptions& options) {
   if (!is_auto_schedule_name(name)) {
     return Status::invalid_argument(fmt::format(
-        "--schedule '{}': not a cost-aware schedule; hint: zb-auto, zb-1p, zb-2p or zb-v-auto",
+        "--schedule '{}': not a cost-aware schedule; hint: zb-auto, zb-1p, zb-2p, zb-v-auto, "
+        "v-min or v-half",
         name));
   }
   const int64_t stages = int64_t{auto_schedule_chunks(name)} * p;
@@ -48,19 +66,22 @@ Result<Schedule> build_auto_schedule(std::string_view name, int32_t p, int32_t m
   TP_RETURN_IF_ERROR(check_schedule_shape(shape, p, stages, m));
   if (p > 0 && m > 0 && stages * m > kMaxAutoStageMicrobatches) {
     return Status::invalid_argument(fmt::format(
-        "{}: stages x microbatches {} x {} = {} is over {}'s limit of {} (it simulates the whole "
-        "schedule hundreds of times); hint: fewer --pp or --microbatches, or the handcrafted {} "
-        "for larger pipelines",
-        shape, stages, m, stages * m, auto_schedule_name(name), kMaxAutoStageMicrobatches,
+        "{}: stages x microbatches {} x {} = {} is over the automatic schedules' size bound of {} "
+        "(their build-time bound, docs/cost_model.md \"zb-auto\": the greedy and the search "
+        "grow about linearly, an estimated {} s on 2 cores at the bound); hint: fewer --pp or "
+        "--microbatches, or "
+        "the handcrafted {}",
+        shape, stages, m, stages * m, kMaxAutoStageMicrobatches, kAutoBuildSecondsAtBound,
         auto_schedule_chunks(name) == 2 ? "zb-v" : "zb-h1 or zb-h2"));
   }
   ZbAutoOptions o = options;
-  if (const double implied = zb_auto_name_memory_limit(name, p); implied > 0) {
+  if (const double implied = auto_schedule_memory_limit(name, p); implied > 0) {
     if (o.memory_limit && *o.memory_limit != implied) {
-      return Status::invalid_argument(fmt::format(
-          "--memory-limit {}: schedule '{}' implies {}; hint: use --schedule zb-auto with "
-          "--memory-limit, or drop --memory-limit",
-          *o.memory_limit, name, implied));
+      return Status::invalid_argument(
+          fmt::format("--memory-limit {}: schedule '{}' implies {}; hint: use --schedule {} with "
+                      "--memory-limit, or drop --memory-limit",
+                      *o.memory_limit, name, implied,
+                      auto_schedule_chunks(name) == 2 ? "zb-v-auto" : "zb-auto"));
     }
     o.memory_limit = implied;
   }

@@ -74,13 +74,18 @@ Result<CostSamples> CostSamples::from_json(std::string_view text) {
       const auto a = json_int<int32_t>(e.at(1));
       const auto b = json_int<int>(e.at(2));
       auto v = e.at(3).get<std::vector<double>>();
-      if (kind == "t") s.time[{a, b}] = std::move(v);
-      else if (kind == "m") s.stash[{a, b}] = std::move(v);
-      else if (kind == "s") s.sent[{a, b != 0}] = std::move(v);
-      else if (kind == "o") s.optimizer[a] = std::move(v);
+      if (kind == "t")
+        s.time[{a, b}] = std::move(v);
+      else if (kind == "m")
+        s.stash[{a, b}] = std::move(v);
+      else if (kind == "s")
+        s.sent[{a, b != 0}] = std::move(v);
+      else if (kind == "o")
+        s.optimizer[a] = std::move(v);
       else if (kind == "a")
         s.allreduce[a] = std::move(v);
-      else return Status::corruption(fmt::format("cost samples: unknown record '{}'", kind));
+      else
+        return Status::corruption(fmt::format("cost samples: unknown record '{}'", kind));
     }
   } catch (const nlohmann::json::exception& ex) {
     return Status::corruption(fmt::format("cost samples: {}", json_error_text(ex)));
@@ -120,7 +125,8 @@ Result<CostModel> calibrate(const CostSamples& samples, const Schedule& lowered,
     if (!msg) msg = med(samples.sent, std::pair{s + 1, true});
     c.message_bytes = static_cast<int64_t>(msg.value_or(0.0));
     const auto opt = med(samples.optimizer, lowered.rank_of(s));
-    c.optimizer = opt.value_or(0.0) / static_cast<double>(lowered.stages_of(lowered.rank_of(s)).size());
+    c.optimizer =
+        opt.value_or(0.0) / static_cast<double>(lowered.stages_of(lowered.rank_of(s)).size());
     c.allreduce_bytes = med(samples.allreduce, s).value_or(0.0);
   }
   return CostModel(std::move(stages), options.link, options.time_unit, options.source);

@@ -28,10 +28,14 @@ double CostModel::compute_time(int32_t s, ActionType type, Recompute recompute) 
   const StageCost& c = stage(s);
   const double extra = recompute == Recompute::kFull ? c.recompute : 0.0;
   switch (type) {
-    case ActionType::kForward: return c.f;
-    case ActionType::kBackwardInput: return c.i + extra;
-    case ActionType::kBackwardWeight: return c.w;
-    case ActionType::kBackward: return c.b + extra;
+    case ActionType::kForward:
+      return c.f;
+    case ActionType::kBackwardInput:
+      return c.i + extra;
+    case ActionType::kBackwardWeight:
+      return c.w;
+    case ActionType::kBackward:
+      return c.b + extra;
     case ActionType::kSendAct:
     case ActionType::kRecvAct:
     case ActionType::kSendGrad:
@@ -61,7 +65,8 @@ int64_t CostModel::message_bytes(int32_t from_stage, int32_t to_stage) const {
 
 double CostModel::message_time(int32_t from_stage, int32_t to_stage) const {
   double t = link_.latency;
-  if (link_.bandwidth > 0) t += static_cast<double>(message_bytes(from_stage, to_stage)) / link_.bandwidth;
+  if (link_.bandwidth > 0)
+    t += static_cast<double>(message_bytes(from_stage, to_stage)) / link_.bandwidth;
   return t;
 }
 
@@ -187,33 +192,43 @@ Result<UniformCosts> parse_uniform_costs(std::string_view text) {
   constexpr std::string_view kFlag = "--cost";
   constexpr std::string_view kKeys = "f, i, w, b, comm, overhead, bytes, act, act_after_i, input";
   bool have_f = false, have_i = false, have_w = false;
-  Status st = parse_key_values(text, kFlag, kKeys, [&](const std::string& k,
-                                                       const std::string& v) -> Status {
-    TP_ASSIGN_OR_RETURN(double x, non_negative(kFlag, k, v));
-    TP_RETURN_IF_ERROR(check_cost_value(fmt::format("--cost: key '{}'", printable(k)), x));
-    if (k == "f") c.f = x, have_f = true;
-    else if (k == "i") c.i = x, have_i = true;
-    else if (k == "w") c.w = x, have_w = true;
-    else if (k == "b") c.b = x;
-    else if (k == "comm") c.comm = x;
-    else if (k == "overhead") c.overhead = x;
-    else if (k == "bytes") c.bytes = static_cast<int64_t>(std::llround(x));
-    else if (k == "act") c.act = x;
-    else if (k == "act_after_i") {
-      if (x > 1) {
-        return Status::invalid_argument(fmt::format(
-            "--cost: key 'act_after_i' has value {} > 1; hint: it is the fraction of the "
-            "activation still held after I, in [0, 1]", v));
-      }
-      c.act_after_i = x;
-    } else if (k == "input") c.input = x;
-    else {
-      return Status::invalid_argument(
-          fmt::format("--cost: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
-                      printable(v), kKeys));
-    }
-    return OkStatus();
-  });
+  Status st = parse_key_values(
+      text, kFlag, kKeys, [&](const std::string& k, const std::string& v) -> Status {
+        TP_ASSIGN_OR_RETURN(double x, non_negative(kFlag, k, v));
+        TP_RETURN_IF_ERROR(check_cost_value(fmt::format("--cost: key '{}'", printable(k)), x));
+        if (k == "f")
+          c.f = x, have_f = true;
+        else if (k == "i")
+          c.i = x, have_i = true;
+        else if (k == "w")
+          c.w = x, have_w = true;
+        else if (k == "b")
+          c.b = x;
+        else if (k == "comm")
+          c.comm = x;
+        else if (k == "overhead")
+          c.overhead = x;
+        else if (k == "bytes")
+          c.bytes = static_cast<int64_t>(std::llround(x));
+        else if (k == "act")
+          c.act = x;
+        else if (k == "act_after_i") {
+          if (x > 1) {
+            return Status::invalid_argument(fmt::format(
+                "--cost: key 'act_after_i' has value {} > 1; hint: it is the fraction of the "
+                "activation still held after I, in [0, 1]",
+                v));
+          }
+          c.act_after_i = x;
+        } else if (k == "input")
+          c.input = x;
+        else {
+          return Status::invalid_argument(
+              fmt::format("--cost: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
+                          printable(v), kKeys));
+        }
+        return OkStatus();
+      });
   TP_RETURN_IF_ERROR(st);
   if (!have_f || !have_i || !have_w) {
     return Status::invalid_argument(
@@ -285,49 +300,55 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
   constexpr std::string_view kKeys =
       "layers, hidden, heads, seq, mbs, vocab, flops, latency, bandwidth, overhead, act_bytes, "
       "param_bytes, optimizer_bytes";
-  Status st = parse_key_values(text, kFlag, kKeys, [&](const std::string& k,
-                                                       const std::string& v) -> Status {
-    TP_ASSIGN_OR_RETURN(double x, non_negative(kFlag, k, v));
-    // A whole number up to the key's limit (docs/cost_model.md, "Limits"): the products the
-    // formulas form (s x b x h x bytes) stay exact in 64 bits.
-    auto integer = [&](int64_t& out, int64_t limit) -> Status {
-      if (x != std::floor(x)) {
-        return Status::invalid_argument(fmt::format(
-            "--model: key '{}' has value '{}', which is not a whole number; hint: e.g. {}=24", k,
-            printable(v), k));
-      }
-      if (x > static_cast<double>(limit)) {
-        return Status::invalid_argument(fmt::format(
-            "--model: key '{}' has value {}, over tightpipe's limit of {}; hint: use {} <= {}", k,
-            printable(v), limit, k, limit));
-      }
-      out = static_cast<int64_t>(x);
-      return OkStatus();
-    };
-    if (k == "layers") return integer(c.layers, kMaxGptLayers);
-    if (k == "hidden") return integer(c.hidden, int64_t{1} << 20);
-    if (k == "heads") return integer(c.heads, int64_t{1} << 16);
-    if (k == "seq") return integer(c.seq, int64_t{1} << 20);
-    if (k == "mbs" || k == "micro_batch") return integer(c.micro_batch, int64_t{1} << 12);
-    if (k == "vocab") return integer(c.vocab, int64_t{1} << 24);
-    if (k == "act_bytes") return integer(c.act_dtype_bytes, 8);
-    if (k == "param_bytes") return integer(c.param_dtype_bytes, 8);
-    if (k == "optimizer_bytes") return integer(c.optimizer_bytes_per_param, 64);
-    if (k == "flops") c.flops = x;
-    else if (k == "latency") c.latency = x;
-    else if (k == "bandwidth") c.bandwidth = x;
-    else if (k == "overhead") c.message_overhead = x;
-    else {
-      return Status::invalid_argument(
-          fmt::format("--model: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
-                      printable(v), kKeys));
-    }
-    return OkStatus();
-  });
+  Status st = parse_key_values(
+      text, kFlag, kKeys, [&](const std::string& k, const std::string& v) -> Status {
+        TP_ASSIGN_OR_RETURN(double x, non_negative(kFlag, k, v));
+        // A whole number up to the key's limit (docs/cost_model.md, "Limits"): the products the
+        // formulas form (s x b x h x bytes) stay exact in 64 bits.
+        auto integer = [&](int64_t& out, int64_t limit) -> Status {
+          if (x != std::floor(x)) {
+            return Status::invalid_argument(fmt::format(
+                "--model: key '{}' has value '{}', which is not a whole number; hint: e.g. {}=24",
+                k, printable(v), k));
+          }
+          if (x > static_cast<double>(limit)) {
+            return Status::invalid_argument(fmt::format(
+                "--model: key '{}' has value {}, over tightpipe's limit of {}; hint: use {} <= {}",
+                k, printable(v), limit, k, limit));
+          }
+          out = static_cast<int64_t>(x);
+          return OkStatus();
+        };
+        if (k == "layers") return integer(c.layers, kMaxGptLayers);
+        if (k == "hidden") return integer(c.hidden, int64_t{1} << 20);
+        if (k == "heads") return integer(c.heads, int64_t{1} << 16);
+        if (k == "seq") return integer(c.seq, int64_t{1} << 20);
+        if (k == "mbs" || k == "micro_batch") return integer(c.micro_batch, int64_t{1} << 12);
+        if (k == "vocab") return integer(c.vocab, int64_t{1} << 24);
+        if (k == "act_bytes") return integer(c.act_dtype_bytes, 8);
+        if (k == "param_bytes") return integer(c.param_dtype_bytes, 8);
+        if (k == "optimizer_bytes") return integer(c.optimizer_bytes_per_param, 64);
+        if (k == "flops")
+          c.flops = x;
+        else if (k == "latency")
+          c.latency = x;
+        else if (k == "bandwidth")
+          c.bandwidth = x;
+        else if (k == "overhead")
+          c.message_overhead = x;
+        else {
+          return Status::invalid_argument(
+              fmt::format("--model: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
+                          printable(v), kKeys));
+        }
+        return OkStatus();
+      });
   TP_RETURN_IF_ERROR(st);
-  const std::pair<const char*, int64_t> required[] = {
-      {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
-      {"seq", c.seq},       {"mbs", c.micro_batch}};
+  const std::pair<const char*, int64_t> required[] = {{"layers", c.layers},
+                                                      {"hidden", c.hidden},
+                                                      {"heads", c.heads},
+                                                      {"seq", c.seq},
+                                                      {"mbs", c.micro_batch}};
   for (const auto& [key, value] : required) {
     if (value <= 0) {
       return Status::invalid_argument(fmt::format(
@@ -397,8 +418,7 @@ LayerCosts gpt_layer_costs(const GptCostConfig& g) {
   const double matmul = 8 * h + 4 * f;
   out.block = kind(sbh * (matmul + 4 * s), sbh * (matmul + 8 * s), sbh * matmul,
                    s * b * (18 * h + 4 * f + (g.flash_attention ? 0 : 5 * a * s)) * dt,
-                   s * b * (16 * h + 4 * f) * dt,
-                   4 * h * h + 2 * h * f + 9 * h + f);
+                   s * b * (16 * h + 4 * f) * dt, 4 * h * h + 2 * h * f + 9 * h + f);
   const double head = g.vocab > 0 ? 2 * sbh * V : 0;  // LM head (untied) + loss
   out.head = kind(head, head, head, 0, 0, V * h);
   out.embedding = kind(0, 0, 0, 0, 0, g.vocab > 0 ? V * h + s * h : 0);  // token + position
@@ -438,7 +458,8 @@ Result<CostModel> gpt_cost_model(const GptCostConfig& g, int32_t ranks, int32_t 
   if (g.layers < stages) {
     return Status::invalid_argument(fmt::format(
         "--model: {} layer(s) cannot fill {} stages; hint: use at least one layer per stage "
-        "(layers >= pp * vpp)", g.layers, stages));
+        "(layers >= pp * vpp)",
+        g.layers, stages));
   }
   return gpt_cost_model_for_layout(g, even_layer_split(g.layers, stages), "");
 }

@@ -103,19 +103,28 @@ TEST(CostTable, Parses) {
 TEST(CostTable, BadInputNamesFileKeyAndValue) {
   expect_error(parse_cost_table("{\"stages\": [", "c.json").status(), {"c.json", "not valid JSON"});
   expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1,"i":1,"w":1},
-      {"stage":2,"f":1,"i":1,"w":1}]})", "c.json").status(), {"c.json", "lacks stage 1"});
-  expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1,"i":1,"w":1,"fwd":2}]})", "c.json")
-                   .status(), {"c.json", "unknown key 'fwd'", "hint"});
-  expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":-1,"i":1,"w":1}]})", "c.json")
-                   .status(), {"c.json", "'f'", "-1"});
-  expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":"x","i":1,"w":1}]})", "c.json")
-                   .status(), {"c.json", "'f'", "\"x\"", "not a number"});
+      {"stage":2,"f":1,"i":1,"w":1}]})",
+                                "c.json")
+                   .status(),
+               {"c.json", "lacks stage 1"});
+  expect_error(
+      parse_cost_table(R"({"stages":[{"stage":0,"f":1,"i":1,"w":1,"fwd":2}]})", "c.json").status(),
+      {"c.json", "unknown key 'fwd'", "hint"});
+  expect_error(
+      parse_cost_table(R"({"stages":[{"stage":0,"f":-1,"i":1,"w":1}]})", "c.json").status(),
+      {"c.json", "'f'", "-1"});
+  expect_error(
+      parse_cost_table(R"({"stages":[{"stage":0,"f":"x","i":1,"w":1}]})", "c.json").status(),
+      {"c.json", "'f'", "\"x\"", "not a number"});
   expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1,"w":1}]})", "c.json").status(),
                {"c.json", "lacks key 'i'"});
   expect_error(parse_cost_table(R"({"stage":[]})", "c.json").status(),
                {"c.json", "unknown top-level key 'stage'"});
-  expect_error(parse_cost_table(R"({"stages":[{"stage":0,"f":1,"i":1,"w":1},{"stage":0,"f":1,"i":1,"w":1}]})",
-                                "c.json").status(), {"appears twice"});
+  expect_error(
+      parse_cost_table(
+          R"({"stages":[{"stage":0,"f":1,"i":1,"w":1},{"stage":0,"f":1,"i":1,"w":1}]})", "c.json")
+          .status(),
+      {"appears twice"});
   expect_error(
       parse_cost_table(R"({"stages":[{"stage":0,"f":1e308,"i":1,"w":1}]})", "c.json").status(),
       {"c.json", "'f'", "over the limit"});
@@ -167,8 +176,9 @@ TEST(CostSamples, FromJsonRefusesNonIntegerKeys) {
 }
 
 TEST(GptCostModel, ZeroBubbleFormulas) {
-  auto g = parse_gpt_cost_config("layers=8,hidden=1024,heads=16,seq=512,mbs=2,flops=1e12,"
-                                 "latency=1e-5,bandwidth=1e10");
+  auto g = parse_gpt_cost_config(
+      "layers=8,hidden=1024,heads=16,seq=512,mbs=2,flops=1e12,"
+      "latency=1e-5,bandwidth=1e10");
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   auto m = gpt_cost_model(*g, 4, 4);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
@@ -310,8 +320,8 @@ TEST(LayerCosts, FitRecoversKindsAndResplits) {
   EXPECT_NEAR(fit->head.f, h, 1e-9);
   EXPECT_NEAR(fit->block.i, 2 * t, 1e-9);
   EXPECT_NEAR(fit->block.act_bytes, 100, 1e-9);
-  const std::vector<StageLayers> v = {{true, 1, false}, {false, 1, false}, {false, 1, false},
-                                      {false, 1, true}};
+  const std::vector<StageLayers> v = {
+      {true, 1, false}, {false, 1, false}, {false, 1, false}, {false, 1, true}};
   const CostModel m = cost_model_for_layout(*fit, v, "E,t|t|t|t,L");
   ASSERT_EQ(m.num_stages(), 4);
   EXPECT_NEAR(m.stage(0).f, e + t, 1e-9);
@@ -327,8 +337,8 @@ TEST(LayerCosts, UnderdeterminedTakesTheEmbeddingAsFree) {
   std::vector<StageCost> sc(2);
   sc[0].f = 12;  // E + 2t
   sc[1].f = 14;  // 2t + L
-  auto fit = fit_layer_costs(CostModel(sc, LinkCost{}, "s", "test"),
-                             {{true, 2, false}, {false, 2, true}});
+  auto fit =
+      fit_layer_costs(CostModel(sc, LinkCost{}, "s", "test"), {{true, 2, false}, {false, 2, true}});
   ASSERT_TRUE(fit.ok());
   EXPECT_EQ(fit->embedding.f, 0);
   EXPECT_NEAR(fit->block.f, 6, 1e-9);

@@ -42,8 +42,9 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
                fmt::format("{}; hint: see docs/cost_model.md for the format", json_error_text(e)));
   }
   if (!j.is_object()) {
-    return bad(source, "the top level must be an object with a \"stages\" array; hint: see "
-                       "docs/cost_model.md");
+    return bad(source,
+               "the top level must be an object with a \"stages\" array; hint: see "
+               "docs/cost_model.md");
   }
   std::string time_unit = "unit";
   LinkCost link;
@@ -64,9 +65,12 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
       }
       for (auto l = it->begin(); l != it->end(); ++l) {
         TP_ASSIGN_OR_RETURN(double x, number(source, "link", l.key(), *l));
-        if (l.key() == "latency") link.latency = x;
-        else if (l.key() == "bandwidth") link.bandwidth = x;
-        else if (l.key() == "overhead") link.overhead = x;
+        if (l.key() == "latency")
+          link.latency = x;
+        else if (l.key() == "bandwidth")
+          link.bandwidth = x;
+        else if (l.key() == "overhead")
+          link.overhead = x;
         else
           return bad(source, fmt::format("unknown key 'link.{}' (value {}); hint: link keys "
                                          "are latency, bandwidth, overhead",
@@ -81,8 +85,9 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
     }
   }
   if (stages == nullptr || !stages->is_array() || stages->empty()) {
-    return bad(source, "needs a non-empty \"stages\" array, one object per stage; hint: see "
-                       "docs/cost_model.md");
+    return bad(source,
+               "needs a non-empty \"stages\" array, one object per stage; hint: see "
+               "docs/cost_model.md");
   }
   const size_t n = stages->size();
   if (n > static_cast<size_t>(kMaxStages)) {
@@ -101,7 +106,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
     if (!e.is_object()) return bad(source, fmt::format("{} is not an object", where));
     if (!e.contains("stage")) {
       return bad(source, fmt::format("{} lacks key 'stage'; hint: every entry names its stage "
-                                     "index", where));
+                                     "index",
+                                     where));
     }
     TP_ASSIGN_OR_RETURN(double sd, number(source, where, "stage", e["stage"]));
     if (sd != std::floor(sd) || sd >= kMaxStages) {
@@ -116,26 +122,40 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
     for (const char* req : {"f", "i", "w"}) {
       if (!e.contains(req)) {
         return bad(source, fmt::format("{} (stage {}) lacks key '{}'; hint: f, i and w are "
-                                       "required", where, s, req));
+                                       "required",
+                                       where, s, req));
       }
     }
     for (auto it = e.begin(); it != e.end(); ++it) {
       const std::string& key = it.key();
       if (key == "stage") continue;
       TP_ASSIGN_OR_RETURN(double x, number(source, where, key, *it));
-      if (key == "f") c.f = x;
-      else if (key == "i") c.i = x;
-      else if (key == "w") c.w = x;
-      else if (key == "b") c.b = x, have_b = true;
-      else if (key == "recompute") c.recompute = x, have_rc = true;
-      else if (key == "optimizer") c.optimizer = x;
-      else if (key == "act_bytes") c.act_bytes = x;
-      else if (key == "act_after_i_bytes") c.act_after_i_bytes = x, have_after_i = true;
-      else if (key == "input_bytes") c.input_bytes = x;
-      else if (key == "param_bytes") c.param_bytes = x;
-      else if (key == "grad_bytes") c.grad_bytes = x;
-      else if (key == "optimizer_bytes") c.optimizer_bytes = x;
-      else if (key == "message_bytes") c.message_bytes = static_cast<int64_t>(std::llround(x));
+      if (key == "f")
+        c.f = x;
+      else if (key == "i")
+        c.i = x;
+      else if (key == "w")
+        c.w = x;
+      else if (key == "b")
+        c.b = x, have_b = true;
+      else if (key == "recompute")
+        c.recompute = x, have_rc = true;
+      else if (key == "optimizer")
+        c.optimizer = x;
+      else if (key == "act_bytes")
+        c.act_bytes = x;
+      else if (key == "act_after_i_bytes")
+        c.act_after_i_bytes = x, have_after_i = true;
+      else if (key == "input_bytes")
+        c.input_bytes = x;
+      else if (key == "param_bytes")
+        c.param_bytes = x;
+      else if (key == "grad_bytes")
+        c.grad_bytes = x;
+      else if (key == "optimizer_bytes")
+        c.optimizer_bytes = x;
+      else if (key == "message_bytes")
+        c.message_bytes = static_cast<int64_t>(std::llround(x));
       else if (key == "allreduce_bytes")
         c.allreduce_bytes = x;
       else {
@@ -156,8 +176,8 @@ Result<CostModel> parse_cost_table(std::string_view text, std::string_view sourc
   for (const auto& [s, c] : by_stage) {
     if (s != out.size()) {
       return bad(source, fmt::format("lacks stage {} (it has {} entries, up to stage {}); hint: "
-                                     "give one entry per stage 0..S-1", out.size(), n,
-                                     by_stage.rbegin()->first));
+                                     "give one entry per stage 0..S-1",
+                                     out.size(), n, by_stage.rbegin()->first));
     }
     out.push_back(c);
   }

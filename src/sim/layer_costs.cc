@@ -101,9 +101,9 @@ constexpr std::array<double StageCost::*, 13> kFields = {&StageCost::f,
 
 Result<LayerCosts> fit_layer_costs(const CostModel& costs, const std::vector<StageLayers>& layout) {
   if (layout.empty() || static_cast<int32_t>(layout.size()) != costs.num_stages()) {
-    return Status::invalid_argument(fmt::format(
-        "layer costs: {} stage layouts for a cost table of {} stages", layout.size(),
-        costs.num_stages()));
+    return Status::invalid_argument(
+        fmt::format("layer costs: {} stage layouts for a cost table of {} stages", layout.size(),
+                    costs.num_stages()));
   }
   std::vector<Row> rows;
   for (size_t s = 0; s < layout.size(); ++s) {

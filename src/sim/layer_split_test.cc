@@ -213,8 +213,8 @@ TEST(GptLayerCosts, SumsToGptCostModel) {
   EXPECT_DOUBLE_EQ(m->stage(2).param_bytes, 2 * k.block.param_bytes + k.head.param_bytes);
   EXPECT_DOUBLE_EQ(m->stage(1).input_bytes, 2 * sbh);  // the stage input, per stage
   // Any other split: the source names it.
-  const CostModel other = gpt_cost_model_for_layout(*g, {{true, 4, false}, {false, 1, false},
-                                                         {false, 3, true}}, "E,t*4|t|t*3,L");
+  const CostModel other = gpt_cost_model_for_layout(
+      *g, {{true, 4, false}, {false, 1, false}, {false, 3, true}}, "E,t*4|t|t*3,L");
   EXPECT_DOUBLE_EQ(other.stage(1).f, k.block.f);
   EXPECT_NE(other.source().find("E,t*4|t|t*3,L"), std::string::npos);
   EXPECT_EQ(m->source().find("layout"), std::string::npos);

@@ -1,13 +1,12 @@
 // REFERENCE.md section 2 test vectors and section 3 closed forms, through the generators,
 // validate() and lower().
+#include <expat.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <fmt/format.h>
-
 #include <cmath>
-#include <expat.h>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "sanitizer.h"
@@ -94,7 +93,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Vector{"zb-v", 2, 25.5, 5.9, {4, 4, 4, 4}}),
     [](const auto& info) {
       std::string n = std::string(info.param.name) + "_v" + std::to_string(info.param.v);
-      for (char& c : n) if (c == '-') c = '_';
+      for (char& c : n)
+        if (c == '-') c = '_';
       return n;
     });
 
@@ -147,8 +147,8 @@ TEST(Reference3, ClosedFormsSweep) {
         Built b = build("zb-h2", p, m, 1);
         SimResult r = sim(b.lowered, uniform(b.lowered));
         for (const auto& st : r.ranks) {
-          EXPECT_NEAR(st.internal_idle, 0, 1e-9) << "zb-h2 p=" << p << " m=" << m << " rank "
-                                                 << st.rank;
+          EXPECT_NEAR(st.internal_idle, 0, 1e-9)
+              << "zb-h2 p=" << p << " m=" << m << " rank " << st.rank;
         }
         ++checked;
       }
@@ -157,8 +157,8 @@ TEST(Reference3, ClosedFormsSweep) {
         Built b = build("zb-v", p, m, 2);
         SimResult r = sim(b.lowered, uniform(b.lowered));
         for (const auto& st : r.ranks) {
-          EXPECT_NEAR(st.internal_idle, 0, 1e-9) << "zb-v p=" << p << " m=" << m << " rank "
-                                                 << st.rank;
+          EXPECT_NEAR(st.internal_idle, 0, 1e-9)
+              << "zb-v p=" << p << " m=" << m << " rank " << st.rank;
         }
         ++checked;
       }
@@ -309,7 +309,8 @@ namespace {
 TEST(SimulatorProperties, RandomCostsRespectDependenciesTightly) {
   Rng rng(1234);
   int checked = 0;
-  for (const char* name : {"gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zb-v"}) {
+  for (const char* name :
+       {"gpipe", "1f1b", "interleaved", "looped-bfs", "zb-h1", "zb-h2", "zb-v"}) {
     for (int32_t p : {2, 3, 5}) {
       for (int32_t m : {p, 2 * p + 1}) {
         const GeneratorInfo* g = find_generator(name);

@@ -148,8 +148,9 @@ TEST_F(SimulateCli, NumericFlagsOutOfRange) {
 }
 
 TEST_F(SimulateCli, MegatronAliases) {
-  CliRun r = run("--schedule interleaved --pipeline-model-parallel-size 4 --num-microbatches 8 "
-              "--num-virtual-stages-per-pipeline-rank 2 --json");
+  CliRun r =
+      run("--schedule interleaved --pipeline-model-parallel-size 4 --num-microbatches 8 "
+          "--num-virtual-stages-per-pipeline-rank 2 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 28.5);
@@ -158,8 +159,10 @@ TEST_F(SimulateCli, MegatronAliases) {
 
 TEST_F(SimulateCli, HumanTableTraceAndSvg) {
   const std::string trace = tmp_path("t.json"), svg = tmp_path("t.svg");
-  CliRun r = run("--schedule zb-v --pp 4 --microbatches 8 --cost f=1,i=1,w=1,comm=0.1 "
-              "--comm-mode blocking --trace " + trace + " --svg " + svg);
+  CliRun r =
+      run("--schedule zb-v --pp 4 --microbatches 8 --cost f=1,i=1,w=1,comm=0.1 "
+          "--comm-mode blocking --trace " +
+          trace + " --svg " + svg);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("makespan"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("comm=blocking"), std::string::npos) << r.out;
@@ -204,8 +207,9 @@ TEST_F(SimulateCli, CompareTakesChunksPerItem) {
 }
 
 TEST_F(SimulateCli, GptModel) {
-  CliRun r = run("--schedule 1f1b --pp 2 --microbatches 4 --model "
-              "layers=4,hidden=256,heads=4,seq=128,flops=1e12 --json");
+  CliRun r =
+      run("--schedule 1f1b --pp 2 --microbatches 4 --model "
+          "layers=4,hidden=256,heads=4,seq=128,flops=1e12 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["time_unit"], "s");
@@ -262,8 +266,8 @@ TEST_F(SimulateCli, PipelineLayoutShownChosenAndChecked) {
   EXPECT_EQ(g["layout"], "E,t*3|t*2|t*2|t,L");
   EXPECT_NE(g["makespan"].get<double>(), e["makespan"].get<double>());
   // auto: a valid split of the 8 layers, never slower than the even one.
-  CliRun chosen = run("--schedule zb-v --pp 2 --microbatches 8 " + model +
-                      "--pipeline-layout auto --json");
+  CliRun chosen =
+      run("--schedule zb-v --pp 2 --microbatches 8 " + model + "--pipeline-layout auto --json");
   ASSERT_EQ(chosen.code, 0) << chosen.err;
   auto a = nlohmann::json::parse(chosen.out);
   const std::vector<int> blocks = testutil::layout_blocks(a["layout"].get<std::string>());
@@ -272,8 +276,8 @@ TEST_F(SimulateCli, PipelineLayoutShownChosenAndChecked) {
   EXPECT_LE(a["makespan"].get<double>(), e["makespan"].get<double>());
   EXPECT_LE(a["makespan"].get<double>(), g["makespan"].get<double>());
   // --compare chooses per schedule.
-  CliRun cmp = run("--pp 2 --microbatches 8 --compare 1f1b,zb-v " + model +
-                   "--pipeline-layout auto --json");
+  CliRun cmp =
+      run("--pp 2 --microbatches 8 --compare 1f1b,zb-v " + model + "--pipeline-layout auto --json");
   ASSERT_EQ(cmp.code, 0) << cmp.err;
   auto c = nlohmann::json::parse(cmp.out);
   EXPECT_EQ(testutil::layout_blocks(c["results"][0]["layout"].get<std::string>()).size(), 2u);
@@ -303,11 +307,13 @@ TEST_F(SimulateCli, BadInputExitsTwoWithOneLine) {
   expect_usage_error(base + "--costs " + bad_json, {bad_json.c_str(), "not valid JSON"});
   const std::string gap = tmp_path("gap.json");
   ASSERT_TRUE(write_file(gap, R"({"stages":[{"stage":0,"f":1,"i":1,"w":1},
-      {"stage":1,"f":1,"i":1,"w":1},{"stage":3,"f":1,"i":1,"w":1}]})").ok());
+      {"stage":1,"f":1,"i":1,"w":1},{"stage":3,"f":1,"i":1,"w":1}]})")
+                  .ok());
   expect_usage_error(base + "--costs " + gap, {gap.c_str(), "lacks stage 2"});
   const std::string two = tmp_path("two.json");
   ASSERT_TRUE(write_file(two, R"({"stages":[{"stage":0,"f":1,"i":1,"w":1},
-      {"stage":1,"f":1,"i":1,"w":1}]})").ok());
+      {"stage":1,"f":1,"i":1,"w":1}]})")
+                  .ok());
   expect_usage_error(base + "--costs " + two, {two.c_str(), "2 stage(s)", "has 4", "hint"});
   expect_usage_error(base + "--comm-mode sometimes", {"'sometimes'", "overlap or blocking"});
   expect_usage_error(base + "--recompute half", {"'half'", "none or full"});
@@ -322,9 +328,10 @@ TEST_F(SimulateCli, BadInputExitsTwoWithOneLine) {
   expect_usage_error(base + "--pipeline-layout auto", {"--pipeline-layout 'auto'", "--model"});
   expect_usage_error("--schedule zb-auto --pp 4 --microbatches 8 " + gpt + "--pipeline-layout auto",
                      {"--pipeline-layout auto", "zb-auto", "hint"});
-  expect_usage_error("--schedule 1f1b --pp 4 --microbatches 8 --model "
-                     "layers=1,hidden=64,heads=4,seq=16 --pipeline-layout auto",
-                     {"1 transformer layer(s)", "2 middle stage(s)"});
+  expect_usage_error(
+      "--schedule 1f1b --pp 4 --microbatches 8 --model "
+      "layers=1,hidden=64,heads=4,seq=16 --pipeline-layout auto",
+      {"1 transformer layer(s)", "2 middle stage(s)"});
   expect_usage_error("--schedule nosuch --pp 4 --microbatches 8", {"nosuch"});
   expect_usage_error("--pp 4 --microbatches 8 --compare 1f1b,nosuch:2",
                      {"--compare 'nosuch:2'", "unknown schedule 'nosuch'", "interleaved", "hint"});

@@ -17,8 +17,10 @@ namespace tightpipe {
 
 std::string_view comm_mode_name(CommMode mode) {
   switch (mode) {
-    case CommMode::kOverlap: return "overlap";
-    case CommMode::kBlocking: return "blocking";
+    case CommMode::kOverlap:
+      return "overlap";
+    case CommMode::kBlocking:
+      return "blocking";
   }
   return "?";
 }
@@ -32,8 +34,10 @@ Result<CommMode> parse_comm_mode(std::string_view text) {
 
 std::string_view recompute_name(Recompute r) {
   switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kFull: return "full";
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kFull:
+      return "full";
   }
   return "?";
 }
@@ -61,14 +65,20 @@ bool is_recv(ActionType t) { return t == ActionType::kRecvAct || t == ActionType
 
 EventKind kind_of(ActionType t) {
   switch (t) {
-    case ActionType::kForward: return EventKind::kForward;
-    case ActionType::kBackwardInput: return EventKind::kBackwardInput;
-    case ActionType::kBackwardWeight: return EventKind::kBackwardWeight;
-    case ActionType::kBackward: return EventKind::kBackward;
+    case ActionType::kForward:
+      return EventKind::kForward;
+    case ActionType::kBackwardInput:
+      return EventKind::kBackwardInput;
+    case ActionType::kBackwardWeight:
+      return EventKind::kBackwardWeight;
+    case ActionType::kBackward:
+      return EventKind::kBackward;
     case ActionType::kSendAct:
-    case ActionType::kSendGrad: return EventKind::kSend;
+    case ActionType::kSendGrad:
+      return EventKind::kSend;
     case ActionType::kRecvAct:
-    case ActionType::kRecvGrad: return EventKind::kRecv;
+    case ActionType::kRecvGrad:
+      return EventKind::kRecv;
     case ActionType::kOverlapFB:
       return EventKind::kOther;  // recorded as its two sub-actions
   }
@@ -126,10 +136,10 @@ class Simulator {
   Status check_input() {
     if (P_ <= 0 || S_ <= 0 || M_ <= 0 || static_cast<int32_t>(sch_.programs.size()) != P_ ||
         static_cast<int32_t>(sch_.stage_to_rank.size()) != S_) {
-      return Status::invalid_argument(fmt::format(
-          "simulate: schedule '{}' has an inconsistent shape (ranks={}, stages={}, "
-          "microbatches={}, {} programs, {} stage placements)",
-          sch_.name, P_, S_, M_, sch_.programs.size(), sch_.stage_to_rank.size()));
+      return Status::invalid_argument(
+          fmt::format("simulate: schedule '{}' has an inconsistent shape (ranks={}, stages={}, "
+                      "microbatches={}, {} programs, {} stage placements)",
+                      sch_.name, P_, S_, M_, sch_.programs.size(), sch_.stage_to_rank.size()));
     }
     if (sch_.directions < 1 || S_ % sch_.directions != 0 || M_ % sch_.directions != 0) {
       return Status::invalid_argument(fmt::format(
@@ -140,9 +150,9 @@ class Simulator {
     TP_RETURN_IF_ERROR(cost_.covers(sch_));
     for (int32_t s = 0; s < S_; ++s) {
       if (sch_.stage_to_rank[s] < 0 || sch_.stage_to_rank[s] >= P_) {
-        return Status::invalid_argument(fmt::format(
-            "simulate: stage {} is placed on rank {}, outside 0..{}", s, sch_.stage_to_rank[s],
-            P_ - 1));
+        return Status::invalid_argument(
+            fmt::format("simulate: stage {} is placed on rank {}, outside 0..{}", s,
+                        sch_.stage_to_rank[s], P_ - 1));
       }
     }
     bool has_comm = false;
@@ -462,8 +472,7 @@ class Simulator {
       std::string what;
       for (const Action& d : dependencies(sch_, a)) {
         if (!done_.has(d)) {
-          what = fmt::format("waits for {} on rank {}", to_string(d),
-                             sch_.stage_to_rank[d.stage]);
+          what = fmt::format("waits for {} on rank {}", to_string(d), sch_.stage_to_rank[d.stage]);
           break;
         }
       }
@@ -480,9 +489,9 @@ class Simulator {
       }
     }
     if (blocked.empty()) return OkStatus();
-    return Status::failed_precondition(fmt::format(
-        "simulate: schedule '{}' deadlocks at time {:g}; blocked:{}\n{}", sch_.name,
-        res_.makespan, blocked, format_grid(sch_, mark)));
+    return Status::failed_precondition(
+        fmt::format("simulate: schedule '{}' deadlocks at time {:g}; blocked:{}\n{}", sch_.name,
+                    res_.makespan, blocked, format_grid(sch_, mark)));
   }
 
   // The data-parallel gradient all-reduce (simulator.h): on each rank's all-reduce lane, one
@@ -638,9 +647,9 @@ class Simulator {
   std::vector<double> lane_free_;
   std::vector<double> held_;
   std::vector<double> first_start_;
-  std::vector<double> rank_end_;     // [rank] latest end of its events
-  std::vector<double> grads_done_;   // [stage] end of its last W or B (-1: none yet)
-  std::vector<BusyUnion> busy_;      // [rank] its compute intervals (prof.h, the one bubble)
+  std::vector<double> rank_end_;    // [rank] latest end of its events
+  std::vector<double> grads_done_;  // [stage] end of its last W or B (-1: none yet)
+  std::vector<BusyUnion> busy_;     // [rank] its compute intervals (prof.h, the one bubble)
   int64_t outstanding_recvs_ = 0;
   std::vector<std::vector<TimelineEvent>> comm_events_;  // [rank] until finish_stats()
   SimResult res_;

@@ -186,8 +186,8 @@ TEST(Simulator, GptModelRecomputeTradesTimeForMemory) {
   // With it: two stage inputs plus one re-materialized activation during B.
   EXPECT_DOUBLE_EQ(b->ranks[0].peak_activation_bytes,
                    2 * c->stage(0).input_bytes + c->stage(0).act_bytes);
-  EXPECT_DOUBLE_EQ(a->ranks[0].static_bytes, c->stage(0).param_bytes + c->stage(0).grad_bytes +
-                                                 c->stage(0).optimizer_bytes);
+  EXPECT_DOUBLE_EQ(a->ranks[0].static_bytes,
+                   c->stage(0).param_bytes + c->stage(0).grad_bytes + c->stage(0).optimizer_bytes);
   EXPECT_DOUBLE_EQ(a->ranks[0].peak_bytes,
                    a->ranks[0].peak_activation_bytes + a->ranks[0].static_bytes);
   EXPECT_EQ(a->message_bytes, 4 * c->message_bytes(0, 1));
@@ -337,19 +337,18 @@ TEST(SimOutput, JsonHasStableFields) {
   auto r = simulate(hand_1f1b(true), uniform(2, 2));
   ASSERT_TRUE(r.ok());
   auto j = nlohmann::json::parse(sim_result_to_json(*r));
-  for (const char* k : {"schema", "schedule", "ranks", "stages", "chunks", "microbatches",
-                        "comm_mode", "recompute", "cost_source", "time_unit", "makespan",
-                        "total_compute", "bubble_ratio", "bubble_percent", "messages",
-                        "message_bytes", "actions", "activation_unit_bytes", "per_rank"}) {
+  for (const char* k :
+       {"schema", "schedule", "ranks", "stages", "chunks", "microbatches", "comm_mode", "recompute",
+        "cost_source", "time_unit", "makespan", "total_compute", "bubble_ratio", "bubble_percent",
+        "messages", "message_bytes", "actions", "activation_unit_bytes", "per_rank"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
   EXPECT_EQ(j["schema"], "tightpipe.simulate/1");
   EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 9);
   ASSERT_EQ(j["per_rank"].size(), 2u);
-  for (const char* k : {"rank", "first_start", "last_end", "busy", "idle", "internal_idle",
-                        "comm", "compute_actions", "messages_sent", "bytes_sent",
-                        "peak_activations", "peak_activation_bytes", "static_bytes",
-                        "peak_bytes"}) {
+  for (const char* k : {"rank", "first_start", "last_end", "busy", "idle", "internal_idle", "comm",
+                        "compute_actions", "messages_sent", "bytes_sent", "peak_activations",
+                        "peak_activation_bytes", "static_bytes", "peak_bytes"}) {
     EXPECT_TRUE(j["per_rank"][0].contains(k)) << k;
   }
   EXPECT_NE(format_sim_table(*r).find("makespan 9"), std::string::npos) << format_sim_table(*r);

@@ -1,9 +1,11 @@
 // The score of the cost-aware zero-bubble builders (zb_score.h).
 #include "sim/zb_score.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
-#include "tightpipe/simulator.h"
+#include "sim/zb_timing.h"
 
 namespace tightpipe::zb {
 
@@ -15,20 +17,14 @@ double max_peak_units(const Schedule& s, const std::vector<double>& fractions,
 
 Result<Score> score_schedule(const Schedule& s, const CostModel& costs, ZbObjective objective,
                              double peak, double* rank_sum) {
-  TP_ASSIGN_OR_RETURN(Schedule low, lower(s));
-  SimOptions so;
-  so.record_timeline = false;
-  TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
-  double span = 0;
-  if (rank_sum != nullptr) *rank_sum = 0;
-  for (const RankSimStats& rs : r.ranks) {
-    span = std::max(span, rs.last_end - rs.first_start);
-    if (rank_sum != nullptr) {
-      *rank_sum += objective == ZbObjective::kSpan ? rs.last_end - rs.first_start : rs.last_end;
-    }
+  TP_ASSIGN_OR_RETURN(Timing t, Timing::make(s, costs));
+  if (!t.run(s)) {
+    return Status::failed_precondition(
+        fmt::format("schedule '{}': its programs cannot finish (a cycle across ranks)", s.name));
   }
-  if (objective == ZbObjective::kSpan) return Score{span, r.makespan, peak};
-  return Score{r.makespan, span, peak};
+  if (rank_sum != nullptr) *rank_sum = t.rank_sum(objective);
+  if (objective == ZbObjective::kSpan) return Score{t.span(), t.makespan(), peak};
+  return Score{t.makespan(), t.span(), peak};
 }
 
 }  // namespace tightpipe::zb

@@ -41,10 +41,11 @@ struct Score {
 double max_peak_units(const Schedule& s, const std::vector<double>& fractions,
                       const std::vector<double>& f_units = {});
 
-// Lowers (lower() validates) and simulates the compute-only `s` (overlap mode, no timeline) and
-// scores it in the objective (ties: the other one of makespan and span, then `peak`). When
-// `rank_sum` is given it receives the sum over ranks of the objective's per-rank measure (each
-// rank's end for makespan, its span for span): the search's tie-break on plateaus.
+// Times the compute-only `s` as simulate(lower(s)) in overlap mode does (zb_timing.h; the
+// optimizer phase, the same for every order, left out) and scores it in the objective (ties: the
+// other one of makespan and span, then `peak`). When `rank_sum` is given it receives the sum over
+// ranks of the objective's per-rank measure (each rank's end for makespan, its span for span): the
+// search's tie-break on plateaus.
 Result<Score> score_schedule(const Schedule& s, const CostModel& costs, ZbObjective objective,
                              double peak, double* rank_sum = nullptr);
 

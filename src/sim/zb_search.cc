@@ -2,16 +2,16 @@
 // docs/cost_model.md, "zb-auto").
 //
 // The neighbourhood: one action of one rank's program moves by a few positions (the actions in
-// between shift by one). First the actions on the critical chain of the current schedule (one
-// simulation with a timeline: the chain of same-rank and dependency edges that ends the
+// between shift by one). First the actions on the critical chain of the current schedule (from
+// the direct timing, zb_timing.h: the chain of same-rank and dependency edges that ends the
 // objective) are tried, latest first; then a fixed cyclic order (rank, position, shift) goes on
 // where it stopped; after every kept move the search returns to the new critical chain. Each move
-// goes through cheap checks first and is simulated only if it passes them:
+// goes through cheap checks first and is timed only if it passes them:
 //   1. the order on the rank: the action does not jump over one it depends on, nor over one
-//      that depends on it (dependencies(), CompletionSet: the schedule module's rule);
-//   2. memory: every rank's zb_peak_memory_units stays within the limit;
-//   3. validate() (lower() runs it before the simulation): the whole schedule is well formed and
-//      can finish (a move on one rank can deadlock against another rank's order);
+//      that depends on it (Timing::needs: dependencies(), the schedule module's rule);
+//   2. memory: the moved rank's zb_peak_memory_units stays within the limit;
+//   3. the direct timing (O(N), simulate(lower(s))'s times) finishes: a move on one rank can
+//      deadlock against another rank's order;
 //   4. the score (zb_score.h) strictly improves, with the sum over ranks of the objective's
 //      per-rank measure as a last tie-break (so the search crosses plateaus where one move cannot
 //      yet shorten the longest rank); else the move is undone.
@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "sim/zb_score.h"
+#include "sim/zb_timing.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
@@ -39,6 +40,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using zb::kMemEps;
 using zb::Score;
+using zb::Timing;
 
 // How far the action at a position moves, in the order tried. +1 swaps it with the next action
 // (-1 would repeat that swap from the other side). The shifts past kShortShifts move W only: a W
@@ -71,12 +73,13 @@ struct Scored {
 
 class LocalSearch {
  public:
-  LocalSearch(Schedule s, const CostModel& costs, const std::vector<double>& fractions,
-              double limit, ZbObjective objective, const SearchBudget& budget, SearchStats& stats)
+  LocalSearch(Schedule s, Timing timing, const std::vector<double>& fractions,
+              std::vector<double> units, double limit, ZbObjective objective,
+              const SearchBudget& budget, SearchStats& stats)
       : s_(std::move(s)),
-        costs_(costs),
+        timing_(std::move(timing)),
         frac_(fractions),
-        units_(zb_f_memory_units(costs, s_)),
+        units_(std::move(units)),
         limit_(limit),
         objective_(objective),
         budget_(budget),
@@ -85,8 +88,13 @@ class LocalSearch {
 
   // Scores the input, then searches; returns the best schedule found.
   Result<Schedule> run() {
-    TP_ASSIGN_OR_RETURN(current_.score,
-                        zb::score_schedule(s_, costs_, objective_, peak(), &current_.rank_sum));
+    rank_peak_ = zb_peak_memory_units(s_, frac_, units_);
+    if (!timing_.run(s_)) {
+      return Status::invalid_argument(fmt::format(
+          "schedule '{}': its programs cannot finish (a cycle across ranks); hint: validate() it",
+          s_.name));
+    }
+    current_ = scored();
     ++stats_.evaluations;
     stats_.start_objective = current_.score.primary;
     // One slot per (rank, position, shift); moves keep every program's length.
@@ -101,7 +109,8 @@ class LocalSearch {
     // cyclic sweep (a kept move there sends the search back to the critical chain).
     while (!stopped) {
       bool kept = false;
-      const std::vector<std::pair<int32_t, int32_t>> chain = critical_chain();
+      TP_CHECK(timing_.run(s_), "search: the current schedule stopped finishing");
+      const std::vector<std::pair<int32_t, int32_t>> chain = timing_.critical_chain(s_, objective_);
       for (size_t c = 0; c < chain.size() && !kept && !stopped; ++c) {
         for (int32_t k = 0; k < kNumShifts && !kept; ++k) {
           if ((stopped = out_of_budget())) break;
@@ -143,67 +152,6 @@ class LocalSearch {
     return false;
   }
 
-  // The (rank, position) of the actions on the current schedule's critical chain, latest first:
-  // from the action that ends last (makespan) or the last action of the longest rank (span), back
-  // to the previous action on its rank when it started as that one ended, else to the
-  // dependency that ended last. Empty if the schedule cannot be simulated with a timeline.
-  std::vector<std::pair<int32_t, int32_t>> critical_chain() const {
-    std::vector<std::pair<int32_t, int32_t>> chain;
-    Result<Schedule> low = lower(s_);
-    if (!low.ok()) return chain;
-    Result<SimResult> sim = simulate(*low, costs_);
-    if (!sim.ok()) return chain;
-    // Start and end of each program position, in program order (one compute lane per rank).
-    std::vector<std::vector<std::pair<double, double>>> at(s_.num_ranks);
-    const auto key = [&](const Action& a) {
-      return (static_cast<size_t>(a.type) * s_.num_stages + a.stage) * s_.num_microbatches +
-             a.microbatch;
-    };
-    std::vector<std::pair<int32_t, int32_t>> where(
-        static_cast<size_t>(kNumActionTypes) * s_.num_stages * s_.num_microbatches, {-1, -1});
-    for (const RankTimeline& rt : sim->timeline.ranks) {
-      for (const TimelineEvent& e : rt.events) {
-        if (e.lane == Lane::kCompute && cost_slot(e.kind) >= 0) {
-          at[rt.rank].push_back({e.start, e.end});
-        }
-      }
-    }
-    for (int32_t r = 0; r < s_.num_ranks; ++r) {
-      if (at[r].size() != s_.programs[r].size()) return chain;
-      for (size_t k = 0; k < at[r].size(); ++k) {
-        where[key(s_.programs[r][k])] = {r, static_cast<int32_t>(k)};
-      }
-    }
-    int32_t r = 0, k = -1;
-    double best = -1;
-    for (int32_t q = 0; q < s_.num_ranks; ++q) {
-      if (at[q].empty()) continue;
-      const double v = objective_ == ZbObjective::kSpan ? at[q].back().second - at[q][0].first
-                                                        : at[q].back().second;
-      if (v > best) std::tie(best, r, k) = std::tuple(v, q, static_cast<int32_t>(at[q].size()) - 1);
-    }
-    constexpr double kTol = 1e-9;
-    while (k >= 0) {
-      chain.push_back({r, k});
-      const double start = at[r][k].first;
-      if (k > 0 && at[r][k - 1].second >= start - kTol) {
-        --k;
-        continue;
-      }
-      std::pair<int32_t, int32_t> next{-1, -1};
-      double latest = -1;
-      for (const Action& d : dependencies(s_, s_.programs[r][k])) {
-        const auto [dr, dk] = where[key(d)];
-        if (dk >= 0 && at[dr][dk].second > latest) {
-          latest = at[dr][dk].second;
-          next = {dr, dk};
-        }
-      }
-      std::tie(r, k) = next;
-    }
-    return chain;
-  }
-
   bool out_of_budget() {
     if (stats_.evaluations >= budget_.max_evaluations) {
       stats_.evaluation_limited = true;
@@ -220,7 +168,25 @@ class LocalSearch {
     return std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
   }
 
-  double peak() const { return zb::max_peak_units(s_, frac_, units_); }
+  // The score of the programs timing_ last ran.
+  Scored scored() const {
+    Scored c;
+    const double peak = *std::max_element(rank_peak_.begin(), rank_peak_.end());
+    const double other = objective_ == ZbObjective::kSpan ? timing_.makespan() : timing_.span();
+    c.score = Score{timing_.objective(objective_), other, peak};
+    c.rank_sum = timing_.rank_sum(objective_);
+    return c;
+  }
+
+  // The memory peak of rank r's program alone (zb_peak_memory_units' rule).
+  double rank_peak(int32_t r) const {
+    Schedule one;
+    one.num_ranks = 1;
+    one.num_stages = s_.num_stages;
+    one.programs = {s_.programs[r]};
+    // zb_peak_memory_units needs the chunk count for its even units only; units_ is explicit.
+    return zb_peak_memory_units(one, frac_, units_)[0];
+  }
 
   // Moves rank r's action at `from` to `to` if every check passes and the score improves.
   bool try_move(int32_t r, int32_t from, int32_t to, int32_t shift_index) {
@@ -232,14 +198,12 @@ class LocalSearch {
     if (!keeps_rank_order(prog, from, to)) return false;
     move(prog, from, to);
     bool keep = false;
-    const std::vector<double> peaks = zb_peak_memory_units(s_, frac_, units_);
-    const double top = *std::max_element(peaks.begin(), peaks.end());
-    if (top <= limit_ + kMemEps) {
-      Scored c;
-      Result<Score> sc = zb::score_schedule(s_, costs_, objective_, top, &c.rank_sum);
+    const double old_peak = rank_peak_[r];
+    rank_peak_[r] = rank_peak(r);
+    if (rank_peak_[r] <= limit_ + kMemEps) {
       ++stats_.evaluations;
-      if (sc.ok()) {  // not ok: lower()'s validate() refused it (a deadlock across ranks)
-        c.score = *sc;
+      if (timing_.run(s_)) {  // false: the move deadlocks against another rank's order
+        const Scored c = scored();
         if (c.beats(current_)) {
           current_ = c;
           ++stats_.accepted;
@@ -247,7 +211,10 @@ class LocalSearch {
         }
       }
     }
-    if (!keep) move(prog, to, from);
+    if (!keep) {
+      move(prog, to, from);
+      rank_peak_[r] = old_peak;
+    }
     return keep;
   }
 
@@ -272,30 +239,26 @@ class LocalSearch {
   }
 
   // False if the action at `from` would pass one it depends on (moving earlier) or one that
-  // depends on it (moving later), by dependencies() and CompletionSet's rule (B meets I).
+  // depends on it (moving later), by dependencies()' rule (Timing::needs; B meets I).
   bool keeps_rank_order(const std::vector<Action>& prog, int32_t from, int32_t to) const {
-    CompletionSet done(s_);
     const Action& a = prog[from];
     if (to < from) {
-      for (int32_t k = to; k < from; ++k) done.mark(prog[k]);
-      for (const Action& d : dependencies(s_, a)) {
-        if (done.has(d)) return false;
+      for (int32_t k = to; k < from; ++k) {
+        if (timing_.needs(a, prog[k])) return false;
       }
       return true;
     }
-    done.mark(a);
     for (int32_t k = from + 1; k <= to; ++k) {
-      for (const Action& d : dependencies(s_, prog[k])) {
-        if (done.has(d)) return false;
-      }
+      if (timing_.needs(prog[k], a)) return false;
     }
     return true;
   }
 
   Schedule s_;
-  const CostModel& costs_;
+  Timing timing_;
   const std::vector<double>& frac_;
   const std::vector<double> units_;  // what each stage's F adds (zb_f_memory_units)
+  std::vector<double> rank_peak_;    // per rank, of the current programs
   double limit_;
   ZbObjective objective_;
   SearchBudget budget_;
@@ -351,7 +314,10 @@ Result<Schedule> improve_schedule(const Schedule& compute_only, const CostModel&
     st.time_limited = budget.ms == 0;
     st.evaluation_limited = budget.max_evaluations == 0;
   } else {
-    out = LocalSearch(compute_only, costs, w_fractions, memory_limit, objective, budget, st).run();
+    TP_ASSIGN_OR_RETURN(zb::Timing timing, zb::Timing::make(compute_only, costs));
+    out = LocalSearch(compute_only, std::move(timing), w_fractions,
+                      zb_f_memory_units(costs, compute_only), memory_limit, objective, budget, st)
+              .run();
   }
   st.elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return out;
@@ -366,13 +332,10 @@ Result<Schedule> search_each_limit(const std::vector<std::pair<Schedule, double>
   if (budget.ms == 0 || budget.max_evaluations == 0) return starts.back().first;
   std::optional<Schedule> best;
   Score best_score;
-  const std::string* last = nullptr;
-  std::string last_csv;
+  const Schedule* last = nullptr;
   for (const auto& [start, limit] : starts) {
-    std::string csv = to_csv(start);
-    if (last != nullptr && csv == *last) continue;  // the same start: the same result
-    last_csv = std::move(csv);
-    last = &last_csv;
+    if (last != nullptr && start.programs == last->programs) continue;  // the same result
+    last = &start;
     TP_ASSIGN_OR_RETURN(Schedule s,
                         improve_schedule(start, costs, fractions, limit, objective, budget));
     const double peak = max_peak_units(s, fractions, zb_f_memory_units(costs, s));

@@ -75,6 +75,10 @@ int cmd_schedule(int argc, char** argv) {
     std::printf("%-12s %s\n", "zb-v-auto",
                 "zero-bubble, V placement (v=2, as zb-v), built from the costs under "
                 "--memory-limit (default p)");
+    std::printf("%-12s %s\n", "v-half",
+                "zb-v-auto with --memory-limit (p+2)/2 (V-Half, Qi et al. 2024)");
+    std::printf("%-12s %s\n", "v-min",
+                "zb-v-auto with --memory-limit (p+4)/3 (V-Min, Qi et al. 2024)");
     return kExitOk;
   }
   if (!check.empty()) {

@@ -22,10 +22,10 @@ CLI::Validator count_flag(int64_t limit, std::string what, std::string hint) {
 }
 
 void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
-  app.add_option(
-         "--schedule,--pipeline-schedule", f.schedule,
-         "schedule name (" + generator_names() +
-             "; zb-auto, zb-1p, zb-2p, zb-v-auto from the costs) or a CSV/JSON schedule file")
+  app.add_option("--schedule,--pipeline-schedule", f.schedule,
+                 "schedule name (" + generator_names() +
+                     "; zb-auto, zb-1p, zb-2p, zb-v-auto, v-half, v-min from the costs) or a "
+                     "CSV/JSON schedule file")
       ->capture_default_str();
   app.add_option("--pp,--pipeline-model-parallel-size", f.pp, "pipeline ranks p")
       ->capture_default_str()
@@ -219,16 +219,17 @@ Result<CostChoice> make_costs(const CostFlags& f, const Schedule& schedule, cons
 Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& schedule) {
   ZbAutoOptions o;
   if (!is_auto_schedule_name(schedule)) {
-    const char* flag = f.memory_limit        ? "--memory-limit"
-                       : f.w_memory_fraction ? "--w-memory-fraction"
+    const char* flag = f.memory_limit         ? "--memory-limit"
+                       : f.w_memory_fraction  ? "--w-memory-fraction"
                        : !f.objective.empty() ? "--objective"
                        : f.search_budget_ms   ? "--search-budget-ms"
                                               : nullptr;
     if (flag == nullptr) return o;
-    return Status::invalid_argument(fmt::format(
-        "{}: only zb-auto, zb-1p, zb-2p and zb-v-auto take it, not '{}'; hint: pass --schedule "
-        "zb-auto (or zb-v-auto), or drop {}",
-        flag, schedule, flag));
+    return Status::invalid_argument(
+        fmt::format("{}: only zb-auto, zb-1p, zb-2p, zb-v-auto, v-half and v-min take it, not "
+                    "'{}'; hint: pass --schedule "
+                    "zb-auto (or zb-v-auto), or drop {}",
+                    flag, schedule, flag));
   }
   o.memory_limit = f.memory_limit;  // build_auto_schedule applies (and checks) zb-1p's, zb-2p's
   o.w_memory_fraction = f.w_memory_fraction;
