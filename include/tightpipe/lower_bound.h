@@ -56,6 +56,9 @@ struct LowerBoundOptions {
 struct LowerBound {
   double makespan = 0;  // no valid schedule's SimResult::makespan is below it
   double span = 0;      // nor its SimResult::max_span
+  // Nor the end of its last compute action (makespan before the data-parallel all-reduce and
+  // the optimizer): what the automatic schedulers compare (zb_timing.h).
+  double compute_end = 0;
   // Which argument sets each: "work" (a rank's own busy time), "chains" (work with the head and
   // tail every rank must idle), "memory" (the limit's forced frees raised it further).
   std::string makespan_term;

@@ -250,6 +250,7 @@ class Bounder {
     std::vector<double> opt(P_, 0.0);
     for (int32_t s = 0; s < S_; ++s) opt[st_[s].rank] += costs_.stage(s).optimizer;
     const double most_opt = *std::max_element(opt.begin(), opt.end());
+    lb.compute_end = program;
     lb.makespan = sync + most_opt;
     const double base = std::max(program_free, work);
     lb.makespan_term = program > base * (1 + 1e-12)                  ? "memory"

@@ -630,12 +630,6 @@ TEST(ZbTiming, EqualsTheSimulatorOnEveryBuiltScheduleAndPass) {
         EXPECT_NEAR(pass.score.primary, pr_sim.makespan, 1e-9 * pr_sim.makespan) << k;
         EXPECT_NEAR(pass.score.secondary, pr_sim.span, 1e-9 * pr_sim.makespan) << k;
         EXPECT_LE(pass.score.peak, limit + 1e-9);
-        // The pass is the same at every limit below the first one it would answer differently.
-        if (pass.valid_below > limit + 0.5 && pass.valid_below < 1e9) {
-          const double mid = std::min(limit + 0.5, pass.valid_below - 1e-6);
-          EXPECT_EQ(ls.run(mid, policies[k], ZbObjective::kMakespan).schedule.programs,
-                    pass.schedule.programs);
-        }
       }
     }
   }
@@ -665,7 +659,7 @@ TEST(ZbAuto, BuildsPastTheOldCapAndNamesTheSizeBound) {
 // lands within 1.4x of it at m = 8p; V-Min holds its memory but not the paper's bubble
 // (docs/cost_model.md 4d: the greedy keeps a steady-state bubble at (p + 4) / 3 except at p = 8),
 // so only its memory is held here.
-TEST(ZbVAuto, VMinAndVHalfHoldThePapersMemoryAndVHalfItsBubble) {
+TEST(ZbVAuto, VMinAndVHalfHoldThePapersMemoryAndBubble) {
   for (int32_t p : {4, 6, 8, 12}) {
     const int32_t m = 8 * p;
     const CostModel c = uniform_cost_model(UniformCosts{}, p, 2 * p);
@@ -684,9 +678,7 @@ TEST(ZbVAuto, VMinAndVHalfHoldThePapersMemoryAndVHalfItsBubble) {
         EXPECT_LE(peak, limit + 1e-9);
       }
       const double got = 1 - 3.0 * m / r.span;
-      if (std::string_view(name) == "v-half") {
-        EXPECT_LE(got, 1.4 * bubble) << "bubble " << got << ", the paper's about " << bubble;
-      }
+      EXPECT_LE(got, bubble) << "bubble " << got << ", the paper's about " << bubble;
       EXPECT_GE(r.span, zbv_span - 1e-9);  // zb-v (memory p) has no bubble here
     }
     // A limit below p for zb-v-auto down to 1 (the least: both chunks' F of one microbatch).
@@ -706,6 +698,29 @@ TEST(ZbVAuto, VMinAndVHalfHoldThePapersMemoryAndVHalfItsBubble) {
   o.memory_limit = 3;
   const Status conflict = build_auto_schedule("v-min", 4, 8, c, o).status();
   EXPECT_NE(conflict.message().find("'v-min' implies 2"), std::string::npos) << conflict.message();
+}
+
+TEST(ZbVAuto, VMinAndVHalfMatchTheAuthorsGreedy) {
+  // The longest stage time of the authors' V-Min / V-Half (zbv_greedy.py at commit 39f2c186 of
+  // sail-sg/zero-bubble-pipeline-parallelism, PipelineGraph(p, m, cfg, 1, 1, 1, 0)
+  // .schedule_from_pattern(..., do_reorder=True)) in their unit slots, at F = B = W and free
+  // messages; our whole-rank F = I = W = 1 is 1/2 per chunk, so our span is half of theirs.
+  struct Case {
+    int32_t p, m;
+    const char* name;
+    double their_span;
+  };
+  for (const Case& k : {Case{4, 16, "v-min", 107}, Case{4, 16, "v-half", 101},
+                        Case{4, 32, "v-min", 203}, Case{4, 32, "v-half", 197},
+                        Case{6, 48, "v-min", 305}, Case{6, 48, "v-half", 299},
+                        Case{8, 64, "v-min", 411}, Case{8, 64, "v-half", 401},
+                        Case{12, 96, "v-min", 617}, Case{12, 96, "v-half", 605}}) {
+    SCOPED_TRACE(fmt::format("{} p={} m={}", k.name, k.p, k.m));
+    const CostModel c = uniform_cost_model(UniformCosts{}, k.p, 2 * k.p);
+    auto s = build_auto_schedule(k.name, k.p, k.m, c);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_LE(run(*s, c).span, k.their_span / 2 + 1e-9);
+  }
 }
 
 }  // namespace

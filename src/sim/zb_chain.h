@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -69,17 +70,19 @@ class ChainTimes {
     if (known < kUnplaced) return known;
     const int32_t S = num_stages();
     const int32_t last = std::min(S - 1, s + kEstimateDepth);  // followed stage by stage
-    std::vector<double>& fe = scratch_;
-    fe.assign(last + 1, 0);
-    fe[s] = end_f(s, k);
+    // fe[j - s]: the (estimated) end of F on stage j, for j in s..last.
+    std::array<double, kEstimateDepth + 1> fe;
+    fe[0] = end_f(s, k);
     for (int32_t j = s + 1; j <= last; ++j) {
       const double e = end_f(j, k);
-      fe[j] = e < kUnplaced ? e : std::max(lane_free(j), fe[j - 1] + st_[j - 1].comm_f) + st_[j].cf;
+      fe[j - s] = e < kUnplaced
+                      ? e
+                      : std::max(lane_free(j), fe[j - 1 - s] + st_[j - 1].comm_f) + st_[j].cf;
     }
     double ie = 0;  // end of I of stage j + 1
     if (last < S - 1) {
       const double e = end_i(last + 1, k);
-      ie = e < kUnplaced ? e : fe[last] + tail_[last + 1];
+      ie = e < kUnplaced ? e : fe[last - s] + tail_[last + 1];
     }
     for (int32_t j = last; j > s; --j) {
       const double e = end_i(j, k);
@@ -87,18 +90,17 @@ class ChainTimes {
         ie = e;
         continue;
       }
-      double start = std::max(lane_free(j), fe[j]);
+      double start = std::max(lane_free(j), fe[j - s]);
       if (j + 1 < S) start = std::max(start, ie + st_[j + 1].comm_b);
       ie = start + st_[j].ci;
     }
-    return std::max(fe[s], ie + st_[s + 1].comm_b);
+    return std::max(fe[0], ie + st_[s + 1].comm_b);
   }
 
  private:
   std::vector<Stage> st_;
   int32_t m_ = 0;
   std::vector<double> end_f_, end_i_;  // [S * m]
-  std::vector<double> scratch_;
   std::vector<double> tail_;  // [S + 1], see the constructor
 };
 

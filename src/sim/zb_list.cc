@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "sim/zb_timing.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/base.h"
 
 namespace tightpipe::zb {
@@ -111,18 +113,10 @@ ListScheduler::Choice ListScheduler::decide(int32_t r, bool relaxed) {
     const double need =
         v == 2 && c == 0 ? pr_.stage[s[0]].unit + pr_.stage[s[1]].unit : pr_.stage[sc].unit;
     fits[c] = x.mem + need <= limit_ + kMemEps;
-    if (!fits[c] && tf[c] < kInf) valid_below_ = std::min(valid_below_, x.mem + need - kMemEps);
     cap_ok[c] = true;
     if (pol_.cap_slope != 0) {
       const int32_t cap = std::max(1, cap_base_ - pol_.cap_slope * sc);
       cap_ok[c] = y.nf - y.ni < cap;
-      // A larger limit raises the cap; this F stays refused while floor(limit) - offset is at
-      // most nf - ni + slope * s.
-      if (!cap_ok[c] && tf[c] < kInf) {
-        valid_below_ = std::min(
-            valid_below_,
-            static_cast<double>(y.nf - y.ni + pol_.cap_slope * sc + pol_.cap_base_offset + 1));
-      }
     }
     f_ok[c] = fits[c] && cap_ok[c] && tf[c] < kInf;
     if (f_ok[c] && pol_.f_just_in_time && !relaxed) {
@@ -249,6 +243,7 @@ void ListScheduler::heap_down(size_t i) {
 }
 
 void ListScheduler::set_choice(int32_t r, Choice c) {
+  const Choice was = choice_[r];
   choice_[r] = c;
   int32_t& at = heap_pos_[r];
   if (!c.type) {
@@ -268,17 +263,21 @@ void ListScheduler::set_choice(int32_t r, Choice c) {
   if (at < 0) {
     at = static_cast<int32_t>(heap_.size());
     heap_.push_back(r);
+    heap_up(static_cast<size_t>(at));
+    return;
   }
-  const size_t i = static_cast<size_t>(at);
-  heap_up(i);
-  heap_down(static_cast<size_t>(heap_pos_[r]));
+  // The key is (start, rank): only a changed start moves the rank, up if earlier, else down.
+  if (c.start < was.start) {
+    heap_up(static_cast<size_t>(at));
+  } else if (c.start > was.start) {
+    heap_down(static_cast<size_t>(at));
+  }
 }
 
 Pass ListScheduler::run(double limit, const Policy& policy, ZbObjective objective, double cutoff) {
   limit_ = limit;
   pol_ = policy;
   cap_base_ = static_cast<int32_t>(std::floor(limit + kMemEps)) - policy.cap_base_offset;
-  valid_below_ = kInf;
   peak_ = 0;
   st_.assign(pr_.S, StageState{});
   rk_.assign(pr_.p, RankState{});
@@ -321,7 +320,6 @@ Pass ListScheduler::run(double limit, const Policy& policy, ZbObjective objectiv
       bound = std::max(bound, lb);
       if (bound > cut_at) {
         out.cut = true;
-        out.valid_below = limit;  // unknown: run it again at the next limit
         return out;
       }
     }
@@ -347,7 +345,6 @@ Pass ListScheduler::run(double limit, const Policy& policy, ZbObjective objectiv
   out.score =
       objective == ZbObjective::kSpan ? Score{span, makespan, peak_} : Score{makespan, span, peak_};
   out.rank_sum = objective == ZbObjective::kSpan ? span_sum : end_sum;
-  out.valid_below = valid_below_;
   return out;
 }
 
@@ -390,48 +387,101 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
   while (!grid.empty() && grid.back() > limit + kMemEps) grid.pop_back();
   TP_CHECK(!grid.empty(), "list scheduler: no memory limit to try up to ", limit);
 
+  // R(l), the result at one grid limit l: the best of that limit's passes (every policy at l, and
+  // the handcrafted schedules whose peak is l), improved by the local search within l. R(l)
+  // depends on l alone, so the result for a limit L, the best R(l) over the grid up to L (ties
+  // to the smaller l), is never worse at a larger L. The limits are taken from the top down:
+  // no schedule within l beats lower_bound() at l, which only grows as l shrinks, so once it
+  // exceeds the best R found, no smaller limit can win and the rest are skipped (the result is
+  // what evaluating every limit would give).
+  const std::vector<Policy> policies = all_policies(pr.v);
+  // One list scheduler per hardware thread (at most one per policy); the result does not depend
+  // on how many.
+  const size_t num_workers =
+      std::clamp<size_t>(std::thread::hardware_concurrency(), 1, policies.size());
+  std::vector<ListScheduler> workers(num_workers, ListScheduler(pr));
+  struct WorkerBest {
+    std::optional<Pass> pass;
+    size_t policy = 0;
+  };
   std::optional<Schedule> best;
   Score best_score;
-  std::vector<bool> hand_done(hand.size(), false);
-  const std::vector<Policy> policies = all_policies(pr.v);
-  std::vector<double> valid_below(policies.size(), -kInf);  // a pass answers limits below this
-  std::vector<std::pair<Schedule, double>> starts;          // the best up to each limit
-  ListScheduler ls(pr);
-  size_t winner = policies.size();  // the policy of the best pass so far (none yet)
-  auto consider = [&](Schedule s, const Score& sc) {
-    if (!best || sc < best_score) {
-      best = std::move(s);
-      best_score = sc;
+  LowerBoundOptions lbo;
+  lbo.f_memory_units = units;
+  lbo.w_memory_fractions = fractions;
+  lbo.span = objective == ZbObjective::kSpan;
+  for (auto l = grid.rbegin(); l != grid.rend(); ++l) {
+    if (best) {
+      lbo.memory_limit = *l;
+      const Result<LowerBound> lb = lower_bound(pr.shape, costs, lbo);
+      const double bound = !lb.ok()                          ? 0.0  // no bound: keep going
+                           : objective == ZbObjective::kSpan ? lb->span
+                                                             : lb->compute_end;
+      if (bound > best_score.primary * (1 + 1e-9) + 1e-9) break;
     }
-  };
-  for (double l : grid) {
+    std::optional<Schedule> at;  // the best candidate at this limit
+    Score at_score;
     for (size_t h = 0; h < hand.size(); ++h) {
-      if (hand_done[h] || hand_peak[h] > l + kMemEps) continue;
-      hand_done[h] = true;
+      if (std::abs(hand_peak[h] - *l) > kMemEps) continue;
       TP_ASSIGN_OR_RETURN(Timing t, Timing::make(hand[h], costs));
       TP_CHECK(t.run(hand[h]), "handcrafted schedule '", hand[h].name, "' cannot finish");
       const Score sc = objective == ZbObjective::kSpan
                            ? Score{t.span(), t.makespan(), hand_peak[h]}
                            : Score{t.makespan(), t.span(), hand_peak[h]};
-      consider(std::move(hand[h]), sc);
+      if (!at || sc < at_score) {
+        at = hand[h];
+        at_score = sc;
+      }
     }
-    // The policy that won last first: its pass at this limit sets a tight cutoff for the rest.
-    // The order depends only on the limits before, so every limit asked for sees the same passes.
-    std::vector<size_t> order;
-    if (winner < policies.size()) order.push_back(winner);
-    for (size_t k = 0; k < policies.size(); ++k) {
-      if (k != winner) order.push_back(k);
+    // The passes are independent: worker t runs policies t, t + T, ... (T workers) and keeps its
+    // best (ties to the earlier policy); the workers' bests then meet in policy order. A pass is
+    // cut only when it cannot be its worker's best, so the winner is the one a single worker
+    // running every policy in order finds.
+    std::vector<WorkerBest> best_of(workers.size());
+    auto run_worker = [&](size_t t) {
+      WorkerBest& b = best_of[t];
+      for (size_t k = t; k < policies.size(); k += workers.size()) {
+        const double cutoff =
+            std::min(at ? at_score.primary : kInf, b.pass ? b.pass->score.primary : kInf);
+        Pass ps = workers[t].run(*l, policies[k], objective, cutoff);
+        if (!ps.cut && (!b.pass || ps.score < b.pass->score)) {
+          b.pass = std::move(ps);
+          b.policy = k;
+        }
+      }
+    };
+    {
+      std::vector<std::thread> threads;
+      for (size_t t = 1; t < workers.size(); ++t) threads.emplace_back(run_worker, t);
+      run_worker(0);
+      for (std::thread& th : threads) th.join();
     }
-    for (size_t k : order) {
-      if (l < valid_below[k]) continue;  // the same pass as at the last limit it ran at
-      Pass ps = ls.run(l, policies[k], objective, best ? best_score.primary : kInf);
-      valid_below[k] = ps.valid_below;
-      if (!ps.cut && (!best || ps.score < best_score)) winner = k;
-      if (!ps.cut) consider(std::move(ps.schedule), ps.score);
+    std::sort(best_of.begin(), best_of.end(),
+              [](const WorkerBest& a, const WorkerBest& b) { return a.policy < b.policy; });
+    for (WorkerBest& b : best_of) {
+      if (b.pass && (!at || b.pass->score < at_score)) {
+        at = std::move(b.pass->schedule);
+        at_score = b.pass->score;
+      }
     }
-    starts.emplace_back(*best, l);
+    TP_CHECK(at.has_value(), "list scheduler: no schedule at memory limit ", *l);
+    if (budget.ms != 0 && budget.max_evaluations != 0) {
+      TP_ASSIGN_OR_RETURN(Schedule searched,
+                          improve_schedule(*at, costs, fractions, *l, objective, budget));
+      TP_ASSIGN_OR_RETURN(Score sc,
+                          score_schedule(searched, costs, objective,
+                                         max_peak_units(searched, fractions, units)));
+      if (sc < at_score) {
+        at = std::move(searched);
+        at_score = sc;
+      }
+    }
+    if (!best || !(best_score < at_score)) {  // ties to the smaller limit
+      best = std::move(at);
+      best_score = at_score;
+    }
   }
-  TP_ASSIGN_OR_RETURN(Schedule out, search_each_limit(starts, costs, fractions, objective, budget));
+  Schedule out = std::move(*best);
   out.name = name;
   // The one validation of the result (the passes and the search keep the dependency rule by
   // construction; this is the schedule module's check of it).

@@ -9,11 +9,12 @@
 //     ordered set of (start, rank) gives the earliest in O(log p); a commit re-decides only the
 //     ranks whose dependencies it changed (the rank and its two neighbours). The pass returns
 //     the schedule with its makespan, span and memory peak taken from the times it placed (the
-//     simulator's times: the start of each action is the later of its lane and its inputs), and
-//     the least memory a fit check refused, so one pass answers every limit below that.
-//   * build_list_schedule(): the passes over a fixed grid of memory limits (limit_grid) and the
-//     knob lists, the handcrafted schedules where they fit, the pick (Score, ties to the earlier)
-//     and the local search from the best of each limit (search_each_limit).
+//     simulator's times: the start of each action is the later of its lane and its inputs).
+//   * build_list_schedule(): per point of a fixed grid of memory limits (limit_grid), from the
+//     top down: every policy's pass (on one worker per hardware thread), the handcrafted
+//     schedules whose peak is that point, the pick (Score, ties to the earlier) and the local
+//     search within it; the best over the points wins, and the points whose lower bound exceeds
+//     it are skipped (docs/cost_model.md 4c).
 #pragma once
 
 #include <array>
@@ -71,10 +72,6 @@ struct Pass {
   Schedule schedule;
   Score score;
   double rank_sum = 0;
-  // The pass is the same at every limit from the one it ran at up to (not including) this one:
-  // the least memory level a fit check refused, and for a capped policy the least limit whose
-  // cap would admit an F the cap refused (kInf: nothing was refused).
-  double valid_below = std::numeric_limits<double>::infinity();
   bool cut = false;  // stopped early: worse than the cutoff (schedule and score unset)
 };
 
@@ -124,7 +121,6 @@ class ListScheduler {
   void heap_up(size_t i);
   void heap_down(size_t i);
   ChainTimes chain_;
-  double valid_below_ = 0;
   double peak_ = 0;
 };
 

@@ -159,7 +159,7 @@ class Search {
       size_t next = 0;
       while (next < items.size() || !ready.empty()) {
         if (ready.empty() && t < items[next].r) t = items[next].r;
-        while (next < items.size() && items[next].r <= t) ready.push({items[next].q, next++});
+        for (; next < items.size() && items[next].r <= t; ++next) ready.push({items[next].q, next});
         const auto [q, x] = ready.top();
         ready.pop();
         const double rel = next < items.size() ? items[next].r : kInf;

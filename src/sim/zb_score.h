@@ -49,15 +49,5 @@ double max_peak_units(const Schedule& s, const std::vector<double>& fractions,
 Result<Score> score_schedule(const Schedule& s, const CostModel& costs, ZbObjective objective,
                              double peak, double* rank_sum = nullptr);
 
-// The search after a builder's greedy, so that a larger memory limit is never worse: `starts`
-// holds, for each memory limit the builder tried in ascending order, the best candidate up to
-// that limit (within it). improve_schedule() runs from every start that differs from the one
-// before, within its own limit and `budget` (fixed per start, so a start's result does not depend
-// on how many limits follow); the best result wins, ties to the earlier start. The result at a
-// limit is thus the best over the results at every smaller limit. With budget 0 (ms or
-// evaluations) the last start as it is.
-Result<Schedule> search_each_limit(const std::vector<std::pair<Schedule, double>>& starts,
-                                   const CostModel& costs, const std::vector<double>& fractions,
-                                   ZbObjective objective, const SearchBudget& budget);
 
 }  // namespace tightpipe::zb

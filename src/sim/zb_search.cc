@@ -323,31 +323,4 @@ Result<Schedule> improve_schedule(const Schedule& compute_only, const CostModel&
   return out;
 }
 
-namespace zb {
-
-Result<Schedule> search_each_limit(const std::vector<std::pair<Schedule, double>>& starts,
-                                   const CostModel& costs, const std::vector<double>& fractions,
-                                   ZbObjective objective, const SearchBudget& budget) {
-  TP_CHECK(!starts.empty(), "search_each_limit: no start");
-  if (budget.ms == 0 || budget.max_evaluations == 0) return starts.back().first;
-  std::optional<Schedule> best;
-  Score best_score;
-  const Schedule* last = nullptr;
-  for (const auto& [start, limit] : starts) {
-    if (last != nullptr && start.programs == last->programs) continue;  // the same result
-    last = &start;
-    TP_ASSIGN_OR_RETURN(Schedule s,
-                        improve_schedule(start, costs, fractions, limit, objective, budget));
-    const double peak = max_peak_units(s, fractions, zb_f_memory_units(costs, s));
-    TP_ASSIGN_OR_RETURN(Score sc, score_schedule(s, costs, objective, peak));
-    if (!best || sc < best_score) {
-      best = std::move(s);
-      best_score = sc;
-    }
-  }
-  return std::move(*best);
-}
-
-}  // namespace zb
-
 }  // namespace tightpipe

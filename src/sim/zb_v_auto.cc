@@ -10,6 +10,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -20,6 +26,323 @@
 #include "tightpipe/simulator.h"
 
 namespace tightpipe {
+namespace {
+
+// The building blocks of "Pipeline Parallelism with Controllable Memory" (Qi et al. 2024, section
+// 4; sail-sg/zero-bubble-pipeline-parallelism, zbv_greedy.py: stable_pattern_v_min / _v_half and
+// the reordering after it), rebuilt here in unit time slots (F = I = W = 1, free messages): rank r
+// runs microbatch k's chunk-0 F, chunk-1 F, chunk-1 I and chunk-0 I at the slots `first` below
+// plus 6k, and the W fill the two free slots of each period. Peak memory (F holds 1 chunk unit
+// until its W): (p + 4) / 3 (min) and (p + 2) / 2 (half) whole-rank microbatch activations.
+// Then, as the authors' greedy does, two compaction rounds: each visits the actions in slot order
+// and moves one into the earliest free slot after its inputs that keeps its rank's peak within
+// the highest rank's peak, then re-times every action as early as its inputs and its rank allow
+// (unit times, same order). Round 1 has the W placed and moves actions of the warm-up (before
+// rank 0's first chunk-0 I) and the cool-down (after rank 0's last chunk-0 F); round 2 lets the
+// W fill whatever slots stay free and moves cool-down actions only. The program is the final
+// slots' order with the W in the free slots (chunk 1's first); zb::Timing then times it with the
+// real costs. At F = I = W with free messages the spans equal those of zbv_greedy.py (commit
+// 39f2c186; ZbVAuto.VMinAndVHalfMatchTheAuthorsGreedy).
+class PatternSlots {
+ public:
+  // kinds 0..3: chunk-0 F, chunk-1 F, chunk-1 I, chunk-0 I; 4: a W (round 1 only)
+  PatternSlots(int32_t p, int32_t m, bool v_min) : p_(p), m_(m), at_(p) {
+    for (int32_t r = 0; r < p; ++r) {
+      std::array<int64_t, 4> first{};
+      if (v_min) {
+        const int32_t gap = p % 3 == 0 ? 2 : 0;
+        first = {r, 2 * p - 1 - r, 2 * p + gap + r, 4 * p + gap - 1 - r};
+      } else {
+        const int32_t gap = p % 2 == 0 ? 3 : 0;
+        first = {2 * r, 3 * p - r - 2, 3 * p + gap + 2 * r - 1, 6 * p + gap - r - 2};
+      }
+      for (int j = 0; j < 4; ++j) {
+        for (int32_t k = 0; k < m; ++k) at_[r][j].push_back(first[j] + 6LL * k);
+      }
+    }
+  }
+
+  // False when two actions of a rank share a slot (no p does; checked anyway).
+  bool distinct() const {
+    for (int32_t r = 0; r < p_; ++r) {
+      std::vector<int64_t> all;
+      for (int j = 0; j < 4; ++j) all.insert(all.end(), at_[r][j].begin(), at_[r][j].end());
+      std::sort(all.begin(), all.end());
+      if (std::adjacent_find(all.begin(), all.end()) != all.end()) return false;
+    }
+    return true;
+  }
+
+  void compact() {
+    place_w();
+    round(/*with_w=*/true);
+    squeeze();
+    for (auto& a : at_) a[4].clear();
+    round(/*with_w=*/false);
+    place_w();
+    squeeze();
+    for (auto& a : at_) a[4].clear();
+  }
+
+  // The programs: the slots in order, a W (chunk 1's first) in every free slot while one is due.
+  std::vector<std::vector<Action>> programs() const {
+    std::vector<std::vector<Action>> out(p_);
+    for (int32_t r = 0; r < p_; ++r) {
+      const int32_t s0 = r, s1 = 2 * p_ - 1 - r;
+      std::vector<std::pair<int64_t, Action>> slots;
+      const std::array<Action, 4> kind = {Action{ActionType::kForward, s0, 0},
+                                          Action{ActionType::kForward, s1, 0},
+                                          Action{ActionType::kBackwardInput, s1, 0},
+                                          Action{ActionType::kBackwardInput, s0, 0}};
+      for (int j = 0; j < 4; ++j) {
+        for (int32_t k = 0; k < m_; ++k) {
+          Action a = kind[j];
+          a.microbatch = k;
+          slots.emplace_back(at_[r][j][k], a);
+        }
+      }
+      std::sort(slots.begin(), slots.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::vector<Action>& prog = out[r];
+      std::array<int32_t, 2> pending{0, 0}, next_w{0, 0};  // [0]: chunk 1's W, [1]: chunk 0's
+      auto emit_w = [&](int q) {
+        prog.push_back({ActionType::kBackwardWeight, q == 0 ? s1 : s0, next_w[q]++});
+        --pending[q];
+      };
+      int64_t slot = 0;
+      for (size_t i = 0; i < slots.size(); ++slot) {
+        if (slots[i].first == slot) {
+          const Action& a = slots[i++].second;
+          prog.push_back(a);
+          if (a.type == ActionType::kBackwardInput) ++pending[a.stage == s1 ? 0 : 1];
+        } else if (pending[0] > 0 || pending[1] > 0) {
+          emit_w(pending[0] > 0 ? 0 : 1);
+        }
+      }
+      for (int q = 0; q < 2; ++q) {
+        while (pending[q] > 0) emit_w(q);
+      }
+    }
+    return out;
+  }
+
+ private:
+  using Slots = std::array<std::vector<int64_t>, 5>;
+
+  // The W of each rank into its free slots, in order, one per I done before (round 1's start).
+  void place_w() {
+    for (int32_t r = 0; r < p_; ++r) {
+      const std::vector<int64_t> busy = sorted_slots(r, 4);
+      std::vector<int64_t>& w = at_[r][4];
+      int32_t due = 0;
+      size_t i = 0;
+      for (int64_t slot = 0; w.size() < 2u * m_; ++slot) {
+        if (i < busy.size() && busy[i] == slot) {
+          due += is_i(r, slot) ? 1 : 0;
+          ++i;
+        } else if (due > 0) {
+          w.push_back(slot);
+          --due;
+        }
+      }
+    }
+  }
+  bool is_i(int32_t r, int64_t slot) const {
+    for (int j : {2, 3}) {
+      if (std::binary_search(at_[r][j].begin(), at_[r][j].end(), slot)) return true;
+    }
+    return false;
+  }
+  std::vector<int64_t> sorted_slots(int32_t r, int kinds) const {
+    std::vector<int64_t> all;
+    for (int j = 0; j < kinds; ++j) all.insert(all.end(), at_[r][j].begin(), at_[r][j].end());
+    std::sort(all.begin(), all.end());
+    return all;
+  }
+  int64_t end_slot(int32_t r) const {
+    int64_t e = 0;
+    for (const auto& v : at_[r]) {
+      if (!v.empty()) e = std::max(e, v.back());
+    }
+    return e;
+  }
+
+  // The slot after which an action may run: its inputs, the same kind's previous microbatch;
+  // -1 if none.
+  int64_t ready(int32_t r, int j, int32_t k) const {
+    int64_t d = -1;
+    const Slots& x = at_[r];
+    switch (j) {
+      case 0: if (r > 0) d = at_[r - 1][0][k]; break;
+      case 1: d = r + 1 < p_ ? at_[r + 1][1][k] : x[0][k]; break;
+      case 2: d = r > 0 ? at_[r - 1][2][k] : x[1][k]; break;
+      case 3: d = r + 1 < p_ ? at_[r + 1][3][k] : x[2][k]; break;
+      default: {  // the k-th W follows the k-th I of either chunk
+        const std::vector<int64_t>& a = x[2];
+        const std::vector<int64_t>& b = x[3];
+        // k-th smallest of two sorted lists: the least slot t with #(<= t) > k
+        int64_t lo = 0, hi = std::max(a.back(), b.back());
+        while (lo < hi) {
+          const int64_t mid = (lo + hi) / 2;
+          const auto n = (std::upper_bound(a.begin(), a.end(), mid) - a.begin()) +
+                         (std::upper_bound(b.begin(), b.end(), mid) - b.begin());
+          if (n > k) hi = mid; else lo = mid + 1;
+        }
+        d = lo;
+      }
+    }
+    if (j >= 1 && j <= 3) d = std::max(d, x[j - 1][k]);
+    if (k > 0) d = std::max(d, x[j][k - 1]);
+    return d;
+  }
+
+  // Rank r's memory after each slot up to `end`: F +1, W -1; with_w false: a free slot runs a W
+  // while one is due (an I before it). level[t] = memory after slot t.
+  std::vector<int32_t> levels(int32_t r, bool with_w, int64_t end) const {
+    std::vector<int8_t> kind(end + 1, -1);
+    const int kinds = with_w ? 5 : 4;
+    for (int j = 0; j < kinds; ++j) {
+      for (int64_t t : at_[r][j]) {
+        if (t <= end) kind[t] = static_cast<int8_t>(j);
+      }
+    }
+    std::vector<int32_t> level(end + 1);
+    int32_t cur = 0, due = 0;
+    for (int64_t t = 0; t <= end; ++t) {
+      const int j = kind[t];
+      if (j == 0 || j == 1) ++cur;
+      if (j == 4) --cur;
+      if (!with_w) {
+        if (j == 2 || j == 3) ++due;
+        if (j < 0 && due > 0) --cur, --due;
+      }
+      level[t] = cur;
+    }
+    return level;
+  }
+  int32_t peak(int32_t r, bool with_w) const {
+    const int64_t end = end_slot(r) + 2 * static_cast<int64_t>(m_) + 1;
+    const std::vector<int32_t> l = levels(r, with_w, end);
+    return l.empty() ? 0 : *std::max_element(l.begin(), l.end());
+  }
+
+  // Every action (W included) as early as its inputs and its rank's previous action allow, in
+  // the same order: the slots of the unit-time timing.
+  void squeeze() {
+    std::vector<Slots> out = at_;
+    using Head = std::tuple<int64_t, int32_t, int, int32_t>;  // slot, rank, kind, microbatch
+    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
+    for (int32_t r = 0; r < p_; ++r) {
+      for (int j = 0; j < 5; ++j) {
+        if (!at_[r][j].empty()) heads.emplace(at_[r][j][0], r, j, 0);
+      }
+    }
+    std::vector<int64_t> lane(p_, 0);  // next free slot per rank
+    while (!heads.empty()) {
+      const auto [old, r, j, k] = heads.top();
+      heads.pop();
+      if (k + 1 < static_cast<int32_t>(at_[r][j].size())) {
+        heads.emplace(at_[r][j][k + 1], r, j, k + 1);
+      }
+      int64_t start = lane[r];
+      auto after = [&](int32_t rr, int jj, int32_t kk) { start = std::max(start, out[rr][jj][kk] + 1); };
+      if ((j == 0 && r > 0) || (j == 2 && r > 0)) after(r - 1, j, k);
+      if ((j == 1 || j == 3) && r + 1 < p_) after(r + 1, j, k);
+      if (j >= 1 && j <= 3) after(r, j - 1, k);
+      if (k > 0) after(r, j, k - 1);
+      out[r][j][k] = start;
+      lane[r] = start + 1;
+    }
+    at_ = std::move(out);
+  }
+
+  void round(bool with_w) {
+    const int kinds = with_w ? 5 : 4;
+    int32_t cap = 0;
+    for (int32_t r = 0; r < p_; ++r) cap = std::max(cap, peak(r, with_w));
+    std::vector<std::vector<char>> taken(p_);
+    for (int32_t r = 0; r < p_; ++r) taken[r].assign(end_slot(r) + 1, 0);
+    // The actions in slot order (ties: rank, kind), each once.
+    using Head = std::tuple<int64_t, int32_t, int, int32_t>;  // slot, rank, kind, microbatch
+    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
+    for (int32_t r = 0; r < p_; ++r) {
+      for (int j = 0; j < kinds; ++j) heads.emplace(at_[r][j][0], r, j, 0);
+    }
+    int phase = 0;  // 0 warm-up, 1 steady (kept), 2 cool-down
+    while (!heads.empty()) {
+      const auto [old, r, j, k] = heads.top();
+      heads.pop();
+      if (k + 1 < static_cast<int32_t>(at_[r][j].size())) heads.emplace(at_[r][j][k + 1], r, j, k + 1);
+      bool movable = true;
+      if (phase == 0 && j == 3 && r == 0) phase = 1;
+      if (phase == 1) {
+        if (j == 0 && k == m_ - 1) phase = 2;
+        movable = false;
+      }
+      if (phase == 0 && !with_w) movable = false;
+      int64_t to = old;
+      if (movable) to = earliest(r, j, k, old, ready(r, j, k) + 1, cap, with_w, taken[r]);
+      at_[r][j][k] = to;
+      taken[r][to] = 1;
+    }
+  }
+
+  // The earliest slot in [from, old) for action (j, k) of rank r that is free of the actions
+  // already placed and keeps the rank's peak within cap; else old.
+  int64_t earliest(int32_t r, int j, int32_t k, int64_t old, int64_t from, int32_t cap,
+                   bool with_w, const std::vector<char>& taken) {
+    if (from >= old) return old;
+    if (with_w) {
+      // Moving an F earlier raises the memory over [to, old) by 1; a W or an I never raises it.
+      if (j != 0 && j != 1) {
+        for (int64_t t = from; t < old; ++t) {
+          if (!taken[t]) return t;
+        }
+        return old;
+      }
+      const std::vector<int32_t> level = levels(r, true, old);
+      int64_t best = old;
+      int32_t most = std::numeric_limits<int32_t>::min();
+      for (int64_t t = old - 1; t >= from; --t) {
+        most = std::max(most, level[t]);
+        if (most + 1 > cap) break;
+        if (!taken[t]) best = t;
+      }
+      return best;
+    }
+    // With the W filling the free slots, any move can change when they run: try each slot.
+    int64_t& at = at_[r][j][k];
+    for (int64_t t = from; t < old; ++t) {
+      if (taken[t]) continue;
+      at = t;
+      const bool ok = peak(r, false) <= cap;
+      at = old;
+      if (ok) return t;
+    }
+    return old;
+  }
+
+  int32_t p_, m_;
+  std::vector<Slots> at_;
+};
+
+std::optional<Schedule> controllable_memory_pattern(int32_t p, int32_t m, bool v_min,
+                                                    bool compact) {
+  PatternSlots slots(p, m, v_min);
+  if (!slots.distinct()) return std::nullopt;
+  if (compact) slots.compact();
+  Schedule s;
+  s.name = v_min ? "v-min pattern" : "v-half pattern";
+  s.num_ranks = p;
+  s.num_stages = 2 * p;
+  s.num_microbatches = m;
+  s.stage_to_rank = place_stages(Placement::kV, p, 2 * p);
+  s.programs = slots.programs();
+  if (!validate(s).ok()) return std::nullopt;  // (never seen; a candidate less, not an error)
+  return s;
+}
+
+}  // namespace
 
 Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
                                  const ZbAutoOptions& o) {
@@ -49,6 +372,11 @@ Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
   std::vector<Schedule> hand;
   auto zb_v = generate_schedule("zb-v", {.ranks = p, .microbatches = m, .chunks = 2});
   if (zb_v.ok()) hand.push_back(std::move(zb_v).value());
+  for (bool v_min : {true, false}) {
+    for (bool compact : {true, false}) {
+      if (auto s = controllable_memory_pattern(p, m, v_min, compact)) hand.push_back(std::move(*s));
+    }
+  }
   const SearchBudget budget =
       o.search_budget_ms == 0.0 ? SearchBudget{.ms = 0} : zb_search_budget(o);
   return zb::build_list_schedule(pr, costs, limit, o.objective, budget, std::move(hand),
