@@ -14,6 +14,7 @@
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
+#include "sanitizer.h"
 
 namespace tightpipe {
 namespace {
@@ -192,6 +193,42 @@ TEST(ZbAuto, WithTheSearchALargerLimitIsNeverWorse) {
           EXPECT_LE(makespan, fixed + 1e-9) << "limit " << limit;
         }
         previous = makespan;
+      }
+    }
+  }
+}
+
+TEST(ZbAuto, AtScaleSampledNeverWorseNorOverTheLimit) {
+  // The guarantees at production sizes, sampled: seeded draws p in [8, 32], m in [p, 128] (every
+  // third draw under the sanitizers), for zb-auto and zb-v-auto with the default search, at
+  // limits p / 2, p and 2p: within the limit (the simulator's peak and the memory count), never
+  // worse than zb-h1 / zb-v from p on, a larger limit never worse.
+  Rng rng(20261202);
+  for (int draw = 0; draw < 6; ++draw) {
+    const int32_t p = 8 + static_cast<int32_t>(rng.uniform_double() * 25);        // 8..32
+    const int32_t m = p + static_cast<int32_t>(rng.uniform_double() * (129 - p));  // p..128
+    const double frac = std::round(rng.uniform_double() * 4) / 4;
+    if (draw % testutil::kSweepStride != 0) continue;
+    for (const char* name : {"zb-auto", "zb-v-auto"}) {
+      const int32_t chunks = auto_schedule_chunks(name);
+      const CostModel c = random_costs(rng, p, frac, /*comm=*/true, chunks * p);
+      SCOPED_TRACE(fmt::format("{} draw {} p={} m={} frac={}", name, draw, p, m, frac));
+      const double fixed = run(chunks == 1 ? zb_h1(p, m) : zb_v(p, m), c).makespan;
+      double previous = std::numeric_limits<double>::infinity();
+      for (int32_t limit : {p / 2, p, 2 * p}) {
+        ZbAutoOptions o;
+        o.memory_limit = limit;
+        auto s = build_auto_schedule(name, p, m, c, o);
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        ASSERT_TRUE(validate(*s).ok());
+        const Sim r = run(*s, c);
+        for (double peak : r.peak_units) EXPECT_LE(peak, limit + 1e-9) << "limit " << limit;
+        for (double peak : zb_peak_memory_units(*s, zb_w_memory_fractions(c, {}))) {
+          EXPECT_LE(peak, limit + 1e-9) << "limit " << limit;
+        }
+        if (limit >= p) EXPECT_LE(r.makespan, fixed + 1e-9) << "limit " << limit;
+        EXPECT_LE(r.makespan, previous + 1e-9) << "limit " << limit;
+        previous = r.makespan;
       }
     }
   }
