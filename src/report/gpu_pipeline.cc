@@ -107,21 +107,6 @@ Result<std::vector<WhatIfSpec>> what_if_specs(const GpuPipelineSpec& spec) {
 
 // ----- fitting ---------------------------------------------------------------------------------
 
-EventKind event_kind(ActionType t) {
-  switch (t) {
-    case ActionType::kForward:
-      return EventKind::kForward;
-    case ActionType::kBackwardInput:
-      return EventKind::kBackwardInput;
-    case ActionType::kBackwardWeight:
-      return EventKind::kBackwardWeight;
-    case ActionType::kBackward:
-      return EventKind::kBackward;
-    default:
-      return EventKind::kOther;
-  }
-}
-
 // One sample: `seconds` of compute for one (stage, type), through calibrate()'s sample set.
 void add_sample(CostSamples& samples, int32_t stage, ActionType type, double seconds) {
   TimelineEvent e;
