@@ -23,16 +23,6 @@ using namespace tightpipe;
 
 namespace {
 
-double objective_of(const Schedule& s, const CostModel& c, ZbObjective objective) {
-  auto low = lower(s);
-  TP_CHECK(low.ok(), low.status().to_string());
-  SimOptions so;
-  so.record_timeline = false;
-  auto r = simulate(*low, c, so);
-  TP_CHECK(r.ok(), r.status().to_string());
-  return objective == ZbObjective::kSpan ? r->max_span : r->makespan;
-}
-
 struct Gap {
   double sum = 0, worst = 0;
   int n = 0;
@@ -109,14 +99,14 @@ int main(int argc, char** argv) {
           ms += dt;
           worst_ms = std::max(worst_ms, dt);
           states += static_cast<double>(st.nodes);
-          const double best = objective_of(*opt, c, *objective);
+          const double best = simulated_objective(*opt, c, *objective).value();
           ZbAutoOptions og = o;
           og.search_budget_ms = 0;
           auto greedy = build_zb_auto(p, m, c, og);
           auto searched = build_zb_auto(p, m, c, o);
           TP_CHECK(greedy.ok() && searched.ok(), "zb-auto failed");
-          g.add(100 * lower_bound_gap(objective_of(*greedy, c, *objective), best));
-          s.add(100 * lower_bound_gap(objective_of(*searched, c, *objective), best));
+          g.add(100 * lower_bound_gap(simulated_objective(*greedy, c, *objective).value(), best));
+          s.add(100 * lower_bound_gap(simulated_objective(*searched, c, *objective).value(), best));
           TP_CHECK(st.lower_bound <= best * (1 + 1e-9), "the lower bound ", st.lower_bound,
                    " is above the optimum ", best);
           b.add(100 * std::max(0.0, lower_bound_gap(best, st.lower_bound)));  // float residue

@@ -14,6 +14,7 @@
 #include "bench_cli.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/simulator.h"
 
 using namespace tightpipe;
@@ -28,34 +29,10 @@ CostModel random_costs(Rng& rng, int32_t p, double max_comm) {
   return random_cost_model(rng, p, act_after_i, max_comm);
 }
 
-double objective_of(const Schedule& s, const CostModel& c, ZbObjective objective) {
-  auto low = lower(s);
-  TP_CHECK(low.ok(), low.status().to_string());
-  SimOptions so;
-  so.record_timeline = false;
-  auto r = simulate(*low, c, so);
-  TP_CHECK(r.ok(), r.status().to_string());
-  return objective == ZbObjective::kSpan ? r->max_span : r->makespan;
-}
-
-// A lower bound on the makespan: rank r cannot start before microbatch 0's forward reaches it,
-// and then runs all its m F, I and W; nor can it end before microbatch m-1's gradient came back
-// from the last rank and its own I and W of it ran.
-double makespan_lower_bound(const CostModel& c, int32_t p, int32_t m) {
-  double bound = 0, arrive = 0;
-  const double comm = p > 1 ? c.message_time(0, 1) : 0;
-  for (int32_t r = 0; r < p; ++r) {
-    const StageCost& x = c.stage(r);
-    bound = std::max(bound, arrive + m * (x.f + x.i + x.w));
-    arrive += x.f + comm;
-  }
-  return bound;
-}
-
 struct Row {
   int better = 0;
   double gain_sum = 0, gain_max = 0;  // % of the greedy's objective
-  double greedy_gap = 0;              // % the greedy's makespan lies above makespan_lower_bound
+  double greedy_gap = 0;              // % the greedy's objective lies above lower_bound()
   double greedy_ms = 0, search_ms = 0;
   int64_t evaluations = 0, accepted = 0;
   int local_optimum = 0, time_limited = 0;
@@ -99,7 +76,8 @@ int main(int argc, char** argv) {
   fmt::print(
       "objective {}, search budget {}, {} samples per row, seed {}, latency in [0, {})\n"
       "better = search strictly below the greedy; gain = % of the greedy's objective;\n"
-      "LB gap = the greedy's makespan above a simple makespan lower bound (any objective);\n"
+      "LB gap = the greedy's objective above lower_bound() in it (lower_bound.h: no schedule of\n"
+      "the shape within the row's memory limit does better);\n"
       "times are wall ms per schedule; moves = kept moves (tie-breaks included)\n\n",
       zb_objective_name(*objective),
       budget_ms < 0 ? fmt::format("{} simulations (the default)", kZbDefaultSearchEvaluations)
@@ -133,13 +111,19 @@ int main(int argc, char** argv) {
                                          &st);
           row.search_ms += wall_ms() - t0;
           TP_CHECK(better.ok(), better.status().to_string());
-          const double before = objective_of(*greedy, c, *objective);
-          const double after = objective_of(*better, c, *objective);
+          const double before = simulated_objective(*greedy, c, *objective).value();
+          const double after = simulated_objective(*better, c, *objective).value();
           TP_CHECK(after <= before, "the search made the objective worse");
           const double gain = 100 * (before - after) / before;
-          const double bound = makespan_lower_bound(c, p, m);
-          row.greedy_gap +=
-              100 * (objective_of(*greedy, c, ZbObjective::kMakespan) - bound) / bound;
+          // The shape's bound at the row's memory limit (the fractions the search counted with:
+          // LowerBoundOptions' default, zb_w_memory_fractions(c, {})), in the objective.
+          LowerBoundOptions lo;
+          lo.memory_limit = limit;
+          const LowerBound lb = lower_bound(*greedy, c, lo).value();
+          const double bound = *objective == ZbObjective::kSpan ? lb.span : lb.makespan;
+          TP_CHECK(after >= bound * (1 - 1e-9), "the searched schedule's ", after,
+                   " is below the lower bound ", bound);
+          row.greedy_gap += 100 * std::max(0.0, lower_bound_gap(before, bound));  // float residue
           if (after < before) ++row.better;
           row.gain_sum += gain;
           row.gain_max = std::max(row.gain_max, gain);

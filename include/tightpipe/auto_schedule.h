@@ -45,6 +45,12 @@ enum class ZbObjective {
 std::string_view zb_objective_name(ZbObjective objective);  // "makespan", "span"
 // "makespan" or "span"; anything else is InvalidArgument naming --objective and the choices.
 Result<ZbObjective> parse_zb_objective(std::string_view text);
+// The objective of the compute-only `schedule` as the simulator gives it: simulate(lower(s),
+// costs) with the default options (overlap mode, no timeline), its SimResult::makespan or
+// SimResult::max_span. What a built schedule is judged by (zb-opt's incumbent, the benches).
+// Errors: lower()'s and simulate()'s.
+Result<double> simulated_objective(const Schedule& schedule, const CostModel& costs,
+                                   ZbObjective objective);
 
 // The least memory limit any schedule fits: one microbatch's activations after its F (v = 1), or
 // after the F of both its chunks on a rank (zb-v-auto: chunk 0's are held until chunk 1's I).

@@ -214,6 +214,11 @@ struct GpuWhatIf {
   std::string error;                    // not empty: could not be simulated (why)
   double step_s = 0, bubble_ratio = 0;  // simulated with the fitted costs
   double saving_s = 0;                  // predicted (what ran) - this; > 0 saves
+  double max_span_s = 0;                // the longest rank span (SimResult::max_span)
+  // The shape's lower bound at the candidate's memory (lower_bound.h, lower_bound_for): no
+  // schedule of its stages and placement holding at most lower_bound_memory whole-rank
+  // microbatch activations per rank has a shorter step (or span). 0: not computed.
+  double lower_bound_s = 0, lower_bound_span_s = 0, lower_bound_memory = 0;
 };
 
 struct GpuPipelineReport {

@@ -199,6 +199,7 @@ struct WhatIfResult {
   // The shape's lower bound at the candidate's memory (lower_bound.h): no schedule of its
   // stages and placement holding at most that memory has a shorter step; and on the span.
   double lower_bound = 0, lower_bound_span = 0, max_span = 0;
+  double lower_bound_memory = 0;  // the memory the bound assumes (LowerBound::memory_limit)
   // The layer split the candidate was costed with ("E,t|t|t|t,L": what `train --schedule` would
   // run), or "even" when the run's model is unknown and each rank's cost was spread evenly.
   std::string layout;

@@ -117,6 +117,12 @@ double overlap_fb_time(double f, double b, double factor);
 // OK, or InvalidArgument naming --overlap-fb-factor and its value when it is outside [0, 1].
 Status check_overlap_fb_factor(double factor);
 
+// The kind of the Timeline event that records an action of this type: F, I, W, B as themselves,
+// SEND and RECV of either direction as kSend and kRecv, OVERLAP_F_B as kOther (the timeline
+// records its two sub-actions). The simulator's mapping; calibration samples use it too.
+// (timeline.h cannot declare it: prof does not depend on schedule.)
+EventKind event_kind(ActionType type);
+
 struct RankSimStats {
   int32_t rank = 0;
   double first_start = 0;    // start of the first compute action

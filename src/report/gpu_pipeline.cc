@@ -107,21 +107,6 @@ Result<std::vector<WhatIfSpec>> what_if_specs(const GpuPipelineSpec& spec) {
 
 // ----- fitting ---------------------------------------------------------------------------------
 
-EventKind event_kind(ActionType t) {
-  switch (t) {
-    case ActionType::kForward:
-      return EventKind::kForward;
-    case ActionType::kBackwardInput:
-      return EventKind::kBackwardInput;
-    case ActionType::kBackwardWeight:
-      return EventKind::kBackwardWeight;
-    case ActionType::kBackward:
-      return EventKind::kBackward;
-    default:
-      return EventKind::kOther;
-  }
-}
-
 // One sample: `seconds` of compute for one (stage, type), through calibrate()'s sample set.
 void add_sample(CostSamples& samples, int32_t stage, ActionType type, double seconds) {
   TimelineEvent e;
@@ -588,12 +573,16 @@ GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
                                   });
     if (!built.ok()) {
       wi.error = built.status().message();
-    } else if (auto sim = simulate(built->first, built->second, so); !sim.ok()) {
+    } else if (auto sim = simulate_what_if(built->first, built->second, so); !sim.ok()) {
       wi.error = sim.status().message();
     } else {
       wi.step_s = sim->makespan;
       wi.bubble_ratio = sim->bubble_ratio;
       wi.saving_s = rep.predicted_step_s - sim->makespan;
+      wi.max_span_s = sim->max_span;
+      wi.lower_bound_s = sim->lower_bound_makespan;  // 0 without a bound
+      wi.lower_bound_span_s = sim->lower_bound_span;
+      wi.lower_bound_memory = sim->lower_bound_memory;
     }
     rep.what_ifs.push_back(std::move(wi));
   }

@@ -13,12 +13,14 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "report/gpu_internal.h"
 #include "run.h"
 #include "tightpipe/base.h"
 #include "tightpipe/cost_model.h"
 #include "tightpipe/gpu_trace.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/simulator.h"
 
@@ -306,6 +308,31 @@ TEST_F(OneFOneB, AnnotationsGiveTheKnownCostsAndTheMeasuredStep) {
   EXPECT_EQ(p.what_ifs[2].label, "interleaved:2");
   EXPECT_EQ(p.what_ifs[2].error, "");
   expect_rel(p.what_ifs[2].step_s, il.makespan, 1e-6, "interleaved:2");
+
+  // Each what-if beside its shape's lower bound at its memory, as our own runs' what-if: present,
+  // never above the simulated step (nor the span), and lower_bound_for() called directly.
+  for (const GpuWhatIf& w : p.what_ifs) {
+    EXPECT_GT(w.lower_bound_s, 0) << w.label;
+    EXPECT_LE(w.lower_bound_s, w.step_s * (1 + 1e-9)) << w.label;
+    EXPECT_GT(w.max_span_s, 0) << w.label;
+    EXPECT_LE(w.lower_bound_span_s, w.max_span_s * (1 + 1e-9)) << w.label;
+    EXPECT_GE(w.lower_bound_memory, 1) << w.label;
+  }
+  const Schedule h1 = lowered_schedule("zb-h1", 4, 8, 1);
+  SimOptions so;
+  so.record_timeline = false;
+  auto lb = lower_bound_for(h1, model_of(known), so);
+  ASSERT_TRUE(lb.ok()) << lb.status().message();
+  expect_rel(p.what_ifs[1].lower_bound_s, lb->makespan, 1e-6, "zb-h1 bound");
+  expect_rel(p.what_ifs[1].lower_bound_span_s, lb->span, 1e-6, "zb-h1 span bound");
+  EXPECT_DOUBLE_EQ(p.what_ifs[1].lower_bound_memory, lb->memory_limit);
+  // The text prints it after each what-if's step as `simulate` does (format_lower_bound).
+  const std::string text = format_gpu_trace_text(rep);
+  for (const GpuWhatIf& w : p.what_ifs) {
+    const std::regex line("what-if " + w.label +
+                          R"(: step [0-9.]+ ms \(lower bound [0-9.e-]+: within [0-9.]+%\), )");
+    EXPECT_TRUE(std::regex_search(text, line)) << w.label << "\n" << text;
+  }
 }
 
 TEST_F(OneFOneB, KernelsAloneGiveTheKnownCostsWhenBIsTwiceF) {
@@ -588,6 +615,9 @@ TEST_F(OneFOneB, Cli) {
       join(paths, " "), out));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("what-if zb-h1"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(what-if zb-h1: step [^\n]*\(lower bound [0-9.e-]+: within [0-9.]+%\))")))
+      << r.out;
   auto text = read_file(out + "/report.json");
   ASSERT_TRUE(text.ok());
   const auto j = nlohmann::json::parse(*text);
@@ -605,6 +635,16 @@ TEST_F(OneFOneB, Cli) {
   ASSERT_EQ(p["what_if"].size(), 1u);
   EXPECT_EQ(p["what_if"][0]["label"], "zb-h1");
   EXPECT_GT(p["what_if"][0]["saving_s"].get<double>(), 0);
+  // The what-if's lower bound under the keys of `simulate --format json` and the run report.
+  const auto& w = p["what_if"][0];
+  for (const char* key : {"lower_bound_makespan", "lower_bound_span", "lower_bound_memory_limit",
+                          "gap_to_lower_bound", "gap_to_lower_bound_span"}) {
+    ASSERT_TRUE(w.contains(key)) << key;
+  }
+  EXPECT_GT(w["lower_bound_makespan"].get<double>(), 0);
+  EXPECT_LE(w["lower_bound_makespan"].get<double>(), w["step_s"].get<double>() * (1 + 1e-9));
+  EXPECT_GE(w["gap_to_lower_bound"].get<double>(), -1e-9);
+  EXPECT_GE(w["lower_bound_memory_limit"].get<double>(), 1);
 
   // A bad spec is one line naming the flag.
   r = testutil::run_command(

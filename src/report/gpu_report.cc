@@ -14,6 +14,7 @@
 #include "report/report_internal.h"
 #include "tightpipe/base.h"
 #include "tightpipe/gpu_trace.h"
+#include "tightpipe/lower_bound.h"
 #include "tightpipe/output_file.h"
 #include "tightpipe/report.h"
 
@@ -281,14 +282,24 @@ std::string format_gpu_trace_text(const GpuTraceReport& rep) {
           p.costs.method, fmt_time(p.measured_step_s, "s"), pct(p.measured_bubble_ratio),
           fmt_time(p.predicted_step_s, "s"), pct(p.predicted_bubble_ratio));
       for (const auto& n : p.costs.notes) out += "  note: " + n + "\n";
+      bool bounded = false;
       for (const auto& w : p.what_ifs) {
         if (!w.error.empty()) {
           out += fmt::format("  what-if {}: {}\n", w.label, w.error);
-        } else {
-          out +=
-              fmt::format("  what-if {}: step {} (bubble {}), saves {}\n", w.label,
-                          fmt_time(w.step_s, "s"), pct(w.bubble_ratio), fmt_time(w.saving_s, "s"));
+          continue;
         }
+        // The bound as `simulate` prints it beside a makespan (format_lower_bound, seconds).
+        const std::string bound =
+            w.lower_bound_s > 0 ? " " + format_lower_bound(w.step_s, w.lower_bound_s) : "";
+        bounded = bounded || w.lower_bound_s > 0;
+        out += fmt::format("  what-if {}: step {}{}, bubble {}, saves {}\n", w.label,
+                           fmt_time(w.step_s, "s"), bound, pct(w.bubble_ratio),
+                           fmt_time(w.saving_s, "s"));
+      }
+      if (bounded) {
+        out +=
+            "  lower bound (in seconds): no schedule of the what-if's stages and placement holding "
+            "at most its memory has a shorter step (docs/cost_model.md, \"Lower bound\")\n";
       }
     }
   }
@@ -348,6 +359,13 @@ std::string gpu_trace_report_json(const GpuTraceReport& rep) {
       x["step_s"] = w.step_s;
       x["bubble_ratio"] = w.bubble_ratio;
       x["saving_s"] = w.saving_s;
+      if (w.error.empty()) {
+        report_internal::add_lower_bound_json(x, {.makespan = w.step_s,
+                                                  .max_span = w.max_span_s,
+                                                  .lower_bound = w.lower_bound_s,
+                                                  .lower_bound_span = w.lower_bound_span_s,
+                                                  .memory_limit = w.lower_bound_memory});
+      }
       wi.push_back(std::move(x));
     }
     pj["what_if"] = std::move(wi);

@@ -119,6 +119,21 @@ Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, int
   return std::pair{std::move(lowered), std::move(costs)};
 }
 
+Result<SimResult> simulate_what_if(const Schedule& lowered, const CostModel& costs,
+                                   const SimOptions& sim) {
+  TP_ASSIGN_OR_RETURN(SimResult r, simulate(lowered, costs, sim));
+  if (auto lb = lower_bound_for(lowered, costs, sim); lb.ok()) attach_lower_bound(r, *lb);
+  return r;
+}
+
+void add_lower_bound_json(nlohmann::ordered_json& o, const WhatIfBound& b) {
+  o["lower_bound_makespan"] = b.lower_bound;
+  o["lower_bound_span"] = b.lower_bound_span;
+  o["lower_bound_memory_limit"] = b.memory_limit;
+  o["gap_to_lower_bound"] = lower_bound_gap(b.makespan, b.lower_bound);
+  o["gap_to_lower_bound_span"] = lower_bound_gap(b.max_span, b.lower_bound_span);
+}
+
 }  // namespace report_internal
 
 using report_internal::derive_costs;
@@ -450,7 +465,7 @@ WhatIfResult what_if(const WhatIfSpec& w, const Report& rep) {
   res.chunks = lowered.chunks();
   SimOptions so = run_sim_options(run);
   so.record_timeline = false;
-  auto sim = simulate(lowered, derived, so);
+  auto sim = report_internal::simulate_what_if(lowered, derived, so);
   if (!sim.ok()) {
     res.error = sim.status().message();
     return res;
@@ -465,10 +480,9 @@ WhatIfResult what_if(const WhatIfSpec& w, const Report& rep) {
   res.peak_act_bytes = max_peak(*sim);
   res.peak_act_delta = res.peak_act_bytes - max_peak(rep.predicted);
   res.max_span = sim->max_span;
-  if (auto lb = lower_bound_for(lowered, derived, so); lb.ok()) {
-    res.lower_bound = lb->makespan;
-    res.lower_bound_span = lb->span;
-  }
+  res.lower_bound = sim->lower_bound_makespan;  // 0 without a bound (has_lower_bound false)
+  res.lower_bound_span = sim->lower_bound_span;
+  res.lower_bound_memory = sim->lower_bound_memory;
   return res;
 }
 
@@ -694,10 +708,11 @@ nlohmann::ordered_json what_if_json(const WhatIfResult& w) {
     o["step_saving"] = w.step_saving;
     o["gpu_hours_saved"] = w.gpu_hours_saved;
     o["peak_activation_bytes"] = w.peak_act_bytes;
-    o["lower_bound_makespan"] = w.lower_bound;
-    o["lower_bound_span"] = w.lower_bound_span;
-    o["gap_to_lower_bound"] = lower_bound_gap(w.makespan, w.lower_bound);
-    o["gap_to_lower_bound_span"] = lower_bound_gap(w.max_span, w.lower_bound_span);
+    report_internal::add_lower_bound_json(o, {.makespan = w.makespan,
+                                              .max_span = w.max_span,
+                                              .lower_bound = w.lower_bound,
+                                              .lower_bound_span = w.lower_bound_span,
+                                              .memory_limit = w.lower_bound_memory});
     o["layout"] = w.layout;
   }
   return o;

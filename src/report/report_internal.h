@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "tightpipe/cost_model.h"
 #include "tightpipe/report.h"
 #include "tightpipe/schedule.h"
+#include "tightpipe/simulator.h"
 #include "tightpipe/status.h"
 #include "tightpipe/timeline.h"
 
@@ -67,5 +69,24 @@ using CandidateCosts = std::function<Result<CostModel>(const Schedule& lowered)>
 // builder of both reports (run directories and GPU traces).
 Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, int32_t p, int32_t m,
                                                         const CandidateCosts& costs_for);
+
+// A what-if candidate (`lowered`, what_if_schedule's) simulated under its `costs` and `sim`, with
+// its shape's lower bound at its own memory attached (lower_bound_for, attach_lower_bound: the
+// SimResult's lower_bound_* fields). Where the bound cannot be computed the result has none
+// (has_lower_bound false) and the what-if still stands. The one simulation of both reports'
+// what-ifs; errors are simulate()'s.
+Result<SimResult> simulate_what_if(const Schedule& lowered, const CostModel& costs,
+                                   const SimOptions& sim);
+
+// A what-if candidate against its lower bound, as report.json writes it (0: no bound).
+struct WhatIfBound {
+  double makespan = 0, max_span = 0;  // the candidate's, simulated
+  double lower_bound = 0, lower_bound_span = 0;
+  double memory_limit = 0;  // the memory the bound assumes (LowerBound::memory_limit)
+};
+// Sets o's lower-bound keys, those of `simulate --format json` (docs/simulate_json.md):
+// lower_bound_makespan, lower_bound_span, lower_bound_memory_limit, gap_to_lower_bound and
+// gap_to_lower_bound_span (lower_bound_gap; 0 without a bound). Both reports' what-if entries.
+void add_lower_bound_json(nlohmann::ordered_json& o, const WhatIfBound& b);
 
 }  // namespace tightpipe::report_internal

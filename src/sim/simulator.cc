@@ -58,12 +58,7 @@ Status check_overlap_fb_factor(double factor) {
                             "0: a pair costs F + B, 1: the shorter of the two is hidden entirely");
 }
 
-namespace {
-
-bool is_send(ActionType t) { return t == ActionType::kSendAct || t == ActionType::kSendGrad; }
-bool is_recv(ActionType t) { return t == ActionType::kRecvAct || t == ActionType::kRecvGrad; }
-
-EventKind kind_of(ActionType t) {
+EventKind event_kind(ActionType t) {
   switch (t) {
     case ActionType::kForward:
       return EventKind::kForward;
@@ -84,6 +79,11 @@ EventKind kind_of(ActionType t) {
   }
   return EventKind::kOther;
 }
+
+namespace {
+
+bool is_send(ActionType t) { return t == ActionType::kSendAct || t == ActionType::kSendGrad; }
+bool is_recv(ActionType t) { return t == ActionType::kRecvAct || t == ActionType::kRecvGrad; }
 
 // The message a SEND or RECV carries; nullopt for one at the ends of the pipeline.
 std::optional<MessageRoute> comm_route(const Schedule& sch, const Action& a) {
@@ -292,7 +292,7 @@ class Simulator {
     auto& events = lane == Lane::kCompute ? res_.timeline.ranks[rank].events : comm_events_[rank];
     TimelineEvent& ev = events.emplace_back();
     ev.name = action_name(a);
-    ev.kind = kind_of(a.type);
+    ev.kind = event_kind(a.type);
     ev.lane = lane;
     ev.stage = a.stage;
     ev.microbatch = a.microbatch;

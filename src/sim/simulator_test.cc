@@ -51,6 +51,21 @@ Schedule hand_1f1b(bool lowered) {
   return s;
 }
 
+// The one ActionType -> EventKind mapping (the simulator's timeline and the GPU traces' samples).
+TEST(Simulator, EventKindOfEveryActionType) {
+  const std::map<ActionType, EventKind> want = {{F, EventKind::kForward},
+                                                {I, EventKind::kBackwardInput},
+                                                {W, EventKind::kBackwardWeight},
+                                                {B, EventKind::kBackward},
+                                                {SF, EventKind::kSend},
+                                                {SB, EventKind::kSend},
+                                                {RF, EventKind::kRecv},
+                                                {RB, EventKind::kRecv},
+                                                {ActionType::kOverlapFB, EventKind::kOther}};
+  ASSERT_EQ(want.size(), static_cast<size_t>(kNumActionTypes));
+  for (const auto& [type, kind] : want) EXPECT_EQ(event_kind(type), kind) << static_cast<int>(type);
+}
+
 TEST(Simulator, HandBuilt1F1BComputeOnly) {
   Schedule s = hand_1f1b(false);
   auto r = simulate(s, uniform(2, 2));

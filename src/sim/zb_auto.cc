@@ -43,6 +43,15 @@ Result<ZbObjective> parse_zb_objective(std::string_view text) {
       text));
 }
 
+Result<double> simulated_objective(const Schedule& schedule, const CostModel& costs,
+                                   ZbObjective objective) {
+  TP_ASSIGN_OR_RETURN(Schedule low, lower(schedule));
+  SimOptions so;
+  so.record_timeline = false;
+  TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
+  return objective == ZbObjective::kSpan ? r.max_span : r.makespan;
+}
+
 Status ZbAutoOptions::validate() const {
   if (memory_limit && !std::isfinite(*memory_limit)) {
     return Status::invalid_argument(fmt::format(

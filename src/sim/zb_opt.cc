@@ -322,14 +322,6 @@ class Search {
   std::vector<double> sig_;
 };
 
-Result<double> objective_of(const Schedule& s, const CostModel& costs, ZbObjective objective) {
-  TP_ASSIGN_OR_RETURN(Schedule low, lower(s));
-  SimOptions so;
-  so.record_timeline = false;
-  TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
-  return objective == ZbObjective::kMakespan ? r.makespan : r.max_span;
-}
-
 }  // namespace
 
 bool is_zb_opt_name(std::string_view name) { return zb::lower_case(name) == "zb-opt"; }
@@ -346,7 +338,7 @@ Result<Schedule> build_zb_opt(int32_t p, int32_t m, const CostModel& costs,
   if (!o.memory_limit) o.memory_limit = p;
   // The start, and the error checks (shape, costs, options): zb-auto at the same limit.
   TP_ASSIGN_OR_RETURN(Schedule start, build_zb_auto(p, m, costs, o));
-  TP_ASSIGN_OR_RETURN(double incumbent, objective_of(start, costs, o.objective));
+  TP_ASSIGN_OR_RETURN(double incumbent, simulated_objective(start, costs, o.objective));
   const std::vector<double> fracs = zb_w_memory_fractions(costs, o);
   LowerBoundOptions lo;
   lo.memory_limit = *o.memory_limit;
@@ -368,7 +360,7 @@ Result<Schedule> build_zb_opt(int32_t p, int32_t m, const CostModel& costs,
       Schedule s = start;
       s.programs = search.programs();
       TP_RETURN_IF_ERROR(validate(s));
-      TP_ASSIGN_OR_RETURN(double v, objective_of(s, costs, o.objective));
+      TP_ASSIGN_OR_RETURN(double v, simulated_objective(s, costs, o.objective));
       if (v < incumbent) {
         best = std::move(s);
         value = v;
