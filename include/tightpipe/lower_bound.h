@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tightpipe/auto_schedule.h"
@@ -86,6 +87,8 @@ void attach_lower_bound(SimResult& result, const LowerBound& lb);
 double lower_bound_gap(double value, double bound);
 // "(lower bound 1141: within 1.0%)": what the tables print after a makespan or a span.
 std::string format_lower_bound(double value, double bound);
+// The same with the bound written as `bound_text` (e.g. with its unit: "30.45 ms").
+std::string format_lower_bound(double value, double bound, std::string_view bound_text);
 
 // ----- exact optimum (zb-opt) ------------------------------------------------------------------
 

@@ -330,7 +330,7 @@ TEST_F(OneFOneB, AnnotationsGiveTheKnownCostsAndTheMeasuredStep) {
   const std::string text = format_gpu_trace_text(rep);
   for (const GpuWhatIf& w : p.what_ifs) {
     const std::regex line("what-if " + w.label +
-                          R"(: step [0-9.]+ ms \(lower bound [0-9.e-]+: within [0-9.]+%\), )");
+                          R"(: step [0-9.]+ ms \(lower bound [0-9.]+ ms: within [0-9.]+%\), )");
     EXPECT_TRUE(std::regex_search(text, line)) << w.label << "\n" << text;
   }
 }
@@ -616,7 +616,7 @@ TEST_F(OneFOneB, Cli) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("what-if zb-h1"), std::string::npos) << r.out;
   EXPECT_TRUE(std::regex_search(
-      r.out, std::regex(R"(what-if zb-h1: step [^\n]*\(lower bound [0-9.e-]+: within [0-9.]+%\))")))
+      r.out, std::regex(R"(what-if zb-h1: step [^\n]*\(lower bound [0-9.]+ ms: within [0-9.]+%\))")))
       << r.out;
   auto text = read_file(out + "/report.json");
   ASSERT_TRUE(text.ok());

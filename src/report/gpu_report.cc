@@ -288,9 +288,12 @@ std::string format_gpu_trace_text(const GpuTraceReport& rep) {
           out += fmt::format("  what-if {}: {}\n", w.label, w.error);
           continue;
         }
-        // The bound as `simulate` prints it beside a makespan (format_lower_bound, seconds).
+        // The bound as `simulate` prints it beside a makespan (format_lower_bound), in the
+        // step's unit.
         const std::string bound =
-            w.lower_bound_s > 0 ? " " + format_lower_bound(w.step_s, w.lower_bound_s) : "";
+            w.lower_bound_s > 0
+                ? " " + format_lower_bound(w.step_s, w.lower_bound_s, fmt_time(w.lower_bound_s, "s"))
+                : "";
         bounded = bounded || w.lower_bound_s > 0;
         out += fmt::format("  what-if {}: step {}{}, bubble {}, saves {}\n", w.label,
                            fmt_time(w.step_s, "s"), bound, pct(w.bubble_ratio),
@@ -298,7 +301,7 @@ std::string format_gpu_trace_text(const GpuTraceReport& rep) {
       }
       if (bounded) {
         out +=
-            "  lower bound (in seconds): no schedule of the what-if's stages and placement holding "
+            "  lower bound: no schedule of the what-if's stages and placement holding "
             "at most its memory has a shorter step (docs/cost_model.md, \"Lower bound\")\n";
       }
     }

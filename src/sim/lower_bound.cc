@@ -438,7 +438,11 @@ double lower_bound_gap(double value, double bound) {
 }
 
 std::string format_lower_bound(double value, double bound) {
-  return fmt::format("(lower bound {:.6g}: within {:.1f}%)", bound,
+  return format_lower_bound(value, bound, fmt::format("{:.6g}", bound));
+}
+
+std::string format_lower_bound(double value, double bound, std::string_view bound_text) {
+  return fmt::format("(lower bound {}: within {:.1f}%)", bound_text,
                      100.0 * std::max(0.0, lower_bound_gap(value, bound)));
 }
 

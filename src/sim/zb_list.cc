@@ -20,10 +20,10 @@ std::vector<Policy> all_policies(int32_t chunks) {
   std::vector<Policy> out;
   if (chunks == 1) {
     // Families: 0 memory only; 1 cap l - s (1F1B's and ZB-H1's warm-up); 2 cap l - 1 - 2s
-    // (ZB-H2's).
-    for (int bits = 0; bits < 24; ++bits) {
+    // (ZB-H2's); 3 cap l - 2s (one more F per stage than ZB-H2's where the memory allows it).
+    for (int bits = 0; bits < 32; ++bits) {
       const int family = bits / 8;
-      out.push_back({.cap_slope = family,
+      out.push_back({.cap_slope = family == 3 ? 2 : family,
                      .cap_base_offset = family == 2 ? 1 : 0,
                      .f_before_i = (bits & 1) != 0,
                      .f_just_in_time = (bits & 2) != 0,

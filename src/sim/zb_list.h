@@ -48,7 +48,8 @@ struct Policy {
   bool i_chunk0_first = false;  // two ready I: chunk 0 (the older microbatch) first
 };
 
-// The knob combinations tried for `chunks` chunks per rank (24 each), in a fixed order.
+// The knob combinations tried for `chunks` chunks per rank (32 for one, 24 for two), in a fixed
+// order.
 std::vector<Policy> all_policies(int32_t chunks);
 
 struct Problem {
