@@ -20,11 +20,13 @@ std::vector<Policy> all_policies(int32_t chunks) {
   std::vector<Policy> out;
   if (chunks == 1) {
     // Families: 0 memory only; 1 cap l - s (1F1B's and ZB-H1's warm-up); 2 cap l - 1 - 2s
-    // (ZB-H2's); 3 cap l - 2s (one more F per stage than ZB-H2's where the memory allows it).
-    for (int bits = 0; bits < 32; ++bits) {
+    // (ZB-H2's); 3 cap l - 2s (one more F per stage than ZB-H2's where the memory allows it);
+    // 4 the chain's warm-up count per stage (Problem::Stage::warmup).
+    for (int bits = 0; bits < 40; ++bits) {
       const int family = bits / 8;
-      out.push_back({.cap_slope = family == 3 ? 2 : family,
+      out.push_back({.cap_slope = family == 3 ? 2 : family == 4 ? 0 : family,
                      .cap_base_offset = family == 2 ? 1 : 0,
+                     .chain_cap = family == 4,
                      .f_before_i = (bits & 1) != 0,
                      .f_just_in_time = (bits & 2) != 0,
                      .w_closes_gap = (bits & 4) != 0});
@@ -76,6 +78,21 @@ Problem Problem::make(int32_t m, const CostModel& costs, const Schedule& placeme
     const int32_t r = pr.shape.rank_of(s);
     pr.stages_of_rank[r][seen[r]++] = s;  // chunk 0 is the rank's first stage
   }
+  // Warm-up counts: microbatch 0's F reaches stage s at `first` (every F as soon as its input)
+  // and the last stage at `end`; its I comes back through the stages as soon as each input
+  // arrives. The F of stage s that end by then fit before its first I.
+  std::vector<double> first(pr.S, 0.0);
+  for (int32_t s = 1; s < pr.S; ++s) {
+    first[s] = first[s - 1] + pr.stage[s - 1].cf + pr.stage[s - 1].comm_f;
+  }
+  double arrive = first[pr.S - 1] + pr.stage[pr.S - 1].cf;  // I of the last stage may start
+  for (int32_t s = pr.S - 1; s >= 0; --s) {
+    Stage& x = pr.stage[s];
+    if (s < pr.S - 1) arrive += pr.stage[s + 1].ci + pr.stage[s + 1].comm_b;
+    const double room = arrive - first[s];
+    x.warmup = x.cf > 0 ? std::max<int32_t>(1, static_cast<int32_t>(std::floor(room / x.cf + 1e-9)))
+                        : pr.m;
+  }
   return pr;
 }
 
@@ -118,6 +135,7 @@ ListScheduler::Choice ListScheduler::decide(int32_t r, bool relaxed) {
       const int32_t cap = std::max(1, cap_base_ - pol_.cap_slope * sc);
       cap_ok[c] = y.nf - y.ni < cap;
     }
+    if (pol_.chain_cap) cap_ok[c] = cap_ok[c] && y.nf - y.ni < pr_.stage[sc].warmup;
     f_ok[c] = fits[c] && cap_ok[c] && tf[c] < kInf;
     if (f_ok[c] && pol_.f_just_in_time && !relaxed) {
       const double est = estimate_i(sc);

@@ -41,6 +41,9 @@ struct Policy {
   // slope 0: only the memory limit bounds them (one chunk only). cap_base is set per limit.
   int32_t cap_slope = 0;
   int32_t cap_base_offset = 0;  // cap_base = floor(limit) - offset
+  // One chunk only: at most Problem::Stage::warmup F in flight on a stage (the F that end before
+  // its first I can arrive), the authors' "just in time" warm-up count from the costs.
+  bool chain_cap = false;
   bool f_before_i = false;      // a ready F (that fits) runs before a ready I
   bool f_just_in_time = false;  // an F runs only if it ends before the (estimated) next I
   bool w_closes_gap = false;    // a gap-filling W runs only if it ends before the next F or I
@@ -48,7 +51,7 @@ struct Policy {
   bool i_chunk0_first = false;  // two ready I: chunk 0 (the older microbatch) first
 };
 
-// The knob combinations tried for `chunks` chunks per rank (32 for one, 24 for two), in a fixed
+// The knob combinations tried for `chunks` chunks per rank (40 for one, 24 for two), in a fixed
 // order.
 std::vector<Policy> all_policies(int32_t chunks);
 
@@ -60,6 +63,9 @@ struct Problem {
     double comm_f = 0, comm_b = 0;  // message time to s + 1 and s - 1 (0: same rank)
     double unit = 1;                // what its F holds (zb_f_memory_units)
     double frac = 0.5;              // the share of unit its W frees
+    // The F that fit on this stage's lane from its first F's earliest start to the earliest
+    // arrival of microbatch 0's I (every F and I as soon as its input; at least 1).
+    int32_t warmup = 1;
   };
   std::vector<Stage> stage;
   std::vector<std::array<int32_t, 2>> stages_of_rank;  // chunk c of rank r (v entries used)
