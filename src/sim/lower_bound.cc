@@ -10,6 +10,8 @@
 #include <queue>
 #include <utility>
 
+#include "sim/one_lane.h"
+
 namespace tightpipe {
 namespace {
 
@@ -34,41 +36,6 @@ struct StageTerms {
   double u = 1;                        // what one F adds to its rank's memory count
   double frac = 0;                     // the share of it I keeps until W
 };
-
-struct Item {
-  double r, p, q;  // release, processing, tail
-};
-
-// Jackson's preemptive schedule on one lane: at every moment run the released item with the
-// largest tail. It minimizes max(C + q) over every preemptive schedule (docs: term 5).
-double jackson(std::vector<Item>& items) {
-  if (items.empty()) return kNegInf;
-  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.r < b.r; });
-  std::vector<double> rem(items.size());
-  for (size_t k = 0; k < items.size(); ++k) rem[k] = items[k].p;
-  std::priority_queue<std::pair<double, size_t>> ready;  // (tail, index)
-  double t = kNegInf, best = kNegInf;
-  size_t next = 0;
-  while (next < items.size() || !ready.empty()) {
-    if (ready.empty() && t < items[next].r) t = items[next].r;
-    while (next < items.size() && items[next].r <= t) {
-      ready.push({items[next].q, next});
-      ++next;
-    }
-    const auto [q, x] = ready.top();
-    ready.pop();
-    const double release = next < items.size() ? items[next].r : kInf;
-    if (t + rem[x] <= release) {
-      t += rem[x];
-      best = std::max(best, t + q);
-    } else {
-      rem[x] -= release - t;
-      t = release;
-      ready.push({q, x});
-    }
-  }
-  return best;
-}
 
 class Bounder {
  public:
@@ -370,7 +337,7 @@ class Bounder {
   // rank's program end); -inf for a span, where a SEND with no anchored successor may run after
   // the rank's last compute and is left out.
   double rank_bound(int32_t r, double send_floor) {
-    std::vector<Item> items;
+    std::vector<zb::LaneItem> items;
     for (int32_t s : sh_.stages_of(r)) {
       const StageTerms& t = st_[s];
       for (int32_t k = 0; k < md_; ++k) {
@@ -388,7 +355,7 @@ class Bounder {
         }
       }
     }
-    const double v = jackson(items);
+    const double v = zb::jackson(items);
     return std::isfinite(v) ? std::max(v, 0.0) : 0.0;
   }
 
@@ -445,5 +412,39 @@ std::string format_lower_bound(double value, double bound, std::string_view boun
   return fmt::format("(lower bound {}: within {:.1f}%)", bound_text,
                      100.0 * std::max(0.0, lower_bound_gap(value, bound)));
 }
+
+namespace zb {
+
+double jackson(std::vector<LaneItem>& items) {
+  if (items.empty()) return kNegInf;
+  std::sort(items.begin(), items.end(),
+            [](const LaneItem& a, const LaneItem& b) { return a.r < b.r; });
+  std::vector<double> rem(items.size());
+  for (size_t k = 0; k < items.size(); ++k) rem[k] = items[k].p;
+  std::priority_queue<std::pair<double, size_t>> ready;  // (tail, index)
+  double t = kNegInf, best = kNegInf;
+  size_t next = 0;
+  while (next < items.size() || !ready.empty()) {
+    if (ready.empty() && t < items[next].r) t = items[next].r;
+    while (next < items.size() && items[next].r <= t) {
+      ready.push({items[next].q, next});
+      ++next;
+    }
+    const auto [q, x] = ready.top();
+    ready.pop();
+    const double release = next < items.size() ? items[next].r : kInf;
+    if (t + rem[x] <= release) {
+      t += rem[x];
+      best = std::max(best, t + q);
+    } else {
+      rem[x] -= release - t;
+      t = release;
+      ready.push({q, x});
+    }
+  }
+  return best;
+}
+
+}  // namespace zb
 
 }  // namespace tightpipe

@@ -16,10 +16,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <queue>
 #include <unordered_map>
 #include <vector>
 
+#include "sim/one_lane.h"
 #include "sim/zb_score.h"
 #include "tightpipe/lower_bound.h"
 
@@ -134,10 +134,7 @@ class Search {
       }
     }
     double lb = value(n);
-    struct It {
-      double r, p, q;
-    };
-    std::vector<It> items;
+    std::vector<zb::LaneItem> items;
     for (int32_t s = 0; s < p_; ++s) {
       items.clear();
       const bool span = obj_ == ZbObjective::kSpan;
@@ -151,27 +148,7 @@ class Search {
         items.push_back({r, w_[s], qw[s][m_ - 1 - k]});
       }
       if (items.empty()) continue;
-      std::sort(items.begin(), items.end(), [](const It& a, const It& b) { return a.r < b.r; });
-      std::priority_queue<std::pair<double, size_t>> ready;
-      std::vector<double> rem(items.size());
-      for (size_t k = 0; k < items.size(); ++k) rem[k] = items[k].p;
-      double t = items[0].r, end = 0;
-      size_t next = 0;
-      while (next < items.size() || !ready.empty()) {
-        if (ready.empty() && t < items[next].r) t = items[next].r;
-        for (; next < items.size() && items[next].r <= t; ++next) ready.push({items[next].q, next});
-        const auto [q, x] = ready.top();
-        ready.pop();
-        const double rel = next < items.size() ? items[next].r : kInf;
-        if (t + rem[x] <= rel) {
-          t += rem[x];
-          end = std::max(end, t + q);
-        } else {
-          rem[x] -= rel - t;
-          t = rel;
-          ready.push({q, x});
-        }
-      }
+      const double end = zb::jackson(items);  // the relaxation of lower_bound() (term 5)
       if (!span) {
         lb = std::max(lb, end);
       } else if (n.nf[s] > 0) {
