@@ -84,7 +84,8 @@ class PatternSlots {
     for (auto& a : at_) a[4].clear();
   }
 
-  // The programs: the slots in order, a W (chunk 1's first) in every free slot while one is due.
+  // The programs: the slots in order, with the W in free_w_slots() (chunk 1's first where both
+  // are due).
   std::vector<std::vector<Action>> programs() const {
     std::vector<std::vector<Action>> out(p_);
     for (int32_t r = 0; r < p_; ++r) {
@@ -101,26 +102,18 @@ class PatternSlots {
           slots.emplace_back(at_[r][j][k], a);
         }
       }
+      for (int64_t t : free_w_slots(r)) slots.emplace_back(t, Action{ActionType::kBackwardWeight});
       std::sort(slots.begin(), slots.end(),
                 [](const auto& a, const auto& b) { return a.first < b.first; });
-      std::vector<Action>& prog = out[r];
       std::array<int32_t, 2> pending{0, 0}, next_w{0, 0};  // [0]: chunk 1's W, [1]: chunk 0's
-      auto emit_w = [&](int q) {
-        prog.push_back({ActionType::kBackwardWeight, q == 0 ? s1 : s0, next_w[q]++});
-        --pending[q];
-      };
-      int64_t slot = 0;
-      for (size_t i = 0; i < slots.size(); ++slot) {
-        if (slots[i].first == slot) {
-          const Action& a = slots[i++].second;
-          prog.push_back(a);
-          if (a.type == ActionType::kBackwardInput) ++pending[a.stage == s1 ? 0 : 1];
-        } else if (pending[0] > 0 || pending[1] > 0) {
-          emit_w(pending[0] > 0 ? 0 : 1);
+      for (auto& [slot, a] : slots) {
+        if (a.type == ActionType::kBackwardInput) ++pending[a.stage == s1 ? 0 : 1];
+        if (a.type == ActionType::kBackwardWeight) {
+          const int q = pending[0] > 0 ? 0 : 1;
+          a = {ActionType::kBackwardWeight, q == 0 ? s1 : s0, next_w[q]++};
+          --pending[q];
         }
-      }
-      for (int q = 0; q < 2; ++q) {
-        while (pending[q] > 0) emit_w(q);
+        out[r].push_back(a);
       }
     }
     return out;
@@ -129,23 +122,27 @@ class PatternSlots {
  private:
   using Slots = std::array<std::vector<int64_t>, 5>;
 
-  // The W of each rank into its free slots, in order, one per I done before (round 1's start).
-  void place_w() {
-    for (int32_t r = 0; r < p_; ++r) {
-      const std::vector<int64_t> busy = sorted_slots(r, 4);
-      std::vector<int64_t>& w = at_[r][4];
-      int32_t due = 0;
-      size_t i = 0;
-      for (int64_t slot = 0; w.size() < 2u * m_; ++slot) {
-        if (i < busy.size() && busy[i] == slot) {
-          due += is_i(r, slot) ? 1 : 0;
-          ++i;
-        } else if (due > 0) {
-          w.push_back(slot);
-          --due;
-        }
+  // Where rank r's 2m W run when they fill its free slots: in slot order, a free slot takes a W
+  // while one is due (one per I before it); the rest follow the last action. The one rule for
+  // the W: round 1 places them there, round 2's memory and the programs read them from here.
+  std::vector<int64_t> free_w_slots(int32_t r) const {
+    const std::vector<int64_t> busy = sorted_slots(r, 4);
+    std::vector<int64_t> w;
+    int32_t due = 0;
+    size_t i = 0;
+    for (int64_t slot = 0; w.size() < 2u * m_; ++slot) {
+      if (i < busy.size() && busy[i] == slot) {
+        due += is_i(r, slot) ? 1 : 0;
+        ++i;
+      } else if (due > 0) {
+        w.push_back(slot);
+        --due;
       }
     }
+    return w;
+  }
+  void place_w() {
+    for (int32_t r = 0; r < p_; ++r) at_[r][4] = free_w_slots(r);
   }
   bool is_i(int32_t r, int64_t slot) const {
     for (int j : {2, 3}) {
@@ -196,33 +193,27 @@ class PatternSlots {
     return d;
   }
 
-  // Rank r's memory after each slot up to `end`: F +1, W -1; with_w false: a free slot runs a W
-  // while one is due (an I before it). level[t] = memory after slot t.
-  std::vector<int32_t> levels(int32_t r, bool with_w, int64_t end) const {
-    std::vector<int8_t> kind(end + 1, -1);
-    const int kinds = with_w ? 5 : 4;
-    for (int j = 0; j < kinds; ++j) {
+  // Rank r's memory after each slot up to `end`, its W at the slots `w`: F +1, W -1.
+  // level[t] = memory after slot t.
+  std::vector<int32_t> levels(int32_t r, const std::vector<int64_t>& w, int64_t end) const {
+    std::vector<int32_t> step(end + 1, 0);
+    for (int j : {0, 1}) {
       for (int64_t t : at_[r][j]) {
-        if (t <= end) kind[t] = static_cast<int8_t>(j);
+        if (t <= end) ++step[t];
       }
     }
-    std::vector<int32_t> level(end + 1);
-    int32_t cur = 0, due = 0;
-    for (int64_t t = 0; t <= end; ++t) {
-      const int j = kind[t];
-      if (j == 0 || j == 1) ++cur;
-      if (j == 4) --cur;
-      if (!with_w) {
-        if (j == 2 || j == 3) ++due;
-        if (j < 0 && due > 0) --cur, --due;
-      }
-      level[t] = cur;
+    for (int64_t t : w) {
+      if (t <= end) --step[t];
     }
-    return level;
+    int32_t cur = 0;
+    for (int32_t& x : step) x = cur += x;
+    return step;
   }
+  // Rank r's peak with its W where round 1 placed them (with_w) or in its free slots.
   int32_t peak(int32_t r, bool with_w) const {
-    const int64_t end = end_slot(r) + 2 * static_cast<int64_t>(m_) + 1;
-    const std::vector<int32_t> l = levels(r, with_w, end);
+    const std::vector<int64_t> w = with_w ? at_[r][4] : free_w_slots(r);
+    const int64_t end = std::max(end_slot(r), w.empty() ? 0 : w.back());
+    const std::vector<int32_t> l = levels(r, w, end);
     return l.empty() ? 0 : *std::max_element(l.begin(), l.end());
   }
 
@@ -230,29 +221,19 @@ class PatternSlots {
   // the same order: the slots of the unit-time timing.
   void squeeze() {
     std::vector<Slots> out = at_;
-    using Head = std::tuple<int64_t, int32_t, int, int32_t>;  // slot, rank, kind, microbatch
-    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
-    for (int32_t r = 0; r < p_; ++r) {
-      for (int j = 0; j < 5; ++j) {
-        if (!at_[r][j].empty()) heads.emplace(at_[r][j][0], r, j, 0);
-      }
-    }
     std::vector<int64_t> lane(p_, 0);  // next free slot per rank
-    while (!heads.empty()) {
-      const auto [old, r, j, k] = heads.top();
-      heads.pop();
-      if (k + 1 < static_cast<int32_t>(at_[r][j].size())) {
-        heads.emplace(at_[r][j][k + 1], r, j, k + 1);
-      }
+    in_slot_order(5, [&](int64_t, int32_t r, int j, int32_t k) {
       int64_t start = lane[r];
-      auto after = [&](int32_t rr, int jj, int32_t kk) { start = std::max(start, out[rr][jj][kk] + 1); };
+      auto after = [&](int32_t rr, int jj, int32_t kk) {
+        start = std::max(start, out[rr][jj][kk] + 1);
+      };
       if ((j == 0 && r > 0) || (j == 2 && r > 0)) after(r - 1, j, k);
       if ((j == 1 || j == 3) && r + 1 < p_) after(r + 1, j, k);
       if (j >= 1 && j <= 3) after(r, j - 1, k);
       if (k > 0) after(r, j, k - 1);
       out[r][j][k] = start;
       lane[r] = start + 1;
-    }
+    });
     at_ = std::move(out);
   }
 
@@ -262,17 +243,8 @@ class PatternSlots {
     for (int32_t r = 0; r < p_; ++r) cap = std::max(cap, peak(r, with_w));
     std::vector<std::vector<char>> taken(p_);
     for (int32_t r = 0; r < p_; ++r) taken[r].assign(end_slot(r) + 1, 0);
-    // The actions in slot order (ties: rank, kind), each once.
-    using Head = std::tuple<int64_t, int32_t, int, int32_t>;  // slot, rank, kind, microbatch
-    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
-    for (int32_t r = 0; r < p_; ++r) {
-      for (int j = 0; j < kinds; ++j) heads.emplace(at_[r][j][0], r, j, 0);
-    }
     int phase = 0;  // 0 warm-up, 1 steady (kept), 2 cool-down
-    while (!heads.empty()) {
-      const auto [old, r, j, k] = heads.top();
-      heads.pop();
-      if (k + 1 < static_cast<int32_t>(at_[r][j].size())) heads.emplace(at_[r][j][k + 1], r, j, k + 1);
+    in_slot_order(kinds, [&](int64_t old, int32_t r, int j, int32_t k) {
       bool movable = true;
       if (phase == 0 && j == 3 && r == 0) phase = 1;
       if (phase == 1) {
@@ -284,6 +256,27 @@ class PatternSlots {
       if (movable) to = earliest(r, j, k, old, ready(r, j, k) + 1, cap, with_w, taken[r]);
       at_[r][j][k] = to;
       taken[r][to] = 1;
+    });
+  }
+
+  // Calls fn(slot, rank, kind, microbatch) for every action of kinds 0..kinds-1 in slot order
+  // (ties: rank, kind), each once; fn may move the action it is given (to an earlier slot).
+  template <typename Fn>
+  void in_slot_order(int kinds, const Fn& fn) {
+    using Head = std::tuple<int64_t, int32_t, int, int32_t>;  // slot, rank, kind, microbatch
+    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
+    for (int32_t r = 0; r < p_; ++r) {
+      for (int j = 0; j < kinds; ++j) {
+        if (!at_[r][j].empty()) heads.emplace(at_[r][j][0], r, j, 0);
+      }
+    }
+    while (!heads.empty()) {
+      const auto [slot, r, j, k] = heads.top();
+      heads.pop();
+      if (k + 1 < static_cast<int32_t>(at_[r][j].size())) {
+        heads.emplace(at_[r][j][k + 1], r, j, k + 1);
+      }
+      fn(slot, r, j, k);
     }
   }
 
@@ -300,7 +293,7 @@ class PatternSlots {
         }
         return old;
       }
-      const std::vector<int32_t> level = levels(r, true, old);
+      const std::vector<int32_t> level = levels(r, at_[r][4], old);
       int64_t best = old;
       int32_t most = std::numeric_limits<int32_t>::min();
       for (int64_t t = old - 1; t >= from; --t) {
