@@ -353,16 +353,13 @@ Pass ListScheduler::run(double limit, const Policy& policy, ZbObjective objectiv
       set_choice(r, decide(r, false));
     }
   }
-  double makespan = 0, span = 0, end_sum = 0, span_sum = 0;
+  double makespan = 0, span = 0;
   for (const RankState& x : rk_) {
     makespan = std::max(makespan, x.free_at);
     span = std::max(span, x.free_at - x.first_start);
-    end_sum += x.free_at;
-    span_sum += x.free_at - x.first_start;
   }
   out.score =
       objective == ZbObjective::kSpan ? Score{span, makespan, peak_} : Score{makespan, span, peak_};
-  out.rank_sum = objective == ZbObjective::kSpan ? span_sum : end_sum;
   return out;
 }
 

@@ -78,7 +78,6 @@ struct Problem {
 struct Pass {
   Schedule schedule;
   Score score;
-  double rank_sum = 0;
   bool cut = false;  // stopped early: worse than the cutoff (schedule and score unset)
 };
 
