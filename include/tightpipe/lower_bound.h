@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -74,6 +75,23 @@ struct LowerBound {
 Result<LowerBound> lower_bound(const Schedule& shape, const CostModel& costs,
                                const LowerBoundOptions& options = {});
 
+// lower_bound() of one shape, cost table and options at several memory limits (the builders walk
+// a grid of them): at(L) equals lower_bound() with memory_limit L, and the shape's checks and the
+// terms no limit changes are computed once. `shape` and `costs` must outlive it; not
+// thread-safe.
+class LowerBoundSweep {
+ public:
+  LowerBoundSweep(const Schedule& shape, const CostModel& costs, const LowerBoundOptions& options);
+  ~LowerBoundSweep();
+  LowerBoundSweep(LowerBoundSweep&&) noexcept;
+  LowerBoundSweep& operator=(LowerBoundSweep&&) noexcept;
+  // options.memory_limit is replaced by `memory_limit` (nullopt: none).
+  Result<LowerBound> at(std::optional<double> memory_limit);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 // The bound a printed schedule is compared with: lower_bound() at the schedule's own memory (its
 // highest zb_peak_memory_units() peak, default units and fractions), so it reads "no schedule of
 // this shape holding at most as much memory is faster".

@@ -42,6 +42,20 @@ class Bounder {
   Bounder(const Schedule& shape, const CostModel& costs, const LowerBoundOptions& o)
       : sh_(shape), costs_(costs), o_(o) {}
 
+  // The bound at `memory_limit` (nullopt: none), the other options as given: the shape's checks
+  // and terms, and the terms that do not depend on the limit, are computed at the first call
+  // and kept for the next.
+  Result<LowerBound> at(std::optional<double> memory_limit) {
+    if (!checked_) {
+      TP_RETURN_IF_ERROR(check());
+      checked_ = true;
+    }
+    o_.memory_limit = memory_limit;
+    TP_RETURN_IF_ERROR(check_limit());
+    return run();
+  }
+
+ private:
   Status check() {
     P_ = sh_.num_ranks;
     S_ = sh_.num_stages;
@@ -76,17 +90,8 @@ class Bounder {
           fmt::format("lower bound: {} memory units and {} w-memory fractions for {} stages",
                       units.size(), fracs.size(), S_));
     }
-    if (o_.memory_limit) {
-      const double L = *o_.memory_limit;
-      double most = 0;
-      for (double u : units) most = std::max(most, u);
-      if (!std::isfinite(L) || L + kMemSlack < most) {
-        return Status::invalid_argument(
-            fmt::format("--memory-limit {}: below what one forward holds ({} whole-rank microbatch "
-                        "activations), so no schedule fits; hint: at least {}",
-                        L, most, std::max(most, kZbAutoMinMemoryLimit)));
-      }
-    }
+    most_unit_ = 0;
+    for (double u : units) most_unit_ = std::max(most_unit_, u);
     const Recompute rc = o_.sim.recompute;
     const bool blocking = o_.sim.comm_mode == CommMode::kBlocking;
     const double factor = o_.sim.overlap_fb_factor;
@@ -124,8 +129,46 @@ class Bounder {
     return OkStatus();
   }
 
+  Status check_limit() const {
+    if (!o_.memory_limit) return OkStatus();
+    const double L = *o_.memory_limit;
+    if (!std::isfinite(L) || L + kMemSlack < most_unit_) {
+      return Status::invalid_argument(
+          fmt::format("--memory-limit {}: below what one forward holds ({} whole-rank microbatch "
+                      "activations), so no schedule fits; hint: at least {}",
+                      L, most_unit_, std::max(most_unit_, kZbAutoMinMemoryLimit)));
+    }
+    return OkStatus();
+  }
+
+  // The chains' bounds without the memory term (the same at every limit): the makespan's
+  // program end, and the longest rank span (with_span only).
+  double free_program() {
+    if (!free_program_) {
+      heads(all_stages(), false, md_);
+      tails(all_stages(), md_);
+      double v = 0;
+      for (int32_t r = 0; r < P_; ++r) v = std::max(v, rank_bound(r, 0.0));
+      free_program_ = v;
+    }
+    return *free_program_;
+  }
+  double free_span() {
+    if (!free_span_) {
+      double v = 0;
+      for (int32_t r = 0; r < P_; ++r) {
+        const std::vector<char> mine = stages_on(r);
+        tails(mine, md_);
+        heads(mine, false, md_);
+        v = std::max(v, rank_bound(r, kNegInf));
+      }
+      free_span_ = v;
+    }
+    return *free_span_;
+  }
+  std::vector<char> all_stages() const { return std::vector<char>(S_, 1); }
+
   Result<LowerBound> run() {
-    TP_RETURN_IF_ERROR(check());
     LowerBound lb;
     lb.memory_limit = o_.memory_limit.value_or(0);
     lb.rank_work.assign(P_, 0.0);
@@ -157,30 +200,27 @@ class Bounder {
       program_free = program;
       lb.span = cwork;
     } else {
-      heads(all, o_.memory_limit.has_value(), md_);
-      tails(all, md_);
-      for (int32_t r = 0; r < P_; ++r) program = std::max(program, rank_bound(r, 0.0));
-      program_free = program;
-      if (o_.memory_limit) {  // the same without the memory term: which term binds
-        heads(all, false, md_);
-        program_free = 0;
-        for (int32_t r = 0; r < P_; ++r) program_free = std::max(program_free, rank_bound(r, 0.0));
+      // Without the limit's memory term (which term binds; the bound itself when no limit).
+      program_free = free_program();
+      program = program_free;
+      if (o_.memory_limit) {
+        heads(all, true, md_);
+        tails(all, md_);
+        program = 0;
+        for (int32_t r = 0; r < P_; ++r) program = std::max(program, rank_bound(r, 0.0));
       }
       // Span (term 6): per rank, heads and tails relative to its own first and last compute.
       double span = 0, span_free = 0;
       const bool pass = o_.span && int64_t{P_} * S_ * md_ <= kMaxSpanPass;
-      for (int32_t r = 0; r < P_ && pass; ++r) {
+      if (pass) {
+        span_free = free_span();
+        if (!o_.memory_limit) span = span_free;
+      }
+      for (int32_t r = 0; r < P_ && pass && o_.memory_limit; ++r) {
         const std::vector<char> mine = stages_on(r);
         tails(mine, md_);
-        heads(mine, o_.memory_limit.has_value(), md_);
-        const double with = rank_bound(r, kNegInf);
-        span = std::max(span, with);
-        if (o_.memory_limit) {
-          heads(mine, false, md_);
-          span_free = std::max(span_free, rank_bound(r, kNegInf));
-        } else {
-          span_free = std::max(span_free, with);
-        }
+        heads(mine, true, md_);
+        span = std::max(span, rank_bound(r, kNegInf));
       }
       if (o_.sim.data_parallel.size > 1) {
         // Each rank's own program end (term 7): absolute heads, tails to the rank's own end.
@@ -361,7 +401,10 @@ class Bounder {
 
   const Schedule& sh_;
   const CostModel& costs_;
-  const LowerBoundOptions& o_;
+  LowerBoundOptions o_;
+  bool checked_ = false;
+  double most_unit_ = 0;  // the most one F adds to a rank's count
+  std::optional<double> free_program_, free_span_;
   int32_t P_ = 0, S_ = 0, Sd_ = 0, md_ = 0;
   std::vector<StageTerms> st_;
   std::vector<double> rf_, ri_, rw_, qf_, qi_, qw_;
@@ -372,7 +415,24 @@ class Bounder {
 Result<LowerBound> lower_bound(const Schedule& shape, const CostModel& costs,
                                const LowerBoundOptions& options) {
   Bounder b(shape, costs, options);
-  return b.run();
+  return b.at(options.memory_limit);
+}
+
+struct LowerBoundSweep::Impl {
+  Impl(const Schedule& shape, const CostModel& costs, const LowerBoundOptions& o)
+      : bounder(shape, costs, o) {}
+  Bounder bounder;
+};
+
+LowerBoundSweep::LowerBoundSweep(const Schedule& shape, const CostModel& costs,
+                                 const LowerBoundOptions& options)
+    : impl_(std::make_unique<Impl>(shape, costs, options)) {}
+LowerBoundSweep::~LowerBoundSweep() = default;
+LowerBoundSweep::LowerBoundSweep(LowerBoundSweep&&) noexcept = default;
+LowerBoundSweep& LowerBoundSweep::operator=(LowerBoundSweep&&) noexcept = default;
+
+Result<LowerBound> LowerBoundSweep::at(std::optional<double> memory_limit) {
+  return impl_->bounder.at(memory_limit);
 }
 
 Result<LowerBound> lower_bound_for(const Schedule& schedule, const CostModel& costs,

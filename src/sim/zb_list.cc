@@ -425,10 +425,10 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
   lbo.f_memory_units = units;
   lbo.w_memory_fractions = fractions;
   lbo.span = objective == ZbObjective::kSpan;
+  LowerBoundSweep bounds(pr.shape, costs, lbo);
   for (auto l = grid.rbegin(); l != grid.rend(); ++l) {
     if (best) {
-      lbo.memory_limit = *l;
-      const Result<LowerBound> lb = lower_bound(pr.shape, costs, lbo);
+      const Result<LowerBound> lb = bounds.at(*l);
       const double bound = !lb.ok()                          ? 0.0  // no bound: keep going
                            : objective == ZbObjective::kSpan ? lb->span
                                                              : lb->compute_end;
@@ -448,6 +448,11 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
         at_score = sc;
       }
     }
+    // Without the search, R(l) matters only where it beats the best R above it: a pass that
+    // cannot tie that best is cut too (exact: the result is the best R over the limits either
+    // way). With the search, R(l) is the searched best pass, which a worse pass may still start.
+    const bool with_search = budget.ms != 0 && budget.max_evaluations != 0;
+    const double beat = best && !with_search ? best_score.primary : kInf;
     // The passes are independent: worker t runs policies t, t + T, ... (T workers) and keeps its
     // best (ties to the earlier policy); the workers' bests then meet in policy order. A pass is
     // cut only when it cannot be its worker's best, so the winner is the one a single worker
@@ -456,8 +461,8 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
     auto run_worker = [&](size_t t) {
       WorkerBest& b = best_of[t];
       for (size_t k = t; k < policies.size(); k += workers.size()) {
-        const double cutoff =
-            std::min(at ? at_score.primary : kInf, b.pass ? b.pass->score.primary : kInf);
+        const double cutoff = std::min({at ? at_score.primary : kInf,
+                                        b.pass ? b.pass->score.primary : kInf, beat});
         Pass ps = workers[t].run(*l, policies[k], objective, cutoff);
         if (!ps.cut && (!b.pass || ps.score < b.pass->score)) {
           b.pass = std::move(ps);
@@ -479,8 +484,9 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
         at_score = b.pass->score;
       }
     }
+    if (!at && best) continue;  // every pass was cut by the best above: R(l) cannot win
     TP_CHECK(at.has_value(), "list scheduler: no schedule at memory limit ", *l);
-    if (budget.ms != 0 && budget.max_evaluations != 0) {
+    if (with_search) {
       TP_ASSIGN_OR_RETURN(Schedule searched,
                           improve_schedule(*at, costs, fractions, *l, objective, budget));
       TP_ASSIGN_OR_RETURN(Score sc,

@@ -243,6 +243,15 @@ class PatternSlots {
     for (int32_t r = 0; r < p_; ++r) cap = std::max(cap, peak(r, with_w));
     std::vector<std::vector<char>> taken(p_);
     for (int32_t r = 0; r < p_; ++r) taken[r].assign(end_slot(r) + 1, 0);
+    if (!with_w) {
+      kind_.assign(p_, {});
+      for (int32_t r = 0; r < p_; ++r) {
+        kind_[r].assign(end_slot(r) + 1, kFree);
+        for (int j = 0; j < 4; ++j) {
+          for (int64_t t : at_[r][j]) kind_[r][t] = slot_kind(j);
+        }
+      }
+    }
     int phase = 0;  // 0 warm-up, 1 steady (kept), 2 cool-down
     in_slot_order(kinds, [&](int64_t old, int32_t r, int j, int32_t k) {
       bool movable = true;
@@ -256,8 +265,43 @@ class PatternSlots {
       if (movable) to = earliest(r, j, k, old, ready(r, j, k) + 1, cap, with_w, taken[r]);
       at_[r][j][k] = to;
       taken[r][to] = 1;
+      if (!with_w && to != old) {
+        kind_[r][old] = kFree;
+        kind_[r][to] = slot_kind(j);
+      }
     });
   }
+
+  // Round 2's view of a rank: per slot, free, an F or an I (kinds 0..3 only, the W left to fill
+  // the free slots), kept in step with at_ while the round moves actions.
+  static constexpr char kFree = 0, kF = 1, kI = 2;
+  static char slot_kind(int j) { return j <= 1 ? kF : kI; }
+  // peak(r, false) walked over the slot kinds instead of re-sorting the rank's slots: the memory
+  // level and the due W from slot `from` on, given the state before it (free_w_slots()' rule: a
+  // free slot takes a W while one is due, until all 2m are placed; the levels run to the later
+  // of the last action and the last W). `last`: the rank's last busy slot.
+  struct Walk {
+    int32_t level = 0, most = std::numeric_limits<int32_t>::min(), due = 0, placed = 0;
+  };
+  Walk walk(const std::vector<char>& kind, int64_t from, int64_t to, int64_t last,
+            Walk w) const {
+    for (int64_t slot = from; slot < to; ++slot) {
+      const char c = slot <= last ? kind[slot] : kFree;
+      if (c == kF) {
+        ++w.level;
+      } else if (c == kI) {
+        ++w.due;
+      } else if (w.due > 0 && w.placed < 2 * m_) {
+        --w.level;
+        --w.due;
+        ++w.placed;
+      }
+      w.most = std::max(w.most, w.level);
+      if (slot >= last && w.placed == 2 * m_) break;
+    }
+    return w;
+  }
+  std::vector<std::vector<char>> kind_;  // [rank][slot], round 2 only
 
   // Calls fn(slot, rank, kind, microbatch) for every action of kinds 0..kinds-1 in slot order
   // (ties: rank, kind), each once; fn may move the action it is given (to an earlier slot).
@@ -303,16 +347,30 @@ class PatternSlots {
       }
       return best;
     }
-    // With the W filling the free slots, any move can change when they run: try each slot.
-    int64_t& at = at_[r][j][k];
+    // With the W filling the free slots, any move can change when they run: try each slot. The
+    // slots before `from` are the same for every try: their walk is done once.
+    std::vector<char>& kind = kind_[r];
+    int64_t last = end_slot(r);
+    const Walk before = walk(kind, 0, from, last, Walk{});
+    kind[old] = kFree;
+    if (old == last) {
+      while (last > 0 && kind[last] == kFree) --last;
+    }
+    int64_t found = old;
     for (int64_t t = from; t < old; ++t) {
       if (taken[t]) continue;
-      at = t;
-      const bool ok = peak(r, false) <= cap;
-      at = old;
-      if (ok) return t;
+      kind[t] = slot_kind(j);
+      const bool ok =
+          walk(kind, from, std::numeric_limits<int64_t>::max(), std::max(last, t), before).most <=
+          cap;
+      kind[t] = kFree;
+      if (ok) {
+        found = t;
+        break;
+      }
     }
-    return old;
+    kind[old] = slot_kind(j);
+    return found;
   }
 
   int32_t p_, m_;
@@ -334,6 +392,7 @@ std::optional<Schedule> controllable_memory_pattern(int32_t p, int32_t m, bool v
   if (!validate(s).ok()) return std::nullopt;  // (never seen; a candidate less, not an error)
   return s;
 }
+
 
 }  // namespace
 
