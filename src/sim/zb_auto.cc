@@ -27,6 +27,199 @@
 namespace tightpipe {
 namespace {
 using zb::lower_case;
+
+// The zero-bubble authors' own single-chunk greedy (sail-sg/zero-bubble-pipeline-parallelism,
+// zb.py, Graph.manual_order, main 39f2c186: the starting point of their ZB-1p / ZB-2p), rebuilt
+// here on the problem's per-stage costs, messages and memory (theirs takes per-stage costs and
+// one message time). It times each action as it places it (the later of the stage's lane and
+// its input's arrival):
+//   * warm-up: one F per stage; then from the last stage up, stage j adds F while they fit the
+//     memory and end before (allow_bubble) or start before (else) microbatch 0's I arrives from
+//     stage j + 1, no stage more than the one above it; then every stage's first I;
+//   * then per microbatch i: each stage that may (prioritize_b: a stage 2 F ahead of the next
+//     one skips its F where the next stage's F and I would end first and the wait is within
+//     its allowance; no stage runs an F when the next one does not) runs W until the F fits the
+//     memory, W while one ends before the F's input arrives and, before a wait, one more (always
+//     over the allowance, within it only no_bubble_greedy), then the F; then from the last stage
+//     up the same W rule before the I of microbatch i;
+//   * the W left run at the end.
+// The allowance of a stage is the most any stage has idled so far less its own idle. Where a
+// general cost table breaks one of the authors' preconditions (an input not placed when its turn
+// comes, memory over the limit with no W to run), the pass gives no schedule.
+class AuthorsGreedy {
+ public:
+  AuthorsGreedy(const zb::Problem& pr, double limit) : pr_(pr), limit_(limit) {}
+
+  std::optional<Schedule> pass(bool allow_bubble, bool prioritize_b, bool no_bubble_greedy) {
+    const int32_t S = pr_.S, m = pr_.m;
+    std::vector<zb::ChainTimes::Stage> chain;
+    for (const zb::Problem::Stage& x : pr_.stage) chain.push_back({x.cf, x.ci, x.comm_f, x.comm_b});
+    chain_ = zb::ChainTimes(std::move(chain), m);
+    nf_.assign(S, 0);
+    ni_.assign(S, 0);
+    nw_.assign(S, 0);
+    e_.assign(S, 0.0);
+    mem_.assign(S, 0.0);
+    idle_.assign(S, 0.0);
+    failed_ = false;
+    Schedule out = pr_.shape;
+    out.programs.assign(pr_.p, {});
+    progs_ = &out.programs;
+    auto allowance = [&](int32_t j) {
+      return *std::max_element(idle_.begin(), idle_.end()) - idle_[j];
+    };
+    // W before an action whose input arrives at `at`.
+    auto fill_before = [&](int32_t j, double at) {
+      while (nw_[j] < ni_[j] && e_[j] + pr_.stage[j].cw <= at) put(j, ActionType::kBackwardWeight);
+      if (nw_[j] < ni_[j] && e_[j] < at) {
+        if (at - e_[j] > allowance(j) || no_bubble_greedy) put(j, ActionType::kBackwardWeight);
+      }
+    };
+    auto arrival_f = [&](int32_t j) {  // F of microbatch nf_[j] from stage j - 1
+      const double e = chain_.end_f(j - 1, nf_[j]);
+      return e == zb::ChainTimes::kUnplaced ? e : e + pr_.stage[j - 1].comm_f;
+    };
+    auto arrival_i = [&](int32_t j, int32_t k) {  // I of microbatch k from stage j + 1
+      const double e = chain_.end_i(j + 1, k);
+      return e == zb::ChainTimes::kUnplaced ? e : e + pr_.stage[j + 1].comm_b;
+    };
+
+    for (int32_t j = 0; j < S; ++j) put(j, ActionType::kForward);
+    std::vector<int32_t> extra(S, 0);
+    double last = 0;  // when microbatch 0's I ends on the stage below
+    for (int32_t j = S - 1; j >= 0 && !failed_; --j) {
+      const zb::Problem::Stage& z = pr_.stage[j];
+      if (j == S - 1) {
+        last = chain_.end_f(j, 0) + z.ci;
+        continue;
+      }
+      const double comm = pr_.stage[j + 1].comm_b;
+      double mem = mem_[j], t = e_[j];
+      while (nf_[j] + extra[j] < m && mem + z.unit <= limit_ + zb::kMemEps) {
+        if (allow_bubble ? t + z.cf > last + comm : t >= last + comm) break;
+        mem += z.unit;
+        t += z.cf;
+        ++extra[j];
+      }
+      last = std::max(t, last + comm) + z.ci;
+    }
+    for (int32_t j = 1; j < S; ++j) {
+      while (extra[j] > 0 && extra[j] >= extra[j - 1] && nf_[j] + extra[j] < m) --extra[j];
+    }
+    for (int32_t j = 0; j < S; ++j) {
+      for (int32_t k = 0; k < extra[j]; ++k) put(j, ActionType::kForward);
+    }
+    for (int32_t j = S - 1; j >= 0; --j) put(j, ActionType::kBackwardInput);
+
+    for (int32_t i = 1; i < m && !failed_; ++i) {
+      std::vector<char> want(S, 0);
+      for (int32_t j = 0; j < S; ++j) {
+        if (nf_[j] >= m) continue;
+        if (j + 1 < S && nf_[j] >= nf_[j + 1] + 2 && prioritize_b) {
+          const zb::Problem::Stage& n = pr_.stage[j + 1];
+          const double next = e_[j + 1] + n.cf + n.ci + n.comm_b;
+          if (e_[j] >= next) continue;
+          const zb::Problem::Stage& z = pr_.stage[j];
+          double w_time = 0, with_w = mem_[j] + z.unit;
+          for (int32_t c = 0; with_w > limit_ + zb::kMemEps && nw_[j] + c < ni_[j]; ++c) {
+            w_time += z.cw;
+            with_w -= z.frac * z.unit;
+          }
+          if (e_[j] + z.cf + w_time <= next) {
+            want[j] = 1;
+            continue;
+          }
+          if (next - e_[j] <= allowance(j)) continue;
+        }
+        want[j] = 1;
+      }
+      for (int32_t j = S - 2; j >= 0; --j) want[j] = std::min(want[j], want[j + 1]);
+      for (int32_t j = 0; j < S && !failed_; ++j) {
+        if (!want[j]) continue;
+        while (mem_[j] + pr_.stage[j].unit > limit_ + zb::kMemEps) {
+          if (nw_[j] >= ni_[j]) return std::nullopt;
+          put(j, ActionType::kBackwardWeight);
+        }
+        if (j > 0) {
+          const double at = arrival_f(j);
+          if (at == zb::ChainTimes::kUnplaced) return std::nullopt;
+          fill_before(j, at);
+        }
+        put(j, ActionType::kForward);
+      }
+      for (int32_t j = S - 1; j >= 0 && !failed_; --j) {
+        if (ni_[j] != i) return std::nullopt;
+        if (j + 1 < S) {
+          const double at = arrival_i(j, i);
+          if (at == zb::ChainTimes::kUnplaced) return std::nullopt;
+          fill_before(j, at);
+        }
+        if (j == 0 && nf_[j] == m) {
+          while (nw_[j] < ni_[j]) put(j, ActionType::kBackwardWeight);
+        }
+        put(j, ActionType::kBackwardInput);
+      }
+    }
+    for (int32_t j = 0; j < S && !failed_; ++j) {
+      while (nw_[j] < m && !failed_) put(j, ActionType::kBackwardWeight);
+    }
+    if (failed_) return std::nullopt;
+    return out;
+  }
+
+ private:
+  // Stage j places its next action of `type` at the later of its lane and its input; a missing
+  // input, a count over m or memory over the limit fails the pass.
+  void put(int32_t j, ActionType type) {
+    if (failed_) return;
+    const zb::Problem::Stage& z = pr_.stage[j];
+    int32_t& n = type == ActionType::kForward         ? nf_[j]
+                 : type == ActionType::kBackwardInput ? ni_[j]
+                                                      : nw_[j];
+    const int32_t before = type == ActionType::kForward         ? pr_.m
+                           : type == ActionType::kBackwardInput ? nf_[j]
+                                                                : ni_[j];
+    if (n >= before) {
+      failed_ = true;
+      return;
+    }
+    double ready = e_[j];
+    if (type == ActionType::kForward) ready = chain_.ready_f(j, n);
+    if (type == ActionType::kBackwardInput) ready = chain_.ready_i(j, n);
+    if (ready == zb::ChainTimes::kUnplaced) {
+      failed_ = true;
+      return;
+    }
+    const double start = std::max(e_[j], ready);
+    if (nf_[j] > 0) idle_[j] += start - e_[j];
+    switch (type) {
+      case ActionType::kForward:
+        e_[j] = start + z.cf;
+        chain_.end_f(j, n) = e_[j];
+        mem_[j] += z.unit;
+        if (mem_[j] > limit_ + zb::kMemEps) failed_ = true;
+        break;
+      case ActionType::kBackwardInput:
+        e_[j] = start + z.ci;
+        chain_.end_i(j, n) = e_[j];
+        mem_[j] -= (1 - z.frac) * z.unit;
+        break;
+      default:
+        e_[j] = start + z.cw;
+        mem_[j] -= z.frac * z.unit;
+        break;
+    }
+    (*progs_)[pr_.shape.rank_of(j)].push_back({type, j, n++});
+  }
+
+  const zb::Problem& pr_;
+  double limit_;
+  zb::ChainTimes chain_;
+  std::vector<int32_t> nf_, ni_, nw_;   // per stage: F, I, W placed
+  std::vector<double> e_, mem_, idle_;  // per stage: lane free at, memory count, idle
+  std::vector<std::vector<Action>>* progs_ = nullptr;
+  bool failed_ = false;
+};
 }  // namespace
 
 std::string_view zb_objective_name(ZbObjective objective) {
@@ -203,7 +396,23 @@ Result<Schedule> build_zb_auto(int32_t p, int32_t m, const CostModel& costs,
   }
   const SearchBudget budget =
       o.search_budget_ms == 0.0 ? SearchBudget{.ms = 0} : zb_search_budget(o);
-  return zb::build_list_schedule(pr, costs, limit, o.objective, budget, std::move(hand), "zb-auto");
+  // The authors' greedy at each limit, in its 8 variants (their order).
+  auto authors = [&pr](double l) {
+    std::vector<Schedule> out;
+    AuthorsGreedy g(pr, l);
+    for (bool allow_bubble : {true, false}) {
+      for (bool prioritize_b : {true, false}) {
+        for (bool no_bubble_greedy : {true, false}) {
+          if (auto s = g.pass(allow_bubble, prioritize_b, no_bubble_greedy)) {
+            out.push_back(std::move(*s));
+          }
+        }
+      }
+    }
+    return out;
+  };
+  return zb::build_list_schedule(pr, costs, limit, o.objective, budget, std::move(hand), "zb-auto",
+                                 authors);
 }
 
 }  // namespace tightpipe

@@ -240,12 +240,15 @@ TEST(ZbAuto, AtScaleSampledNeverWorseNorOverTheLimit) {
 }
 
 TEST(ZbAuto, PapersPublishedSettingsNoWorseThanItsRates) {
-  // The zero-bubble paper's profiled settings (testutil/zb_paper_settings.h; the whole table and
-  // the 4 rows not yet met: bench/sim/zb_paper_settings_bench): our span bubble with the span
-  // objective at the paper's memory is no worse than the published rate (to its 4 decimals).
+  // The zero-bubble paper's profiled settings (testutil/zb_paper_settings.h; the whole table:
+  // bench/sim/zb_paper_settings_bench): our span bubble with the span objective at the paper's
+  // memory is no worse than the published rate (to its 4 decimals). zb-2p at p=8 m=24 and
+  // zb-v-auto at p=16 are met by the authors' own greedies among the candidates (zb_auto.cc,
+  // zb_v_auto.cc), and by no pass or handcrafted schedule.
   const std::tuple<const char*, int32_t, int32_t> met[] = {
-      {"zb-1p", 8, 24},  {"zb-2p", 8, 32},  {"zb-2p", 16, 48},      {"zb-1p", 32, 96},
-      {"zb-2p", 32, 96}, {"zb-2p", 32, 128}, {"zb-v-auto", 24, 72}, {"zb-v-auto", 32, 96}};
+      {"zb-1p", 8, 24},     {"zb-2p", 8, 24},      {"zb-2p", 8, 32},      {"zb-2p", 16, 48},
+      {"zb-v-auto", 16, 48}, {"zb-1p", 32, 96},    {"zb-2p", 32, 96},     {"zb-2p", 32, 128},
+      {"zb-v-auto", 24, 72}, {"zb-v-auto", 32, 96}};
   int k = 0;
   for (const auto& [name, p, m] : met) {
     if (k++ % testutil::kSweepStride != 0) continue;

@@ -376,7 +376,8 @@ std::vector<double> limit_grid(int32_t p, int32_t m) {
 
 Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, double limit,
                                      ZbObjective objective, const SearchBudget& budget,
-                                     std::vector<Schedule> hand, const std::string& name) {
+                                     std::vector<Schedule> hand, const std::string& name,
+                                     const CandidatesAt& at_limit) {
   std::vector<double> fractions(pr.S), units(pr.S);
   for (int32_t s = 0; s < pr.S; ++s) {
     fractions[s] = pr.stage[s].frac;
@@ -446,6 +447,21 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
       if (!at || sc < at_score) {
         at = hand[h];
         at_score = sc;
+      }
+    }
+    // The candidates made for this limit (after the handcrafted ones: those win a tie).
+    if (at_limit) {
+      for (Schedule& c : at_limit(*l)) {
+        const double peak = max_peak_units(c, fractions, units);
+        if (peak > *l + kMemEps) continue;
+        TP_ASSIGN_OR_RETURN(Timing t, Timing::make(c, costs));
+        if (!t.run(c)) continue;
+        const Score sc = objective == ZbObjective::kSpan ? Score{t.span(), t.makespan(), peak}
+                                                         : Score{t.makespan(), t.span(), peak};
+        if (!at || sc < at_score) {
+          at = std::move(c);
+          at_score = sc;
+        }
       }
     }
     // Without the search, R(l) matters only where it beats the best R above it: a pass that

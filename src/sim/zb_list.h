@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -136,10 +137,16 @@ class ListScheduler {
 // one (a larger limit is never worse).
 std::vector<double> limit_grid(int32_t p, int32_t m);
 
+// Candidates a builder makes for one grid limit (compute-only schedules of the problem's shape;
+// one over the limit, or one that cannot finish, is skipped).
+using CandidatesAt = std::function<std::vector<Schedule>(double limit)>;
+
 // The builder both zb-auto and zb-v-auto run (see the file comment): `hand` are the handcrafted
-// candidates (zb-h1, zb-h2; zb-v) in tie-break order; the result is named `name`.
+// candidates (zb-h1, zb-h2; zb-v) in tie-break order, `at_limit` (if set) makes more at each
+// limit tried, after them in that order; the result is named `name`.
 Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, double limit,
                                      ZbObjective objective, const SearchBudget& budget,
-                                     std::vector<Schedule> hand, const std::string& name);
+                                     std::vector<Schedule> hand, const std::string& name,
+                                     const CandidatesAt& at_limit = {});
 
 }  // namespace tightpipe::zb

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <queue>
@@ -394,6 +395,247 @@ std::optional<Schedule> controllable_memory_pattern(int32_t p, int32_t m, bool v
 }
 
 
+// The zero-bubble authors' own V greedy (sail-sg/zero-bubble-pipeline-parallelism, zbv.py,
+// PipelineGraph.try_v_schedule, main 39f2c186), rebuilt here on the problem's per-stage costs,
+// messages and memory (the authors' takes one F, B, W and message time for every stage). It
+// places actions rank by rank in rounds, timing each as it goes (the later of the rank's lane
+// and its input's arrival):
+//   * warm-up: one chunk-0 F per rank; then from the last rank up, rank i adds chunk-0 F (with
+//     one on every rank above it) while they end before the first chunk-1 F reaches it and its
+//     memory keeps room for 2 + 2i more, then runs its first chunk-1 F; then each rank below the
+//     first catches up with the one above (alternating chunks, from the last rank down);
+//   * 2m rounds: every rank places one I (chunk 1's once the I from the next rank is there,
+//     else chunk 0's; chunk-1 ranks from the last, then chunk-0 ranks from the first), then at
+//     most one F (chunk 1's when its input is there, else chunk 0's) once the memory has room;
+//     before each, pending W run while one ends before the action's input arrives, or when the
+//     wait would take the rank's idle over its allowance (the most any rank has idled so far;
+//     on a repeat, raised by what the previous pass let each rank idle);
+//   * the W left run at the end.
+// A pass is repeated with its own per-rank idle as the allowance while that lowers the most
+// idle of a rank. Where a general cost table breaks one of the authors' preconditions (an input
+// not placed when its turn comes, memory over the limit), the pass gives no schedule.
+class AuthorsVGreedy {
+ public:
+  AuthorsVGreedy(const zb::Problem& pr, double limit) : pr_(pr), limit_(limit) {}
+
+  // The best pass (least most-idle rank) for fill_f, fill_b, its repeats included.
+  std::optional<Schedule> best(bool fill_f, bool fill_b) {
+    std::optional<Outcome> cur = pass(fill_f, fill_b, {});
+    if (!cur) return std::nullopt;
+    for (int repeat = 0; repeat < kMaxRepeats; ++repeat) {
+      std::optional<Outcome> next = pass(fill_f, fill_b, cur->idle);
+      if (!next || !(next->most_idle < cur->most_idle)) break;
+      cur = std::move(next);
+    }
+    return std::move(cur->schedule);
+  }
+
+ private:
+  static constexpr int kMaxRepeats = 16;
+  struct Outcome {
+    Schedule schedule;
+    std::vector<double> idle;  // per rank, after its first chunk-0 F
+    double most_idle = 0;
+  };
+  // q: what a rank places. 0: chunk-0 F, 1: chunk-1 F, 2: chunk-1 I, 3: chunk-0 I.
+  int32_t stage_of(int32_t r, int q) const { return q == 0 || q == 3 ? r : 2 * pr_.p - 1 - r; }
+
+  // When rank r's next q's input from another rank arrives (its end plus the message); nullopt
+  // when that input is on r itself (the V's turns) or there is none. Unplaced: kUnplaced.
+  std::optional<double> arrival(int32_t r, int q) {
+    const int32_t s = stage_of(r, q);
+    const int32_t S = pr_.S;
+    const bool f = q <= 1;
+    const int32_t from = f ? s - 1 : s + 1;
+    if (from < 0 || from >= S || pr_.shape.rank_of(from) == r) return std::nullopt;
+    const double e = f ? chain_.end_f(from, nf_[s]) : chain_.end_i(from, ni_[s]);
+    if (e == zb::ChainTimes::kUnplaced) return e;
+    return e + (f ? pr_.stage[from].comm_f : pr_.stage[from].comm_b);
+  }
+
+  std::optional<Outcome> pass(bool fill_f, bool fill_b, const std::vector<double>& approved) {
+    const int32_t p = pr_.p, m = pr_.m;
+    std::vector<zb::ChainTimes::Stage> chain;
+    for (const zb::Problem::Stage& x : pr_.stage) chain.push_back({x.cf, x.ci, x.comm_f, x.comm_b});
+    chain_ = zb::ChainTimes(std::move(chain), m);
+    nf_.assign(pr_.S, 0);
+    ni_.assign(pr_.S, 0);
+    nw_.assign(pr_.S, 0);
+    cur_.assign(p, 0.0);
+    mem_.assign(p, 0.0);
+    idle_.assign(p, 0.0);
+    pending_.assign(p, {});
+    failed_ = false;
+    Schedule out = pr_.shape;
+    out.programs.assign(p, {});
+    progs_ = &out.programs;
+    const double most_approved =
+        approved.empty() ? -1.0 : *std::max_element(approved.begin(), approved.end());
+    auto allowance = [&](int32_t r) {  // get_max_stage_bubble(r) - idle[r]
+      double most = *std::max_element(idle_.begin(), idle_.end());
+      if (!approved.empty()) most = std::max(most, most_approved - approved[r]);
+      return most - idle_[r];
+    };
+    auto count = [&](int32_t r, int q) {
+      const int32_t s = stage_of(r, q);
+      return q <= 1 ? nf_[s] : ni_[s];
+    };
+
+    for (int32_t r = 0; r < p && !failed_; ++r) put(r, 0);
+    for (int32_t i = p - 1; i >= 0 && !failed_; --i) {
+      if (i == p - 1) {
+        put(i, 1);
+        continue;
+      }
+      const std::optional<double> back = arrival(i, 1);  // chunk-1 F of microbatch 0
+      if (!back || *back == zb::ChainTimes::kUnplaced) return std::nullopt;
+      const double keep = pr_.stage[i].unit * (2 + 2 * i);
+      while (!failed_ && mem_[i] + keep <= limit_ + zb::kMemEps &&
+             cur_[i] + pr_.stage[i].cf <= *back && count(i, 0) < m) {
+        for (int32_t j = 0; j <= i && !failed_; ++j) put(j, 0);
+      }
+      put(i, 1);
+    }
+    int chunk = 0;
+    for (int32_t i = 1; i < p && !failed_; ++i) {
+      auto behind = [&] {
+        const int32_t a = count(i, 0) + count(i, 1), b = count(i - 1, 0) + count(i - 1, 1);
+        return a < b || (count(i, 1) <= count(i - 1, 1) && count(i - 1, 1) < m);
+      };
+      while (!failed_ && behind()) {
+        bool placed = false;
+        for (int32_t j = p - 1; j >= i && !failed_; --j) {
+          if (count(j, chunk) < m) {
+            put(j, chunk);
+            placed = true;
+          }
+        }
+        chunk = 1 - chunk;
+        if (!placed && !behind()) break;
+        if (!placed && count(i, 0) >= m && count(i, 1) >= m) return std::nullopt;
+      }
+    }
+    if (failed_) return std::nullopt;
+
+    // Before rank r's next action (kind q): W while one ends before its input arrives, and one
+    // more if the wait would take r over its allowance (`fill`: that rule is on for this kind).
+    auto fill_before = [&](int32_t r, int q, bool fill) {
+      const std::optional<double> at = arrival(r, q);
+      if (!at || *at == zb::ChainTimes::kUnplaced) return;
+      while (!pending_[r].empty() && *at >= cur_[r] + pr_.stage[pending_[r].front()].cw) put_w(r);
+      if (!pending_[r].empty() && *at - cur_[r] > allowance(r) && fill) put_w(r);
+    };
+    for (int32_t round = 0; round < 2 * m && !failed_; ++round) {
+      std::vector<int32_t> i0, i1;  // ranks placing a chunk-1 I (i0) or a chunk-0 I (i1)
+      for (int32_t i = 0; i < p; ++i) {
+        if (count(i, 3) >= count(i, 2)) {
+          i0.push_back(i);
+        } else if (i == p - 1) {
+          i1.push_back(i);
+        } else {
+          const int32_t next = stage_of(i, 3) + 1;  // chunk-0 stage of rank i + 1
+          if (chain_.end_i(next, count(i, 3)) != zb::ChainTimes::kUnplaced ||
+              count(i, 2) >= m) {
+            i1.push_back(i);
+          } else {
+            i0.push_back(i);
+          }
+        }
+      }
+      std::vector<std::pair<int32_t, int>> order;
+      for (auto it = i1.rbegin(); it != i1.rend(); ++it) order.emplace_back(*it, 3);
+      for (int32_t i : i0) order.emplace_back(i, 2);
+      for (const auto& [i, q] : order) {
+        if (failed_) break;
+        fill_before(i, q, q == 3 || fill_b);
+        put(i, q);
+      }
+      for (int32_t i = 0; i < p && !failed_; ++i) {
+        if (count(i, 1) >= m) continue;
+        int q = -1;
+        if (count(i, 1) >= count(i, 0)) {
+          q = 0;
+        } else if (i == p - 1) {
+          q = 1;
+        } else if (chain_.end_f(stage_of(i, 1) - 1, count(i, 1)) != zb::ChainTimes::kUnplaced) {
+          q = 1;
+        } else if (count(i, 0) < m &&
+                   (i == 0 || chain_.end_f(i - 1, count(i, 0)) != zb::ChainTimes::kUnplaced)) {
+          q = 0;
+        }
+        if (q < 0) continue;
+        const double unit = pr_.stage[stage_of(i, q)].unit;
+        while (mem_[i] + unit > limit_ + zb::kMemEps) {
+          if (pending_[i].empty()) return std::nullopt;
+          put_w(i);
+        }
+        fill_before(i, q, fill_f);
+        put(i, q);
+      }
+    }
+    for (int32_t r = 0; r < p && !failed_; ++r) {
+      while (!pending_[r].empty()) put_w(r);
+    }
+    if (failed_) return std::nullopt;
+    Outcome o;
+    o.schedule = std::move(out);
+    o.idle = idle_;
+    o.most_idle = *std::max_element(idle_.begin(), idle_.end());
+    return o;
+  }
+
+  // Rank r places its next q at the later of its lane and its inputs; a missing input, a count
+  // over m or memory over the limit fails the pass.
+  void put(int32_t r, int q) {
+    if (failed_) return;
+    const int32_t s = stage_of(r, q);
+    const bool f = q <= 1;
+    const int32_t k = f ? nf_[s] : ni_[s];
+    if (k >= pr_.m || (!f && ni_[s] >= nf_[s])) {
+      failed_ = true;
+      return;
+    }
+    const double ready = f ? chain_.ready_f(s, k) : chain_.ready_i(s, k);
+    if (ready == zb::ChainTimes::kUnplaced) {
+      failed_ = true;
+      return;
+    }
+    const zb::Problem::Stage& z = pr_.stage[s];
+    const double start = std::max(cur_[r], ready);
+    if (nf_[stage_of(r, 0)] > 0) idle_[r] += start - cur_[r];
+    cur_[r] = start + (f ? z.cf : z.ci);
+    if (f) {
+      chain_.end_f(s, k) = cur_[r];
+      mem_[r] += z.unit;
+      if (mem_[r] > limit_ + zb::kMemEps) failed_ = true;
+      ++nf_[s];
+    } else {
+      chain_.end_i(s, k) = cur_[r];
+      mem_[r] -= (1 - z.frac) * z.unit;
+      pending_[r].push_back(s);
+      ++ni_[s];
+    }
+    (*progs_)[r].push_back({f ? ActionType::kForward : ActionType::kBackwardInput, s, k});
+  }
+  void put_w(int32_t r) {
+    const int32_t s = pending_[r].front();
+    pending_[r].pop_front();
+    const zb::Problem::Stage& z = pr_.stage[s];
+    cur_[r] += z.cw;
+    mem_[r] -= z.frac * z.unit;
+    (*progs_)[r].push_back({ActionType::kBackwardWeight, s, nw_[s]++});
+  }
+
+  const zb::Problem& pr_;
+  double limit_;
+  zb::ChainTimes chain_;
+  std::vector<int32_t> nf_, ni_, nw_;  // per stage: F, I, W placed
+  std::vector<double> cur_, mem_, idle_;  // per rank: lane free at, memory count, idle
+  std::vector<std::deque<int32_t>> pending_;  // per rank: the stages of its I whose W waits
+  std::vector<std::vector<Action>>* progs_ = nullptr;
+  bool failed_ = false;
+};
+
 }  // namespace
 
 Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
@@ -431,8 +673,21 @@ Result<Schedule> build_zb_v_auto(int32_t p, int32_t m, const CostModel& costs,
   }
   const SearchBudget budget =
       o.search_budget_ms == 0.0 ? SearchBudget{.ms = 0} : zb_search_budget(o);
+  // The authors' V greedy at each limit, with and without its two optional W fills.
+  auto authors = [&pr](double l) {
+    std::vector<Schedule> out;
+    AuthorsVGreedy g(pr, l);
+    for (bool fill_b : {true, false}) {
+      for (bool fill_f : {true, false}) {
+        if (auto s = g.best(fill_f, fill_b)) {
+          out.push_back(std::move(*s));
+        }
+      }
+    }
+    return out;
+  };
   return zb::build_list_schedule(pr, costs, limit, o.objective, budget, std::move(hand),
-                                 "zb-v-auto");
+                                 "zb-v-auto", authors);
 }
 
 }  // namespace tightpipe
