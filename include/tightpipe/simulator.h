@@ -110,6 +110,16 @@ struct SimOptions {
   // (--overlap-fb-factor): 0 runs them back to back (F + B), 1 hides min(F, B) entirely.
   double overlap_fb_factor = 0;
   DataParallelSim data_parallel = {};  // the gradient all-reduce across replicas; default: none
+  // Optimizer post-validation (--optimizer-post-validation; the zero-bubble runtime's
+  // --enable-optimizer-post-validation, REFERENCE.md section 4): each rank runs its optimizer as
+  // soon as its own program and all-reduces end, without waiting for the other ranks (its
+  // inf/NaN and gradient-norm check is validated later, off the critical path). false: every
+  // rank waits for the slowest before its optimizer, as the executor's synchronous step does.
+  bool optimizer_post_validation = false;
+  // When each rank's program starts (empty: every rank at 0): the later iterations of a
+  // post-validated run, where a rank starts as soon as its previous step ended
+  // (steady_state_step_time). Non-negative and finite, one per rank.
+  std::vector<double> rank_start;
 };
 
 // The time of an OVERLAP_F_B pair whose F takes f and B takes b: f + b - factor * min(f, b).
@@ -135,6 +145,7 @@ struct RankSimStats {
   double span_bubble_ratio = 0;  // (max_span - compute) / max_span (prof.h span_bubble)
   double comm = 0;           // time of this rank's SEND and RECV events
   double program_end = 0;    // end of its program's events (before all-reduce and optimizer)
+  double step_end = 0;       // end of its step: program, all-reduces and optimizer
   double allreduce = 0;      // time of its data-parallel all-reduces (hidden or not)
   double exposed_allreduce = 0;  // of it, idle time its optimizer waited (prof.h)
   int64_t compute_actions = 0;
@@ -164,6 +175,10 @@ struct SimResult {
   double max_span = 0;       // the longest rank span, first compute start to last compute end
   double span_bubble_ratio = 0;  // span_bubble(...).ratio (prof.h): the per-rank span measure
   bool optimizer = false;    // the cost model gave the optimizer a time: its phase is simulated
+  bool optimizer_post_validation = false;  // as simulated (SimOptions)
+  // The step's period when steps run back to back (steady_state_step_time); simulate() leaves it
+  // 0: the caller that computed it fills it in (the JSON's steady_state_step_time, when set).
+  double steady_state_step_time = 0;
   DataParallelSim data_parallel;  // as simulated
   // Sum over ranks of exposed_allreduce / (P x makespan): the breakdown's "exposed all-reduce"
   // share of the step (report.h), in bubble-ratio points.
@@ -191,6 +206,25 @@ struct SimResult {
 // that does not cover the schedule, an unlowered schedule with costly messages) is an error.
 Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
                            const SimOptions& options = {});
+
+// The time one step takes when steps run back to back (docs/cost_model.md, "Optimizer"). With the
+// synchronous optimizer every step starts together after the last rank's optimizer: the
+// makespan. With options.optimizer_post_validation each rank starts its next step as soon as its
+// own ended, so a step's warm-up overlaps the previous one's cool-down on other ranks: the
+// iterations are simulated one after another, each rank starting at its previous step_end, until
+// every rank's step ends the same time after its previous one (from then on each iteration is the
+// last one shifted: an exact period), or at most kSteadyStateMaxIterations (then the mean of the
+// last p periods of the latest end). Messages of the post-validation (the full inf/NaN and norm
+// state) are not timed.
+// Errors: simulate()'s.
+inline constexpr int32_t kSteadyStateMaxIterations = 64;
+struct SteadyState {
+  double step_time = 0;    // the period
+  int32_t iterations = 0;  // simulated to find it
+  bool converged = false;  // two consecutive periods agreed (relative 1e-9)
+};
+Result<SteadyState> steady_state_step_time(const Schedule& schedule, const CostModel& cost,
+                                           const SimOptions& options = {});
 
 // Stable JSON (docs/simulate_json.md): one object per result.
 std::string sim_result_to_json(const SimResult& result, int indent = 2);

@@ -46,6 +46,8 @@ ordered_json result_json(const SimResult& r) {
     j["gap_to_lower_bound_span"] = lower_bound_gap(r.max_span, r.lower_bound_span);
   }
   j["optimizer_modelled"] = r.optimizer;
+  j["optimizer_post_validation"] = r.optimizer_post_validation;
+  if (r.steady_state_step_time > 0) j["steady_state_step_time"] = r.steady_state_step_time;
   const bool dp = r.data_parallel.size > 1;  // the keys below only then: older outputs stay
   if (dp) {
     j["data_parallel"] = {{"size", r.data_parallel.size},
@@ -129,6 +131,12 @@ std::string format_sim_table(const SimResult& r) {
       "max span {:.6g}{}   span bubble {:.1f}%   (bubble: all ranks from 0 to the makespan; span "
       "bubble: each rank from its first to its last compute)\n",
       r.max_span, bound(r.max_span, r.lower_bound_span), 100.0 * r.span_bubble_ratio);
+  if (r.optimizer_post_validation && r.steady_state_step_time > 0) {
+    out += fmt::format(
+        "steady-state step {:.6g} (optimizer post-validation: each rank steps at its own end and "
+        "starts the next iteration; the makespan above is one step alone)\n",
+        r.steady_state_step_time);
+  }
   if (r.has_lower_bound) {
     out += fmt::format(
         "lower bound: no schedule of this shape holding at most {:.4g} activations per rank is "

@@ -92,6 +92,32 @@ TEST_F(SimulateCli, JsonHasBothBubbleMeasures) {
   EXPECT_EQ(k["results"][1]["span_bubble_ratio"].get<double>(), 0);
 }
 
+// --optimizer-post-validation (and the zero-bubble runtime's spelling): back-to-back iterations
+// overlap, so ZB-H2 at F = I = W runs at its bubble-free span 3m per step instead of its
+// makespan; 1F1B's idle is inside rank 0's span and stays. Without the flag the steady-state
+// step is the makespan.
+TEST_F(SimulateCli, OptimizerPostValidationPrintsTheSteadyStateStep) {
+  for (const char* flag : {"--optimizer-post-validation", "--enable-optimizer-post-validation"}) {
+    CliRun r = run(std::string("--schedule zb-h2 --pp 4 --microbatches 8 --cost f=1,i=1,w=1 ") +
+                   flag + " --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_TRUE(j["optimizer_post_validation"].get<bool>());
+    EXPECT_DOUBLE_EQ(j["makespan"].get<double>(), 27);
+    EXPECT_NEAR(j["steady_state_step_time"].get<double>(), 24, 1e-9);
+  }
+  CliRun sync = run("--schedule zb-h2 --pp 4 --microbatches 8 --cost f=1,i=1,w=1 --json");
+  ASSERT_EQ(sync.code, 0) << sync.err;
+  auto j = nlohmann::json::parse(sync.out);
+  EXPECT_FALSE(j["optimizer_post_validation"].get<bool>());
+  EXPECT_DOUBLE_EQ(j["steady_state_step_time"].get<double>(), 27);
+  CliRun f = run("--schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1 "
+                 "--optimizer-post-validation");
+  ASSERT_EQ(f.code, 0) << f.err;
+  EXPECT_NE(f.out.find("steady-state step 33 (optimizer post-validation"), std::string::npos)
+      << f.out;
+}
+
 // Every simulated schedule is printed next to its shape's lower bound at its memory
 // (lower_bound.h): ZB-H1 at F = I = W meets it (3m + p - 1), 1F1B (fused B) is above it.
 TEST_F(SimulateCli, PrintsTheLowerBound) {

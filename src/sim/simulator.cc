@@ -148,6 +148,19 @@ class Simulator {
           sch_.name, sch_.directions, S_, M_));
     }
     TP_RETURN_IF_ERROR(cost_.covers(sch_));
+    if (!opt_.rank_start.empty()) {
+      if (static_cast<int32_t>(opt_.rank_start.size()) != P_) {
+        return Status::invalid_argument(fmt::format(
+            "simulate: {} rank start times for {} ranks", opt_.rank_start.size(), P_));
+      }
+      for (int32_t r = 0; r < P_; ++r) {
+        if (!(std::isfinite(opt_.rank_start[r]) && opt_.rank_start[r] >= 0)) {
+          return Status::invalid_argument(fmt::format(
+              "simulate: rank {} starts at {}: must be finite and not negative", r,
+              opt_.rank_start[r]));
+        }
+      }
+    }
     for (int32_t s = 0; s < S_; ++s) {
       if (sch_.stage_to_rank[s] < 0 || sch_.stage_to_rank[s] >= P_) {
         return Status::invalid_argument(
@@ -231,6 +244,7 @@ class Simulator {
     res_.num_microbatches = M_;
     res_.comm_mode = opt_.comm_mode;
     res_.data_parallel = opt_.data_parallel;
+    res_.optimizer_post_validation = opt_.optimizer_post_validation;
     res_.recompute = opt_.recompute;
     res_.cost_source = cost_.source();
     res_.time_unit = cost_.time_unit();
@@ -259,8 +273,12 @@ class Simulator {
       res_.ranks[sch_.stage_to_rank[s]].static_bytes +=
           c.param_bytes + c.grad_bytes + c.optimizer_bytes;
     }
-    // Start every rank at time 0 in rank order, then drain the queue.
-    for (int32_t r = 0; r < P_; ++r) advance(r, 0.0);
+    // Start every rank at its start (0 unless given) in rank order, then drain the queue.
+    for (int32_t r = 0; r < P_; ++r) {
+      const double t0 = opt_.rank_start.empty() ? 0.0 : opt_.rank_start[r];
+      lane_free_[r] = rank_end_[r] = t0;
+      advance(r, t0);
+    }
     while (!queue_.empty()) {
       Event e = queue_.top();
       queue_.pop();
@@ -542,7 +560,8 @@ class Simulator {
 
   // The optimizer phase: once every rank has finished its program (sync), each rank runs its
   // stages' optimizer time. Its event starts where the rank's program ended, as a measured one
-  // does (the wait for the slowest rank is idle time; prof.h, step_bubble).
+  // does (the wait for the slowest rank is idle time; prof.h, step_bubble). Post-validated: each
+  // rank runs it right after its own program (SimOptions).
   std::vector<RankBusy> add_optimizer() {
     std::vector<double> opt(P_, 0.0);
     bool any = false;
@@ -556,9 +575,10 @@ class Simulator {
       busy[r].compute = busy_[r].total();
       busy[r].end = rank_end_[r];
       if (!any) continue;
+      const double from = opt_.optimizer_post_validation ? rank_end_[r] : sync;
       busy[r].optimizer_start = rank_end_[r];
-      busy[r].optimizer_end = busy[r].end = sync + opt[r];
-      res_.makespan = std::max(res_.makespan, sync + opt[r]);
+      busy[r].optimizer_end = busy[r].end = from + opt[r];
+      res_.makespan = std::max(res_.makespan, from + opt[r]);
       res_.optimizer = true;
       if (!opt_.record_timeline) continue;
       TimelineEvent& ev = res_.timeline.ranks[r].events.emplace_back();
@@ -574,9 +594,11 @@ class Simulator {
   void finish_stats() {
     for (int32_t r = 0; r < P_; ++r) res_.ranks[r].program_end = rank_end_[r];
     add_allreduce();
-    const StepBubble bubble = step_bubble(add_optimizer());
+    const std::vector<RankBusy> rank_busy = add_optimizer();
+    const StepBubble bubble = step_bubble(rank_busy);
     for (int32_t r = 0; r < P_; ++r) {
       RankSimStats& st = res_.ranks[r];
+      st.step_end = rank_busy[r].end;
       st.busy = bubble.busy[r];
       if (st.compute_actions > 0) {
         st.first_start = first_start_[r];
@@ -656,6 +678,58 @@ class Simulator {
 };
 
 }  // namespace
+
+Result<SteadyState> steady_state_step_time(const Schedule& schedule, const CostModel& cost,
+                                           const SimOptions& options) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  SimOptions o = options;
+  o.record_timeline = false;
+  o.rank_start.clear();
+  SteadyState out;
+  if (!o.optimizer_post_validation) {
+    TP_ASSIGN_OR_RETURN(SimResult r, simulate(schedule, cost, o));
+    out.step_time = r.makespan;
+    out.iterations = 1;
+    out.converged = true;
+    return out;
+  }
+  const int32_t P = schedule.num_ranks;
+  // Iteration k's step ends, absolute: each rank starts iteration k + 1 where its step k ended.
+  // Simulated relative to the earliest start (base), so the times stay small.
+  std::vector<double> end(P, 0.0);
+  std::vector<double> periods;
+  double base = 0, last_end = 0;
+  for (int32_t k = 0; k < kSteadyStateMaxIterations; ++k) {
+    base = *std::min_element(end.begin(), end.end());
+    o.rank_start.assign(P, 0.0);
+    for (int32_t r = 0; r < P; ++r) o.rank_start[r] = end[r] - base;
+    TP_ASSIGN_OR_RETURN(SimResult r, simulate(schedule, cost, o));
+    double most = 0, least_delta = kInf, most_delta = -kInf;
+    for (int32_t q = 0; q < P; ++q) {
+      const double e = base + r.ranks[q].step_end;
+      least_delta = std::min(least_delta, e - end[q]);
+      most_delta = std::max(most_delta, e - end[q]);
+      end[q] = e;
+      most = std::max(most, e);
+    }
+    out.iterations = k + 1;
+    if (k > 0) periods.push_back(most - last_end);
+    last_end = most;
+    // Every rank moved on by the same time: the next iteration starts as this one did, shifted,
+    // so every later one repeats it (the simulation does not depend on the time origin).
+    if (k > 0 && most_delta - least_delta <= 1e-9 * std::max(1.0, std::abs(most_delta))) {
+      out.step_time = most_delta;
+      out.converged = true;
+      return out;
+    }
+  }
+  // No fixed period (a cycle of several iterations): the mean over the last p periods.
+  const size_t take = std::min<size_t>(periods.size(), static_cast<size_t>(std::max(1, P)));
+  double sum = 0;
+  for (size_t i = periods.size() - take; i < periods.size(); ++i) sum += periods[i];
+  out.step_time = take > 0 ? sum / static_cast<double>(take) : last_end;
+  return out;
+}
 
 double stage_allreduce_bytes(const StageCost& c) {
   return c.allreduce_bytes > 0 ? c.allreduce_bytes : c.grad_bytes;

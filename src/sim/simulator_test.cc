@@ -485,3 +485,106 @@ TEST(DataParallelSim, OverlapStartsAfterTheStagesLastBackward) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// The lowered schedule `name` (one chunk) with uniform costs f = i = w = 1, free messages and an
+// optimizer time of `optimizer` per stage.
+struct SteadyCase {
+  Schedule low;
+  CostModel costs;
+};
+SteadyCase steady_case(const std::string& name, int32_t p, int32_t m, double optimizer,
+                       double comm = 0) {
+  auto s = generate_schedule(name, {.ranks = p, .microbatches = m, .chunks = 1});
+  TP_CHECK(s.ok(), s.status().to_string());
+  auto low = lower(*s);
+  TP_CHECK(low.ok(), low.status().to_string());
+  UniformCosts u;
+  u.comm = comm;
+  const CostModel base = uniform_cost_model(u, p, p);
+  std::vector<StageCost> st;
+  for (int32_t k = 0; k < p; ++k) {
+    st.push_back(base.stage(k));
+    st.back().optimizer = optimizer;
+  }
+  return {*low, CostModel(st, base.link(), base.time_unit(), "steady test", base.real_bytes())};
+}
+
+TEST(SteadyState, SynchronousStepIsTheMakespan) {
+  const SteadyCase c = steady_case("zb-h2", 4, 8, 0.5);
+  auto r = simulate(c.low, c.costs);
+  ASSERT_TRUE(r.ok());
+  auto ss = steady_state_step_time(c.low, c.costs);
+  ASSERT_TRUE(ss.ok()) << ss.status().to_string();
+  EXPECT_DOUBLE_EQ(ss->step_time, r->makespan);
+  EXPECT_EQ(ss->iterations, 1);
+}
+
+TEST(SteadyState, PostValidatedZbH2HasNoBubble) {
+  // ZB-H2 at F = I = W with free messages: each stage's span is 3m without a gap (REFERENCE.md
+  // section 4), so with each rank stepping on its own, iterations follow each other at 3m plus
+  // the optimizer; synchronous, every step pays the warm-up and cool-down again.
+  const int32_t p = 4, m = 8;
+  const double opt = 0.5;
+  const SteadyCase c = steady_case("zb-h2", p, m, opt);
+  SimOptions o;
+  o.optimizer_post_validation = true;
+  auto ss = steady_state_step_time(c.low, c.costs, o);
+  ASSERT_TRUE(ss.ok()) << ss.status().to_string();
+  EXPECT_TRUE(ss->converged);
+  EXPECT_NEAR(ss->step_time, 3.0 * m + opt, 1e-9);
+  auto sync = steady_state_step_time(c.low, c.costs);
+  ASSERT_TRUE(sync.ok());
+  EXPECT_GT(sync->step_time, ss->step_time + 1);
+}
+
+TEST(SteadyState, PostValidationCannotHelpWhereTheBubbleIsInsideTheRank) {
+  // 1F1B's and ZB-H1's rank 0 idles inside its own span (its warm-up F wait for the first
+  // gradient to come back): stepping early moves its next start, not the idle. The period is
+  // never below the busiest rank's work plus its optimizer, nor above the synchronous step.
+  for (const char* name : {"1f1b", "zb-h1", "zb-h2"}) {
+    SCOPED_TRACE(name);
+    const SteadyCase c = steady_case(name, 4, 8, 0.25, /*comm=*/0.1);
+    SimOptions o;
+    o.optimizer_post_validation = true;
+    auto post = steady_state_step_time(c.low, c.costs, o);
+    auto sync = steady_state_step_time(c.low, c.costs);
+    ASSERT_TRUE(post.ok() && sync.ok());
+    EXPECT_TRUE(post->converged);
+    EXPECT_GE(post->step_time, 3.0 * 8 + 0.25 - 1e-9);
+    EXPECT_LE(post->step_time, sync->step_time + 1e-9);
+  }
+}
+
+TEST(SteadyState, PostValidatedOptimizerRunsAtEachRanksOwnEnd) {
+  const SteadyCase c = steady_case("1f1b", 2, 2, 1.0);
+  SimOptions o;
+  o.optimizer_post_validation = true;
+  auto r = simulate(c.low, c.costs, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->optimizer_post_validation);
+  // 1F1B, p = 2, m = 2, F = B = 2 (I + W): rank 1 ends at 9, rank 0 at 11; each then runs its
+  // optimizer at once instead of rank 1 waiting for 11.
+  ASSERT_EQ(r->ranks.size(), 2u);
+  EXPECT_DOUBLE_EQ(r->ranks[0].step_end, r->ranks[0].program_end + 1.0);
+  EXPECT_DOUBLE_EQ(r->ranks[1].step_end, r->ranks[1].program_end + 1.0);
+  EXPECT_LT(r->ranks[1].step_end, r->ranks[0].step_end);
+}
+
+TEST(SteadyState, RankStartMustBeOnePerRankAndFinite) {
+  const SteadyCase c = steady_case("1f1b", 2, 2, 0);
+  SimOptions o;
+  o.rank_start = {0.0};
+  auto r = simulate(c.low, c.costs, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("1 rank start times for 2 ranks"), std::string::npos);
+  o.rank_start = {0.0, -1.0};
+  r = simulate(c.low, c.costs, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("rank 1 starts at -1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tightpipe

@@ -41,6 +41,11 @@ Result<SimResult> run_one(const Schedule& compute_only_schedule, const CostFlags
   }
   TP_ASSIGN_OR_RETURN(SimResult r, simulate(s, cost.model, opt));
   r.layout = cost.layout;
+  r.steady_state_step_time = r.makespan;  // synchronous: every step starts together
+  if (opt.optimizer_post_validation) {
+    TP_ASSIGN_OR_RETURN(SteadyState ss, steady_state_step_time(s, cost.model, opt));
+    r.steady_state_step_time = ss.step_time;
+  }
   TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(s, cost.model, opt));
   attach_lower_bound(r, lb);
   return r;
@@ -74,7 +79,7 @@ int cmd_simulate(int argc, char** argv) {
                  "[0, 1]: a pair takes F + B - X min(F, B)")
       ->capture_default_str();
   int32_t dp_size = 1;
-  bool overlap_grad_reduce = false;
+  bool overlap_grad_reduce = false, opt_post_validation = false;
   int64_t bucket_size = int64_t{1} << 20;
   app.add_option("--data-parallel-size", dp_size,
                  "replicas of the pipeline: adds each stage's gradient all-reduce (a ring over "
@@ -85,6 +90,12 @@ int cmd_simulate(int argc, char** argv) {
   app.add_option("--bucket-size", bucket_size,
                  "gradient values per all-reduce bucket, 8 bytes each (the trainer sums doubles)")
       ->capture_default_str();
+  app.add_flag("--optimizer-post-validation,--enable-optimizer-post-validation",
+               opt_post_validation,
+               "each rank runs its optimizer as soon as its own step ends and starts the next "
+               "step, the global inf/NaN and norm check validated later (the zero-bubble "
+               "runtime's flag): prints the steady-state step of back-to-back iterations "
+               "(JSON steady_state_step_time)");
   app.add_flag("--json", json, "print the result as JSON (docs/simulate_json.md)");
   app.add_option("--trace", trace, "write a Chrome trace (Perfetto, chrome://tracing) here");
   app.add_option("--svg", svg, "write an SVG timeline here");
@@ -114,6 +125,7 @@ int cmd_simulate(int argc, char** argv) {
                                     bucket_size)));
     }
     opt.data_parallel = trainer_data_parallel(dp_size, overlap_grad_reduce, bucket_size);
+    opt.optimizer_post_validation = opt_post_validation;
     if (Status st = check_data_parallel(opt.data_parallel); !st.ok()) return report_error(kCmd, st);
   }
 
