@@ -251,6 +251,31 @@ TEST(LowerBound, SpanAtLeastWork) {
   EXPECT_GE(lv->span, 3.0 * m - 1e-9);
 }
 
+TEST(LowerBound, PostValidatedOptimizerAddsEachRanksOwn) {
+  // ZB-H2 at F = I = W meets the bound (27 at p = 4, m = 8) and its rank 0 ends first (24; rank
+  // r ends at 24 + r). With a long optimizer on rank 0 only, post-validated it runs at 24 and the
+  // step ends at 34, before the last program end plus the longest optimizer (37): the bound must
+  // count each rank's own.
+  const int32_t p = 4, m = 8;
+  std::vector<StageCost> st(p);
+  for (StageCost& c : st) c.optimizer = 0.5;
+  st[0].optimizer = 10;
+  const CostModel c(st, {0, 100, 0}, "unit", "test");
+  for (const char* name : {"zb-h2", "zb-h1", "1f1b"}) {
+    SCOPED_TRACE(name);
+    const Schedule x = gen(name, p, m);
+    for (bool post : {false, true}) {
+      LowerBoundOptions o;
+      o.sim.optimizer_post_validation = post;
+      auto lb = lower_bound(x, c, o);
+      auto r = simulate(*lower(x), c, o.sim);
+      ASSERT_TRUE(lb.ok() && r.ok());
+      EXPECT_GE(r->makespan, lb->makespan - 1e-9) << post;
+      if (post && std::string(name) == "zb-h2") EXPECT_DOUBLE_EQ(r->makespan, 34);
+    }
+  }
+}
+
 TEST(LowerBound, DataParallelAndOptimizerAddAfterTheProgram) {
   const int32_t p = 2, m = 4;
   std::vector<StageCost> st(p);
