@@ -80,6 +80,26 @@ struct StepOutcome {
   double optimizer_start = 0, optimizer_end = 0;  // seconds from the step origin
 };
 
+// The program part of pipeline_step (what every step does before its optimizer): the barrier
+// (with_barrier; else the timeline's origin is this rank's own start), the program, the
+// data-parallel gradient and loss reductions. loss and grad_sq are this rank's shares (summed
+// over the data-parallel group).
+struct StepProgram {
+  double origin = 0;   // now_seconds() the timeline counts from
+  double loss = 0;     // this rank's share of the step's loss (0 off the last stage)
+  double grad_sq = 0;  // sum of squares of this rank's stages' gradients
+  RankStepResult rank;
+};
+Result<StepProgram> run_step_program(PipelineRank& rank, Transport& transport, int32_t step,
+                                     const BatchFetcher& fetch, int64_t tokens_per_step,
+                                     double timeout_s, Transport* data_parallel,
+                                     const GradReduceOptions& reduce, bool with_barrier);
+// The error of a non-finite step (--check-for-nan-in-loss-and-grad), from every rank's flags
+// summed: per stage 1 where its gradients were not finite, then 1 + the first microbatch whose
+// loss was not.
+Status nonfinite_step_error(int32_t step, double loss, double grad_sq,
+                            const std::vector<double>& flags, float lr);
+
 // One optimizer step: barrier, run the program, allreduce [loss, squared norm], clip, AdamW on
 // every local stage, zero the gradients. Every rank must call it the same number of times.
 // With `check_nan` (Megatron's --check-for-nan-in-loss-and-grad) a non-finite loss or gradient
@@ -170,6 +190,13 @@ struct TrainOptions {
   nn::AdamWConfig adamw;               // --weight-decay ...
   float clip_grad = 1.0f;              // --clip-grad (0: off)
   bool check_for_nan = true;           // --check-for-nan-in-loss-and-grad (pipeline_step)
+  // --enable-optimizer-post-validation (the zero-bubble runtime's flag; docs/post_validation.md):
+  // each rank steps right after its own program from its own gradients, unclipped, keeping a
+  // copy of what the step changes, and starts the next step without waiting for the others; the
+  // global loss, norm and inf/NaN state travels to every rank meanwhile and is checked at the end
+  // of the next step's program. A step that needed clipping (or was not finite) is undone from the
+  // copy and redone as the synchronous step does it, and the next step's program replayed.
+  bool optimizer_post_validation = false;
   uint64_t seed = 1234;                // --seed: model init and data order
   DataOptions data;                    // --data-path, --num-workers, ... (B, T from model)
   // --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model: the tokenizer of the data

@@ -33,6 +33,23 @@ TEST(MemoryCheck, WeightsAreTheModelsParameters) {
   EXPECT_GT(e->buffers, 0);
 }
 
+// --enable-optimizer-post-validation keeps a copy of each stage's weights, gradients and AdamW
+// state until its step is checked: counted, the rest unchanged.
+TEST(MemoryCheck, PostValidationCountsTheKeptCopy) {
+  TrainOptions o = small_run();
+  auto plain = make_plan(o);
+  o.optimizer_post_validation = true;
+  auto pv = make_plan(o);
+  ASSERT_TRUE(plain.ok() && pv.ok());
+  auto a = estimate_memory(*plain), b = estimate_memory(*pv);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->kept_copy, 0);
+  EXPECT_GT(b->kept_copy, 0);
+  EXPECT_NEAR(b->kept_copy, a->weights + a->gradients + a->adamw,
+              1e-9 * (a->weights + a->gradients + a->adamw));
+  EXPECT_NEAR(b->total() - a->total(), b->kept_copy, 1e-6 * b->total());
+}
+
 // --bf16: the weights add the bf16 copy of the matmul weights (GptStage::bf16_weight_bytes), the
 // gradients and AdamW state stay FP32, the activations shrink.
 TEST(MemoryCheck, Bf16CountsTheWeightCopyAndSmallerActivations) {

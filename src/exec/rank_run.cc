@@ -75,6 +75,28 @@ Result<std::unique_ptr<DataLoader>> open_validation(const DataOptions& train) {
 // The fields one rank ships per step: RankBusy (5), data wait, peak stash.
 constexpr size_t kStepFields = 7;
 
+// This rank's fields of a step from its events.
+std::vector<double> step_fields(const std::vector<TimelineEvent>& events, size_t peak_stash) {
+  const RankBusy busy = rank_busy(events);
+  double data_wait = 0;
+  for (const auto& e : events)
+    if (e.kind == EventKind::kData) data_wait += e.end - e.start;
+  return {busy.present ? 1.0 : 0.0, busy.compute, busy.optimizer_start, busy.optimizer_end,
+          busy.end,  data_wait,         static_cast<double>(peak_stash)};
+}
+
+// The step's bubble, data waits and stash peaks from every rank's fields ([rank x fields]).
+void fill_step_fields(StepRecord& rec, const std::vector<double>& all, int ranks) {
+  std::vector<RankBusy> busy(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    const double* x = &all[kStepFields * r];
+    busy[r] = {x[0] != 0, x[1], x[2], x[3], x[4]};
+    rec.data_wait.push_back(x[5]);
+    rec.peak_stash.push_back(x[6]);
+  }
+  rec.bubble = step_bubble(busy);
+}
+
 }  // namespace
 
 RankRun::RankRun(const RunPlan& plan, Transport& transport, Transport& data_parallel)
@@ -93,7 +115,9 @@ RankRun::RankRun(const RunPlan& plan, Transport& transport, Transport& data_para
             return eo;
           }()),
       needs_data_(!plan.opt.exec.emulated &&
-                  std::ranges::count(data_ranks(plan.lowered), transport.rank()) > 0) {}
+                  std::ranges::count(data_ranks(plan.lowered), transport.rank()) > 0) {
+  if (opt_.optimizer_post_validation) pv_.emplace(pr_, t_, opt_, kStepFields);
+}
 
 Status RankRun::open_data() {
   if (!needs_data_) return OkStatus();
@@ -370,22 +394,9 @@ Result<StepRecord> RankRun::step(int64_t step) {
 
   // This rank's share of the step's bubble, shared with every rank (prof.h, the one definition).
   const std::vector<TimelineEvent>& events = o.rank.timeline.events;
-  const RankBusy busy = rank_busy(events);
-  double data_wait = 0;
-  for (const auto& e : events)
-    if (e.kind == EventKind::kData) data_wait += e.end - e.start;
-  const double mine[kStepFields] = {busy.present ? 1.0 : 0.0, busy.compute, busy.optimizer_start,
-                                    busy.optimizer_end, busy.end, data_wait,
-                                    static_cast<double>(o.rank.peak_stash_bytes)};
+  const std::vector<double> mine = step_fields(events, o.rank.peak_stash_bytes);
   TP_ASSIGN_OR_RETURN(std::vector<double> all, allgather(t_, mine, opt_.exec.timeout_s));
-  std::vector<RankBusy> ranks(t_.size());
-  for (int r = 0; r < t_.size(); ++r) {
-    const double* x = &all[kStepFields * r];
-    ranks[r] = {x[0] != 0, x[1], x[2], x[3], x[4]};
-    rec.data_wait.push_back(x[5]);
-    rec.peak_stash.push_back(x[6]);
-  }
-  rec.bubble = step_bubble(ranks);
+  fill_step_fields(rec, all, t_.size());
 
   CostSamples& samples = samples_.emplace_back();
   std::string lines;  // the step's events in one write
@@ -399,6 +410,100 @@ Result<StepRecord> RankRun::step(int64_t step) {
   }
   last_ = std::move(o.rank.timeline);
   return rec;
+}
+
+Result<std::vector<StepRecord>> RankRun::step_post_validated(int64_t step) {
+  std::vector<Batch> batches;
+  const int64_t m = opt_.microbatches;
+  int64_t skipped = 0;  // as step(): this replica's slice of the global batch
+  BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
+    while (static_cast<int32_t>(batches.size()) <= mb) {
+      if (opt_.data_delay_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt_.data_delay_ms));
+      }
+      if (train_data_) {
+        for (; skipped < dp_rank_ * m; ++skipped) TP_RETURN_IF_ERROR(train_data_->next().status());
+        TP_ASSIGN_OR_RETURN(Batch b, train_data_->next());
+        batches.push_back(std::move(b));
+      } else {
+        batches.emplace_back();
+      }
+    }
+    return &batches[mb];
+  };
+  report_progress(step, "starting the step");
+  if (pv_first_step_ < 0) pv_first_step_ = step;
+  const double t0 = now_seconds();
+  auto program = [&] {
+    return run_step_program(pr_, t_, static_cast<int32_t>(step), fetch, plan_.tokens_per_step,
+                            opt_.exec.timeout_s, &dp_, opt_.grad_reduce,
+                            /*with_barrier=*/step == pv_first_step_);
+  };
+  TP_ASSIGN_OR_RETURN(StepProgram prog, program());
+  std::vector<StepRecord> ready;
+  if (pv_->pending()) {
+    TP_ASSIGN_OR_RETURN(PostValidation::Decided d, pv_->validate());
+    if (d.redone) {
+      // This program ran on the unclipped weights of every rank: run it again on the redone ones
+      // (the same batches; every rank decided alike, so every rank replays).
+      plan_.log(log_rank_,
+                fmt::format("post-validation: step {}: gradient norm {:.6g} over --clip-grad {}: "
+                            "its unclipped update was undone from the kept copy and redone "
+                            "clipped (scale {:.6g}); step {} replayed",
+                            d.step + 1, d.grad_norm, opt_.clip_grad, d.scale, step + 1));
+      TP_ASSIGN_OR_RETURN(prog, program());
+    }
+    ready.push_back(decided_record(d));
+  }
+  if (train_data_) {  // the replicas after this one: the stream moves past the global batch
+    for (int64_t k = dp_rank_ * m + static_cast<int64_t>(batches.size()); k < plan_.layout.dp * m;
+         ++k)
+      TP_RETURN_IF_ERROR(train_data_->next().status());
+  }
+  StepRecord rec;
+  rec.step = step;
+  rec.lr = nn::lr_at(opt_.lr, step);
+  pv_->step(static_cast<int32_t>(step), prog, static_cast<float>(rec.lr));
+  const std::vector<TimelineEvent>& events = prog.rank.timeline.events;
+  pv_->post(prog, step_fields(events, prog.rank.peak_stash_bytes));
+  rec.wall = now_seconds() - t0;
+  rec.tokens_per_s = double(plan_.tokens_per_step) / rec.wall;
+  pv_record_ = std::move(rec);
+  CostSamples& samples = samples_.emplace_back();
+  std::string lines;
+  for (const auto& e : events) {
+    samples.add_event(e);
+    lines += event_to_json(e) + '\n';
+  }
+  if (!lines.empty()) {
+    lines.pop_back();
+    timeline_.write(lines);
+  }
+  last_ = std::move(prog.rank.timeline);
+  return ready;
+}
+
+StepRecord RankRun::decided_record(const PostValidation::Decided& d) {
+  TP_CHECK(pv_record_.has_value() && pv_record_->step == d.step,
+           "post-validation: no record of step ", d.step);
+  StepRecord rec = std::move(*pv_record_);
+  pv_record_.reset();
+  rec.loss = d.loss;
+  rec.grad_norm = d.grad_norm;
+  fill_step_fields(rec, d.fields, t_.size());
+  return rec;
+}
+
+Result<StepRecord> RankRun::flush_post_validation() {
+  TP_ASSIGN_OR_RETURN(PostValidation::Decided d, pv_->validate());
+  if (d.redone) {
+    plan_.log(log_rank_,
+              fmt::format("post-validation: step {}: gradient norm {:.6g} over --clip-grad {}: its "
+                          "unclipped update was undone from the kept copy and redone clipped "
+                          "(scale {:.6g})",
+                          d.step + 1, d.grad_norm, opt_.clip_grad, d.scale));
+  }
+  return decided_record(d);
 }
 
 bool RankRun::eval_due(int64_t step) const {
@@ -562,16 +667,35 @@ Result<std::optional<TrainSummary>> RankRun::run() {
   const double run_start = now_seconds();
   int64_t done = start;
   for (int64_t s = start; s < opt_.train_iters; ++s) {
-    TP_ASSIGN_OR_RETURN(StepRecord rec, step(s));
-    report_skips();
-    if (eval_due(s)) {
-      TP_ASSIGN_OR_RETURN(rec.val_loss, evaluate());
+    std::vector<StepRecord> ready;
+    if (pv_) {
+      TP_ASSIGN_OR_RETURN(ready, step_post_validated(s));
+      // Where the weights must be the checked ones: an evaluation, a save, an exit, the end.
+      const int64_t next = s + 1;
+      const bool boundary =
+          next == opt_.train_iters || eval_due(s) ||
+          (opt_.exit_interval > 0 && next % opt_.exit_interval == 0) ||
+          (!opt_.save_dir.empty() && opt_.save_interval > 0 && next % opt_.save_interval == 0);
+      if (boundary) {
+        TP_ASSIGN_OR_RETURN(StepRecord last, flush_post_validation());
+        ready.push_back(std::move(last));
+      }
+    } else {
+      TP_ASSIGN_OR_RETURN(StepRecord rec, step(s));
+      ready.push_back(std::move(rec));
     }
-    metrics_.write(metrics_line(rec));
-    const bool log_now = s == start || s + 1 == opt_.train_iters || rec.val_loss >= 0 ||
-                         (s + 1) % opt_.log_interval == 0;
-    if (log_now) plan_.log(log_rank_, step_line(plan_, rec, start, now_seconds() - run_start));
-    records_.push_back(std::move(rec));
+    report_skips();
+    for (StepRecord& rec : ready) {
+      const int64_t k = rec.step;
+      if (eval_due(k)) {
+        TP_ASSIGN_OR_RETURN(rec.val_loss, evaluate());
+      }
+      metrics_.write(metrics_line(rec));
+      const bool log_now = k == start || k + 1 == opt_.train_iters || rec.val_loss >= 0 ||
+                           (k + 1) % opt_.log_interval == 0;
+      if (log_now) plan_.log(log_rank_, step_line(plan_, rec, start, now_seconds() - run_start));
+      records_.push_back(std::move(rec));
+    }
     done = s + 1;
     if (done == opt_.train_iters) break;
     if (switch_due()) TP_RETURN_IF_ERROR(switch_schedule());

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -131,7 +132,10 @@ std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs);
 // largest rank times the ranks on this host.
 struct MemoryEstimate {
   double weights = 0, gradients = 0, adamw = 0, activations = 0, buffers = 0;
-  double total() const { return weights + gradients + adamw + activations + buffers; }
+  // --enable-optimizer-post-validation: the copy of weights, gradients and AdamW state each
+  // stage keeps until its step is checked (PostValidation).
+  double kept_copy = 0;
+  double total() const { return weights + gradients + adamw + activations + buffers + kept_copy; }
   // Address space this process reserves beyond its tensors (counted against RLIMIT_AS only: it is
   // mapped, not resident): OpenBLAS's buffer per thread that calls BLAS (kOpenBlasBufferBytes;
   // with a failed allocation OpenBLAS 0.3.21 retries forever), each thread's stack and glibc's
@@ -206,6 +210,55 @@ class LineWriter {
   OutputFile out_;
 };
 
+// --enable-optimizer-post-validation (TrainOptions; docs/post_validation.md). Per step: after
+// its program, a rank keeps a copy of what the optimizer changes on its stages (weights, AdamW
+// moments and step, gradients), steps unclipped, sends its state (loss share, gradient sum of
+// squares, non-finite flags, the step's busy fields) to every rank of its pipeline and goes on.
+// validate() waits for every rank's state of that step (by the end of the next program each
+// has sent it: every rank's next program needs every other rank to have started its own) and
+// decides it as the synchronous step would: no clipping and finite, the step stands; else the
+// copy is restored and the step redone the synchronous way, or, non-finite with the check on,
+// restored and the run's error returned. Every rank decides alike from the same sums.
+class PostValidation {
+ public:
+  // `fields`: how many busy fields each rank sends beside its state.
+  PostValidation(PipelineRank& pr, Transport& pipeline, const TrainOptions& opt, size_t fields);
+  // Step `step` on this rank, unclipped, from `prog` (its program's outcome), with learning rate
+  // lr; the copy is kept. The optimizer's event is added to prog.rank's timeline.
+  void step(int32_t step, StepProgram& prog, float lr);
+  // Sends this rank's state of the step just taken (`fields`: its busy fields, after the
+  // optimizer's event) to every other rank of the pipeline.
+  void post(const StepProgram& prog, std::span<const double> fields);
+  bool pending() const { return pending_.has_value(); }
+  struct Decided {
+    int32_t step = 0;
+    double loss = 0, grad_norm = 0;
+    bool redone = false;          // the step needed clipping: restored and redone
+    float scale = 1;              // the clip scale it was redone with
+    std::vector<double> fields;   // [rank x fields] every rank's busy fields
+  };
+  // Waits for the pending step's states and decides it (see the class comment).
+  Result<Decided> validate();
+
+ private:
+  struct Kept {
+    std::vector<float> params, grads, m, v;
+    int64_t adam_step = 0;
+  };
+  struct Pending {
+    int32_t step = 0;
+    float lr = 0;
+    std::vector<std::vector<double>> rows;  // [rank] its state (own: filled at post)
+    std::vector<std::unique_ptr<Request>> requests;
+  };
+  PipelineRank& pr_;
+  Transport& t_;
+  const TrainOptions& opt_;
+  const size_t fields_;
+  std::map<int32_t, Kept> kept_;  // [local stage]
+  std::optional<Pending> pending_;
+};
+
 // One rank's run: the phases in order (set-up and resume, steps, evaluation, checkpoints, the
 // end-of-run exchange). Rank 0 also summarises.
 class RankRun {
@@ -223,6 +276,15 @@ class RankRun {
   Status check_data_parallel(const std::string& dir) const;
   Status open_files(int64_t start);
   Result<StepRecord> step(int64_t step);
+  // --enable-optimizer-post-validation: step `step`'s program (a barrier on the run's first only),
+  // the check of the step before it (redone and this program replayed where it needed
+  // clipping), then this step's optimistic update. Returns the records the check completed.
+  Result<std::vector<StepRecord>> step_post_validated(int64_t step);
+  // Checks the step not checked yet (before an evaluation, a save, an exit or the end) and
+  // returns its record.
+  Result<StepRecord> flush_post_validation();
+  // The record of a post-validated step from its check.
+  StepRecord decided_record(const PostValidation::Decided& d);
   Result<double> evaluate();
   bool eval_due(int64_t step) const;
   Status save(int64_t done);
@@ -255,6 +317,9 @@ class RankRun {
   std::vector<StepRecord> records_;
   RankTimeline last_;                 // this rank's events of the last step
   int64_t skips_reported_ = 0;        // report_skips(): skips already logged
+  std::optional<PostValidation> pv_;  // --enable-optimizer-post-validation
+  std::optional<StepRecord> pv_record_;  // the step taken, not checked yet (step, lr, wall)
+  int64_t pv_first_step_ = -1;           // the run's first step: its program has the barrier
 };
 
 }  // namespace tightpipe::train_internal

@@ -324,6 +324,7 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
     e.weights += c.param_bytes;
     e.gradients += c.grad_bytes;
     e.adamw += c.optimizer_bytes;
+    if (o.optimizer_post_validation) e.kept_copy += c.param_bytes + c.grad_bytes + c.optimizer_bytes;
     e.buffers += (T * T + B * T * C) * 4;  // a stage's attention and layer scratch
     if (bf16) {  // the FP32 transients of the bf16 path and the bf16 attention's work space
       const double NC = B * T * C, att = B * m.num_heads * T * T;
@@ -373,6 +374,7 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
     total.adamw += times * r.adamw;
     total.activations += times * r.activations;
     total.buffers += times * r.buffers;
+    total.kept_copy += times * r.kept_copy;
   };
   if (o.world.kind == TransportKind::kThreads) {
     for (const MemoryEstimate& r : ranks) add(r, o.world.world_size / o.pp);  // every replica
@@ -403,13 +405,17 @@ Status check_memory(const RunPlan& plan, const AvailableMemory& available, doubl
   return Status::invalid_argument(fmt::format(
       "--num-layers {} --hidden-size {} --seq-length {} --micro-batch-size {} "
       "--num-attention-heads {} --num-microbatches {} --pp {}: the model needs {} in {} "
-      "(weights {}, gradients {}, AdamW state {}, activations {}, batches and buffers {}) but {} "
+      "(weights {}, gradients {}, AdamW state {}, activations {}, batches and buffers {}{}) but {} "
       "is available ({}); hint: a smaller --hidden-size, --num-layers, --seq-length or "
       "--micro-batch-size, --recompute-granularity full, or --transport mpi over several machines",
       m.num_layers, m.hidden_size, m.seq_length, m.micro_batch_size, m.num_heads, o.microbatches,
       o.pp, human_bytes(e.total()), threads ? "this process" : "the ranks of this host",
       human_bytes(e.weights), human_bytes(e.gradients), human_bytes(e.adamw),
-      human_bytes(e.activations), human_bytes(e.buffers), human_bytes(available.bytes),
+      human_bytes(e.activations), human_bytes(e.buffers),
+      e.kept_copy > 0
+          ? fmt::format(", the post-validation copy {}", human_bytes(e.kept_copy))
+          : std::string(),
+      human_bytes(available.bytes),
       available.source));
 }
 
@@ -570,6 +576,24 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
     TP_ASSIGN_OR_RETURN(plan.lowered, lower(*sched));
   }
   TP_RETURN_IF_ERROR(check_executable(plan.lowered).with_context("--schedule " + opt.schedule));
+  if (opt.optimizer_post_validation) {
+    if (plan.lowered.directions > 1) {
+      return Status::invalid_argument(fmt::format(
+          "--enable-optimizer-post-validation with --schedule {}: its {} directions sum each model "
+          "stage's gradient copies across ranks before the optimizer, a synchronisation the "
+          "post-validated step cannot skip; hint: a one-direction schedule (zb-h2, zb-2p, "
+          "zb-v), or leave the flag out",
+          opt.schedule, plan.lowered.directions));
+    }
+    if (!plan.auto_switch.target.empty() && !plan.auto_switch.built) {
+      return Status::invalid_argument(fmt::format(
+          "--enable-optimizer-post-validation with --schedule {}: the run profiles and switches "
+          "schedules at a step boundary, not yet supported with post-validated steps; hint: build "
+          "it first (tightpipe schedule --schedule {} ... --format csv --out s.csv) and pass "
+          "--schedule s.csv, or leave the flag out",
+          opt.schedule, opt.schedule));
+    }
+  }
   // The layer split is one of the model stages: DualPipe's 2p stage ids hold p model stages.
   const int32_t model_stages = plan.lowered.stages_per_direction();
   if (plan.lowered.directions > 1 && opt.pipeline_layout == "auto") {

@@ -102,18 +102,24 @@ namespace {
 
 // Every rank's view of a non-finite step, summed over the ranks: per stage 1 where its gradients
 // are not finite, then 1 + the first microbatch whose loss was not (0: every loss finite).
-Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
-                       const RankStepResult& r, double loss, double grad_sq, float lr,
-                       double timeout_s) {
+// This rank's flags of a non-finite step: per stage 1 where its gradients are not finite, then
+// 1 + the first microbatch whose loss was not (0: every loss finite).
+std::vector<double> nonfinite_flags(PipelineRank& pr, const RankStepResult& r) {
   std::vector<double> flags(pr.num_stages() + 1, 0.0);
   for (auto& [s, stage] : pr.stages()) {
     if (!std::isfinite(stage->grad_sq_norm())) flags[s] = 1;
   }
   if (r.first_nonfinite_loss_microbatch >= 0) flags.back() = 1 + r.first_nonfinite_loss_microbatch;
-  TP_RETURN_IF_ERROR(allreduce_sum(transport, flags, timeout_s)
-                         .with_context(fmt::format("step {} non-finite check", step)));
+  return flags;
+}
+
+}  // namespace
+
+// The error of a non-finite step from every rank's flags summed (nonfinite_flags).
+Status nonfinite_step_error(int32_t step, double loss, double grad_sq,
+                            const std::vector<double>& flags, float lr) {
   std::vector<std::string> stages;
-  for (int32_t s = 0; s < pr.num_stages(); ++s)
+  for (int32_t s = 0; s + 1 < static_cast<int32_t>(flags.size()); ++s)
     if (flags[s] != 0) stages.push_back(std::to_string(s));
   return Status::failed_precondition(fmt::format(
       "step {}: loss {}, gradient norm {} (--check-for-nan-in-loss-and-grad): non-finite "
@@ -125,6 +131,17 @@ Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
                                      static_cast<int64_t>(flags.back()) - 1)
                        : std::string("every microbatch's loss was finite"),
       lr));
+}
+
+namespace {
+
+Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
+                       const RankStepResult& r, double loss, double grad_sq, float lr,
+                       double timeout_s) {
+  std::vector<double> flags = nonfinite_flags(pr, r);
+  TP_RETURN_IF_ERROR(allreduce_sum(transport, flags, timeout_s)
+                         .with_context(fmt::format("step {} non-finite check", step)));
+  return nonfinite_step_error(step, loss, grad_sq, flags, lr);
 }
 
 // --overlap-grad-reduce: one helper thread reduces the stages handed to it, in the order they
@@ -225,13 +242,16 @@ class AllReduceLog {
 
 }  // namespace
 
-Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_t step,
-                                  const BatchFetcher& fetch, int64_t tokens_per_step,
-                                  const nn::AdamWConfig& adamw, float lr, float clip,
-                                  double timeout_s, bool check_nan, Transport* data_parallel,
-                                  const GradReduceOptions& reduce) {
-  // A common origin for the step's timeline: every rank leaves the barrier at about the same time.
-  TP_RETURN_IF_ERROR(barrier(transport, timeout_s).with_context(fmt::format("step {} barrier", step)));
+Result<StepProgram> run_step_program(PipelineRank& pr, Transport& transport, int32_t step,
+                                     const BatchFetcher& fetch, int64_t tokens_per_step,
+                                     double timeout_s, Transport* data_parallel,
+                                     const GradReduceOptions& reduce, bool with_barrier) {
+  // A common origin for the step's timeline: every rank leaves the barrier at about the same
+  // time. Without it (post-validated steps), each rank's own start.
+  if (with_barrier) {
+    TP_RETURN_IF_ERROR(
+        barrier(transport, timeout_s).with_context(fmt::format("step {} barrier", step)));
+  }
   const double origin = now_seconds();
   const float loss_scale = 1.0f / static_cast<float>(tokens_per_step);
   const bool dp = data_parallel != nullptr && data_parallel->size() > 1;
@@ -260,10 +280,13 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
     if (overlapped) transport.abort(ran.status().to_string());
     return ran.status();
   }
-  RankStepResult r = std::move(ran).value();
+  StepProgram out;
+  out.origin = origin;
+  out.rank = std::move(ran).value();
+  RankStepResult& r = out.rank;
   report_progress(step, "the step's gradient reductions and optimizer update");
-  StepOutcome out;
-  double loss = r.has_loss ? r.loss : 0.0, grad_sq = r.grad_sq_norm;
+  out.loss = r.has_loss ? r.loss : 0.0;
+  out.grad_sq = r.grad_sq_norm;
   if (dp) {
     if (overlapped) {
       TP_RETURN_IF_ERROR(overlapped->finish());
@@ -276,21 +299,54 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
       for (const auto& [s, g] : grads) TP_RETURN_IF_ERROR(reduce_one(s));
     }
     allreduce_log.merge_into(r.timeline.events);
-    double l[1] = {loss};
+    double l[1] = {out.loss};
     TP_RETURN_IF_ERROR(
         allreduce_sum(*data_parallel, l, timeout_s)
             .with_context(fmt::format("step {} data-parallel loss allreduce", step)));
-    loss = l[0];
+    out.loss = l[0];
     if (!pr.stages().empty()) {  // the norm of the summed gradients (emulated: none)
-      grad_sq = 0;
-      for (auto& [s, stage] : pr.stages()) grad_sq += stage->grad_sq_norm();
+      out.grad_sq = 0;
+      for (auto& [s, stage] : pr.stages()) out.grad_sq += stage->grad_sq_norm();
     }
   }
+  return out;
+}
+
+namespace {
+
+// Appends the optimizer's event (start and end in seconds from the step's origin).
+void add_optimizer_event(RankStepResult& r, int32_t step, double start, double end,
+                         double cpu_wait) {
+  TimelineEvent opt;
+  opt.name = "optimizer";
+  opt.kind = EventKind::kOptimizer;
+  opt.lane = Lane::kCompute;
+  opt.step = step;
+  opt.start = start;
+  opt.end = end;
+  opt.cpu_wait = cpu_wait;
+  r.timeline.events.push_back(opt);
+}
+
+}  // namespace
+
+Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_t step,
+                                  const BatchFetcher& fetch, int64_t tokens_per_step,
+                                  const nn::AdamWConfig& adamw, float lr, float clip,
+                                  double timeout_s, bool check_nan, Transport* data_parallel,
+                                  const GradReduceOptions& reduce) {
+  TP_ASSIGN_OR_RETURN(StepProgram prog,
+                      run_step_program(pr, transport, step, fetch, tokens_per_step, timeout_s,
+                                       data_parallel, reduce, /*with_barrier=*/true));
+  RankStepResult& r = prog.rank;
+  const double origin = prog.origin;
+  StepOutcome out;
   // DualPipe: each model stage's two copies sum their gradients (trainer.h); no-op otherwise.
-  TP_ASSIGN_OR_RETURN(grad_sq, sum_stage_copies(pr, transport, grad_sq, step, timeout_s));
+  TP_ASSIGN_OR_RETURN(const double grad_sq,
+                      sum_stage_copies(pr, transport, prog.grad_sq, step, timeout_s));
   // After the data-parallel reduction: its exposed time is idle before the optimizer.
   out.optimizer_start = now_seconds() - origin;
-  double sums[2] = {loss, grad_sq};
+  double sums[2] = {prog.loss, grad_sq};
   TP_RETURN_IF_ERROR(allreduce_sum(transport, sums, timeout_s)
                          .with_context(fmt::format("step {} loss/grad-norm allreduce", step)));
   // Ready to run the update since the all-reduce returned: the core wait before it (timeline.h).
@@ -309,15 +365,7 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
     stage->zero_grads();
   }
   out.optimizer_end = now_seconds() - origin;
-  TimelineEvent opt;
-  opt.name = "optimizer";
-  opt.kind = EventKind::kOptimizer;
-  opt.lane = Lane::kCompute;
-  opt.step = step;
-  opt.start = out.optimizer_start;
-  opt.end = out.optimizer_end;
-  opt.cpu_wait = cpu_wait;
-  r.timeline.events.push_back(opt);
+  add_optimizer_event(r, step, out.optimizer_start, out.optimizer_end, cpu_wait);
   out.rank = std::move(r);
   return out;
 }

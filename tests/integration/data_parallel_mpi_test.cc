@@ -65,6 +65,47 @@ TEST(DataParallelMpiTest, Dp2TimesPp2AndDp2TimesPp1TrainAsOneRank) {
       << allowed.out << allowed.err;
 }
 
+// --enable-optimizer-post-validation on MPI processes: DP 2 x PP 2 and PP 4 (zb-h2), each with
+// no step needing clipping (--clip-grad 100) and with every step needing it (0.5: undone, redone
+// clipped, the next program replayed), train bit for bit as the synchronous run: the same
+// losses and gradient norms per step and the same checkpoint bytes.
+TEST(DataParallelMpiTest, PostValidatedStepsEqualTheSynchronousOnes) {
+  if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
+  const std::string dir = testutil::make_temp_dir("tp-pv-mpi");
+  struct Case {
+    int np, pp;
+    const char* clip;
+  };
+  for (const Case& c : {Case{4, 2, "100"}, Case{4, 2, "0.5"}, Case{4, 4, "0.5"}}) {
+    SCOPED_TRACE(fmt::format("-np {} --pp {} --clip-grad {}", c.np, c.pp, c.clip));
+    std::string outs[2];
+    for (int pv = 0; pv < 2; ++pv) {
+      outs[pv] = fmt::format("{}/np{}pp{}c{}{}", dir, c.np, c.pp, c.clip, pv);
+      auto r = run_command(fmt::format(
+          "{} -np {} {} --transport mpi --pp {} --schedule zb-h2 --num-microbatches {} "
+          "--clip-grad {} --out-dir {} --save {}/ckpt{}",
+          kMpirun, c.np, kTrain, c.pp, 2 * c.pp, c.clip, outs[pv], outs[pv],
+          pv ? " --enable-optimizer-post-validation" : ""));
+      ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+      EXPECT_EQ(r.out.find("post-validation: step") != std::string::npos,
+                pv == 1 && std::string(c.clip) == "0.5")
+          << r.out;
+    }
+    auto metrics = [](const std::string& out) {
+      std::vector<std::pair<double, double>> v;
+      for (const auto& l : split(read_file(out + "/metrics.jsonl").value(), '\n')) {
+        if (l.empty()) continue;
+        const auto j = nlohmann::json::parse(l);
+        v.emplace_back(j["loss"].get<double>(), j["grad_norm"].get<double>());
+      }
+      return v;
+    };
+    EXPECT_EQ(metrics(outs[0]), metrics(outs[1]));
+    auto diff = run_command(fmt::format("diff -r {}/ckpt {}/ckpt", outs[0], outs[1]));
+    EXPECT_EQ(diff.exit_code, 0) << diff.out << diff.err;
+  }
+}
+
 TEST(DataParallelMpiTest, ProcessCountNotDivisibleByPpIsRefused) {
   if (run_command("command -v mpirun").exit_code != 0) GTEST_SKIP() << "no mpirun";
   auto r = run_command(

@@ -789,3 +789,115 @@ TEST(TrainIntegrationTest, DualPipeRefusesBadShapes) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// Every stage checkpoint file of `a` equals the one of `b`, byte for byte.
+void expect_same_checkpoints(const std::string& a, const std::string& b) {
+  const nn::ResolvedCheckpoint ca = nn::resolve_checkpoint(a).value();
+  const nn::ResolvedCheckpoint cb = nn::resolve_checkpoint(b).value();
+  ASSERT_EQ(ca.manifest.step, cb.manifest.step);
+  for (size_t st = 0; st < ca.manifest.stages.size(); ++st) {
+    SCOPED_TRACE(fmt::format("stage {}", st));
+    const auto fa = read_file(nn::stage_checkpoint_path(ca.dir, static_cast<int>(st)));
+    const auto fb = read_file(nn::stage_checkpoint_path(cb.dir, static_cast<int>(st)));
+    ASSERT_TRUE(fa.ok() && fb.ok());
+    EXPECT_TRUE(*fa == *fb) << "the checkpoints differ";
+  }
+}
+
+// --enable-optimizer-post-validation: each rank steps unclipped at its own end and the check
+// arrives during the next step. The weights after every step equal the synchronous run's bit for
+// bit: with --clip-grad 100 no step needs clipping (none is redone), with --clip-grad 0.5 every
+// step does (each is undone from its kept copy, redone clipped, and the next program replayed).
+// Losses and gradient norms of every step are the synchronous ones too, and the saves at
+// --save-interval 2 (where the pending step is checked first) hold the same bytes.
+TEST(TrainIntegrationTest, PostValidatedStepsEqualTheSynchronousOnes) {
+  struct Case {
+    const char* schedule;
+    int32_t pp;
+    float clip;
+  };
+  for (const Case& c : {Case{"zb-h2", 2, 100.0f}, Case{"zb-h2", 4, 0.5f}, Case{"1f1b", 2, 0.5f},
+                        Case{"zb-v", 2, 100.0f}}) {
+    SCOPED_TRACE(fmt::format("{} p={} clip {}", c.schedule, c.pp, c.clip));
+    const std::string dir = testutil::make_temp_dir("tp-pv");
+    std::vector<std::string> lines[2];
+    std::string outs[2], saves[2];
+    for (int pv = 0; pv < 2; ++pv) {
+      TrainOptions o = tiny(fmt::format("{}/out{}", dir, pv));
+      o.trace_path.clear();
+      o.schedule = c.schedule;
+      o.pp = c.pp;
+      o.microbatches = 2 * c.pp;
+      o.clip_grad = c.clip;
+      o.train_iters = 5;
+      o.save_dir = fmt::format("{}/ckpt{}", dir, pv);
+      o.save_interval = 2;
+      o.optimizer_post_validation = pv == 1;
+      o.log = [&lines, pv](const std::string& l) { lines[pv].push_back(l); };
+      auto s = run_training(o);
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      outs[pv] = o.out_dir;
+      saves[pv] = o.save_dir;
+    }
+    const auto sync = read_metrics(outs[0]), post = read_metrics(outs[1]);
+    ASSERT_EQ(sync.size(), 5u);
+    ASSERT_EQ(post.size(), 5u);
+    for (const auto& [step, j] : sync) {
+      SCOPED_TRACE(step);
+      EXPECT_EQ(post.at(step)["loss"].get<double>(), j["loss"].get<double>());
+      EXPECT_EQ(post.at(step)["grad_norm"].get<double>(), j["grad_norm"].get<double>());
+    }
+    expect_same_checkpoints(saves[0], saves[1]);
+    expect_same_checkpoints(nn::iteration_dir(saves[0], 2), nn::iteration_dir(saves[1], 2));
+    const auto redone = std::ranges::count_if(lines[1], [](const std::string& l) {
+      return l.find("post-validation: step") != std::string::npos;
+    });
+    EXPECT_EQ(redone, c.clip < 1 ? 5 : 0);
+  }
+}
+
+// Post-validated, a non-finite step still stops the run as the synchronous check does: the same
+// error (naming the step and the stages) and the last checkpoint the step before, its weights
+// finite; a schedule whose gradient copies are summed across ranks (dualpipe) and an automatic
+// schedule that switches mid-run are refused, naming the flag and the schedule.
+TEST(TrainIntegrationTest, PostValidatedNonFiniteStepAndRefusals) {
+  const std::string dir = testutil::make_temp_dir("tp-pv-nan");
+  std::string msgs[2];
+  for (int pv = 0; pv < 2; ++pv) {
+    TrainOptions o = tiny(fmt::format("{}/run{}", dir, pv));
+    o.trace_path.clear();
+    o.eval_iters = 0;
+    o.train_iters = 12;
+    o.lr.lr = 1e6f;
+    o.lr.min_lr = 1e5f;
+    o.clip_grad = 0;
+    o.save_dir = fmt::format("{}/ckpt{}", dir, pv);
+    o.save_interval = 1;
+    o.optimizer_post_validation = pv == 1;
+    auto s = run_training(o);
+    ASSERT_FALSE(s.ok()) << "a --lr 1e6 run finished";
+    msgs[pv] = std::string(s.status().message());
+    EXPECT_NE(msgs[pv].find("--check-for-nan-in-loss-and-grad"), std::string::npos) << msgs[pv];
+  }
+  EXPECT_EQ(msgs[0], msgs[1]);
+  EXPECT_EQ(nn::resolve_checkpoint(dir + "/ckpt0").value().manifest.step,
+            nn::resolve_checkpoint(dir + "/ckpt1").value().manifest.step);
+  expect_same_checkpoints(dir + "/ckpt0", dir + "/ckpt1");
+
+  for (const char* sched : {"dualpipe", "zb-1p"}) {
+    TrainOptions o = tiny(dir + "/bad");
+    o.schedule = sched;
+    o.optimizer_post_validation = true;
+    auto r = run_training(o);
+    ASSERT_FALSE(r.ok()) << sched;
+    const std::string m(r.status().message());
+    EXPECT_NE(m.find("--enable-optimizer-post-validation"), std::string::npos) << m;
+    EXPECT_NE(m.find(sched), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace tightpipe

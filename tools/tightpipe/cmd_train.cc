@@ -133,6 +133,12 @@ int cmd_train(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay")
       ->capture_default_str();
+  app.add_flag("--enable-optimizer-post-validation,--optimizer-post-validation",
+               o.optimizer_post_validation,
+               "each rank steps at its own end from its own gradients and starts the next step; "
+               "the global norm and inf/NaN check arrive during the next step, and a step that "
+               "needed clipping is undone and redone (the zero-bubble runtime's flag; "
+               "docs/post_validation.md)");
   app.add_option("--clip-grad", o.clip_grad, "global gradient-norm clip (0: off)")
       ->capture_default_str();
   app.add_flag("--check-for-nan-in-loss-and-grad,!--no-check-for-nan-in-loss-and-grad",
