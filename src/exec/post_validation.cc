@@ -13,9 +13,8 @@ namespace tightpipe::train_internal {
 namespace {
 // The post-validation states (a user tag: the collectives own the tags from kMaxUserTag on).
 constexpr int kTagPostValidation = kMaxUserTag - 3;
-// A state: [0] loss share, [1] gradient sum of squares, [2 .. 2 + S) per stage 1 where its
-// gradients were not finite, [2 + S] 1 + the first microbatch whose loss was not, then the busy
-// fields.
+// A state: [0] loss share, [1] gradient sum of squares, then nonfinite_flags() (S + 1), then
+// the busy fields.
 constexpr size_t kHead = 2;
 }  // namespace
 
@@ -25,6 +24,10 @@ PostValidation::PostValidation(PipelineRank& pr, Transport& pipeline, const Trai
 
 void PostValidation::step(int32_t step, StepProgram& prog, float lr) {
   const double start = now_seconds() - prog.origin;
+  Pending p;
+  p.step = step;
+  p.lr = lr;
+  p.flags = nonfinite_flags(pr_, prog.rank);  // before the step zeroes the gradients
   for (auto& [s, stage] : pr_.stages()) {
     Kept& k = kept_[s];
     const nn::GptStage& c = *stage;  // const: reading does not mark the bf16 copy stale
@@ -36,36 +39,16 @@ void PostValidation::step(int32_t step, StepProgram& prog, float lr) {
     stage->optimizer_step(opt_.adamw, lr);  // unclipped: what the check finds unclipped stands
     stage->zero_grads();
   }
-  Pending p;
-  p.step = step;
-  p.lr = lr;
   pending_ = std::move(p);
-  TimelineEvent opt;
-  opt.name = "optimizer";
-  opt.kind = EventKind::kOptimizer;
-  opt.lane = Lane::kCompute;
-  opt.step = step;
-  opt.start = start;
-  opt.end = now_seconds() - prog.origin;
-  prog.rank.timeline.events.push_back(opt);
+  add_optimizer_event(prog.rank, step, start, now_seconds() - prog.origin, /*cpu_wait=*/0);
 }
 
 void PostValidation::post(const StepProgram& prog, std::span<const double> fields) {
   TP_CHECK(pending_.has_value() && fields.size() == fields_, "post-validation: post without a step");
-  const int32_t S = pr_.num_stages();
-  std::vector<double> mine(kHead + S + 1 + fields_, 0.0);
-  mine[0] = prog.loss;
-  mine[1] = prog.grad_sq;
-  for (auto& [s, stage] : pr_.stages()) {
-    // The gradients were zeroed by the step: the kept copy is the step's.
-    double sq = 0;
-    for (float g : kept_.at(s).grads) sq += static_cast<double>(g) * g;
-    if (!std::isfinite(sq)) mine[kHead + s] = 1;
-  }
-  if (prog.rank.first_nonfinite_loss_microbatch >= 0)
-    mine[kHead + S] = 1 + prog.rank.first_nonfinite_loss_microbatch;
-  std::copy(fields.begin(), fields.end(), mine.begin() + kHead + S + 1);
   Pending& p = *pending_;
+  std::vector<double> mine = {prog.loss, prog.grad_sq};
+  mine.insert(mine.end(), p.flags.begin(), p.flags.end());
+  mine.insert(mine.end(), fields.begin(), fields.end());
   p.rows.assign(t_.size(), std::vector<double>(mine.size(), 0.0));
   p.rows[t_.rank()] = std::move(mine);
   const std::vector<double>& own = p.rows[t_.rank()];

@@ -345,28 +345,8 @@ void RankRun::report_skips() {
 }
 
 Result<StepRecord> RankRun::step(int64_t step) {
-  std::vector<Batch> batches;
-  // Data parallel: the global batch is the next dp x m batches of the stream and replica d takes
-  // batches [d*m, (d+1)*m), the rows one rank with dp x m microbatches would give those
-  // microbatches. Every replica reads the whole global batch (skipping the others' slices), so
-  // its loader's position is the global stream's, the one a checkpoint saves.
-  const int64_t m = opt_.microbatches;
-  int64_t skipped = 0;  // batches of the replicas before this one, read this step
-  BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
-    while (static_cast<int32_t>(batches.size()) <= mb) {
-      if (opt_.data_delay_ms > 0) {
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt_.data_delay_ms));
-      }
-      if (train_data_) {
-        for (; skipped < dp_rank_ * m; ++skipped) TP_RETURN_IF_ERROR(train_data_->next().status());
-        TP_ASSIGN_OR_RETURN(Batch b, train_data_->next());
-        batches.push_back(std::move(b));
-      } else {
-        batches.emplace_back();  // emulated compute: no data, only the (emulated) wait
-      }
-    }
-    return &batches[mb];
-  };
+  StepBatches batches;
+  const BatchFetcher fetch = fetcher(batches);
   report_progress(step, "starting the step");  // each action reports too (the executor)
   StepRecord rec;
   rec.step = step;
@@ -377,11 +357,7 @@ Result<StepRecord> RankRun::step(int64_t step) {
       pipeline_step(pr_, t_, static_cast<int32_t>(step), fetch, plan_.tokens_per_step, opt_.adamw,
                     static_cast<float>(rec.lr), opt_.clip_grad, opt_.exec.timeout_s,
                     opt_.check_for_nan, &dp_, opt_.grad_reduce));
-  if (train_data_) {  // the replicas after this one: the stream moves past the global batch
-    for (int64_t k = dp_rank_ * m + static_cast<int64_t>(batches.size()); k < plan_.layout.dp * m;
-         ++k)
-      TP_RETURN_IF_ERROR(train_data_->next().status());
-  }
+  TP_RETURN_IF_ERROR(skip_later_replicas(batches));
 #ifndef NDEBUG
   // DualPipe's copies of a model stage step identically (issue 18): a collective, debug only.
   if (Status same = check_stage_copies(pr_, t_, opt_.exec.timeout_s); !same.ok())
@@ -397,10 +373,47 @@ Result<StepRecord> RankRun::step(int64_t step) {
   const std::vector<double> mine = step_fields(events, o.rank.peak_stash_bytes);
   TP_ASSIGN_OR_RETURN(std::vector<double> all, allgather(t_, mine, opt_.exec.timeout_s));
   fill_step_fields(rec, all, t_.size());
+  keep_events(std::move(o.rank.timeline));
+  return rec;
+}
 
+BatchFetcher RankRun::fetcher(StepBatches& b) {
+  // Data parallel: the global batch is the next dp x m batches of the stream and replica d takes
+  // batches [d*m, (d+1)*m), the rows one rank with dp x m microbatches would give those
+  // microbatches. Every replica reads the whole global batch (skipping the others' slices), so
+  // its loader's position is the global stream's, the one a checkpoint saves.
+  return [this, &b](int32_t mb) -> Result<const Batch*> {
+    const int64_t m = opt_.microbatches;
+    while (static_cast<int32_t>(b.batches.size()) <= mb) {
+      if (opt_.data_delay_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt_.data_delay_ms));
+      }
+      if (train_data_) {
+        for (; b.skipped < dp_rank_ * m; ++b.skipped)
+          TP_RETURN_IF_ERROR(train_data_->next().status());
+        TP_ASSIGN_OR_RETURN(Batch x, train_data_->next());
+        b.batches.push_back(std::move(x));
+      } else {
+        b.batches.emplace_back();  // emulated compute: no data, only the (emulated) wait
+      }
+    }
+    return &b.batches[mb];
+  };
+}
+
+Status RankRun::skip_later_replicas(const StepBatches& b) {
+  if (!train_data_) return OkStatus();
+  const int64_t m = opt_.microbatches;
+  for (int64_t k = dp_rank_ * m + static_cast<int64_t>(b.batches.size()); k < plan_.layout.dp * m;
+       ++k)
+    TP_RETURN_IF_ERROR(train_data_->next().status());
+  return OkStatus();
+}
+
+void RankRun::keep_events(RankTimeline timeline) {
   CostSamples& samples = samples_.emplace_back();
   std::string lines;  // the step's events in one write
-  for (const auto& e : events) {
+  for (const auto& e : timeline.events) {
     samples.add_event(e);
     lines += event_to_json(e) + '\n';
   }
@@ -408,29 +421,20 @@ Result<StepRecord> RankRun::step(int64_t step) {
     lines.pop_back();
     timeline_.write(lines);
   }
-  last_ = std::move(o.rank.timeline);
-  return rec;
+  last_ = std::move(timeline);
+}
+
+std::string RankRun::redone_line(const PostValidation::Decided& d, int64_t replayed) const {
+  return fmt::format(
+      "post-validation: step {}: gradient norm {:.6g} over --clip-grad {}: its unclipped update "
+      "was undone from the kept copy and redone clipped (scale {:.6g}){}",
+      d.step + 1, d.grad_norm, opt_.clip_grad, d.scale,
+      replayed >= 0 ? fmt::format("; step {} replayed", replayed + 1) : std::string());
 }
 
 Result<std::vector<StepRecord>> RankRun::step_post_validated(int64_t step) {
-  std::vector<Batch> batches;
-  const int64_t m = opt_.microbatches;
-  int64_t skipped = 0;  // as step(): this replica's slice of the global batch
-  BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> {
-    while (static_cast<int32_t>(batches.size()) <= mb) {
-      if (opt_.data_delay_ms > 0) {
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt_.data_delay_ms));
-      }
-      if (train_data_) {
-        for (; skipped < dp_rank_ * m; ++skipped) TP_RETURN_IF_ERROR(train_data_->next().status());
-        TP_ASSIGN_OR_RETURN(Batch b, train_data_->next());
-        batches.push_back(std::move(b));
-      } else {
-        batches.emplace_back();
-      }
-    }
-    return &batches[mb];
-  };
+  StepBatches batches;
+  const BatchFetcher fetch = fetcher(batches);
   report_progress(step, "starting the step");
   if (pv_first_step_ < 0) pv_first_step_ = step;
   const double t0 = now_seconds();
@@ -446,40 +450,21 @@ Result<std::vector<StepRecord>> RankRun::step_post_validated(int64_t step) {
     if (d.redone) {
       // This program ran on the unclipped weights of every rank: run it again on the redone ones
       // (the same batches; every rank decided alike, so every rank replays).
-      plan_.log(log_rank_,
-                fmt::format("post-validation: step {}: gradient norm {:.6g} over --clip-grad {}: "
-                            "its unclipped update was undone from the kept copy and redone "
-                            "clipped (scale {:.6g}); step {} replayed",
-                            d.step + 1, d.grad_norm, opt_.clip_grad, d.scale, step + 1));
+      plan_.log(log_rank_, redone_line(d, step));
       TP_ASSIGN_OR_RETURN(prog, program());
     }
     ready.push_back(decided_record(d));
   }
-  if (train_data_) {  // the replicas after this one: the stream moves past the global batch
-    for (int64_t k = dp_rank_ * m + static_cast<int64_t>(batches.size()); k < plan_.layout.dp * m;
-         ++k)
-      TP_RETURN_IF_ERROR(train_data_->next().status());
-  }
+  TP_RETURN_IF_ERROR(skip_later_replicas(batches));
   StepRecord rec;
   rec.step = step;
   rec.lr = nn::lr_at(opt_.lr, step);
   pv_->step(static_cast<int32_t>(step), prog, static_cast<float>(rec.lr));
-  const std::vector<TimelineEvent>& events = prog.rank.timeline.events;
-  pv_->post(prog, step_fields(events, prog.rank.peak_stash_bytes));
+  pv_->post(prog, step_fields(prog.rank.timeline.events, prog.rank.peak_stash_bytes));
   rec.wall = now_seconds() - t0;
   rec.tokens_per_s = double(plan_.tokens_per_step) / rec.wall;
   pv_record_ = std::move(rec);
-  CostSamples& samples = samples_.emplace_back();
-  std::string lines;
-  for (const auto& e : events) {
-    samples.add_event(e);
-    lines += event_to_json(e) + '\n';
-  }
-  if (!lines.empty()) {
-    lines.pop_back();
-    timeline_.write(lines);
-  }
-  last_ = std::move(prog.rank.timeline);
+  keep_events(std::move(prog.rank.timeline));
   return ready;
 }
 
@@ -496,13 +481,7 @@ StepRecord RankRun::decided_record(const PostValidation::Decided& d) {
 
 Result<StepRecord> RankRun::flush_post_validation() {
   TP_ASSIGN_OR_RETURN(PostValidation::Decided d, pv_->validate());
-  if (d.redone) {
-    plan_.log(log_rank_,
-              fmt::format("post-validation: step {}: gradient norm {:.6g} over --clip-grad {}: its "
-                          "unclipped update was undone from the kept copy and redone clipped "
-                          "(scale {:.6g})",
-                          d.step + 1, d.grad_norm, opt_.clip_grad, d.scale));
-  }
+  if (d.redone) plan_.log(log_rank_, redone_line(d, /*replayed=*/-1));
   return decided_record(d);
 }
 

@@ -210,6 +210,14 @@ class LineWriter {
   OutputFile out_;
 };
 
+// This rank's flags of a step, before its gradients are zeroed: per stage (of the whole
+// pipeline) 1 where its gradients are not finite, then 1 + the first microbatch whose loss was
+// not (0: every loss finite). Summed over the ranks, nonfinite_step_error() names them.
+std::vector<double> nonfinite_flags(PipelineRank& pr, const RankStepResult& r);
+// Appends the optimizer's event to r's timeline (start and end in seconds from the step origin).
+void add_optimizer_event(RankStepResult& r, int32_t step, double start, double end,
+                         double cpu_wait);
+
 // --enable-optimizer-post-validation (TrainOptions; docs/post_validation.md). Per step: after
 // its program, a rank keeps a copy of what the optimizer changes on its stages (weights, AdamW
 // moments and step, gradients), steps unclipped, sends its state (loss share, gradient sum of
@@ -248,6 +256,7 @@ class PostValidation {
   struct Pending {
     int32_t step = 0;
     float lr = 0;
+    std::vector<double> flags;  // this rank's nonfinite_flags() of the step
     std::vector<std::vector<double>> rows;  // [rank] its state (own: filled at post)
     std::vector<std::unique_ptr<Request>> requests;
   };
@@ -276,6 +285,18 @@ class RankRun {
   Status check_data_parallel(const std::string& dir) const;
   Status open_files(int64_t start);
   Result<StepRecord> step(int64_t step);
+  // One step's batches of this replica, read as the program asks for them.
+  struct StepBatches {
+    std::vector<Batch> batches;
+    int64_t skipped = 0;  // batches of the replicas before this one, read this step
+  };
+  BatchFetcher fetcher(StepBatches& batches);
+  // After the step: the stream moves past the later replicas' slices of the global batch.
+  Status skip_later_replicas(const StepBatches& batches);
+  // The step's events into this rank's cost samples, timeline file and last_.
+  void keep_events(RankTimeline timeline);
+  // The log line of a post-validated step redone (replayed: the step replayed, or -1).
+  std::string redone_line(const PostValidation::Decided& d, int64_t replayed) const;
   // --enable-optimizer-post-validation: step `step`'s program (a barrier on the run's first only),
   // the check of the step before it (redone and this program replayed where it needed
   // clipping), then this step's optimistic update. Returns the records the check completed.

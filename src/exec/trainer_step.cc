@@ -98,12 +98,8 @@ Status train_internal::sum_over_group(std::span<float> g, Transport& group, int6
   return OkStatus();
 }
 
-namespace {
+namespace train_internal {
 
-// Every rank's view of a non-finite step, summed over the ranks: per stage 1 where its gradients
-// are not finite, then 1 + the first microbatch whose loss was not (0: every loss finite).
-// This rank's flags of a non-finite step: per stage 1 where its gradients are not finite, then
-// 1 + the first microbatch whose loss was not (0: every loss finite).
 std::vector<double> nonfinite_flags(PipelineRank& pr, const RankStepResult& r) {
   std::vector<double> flags(pr.num_stages() + 1, 0.0);
   for (auto& [s, stage] : pr.stages()) {
@@ -113,7 +109,20 @@ std::vector<double> nonfinite_flags(PipelineRank& pr, const RankStepResult& r) {
   return flags;
 }
 
-}  // namespace
+void add_optimizer_event(RankStepResult& r, int32_t step, double start, double end,
+                         double cpu_wait) {
+  TimelineEvent opt;
+  opt.name = "optimizer";
+  opt.kind = EventKind::kOptimizer;
+  opt.lane = Lane::kCompute;
+  opt.step = step;
+  opt.start = start;
+  opt.end = end;
+  opt.cpu_wait = cpu_wait;
+  r.timeline.events.push_back(opt);
+}
+
+}  // namespace train_internal
 
 // The error of a non-finite step from every rank's flags summed (nonfinite_flags).
 Status nonfinite_step_error(int32_t step, double loss, double grad_sq,
@@ -138,7 +147,7 @@ namespace {
 Status nonfinite_error(PipelineRank& pr, Transport& transport, int32_t step,
                        const RankStepResult& r, double loss, double grad_sq, float lr,
                        double timeout_s) {
-  std::vector<double> flags = nonfinite_flags(pr, r);
+  std::vector<double> flags = train_internal::nonfinite_flags(pr, r);
   TP_RETURN_IF_ERROR(allreduce_sum(transport, flags, timeout_s)
                          .with_context(fmt::format("step {} non-finite check", step)));
   return nonfinite_step_error(step, loss, grad_sq, flags, lr);
@@ -312,24 +321,6 @@ Result<StepProgram> run_step_program(PipelineRank& pr, Transport& transport, int
   return out;
 }
 
-namespace {
-
-// Appends the optimizer's event (start and end in seconds from the step's origin).
-void add_optimizer_event(RankStepResult& r, int32_t step, double start, double end,
-                         double cpu_wait) {
-  TimelineEvent opt;
-  opt.name = "optimizer";
-  opt.kind = EventKind::kOptimizer;
-  opt.lane = Lane::kCompute;
-  opt.step = step;
-  opt.start = start;
-  opt.end = end;
-  opt.cpu_wait = cpu_wait;
-  r.timeline.events.push_back(opt);
-}
-
-}  // namespace
-
 Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_t step,
                                   const BatchFetcher& fetch, int64_t tokens_per_step,
                                   const nn::AdamWConfig& adamw, float lr, float clip,
@@ -365,7 +356,7 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
     stage->zero_grads();
   }
   out.optimizer_end = now_seconds() - origin;
-  add_optimizer_event(r, step, out.optimizer_start, out.optimizer_end, cpu_wait);
+  train_internal::add_optimizer_event(r, step, out.optimizer_start, out.optimizer_end, cpu_wait);
   out.rank = std::move(r);
   return out;
 }

@@ -181,7 +181,7 @@ class Bounder {
     const double work = *std::max_element(lb.rank_work.begin(), lb.rank_work.end());
     const double cwork = *std::max_element(compute_work.begin(), compute_work.end());
 
-    const std::vector<char> all(S_, 1);
+    const std::vector<char> all = all_stages();
     double program = 0, program_free = 0;
     std::vector<double> rank_end(P_, 0.0);  // a bound on each rank's program end
     if (o_.fast) {

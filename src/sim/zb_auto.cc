@@ -52,9 +52,7 @@ class AuthorsGreedy {
 
   std::optional<Schedule> pass(bool allow_bubble, bool prioritize_b, bool no_bubble_greedy) {
     const int32_t S = pr_.S, m = pr_.m;
-    std::vector<zb::ChainTimes::Stage> chain;
-    for (const zb::Problem::Stage& x : pr_.stage) chain.push_back({x.cf, x.ci, x.comm_f, x.comm_b});
-    chain_ = zb::ChainTimes(std::move(chain), m);
+    chain_ = pr_.chain();
     nf_.assign(S, 0);
     ni_.assign(S, 0);
     nw_.assign(S, 0);

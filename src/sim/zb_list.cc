@@ -96,6 +96,12 @@ Problem Problem::make(int32_t m, const CostModel& costs, const Schedule& placeme
   return pr;
 }
 
+ChainTimes Problem::chain() const {
+  std::vector<ChainTimes::Stage> st;
+  for (const Stage& x : stage) st.push_back({x.cf, x.ci, x.comm_f, x.comm_b});
+  return ChainTimes(std::move(st), m);
+}
+
 ListScheduler::ListScheduler(const Problem& pr) : pr_(pr) {}
 
 double ListScheduler::ready_f(int32_t s) {
@@ -302,9 +308,7 @@ Pass ListScheduler::run(double limit, const Policy& policy, ZbObjective objectiv
   choice_.assign(pr_.p, Choice{});
   heap_.clear();
   heap_pos_.assign(pr_.p, -1);
-  std::vector<ChainTimes::Stage> chain;
-  for (const Problem::Stage& x : pr_.stage) chain.push_back({x.cf, x.ci, x.comm_f, x.comm_b});
-  chain_ = ChainTimes(std::move(chain), pr_.m);
+  chain_ = pr_.chain();
 
   Pass out;
   Schedule& sch = out.schedule;

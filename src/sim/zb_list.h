@@ -74,6 +74,9 @@ struct Problem {
   // `placement`: num_ranks, num_stages and stage_to_rank (one or two stages per rank).
   static Problem make(int32_t m, const CostModel& costs, const Schedule& placement,
                       const std::vector<double>& fractions);
+  // The dependency timing of the problem's stages with nothing placed (the list scheduler's and
+  // the authors' greedies' start).
+  ChainTimes chain() const;
 };
 
 struct Pass {

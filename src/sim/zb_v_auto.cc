@@ -455,9 +455,7 @@ class AuthorsVGreedy {
 
   std::optional<Outcome> pass(bool fill_f, bool fill_b, const std::vector<double>& approved) {
     const int32_t p = pr_.p, m = pr_.m;
-    std::vector<zb::ChainTimes::Stage> chain;
-    for (const zb::Problem::Stage& x : pr_.stage) chain.push_back({x.cf, x.ci, x.comm_f, x.comm_b});
-    chain_ = zb::ChainTimes(std::move(chain), m);
+    chain_ = pr_.chain();
     nf_.assign(pr_.S, 0);
     ni_.assign(pr_.S, 0);
     nw_.assign(pr_.S, 0);

@@ -475,17 +475,23 @@ TEST(TrainIntegrationTest, AutoScheduleProfilesSwitchesResumesAndTrainsAsOneRank
 // before its optimizer step, and the checkpoint saved every step holds the step before, with
 // finite weights. Switched off, the same run goes on to the end (Megatron's
 // --no-check-for-nan-in-loss-and-grad). A non-finite --lr or --clip-grad is refused.
-TEST(TrainIntegrationTest, NonFiniteLossStopsBeforeTheOptimizerStep) {
-  const std::string dir = testutil::make_temp_dir("tp-nan");
-  TrainOptions o = tiny(dir + "/run");
+// A run whose --lr 1e6 drives the loss to NaN/Inf within a few steps, saving every step.
+TrainOptions diverging_run(const std::string& out, const std::string& save) {
+  TrainOptions o = tiny(out);
   o.trace_path.clear();
   o.eval_iters = 0;
   o.train_iters = 12;
   o.lr.lr = 1e6f;
   o.lr.min_lr = 1e5f;
   o.clip_grad = 0;
-  o.save_dir = dir + "/ckpt";
+  o.save_dir = save;
   o.save_interval = 1;
+  return o;
+}
+
+TEST(TrainIntegrationTest, NonFiniteLossStopsBeforeTheOptimizerStep) {
+  const std::string dir = testutil::make_temp_dir("tp-nan");
+  TrainOptions o = diverging_run(dir + "/run", dir + "/ckpt");
   auto s = run_training(o);
   ASSERT_FALSE(s.ok()) << "a --lr 1e6 run finished";
   const std::string msg(s.status().message());
@@ -867,15 +873,8 @@ TEST(TrainIntegrationTest, PostValidatedNonFiniteStepAndRefusals) {
   const std::string dir = testutil::make_temp_dir("tp-pv-nan");
   std::string msgs[2];
   for (int pv = 0; pv < 2; ++pv) {
-    TrainOptions o = tiny(fmt::format("{}/run{}", dir, pv));
-    o.trace_path.clear();
-    o.eval_iters = 0;
-    o.train_iters = 12;
-    o.lr.lr = 1e6f;
-    o.lr.min_lr = 1e5f;
-    o.clip_grad = 0;
-    o.save_dir = fmt::format("{}/ckpt{}", dir, pv);
-    o.save_interval = 1;
+    TrainOptions o =
+        diverging_run(fmt::format("{}/run{}", dir, pv), fmt::format("{}/ckpt{}", dir, pv));
     o.optimizer_post_validation = pv == 1;
     auto s = run_training(o);
     ASSERT_FALSE(s.ok()) << "a --lr 1e6 run finished";
