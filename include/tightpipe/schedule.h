@@ -281,6 +281,31 @@ Status validate(const Schedule& schedule);
 // order; stages on the same rank hand off locally. REQUIRES: a compute-only schedule.
 Result<Schedule> lower(const Schedule& schedule);
 
+// Megatron-LM's p2p calls (docs/cost_model.md "Engine profiles"): where Megatron's schedules post
+// their sends and receives, as batches that are waited together before the next compute.
+// megatron/core/pipeline_parallel/schedules.py:
+//  * one stage per rank (forward_backward_pipelining_without_interleaving): before the first
+//    compute its input's receive; between two computes of different kinds one call holds the
+//    first's output send and the second's input receive (send_forward_recv_backward,
+//    send_backward_recv_forward); between two of the same kind, two calls, the send then the
+//    receive (send_forward then recv_forward; send_backward then recv_backward); after the last
+//    compute its send.
+//  * more stages than ranks (forward_backward_pipelining_with_interleaving, overlap off): an F
+//    followed by a B is one step of the steady state (forward then backward, then p2p); every other
+//    compute is a step of its own; between two steps one call holds the sends of the first's
+//    outputs and the receives of the second's inputs (send_forward_recv_forward,
+//    send_forward_backward_recv_forward_backward, send_backward_recv_backward).
+// Only cross-rank messages are posted. `schedule` holds the SEND/RECV actions in those places
+// (lowered = true); call[r][k] numbers the call of programs[r][k] (-1 for a compute action), so
+// consecutive comm actions with one number are posted together.
+// Errors (InvalidArgument): a schedule that is lowered already, has I/W or OVERLAP_F_B actions
+// (Megatron's schedules run whole backwards) or two directions; validate()'s errors.
+struct P2pCalls {
+  Schedule schedule;
+  std::vector<std::vector<int32_t>> call;  // [rank][program position]
+};
+Result<P2pCalls> megatron_p2p_calls(const Schedule& compute_only);
+
 // Drops the SEND/RECV actions of a lowered schedule.
 Schedule compute_only(const Schedule& schedule);
 

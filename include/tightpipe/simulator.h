@@ -73,6 +73,42 @@ Result<CommMode> parse_comm_mode(std::string_view text);
 std::string_view recompute_name(Recompute recompute);  // "none", "full"
 Result<Recompute> parse_recompute(std::string_view text);
 
+// The engine that will run the job (--engine; docs/cost_model.md "Engine profiles"): how its
+// schedules' messages meet compute and when its optimizer runs, each read from that engine's code.
+//   tightpipe         this executor: --comm-mode and --optimizer-post-validation as given
+//   megatron          Megatron-LM's p2p calls (megatron_p2p_calls, schedule.h): a call's sends
+//                     and receives are posted together and the rank computes nothing until all
+//                     have completed; a send completes only once its receiver has posted the
+//                     receive (NCCL p2p is a rendezvous) and the message has crossed; optimizer
+//                     synchronous (the grad-norm and found-inf all-reduces over the pipeline)
+//   megatron-overlap  --overlap-p2p-communication: interleaved schedules post sends and receives
+//                     asynchronously and wait a receive just before its compute (overlap); one
+//                     stage per rank runs as `megatron` (Megatron turns overlap off without
+//                     virtual stages); optimizer synchronous
+//   torch             torch.distributed.pipelining: sends asynchronous, a receive waited just
+//                     before its compute (overlap); optimizer synchronous (the user's step after
+//                     schedule.step())
+//   zb                the zero-bubble runtime: asynchronous p2p (overlap) and the post-validated
+//                     optimizer (each rank steps at its own end)
+enum class Engine { kTightpipe, kMegatron, kMegatronOverlap, kTorch, kZb };
+std::string_view engine_name(Engine engine);
+// Errors (InvalidArgument): an unknown name; the message lists the known ones.
+Result<Engine> parse_engine(std::string_view text);
+
+// How a simulation runs one schedule under an engine: the one mapping every prediction uses.
+struct EngineProfile {
+  Engine engine = Engine::kTightpipe;
+  bool megatron_calls = false;           // messages run as Megatron's p2p calls (above)
+  CommMode comm_mode = CommMode::kOverlap;  // otherwise, how messages use the compute lanes
+  bool optimizer_post_validation = false;
+  std::string description;  // one line naming the engine and what it waits for
+};
+struct SimOptions;
+// Errors (InvalidArgument): megatron / megatron-overlap with a schedule Megatron does not run
+// (I/W split, OVERLAP_F_B pairs, two directions), naming it and the engines that run it.
+Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
+                                     const SimOptions& options);
+
 // The data-parallel gradient all-reduce (issue 19, docs/cost_model.md "Data parallel").
 struct DataParallelSim {
   int32_t size = 1;         // d replicas of the pipeline (--data-parallel-size); 1: none
@@ -96,9 +132,6 @@ double ring_allreduce_time(double bytes, int32_t d, const LinkCost& link, double
 // The bytes one data-parallel all-reduce of a stage reduces: allreduce_bytes, or grad_bytes when
 // that is 0 (StageCost).
 double stage_allreduce_bytes(const StageCost& c);
-// The bytes one data-parallel all-reduce of a stage reduces: allreduce_bytes, or grad_bytes when
-// that is 0 (StageCost).
-double stage_allreduce_bytes(const StageCost& c);
 // OK, or InvalidArgument naming --data-parallel-size or --bucket-size and the value.
 Status check_data_parallel(const DataParallelSim& dp);
 
@@ -116,6 +149,9 @@ struct SimOptions {
   // inf/NaN and gradient-norm check is validated later, off the critical path). false: every
   // rank waits for the slowest before its optimizer, as the executor's synchronous step does.
   bool optimizer_post_validation = false;
+  // The engine whose behaviour is simulated (engine_profile): tightpipe keeps comm_mode and
+  // optimizer_post_validation; every other engine sets both its own way.
+  Engine engine = Engine::kTightpipe;
   // When each rank's program starts (empty: every rank at 0): the later iterations of a
   // post-validated run, where a rank starts as soon as its previous step ended
   // (steady_state_step_time). Non-negative and finite, one per rank.
@@ -176,6 +212,8 @@ struct SimResult {
   double span_bubble_ratio = 0;  // span_bubble(...).ratio (prof.h): the per-rank span measure
   bool optimizer = false;    // the cost model gave the optimizer a time: its phase is simulated
   bool optimizer_post_validation = false;  // as simulated (SimOptions)
+  Engine engine = Engine::kTightpipe;      // as simulated (SimOptions)
+  std::string engine_description;         // EngineProfile::description
   // The step's period when steps run back to back (steady_state_step_time); simulate() leaves it
   // 0: the caller that computed it fills it in (the JSON's steady_state_step_time, when set).
   double steady_state_step_time = 0;

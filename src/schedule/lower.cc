@@ -7,6 +7,8 @@
 // inputs of both its sub-actions are there, so both RECVs precede it; both SENDs follow it.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tightpipe/schedule.h"
 
 namespace tightpipe {
@@ -63,6 +65,120 @@ Result<Schedule> lower(const Schedule& in) {
       return Status::failed_precondition(fmt::format(
           "cannot lower schedule '{}': no rank's next action has its inputs (deadlock){}\n{}",
           in.name, blocked, format_grid(in, mark)));
+    }
+  }
+  return out;
+}
+
+}  // namespace tightpipe
+
+namespace tightpipe {
+
+// megatron_p2p_calls (schedule.h): Megatron's two orders of p2p calls around its computes.
+Result<P2pCalls> megatron_p2p_calls(const Schedule& in) {
+  if (in.lowered || in.has_comm_actions()) {
+    return Status::invalid_argument(fmt::format(
+        "megatron p2p: schedule '{}' is lowered already; hint: pass the compute-only schedule",
+        in.name));
+  }
+  if (in.directions != 1) {
+    return Status::invalid_argument(fmt::format(
+        "megatron p2p: schedule '{}' runs {} directions; Megatron-LM's schedules run one "
+        "(1f1b, interleaved); hint: --engine tightpipe or torch",
+        in.name, in.directions));
+  }
+  TP_RETURN_IF_ERROR(validate(in));
+  for (int32_t r = 0; r < in.num_ranks; ++r) {
+    for (const Action& a : in.programs[r]) {
+      if (a.type != ActionType::kForward && a.type != ActionType::kBackward) {
+        return Status::invalid_argument(fmt::format(
+            "megatron p2p: schedule '{}' has {} on rank {}; Megatron-LM's schedules run F and "
+            "whole B only (1f1b, interleaved); hint: --engine zb, torch or tightpipe for "
+            "zero-bubble schedules",
+            in.name, to_string(a), r));
+      }
+    }
+  }
+  const bool interleaved = in.num_stages > in.num_ranks;
+  P2pCalls out{in, {}};
+  out.schedule.lowered = true;
+  out.call.assign(in.num_ranks, {});
+  for (int32_t r = 0; r < in.num_ranks; ++r) {
+    const auto& prog = in.programs[r];
+    auto& dst = out.schedule.programs[r];
+    auto& call = out.call[r];
+    dst.clear();
+    int32_t next_call = 0;
+    std::vector<Action> batch;
+    auto flush = [&] {
+      if (batch.empty()) return;
+      for (const Action& c : batch) {
+        dst.push_back(c);
+        call.push_back(next_call);
+      }
+      ++next_call;
+      batch.clear();
+    };
+    auto send_of = [&](const Action& a) {
+      if (auto m = message_route(in, a, MessageEnd::kOut); m && !m->local()) batch.push_back(m->send());
+    };
+    auto recv_of = [&](const Action& a) {
+      if (auto m = message_route(in, a, MessageEnd::kIn); m && !m->local()) batch.push_back(m->recv());
+    };
+    auto compute = [&](const Action& a) {
+      dst.push_back(a);
+      call.push_back(-1);
+    };
+    if (!interleaved) {
+      for (size_t k = 0; k < prog.size(); ++k) {
+        if (k == 0) recv_of(prog[0]);
+        flush();
+        compute(prog[k]);
+        send_of(prog[k]);
+        if (k + 1 < prog.size()) {
+          if (prog[k + 1].type == prog[k].type) flush();  // two calls: the send, then the receive
+          recv_of(prog[k + 1]);
+        }
+      }
+      flush();
+    } else {
+      // Steps: Megatron's warm-up forwards ((p - r - 1) x 2 + (v - 1) x p of them, at most all)
+      // one each; after them an F followed by a B is one; every other compute is one.
+      const int32_t v = in.num_stages / in.num_ranks;
+      size_t forwards = 0;
+      for (const Action& a : prog) forwards += a.type == ActionType::kForward;
+      const size_t warmup = std::min<size_t>(
+          forwards, static_cast<size_t>((in.num_ranks - r - 1) * 2 + (v - 1) * in.num_ranks));
+      std::vector<std::pair<size_t, size_t>> steps;  // [first, last)
+      size_t seen_f = 0;
+      for (size_t k = 0; k < prog.size();) {
+        seen_f += prog[k].type == ActionType::kForward;
+        const bool pair = seen_f > warmup && prog[k].type == ActionType::kForward &&
+                          k + 1 < prog.size() && prog[k + 1].type == ActionType::kBackward;
+        if (seen_f > warmup && prog[k].type == ActionType::kForward && !pair) {
+          return Status::invalid_argument(fmt::format(
+              "megatron p2p: schedule '{}' rank {} runs {} after its {} warm-up forwards without "
+              "a backward right after it; Megatron's interleaved steady state runs each forward "
+              "with a backward (forward_backward_pipelining_with_interleaving), so its calls do "
+              "not fit this order; hint: more microbatches than pipeline ranks, or --engine "
+              "megatron-overlap / torch",
+              in.name, r, to_string(prog[k]), warmup));
+        }
+        steps.push_back({k, k + (pair ? 2 : 1)});
+        k += pair ? 2 : 1;
+      }
+      for (size_t i = 0; i < steps.size(); ++i) {
+        if (i == 0) {
+          for (size_t k = steps[0].first; k < steps[0].second; ++k) recv_of(prog[k]);
+        }
+        flush();
+        for (size_t k = steps[i].first; k < steps[i].second; ++k) compute(prog[k]);
+        for (size_t k = steps[i].first; k < steps[i].second; ++k) send_of(prog[k]);
+        if (i + 1 < steps.size()) {
+          for (size_t k = steps[i + 1].first; k < steps[i + 1].second; ++k) recv_of(prog[k]);
+        }
+      }
+      flush();
     }
   }
   return out;

@@ -1,3 +1,4 @@
+#include <algorithm>
 // Human and JSON forms of SimResult (docs/simulate_json.md).
 #include <fmt/format.h>
 
@@ -21,6 +22,8 @@ ordered_json result_json(const SimResult& r) {
   j["chunks"] = r.num_ranks ? r.num_stages / r.num_ranks : 0;
   j["microbatches"] = r.num_microbatches;
   j["comm_mode"] = comm_mode_name(r.comm_mode);
+  j["engine"] = engine_name(r.engine);
+  j["engine_profile"] = r.engine_description;
   j["recompute"] = recompute_name(r.recompute);
   j["cost_source"] = r.cost_source;
   if (!r.layout.empty()) j["layout"] = r.layout;
@@ -118,6 +121,7 @@ std::string format_sim_table(const SimResult& r) {
   out +=
       fmt::format("schedule {}  p={} v={} m={}  comm={} recompute={}\n", r.schedule, r.num_ranks, v,
                   r.num_microbatches, comm_mode_name(r.comm_mode), recompute_name(r.recompute));
+  out += fmt::format("engine   {}\n", r.engine_description);
   out += fmt::format("costs    {} (time unit: {})\n", r.cost_source, r.time_unit);
   if (!r.layout.empty()) out += fmt::format("layout   {}\n", r.layout);
   auto bound = [&](double value, double lb) {
@@ -196,6 +200,17 @@ std::string format_compare_table(const std::vector<SimResult>& results) {
       "bubble%: all ranks from 0 to the makespan (bubble_ratio); span%: each rank from its first "
       "to its last compute, over the max span (the zero-bubble paper's measure); vs bound: the "
       "makespan above the shape's lower bound at the schedule's memory\n";
+  // The engine profile of every row (EngineProfile::description): one line per distinct one.
+  std::vector<std::string> seen;
+  for (const SimResult& r : results) {
+    if (std::find(seen.begin(), seen.end(), r.engine_description) != seen.end()) continue;
+    seen.push_back(r.engine_description);
+    std::string names;
+    for (const SimResult& q : results) {
+      if (q.engine_description == r.engine_description) names += (names.empty() ? "" : ", ") + q.schedule;
+    }
+    out += fmt::format("engine   {} ({})\n", r.engine_description, names);
+  }
   return out;
 }
 

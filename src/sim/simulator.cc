@@ -123,10 +123,13 @@ struct Later {
 
 class Simulator {
  public:
-  Simulator(const Schedule& sch, const CostModel& cost, const SimOptions& opt)
+  // calls: Megatron's p2p calls (megatron_p2p_calls) when the messages run as calls; else null.
+  Simulator(const Schedule& sch, const CostModel& cost, const SimOptions& opt,
+            const std::vector<std::vector<int32_t>>* calls = nullptr)
       : sch_(sch),
         cost_(cost),
         opt_(opt),
+        calls_(calls),
         overlap_(opt.comm_mode == CommMode::kOverlap),
         P_(sch.num_ranks),
         S_(sch.num_stages),
@@ -227,8 +230,10 @@ class Simulator {
     const size_t keys = static_cast<size_t>(kNumActionTypes) * S_ * M_;
     wait_head_.assign(keys, -1);
     send_start_.assign(keys, -1.0);
+    send_posted_.assign(calls_ ? keys : 0, -1.0);
     posted_at_.assign(keys, -1.0);
     wait_next_.assign(P_, -1);
+    call_left_.assign(P_, 0);
     waiting_on_.assign(P_, -1);
     pc_.assign(P_, 0);
     lane_free_.assign(P_, 0.0);
@@ -363,6 +368,10 @@ class Simulator {
     const auto& prog = sch_.programs[r];
     while (pc_[r] < prog.size()) {
       const Action& a = prog[pc_[r]];
+      if (calls_ && is_comm(a.type)) {
+        post_call(r, now);
+        return;
+      }
       const bool post_only = is_recv(a.type);  // a RECV never holds the lane; its consumer waits
       if (!post_only) {
         for (const Action& d : dependencies(sch_, a)) {
@@ -436,6 +445,43 @@ class Simulator {
     }
   }
 
+  // Megatron's p2p call at rank r's program counter (SimOptions::engine): every SEND and RECV of
+  // the call is posted now; a message crosses once both its ends are posted (a rendezvous); the
+  // rank's lane waits until every operation of the call has completed.
+  void post_call(int32_t r, double now) {
+    const auto& prog = sch_.programs[r];
+    const int32_t id = (*calls_)[r][pc_[r]];
+    while (pc_[r] < prog.size() && is_comm(prog[pc_[r]].type) && (*calls_)[r][pc_[r]] == id) {
+      const Action& a = prog[pc_[r]++];
+      ++res_.actions;
+      ++call_left_[r];
+      const MessageRoute m = *comm_route(sch_, a);
+      if (is_send(a.type)) {
+        send_posted_[key(a)] = now;
+        if (posted_at_[key(m.recv())] >= 0) cross(m, now);
+      } else {
+        posted_at_[key(a)] = now;
+        ++outstanding_recvs_;
+        if (send_posted_[key(m.send())] >= 0) cross(m, now);
+      }
+    }
+  }
+
+  // Both ends of message m are posted (Megatron calls): it crosses from `now` for its message
+  // time; its SEND and its RECV complete together at the end.
+  void cross(const MessageRoute& m, double now) {
+    const Action send = m.send();
+    const double dur = cost_.message_time(m.src_stage, m.dst_stage);
+    send_start_[key(send)] = now;
+    RankSimStats& st = res_.ranks[m.src_rank];
+    ++st.messages_sent;
+    st.bytes_sent += cost_.message_bytes(m.src_stage, m.dst_stage);
+    st.comm += dur;
+    record(m.src_rank, send, Lane::kComm, now, now + dur);
+    push(now + dur, send, m.src_rank, false);
+    push(now + dur, m.recv(), m.dst_rank, false);
+  }
+
   void wake(size_t k, double now) {
     int32_t r = wait_head_[k];
     wait_head_[k] = -1;
@@ -467,6 +513,14 @@ class Simulator {
         wake(key({ActionType::kBackwardWeight, sub.stage, sub.microbatch}), t);
       }
     }
+    if (calls_ && is_comm(a.type)) {
+      // One operation of the rank's current call is done; the last one frees the lane.
+      if (--call_left_[e.rank] == 0) {
+        lane_free_[e.rank] = t;
+        advance(e.rank, t);
+      }
+      return;
+    }
     if (is_send(a.type)) {
       const MessageRoute m = *comm_route(sch_, a);
       if (posted_at_[key(m.recv())] >= 0 && !done_.has(m.recv())) {
@@ -495,6 +549,17 @@ class Simulator {
         }
       }
       blocked += fmt::format("\n  rank {} step {}: {} {}", r, pc_[r], to_string(a), what);
+    }
+    for (int32_t r = 0; r < P_ && calls_; ++r) {
+      if (call_left_[r] == 0) continue;
+      if (mark.rank < 0) mark = {r, static_cast<int32_t>(pc_[r]) - 1};
+      for (size_t k = 0; k < pc_[r]; ++k) {
+        const Action& a = sch_.programs[r][k];
+        if (is_send(a.type) && !done_.has(a)) {
+          blocked += fmt::format("\n  rank {}: {} waits in its p2p call for {} to be posted", r,
+                                 to_string(a), to_string(matching(sch_, a)));
+        }
+      }
     }
     if (outstanding_recvs_ > 0) {
       for (int32_t r = 0; r < P_; ++r) {
@@ -655,6 +720,7 @@ class Simulator {
   const Schedule& sch_;
   const CostModel& cost_;
   const SimOptions opt_;
+  const std::vector<std::vector<int32_t>>* calls_;  // Megatron's p2p calls, or null
   const bool overlap_;
   const int32_t P_, S_, M_;
   CompletionSet done_;
@@ -665,6 +731,8 @@ class Simulator {
   std::vector<int64_t> waiting_on_;  // [rank] key it waits for, -1 if none
   std::vector<double> send_start_;   // [key of SEND] when it started
   std::vector<double> posted_at_;    // [key of RECV] when it was posted (or reached)
+  std::vector<double> send_posted_;  // [key of SEND] when its call posted it (Megatron calls)
+  std::vector<int32_t> call_left_;   // [rank] operations of its current call not yet completed
   std::vector<size_t> pc_;
   std::vector<double> lane_free_;
   std::vector<double> held_;
@@ -686,7 +754,8 @@ Result<SteadyState> steady_state_step_time(const Schedule& schedule, const CostM
   o.record_timeline = false;
   o.rank_start.clear();
   SteadyState out;
-  if (!o.optimizer_post_validation) {
+  TP_ASSIGN_OR_RETURN(EngineProfile ep, engine_profile(o.engine, schedule, o));
+  if (!ep.optimizer_post_validation) {
     TP_ASSIGN_OR_RETURN(SimResult r, simulate(schedule, cost, o));
     out.step_time = r.makespan;
     out.iterations = 1;
@@ -776,8 +845,104 @@ Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
   TP_RETURN_IF_ERROR(cost.validate());
   TP_RETURN_IF_ERROR(check_overlap_fb_factor(options.overlap_fb_factor));
   TP_RETURN_IF_ERROR(check_data_parallel(options.data_parallel));
-  Simulator sim(schedule, cost, options);
-  return sim.run();
+  TP_ASSIGN_OR_RETURN(EngineProfile ep, engine_profile(options.engine, schedule, options));
+  SimOptions o = options;
+  o.comm_mode = ep.comm_mode;
+  o.optimizer_post_validation = ep.optimizer_post_validation;
+  Result<SimResult> r = [&]() -> Result<SimResult> {
+    if (!ep.megatron_calls) return Simulator(schedule, cost, o).run();
+    TP_ASSIGN_OR_RETURN(P2pCalls calls,
+                        megatron_p2p_calls(schedule.lowered ? compute_only(schedule) : schedule));
+    return Simulator(calls.schedule, cost, o, &calls.call).run();
+  }();
+  if (!r.ok()) return r;
+  r->engine = ep.engine;
+  r->engine_description = ep.description;
+  return r;
+}
+
+std::string_view engine_name(Engine engine) {
+  switch (engine) {
+    case Engine::kTightpipe:
+      return "tightpipe";
+    case Engine::kMegatron:
+      return "megatron";
+    case Engine::kMegatronOverlap:
+      return "megatron-overlap";
+    case Engine::kTorch:
+      return "torch";
+    case Engine::kZb:
+      return "zb";
+  }
+  return "?";
+}
+
+Result<Engine> parse_engine(std::string_view text) {
+  for (Engine e : {Engine::kTightpipe, Engine::kMegatron, Engine::kMegatronOverlap, Engine::kTorch,
+                   Engine::kZb}) {
+    if (text == engine_name(e)) return e;
+  }
+  return Status::invalid_argument(fmt::format(
+      "--engine '{}': unknown engine; known: tightpipe, megatron, megatron-overlap, torch, zb "
+      "(docs/cost_model.md \"Engine profiles\")",
+      text));
+}
+
+Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
+                                     const SimOptions& options) {
+  EngineProfile p;
+  p.engine = engine;
+  const bool vpp = schedule.num_stages > schedule.num_ranks;
+  auto megatron_runs = [&]() -> Status {
+    bool fb_only = schedule.directions == 1;
+    for (const auto& prog : schedule.programs) {
+      for (const Action& a : prog) {
+        fb_only = fb_only && (is_comm(a.type) || a.type == ActionType::kForward ||
+                              a.type == ActionType::kBackward);
+      }
+    }
+    if (fb_only) return OkStatus();
+    return Status::invalid_argument(fmt::format(
+        "--engine {}: Megatron-LM does not run schedule '{}' (its schedules are 1f1b and "
+        "interleaved: F and whole B, one direction); hint: --engine zb, torch or tightpipe",
+        engine_name(engine), schedule.name));
+  };
+  switch (engine) {
+    case Engine::kTightpipe:
+      p.comm_mode = options.comm_mode;
+      p.optimizer_post_validation = options.optimizer_post_validation;
+      p.description = fmt::format("tightpipe: p2p {}, optimizer {}", comm_mode_name(p.comm_mode),
+                                  p.optimizer_post_validation ? "post-validated" : "synchronous");
+      break;
+    case Engine::kMegatron:
+    case Engine::kMegatronOverlap:
+      TP_RETURN_IF_ERROR(megatron_runs());
+      if (engine == Engine::kMegatronOverlap && vpp) {
+        p.description =
+            "megatron-overlap: p2p asynchronous, a receive waited just before its compute "
+            "(overlap), optimizer synchronous";
+        break;
+      }
+      p.megatron_calls = true;
+      p.description = fmt::format(
+          "{}: p2p in Megatron's batched calls, waited before the next compute (rendezvous){}, "
+          "optimizer synchronous",
+          engine_name(engine),
+          engine == Engine::kMegatronOverlap ? "; overlap needs virtual stages" : "");
+      break;
+    case Engine::kTorch:
+      p.description =
+          "torch: p2p asynchronous sends, a receive waited just before its compute (overlap), "
+          "optimizer synchronous";
+      break;
+    case Engine::kZb:
+      p.optimizer_post_validation = true;
+      p.description =
+          "zb: p2p asynchronous, a receive waited just before its compute (overlap), optimizer "
+          "post-validated";
+      break;
+  }
+  return p;
 }
 
 }  // namespace tightpipe

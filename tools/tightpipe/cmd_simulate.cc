@@ -42,11 +42,16 @@ Result<SimResult> run_one(const Schedule& compute_only_schedule, const CostFlags
   TP_ASSIGN_OR_RETURN(SimResult r, simulate(s, cost.model, opt));
   r.layout = cost.layout;
   r.steady_state_step_time = r.makespan;  // synchronous: every step starts together
-  if (opt.optimizer_post_validation) {
+  if (r.optimizer_post_validation) {
     TP_ASSIGN_OR_RETURN(SteadyState ss, steady_state_step_time(s, cost.model, opt));
     r.steady_state_step_time = ss.step_time;
   }
-  TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(s, cost.model, opt));
+  // The bound under the engine's own options (Megatron's calls only add waits to overlap mode).
+  SimOptions bound = opt;
+  bound.engine = Engine::kTightpipe;
+  bound.comm_mode = r.comm_mode;
+  bound.optimizer_post_validation = r.optimizer_post_validation;
+  TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(s, cost.model, bound));
   attach_lower_bound(r, lb);
   return r;
 }
@@ -96,6 +101,12 @@ int cmd_simulate(int argc, char** argv) {
                "step, the global inf/NaN and norm check validated later (the zero-bubble "
                "runtime's flag): prints the steady-state step of back-to-back iterations "
                "(JSON steady_state_step_time)");
+  std::string engine = "tightpipe";
+  app.add_option("--engine", engine,
+                 "the engine that will run the job, whose p2p waits and optimizer are simulated: "
+                 "tightpipe (--comm-mode and --optimizer-post-validation as given), megatron, "
+                 "megatron-overlap, torch, zb (docs/cost_model.md \"Engine profiles\")")
+      ->capture_default_str();
   app.add_flag("--json", json, "print the result as JSON (docs/simulate_json.md)");
   app.add_option("--trace", trace, "write a Chrome trace (Perfetto, chrome://tracing) here");
   app.add_option("--svg", svg, "write an SVG timeline here");
@@ -126,6 +137,18 @@ int cmd_simulate(int argc, char** argv) {
     }
     opt.data_parallel = trainer_data_parallel(dp_size, overlap_grad_reduce, bucket_size);
     opt.optimizer_post_validation = opt_post_validation;
+    auto en = parse_engine(engine);
+    if (!en.ok()) return report_error(kCmd, en.status());
+    opt.engine = *en;
+    if (opt.engine != Engine::kTightpipe &&
+        (app.count("--comm-mode") > 0 || opt_post_validation)) {
+      return report_error(
+          kCmd, Status::invalid_argument(fmt::format(
+                    "--engine {} sets how messages and the optimizer run; --comm-mode and "
+                    "--optimizer-post-validation are tightpipe's own; hint: drop them, or "
+                    "--engine tightpipe",
+                    engine)));
+    }
     if (Status st = check_data_parallel(opt.data_parallel); !st.ok()) return report_error(kCmd, st);
   }
 

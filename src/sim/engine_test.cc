@@ -1,0 +1,185 @@
+// Engine profiles (simulator.h engine_profile, docs/cost_model.md "Engine profiles"): each
+// profile's predicted timeline held against one derived by hand from what that engine waits for.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "tightpipe/check.h"
+#include "tightpipe/simulator.h"
+
+namespace tightpipe {
+namespace {
+
+// 1F1B p = 2, m = 2 (rank 0: F0 F1 B0 B1; rank 1: F0 B0 F1 B1), F = 1, B = I + W = 2, every
+// message 0.5, an optimizer of 1 per stage.
+struct Case {
+  Schedule low;
+  CostModel costs;
+};
+Case one_f_one_b(const std::string& name = "1f1b", int32_t chunks = 1, int32_t m = 2) {
+  auto s = generate_schedule(name, {.ranks = 2, .microbatches = m, .chunks = chunks});
+  TP_CHECK(s.ok(), s.status().to_string());
+  auto low = lower(*s);
+  TP_CHECK(low.ok(), low.status().to_string());
+  UniformCosts u;
+  u.comm = 0.5;
+  u.bytes = 100;
+  const CostModel base = uniform_cost_model(u, 2, 2 * chunks);
+  std::vector<StageCost> st;
+  for (int32_t k = 0; k < base.num_stages(); ++k) {
+    st.push_back(base.stage(k));
+    st.back().optimizer = 1;
+  }
+  return {std::move(*low), CostModel(st, base.link(), base.time_unit(), "engine test", false)};
+}
+
+// Event name -> start on rank r's timeline (compute and comm lanes).
+std::map<std::string, double> starts(const SimResult& r, int32_t rank) {
+  std::map<std::string, double> out;
+  for (const TimelineEvent& e : r.timeline.ranks[rank].events) out[e.name] = e.start;
+  return out;
+}
+
+SimResult run(const Case& c, Engine engine, CommMode mode = CommMode::kOverlap) {
+  SimOptions o;
+  o.engine = engine;
+  o.comm_mode = mode;
+  auto r = simulate(c.low, c.costs, o);
+  TP_CHECK(r.ok(), r.status().to_string());
+  return std::move(r).value();
+}
+
+// Megatron's 1F1B (forward_backward_pipelining_without_interleaving). Rank 0's calls: F0,
+// send_forward {S F0}, F1, send_forward_recv_backward {S F1, R B0}, B0, recv_backward {R B1}, B1.
+// Rank 1's: recv_forward {R F0}, F0, B0, send_backward_recv_forward {S B0, R F1}, F1, B1,
+// send_backward {S B1}. By hand: r0 F0 [0,1]; {S F0} meets r1's posted {R F0}: crosses [1,1.5];
+// r0 F1 [1.5,2.5], r1 F0 [1.5,2.5], B0 [2.5,4.5]; r0's {S F1, R B0} posted at 2.5 waits for r1's
+// {S B0, R F1} at 4.5 (rendezvous): both cross [4.5,5]; r0 B0 [5,7], r1 F1 [5,6], B1 [6,8];
+// r0's {R B1} posted at 7 meets {S B1} at 8: [8,8.5]; r0 B1 [8.5,10.5]; optimizers from the
+// common end 10.5 to 11.5.
+TEST(EngineProfile, MegatronWaitsEachCallAndSendsMeetTheirReceive) {
+  const SimResult r = run(one_f_one_b(), Engine::kMegatron);
+  EXPECT_EQ(r.engine, Engine::kMegatron);
+  EXPECT_NE(r.engine_description.find("megatron"), std::string::npos);
+  auto r0 = starts(r, 0), r1 = starts(r, 1);
+  EXPECT_DOUBLE_EQ(r0["0F0"], 0);
+  EXPECT_DOUBLE_EQ(r0["0SEND_F0"], 1);
+  EXPECT_DOUBLE_EQ(r0["0F1"], 1.5);
+  EXPECT_DOUBLE_EQ(r0["0SEND_F1"], 4.5);  // waited for rank 1 to post its receive
+  EXPECT_DOUBLE_EQ(r0["0B0"], 5);
+  EXPECT_DOUBLE_EQ(r0["0B1"], 8.5);
+  EXPECT_DOUBLE_EQ(r1["1F0"], 1.5);
+  EXPECT_DOUBLE_EQ(r1["1B0"], 2.5);
+  EXPECT_DOUBLE_EQ(r1["1F1"], 5);
+  EXPECT_DOUBLE_EQ(r1["1B1"], 6);
+  EXPECT_DOUBLE_EQ(r.makespan, 11.5);
+  for (const RankSimStats& st : r.ranks) EXPECT_DOUBLE_EQ(st.step_end, 11.5);
+}
+
+// torch.distributed.pipelining (and tightpipe's default): sends asynchronous, a receive waited
+// just before its compute. By hand: r0 F0 [0,1], F1 [1,2]; r1 F0 [1.5,2.5], B0 [2.5,4.5]; its
+// B0 gradient reaches r0 at 5: B0 [5,7]; r1 F1 [4.5,5.5] (its input arrived at 2.5), B1
+// [5.5,7.5], gradient at 8: r0 B1 [8,10]; optimizers from 10 to 11 (synchronous).
+TEST(EngineProfile, TorchSendsAsyncAndWaitsReceivesBeforeUse) {
+  const Case c = one_f_one_b();
+  const SimResult r = run(c, Engine::kTorch);
+  EXPECT_EQ(r.engine, Engine::kTorch);
+  auto r0 = starts(r, 0), r1 = starts(r, 1);
+  EXPECT_DOUBLE_EQ(r0["0F1"], 1);
+  EXPECT_DOUBLE_EQ(r0["0B0"], 5);
+  EXPECT_DOUBLE_EQ(r0["0B1"], 8);
+  EXPECT_DOUBLE_EQ(r1["1F0"], 1.5);
+  EXPECT_DOUBLE_EQ(r1["1F1"], 4.5);
+  EXPECT_DOUBLE_EQ(r1["1B1"], 5.5);
+  EXPECT_DOUBLE_EQ(r.makespan, 11);
+  EXPECT_DOUBLE_EQ(r.ranks[1].step_end, 11);  // waits for rank 0 before its optimizer
+  // tightpipe's executor with --overlap-p2p-communication is the same model.
+  const SimResult t = run(c, Engine::kTightpipe);
+  EXPECT_DOUBLE_EQ(t.makespan, r.makespan);
+}
+
+// The zero-bubble runtime: the same p2p as torch, and each rank's optimizer at its own end
+// (post-validated): rank 1's last compute ends at 7.5 and its last send has left at 8, so it
+// steps [8,9] while rank 0 is still computing; rank 0 steps [10,11].
+TEST(EngineProfile, ZbStepsEachRankAtItsOwnEnd) {
+  const Case c = one_f_one_b();
+  const SimResult r = run(c, Engine::kZb);
+  EXPECT_TRUE(r.optimizer_post_validation);
+  EXPECT_DOUBLE_EQ(r.ranks[0].step_end, 11);
+  EXPECT_DOUBLE_EQ(r.ranks[1].step_end, 9);
+  SimOptions o;
+  o.engine = Engine::kZb;
+  auto ss = steady_state_step_time(c.low, c.costs, o);
+  ASSERT_TRUE(ss.ok()) << ss.status().to_string();
+  EXPECT_LE(ss->step_time, r.makespan);
+}
+
+// megatron-overlap: one stage per rank runs as megatron (validate_args turns overlap off without
+// virtual stages); interleaved runs with async p2p, receives waited before use (overlap).
+TEST(EngineProfile, MegatronOverlapNeedsVirtualStages) {
+  const Case c = one_f_one_b();
+  const SimResult plain = run(c, Engine::kMegatronOverlap);
+  EXPECT_DOUBLE_EQ(plain.makespan, run(c, Engine::kMegatron).makespan);
+  EXPECT_NE(plain.engine_description.find("overlap needs virtual stages"), std::string::npos);
+  const Case il = one_f_one_b("interleaved", 2, 4);
+  EXPECT_DOUBLE_EQ(run(il, Engine::kMegatronOverlap).makespan,
+                   run(il, Engine::kTightpipe, CommMode::kOverlap).makespan);
+  // Batched calls hold the lanes: interleaved under megatron is slower than with overlap.
+  EXPECT_GT(run(il, Engine::kMegatron).makespan, run(il, Engine::kMegatronOverlap).makespan);
+}
+
+// Megatron's interleaved calls (forward_backward_pipelining_with_interleaving): after each warm-up
+// F one call with its send and the next F's receive; in the steady state F and B run back to back
+// and one call follows with both sends and both receives.
+TEST(EngineProfile, MegatronInterleavedCallsFollowItsSteps) {
+  auto s = generate_schedule("interleaved", {.ranks = 2, .microbatches = 4, .chunks = 2});
+  ASSERT_TRUE(s.ok());
+  auto calls = megatron_p2p_calls(*s);
+  ASSERT_TRUE(calls.ok()) << calls.status().to_string();
+  // Every cross-rank message is posted once at each end, and the calls run without a deadlock.
+  auto low = lower(*s);
+  ASSERT_TRUE(low.ok());
+  size_t comm = 0, want = 0;
+  for (const auto& prog : calls->schedule.programs)
+    for (const Action& a : prog) comm += is_comm(a.type);
+  for (const auto& prog : low->programs)
+    for (const Action& a : prog) want += is_comm(a.type);
+  EXPECT_EQ(comm, want);
+  for (int32_t r = 0; r < 2; ++r) {
+    const auto& prog = calls->schedule.programs[r];
+    for (size_t k = 0; k + 1 < prog.size(); ++k) {
+      // A steady-state F followed by a B: no call between them.
+      if (prog[k].type == ActionType::kForward && prog[k + 1].type == ActionType::kBackward) {
+        EXPECT_EQ(calls->call[r][k], -1);
+      }
+    }
+  }
+  UniformCosts u;
+  u.comm = 0.25;
+  auto r = simulate(*low, uniform_cost_model(u, 2, 4), {.engine = Engine::kMegatron});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+}
+
+TEST(EngineProfile, BadInputNamesTheKnownEnginesAndTheSchedule) {
+  auto e = parse_engine("deepspeed");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("known: tightpipe, megatron, megatron-overlap, torch, zb"),
+            std::string::npos);
+  for (Engine k : {Engine::kTightpipe, Engine::kMegatron, Engine::kMegatronOverlap, Engine::kTorch,
+                   Engine::kZb}) {
+    auto back = parse_engine(engine_name(k));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, k);
+  }
+  auto zb = generate_schedule("zb-h1", {.ranks = 2, .microbatches = 4});
+  ASSERT_TRUE(zb.ok());
+  auto low = lower(*zb);
+  ASSERT_TRUE(low.ok());
+  auto r = simulate(*low, uniform_cost_model({}, 2, 2), {.engine = Engine::kMegatron});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("does not run schedule 'zb-h1'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tightpipe
