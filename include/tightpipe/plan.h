@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tightpipe/cost_model.h"
+#include "tightpipe/simulator.h"
 #include "tightpipe/status.h"
 
 namespace tightpipe {
@@ -136,6 +137,14 @@ struct PlanOptions {
   // one per shape it simulates; docs/plan.md).
   std::optional<double> auto_search_budget_ms;
   double simpler_within = 0.01;  // a simpler schedule this close to the best is recommended
+  // --engine: the engine that runs the job (simulator.h engine_profile): how each candidate's
+  // messages and optimizer are simulated; megatron and megatron-overlap plan only the schedules
+  // Megatron-LM runs (1f1b, interleaved); zb always post-validates.
+  Engine engine = Engine::kTightpipe;
+  // --enable-optimizer-post-validation (engine tightpipe): the zero-bubble schedules are also
+  // tried post-validated (steady-state step of back-to-back iterations, the kept copy's memory)
+  // and keep it where it is faster and fits.
+  bool optimizer_post_validation = false;
   // Errors name the flag, the value and a hint.
   Status validate() const;
 };
@@ -167,6 +176,10 @@ struct PlanCandidate {
   double train_hours = 0;  // steps x step time / 3600
   double cost_usd = 0;     // train_hours x devices x price
   int32_t complexity = 0;  // 0 simplest (1f1b, no recompute); used for the 1% rule
+  // Runs with the post-validated optimizer: step_time_s is the steady-state step of back-to-back
+  // iterations (steady_state_step_time) and peak_memory_bytes holds the kept copy.
+  bool optimizer_post_validation = false;
+  std::string engine_profile;  // EngineProfile::description of its simulation
 };
 
 struct PlanSearchStats {

@@ -506,8 +506,19 @@ Status Planner::enumerate() {
   std::vector<int64_t> mbs_list = o_.micro_batch_sizes;
   if (mbs_list.empty()) mbs_list = {1, 2, 4, 8};
   std::vector<std::string> names;
+  const bool megatron =
+      o_.engine == Engine::kMegatron || o_.engine == Engine::kMegatronOverlap;
   for (const std::string& s : o_.schedules.empty() ? all_schedules() : o_.schedules) {
-    names.push_back(canonical_schedule(s));
+    const std::string name = canonical_schedule(s);
+    // Megatron-LM runs 1F1B and interleaved 1F1B only (engine_profile).
+    if (megatron && name != "1f1b" && name != "interleaved") {
+      if (o_.schedules.empty()) continue;
+      return Status::invalid_argument(fmt::format(
+          "--schedules {} with --engine {}: Megatron-LM runs 1f1b and interleaved only; hint: "
+          "--engine zb or tightpipe for the others",
+          name, engine_name(o_.engine)));
+    }
+    names.push_back(name);
   }
   std::vector<RecomputeChoice> rcs = o_.recompute;
   if (rcs.empty()) {
@@ -731,8 +742,36 @@ Status Planner::simulate_best() {
     const LinkSpec dl = dp_link(c.dp);
     so.data_parallel.size = c.dp;
     so.data_parallel.link = LinkCost{dl.latency_s, link_bandwidth(dl), 0};
+    so.engine = o_.engine;
     TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
     ++res_.stats.simulated;
+    // Post-validated (engine zb always; tightpipe for the zero-bubble schedules where it is
+    // faster and the kept copy of each rank's weights, gradients and optimizer state fits).
+    double pv_step = 0;
+    std::vector<double> pv_peak;
+    const bool zero_bubble = c.schedule.rfind("zb-", 0) == 0 || c.schedule == "v-half" ||
+                             c.schedule == "v-min";
+    if (low.directions == 1 && (r.optimizer_post_validation ||
+                                (o_.engine == Engine::kTightpipe &&
+                                 o_.optimizer_post_validation && zero_bubble))) {
+      SimOptions pv = so;
+      if (o_.engine == Engine::kTightpipe) pv.optimizer_post_validation = true;
+      TP_ASSIGN_OR_RETURN(SteadyState ss, steady_state_step_time(low, costs, pv));
+      pv_peak = peak;
+      for (int32_t rk = 0; rk < c.p; ++rk) pv_peak[rk] += r.ranks[rk].static_bytes;
+      const bool fits_pv = *std::max_element(pv_peak.begin(), pv_peak.end()) <= budget_;
+      if (r.optimizer_post_validation) {
+        pv_step = ss.step_time;  // the engine always steps post-validated
+      } else if (fits_pv && ss.step_time < r.makespan * (1 - 1e-9)) {
+        pv_step = ss.step_time;
+        so = pv;
+      }
+      if (r.optimizer_post_validation && !fits_pv) {
+        add_infeasible(c, pd.rc, out_of_memory(pv_peak) + " with the post-validated optimizer's "
+                                 "kept copy", pv_peak);
+        continue;
+      }
+    }
     PlanCandidate pc = candidate_of(c, pd.rc);
     pc.layout = pd.layout;
     pc.fits = true;
@@ -762,23 +801,36 @@ Status Planner::simulate_best() {
       pc.pipeline_time_s = pipe.window;
       pc.bubble_ratio = pipe.ratio;
     }
-    pc.peak_memory_bytes = peak;
-    pc.complexity = pd.complexity;
+    pc.peak_memory_bytes = pv_step > 0 ? pv_peak : peak;
+    pc.optimizer_post_validation = pv_step > 0;
+    pc.engine_profile = r.engine_description;
+    if (pv_step > 0 && !r.optimizer_post_validation) {
+      pc.engine_profile = fmt::format("{}: p2p {}, optimizer post-validated",
+                                      engine_name(o_.engine), comm_mode_name(r.comm_mode));
+    }
+    pc.complexity = pd.complexity + (pv_step > 0 && !r.optimizer_post_validation ? 1 : 0);
     for (const RankSimStats& st : r.ranks)
       pc.allreduce_time_s = std::max(pc.allreduce_time_s, st.allreduce);
     pc.exposed_allreduce_ratio = r.exposed_allreduce_ratio;
-    pc.step_time_s = r.makespan;
+    pc.step_time_s = pv_step > 0 ? pv_step : r.makespan;
+    double copy_sum = 0;
     if (low.directions > 1) {
       // DualPipe's copy sum (not simulated): after the program and any data-parallel all-reduce,
       // before the optimizer, on every rank alike.
       const std::vector<double> copy = copy_sum_times(costs, low.stage_to_rank, low.directions);
-      const double worst = *std::max_element(copy.begin(), copy.end());
-      pc.allreduce_time_s += worst;
-      pc.step_time_s += worst;
+      copy_sum = *std::max_element(copy.begin(), copy.end());
+      pc.allreduce_time_s += copy_sum;
+      pc.step_time_s += copy_sum;
     }
-    {
+    if (pv_step > 0) {
+      // Back-to-back steps: each rank does its work (compute and optimizer) once per period; the
+      // one-step bound from a common start does not hold for the period.
+      pc.lower_bound_s = 0;
+      for (const RankSimStats& st : r.ranks) pc.lower_bound_s = std::max(pc.lower_bound_s, st.busy);
+      pc.pipeline_time_s = std::min(pc.pipeline_time_s, pc.step_time_s);
+    } else {
       TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(low, costs, so, /*span=*/false));
-      pc.lower_bound_s = lb.makespan + (pc.step_time_s - r.makespan);  // DualPipe's copy sum
+      pc.lower_bound_s = lb.makespan + copy_sum;
     }
     price(pc);
     best.insert(std::upper_bound(best.begin(), best.end(), pc.step_time_s), pc.step_time_s);

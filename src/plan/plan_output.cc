@@ -56,7 +56,7 @@ Cells row(const char* mark, const PlanCandidate& c, const PlanCandidate* base) {
     vs = std::abs(pct) < 1e4 ? fmt::format("{:+.1f}%", pct) : fmt::format("{:+.1e}%", pct);
   }
   return {mark,
-          c.schedule,
+          c.optimizer_post_validation ? c.schedule + " +pv" : c.schedule,
           fmt::format("{}", c.pp),
           fmt::format("{}", c.vpp),
           fmt::format("{}", c.dp),
@@ -124,6 +124,7 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
       cmd += fmt::format(" --vpp {}", c.vpp);
     if (!c.layout.empty()) cmd += " --pipeline-layout " + shell_quote(c.layout);
     if (c.dp > 1) cmd += fmt::format(" --data-parallel-size {}", c.dp);
+    if (c.optimizer_post_validation) cmd += " --enable-optimizer-post-validation";
     if (o.device.bf16) cmd += " --bf16";
     if (c.recompute == "full") {
       cmd += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
@@ -165,9 +166,10 @@ std::vector<std::string> plan_command_lines(const PlanResult& result, const Plan
         c.schedule.substr(2));
   } else if (c.schedule.rfind("zb-", 0) == 0) {
     mg += fmt::format(
-        " --enable-zero-bubble --zero-bubble-max-pending-backward {}  # the "
+        " --enable-zero-bubble --zero-bubble-max-pending-backward {}{}  # the "
         "zero-bubble fork",
-        c.schedule == "zb-2p" || c.schedule == "zb-h2" ? 2 * c.pp : c.pp);
+        c.schedule == "zb-2p" || c.schedule == "zb-h2" ? 2 * c.pp : c.pp,
+        c.optimizer_post_validation ? " --enable-optimizer-post-validation" : "");
   } else if (c.schedule == "dualpipe") {
     mg +=
         "  # Megatron-LM has no dualpipe schedule: DeepSeek's DualPipe (deepseek-ai/DualPipe) runs "
@@ -199,6 +201,7 @@ std::string format_plan(const PlanResult& r) {
       o.device.description, o.measured ? "costs measured in a run" : fmt::format("mfu {:g}", o.mfu),
       o.distributed_optimizer ? ", distributed optimizer" : "", r.memory_budget_bytes / kGiB,
       o.network.name, o.price_per_device_hour);
+  out += fmt::format("engine: {} (docs/cost_model.md \"Engine profiles\")\n", engine_name(o.engine));
   out += fmt::format(
       "searched {} configurations in {:.2f} s: {} simulated, {} pruned by their lower bound, {} "
       "dominated by a lighter recompute, {} do not fit\n\n",
@@ -227,6 +230,7 @@ std::string format_plan(const PlanResult& r) {
         c.schedule, c.pp, c.vpp, c.dp, c.micro_batch_size, c.num_microbatches, c.recompute,
         c.layout, c.step_time_s, format_lower_bound(c.step_time_s, c.lower_bound_s),
         100 * c.bubble_ratio, max_peak(c) / kGiB, hours(c.train_hours), dollars(c.cost_usd));
+    if (!c.engine_profile.empty()) out += "engine profile: " + c.engine_profile + "\n";
     out += "why: " + r.why + "\n";
     out += "run it:\n";
     for (const std::string& line : plan_command_lines(r, c)) out += "  " + line + "\n";
@@ -271,6 +275,7 @@ std::string plan_to_json(const PlanResult& r, int indent) {
   j["costs"] = o.measured ? "measured" : "device";
   j["mfu"] = o.mfu;
   j["network"] = o.network.name;
+  j["engine"] = engine_name(o.engine);
   j["memory_budget_bytes"] = r.memory_budget_bytes;
   j["distributed_optimizer"] = o.distributed_optimizer;
   j["price_per_device_hour"] = o.price_per_device_hour;
@@ -295,6 +300,8 @@ std::string plan_to_json(const PlanResult& r, int indent) {
                      {"fits", c.fits},
                      {"reason", c.reason},
                      {"simulated", c.simulated},
+                     {"optimizer_post_validation", c.optimizer_post_validation},
+                     {"engine_profile", c.engine_profile},
                      {"step_time_s", c.step_time_s},
                      {"lower_bound_makespan", c.lower_bound_s},
                      {"gap_to_lower_bound", lower_bound_gap(c.step_time_s, c.lower_bound_s)},

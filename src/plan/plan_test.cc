@@ -310,3 +310,93 @@ TEST(PlanTest, MessagesCostComputeTime) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// Issue 29: under Megatron-LM's p2p (batched calls waited before the next compute), interleaving's
+// four times as many messages cost more than they save on PCIe and less on NVLink, for one model.
+double max_peak_of(const PlanCandidate& c) {
+  return *std::max_element(c.peak_memory_bytes.begin(), c.peak_memory_bytes.end());
+}
+
+PlanOptions megatron_interleaving_case(const char* network) {
+  PlanOptions o;
+  o.model = {64, 1024, 32, 4096, kGpt2PaddedVocabSize, 0};
+  o.global_batch_size = 32;
+  o.devices = 16;  // two nodes of 8: the pipeline crosses the network
+  o.device = *find_device_preset("h100-sxm");
+  o.network = *find_network(network);
+  o.pp = {16};
+  o.vpp = {4};
+  o.micro_batch_sizes = {1};
+  o.schedules = {"1f1b", "interleaved"};
+  o.engine = Engine::kMegatron;
+  o.train_tokens = 1e10;
+  o.price_per_device_hour = 2.5;
+  return o;
+}
+
+TEST(PlanTest, MegatronProfilePicks1F1BOnPcieAndInterleavedOnNvlink) {
+  auto pcie = plan(megatron_interleaving_case("pcie"));
+  ASSERT_TRUE(pcie.ok()) << pcie.status().to_string();
+  auto nvlink = plan(megatron_interleaving_case("nvlink"));
+  ASSERT_TRUE(nvlink.ok()) << nvlink.status().to_string();
+  const PlanCandidate* p1 = find_schedule(*pcie, "1f1b");
+  const PlanCandidate* pi = find_schedule(*pcie, "interleaved");
+  const PlanCandidate* n1 = find_schedule(*nvlink, "1f1b");
+  const PlanCandidate* ni = find_schedule(*nvlink, "interleaved");
+  ASSERT_TRUE(p1 && pi && n1 && ni);
+  EXPECT_EQ(recommended(*pcie).schedule, "1f1b");
+  EXPECT_GT(pi->step_time_s, p1->step_time_s);  // slower, not just within the 1% rule
+  EXPECT_EQ(recommended(*nvlink).schedule, "interleaved");
+  EXPECT_LT(ni->step_time_s, n1->step_time_s * 0.99);
+  EXPECT_NE(recommended(*pcie).engine_profile.find("megatron"), std::string::npos);
+  // The same model under tightpipe's overlapped p2p keeps interleaving on PCIe.
+  PlanOptions t = megatron_interleaving_case("pcie");
+  t.engine = Engine::kTightpipe;
+  auto tp = plan(t);
+  ASSERT_TRUE(tp.ok());
+  EXPECT_LT(find_schedule(*tp, "interleaved")->step_time_s, pi->step_time_s);
+  // Megatron does not run the zero-bubble schedules.
+  PlanOptions zb = megatron_interleaving_case("pcie");
+  zb.schedules = {"zb-h1"};
+  auto bad = plan(zb);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("Megatron-LM runs 1f1b and interleaved only"),
+            std::string::npos);
+}
+
+// With tightpipe and --enable-optimizer-post-validation, a zero-bubble schedule is tried
+// post-validated: zb-h2's steady-state step is
+// shorter than its makespan, the kept copy is counted, and the run-it line carries the flag.
+TEST(PlanTest, PostValidationIsTriedForZeroBubbleSchedules) {
+  PlanOptions o = h100_options();
+  o.pp = {8};
+  o.schedules = {"zb-h2"};
+  o.micro_batch_sizes = {1};
+  o.optimizer_post_validation = true;
+  auto r = plan(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const PlanCandidate& c = recommended(*r);
+  EXPECT_TRUE(c.optimizer_post_validation);
+  EXPECT_LE(c.lower_bound_s, c.step_time_s * (1 + 1e-9));
+  o.optimizer_post_validation = false;
+  auto sync = plan(o);
+  ASSERT_TRUE(sync.ok());
+  EXPECT_LT(c.step_time_s, recommended(*sync).step_time_s);
+  EXPECT_GT(max_peak_of(c), max_peak_of(recommended(*sync)));  // the kept copy
+  o.optimizer_post_validation = true;
+  bool flag = false;
+  for (const std::string& line : plan_command_lines(*r, c))
+    flag = flag || line.find("--enable-optimizer-post-validation") != std::string::npos;
+  EXPECT_TRUE(flag);
+  o.engine = Engine::kMegatron;
+  o.schedules = {"1f1b"};
+  auto m = plan(o);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(recommended(*m).optimizer_post_validation);
+}
+
+}  // namespace
+}  // namespace tightpipe

@@ -444,6 +444,12 @@ Result<LowerBound> lower_bound_for(const Schedule& schedule, const CostModel& co
   TP_RETURN_IF_ERROR(costs.covers(schedule));
   LowerBoundOptions o;
   o.sim = sim;
+  // The engine's own messages and optimizer (engine_profile); Megatron's calls only add waits to
+  // overlap mode, so its bound is overlap's.
+  TP_ASSIGN_OR_RETURN(EngineProfile ep, engine_profile(sim.engine, schedule, sim));
+  o.sim.engine = Engine::kTightpipe;
+  o.sim.comm_mode = ep.comm_mode;
+  o.sim.optimizer_post_validation = ep.optimizer_post_validation;
   o.span = span;
   o.f_memory_units = zb_f_memory_units(costs, schedule);
   o.w_memory_fractions = zb_w_memory_fractions(costs, ZbAutoOptions{});

@@ -164,6 +164,16 @@ int cmd_plan(int argc, char** argv) {
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--top", o.top, "rows of the table")->capture_default_str();
+  app.add_flag("--enable-optimizer-post-validation,--optimizer-post-validation",
+               o.optimizer_post_validation,
+               "also try the zero-bubble schedules with the post-validated optimizer (train's "
+               "flag): priced at their steady-state step, with the kept copy's memory");
+  std::string engine = "tightpipe";
+  app.add_option("--engine", engine,
+                 "the engine that will run the job, whose p2p waits and optimizer are simulated: "
+                 "tightpipe, megatron, megatron-overlap, torch, zb (docs/cost_model.md \"Engine "
+                 "profiles\"); megatron plans 1f1b and interleaved only")
+      ->capture_default_str();
   app.add_flag("--json", json, "print the result as JSON (docs/plan.md)");
   std::string html;
   app.add_option("--html", html, "write an HTML page with the step time / memory / cost plot");
@@ -177,6 +187,11 @@ int cmd_plan(int argc, char** argv) {
   auto d = find_device_preset(device);
   if (!d.ok()) return report_error("plan", d.status());
   o.device = std::move(*d);
+  {
+    auto en = parse_engine(engine);
+    if (!en.ok()) return report_error("plan", en.status());
+    o.engine = *en;
+  }
   auto net = find_network(network.empty() ? o.device.network : network);
   if (!net.ok()) return report_error("plan", net.status());
   o.network = std::move(*net);

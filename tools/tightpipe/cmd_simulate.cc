@@ -46,12 +46,7 @@ Result<SimResult> run_one(const Schedule& compute_only_schedule, const CostFlags
     TP_ASSIGN_OR_RETURN(SteadyState ss, steady_state_step_time(s, cost.model, opt));
     r.steady_state_step_time = ss.step_time;
   }
-  // The bound under the engine's own options (Megatron's calls only add waits to overlap mode).
-  SimOptions bound = opt;
-  bound.engine = Engine::kTightpipe;
-  bound.comm_mode = r.comm_mode;
-  bound.optimizer_post_validation = r.optimizer_post_validation;
-  TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(s, cost.model, bound));
+  TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(s, cost.model, opt));
   attach_lower_bound(r, lb);
   return r;
 }
