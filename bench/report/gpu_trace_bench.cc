@@ -44,7 +44,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kMaxRanks = 64;
+constexpr int kMaxRankFiles = 64;
 constexpr int64_t kMiB = 1 << 20;
 
 // ----- the generator ---------------------------------------------------------------------------
@@ -472,7 +472,7 @@ struct SideResult {
   int64_t trace_events = -1;  // every element of traceEvents (naive only)
   int64_t steps = 0;          // (rank, step) pairs with GPU work (ours only)
   int32_t ranks = 0;
-  RankTotals totals[kMaxRanks];
+  RankTotals totals[kMaxRankFiles];
 };
 
 void set_error(SideResult& r, const std::string& what) {
@@ -527,7 +527,7 @@ void ours(const std::vector<std::string>& files, SideResult& out) {
   out.seconds = now_seconds() - t0;
   if (!rep.ok()) return set_error(out, rep.status().to_string());
   out.ranks = static_cast<int32_t>(rep->ranks.size());
-  for (size_t i = 0; i < rep->ranks.size() && i < kMaxRanks; ++i) {
+  for (size_t i = 0; i < rep->ranks.size() && i < kMaxRankFiles; ++i) {
     const GpuRankReport& r = rep->ranks[i];
     const GpuUsage& u = r.usage;
     out.steps += static_cast<int64_t>(r.steps.size());
@@ -681,7 +681,7 @@ int main(int argc, char** argv) {
   int64_t total_mb = 1024;
   std::string dir = (fs::temp_directory_path() / "tightpipe-gpu-trace-bench").string();
   bool keep = false, skip_naive = false;
-  flags.option("--ranks", g.ranks, "rank files").range(1, kMaxRanks).show_default();
+  flags.option("--ranks", g.ranks, "rank files").range(1, kMaxRankFiles).show_default();
   flags.option("--total-mb", total_mb, "MiB of JSON over all ranks")
       .range(int64_t{1}, int64_t{65536})
       .show_default();

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tightpipe/simulator.h"
 #include "tightpipe/status.h"
 
 namespace tightpipe {
@@ -196,6 +197,7 @@ struct GpuPipelineSpec {
   int32_t microbatches = 0;
   std::string schedule_file;         // a schedule CSV instead of schedule/vpp/microbatches
   std::vector<std::string> what_if;  // other schedules to simulate ("zb-h1", "interleaved:2")
+  Engine engine = Engine::kTightpipe;  // --engine: how the what-ifs' messages and optimizer run
   Status validate() const;
 };
 
@@ -219,6 +221,7 @@ struct GpuWhatIf {
   // schedule of its stages and placement holding at most lower_bound_memory whole-rank
   // microbatch activations per rank has a shorter step (or span). 0: not computed.
   double lower_bound_s = 0, lower_bound_span_s = 0, lower_bound_memory = 0;
+  std::string engine_profile;  // EngineProfile::description of its simulation
 };
 
 struct GpuPipelineReport {

@@ -203,6 +203,7 @@ struct WhatIfResult {
   // The layer split the candidate was costed with ("E,t|t|t|t,L": what `train --schedule` would
   // run), or "even" when the run's model is unknown and each rank's cost was spread evenly.
   std::string layout;
+  std::string engine_profile;  // EngineProfile::description of its simulation
 };
 
 struct GapItem {
@@ -214,6 +215,9 @@ struct GapItem {
 
 struct ReportOptions {
   std::vector<WhatIfSpec> what_if;
+  // --engine: the engine whose p2p and optimizer the what-ifs simulate (simulator.h
+  // engine_profile); tightpipe: as the run ran (its --overlap-p2p-communication).
+  Engine engine = Engine::kTightpipe;
 };
 
 struct Report {

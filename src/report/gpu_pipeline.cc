@@ -560,6 +560,7 @@ GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
   }
   const CostModel& fitted = *costs;
   const Schedule& ran_lowered = *lowered;
+  so.engine = spec.engine;
   for (const WhatIfSpec& w : *specs) {
     GpuWhatIf wi;
     wi.label = w.label();
@@ -576,9 +577,10 @@ GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
     } else if (auto sim = simulate_what_if(built->first, built->second, so); !sim.ok()) {
       wi.error = sim.status().message();
     } else {
-      wi.step_s = sim->makespan;
+      wi.engine_profile = sim->engine_description;
+      wi.step_s = sim->steady_state_step_time;
       wi.bubble_ratio = sim->bubble_ratio;
-      wi.saving_s = rep.predicted_step_s - sim->makespan;
+      wi.saving_s = rep.predicted_step_s - wi.step_s;
       wi.max_span_s = sim->max_span;
       wi.lower_bound_s = sim->lower_bound_makespan;  // 0 without a bound
       wi.lower_bound_span_s = sim->lower_bound_span;

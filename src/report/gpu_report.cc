@@ -295,9 +295,9 @@ std::string format_gpu_trace_text(const GpuTraceReport& rep) {
                 ? " " + format_lower_bound(w.step_s, w.lower_bound_s, fmt_time(w.lower_bound_s, "s"))
                 : "";
         bounded = bounded || w.lower_bound_s > 0;
-        out += fmt::format("  what-if {}: step {}{}, bubble {}, saves {}\n", w.label,
+        out += fmt::format("  what-if {}: step {}{}, bubble {}, saves {} ({})\n", w.label,
                            fmt_time(w.step_s, "s"), bound, pct(w.bubble_ratio),
-                           fmt_time(w.saving_s, "s"));
+                           fmt_time(w.saving_s, "s"), w.engine_profile);
       }
       if (bounded) {
         out +=
@@ -360,6 +360,7 @@ std::string gpu_trace_report_json(const GpuTraceReport& rep) {
       x["label"] = w.label;
       x["error"] = w.error;
       x["step_s"] = w.step_s;
+      x["engine_profile"] = w.engine_profile;
       x["bubble_ratio"] = w.bubble_ratio;
       x["saving_s"] = w.saving_s;
       if (w.error.empty()) {

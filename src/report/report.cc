@@ -122,6 +122,14 @@ Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, int
 Result<SimResult> simulate_what_if(const Schedule& lowered, const CostModel& costs,
                                    const SimOptions& sim) {
   TP_ASSIGN_OR_RETURN(SimResult r, simulate(lowered, costs, sim));
+  r.steady_state_step_time = r.makespan;
+  if (r.optimizer_post_validation) {
+    // Back-to-back steps (the engine's post-validated optimizer): the step is the period, and
+    // the one-step bound from a common start does not bound it.
+    TP_ASSIGN_OR_RETURN(SteadyState ss, steady_state_step_time(lowered, costs, sim));
+    r.steady_state_step_time = ss.step_time;
+    return r;
+  }
   if (auto lb = lower_bound_for(lowered, costs, sim); lb.ok()) attach_lower_bound(r, *lb);
   return r;
 }
@@ -447,7 +455,7 @@ Result<std::pair<Schedule, CostModel>> what_if_schedule(const WhatIfSpec& w, con
 }
 
 // What-if: the run's costs, per rank, re-simulated under another schedule with the same p and m.
-WhatIfResult what_if(const WhatIfSpec& w, const Report& rep) {
+WhatIfResult what_if(const WhatIfSpec& w, const Report& rep, Engine engine) {
   WhatIfResult res;
   res.label = w.label();
   if (!rep.has_prediction) {
@@ -465,15 +473,17 @@ WhatIfResult what_if(const WhatIfSpec& w, const Report& rep) {
   res.chunks = lowered.chunks();
   SimOptions so = run_sim_options(run);
   so.record_timeline = false;
+  so.engine = engine;
   auto sim = report_internal::simulate_what_if(lowered, derived, so);
   if (!sim.ok()) {
     res.error = sim.status().message();
     return res;
   }
-  res.makespan = sim->makespan;
+  res.engine_profile = sim->engine_description;
+  res.makespan = sim->steady_state_step_time;
   res.bubble_ratio = sim->bubble_ratio;
   res.span_bubble_ratio = sim->span_bubble_ratio;
-  res.step_saving = rep.predicted.makespan - sim->makespan;
+  res.step_saving = rep.predicted.makespan - res.makespan;
   res.bubble_saving = rep.predicted.bubble_ratio - sim->bubble_ratio;
   const double steps = static_cast<double>(std::max<size_t>(run.metrics.size(), rep.steps.size()));
   res.gpu_hours_saved = run.costs->time_unit() == "s" ? steps * res.step_saving * P / 3600.0 : 0;
@@ -537,7 +547,7 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
   calibrate_missing_costs(by_step.per_step, rep);
   predict(rep);
   if (rep.has_prediction) explain_gap(rep);
-  for (const WhatIfSpec& w : options.what_if) rep.what_ifs.push_back(what_if(w, rep));
+  for (const WhatIfSpec& w : options.what_if) rep.what_ifs.push_back(what_if(w, rep, options.engine));
   return rep;
 }
 
@@ -669,6 +679,15 @@ std::string text_what_if(const Report& rep) {
   out +=
       "vs bound: the step above the lower bound of the schedule's shape at its memory "
       "(docs/cost_model.md, \"Lower bound\")\n";
+  std::vector<std::string> seen;  // the engine profile of every row, once each
+  for (const auto& w : rep.what_ifs) {
+    if (w.engine_profile.empty() ||
+        std::find(seen.begin(), seen.end(), w.engine_profile) != seen.end()) {
+      continue;
+    }
+    seen.push_back(w.engine_profile);
+    out += "engine profile: " + w.engine_profile + "\n";
+  }
   return out;
 }
 
@@ -705,6 +724,7 @@ nlohmann::ordered_json what_if_json(const WhatIfResult& w) {
     o["predicted_bubble_ratio"] = w.bubble_ratio;
     o["predicted_span_bubble_ratio"] = w.span_bubble_ratio;
     o["predicted_step_time"] = w.makespan;
+    o["engine_profile"] = w.engine_profile;
     o["step_saving"] = w.step_saving;
     o["gpu_hours_saved"] = w.gpu_hours_saved;
     o["peak_activation_bytes"] = w.peak_act_bytes;

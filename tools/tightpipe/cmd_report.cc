@@ -48,7 +48,16 @@ int cmd_report(int argc, char** argv) {
                  "trace files: the schedule that ran as a CSV (instead of --schedule, --vpp, "
                  "--num-microbatches)");
   app.add_flag("--quiet", quiet, "no terminal table");
+  std::string engine = "tightpipe";
+  app.add_option("--engine", engine,
+                 "the engine whose p2p waits and optimizer the what-ifs simulate: tightpipe (as "
+                 "the run ran), megatron, megatron-overlap, torch, zb (docs/cost_model.md "
+                 "\"Engine profiles\")")
+      ->capture_default_str();
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto en = parse_engine(engine);
+  if (!en.ok()) return report_error("report", en.status());
+  pipe.engine = *en;
 
   auto kind = detect_report_input(inputs.front());
   if (!kind.ok()) return report_error("report", kind.status());
@@ -67,6 +76,7 @@ int cmd_report(int argc, char** argv) {
     }
     const std::string& run_dir = inputs.front();
     ReportOptions opt;
+    opt.engine = *en;
     if (!what_if.empty()) {
       auto w = parse_what_if(what_if);
       if (!w.ok()) return report_error("report", w.status());
