@@ -183,3 +183,54 @@ TEST(CliScheduleTest, BadShapesAreUsageErrors) {
 
 }  // namespace
 }  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// --engine on simulate, plan and report: every prediction names its profile; an unknown engine
+// lists the known ones; an engine Megatron-LM's schedules cannot serve names the schedule.
+TEST(CliScheduleTest, EngineIsNamedInEveryPredictionAndBadOnesSayWhy) {
+  const std::string tp = testutil::tightpipe_binary();
+  auto table = testutil::run_command(
+      tp + " simulate --schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1,comm=0.2 "
+           "--engine megatron");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("engine   megatron: p2p in Megatron's batched calls"),
+            std::string::npos)
+      << table.out;
+  auto json = testutil::run_command(
+      tp + " simulate --compare 1f1b,zb-h2 --pp 4 --microbatches 8 --cost f=1,i=1,w=1 --engine "
+           "zb --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"engine\": \"zb\""), std::string::npos);
+  EXPECT_NE(json.out.find("optimizer post-validated"), std::string::npos);
+  auto plan = testutil::run_command(
+      tp + " plan --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+           "--global-batch-size 16 --devices 4 --device h100-sxm --engine torch");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("engine: torch"), std::string::npos);
+  EXPECT_NE(plan.out.find("engine profile: torch"), std::string::npos);
+  for (const char* cmd : {" simulate --schedule 1f1b --pp 2 --microbatches 4 --engine deepspeed",
+                          " plan --num-layers 8 --hidden-size 1024 --num-attention-heads 16 "
+                          "--seq-length 2048 --global-batch-size 16 --devices 4 --engine ds",
+                          " report /nonexistent --engine ds"}) {
+    auto bad = testutil::run_command(tp + cmd);
+    EXPECT_NE(bad.exit_code, 0) << cmd;
+    EXPECT_NE(bad.err.find("known: tightpipe, megatron, megatron-overlap, torch, zb"),
+              std::string::npos)
+        << cmd << ": " << bad.err;
+  }
+  auto zb = testutil::run_command(
+      tp + " simulate --schedule zb-h1 --pp 2 --microbatches 4 --engine megatron");
+  EXPECT_NE(zb.exit_code, 0);
+  EXPECT_NE(zb.err.find("Megatron-LM does not run schedule 'zb-h1'"), std::string::npos) << zb.err;
+  auto both = testutil::run_command(
+      tp + " simulate --schedule 1f1b --pp 2 --microbatches 4 --engine torch --comm-mode blocking");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("--comm-mode and --optimizer-post-validation are tightpipe's own"),
+            std::string::npos)
+      << both.err;
+}
+
+}  // namespace
+}  // namespace tightpipe

@@ -29,6 +29,15 @@ int report_error(std::string_view command, const Status& status) {
   return status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitError;
 }
 
+void add_engine_flag(CLI::App& app, std::string& engine, std::string_view what) {
+  app.add_option("--engine", engine,
+                 fmt::format("the engine that will run the job, whose p2p waits and optimizer {} "
+                             "simulates: tightpipe, megatron, megatron-overlap, torch, zb "
+                             "(docs/cost_model.md \"Engine profiles\")",
+                             what))
+      ->capture_default_str();
+}
+
 void add_tokenizer_flags(CLI::App& app, TokenizerFlags& flags) {
   app.add_option("--tokenizer-type", flags.type,
                  "GPT2BPETokenizer, SentencePieceTokenizer or ByteTokenizer");

@@ -169,11 +169,7 @@ int cmd_plan(int argc, char** argv) {
                "also try the zero-bubble schedules with the post-validated optimizer (train's "
                "flag): priced at their steady-state step, with the kept copy's memory");
   std::string engine = "tightpipe";
-  app.add_option("--engine", engine,
-                 "the engine that will run the job, whose p2p waits and optimizer are simulated: "
-                 "tightpipe, megatron, megatron-overlap, torch, zb (docs/cost_model.md \"Engine "
-                 "profiles\"); megatron plans 1f1b and interleaved only")
-      ->capture_default_str();
+  add_engine_flag(app, engine, "each candidate (megatron: 1f1b and interleaved only)");
   app.add_flag("--json", json, "print the result as JSON (docs/plan.md)");
   std::string html;
   app.add_option("--html", html, "write an HTML page with the step time / memory / cost plot");

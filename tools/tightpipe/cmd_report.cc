@@ -49,11 +49,7 @@ int cmd_report(int argc, char** argv) {
                  "--num-microbatches)");
   app.add_flag("--quiet", quiet, "no terminal table");
   std::string engine = "tightpipe";
-  app.add_option("--engine", engine,
-                 "the engine whose p2p waits and optimizer the what-ifs simulate: tightpipe (as "
-                 "the run ran), megatron, megatron-overlap, torch, zb (docs/cost_model.md "
-                 "\"Engine profiles\")")
-      ->capture_default_str();
+  add_engine_flag(app, engine, "the what-if (tightpipe: as the run ran)");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   auto en = parse_engine(engine);
   if (!en.ok()) return report_error("report", en.status());

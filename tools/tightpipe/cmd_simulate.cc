@@ -97,11 +97,8 @@ int cmd_simulate(int argc, char** argv) {
                "runtime's flag): prints the steady-state step of back-to-back iterations "
                "(JSON steady_state_step_time)");
   std::string engine = "tightpipe";
-  app.add_option("--engine", engine,
-                 "the engine that will run the job, whose p2p waits and optimizer are simulated: "
-                 "tightpipe (--comm-mode and --optimizer-post-validation as given), megatron, "
-                 "megatron-overlap, torch, zb (docs/cost_model.md \"Engine profiles\")")
-      ->capture_default_str();
+  add_engine_flag(app, engine, "the simulation (tightpipe: --comm-mode and "
+                               "--optimizer-post-validation as given)");
   app.add_flag("--json", json, "print the result as JSON (docs/simulate_json.md)");
   app.add_option("--trace", trace, "write a Chrome trace (Perfetto, chrome://tracing) here");
   app.add_option("--svg", svg, "write an SVG timeline here");

@@ -43,5 +43,8 @@ struct TokenizerFlags {
   Result<TokenizerOptions> resolve() const;
 };
 void add_tokenizer_flags(CLI::App& app, TokenizerFlags& flags);
+// --engine (simulator.h Engine) on simulate, plan and report: the flag, its help with `what`
+// (what the engine's profile is applied to) appended; parse it with parse_engine().
+void add_engine_flag(CLI::App& app, std::string& engine, std::string_view what);
 
 }  // namespace tightpipe::cli
