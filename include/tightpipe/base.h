@@ -49,6 +49,11 @@ double now_seconds();
 double thread_cpu_wait_seconds();
 
 Result<std::string> read_file(const std::string& path);
+
+// 64-bit FNV-1a of `bytes`, the seed chained (default: the FNV offset basis): checkpoint files'
+// checksum and the post-validated step's kept copy (one definition). `fnv1a(b, fnv1a(a))` is the
+// hash of a then b.
+uint64_t fnv1a(std::string_view bytes, uint64_t seed = 0xcbf29ce484222325ULL);
 Status write_file(const std::string& path, std::string_view contents);
 
 std::vector<std::string> split(std::string_view s, char sep);

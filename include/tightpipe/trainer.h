@@ -197,6 +197,15 @@ struct TrainOptions {
   // of the next step's program. A step that needed clipping (or was not finite) is undone from the
   // copy and redone as the synchronous step does it, and the next step's program replayed.
   bool optimizer_post_validation = false;
+  // --post-validation-stable-steps: a step is post-validated only after this many steps in a row
+  // needed no clipping (the zero-bubble runtime waits for 10): while the norm is over --clip-grad
+  // every optimistic step would be undone and its next program replayed, twice the work, so those
+  // steps run synchronously. With --clip-grad 0 only a non-finite step can be undone: every step
+  // is post-validated. Every rank counts the same global norms, so every rank decides alike.
+  int32_t post_validation_stable_steps = 10;
+  // Called with (step, stage, the kept weights) each time a post-validated step keeps its copy:
+  // for tests that damage the copy (a rollback from it must then fail). Empty: nothing.
+  std::function<void(int32_t, int32_t, std::span<float>)> on_kept_copy;
   uint64_t seed = 1234;                // --seed: model init and data order
   DataOptions data;                    // --data-path, --num-workers, ... (B, T from model)
   // --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model: the tokenizer of the data

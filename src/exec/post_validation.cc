@@ -16,7 +16,18 @@ constexpr int kTagPostValidation = kMaxUserTag - 3;
 // A state: [0] loss share, [1] gradient sum of squares, then nonfinite_flags() (S + 1), then
 // the busy fields.
 constexpr size_t kHead = 2;
+
+template <typename T>
+std::string_view bytes_of(const std::vector<T>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)};
+}
 }  // namespace
+
+uint64_t PostValidation::kept_checksum(const Kept& k) {
+  uint64_t h = fnv1a(std::string_view(reinterpret_cast<const char*>(&k.adam_step), sizeof(k.adam_step)));
+  for (const auto* v : {&k.params, &k.grads, &k.m, &k.v}) h = fnv1a(bytes_of(*v), h);
+  return h;
+}
 
 PostValidation::PostValidation(PipelineRank& pr, Transport& pipeline, const TrainOptions& opt,
                                size_t fields)
@@ -36,6 +47,8 @@ void PostValidation::step(int32_t step, StepProgram& prog, float lr) {
     k.m.assign(c.adam_m().begin(), c.adam_m().end());
     k.v.assign(c.adam_v().begin(), c.adam_v().end());
     k.adam_step = c.adam_step();
+    k.checksum = kept_checksum(k);
+    if (opt_.on_kept_copy) opt_.on_kept_copy(step, s, k.params);
     stage->optimizer_step(opt_.adamw, lr);  // unclipped: what the check finds unclipped stands
     stage->zero_grads();
   }
@@ -82,7 +95,24 @@ Result<PostValidation::Decided> PostValidation::validate() {
   }
   d.loss = sum[0];
   d.grad_norm = std::sqrt(sum[1]);
-  auto restore = [&] {
+  // A restore from a copy that is missing or changed would go on with wrong weights: it ends the
+  // run instead, naming the step and the stage.
+  auto restore = [&]() -> Status {
+    for (auto& [s, stage] : pr_.stages()) {
+      auto it = kept_.find(s);
+      const uint64_t now = it == kept_.end() ? 0 : kept_checksum(it->second);
+      if (it == kept_.end() || now != it->second.checksum ||
+          it->second.params.size() != stage->params().size()) {
+        return Status::corruption(fmt::format(
+            "post-validation: step {}, stage {}: the kept copy of the weights is {}; the step "
+            "cannot be rolled back, so the run stops here rather than go on with wrong weights; "
+            "hint: resume from the last checkpoint (--load)",
+            p.step + 1, s,
+            it == kept_.end() ? "missing"
+                              : fmt::format("damaged (checksum {:#018x}, kept {:#018x})", now,
+                                            it->second.checksum)));
+      }
+    }
     for (auto& [s, stage] : pr_.stages()) {
       const Kept& k = kept_.at(s);
       std::copy(k.params.begin(), k.params.end(), stage->params().begin());
@@ -91,16 +121,17 @@ Result<PostValidation::Decided> PostValidation::validate() {
       std::copy(k.v.begin(), k.v.end(), stage->adam_v().begin());
       stage->set_adam_step(k.adam_step);
     }
+    return OkStatus();
   };
   if (opt_.check_for_nan && !(std::isfinite(sum[0]) && std::isfinite(sum[1]))) {
-    restore();  // as the synchronous step: not taken
+    TP_RETURN_IF_ERROR(restore());  // as the synchronous step: not taken
     for (auto& [s, stage] : pr_.stages()) stage->zero_grads();
     return nonfinite_step_error(p.step, sum[0], sum[1],
                                 std::vector<double>(sum.begin() + kHead, sum.end()), p.lr);
   }
   d.scale = nn::clip_scale(sum[1], opt_.clip_grad);
   if (d.scale != 1.0f) {  // redo it as the synchronous step does
-    restore();
+    TP_RETURN_IF_ERROR(restore());
     for (auto& [s, stage] : pr_.stages()) {
       stage->scale_grads(d.scale);
       stage->optimizer_step(opt_.adamw, p.lr);

@@ -647,8 +647,16 @@ Result<std::optional<TrainSummary>> RankRun::run() {
   int64_t done = start;
   for (int64_t s = start; s < opt_.train_iters; ++s) {
     std::vector<StepRecord> ready;
-    if (pv_) {
-      TP_ASSIGN_OR_RETURN(ready, step_post_validated(s));
+    const bool speculate = pv_ && (opt_.clip_grad <= 0 ||
+                                   pv_stable_ >= opt_.post_validation_stable_steps);
+    if (pv_ && !speculate && pv_->pending()) {
+      // Back to the synchronous step (the last one needed clipping): its check first.
+      TP_ASSIGN_OR_RETURN(StepRecord last, flush_post_validation());
+      ready.push_back(std::move(last));
+    }
+    if (speculate) {
+      TP_ASSIGN_OR_RETURN(std::vector<StepRecord> done_now, step_post_validated(s));
+      for (StepRecord& r : done_now) ready.push_back(std::move(r));
       // Where the weights must be the checked ones: an evaluation, a save, an exit, the end.
       const int64_t next = s + 1;
       const bool boundary =
@@ -666,6 +674,8 @@ Result<std::optional<TrainSummary>> RankRun::run() {
     report_skips();
     for (StepRecord& rec : ready) {
       const int64_t k = rec.step;
+      // The global norm, the same on every rank: the streak of steps that needed no clipping.
+      pv_stable_ = opt_.clip_grad > 0 && rec.grad_norm > opt_.clip_grad ? 0 : pv_stable_ + 1;
       if (eval_due(k)) {
         TP_ASSIGN_OR_RETURN(rec.val_loss, evaluate());
       }

@@ -252,7 +252,9 @@ class PostValidation {
   struct Kept {
     std::vector<float> params, grads, m, v;
     int64_t adam_step = 0;
+    uint64_t checksum = 0;  // kept_checksum() when it was kept: checked before a restore
   };
+  static uint64_t kept_checksum(const Kept& k);
   struct Pending {
     int32_t step = 0;
     float lr = 0;
@@ -340,6 +342,9 @@ class RankRun {
   int64_t skips_reported_ = 0;        // report_skips(): skips already logged
   std::optional<PostValidation> pv_;  // --enable-optimizer-post-validation
   std::optional<StepRecord> pv_record_;  // the step taken, not checked yet (step, lr, wall)
+  // Steps in a row that needed no clipping (TrainOptions::post_validation_stable_steps): the
+  // next step is post-validated once it reaches the option.
+  int64_t pv_stable_ = 0;
   int64_t pv_first_step_ = -1;           // the run's first step: its program has the barrier
 };
 

@@ -41,14 +41,6 @@ struct Header {
 };
 #pragma pack(pop)
 
-uint64_t fnv1a(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
 
 // The system's reason for errno `err`, with a hint for the ones a user can act on.
 std::string io_reason(int err) {

@@ -85,7 +85,7 @@ TEST(DataParallelMpiTest, PostValidatedStepsEqualTheSynchronousOnes) {
           "{} -np {} {} --transport mpi --pp {} --schedule zb-h2 --num-microbatches {} "
           "--clip-grad {} --out-dir {} --save {}/ckpt{}",
           kMpirun, c.np, kTrain, c.pp, 2 * c.pp, c.clip, outs[pv], outs[pv],
-          pv ? " --enable-optimizer-post-validation" : ""));
+          pv ? " --enable-optimizer-post-validation --post-validation-stable-steps 0" : ""));
       ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
       EXPECT_EQ(r.out.find("post-validation: step") != std::string::npos,
                 pv == 1 && std::string(c.clip) == "0.5")

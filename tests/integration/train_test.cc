@@ -824,9 +824,13 @@ TEST(TrainIntegrationTest, PostValidatedStepsEqualTheSynchronousOnes) {
     const char* schedule;
     int32_t pp;
     float clip;
+    int32_t stable = 0;  // post-validate from the first step (the redo path at clip 0.5)
   };
+  // The last case keeps the default: at clip 0.5 no step is post-validated (the norm is always
+  // over it, so no optimistic step would stand): none is redone.
   for (const Case& c : {Case{"zb-h2", 2, 100.0f}, Case{"zb-h2", 4, 0.5f}, Case{"1f1b", 2, 0.5f},
-                        Case{"zb-v", 2, 100.0f}}) {
+                        Case{"zb-v", 2, 100.0f}, Case{"zb-h2", 2, 0.5f, 10},
+                        Case{"zb-h2", 2, 100.0f, 2}}) {
     SCOPED_TRACE(fmt::format("{} p={} clip {}", c.schedule, c.pp, c.clip));
     const std::string dir = testutil::make_temp_dir("tp-pv");
     std::vector<std::string> lines[2];
@@ -842,6 +846,7 @@ TEST(TrainIntegrationTest, PostValidatedStepsEqualTheSynchronousOnes) {
       o.save_dir = fmt::format("{}/ckpt{}", dir, pv);
       o.save_interval = 2;
       o.optimizer_post_validation = pv == 1;
+      o.post_validation_stable_steps = c.stable;
       o.log = [&lines, pv](const std::string& l) { lines[pv].push_back(l); };
       auto s = run_training(o);
       ASSERT_TRUE(s.ok()) << s.status().to_string();
@@ -861,7 +866,7 @@ TEST(TrainIntegrationTest, PostValidatedStepsEqualTheSynchronousOnes) {
     const auto redone = std::ranges::count_if(lines[1], [](const std::string& l) {
       return l.find("post-validation: step") != std::string::npos;
     });
-    EXPECT_EQ(redone, c.clip < 1 ? 5 : 0);
+    EXPECT_EQ(redone, c.clip < 1 && c.stable == 0 ? 5 : 0);
   }
 }
 
@@ -876,6 +881,7 @@ TEST(TrainIntegrationTest, PostValidatedNonFiniteStepAndRefusals) {
     TrainOptions o =
         diverging_run(fmt::format("{}/run{}", dir, pv), fmt::format("{}/ckpt{}", dir, pv));
     o.optimizer_post_validation = pv == 1;
+    o.post_validation_stable_steps = 0;  // the non-finite step is a post-validated one
     auto s = run_training(o);
     ASSERT_FALSE(s.ok()) << "a --lr 1e6 run finished";
     msgs[pv] = std::string(s.status().message());
@@ -896,6 +902,41 @@ TEST(TrainIntegrationTest, PostValidatedNonFiniteStepAndRefusals) {
     EXPECT_NE(m.find("--enable-optimizer-post-validation"), std::string::npos) << m;
     EXPECT_NE(m.find(sched), std::string::npos) << m;
   }
+}
+
+}  // namespace
+}  // namespace tightpipe
+
+namespace tightpipe {
+namespace {
+
+// A rollback from a kept copy that changed (or is missing) ends the run naming the step and the
+// stage; it never goes on with wrong weights.
+TEST(TrainIntegrationTest, PostValidatedRollbackFromADamagedCopyStopsTheRun) {
+  const std::string dir = testutil::make_temp_dir("tp-pv-damaged");
+  TrainOptions o = tiny(dir + "/out");
+  o.trace_path.clear();
+  o.schedule = "zb-h2";
+  o.pp = 2;
+  o.microbatches = 4;
+  o.clip_grad = 0.5f;  // every step needs clipping: each optimistic one is rolled back
+  o.train_iters = 4;
+  o.optimizer_post_validation = true;
+  o.post_validation_stable_steps = 0;
+  o.on_kept_copy = [](int32_t step, int32_t stage, std::span<float> params) {
+    if (step == 1 && stage == 1) params[0] += 1.0f;
+  };
+  auto s = run_training(o);
+  ASSERT_FALSE(s.ok());
+  const std::string m(s.status().message());
+  EXPECT_NE(m.find("post-validation: step 2, stage 1: the kept copy of the weights is damaged"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("cannot be rolled back"), std::string::npos) << m;
+  // Undamaged, the same run finishes.
+  o.on_kept_copy = nullptr;
+  o.out_dir = dir + "/ok";
+  EXPECT_TRUE(run_training(o).ok());
 }
 
 }  // namespace

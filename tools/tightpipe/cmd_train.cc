@@ -139,6 +139,11 @@ int cmd_train(int argc, char** argv) {
                "the global norm and inf/NaN check arrive during the next step, and a step that "
                "needed clipping is undone and redone (the zero-bubble runtime's flag; "
                "docs/post_validation.md)");
+  app.add_option("--post-validation-stable-steps", o.post_validation_stable_steps,
+                 "with --enable-optimizer-post-validation: post-validate a step only after this "
+                 "many steps in a row needed no clipping (the others run synchronously)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
   app.add_option("--clip-grad", o.clip_grad, "global gradient-norm clip (0: off)")
       ->capture_default_str();
   app.add_flag("--check-for-nan-in-loss-and-grad,!--no-check-for-nan-in-loss-and-grad",
