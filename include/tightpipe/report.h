@@ -204,6 +204,9 @@ struct WhatIfResult {
   // run), or "even" when the run's model is unknown and each rank's cost was spread evenly.
   std::string layout;
   std::string engine_profile;  // EngineProfile::description of its simulation
+  // Post-validated (--engine zb): the kept copy of the fullest rank's weights, gradients and
+  // optimizer state (params + grads + optimizer bytes of its stages), beside peak_act_bytes.
+  double kept_copy_bytes = 0;
 };
 
 struct GapItem {

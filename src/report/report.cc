@@ -488,6 +488,10 @@ WhatIfResult what_if(const WhatIfSpec& w, const Report& rep, Engine engine) {
   const double steps = static_cast<double>(std::max<size_t>(run.metrics.size(), rep.steps.size()));
   res.gpu_hours_saved = run.costs->time_unit() == "s" ? steps * res.step_saving * P / 3600.0 : 0;
   res.peak_act_bytes = max_peak(*sim);
+  if (sim->optimizer_post_validation) {
+    for (const RankSimStats& st : sim->ranks)
+      res.kept_copy_bytes = std::max(res.kept_copy_bytes, st.static_bytes);
+  }
   res.peak_act_delta = res.peak_act_bytes - max_peak(rep.predicted);
   res.max_span = sim->max_span;
   res.lower_bound = sim->lower_bound_makespan;  // 0 without a bound (has_lower_bound false)
@@ -688,6 +692,12 @@ std::string text_what_if(const Report& rep) {
     seen.push_back(w.engine_profile);
     out += "engine profile: " + w.engine_profile + "\n";
   }
+  for (const auto& w : rep.what_ifs) {
+    if (w.kept_copy_bytes > 0) {
+      out += fmt::format("{}: post-validated, its kept copy adds {} on the fullest rank\n", w.label,
+                         human_bytes(w.kept_copy_bytes));
+    }
+  }
   return out;
 }
 
@@ -728,6 +738,7 @@ nlohmann::ordered_json what_if_json(const WhatIfResult& w) {
     o["step_saving"] = w.step_saving;
     o["gpu_hours_saved"] = w.gpu_hours_saved;
     o["peak_activation_bytes"] = w.peak_act_bytes;
+    o["kept_copy_bytes"] = w.kept_copy_bytes;
     report_internal::add_lower_bound_json(o, {.makespan = w.makespan,
                                               .max_span = w.max_span,
                                               .lower_bound = w.lower_bound,
