@@ -6,8 +6,14 @@
 // sets targets on, tightpipe's peak stash per microbatch in both precisions, and PASS/FAIL lines
 // for those targets; optionally writes JSON.
 //
+// Kernels (issue 30): tightpipe runs the OpenBLAS core the rule of cpu_kernels.h chose; the bench
+// also runs tightpipe FP32 on every core this CPU runs (--cores), in the same run, and checks the
+// rule's choice against the best of them. PyTorch runs in the same environment, so a corrected
+// OpenBLAS (OPENBLAS_CORETYPE set by the rule) is its too; the bench prints the core each side ran.
+//
 //   build/bench/nn/bench_nn                                    # the three sizes, both precisions
-//   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench/nn/bench_nn   # the issue's setting
+//   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench/nn/bench_nn --sizes 8x256,12x512
+//                                                              # issue 30's setting
 //
 // The PyTorch side needs Debian's python3-torch for /usr/bin/python3 (scripts/setup-bench.sh
 // installs it; CI does not need it). Without it the bench says so and stops; --no-torch runs only
@@ -26,6 +32,8 @@
 
 #include "bench_cli.h"
 #include "tightpipe/base.h"
+#include "tightpipe/cost_model.h"
+#include "tightpipe/cpu_kernels.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/kernels_bf16.h"
 #include "tightpipe/model.h"
@@ -43,6 +51,23 @@ std::optional<Size> find_size(const std::string& name) {
   if (name == "8x256") return Size{name, 8, 256, 8, 256, 8};
   if (name == "12x512") return Size{name, 12, 512, 8, 256, 4};
   return std::nullopt;
+}
+
+// Model FLOPs per token of a size, by the count `train` reports (gpt_layer_costs: F + I + W of
+// every block and of the LM head, 72C^2 + 12CT per layer and token, 6CV for the head).
+double model_flops_per_token(const Size& s) {
+  GptCostConfig g;
+  g.layers = s.L;
+  g.hidden = s.C;
+  g.heads = s.NH;
+  g.seq = s.T;
+  g.micro_batch = s.B;
+  g.vocab = 256;
+  g.flops = 1;  // times are then FLOPs
+  const LayerCosts c = gpt_layer_costs(g);
+  const double per_microbatch = s.L * (c.block.f + c.block.i + c.block.w) + c.head.f + c.head.i +
+                                c.head.w;
+  return per_microbatch / (double(s.B) * s.T);
 }
 
 // Single-thread SGEMM GFLOP/s on a square 512 problem and on the model's largest matmul shape.
@@ -163,6 +188,30 @@ Measured run_torch(const std::string& python, const std::string& script, const S
   return m;
 }
 
+// Which kernels PyTorch runs in this environment: the OpenBLAS core of the BLAS it loaded (read
+// through that library's openblas_get_corename), and its CPU capability.
+std::string torch_kernels(const std::string& python) {
+  const std::string code =
+      "import torch, ctypes\n"
+      "a = torch.ones(64, 64); (a @ a).sum()\n"
+      "libs = sorted({l.split()[-1] for l in open('/proc/self/maps') if 'blas' in l.split()[-1]})\n"
+      "core = 'no OpenBLAS loaded'\n"
+      "for p in libs:\n"
+      "    try:\n"
+      "        f = ctypes.CDLL(p).openblas_get_corename; f.restype = ctypes.c_char_p\n"
+      "        core = 'OpenBLAS core ' + f().decode() + ' (' + p + ')'; break\n"
+      "    except (OSError, AttributeError):\n"
+      "        pass\n"
+      "cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, 'cpu') else '?'\n"
+      "print(core + '; CPU capability ' + str(cap) + '; oneDNN (mkldnn) ' + "
+      "str(torch.backends.mkldnn.is_available()))\n";
+  std::string out;
+  const std::string path = "/tmp/tp_bench_nn_torch_kernels.py";
+  if (!write_file(path, code).ok()) return "(could not write the probe script)";
+  const int rc = run_capture(python + " " + path + " 2>&1", out);
+  return rc == 0 ? std::string(trim(out)) : "(probe failed: " + out.substr(0, 200) + ")";
+}
+
 double ratio(const Measured& a, const Measured& b) {
   return a.ran && b.ran && b.tokens_per_s > 0 ? a.tokens_per_s / b.tokens_per_s : 0;
 }
@@ -234,6 +283,12 @@ int main(int argc, char** argv) {
   flags.flag("--no-torch", no_torch, "only tightpipe");
   bool bf16_only = false;
   flags.flag("--bf16", bf16_only, "same as --precision bf16").excludes("--precision");
+  std::string cores = "auto";
+  flags
+      .option("--cores", cores,
+              "OpenBLAS cores to run tightpipe FP32 on besides the rule's, by hand (auto: every "
+              "one of SkylakeX, Cooperlake, Haswell, Zen this CPU runs; none: skip)")
+      .show_default();
   if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
 
   std::vector<Size> list;
@@ -267,15 +322,39 @@ int main(int argc, char** argv) {
 
   nn::set_blas_threads(1);
   nn::set_dnnl_threads(1);
+  const nn::BlasCoreChoice& rule = nn::blas_core_choice();
+  if (const Status st = nn::check_blas_core(); !st.ok()) {
+    std::fprintf(stderr, "bench_nn: %s\n", st.message().c_str());
+    return 1;
+  }
   const char* core_env = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("%s\n", rule.line.c_str());
   std::printf(
-      "OpenBLAS core %s (OPENBLAS_CORETYPE=%s), oneDNN and OpenBLAS 1 thread; each side: median "
-      "of %d timed steps after %d, best of %d round(s)\n",
+      "tightpipe: OpenBLAS core %s (OPENBLAS_CORETYPE=%s now), oneDNN and OpenBLAS 1 thread; each "
+      "side: median of %d timed steps after %d, best of %d round(s)\n",
       nn::blas_core_name(), core_env ? core_env : "(unset)", steps, warmup, rounds);
   std::printf("%s\n", nn::bf16_matmul_isa().c_str());
-  if (!no_torch)
+  if (!no_torch) {
     std::printf("PyTorch %s (%s), 1 thread; bf16 = torch.autocast(\"cpu\", bfloat16)\n",
                 torch_version.c_str(), python.c_str());
+    std::printf("PyTorch kernels: %s\n", torch_kernels(python).c_str());
+  }
+  // The cores to run tightpipe FP32 on by hand, beside the rule's.
+  std::vector<std::string> hand;
+  if (cores != "none" && want_fp32) {
+    const std::vector<std::string> asked =
+        cores == "auto" ? std::vector<std::string>{"SkylakeX", "Cooperlake", "Haswell", "Zen"}
+                        : split(cores, ',');
+    const nn::CpuFeatures cpu = nn::detect_cpu_features();
+    for (const std::string& c : asked) {
+      const auto isa = nn::openblas_core_isa(c);
+      if (!isa) {
+        std::fprintf(stderr, "bench_nn: --cores: '%s' is not an OpenBLAS core\n", c.c_str());
+        return tightpipe::bench::kExitUsage;
+      }
+      if (*isa <= nn::cpu_isa_level(cpu)) hand.push_back(c);
+    }
+  }
   const double sgemm512 = sgemm_gflops(512, 512, 512);
   std::printf("single-thread SGEMM 512x512x512: %.1f GFLOP/s\n\n", sgemm512);
   std::printf("%-15s | %-35s | %-23s | %s\n", "", "tokens/s", "ratios", "peak stash / microbatch");
@@ -288,14 +367,27 @@ int main(int argc, char** argv) {
   Target beat_torch{"tightpipe bf16 >= PyTorch bf16 tokens/s on every size (target >= 1.00)"};
   Target speedup{"tightpipe bf16 >= 1.6x tightpipe fp32 tokens/s on 8x256 and 12x512"};
   Target stash{"tightpipe peak stash per microbatch bf16/fp32 about half (target <= 0.60)"};
+  // Issue 30's.
+  Target rule_vs_hand{
+      "tightpipe fp32 on the rule's core >= 0.90x its best hand-set core (" +
+      std::to_string(hand.size()) + " tried)"};
+  Target fp32_vs_torch{"tightpipe fp32 >= 1.3x PyTorch fp32 tokens/s"};
+  Target best_vs_best{"faster tightpipe precision >= faster PyTorch precision (target >= 1.00)"};
+  Target flops_vs_sgemm{"tightpipe fp32 model FLOP/s >= 70% of the best single-thread SGEMM"};
   for (const Size& s : list) {
-    // FLOPs/token, the PyTorch script's convention: 6 * matmul params + 12 L T C (untied: the
-    // matmul params are all but the two embeddings).
-    const double n_matmul = 12.0 * s.L * s.C * s.C + 13.0 * s.L * s.C + 2.0 * s.C + 256.0 * s.C;
-    const double fpt = 6 * n_matmul + 12.0 * s.L * s.T * s.C;
+    const double fpt = model_flops_per_token(s);
     const double sgemm_model = sgemm_gflops(s.B * s.T, 4 * s.C, s.C);
     Measured tp32, tp16, pt32, pt16;
+    std::vector<Measured> by_core(hand.size());
     for (int r = 0; r < rounds; ++r) {
+      for (size_t k = 0; k < hand.size(); ++k) {
+        if (!nn::run_openblas_core(hand[k]).ok()) continue;
+        keep_best(by_core[k], run_tightpipe(s, nn::Precision::kFp32, warmup, steps, fpt));
+        if (const Status st = nn::run_openblas_core(rule.core); !st.ok()) {
+          std::fprintf(stderr, "bench_nn: back to the rule's core: %s\n", st.message().c_str());
+          return 1;
+        }
+      }
       if (want_fp32) keep_best(tp32, run_tightpipe(s, nn::Precision::kFp32, warmup, steps, fpt));
       if (want_bf16) keep_best(tp16, run_tightpipe(s, nn::Precision::kBf16, warmup, steps, fpt));
       for (const bool bf16 : {false, true}) {
@@ -318,6 +410,36 @@ int main(int argc, char** argv) {
                 pt16.tokens_per_s, r_torch, r_tp, r_pt, mb(tp32.peak_split), mb(tp16.peak_split),
                 r_stash);
     std::fflush(stdout);
+    size_t best_k = hand.size();
+    for (size_t k = 0; k < hand.size(); ++k) {
+      if (by_core[k].ran && (best_k == hand.size() ||
+                             by_core[k].tokens_per_s > by_core[best_k].tokens_per_s))
+        best_k = k;
+    }
+    std::string hand_text;
+    for (size_t k = 0; k < hand.size(); ++k)
+      if (by_core[k].ran)
+        hand_text += fmt::format("{}{} {:.0f}", hand_text.empty() ? "" : ", ", hand[k],
+                                 by_core[k].tokens_per_s);
+    const double sgemm_best = std::max(sgemm512, sgemm_model);
+    if (tp32.ran) {
+      std::printf("        fp32 on %s (the rule's): %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the "
+                  "best SGEMM %.1f; by hand: %s\n",
+                  rule.core.c_str(), tp32.tokens_per_s, tp32.gflops,
+                  100 * tp32.gflops / sgemm_best, sgemm_best,
+                  hand_text.empty() ? "none" : hand_text.c_str());
+      flops_vs_sgemm.add(s.name, tp32.gflops / sgemm_best, tp32.gflops >= 0.7 * sgemm_best);
+      if (best_k < hand.size()) {
+        const double r = ratio(tp32, by_core[best_k]);
+        rule_vs_hand.add(s.name + " vs " + hand[best_k], r, r >= 0.9);
+      }
+    }
+    if (const double r = ratio(tp32, pt32); r > 0) fp32_vs_torch.add(s.name, r, r >= 1.3);
+    {
+      const Measured& tb = tp32.tokens_per_s >= tp16.tokens_per_s ? tp32 : tp16;
+      const Measured& pb = pt32.tokens_per_s >= pt16.tokens_per_s ? pt32 : pt16;
+      if (const double r = ratio(tb, pb); r > 0) best_vs_best.add(s.name, r, r >= 1.0);
+    }
     if (r_torch > 0) beat_torch.add(s.name, r_torch, r_torch >= 1.0);
     if (r_tp > 0 && s.name != "4x128") speedup.add(s.name, r_tp, r_tp >= 1.6);
     if (r_stash > 0) stash.add(s.name, r_stash, r_stash <= 0.6);
@@ -349,7 +471,11 @@ int main(int argc, char** argv) {
                        {"torch_bf16_over_torch_fp32", r_pt},
                        {"peak_stash_bf16_over_fp32", r_stash},
                        {"sgemm_gflops_model_shape", sgemm_model},
-                       {"sgemm_gflops_512", sgemm512}});
+                       {"sgemm_gflops_512", sgemm512},
+                       {"model_flops_per_token", fpt},
+                       {"rule_core", rule.core}});
+    for (size_t k = 0; k < hand.size(); ++k)
+      results.back()["tightpipe_fp32_by_core"][hand[k]] = side(by_core[k]);
   }
   std::printf(
       "\ntp = tightpipe, pt = PyTorch; tb/pb = tp bf16 / pt bf16, tb/tf = tp bf16 / tp fp32, "
@@ -364,6 +490,10 @@ int main(int argc, char** argv) {
                                   : "this CPU has no native bf16 (see the oneDNN line): bf16 "
                                     "matmuls are emulated, the target assumes AVX512-BF16");
   stash.print("needs --precision both");
+  rule_vs_hand.print("needs fp32 and --cores");
+  fp32_vs_torch.print("needs fp32 and the PyTorch side");
+  best_vs_best.print("needs the PyTorch side");
+  flops_vs_sgemm.print("needs fp32");
   if (core_env)
     std::printf(
         "note: issue 17's targets are for both OPENBLAS_* unset (env -u OPENBLAS_CORETYPE -u "
@@ -376,7 +506,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const bool pass = (!beat_torch.judged || beat_torch.pass) && (!speedup.judged || speedup.pass) &&
-                    (!stash.judged || stash.pass);
+  auto holds = [](const Target& t) { return !t.judged || t.pass; };
+  const bool pass = holds(beat_torch) && holds(speedup) && holds(stash) && holds(rule_vs_hand) &&
+                    holds(fp32_vs_torch) && holds(best_vs_best) && holds(flops_vs_sgemm);
   return all_ok && pass ? 0 : 1;
 }

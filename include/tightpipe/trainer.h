@@ -265,6 +265,15 @@ struct TrainSummary {
   // rank of stage 0), and the reasons of the first ones (shard, entry, byte offset, why).
   int64_t data_skipped = 0;
   std::vector<std::string> data_skipped_reasons;
+  // FLOP/s per pipeline rank over the median step (Megatron-LM's model FLOPs: 6N + attention,
+  // docs/cpu_kernels.md "FLOP/s"); hardware adds what a full recompute runs again. Utilisation:
+  // hardware FLOP/s over the machine's measured matmul rate for one rank at the run's precision
+  // (matmul_tflops). All empty / 0 with emulated compute.
+  std::vector<double> model_tflops_per_rank;
+  std::vector<double> hardware_tflops_per_rank;
+  std::vector<double> utilisation_per_rank;
+  double matmul_tflops = 0;
+  std::string kernels;  // the BLAS core and matmul backends this run ran, and why
   // The host: more busy threads than cores means ranks take turns on the cores.
   int32_t cores = 0;
   int32_t busy_threads = 0;            // computing rank threads + loader workers of this host

@@ -12,7 +12,9 @@ namespace tightpipe::train_internal {
 // parameters, gradients and AdamW moments, plus under bf16 the bf16 copy of the matmul weights
 // (2 bytes per weight of the 4 matmuls of a block and of the LM head), and a free link (every
 // split sends the same messages).
-LayerCosts analytic_layer_costs(const nn::GptConfig& m) {
+namespace {
+
+GptCostConfig analytic_config(const nn::GptConfig& m) {
   GptCostConfig g;
   g.layers = m.num_layers;
   g.hidden = m.hidden_size;
@@ -27,7 +29,14 @@ LayerCosts analytic_layer_costs(const nn::GptConfig& m) {
   g.param_dtype_bytes = 4;
   g.grad_dtype_bytes = 4;
   g.optimizer_bytes_per_param = 8;
-  LayerCosts c = gpt_layer_costs(g);
+  return g;
+}
+
+}  // namespace
+
+LayerCosts analytic_layer_costs(const nn::GptConfig& m) {
+  LayerCosts c = gpt_layer_costs(analytic_config(m));
+  const bool bf16 = m.precision == nn::Precision::kBf16;
   if (bf16) {
     const double h = m.hidden_size;
     c.block.param_bytes += 2 * 12 * h * h;
@@ -37,6 +46,28 @@ LayerCosts analytic_layer_costs(const nn::GptConfig& m) {
                          m.hidden_size, m.seq_length, m.micro_batch_size, m.vocab_size,
                          bf16 ? ", bf16" : "");
   return c;
+}
+
+std::vector<RankFlops> step_flops_per_rank(const RunPlan& plan) {
+  GptCostConfig g = analytic_config(plan.opt.model);
+  g.flops = 1;  // every time of the costs is then its FLOPs
+  const LayerCosts layers = gpt_layer_costs(g);
+  const std::vector<StageLayers> split = stage_layers(plan.specs);
+  const Schedule& sched = plan.lowered;
+  const CostModel per_stage =
+      expand_to_directions(cost_model_for_layout(layers, split, ""), sched);
+  std::vector<RankFlops> out(sched.num_ranks);
+  for (int32_t r = 0; r < sched.num_ranks; ++r) {
+    for (const Action& a : sched.programs[r]) {
+      if (a.type != ActionType::kForward) continue;  // each F has its I + W (or B) on the same rank
+      const StageCost& c = per_stage.stage(a.stage);
+      out[r].model += c.f + c.i + c.w;
+      // Full recompute re-runs each block's forward before its backward (not the head's).
+      if (plan.opt.recompute.enabled())
+        out[r].recompute += layers.block.f * split[sched.model_stage(a.stage)].blocks;
+    }
+  }
+  return out;
 }
 
 std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs) {

@@ -637,8 +637,10 @@ Result<std::optional<TrainSummary>> RankRun::run() {
                         opt_.exec.emulated ? ", emulated compute" : "", opt_.model.num_layers,
                         opt_.model.hidden_size, opt_.model.seq_length, opt_.model.micro_batch_size,
                         nn::precision_name(opt_.model.precision), nn::format_layout(plan_.specs)));
-  // Which kernel oneDNN runs the bf16 matmuls with; without native bf16 the line says it will be
-  // slow (the run goes on).
+  // The BLAS core and why, the matmul backends and their measured rate (cpu_kernels.h); with bf16,
+  // which kernel oneDNN runs: without native bf16 the lines say it is emulated and how slow (the
+  // run goes on).
+  if (rank_ == 0 && !plan_.kernel_line.empty()) plan_.log(log_rank_, plan_.kernel_line);
   if (rank_ == 0 && opt_.model.precision == nn::Precision::kBf16 && !opt_.exec.emulated)
     plan_.log(log_rank_, nn::bf16_matmul_isa());
   if (!plan_.layout_note.empty()) plan_.log(log_rank_, plan_.layout_note);

@@ -116,6 +116,14 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
   j["predicted_bubble_ratio_per_rank"] = s.predicted_bubble_per_rank;
   if (plan.layout.dp > 1)
     j["predicted_exposed_allreduce_ratio"] = s.predicted_exposed_allreduce_ratio;
+  if (!s.model_tflops_per_rank.empty()) {
+    j["model_tflops_per_rank"] = s.model_tflops_per_rank;
+    j["hardware_tflops_per_rank"] = s.hardware_tflops_per_rank;
+    j["utilisation_per_rank"] = s.utilisation_per_rank;
+    j["matmul_tflops"] = s.matmul_tflops;
+    j["flops_definition"] = "docs/cpu_kernels.md#flops";
+    j["kernels"] = s.kernels;
+  }
   j["measured_peak_activation_bytes_per_rank"] = s.peak_stash_bytes_per_rank;
   j["predicted_peak_activation_bytes_per_rank"] = s.predicted_peak_bytes_per_rank;
   if (!s.prediction_error.empty()) j["prediction_error"] = s.prediction_error;
@@ -169,6 +177,17 @@ Status write_outputs(const RunPlan& plan, const nlohmann::json& j, const Result<
 Result<TrainSummary> summarize_run(const RunPlan& plan, const RunEnd& end) {
   TrainSummary s;
   summarize_measured(end.records, plan.excluded_steps(), s);
+  if (!plan.flops.empty() && s.step_time_s > 0) {
+    for (const RankFlops& f : plan.flops) {
+      const double model = f.model / s.step_time_s;
+      const double hardware = (f.model + f.recompute) / s.step_time_s;
+      s.model_tflops_per_rank.push_back(model / 1e12);
+      s.hardware_tflops_per_rank.push_back(hardware / 1e12);
+      s.utilisation_per_rank.push_back(plan.matmul_flops > 0 ? hardware / plan.matmul_flops : 0);
+    }
+    s.matmul_tflops = plan.matmul_flops / 1e12;
+    s.kernels = plan.kernel_line;
+  }
   s.cores = plan.cpu.cores;
   s.busy_threads = plan.cpu.rank_threads + plan.cpu.loader_threads;
   s.oversubscribed = plan.cpu.oversubscribed();
@@ -182,7 +201,8 @@ Result<TrainSummary> summarize_run(const RunPlan& plan, const RunEnd& end) {
     s.auto_predicted_before = as.predicted_before;
     s.auto_predicted_after = as.predicted_after;
   }
-  const Result<CostModel> costs = calibrate(end.samples, plan.lowered, calibration_options(plan));
+  Result<CostModel> costs = calibrate(end.samples, plan.lowered, calibration_options(plan));
+  if (costs.ok()) costs = with_state_bytes(*costs, plan);
   predict(plan, costs, s);
   TP_RETURN_IF_ERROR(write_outputs(plan, summary_json(s, plan, costs), costs, end.last_step));
   for (const std::string& line : summary_lines(s, plan)) plan.log(0, line);
@@ -210,6 +230,19 @@ std::vector<std::string> summary_lines(const TrainSummary& s, const RunPlan& pla
       100 * s.measured_bubble_ratio,
       s.prediction_error.empty() ? fmt::format("{:.1f}%", 100 * s.predicted_bubble_ratio)
                                  : "- (" + s.prediction_error + ")"));
+  if (!s.model_tflops_per_rank.empty()) {
+    std::vector<std::string> per;
+    for (size_t r = 0; r < s.model_tflops_per_rank.size(); ++r) {
+      per.push_back(fmt::format("{:.3f} ({:.0f}%)", s.model_tflops_per_rank[r],
+                                100 * s.utilisation_per_rank[r]));
+    }
+    const bool recompute = plan.opt.recompute.enabled();
+    out.push_back(fmt::format(
+        "flops: model TFLOP/s per rank (utilisation of the measured matmul rate {:.3f} "
+        "TFLOP/s{}): {}",
+        s.matmul_tflops, recompute ? "; utilisation counts the recompute's FLOPs" : "",
+        join(per, ", ")));
+  }
   if (!s.auto_schedule.empty()) {
     out.push_back(
         s.auto_profile_steps > 0
@@ -259,16 +292,39 @@ std::string metrics_line(const StepRecord& rec) {
   return j.dump();
 }
 
+namespace {
+
+// " | 0.105 TFLOP/s/rank (48% of 0.219)": the mean over the pipeline ranks of the model FLOP/s
+// in `wall` seconds, and of the hardware FLOP/s over the measured matmul rate. Empty with
+// emulated compute.
+std::string flops_field(const RunPlan& plan, double wall) {
+  if (plan.flops.empty() || wall <= 0) return "";
+  double model = 0, hardware = 0;
+  for (const RankFlops& f : plan.flops) {
+    model += f.model;
+    hardware += f.model + f.recompute;
+  }
+  const double n = double(plan.flops.size());
+  model /= n * wall;
+  hardware /= n * wall;
+  if (plan.matmul_flops <= 0) return fmt::format(" | {:.3f} TFLOP/s/rank", model / 1e12);
+  return fmt::format(" | {:.3f} TFLOP/s/rank ({:.0f}% of {:.3f})", model / 1e12,
+                     100 * hardware / plan.matmul_flops, plan.matmul_flops / 1e12);
+}
+
+}  // namespace
+
 std::string step_line(const RunPlan& plan, const StepRecord& rec, int64_t first_step,
                       double elapsed_s) {
   const int64_t n = plan.opt.train_iters;
   const double eta = elapsed_s / double(rec.step + 1 - first_step) * double(n - rec.step - 1);
   return fmt::format(
-      "step {:>5}/{} | loss {:.4f}{} | {:>8.0f} tok/s | bubble {:5.1f}% | step {:.1f} ms | ETA "
-      "{:.0f}s",
+      "step {:>5}/{} | loss {:.4f}{} | {:>8.0f} tok/s{} | bubble {:5.1f}% | step {:.1f} ms | "
+      "ETA {:.0f}s",
       rec.step + 1, n, rec.loss,
       rec.val_loss >= 0 ? fmt::format(" | val {:.4f}", rec.val_loss) : std::string(),
-      rec.tokens_per_s, 100 * rec.bubble.ratio, 1e3 * rec.wall, eta);
+      rec.tokens_per_s, flops_field(plan, rec.wall), 100 * rec.bubble.ratio, 1e3 * rec.wall,
+      eta);
 }
 
 }  // namespace tightpipe::train_internal

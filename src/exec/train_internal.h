@@ -61,6 +61,14 @@ struct AutoSwitch {
   double predicted_before = 0, predicted_after = 0;  // bubble ratios (prof.h step_bubble)
 };
 
+// One pipeline rank's FLOPs in one step (every microbatch of its stages), by the count of
+// gpt_layer_costs: per token and layer 72h^2 + 12hT (the 6N + attention count Megatron-LM reports,
+// forward + both backward halves), 6hV for the LM head. recompute: the forward FLOPs a full
+// recompute runs again (hardware FLOPs = model + recompute).
+struct RankFlops {
+  double model = 0, recompute = 0;
+};
+
 struct RunPlan {
   TrainOptions opt;                  // validated; lr.total_iters = train_iters
   Schedule lowered;                  // the schedule every rank runs (now)
@@ -77,6 +85,13 @@ struct RunPlan {
   ParallelLayout layout;             // DP x PP; opt.world.world_size = layout.world()
   int64_t tokens_per_step = 0;       // of the global batch (every replica's microbatches)
   CpuLoad cpu;
+  // Each pipeline rank's FLOPs of a step, and one rank's matmul rate on this machine (the
+  // single-thread probe of cpu_kernels.h times --blas-threads; 0 with emulated compute): the
+  // TFLOP/s and utilisation of the step lines and summary.json.
+  std::vector<RankFlops> flops;
+  double matmul_flops = 0;
+  // The BLAS core and matmul backends this process runs (cpu_kernels.h kernel_header).
+  std::string kernel_line;
   // Logs on rank 0 only (no-op when the options carry no sink).
   void log(int32_t rank, const std::string& line) const;
   // Leading steps of this run left out of the medians: the profile steps of an auto schedule
@@ -121,8 +136,16 @@ Status resolve_auto_layout(RunPlan& plan);
 // activations, parameters and AdamW moments, a free link): what --pipeline-layout auto chooses
 // with when no run's costs are given, and what the memory check sizes the model with.
 LayerCosts analytic_layer_costs(const nn::GptConfig& model);
+// RankFlops per pipeline rank of the run's schedule (each data-parallel replica's the same).
+std::vector<RankFlops> step_flops_per_rank(const RunPlan& plan);
 // The split as the cost model describes it (embedding, blocks, head per stage).
 std::vector<StageLayers> stage_layers(const std::vector<nn::StageSpec>& specs);
+
+// `measured` (the run's calibrated times and activation bytes) with each stage's parameter,
+// gradient and AdamW bytes from the analytic costs of the run's split: the static memory the
+// simulator adds to a rank's peak (and the copy a post-validated step keeps). Unchanged with
+// emulated compute, which allocates no model.
+CostModel with_state_bytes(const CostModel& measured, const RunPlan& plan);
 
 // What the ranks of this process hold at their peak, in bytes (docs/train_limits.md): the weights,
 // gradients and AdamW moments of their stages, the activation stash of the microbatches in flight

@@ -16,6 +16,7 @@
 #include "exec/train_internal.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/cpu_kernels.h"
 #include "tightpipe/host.h"
 #include "tightpipe/input_file.h"
 #include "tightpipe/kernels.h"
@@ -288,6 +289,26 @@ Status check_tokenizer_fits_data(const TrainOptions& opt) {
 }
 
 }  // namespace
+
+CostModel with_state_bytes(const CostModel& measured, const RunPlan& plan) {
+  if (plan.opt.exec.emulated) return measured;  // no model is allocated
+  const CostModel analytic = expand_to_directions(
+      cost_model_for_layout(analytic_layer_costs(plan.opt.model), stage_layers(plan.specs), ""),
+      plan.lowered);
+  std::vector<StageCost> stages;
+  for (int32_t s = 0; s < measured.num_stages(); ++s) {
+    StageCost c = measured.stage(s);
+    if (s < analytic.num_stages()) {
+      const StageCost& a = analytic.stage(s);
+      c.param_bytes = a.param_bytes;
+      c.grad_bytes = a.grad_bytes;
+      c.optimizer_bytes = a.optimizer_bytes;
+    }
+    stages.push_back(c);
+  }
+  return CostModel(std::move(stages), measured.link(), measured.time_unit(), measured.source(),
+                   measured.real_bytes());
+}
 
 Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
   const TrainOptions& o = plan.opt;
@@ -669,6 +690,17 @@ Result<TrainSummary> run_training(const TrainOptions& options) {
   };
   auto shared = std::make_shared<Shared>();
   TP_ASSIGN_OR_RETURN(shared->plan, train_internal::make_plan(options));
+  if (!shared->plan.opt.exec.emulated) {
+    // Kernels the CPU cannot run (a forced OPENBLAS_CORETYPE) stop the run before any matmul.
+    TP_RETURN_IF_ERROR(nn::check_blas_core());
+    // The probe runs before any rank computes (one thread, then the run's thread count).
+    RunPlan& p = shared->plan;
+    const bool bf16 = p.opt.model.precision == nn::Precision::kBf16;
+    nn::set_blas_threads(1);
+    p.matmul_flops = nn::measured_matmul_flops(bf16) * std::max(1, p.opt.blas_threads);
+    p.kernel_line = nn::kernel_header(bf16);
+    p.flops = train_internal::step_flops_per_rank(p);
+  }
   const RunPlan& plan = shared->plan;
   nn::set_blas_threads(plan.opt.blas_threads);
   auto body = [shared](Transport& world) -> Status {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "tightpipe/base.h"
+#include "tightpipe/cpu_kernels.h"
 #include "tightpipe/host.h"
 #include "tightpipe/plan.h"
 
@@ -43,9 +44,10 @@ DevicePreset this_cpu() {
   d.name = "this-cpu";
   const int32_t cores = usable_cores().count();  // its affinity and CPU quota
   d.description = fmt::format("one core of this machine ({} cores), FP32, threads as ranks", cores);
-  // Zen 5 core, AVX-512: 2 FMA pipes x 16 fp32 lanes x 2 FLOPs x ~4.2 GHz (shared/peers/README.md
-  // measures 266 GFLOP/s peak, 125 GFLOP/s SGEMM with OPENBLAS_CORETYPE=Haswell).
-  d.peak_flops_fp32 = 266e9;
+  // The "peak" is one core's measured SGEMM rate on the kernels this process runs (the probe of
+  // cpu_kernels.h, the same one `train` reports its utilisation against), filled in by
+  // find_device_preset when this preset is chosen; 0 in the list.
+  d.peak_flops_fp32 = 0;
   d.peak_flops_bf16 = 0;
   d.bf16 = false;
   const AvailableMemory mem = available_memory();
@@ -57,7 +59,7 @@ DevicePreset this_cpu() {
   d.message_overhead_s = kCpuMessageOverhead;
   d.message_overhead_bandwidth = kCpuMessageCopyBandwidth;
   d.source = fmt::format(
-      "peak from shared/peers/README.md; memory: {} / {} cores; message "
+      "peak: SGEMM measured at start-up (512^3, one thread); memory: {} / {} cores; message "
       "overhead measured by bench/comm/msg_overhead_bench",
       mem.source, cores);
   return d;
@@ -154,7 +156,13 @@ const std::vector<DevicePreset>& device_presets() {
 }
 
 Result<DevicePreset> find_device_preset(std::string_view name) {
-  return find_named(device_presets(), name, "--device");
+  TP_ASSIGN_OR_RETURN(DevicePreset d, find_named(device_presets(), name, "--device"));
+  if (d.name == "this-cpu") {
+    d.peak_flops_fp32 = nn::measured_matmul_flops(false);
+    d.description += fmt::format(", SGEMM {:.0f} GFLOP/s measured ({})", d.peak_flops_fp32 / 1e9,
+                                 nn::blas_core_choice().core);
+  }
+  return d;
 }
 
 }  // namespace tightpipe

@@ -58,7 +58,8 @@ TEST(CliPlanTest, VocabularyIsPaddedLikeMegatron) {
   if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
   const std::string shape =
       " plan --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128"
-      " --global-batch-size 16 --devices 2 --pp 2 --micro-batch-size 4 --device this-cpu --json";
+      " --global-batch-size 16 --devices 2 --pp 2 --micro-batch-size 4 --device this-cpu --json"
+      " --device-tflops 0.1";  // this-cpu's measured peak would differ between the processes
   auto plan = [&](const std::string& extra) {
     auto r = run_command(tp + shape + extra);
     EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -615,8 +615,12 @@ TEST(WhatIfTest, EngineProfilePricesPostValidationAndNamesItself) {
   EXPECT_LT(v.makespan, s.makespan);
   EXPECT_NE(v.engine_profile.find("zb: "), std::string::npos) << v.engine_profile;
   EXPECT_NE(s.engine_profile.find("tightpipe: "), std::string::npos) << s.engine_profile;
-  // A run's costs.json records no parameter bytes yet (param_bytes 0), so no kept copy is priced.
+  // The run's costs.json carries each stage's parameter, gradient and AdamW bytes: the
+  // post-validated what-if keeps a copy of them, the synchronous one none.
   EXPECT_EQ(s.kept_copy_bytes, 0);
+  EXPECT_GT(v.kept_copy_bytes, 0);
+  const std::string text = format_report_text(*b);
+  EXPECT_NE(text.find("its kept copy adds"), std::string::npos) << text;
   EXPECT_NE(c->what_ifs[0].error.find("Megatron-LM does not run schedule"), std::string::npos)
       << c->what_ifs[0].error;
   EXPECT_TRUE(c->what_ifs[1].error.empty()) << c->what_ifs[1].error;

@@ -129,6 +129,10 @@ int cmd_plan(int argc, char** argv) {
       fmt::format("device preset: {} (default h100-sxm; this-cpu with --costs)", presets));
   app.add_option("--mfu", o.mfu, "achieved fraction of the preset's peak FLOP/s")
       ->capture_default_str();
+  double device_tflops = 0;
+  app.add_option("--device-tflops", device_tflops,
+                 "the device's peak in TFLOP/s, in place of the preset's (this-cpu measures one "
+                 "core's SGEMM at start-up: pass a value to make plans repeatable)");
   app.add_option("--network", network,
                  "link between nodes: nvlink|pcie|infiniband|ethernet-25g (default: the "
                  "preset's)");
@@ -183,6 +187,15 @@ int cmd_plan(int argc, char** argv) {
   auto d = find_device_preset(device);
   if (!d.ok()) return report_error("plan", d.status());
   o.device = std::move(*d);
+  if (device_tflops != 0) {
+    if (Status st = check_number_range("--device-tflops", device_tflops, 1e-6, 1e6,
+                                       "TFLOP/s of one device, e.g. 0.15 for a CPU core, 989 for "
+                                       "an H100's bf16");
+        !st.ok())
+      return report_error("plan", st);
+    (o.device.bf16 ? o.device.peak_flops_bf16 : o.device.peak_flops_fp32) = device_tflops * 1e12;
+    o.device.description += fmt::format(" (peak {} TFLOP/s from --device-tflops)", device_tflops);
+  }
   {
     auto en = parse_engine(engine);
     if (!en.ok()) return report_error("plan", en.status());

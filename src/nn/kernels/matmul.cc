@@ -2,10 +2,17 @@
 #include <cblas.h>
 
 #include "tightpipe/check.h"
+#include "tightpipe/cpu_kernels.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/kernels_bf16.h"
 
 namespace tightpipe::nn {
+namespace {
+// The BLAS core rule (cpu_kernels.h) before main: OpenBLAS initialised itself when it loaded (a
+// shared library's initialisers run before the program's), and no matmul has run yet. Here, in
+// the file every matmul links, so that no program of the project can leave it out.
+[[maybe_unused]] const bool kBlasCoreRule = (apply_blas_core_rule(), true);
+}  // namespace
 
 // oneDNN (the bf16 matmuls) gets the same count: one knob for the threads of a rank's kernels.
 void set_blas_threads(int threads) {
