@@ -202,9 +202,10 @@ std::string torch_kernels(const std::string& python) {
       "        core = 'OpenBLAS core ' + f().decode() + ' (' + p + ')'; break\n"
       "    except (OSError, AttributeError):\n"
       "        pass\n"
-      "cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, 'cpu') else '?'\n"
-      "print(core + '; CPU capability ' + str(cap) + '; oneDNN (mkldnn) ' + "
-      "str(torch.backends.mkldnn.is_available()))\n";
+      "cap = [l.split(':', 1)[1].strip() for l in torch.__config__.show().splitlines()\n"
+      "       if 'CPU capability usage' in l] or ['?']\n"
+      "print(core + '; its own kernels: ' + cap[0] + '; oneDNN (mkldnn) ' + "
+      "('on' if torch.backends.mkldnn.is_available() else 'off'))\n";
   std::string out;
   const std::string path = "/tmp/tp_bench_nn_torch_kernels.py";
   if (!write_file(path, code).ok()) return "(could not write the probe script)";

@@ -255,5 +255,34 @@ TEST(TrainCli, Bf16) {
   EXPECT_NE(o.output.find("saved in fp32, continuing in bf16"), std::string::npos) << o.output;
 }
 
+// Issue 30: the BLAS core rule as a user meets it. A fallback (reproduced: OpenBLAS loads on
+// Prescott, TIGHTPIPE_BLAS_CORE=auto has the rule treat it as OpenBLAS's own choice) is replaced
+// by the CPU's best core before any matmul, and the header says so; the same setting without
+// auto is the user's and is kept, named with what the CPU could run; a bad TIGHTPIPE_BLAS_CORE is
+// one line.
+TEST(TrainCli, BlasFallbackIsCorrectedAndNamed) {
+  const std::string run = "train " + kTiny + " --train-iters 1 --eval-iters 0";
+  const RunResult kept = run_shell("env OPENBLAS_CORETYPE=Prescott " + kTightpipe + " " + run);
+  ASSERT_EQ(kept.code, 0) << kept.output;
+  EXPECT_NE(kept.output.find("BLAS: OpenBLAS core Prescott (OPENBLAS_CORETYPE=Prescott set in the "
+                             "environment: kept)"),
+            std::string::npos)
+      << kept.output;
+  EXPECT_NE(kept.output.find("matmuls: FP32 on OpenBLAS SGEMM at "), std::string::npos)
+      << kept.output;
+  const RunResult fixed = run_shell("env OPENBLAS_CORETYPE=Prescott TIGHTPIPE_BLAS_CORE=auto " +
+                                    kTightpipe + " " + run);
+  ASSERT_EQ(fixed.code, 0) << fixed.output;
+  const bool sse_only_cpu = fixed.output.find(": SSE only") != std::string::npos;
+  if (!sse_only_cpu) {
+    EXPECT_NE(fixed.output.find("BLAS: OpenBLAS picked core Prescott (SSE3 kernels) on a CPU with "),
+              std::string::npos)
+        << fixed.output;
+    EXPECT_NE(fixed.output.find("instead"), std::string::npos) << fixed.output;
+  }
+  expect_one_line_error(run_shell("env TIGHTPIPE_BLAS_CORE=fast " + kTightpipe + " " + run), 2,
+                        "TIGHTPIPE_BLAS_CORE=fast: the only value is 'auto'");
+}
+
 }  // namespace
 }  // namespace tightpipe::testing_nn

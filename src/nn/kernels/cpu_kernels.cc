@@ -237,8 +237,8 @@ BlasCoreChoice choose_blas_core(std::string_view reported,
 namespace {
 
 // Set by the first process that switched, so that its children (a PyTorch peer, a CLI a test
-// starts) read OPENBLAS_CORETYPE as the rule's choice, not the user's: the core OpenBLAS had
-// picked before the switch.
+// starts) read OPENBLAS_CORETYPE as the rule's choice, not the user's: "PICKED:SET", the core
+// OpenBLAS had picked before the switch and the one the rule set.
 constexpr const char* kSwitchedFrom = "TIGHTPIPE_OPENBLAS_PICKED";
 
 BlasCoreChoice run_rule() {
@@ -250,9 +250,15 @@ BlasCoreChoice run_rule() {
   std::string reported = openblas_get_corename();
   std::optional<std::string> user;
   if (env != nullptr && *env != '\0') user = env;
-  if (from != nullptr && user) {  // a parent's switch: judge what OpenBLAS had picked there
-    reported = from;
-    user.reset();
+  if (from != nullptr && user) {
+    // "Prescott:Cooperlake": a parent process switched from Prescott to Cooperlake. While
+    // OPENBLAS_CORETYPE is still what it set, judge what OpenBLAS had picked there.
+    const std::string_view f = from;
+    const size_t colon = f.find(':');
+    if (colon != f.npos && lower(f.substr(colon + 1)) == lower(*user)) {
+      reported = std::string(f.substr(0, colon));
+      user.reset();
+    }
   }
   BlasCoreChoice c = choose_blas_core(reported, user, auto_over_user, cpu);
   if (mode != nullptr && !auto_over_user && *mode != '\0') {
@@ -286,7 +292,7 @@ BlasCoreChoice apply() {
   if (lower(openblas_get_corename()) == lower(c.core)) return c;  // a parent switched already
   const std::string was = openblas_get_corename();
   setenv("OPENBLAS_CORETYPE", c.core.c_str(), 1);
-  setenv(kSwitchedFrom, was.c_str(), 1);
+  setenv(kSwitchedFrom, (was + ":" + c.core).c_str(), 1);
   if (!reinit_openblas(c.core)) {
     c.line += fmt::format(" (could not: this OpenBLAS has no gotoblas_dynamic_init; it runs {})",
                           openblas_get_corename());
@@ -411,13 +417,15 @@ std::string kernel_header(bool bf16) {
                      matmul_backend_name(matmul_backend(false, cpu)), fp32 / 1e9);
   if (bf16) {
     const double b = measured_matmul_flops(true);
-    const MatmulBackend be = matmul_backend(true, cpu);
+    // What oneDNN really runs (DNNL_MAX_CPU_ISA may hold it below the CPU's bf16 instructions).
+    const MatmulBackend be = bf16_native() ? matmul_backend(true, cpu) : MatmulBackend::kBf16AsFp32;
     out += fmt::format("; bf16 on {} at {:.0f} GFLOP/s", matmul_backend_name(be), b / 1e9);
     if (be == MatmulBackend::kBf16AsFp32) {
       out += fmt::format(
-          "\nbf16: this CPU has no bf16 instructions ({}): bf16 matmuls are emulated, {:.1f}x "
+          "\nbf16: no bf16 instructions in use here ({}{}): bf16 matmuls are emulated, {:.1f}x "
           "the time of FP32; bf16 halves activation memory, not time",
-          cpu.describe(), b > 0 ? fp32 / b : 0.0);
+          cpu.describe(), cpu.avx512_bf16 ? "; oneDNN is held below AVX512-BF16" : "",
+          b > 0 ? fp32 / b : 0.0);
     } else if (!bf16_faster_than_fp32(cpu)) {
       out += fmt::format(
           "\nbf16 matmuls here: {:.0f} GFLOP/s vs fp32 {:.0f} GFLOP/s: bf16 halves activation "

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tightpipe/base.h"
+#include "tightpipe/cpu_kernels.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/kernels_bf16.h"
 
@@ -338,6 +339,29 @@ TEST(MatmulBf16, IsaLineNamesTheKernelAndAgreesWithCpuinfo) {
   } else {
     EXPECT_NE(line.find("will be slow"), std::string::npos);
   }
+}
+
+// Issue 30: the kernel header of a --bf16 run names the bf16 backend and both measured rates; where
+// oneDNN runs no native bf16 (this binary under DNNL_MAX_CPU_ISA=AVX2, or a CPU without bf16
+// instructions) it says the matmuls are emulated and by how much slower than FP32. cpuid agrees
+// with /proc/cpuinfo on AVX512-BF16.
+TEST(MatmulBf16, KernelHeaderSaysWhatBf16CostsHere) {
+  const std::string h = kernel_header(true);
+  SCOPED_TRACE(h);
+  EXPECT_NE(h.find("FP32 on OpenBLAS SGEMM at "), std::string::npos);
+  EXPECT_NE(h.find("; bf16 on "), std::string::npos);
+  EXPECT_GT(measured_matmul_flops(true), 0);
+  if (!bf16_native()) {
+    EXPECT_NE(h.find("bf16 matmuls are emulated"), std::string::npos);
+    EXPECT_NE(h.find("x the time of FP32"), std::string::npos);
+  } else {
+    EXPECT_EQ(h.find("emulated"), std::string::npos);
+  }
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string text((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+  if (text.empty()) return;
+  EXPECT_EQ(detect_cpu_features().avx512_bf16, text.find(" avx512_bf16") != std::string::npos);
+  EXPECT_EQ(detect_cpu_features().avx2, text.find(" avx2") != std::string::npos);
 }
 
 }  // namespace
