@@ -324,7 +324,7 @@ const LayerCosts& Planner::layer_costs(int64_t mbs) {
   c.source = fmt::format("{} x {} at mfu {}", d.name, g.flops / o_.mfu / 1e12, o_.mfu);
   if (o_.measured) {
     // Measured times and activation bytes, scaled by the microbatch size; static bytes from the
-    // parameter counts (a run's costs.json does not hold them).
+    // parameter counts at the plan's dtypes (a run's costs.json holds the run's own FP32 ones).
     const double k = static_cast<double>(mbs) / static_cast<double>(o_.measured_micro_batch_size);
     LayerCosts meas = *o_.measured;
     for (auto [kind, analytic] :
