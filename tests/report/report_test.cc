@@ -612,7 +612,11 @@ TEST(WhatIfTest, EngineProfilePricesPostValidationAndNamesItself) {
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   const WhatIfResult &s = a->what_ifs[0], &v = b->what_ifs[0];
   ASSERT_TRUE(s.error.empty() && v.error.empty()) << s.error << v.error;
-  EXPECT_LT(v.makespan, s.makespan);
+  // With the measured costs, back-to-back steps never take longer than one step from a common
+  // start. They may take exactly as long: when the last stage is the heavier one (the stages are
+  // tiny and timed on a shared machine, so which one is heavier varies) the first stage's start
+  // of the next iteration waits on its own previous end, the whole critical path again.
+  EXPECT_LE(v.makespan, s.makespan * (1 + 1e-9));
   EXPECT_NE(v.engine_profile.find("zb: "), std::string::npos) << v.engine_profile;
   EXPECT_NE(s.engine_profile.find("tightpipe: "), std::string::npos) << s.engine_profile;
   // The run's costs.json carries each stage's parameter, gradient and AdamW bytes: the
@@ -624,6 +628,23 @@ TEST(WhatIfTest, EngineProfilePricesPostValidationAndNamesItself) {
   EXPECT_NE(c->what_ifs[0].error.find("Megatron-LM does not run schedule"), std::string::npos)
       << c->what_ifs[0].error;
   EXPECT_TRUE(c->what_ifs[1].error.empty()) << c->what_ifs[1].error;
+
+  // The same run with balanced stages (its costs.json rewritten: every stage F = I = W = 1 ms):
+  // zb-h2's steady-state step fills its warm-up and cool-down, so post-validated it is priced
+  // strictly below the synchronous makespan.
+  auto costs = nlohmann::json::parse(read_file(out + "/costs.json").value());
+  for (auto& st : costs["stages"]) {
+    st["f"] = st["i"] = st["w"] = st["recompute"] = 1e-3;
+    st["b"] = 2e-3;
+    st["optimizer"] = 1e-4;
+  }
+  ASSERT_TRUE(write_file(out + "/costs.json", costs.dump()).ok());
+  auto balanced_sync = build_report(out, sync), balanced_zb = build_report(out, zb);
+  ASSERT_TRUE(balanced_sync.ok() && balanced_zb.ok());
+  const WhatIfResult &bs = balanced_sync->what_ifs[0], &bv = balanced_zb->what_ifs[0];
+  ASSERT_TRUE(bs.error.empty() && bv.error.empty()) << bs.error << bv.error;
+  EXPECT_LT(bv.makespan, bs.makespan * 0.95) << bv.makespan << " vs " << bs.makespan;
+  EXPECT_GT(bv.kept_copy_bytes, 0);
 }
 
 }  // namespace
