@@ -13,16 +13,9 @@
 namespace tightpipe::nn {
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TP_BF16_ATT_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TP_BF16_ATT_CLONES
-#endif
-
 // (B,T,ld) row-major, head h at column offset col0 + h*hs  <->  (B*NH, T, hs) head-major.
-TP_BF16_ATT_CLONES void heads_from_rows(Bf16* __restrict dst, const float* __restrict src, int B,
-                                        int T, int NH, int hs, int ld, int col0) {
+TP_VECTOR_CLONES void heads_from_rows(Bf16* __restrict dst, const float* __restrict src, int B,
+                                      int T, int NH, int hs, int ld, int col0) {
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       Bf16* d = dst + (size_t(b) * NH + h) * T * hs;
@@ -33,8 +26,8 @@ TP_BF16_ATT_CLONES void heads_from_rows(Bf16* __restrict dst, const float* __res
     }
 }
 
-TP_BF16_ATT_CLONES void rows_from_heads(Bf16* __restrict dst, const float* __restrict src, int B,
-                                        int T, int NH, int hs, int ld, int col0) {
+TP_VECTOR_CLONES void rows_from_heads(Bf16* __restrict dst, const float* __restrict src, int B,
+                                      int T, int NH, int hs, int ld, int col0) {
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const float* s = src + (size_t(b) * NH + h) * T * hs;
@@ -46,8 +39,8 @@ TP_BF16_ATT_CLONES void rows_from_heads(Bf16* __restrict dst, const float* __res
 }
 
 // Causal softmax of one score row (n = i + 1 visible keys) into bf16 probabilities.
-TP_BF16_ATT_CLONES void softmax_row(Bf16* __restrict p, float* __restrict row, int n, int T,
-                                    float scale) {
+TP_VECTOR_CLONES void softmax_row(Bf16* __restrict p, float* __restrict row, int n, int T,
+                                  float scale) {
   const float mx = internal::reduce_max(row, n);
   for (int j = 0; j < n; ++j) row[j] = internal::fast_expf((row[j] - mx) * scale);
   const float inv = 1.0f / internal::reduce_sum(row, n);
@@ -56,9 +49,8 @@ TP_BF16_ATT_CLONES void softmax_row(Bf16* __restrict p, float* __restrict row, i
 }
 
 // ds = bf16(scale * p * (da - sum_j p da)) over the visible keys, 0 above the diagonal.
-TP_BF16_ATT_CLONES void softmax_backward_row(Bf16* __restrict ds, const Bf16* __restrict p,
-                                             const float* __restrict da, int n, int T,
-                                             float scale) {
+TP_VECTOR_CLONES void softmax_backward_row(Bf16* __restrict ds, const Bf16* __restrict p,
+                                           const float* __restrict da, int n, int T, float scale) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int j = 0;
   for (; j + 8 <= n; j += 8)

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "nn/kernels/fast_math.h"
 #include "tightpipe/check.h"
 #include "tightpipe/kernels_bf16.h"
 
@@ -20,11 +21,9 @@ extern "C" void omp_set_num_threads(int) __attribute__((weak));
 
 namespace tightpipe::nn {
 
-// The conversion loops are compiled for AVX-512 too and picked at load time (GCC function
-// multi-versioning): the same arithmetic, wider vectors.
-#define TP_BF16_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-
-TP_BF16_CLONES void float_to_bf16(std::span<Bf16> out, std::span<const float> in) {
+// The conversion loops carry the elementwise kernels' clones (TP_VECTOR_CLONES, fast_math.h): the
+// same arithmetic, wider vectors.
+TP_VECTOR_CLONES void float_to_bf16(std::span<Bf16> out, std::span<const float> in) {
   TP_CHECK(out.size() >= in.size(), "float_to_bf16 out ", out.size(), " < in ", in.size());
   const float* __restrict src = in.data();
   Bf16* __restrict dst = out.data();
@@ -32,7 +31,7 @@ TP_BF16_CLONES void float_to_bf16(std::span<Bf16> out, std::span<const float> in
   for (size_t i = 0; i < n; ++i) dst[i] = bf16_from_float(src[i]);
 }
 
-TP_BF16_CLONES void bf16_to_float(std::span<float> out, std::span<const Bf16> in) {
+TP_VECTOR_CLONES void bf16_to_float(std::span<float> out, std::span<const Bf16> in) {
   TP_CHECK(out.size() >= in.size(), "bf16_to_float out ", out.size(), " < in ", in.size());
   const Bf16* __restrict src = in.data();
   float* __restrict dst = out.data();
@@ -334,7 +333,7 @@ void batched_matmul_bf16(std::span<float> dst, std::span<const Bf16> a, std::spa
   run(k, a.data(), b.data(), nullptr, dst.data());
 }
 
-TP_BF16_CLONES void round_to_bf16(std::span<Bf16> out16, std::span<float> inout) {
+TP_VECTOR_CLONES void round_to_bf16(std::span<Bf16> out16, std::span<float> inout) {
   TP_CHECK(out16.size() >= inout.size(), "round_to_bf16 out ", out16.size(), " < ", inout.size());
   float* __restrict x = inout.data();
   Bf16* __restrict o = out16.data();
@@ -345,8 +344,8 @@ TP_BF16_CLONES void round_to_bf16(std::span<Bf16> out16, std::span<float> inout)
   }
 }
 
-TP_BF16_CLONES void add_to_bf16(std::span<Bf16> out16, std::span<const float> a,
-                                std::span<const float> b) {
+TP_VECTOR_CLONES void add_to_bf16(std::span<Bf16> out16, std::span<const float> a,
+                                  std::span<const float> b) {
   TP_CHECK(out16.size() >= a.size() && b.size() >= a.size(), "add_to_bf16 sizes ", out16.size(),
            " ", a.size(), " ", b.size());
   const float* __restrict pa = a.data();
@@ -356,7 +355,7 @@ TP_BF16_CLONES void add_to_bf16(std::span<Bf16> out16, std::span<const float> a,
   for (size_t i = 0; i < n; ++i) o[i] = bf16_from_float(pa[i] + pb[i]);
 }
 
-TP_BF16_CLONES void accumulate_bf16(std::span<float> out, std::span<const Bf16> in) {
+TP_VECTOR_CLONES void accumulate_bf16(std::span<float> out, std::span<const Bf16> in) {
   TP_CHECK(in.size() >= out.size(), "accumulate_bf16 in ", in.size(), " < out ", out.size());
   float* __restrict o = out.data();
   const Bf16* __restrict p = in.data();
