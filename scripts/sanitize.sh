@@ -4,22 +4,34 @@
 # object) of only what `ctest -L unit` runs and the fuzz targets, then `ctest -L unit` there
 # (less SAN_EXCLUDE, below), then every fuzz target for FUZZ_SECONDS over its seed corpus
 # (scripts/fuzz.sh). Any sanitizer report, failing test or fuzz finding fails the script.
+# Usage: scripts/sanitize.sh [build|ctest|fuzz]...  (default: all three, in that order; test.sh
+# runs them as three lanes).
 # Environment: SAN_BUILD_DIR (default build-sanitize), SAN_EXCLUDE (a ctest -E regex; default
 # below), FUZZ_SECONDS (default 20; 0 skips fuzzing), JOBS (default nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${SAN_BUILD_DIR:-build-sanitize}
 JOBS=${JOBS:-$(nproc)}
-t0=$SECONDS
-if [ ! -f "$B/build.ninja" ]; then
-  cmake -S . -B "$B" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" \
-    -DCMAKE_C_FLAGS_SANITIZE="-O1 -gline-tables-only" \
-    -DTIGHTPIPE_FUZZ=ON -DTIGHTPIPE_BENCH=OFF ${CMAKE_ARGS:-}
-fi
-cmake --build "$B" -j "$JOBS" --target unit_tests fuzz_targets
-t1=$SECONDS
-source scripts/sanitizer-env.sh
+steps=("$@")
+((${#steps[@]})) || steps=(build ctest fuzz)
+for step in "${steps[@]}"; do
+  case $step in
+    build | ctest | fuzz) ;;
+    *)
+      echo "sanitize.sh: unknown step '$step'; hint: build, ctest or fuzz" >&2
+      exit 2
+      ;;
+  esac
+done
+do_build() {
+  if [ ! -f "$B/build.ninja" ]; then
+    cmake -S . -B "$B" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+      -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" \
+      -DCMAKE_C_FLAGS_SANITIZE="-O1 -gline-tables-only" \
+      -DTIGHTPIPE_FUZZ=ON -DTIGHTPIPE_BENCH=OFF ${CMAKE_ARGS:-}
+  fi
+  cmake --build "$B" -j "$JOBS" --target unit_tests fuzz_targets
+}
 # Left out of this lane, each still run unsanitized by the main ctest (scripts/test.sh):
 # - fuzz_corpus.*: the seed corpora, which every fuzz target below runs first anyway;
 # - the planner's end-to-end searches over the README's 64-device example and the 8-stage and
@@ -29,9 +41,13 @@ source scripts/sanitizer-env.sh
 # The exhaustive sweeps (GeneratorTest.PropertySweep, Reference3.ClosedFormsSweep) take every
 # few shapes in this build themselves (TIGHTPIPE_SANITIZED).
 SAN_EXCLUDE=${SAN_EXCLUDE:-'^fuzz_corpus\.|^PlanTest\.(IssueExample|EightStages)|^CliPlanTest\.(IssueExample|TableStays)'}
-(cd "$B" && ctest --output-on-failure -j "$JOBS" -L unit -E "$SAN_EXCLUDE")
-t2=$SECONDS
-FUZZ_BUILD_DIR="$B" ./scripts/fuzz.sh
-t3=$SECONDS
-printf '%-32s %5d s\n' "sanitizer build" $((t1 - t0)) "sanitizer ctest -L unit" $((t2 - t1)) \
-  "fuzzing" $((t3 - t2)) | tee "$B/lane-times.txt"
+do_ctest() {
+  source scripts/sanitizer-env.sh
+  (cd "$B" && ctest --output-on-failure -j "$JOBS" -L unit -E "$SAN_EXCLUDE")
+}
+do_fuzz() {
+  FUZZ_BUILD_DIR="$B" ./scripts/fuzz.sh
+}
+for step in "${steps[@]}"; do
+  "do_$step"
+done

@@ -1,35 +1,86 @@
 #!/usr/bin/env bash
-# Sets everything up and runs the whole test suite (every label, slow and mpi ones included), then
-# the sanitizer lane: an ASan+UBSan build of the unit tests and every fuzz target for a bounded
-# time (scripts/sanitize.sh; SANITIZE=0 skips it). At the end (pass or fail) it prints how long
-# each lane took.
-set -euo pipefail
+# Sets everything up and runs the whole test suite (every label, slow, mpi and python ones
+# included), then the sanitizer lane: an ASan+UBSan build of the unit tests, its `ctest -L unit`,
+# and every fuzz target for a bounded time (scripts/sanitize.sh; SANITIZE=0 skips it).
+# Every lane runs even when an earlier one failed (a lane that needs a failed one says skipped and
+# why); at the end each lane's result and time are printed, and the exit status is non-zero when
+# any lane failed. Extra arguments go to the main ctest (e.g. -L unit).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 SAN_BUILD_DIR=${SAN_BUILD_DIR:-build-sanitize}
-export SAN_BUILD_DIR
-lanes=()
-lane_start=$SECONDS
+export BUILD_DIR SAN_BUILD_DIR
 run_start=$SECONDS
-lane_done() {
-  lanes+=("$(printf '  %-34s %5d s' "$1" $((SECONDS - lane_start)))")
-  lane_start=$SECONDS
+results=()
+failed=0
+declare -A status
+# lane NAME COMMAND...: runs one lane, records pass / FAIL and its time.
+lane() {
+  local name=$1
+  shift
+  local t0=$SECONDS rc=0
+  echo "test.sh: lane '$name': $*"
+  "$@" || rc=$?
+  if ((rc == 0)); then
+    status[$name]=pass
+    results+=("$(printf '  %-28s %-8s %5d s' "$name" pass $((SECONDS - t0)))")
+  else
+    status[$name]=fail
+    failed=1
+    results+=("$(printf '  %-28s %-8s %5d s  (exit %d)' "$name" FAIL $((SECONDS - t0)) "$rc")")
+  fi
+}
+# skip NAME WHY: a lane that did not run; never counted as passed.
+skip() {
+  status[$1]=skipped
+  results+=("$(printf '  %-28s %-8s        %s' "$1" skipped "$2")")
 }
 print_lanes() {
-  local rc=$?
-  echo "test.sh: lane times (exit $rc)"
-  ((${#lanes[@]})) && printf '%s\n' "${lanes[@]}"
-  # The sanitizer lane's own split (scripts/sanitize.sh writes it).
-  if [ -f "$SAN_BUILD_DIR/lane-times.txt" ]; then sed 's/^/    /' "$SAN_BUILD_DIR/lane-times.txt"; fi
-  printf '  %-34s %5d s\n' "total" $((SECONDS - run_start))
+  trap - INT TERM
+  echo
+  echo "test.sh: lanes (result, time)"
+  ((${#results[@]})) && printf '%s\n' "${results[@]}"
+  printf '  %-28s %-8s %5d s\n' "total" "$( ((failed)) && echo FAIL || echo pass)" \
+    $((SECONDS - run_start))
 }
-rm -f "$SAN_BUILD_DIR/lane-times.txt"
-trap print_lanes EXIT
-./scripts/setup.sh
-lane_done "setup and build ($BUILD_DIR)"
-(cd "$BUILD_DIR" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" "$@")
-lane_done "ctest (every label)"
-if [ "${SANITIZE:-1}" != 0 ]; then
-  ./scripts/sanitize.sh
-  lane_done "sanitizer lane (scripts/sanitize.sh)"
+interrupted() {
+  echo "test.sh: interrupted"
+  failed=1
+  print_lanes
+  exit 130
+}
+trap interrupted INT TERM
+
+lane "setup and build" ./scripts/setup.sh
+# The Python side (PyTorch and the peer engines, python/): a virtual environment outside the clone,
+# reused by the next clone on this machine (scripts/setup-python.sh). Its tests are ctest's
+# label `python`; without the environment they skip loudly.
+if [ -x scripts/setup-python.sh ]; then
+  if [ "${TP_PYTHON:-1}" = 0 ]; then
+    skip "python environment" "TP_PYTHON=0"
+  else
+    lane "python environment" ./scripts/setup-python.sh
+  fi
 fi
+if [ "${status[setup and build]}" = pass ]; then
+  lane "ctest (every label)" bash -c "cd '$BUILD_DIR' && ctest --output-on-failure \
+    -j '${JOBS:-$(nproc)}' $(printf '%q ' "$@")"
+else
+  skip "ctest (every label)" "the build failed"
+fi
+if [ "${SANITIZE:-1}" = 0 ]; then
+  skip "sanitizer build" "SANITIZE=0"
+  skip "sanitizer ctest -L unit" "SANITIZE=0"
+  skip "fuzzing" "SANITIZE=0"
+else
+  lane "sanitizer build" ./scripts/sanitize.sh build
+  if [ "${status[sanitizer build]}" = pass ]; then
+    lane "sanitizer ctest -L unit" ./scripts/sanitize.sh ctest
+    lane "fuzzing" ./scripts/sanitize.sh fuzz
+  else
+    skip "sanitizer ctest -L unit" "the sanitizer build failed"
+    skip "fuzzing" "the sanitizer build failed"
+  fi
+fi
+print_lanes
+exit $failed
