@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -192,8 +193,11 @@ std::string cost_table_to_json(const CostModel& model);
 // Samples of the measured steps, gathered where the events are (one rank's, or every rank's from
 // its timeline file). Plain data; merge() combines ranks.
 struct CostSamples {
-  // (stage, cost_slot F=0 I=1 W=2 B=3) -> durations and stash-byte changes, in event order.
+  // (stage, cost_slot F=0 I=1 W=2 B=3) -> durations and stash-byte changes, in event order;
+  // time_step: the training step of each duration (calibrate() takes the median over steps of
+  // each step's mean).
   std::map<std::pair<int32_t, int>, std::vector<double>> time, stash;
+  std::map<std::pair<int32_t, int>, std::vector<int32_t>> time_step;
   std::map<std::pair<int32_t, bool>, std::vector<double>> sent;  // (stage, gradient?) -> bytes
   std::map<int32_t, std::vector<double>> optimizer;              // rank -> busy time after sync
   std::map<int32_t, std::vector<double>> allreduce;  // stage -> bytes of its DP all-reduces
@@ -208,8 +212,24 @@ struct CostSamples {
   static Result<CostSamples> from_json(std::string_view text);
 };
 
+// The cost of one action kind of a stage from its measured durations: for each training step
+// the mean of its durations in that step, then the median over the steps (docs/cost_model.md 4b).
+// A step is a sum of its actions, so a right-skewed duration (a few slow actions in every step,
+// which the median action leaves out) is paid in full, while a step slow as a whole (a stall) is
+// left out as the measured median step leaves it out. `steps`: each duration's step; empty (or of
+// another length): one step.
+double step_cost(std::span<const double> durations, std::span<const int32_t> steps);
+
+// How calibrate() turns a stage's durations of one action kind into its cost.
+enum class DurationStatistic {
+  kStepCost,  // step_cost(): measured timelines (a step pays every action it ran)
+  kMedian,    // the median action: costs fitted to GPU traces, whose samples carry the fit's
+              // attribution errors (docs/gpu_trace.md), which the median leaves out
+};
+
 struct CalibrationOptions {
   LinkCost link;                    // the link, when known (an emulated one); else free
+  DurationStatistic durations = DurationStatistic::kStepCost;
   std::string time_unit = "s";
   std::string source = "measured";  // CostModel::source()
 };

@@ -333,10 +333,24 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
   const double origin = prog.origin;
   StepOutcome out;
   // DualPipe: each model stage's two copies sum their gradients (trainer.h); no-op otherwise.
+  // The sum is an all-reduce between the copies' ranks before the optimizer: on the timeline as
+  // one COPY_SUM event on the all-reduce lane, so the report names its time (exposed all-reduce)
+  // instead of leaving a gap (docs/cost_model.md, "Predicted against measured").
+  const double copies_start = now_seconds() - origin;
   TP_ASSIGN_OR_RETURN(const double grad_sq,
                       sum_stage_copies(pr, transport, prog.grad_sq, step, timeout_s));
   // After the data-parallel reduction: its exposed time is idle before the optimizer.
   out.optimizer_start = now_seconds() - origin;
+  if (pr.executor().schedule().directions > 1 && !pr.stages().empty()) {
+    TimelineEvent sum;
+    sum.name = "COPY_SUM";
+    sum.kind = EventKind::kAllReduce;
+    sum.lane = Lane::kAllReduce;
+    sum.step = step;
+    sum.start = copies_start;
+    sum.end = out.optimizer_start;
+    r.timeline.events.push_back(sum);
+  }
   double sums[2] = {prog.loss, grad_sq};
   TP_RETURN_IF_ERROR(allreduce_sum(transport, sums, timeout_s)
                          .with_context(fmt::format("step {} loss/grad-norm allreduce", step)));

@@ -519,6 +519,7 @@ GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
     fit_from_kernels(ranks, *ran, steps, fit);
   }
   CalibrationOptions co;
+  co.durations = DurationStatistic::kMedian;  // the median over actions and steps (docs)
   co.link.latency = fit_message_s(traces, steps, fit);
   co.time_unit = "s";
   co.source = "fitted to the GPU traces (" + rep.costs.method + ")";

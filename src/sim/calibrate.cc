@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "tightpipe/base.h"
@@ -25,6 +27,7 @@ void CostSamples::add_event(const TimelineEvent& e) {
   const int k = cost_slot(e.kind);
   if (k < 0) return;
   time[{e.stage, k}].push_back(e.end - e.start);
+  time_step[{e.stage, k}].push_back(e.step);
   stash[{e.stage, k}].push_back(static_cast<double>(e.bytes));
 }
 
@@ -49,6 +52,7 @@ void append(Map& to, const Map& from) {
 
 void CostSamples::merge(const CostSamples& o) {
   append(time, o.time);
+  append(time_step, o.time_step);
   append(stash, o.stash);
   append(sent, o.sent);
   append(optimizer, o.optimizer);
@@ -58,6 +62,7 @@ void CostSamples::merge(const CostSamples& o) {
 std::string CostSamples::to_json() const {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& [k, v] : time) j.push_back({"t", k.first, k.second, v});
+  for (const auto& [k, v] : time_step) j.push_back({"n", k.first, k.second, v});
   for (const auto& [k, v] : stash) j.push_back({"m", k.first, k.second, v});
   for (const auto& [k, v] : sent) j.push_back({"s", k.first, k.second ? 1 : 0, v});
   for (const auto& [k, v] : optimizer) j.push_back({"o", k, 0, v});
@@ -73,6 +78,11 @@ Result<CostSamples> CostSamples::from_json(std::string_view text) {
       const std::string kind = e.at(0).get<std::string>();
       const auto a = json_int<int32_t>(e.at(1));
       const auto b = json_int<int>(e.at(2));
+      if (kind == "n") {
+        auto& steps = s.time_step[{a, b}];
+        for (const auto& x : e.at(3)) steps.push_back(json_int<int32_t>(x));
+        continue;
+      }
       auto v = e.at(3).get<std::vector<double>>();
       if (kind == "t")
         s.time[{a, b}] = std::move(v);
@@ -93,6 +103,21 @@ Result<CostSamples> CostSamples::from_json(std::string_view text) {
   return s;
 }
 
+double step_cost(std::span<const double> durations, std::span<const int32_t> steps) {
+  if (durations.empty()) return 0;
+  const bool stepped = steps.size() == durations.size();  // else: all one step
+  std::map<int32_t, std::pair<double, int64_t>> per_step;  // step -> (sum, count)
+  for (size_t k = 0; k < durations.size(); ++k) {
+    auto& [sum, n] = per_step[stepped ? steps[k] : 0];
+    sum += durations[k];
+    ++n;
+  }
+  std::vector<double> means;
+  means.reserve(per_step.size());
+  for (const auto& [step, sn] : per_step) means.push_back(sn.first / static_cast<double>(sn.second));
+  return median(means);
+}
+
 Result<CostModel> calibrate(const CostSamples& samples, const Schedule& lowered,
                             const CalibrationOptions& options) {
   const int32_t S = lowered.num_stages;
@@ -101,10 +126,19 @@ Result<CostModel> calibrate(const CostSamples& samples, const Schedule& lowered,
     if (it == map.end() || it->second.empty()) return std::nullopt;
     return median(it->second);
   };
+  // Durations: what a step pays (step_cost), not the median action.
+  auto cost = [&samples, &options](std::pair<int32_t, int> key) -> std::optional<double> {
+    auto it = samples.time.find(key);
+    if (it == samples.time.end() || it->second.empty()) return std::nullopt;
+    if (options.durations == DurationStatistic::kMedian) return median(it->second);
+    auto st = samples.time_step.find(key);
+    std::span<const int32_t> steps;
+    if (st != samples.time_step.end()) steps = st->second;
+    return step_cost(it->second, steps);
+  };
   std::vector<StageCost> stages(S);
   for (int32_t s = 0; s < S; ++s) {
-    const auto f = med(samples.time, std::pair{s, 0}), i = med(samples.time, std::pair{s, 1}),
-               w = med(samples.time, std::pair{s, 2}), b = med(samples.time, std::pair{s, 3});
+    const auto f = cost({s, 0}), i = cost({s, 1}), w = cost({s, 2}), b = cost({s, 3});
     if (!f || (!b && !i)) {
       return Status::not_found(fmt::format(
           "calibrate: no measured {} events for stage {} (rank {}); hint: its rank's timeline "

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <vector>
 #include <string>
 
+#include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
 
 namespace tightpipe {
@@ -357,6 +359,54 @@ TEST(LayerCosts, UnderdeterminedTakesTheEmbeddingAsFree) {
   EXPECT_NEAR(fit->block.f, 6, 1e-9);
   EXPECT_EQ(fit->head.f, 0);
 }
+
+// A step pays every action it ran: per step the mean, then the median over the steps. Two slow
+// actions in every step count (the median action would leave them out); a step that stalled as a
+// whole does not (as the measured median step leaves it out).
+TEST(StepCost, PaysTheTailOfEveryStepButNotAStalledStep) {
+  const std::vector<double> d = {1, 1, 3, /*step 1*/ 1, 1, 3, /*step 2*/ 1, 1, 300};
+  const std::vector<int32_t> steps = {0, 0, 0, 1, 1, 1, 2, 2, 2};
+  EXPECT_DOUBLE_EQ(step_cost(d, steps), 5.0 / 3);
+  EXPECT_DOUBLE_EQ(median(d), 1.0);  // the median action
+  // Without step numbers (or with a count that does not match): one step, the mean.
+  EXPECT_DOUBLE_EQ(step_cost(d, {}), 312.0 / 9);
+  EXPECT_DOUBLE_EQ(step_cost({}, {}), 0.0);
+}
+
+// calibrate() takes step_cost() of measured timelines (the steps travel with the samples through
+// their JSON, as between MPI ranks), and the median action for GPU-trace fits.
+TEST(StepCost, CalibrateUsesItAndTheStepsSurviveJson) {
+  const Schedule low = lower(generate_schedule("1f1b", {.ranks = 1, .microbatches = 2}).value()).value();
+  CostSamples s;
+  auto add = [&s](int step, EventKind kind, double seconds) {
+    TimelineEvent e;
+    e.kind = kind;
+    e.stage = 0;
+    e.step = step;
+    e.end = seconds;
+    s.add_event(e);
+  };
+  for (int step = 0; step < 3; ++step) {
+    add(step, EventKind::kForward, 1);
+    add(step, EventKind::kForward, 1);
+    add(step, EventKind::kForward, step == 2 ? 300 : 4);
+    add(step, EventKind::kBackward, 2);
+    add(step, EventKind::kBackward, 2);
+  }
+  auto back = CostSamples::from_json(s.to_json());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->time_step, s.time_step);
+  auto c = calibrate(*back, low);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_DOUBLE_EQ(c->stage(0).f, 2.0);  // steps 0, 1: mean 2; step 2: 100.67; median 2
+  EXPECT_DOUBLE_EQ(c->stage(0).b, 2.0);
+  CalibrationOptions med;
+  med.durations = DurationStatistic::kMedian;
+  c = calibrate(*back, low, med);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_DOUBLE_EQ(c->stage(0).f, 1.0);  // median of {1, 1, 4, 1, 1, 4, 1, 1, 300}
+}
+
 
 }  // namespace
 }  // namespace tightpipe
