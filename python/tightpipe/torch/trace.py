@@ -5,14 +5,16 @@ Kineto trace (export_chrome_trace): PyTorch's runtime wraps each action of the r
 `PP:<action>` user_annotation range on the main thread, which `tightpipe report TRACE...` reads.
 
 `idle_from_trace` is the measurement the report is compared with, computed here from the PP:
-ranges alone: the step's window runs from the first PP: range of any rank to the last one's end
-(one host, one clock); a rank is busy inside its compute ranges (F, I, B, W, OVERLAP_F_B) from the
-first profiled op in the range to the range's end (the runtime first waits for the received input
-inside the same range, with no op of its own: that wait is idle); idle = window - busy.
+ranges alone, by the definitions docs/torch.md gives for a CPU trace: a compute range (F, I, B, W,
+OVERLAP_F_B) is busy from the first profiled op inside it to its end (the runtime first waits for
+the received input inside the same range, with no op of its own: that wait is idle); a SEND/RECV
+range (posting an isend/irecv) is busy (communication) for its whole length; WAIT_SEND ranges are
+idle. A rank's window runs from its first busy interval to its last; idle = window - busy.
 """
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import re
@@ -22,16 +24,21 @@ import torch
 import torch.distributed as dist
 
 _COMPUTE = re.compile(r"PP:(?:\(.*\)OVERLAP_F_B|\d+[FIBW]\d+)$")
+_COMM = re.compile(r"PP:\d+(?:SEND|RECV)_[FB]\d+$")
 
 
-def profile_step(runtime: Any, *args: Any, trace_path: str, barrier: bool = True, **kwargs: Any):
+def profile_step(runtime: Any, *args: Any, trace_path: str, barrier: bool = True, step: int = 1,
+                 **kwargs: Any):
     """One `runtime.step(*args, **kwargs)` under torch.profiler; the trace goes to trace_path.
     Run a step before it: the first step also sets up the stages (shape exchange, connections).
     With `barrier`, all ranks of the default group start the step together."""
     if barrier and dist.is_initialized():
         dist.barrier()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        out = runtime.step(*args, **kwargs)
+        # The iteration mark torch.profiler's own step() writes with a schedule: the report fits
+        # and compares steps (one here).
+        with torch.profiler.record_function(f"ProfilerStep#{step}"):
+            out = runtime.step(*args, **kwargs)
     prof.export_chrome_trace(trace_path)
     return out
 
@@ -42,11 +49,20 @@ def _load(path: str) -> dict:
         return json.load(f)
 
 
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for lo, hi in sorted(spans):
+        if hi <= end:
+            continue
+        total += hi - max(lo, end)
+        end = hi
+    return total
+
+
 def idle_from_trace(paths: list[str]) -> dict[int, dict[str, float]]:
-    """{rank: {"window_s", "busy_s", "idle_s", "bubble"}} for one traced step, one trace per rank
-    (ranks from each file's distributedInfo)."""
-    per_rank: dict[int, list[tuple[float, float]]] = {}
-    starts, ends = [], []
+    """{rank: {"window_s", "busy_s", "compute_s", "idle_s", "bubble"}} for one traced step, one
+    trace per rank (ranks from each file's distributedInfo)."""
+    out = {}
     for path in paths:
         doc = _load(path)
         rank = int(doc["distributedInfo"]["rank"])
@@ -57,21 +73,18 @@ def idle_from_trace(paths: list[str]) -> dict[int, dict[str, float]]:
                              "PyTorch's _PipelineScheduleRuntime")
         tid = pp[0]["tid"]
         ops = sorted(e["ts"] for e in events if e.get("cat") == "cpu_op" and e["tid"] == tid)
-        starts.append(min(e["ts"] for e in pp))
-        ends.append(max(e["ts"] + e["dur"] for e in pp))
-        busy = []
+        compute, comm = [], []
         for e in pp:
-            if not _COMPUTE.match(e["name"]):
-                continue
             lo, hi = e["ts"], e["ts"] + e["dur"]
-            first = next((t for t in ops if lo <= t <= hi), None)
-            if first is not None:
-                busy.append((first, hi))
-        per_rank[rank] = busy
-    window = (max(ends) - min(starts)) * 1e-6
-    out = {}
-    for rank, busy in sorted(per_rank.items()):
-        b = sum(hi - lo for lo, hi in busy) * 1e-6
-        out[rank] = {"window_s": window, "busy_s": b, "idle_s": window - b,
-                     "bubble": (window - b) / window if window > 0 else 0.0}
-    return out
+            if _COMPUTE.match(e["name"]):
+                i = bisect.bisect_left(ops, lo)
+                if i < len(ops) and ops[i] <= hi:
+                    compute.append((ops[i], hi))
+            elif _COMM.match(e["name"]):
+                comm.append((lo, hi))
+        busy = compute + comm
+        window = (max(hi for _, hi in busy) - min(lo for lo, _ in busy)) * 1e-6
+        b = _union(busy) * 1e-6
+        out[rank] = {"window_s": window, "busy_s": b, "compute_s": _union(compute) * 1e-6,
+                     "idle_s": window - b, "bubble": (window - b) / window if window > 0 else 0.0}
+    return dict(sorted(out.items()))
