@@ -83,7 +83,8 @@ def _compute_rows(text: str) -> list[list[str]]:
 @pytest.mark.parametrize(
     "name,cls,v",
     [("interleaved", S.ScheduleInterleaved1F1B, 2), ("zb-v", S.ScheduleZBVZeroBubble, 2),
-     ("looped-bfs", S.ScheduleLoopedBFS, 2), ("gpipe", S.ScheduleGPipe, 1)],
+     ("looped-bfs", S.ScheduleLoopedBFS, 2), ("gpipe", S.ScheduleGPipe, 1),
+     ("dualpipev", S.ScheduleDualPipeV, 2)],
 )
 def test_compute_order_equals_pytorchs(tmp_path, name, cls, v, p, m):
     theirs = _compute_rows(_pytorch_dump(cls, p, v, m, tmp_path / "dump.csv"))
