@@ -131,6 +131,16 @@ TEST(TorchCsvTest, PyTorchsOwnComputeCommsDumpLoads) {
   ASSERT_TRUE(parse_csv(kPyTorch1F1B, "dump.csv").ok());
 }
 
+// The two rows refused by parse_csv as "t.csv" in one line holding `want` and a hint.
+void expect_refused_in_one_line(const std::string& text, const std::string& want) {
+  auto s = parse_csv(text, "t.csv");
+  ASSERT_FALSE(s.ok()) << want;
+  const std::string m(s.status().message());
+  EXPECT_NE(m.find(want), std::string::npos) << m;
+  EXPECT_NE(m.find("hint"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
 // PyTorch 2.15.0's _dump_csv after lowering the compute-only 1F1B at p = 2, m = 4 itself (run,
 // not worked by hand: docs/torch.md; python/tests checks the same for every built-in class).
 constexpr const char* kPyTorch215OneFOneB =
@@ -202,14 +212,7 @@ TEST(TorchCsvTest, MisplacedWaitsAreRefusedInOneLine) {
        "t.csv:1:15: a second '0REDUCE_GRAD' (the first is at t.csv:1:12): stage 0 would scale "
        "its gradients twice"},
   };
-  for (const auto& c : cases) {
-    auto s = parse_csv(c.row0 + "\n" + c.row1 + "\n", "t.csv");
-    ASSERT_FALSE(s.ok()) << c.want;
-    const std::string m(s.status().message());
-    EXPECT_NE(m.find(c.want), std::string::npos) << m;
-    EXPECT_NE(m.find("hint"), std::string::npos) << m;
-    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-  }
+  for (const auto& c : cases) expect_refused_in_one_line(c.row0 + "\n" + c.row1 + "\n", c.want);
   EXPECT_TRUE(parse_csv(r0 + "\n" + r1 + "\n", "t.csv").ok());
   // Two stages on one rank: one reduction pending at a time.
   auto two = parse_csv(
@@ -297,14 +300,7 @@ TEST(TorchCsvTest, MisplacedCellsAreRefusedInOneLine) {
       {r0.substr(0, r0.size() - 9), r1,
        "t.csv:1:1: stage 0 is still unsharded at the end of row 1 (rank 0)"},
   };
-  for (const auto& c : cases) {
-    auto s = parse_csv(c.row0 + "\n" + c.row1 + "\n", "t.csv");
-    ASSERT_FALSE(s.ok()) << c.want;
-    const std::string m(s.status().message());
-    EXPECT_NE(m.find(c.want), std::string::npos) << m;
-    EXPECT_NE(m.find("hint"), std::string::npos) << m;
-    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-  }
+  for (const auto& c : cases) expect_refused_in_one_line(c.row0 + "\n" + c.row1 + "\n", c.want);
   // Untouched, it loads; and a lowered file with none of the three still does (our plain
   // --lowered CSV): tightpipe reduces gradients without them.
   EXPECT_TRUE(parse_csv(r0 + "\n" + r1 + "\n", "t.csv").ok());
