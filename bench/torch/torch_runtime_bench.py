@@ -36,7 +36,8 @@ from tightpipe.schedule import generate  # noqa: E402
 from tightpipe.torch import idle_from_trace  # noqa: E402
 from tightpipe.torch.gpt import GptConfig, batch, loss_fn, make_stages  # noqa: E402
 from tightpipe.torch.launch import spawn  # noqa: E402
-from trace_worker import profile_run  # noqa: E402
+from trace_worker import _runtime  # noqa: E402
+from tightpipe.torch import profile_step  # noqa: E402
 
 MB = 2  # sequences per microbatch (trace_worker's batch: 2 * m sequences)
 
@@ -66,12 +67,29 @@ def measure_costs(cfg: GptConfig, num_stages: int, reps: int) -> list[dict]:
 
 
 def bench_all(rank, world, cfg, entries, trace_dir, warmup, timed):
-    times = []
-    for k, e in enumerate(entries):
-        t = profile_run(rank, world, cfg, e["sched"], e["builtin"], e["m"], e["stage_to_rank"],
-                        os.path.join(trace_dir, f"{k}-rank{{rank}}.json"), warmup, timed)
-        times.append(t)
-    return times
+    """Every entry's runtime built and warmed up, then `timed` rounds that each time one step of
+    every entry in turn (so that the load of a shared machine falls on all entries alike), then
+    one profiled step of each. Returns each entry's median step seconds."""
+    runs = []
+    for e in entries:
+        rt, mine, num = _runtime(rank, cfg, e["sched"], e["builtin"], e["m"], e["stage_to_rank"])
+        tokens, targets = batch(cfg, MB * e["m"])
+        args = (tokens,) if 0 in mine else ()
+        kw = {"target": targets if num - 1 in mine else None, "losses": []}
+        for _ in range(warmup):
+            rt.step(*args, **kw)
+        runs.append((rt, args, kw))
+    times = [[] for _ in entries]
+    for _ in range(timed):
+        for k, (rt, args, kw) in enumerate(runs):
+            torch.distributed.barrier()
+            t0 = time.perf_counter()
+            rt.step(*args, **kw)
+            torch.distributed.barrier()
+            times[k].append(time.perf_counter() - t0)
+    for k, (rt, args, kw) in enumerate(runs):
+        profile_step(rt, *args, trace_path=os.path.join(trace_dir, f"{k}-rank{rank}.json"), **kw)
+    return [sorted(t)[len(t) // 2] for t in times]
 
 
 def placement(kind: str, p: int) -> list[int]:
@@ -89,6 +107,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timed", type=int, default=5)
     ap.add_argument("--smoke", action="store_true", help="tiny model, two schedules, one step")
+    ap.add_argument("--only", default="", help="comma-separated substrings: run the rows whose "
+                    "label holds one of them (e.g. Interleaved1F1B,interleaved)")
     args = ap.parse_args()
     p, m = args.pp, args.microbatches
     if args.smoke:
@@ -125,6 +145,9 @@ def main() -> int:
             assert sched.stage_to_rank == placement(kind, p), name
             entries.append({"label": f"tightpipe {name}", "kind": kind, "sched": sched,
                             "builtin": None, "m": m, "stage_to_rank": sched.stage_to_rank})
+        if args.only:
+            keys = args.only.split(",")
+            entries = [e for e in entries if any(k in e["label"] for k in keys)]
         t0 = time.time()
         per_rank = spawn(p, bench_all, cfg, entries, tmp, args.warmup, args.timed, timeout=3600)
         wall = time.time() - t0
