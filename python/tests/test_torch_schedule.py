@@ -202,3 +202,42 @@ def test_a_damaged_csv_never_reaches_pytorch(sched_p2_m4, load_csv_spy, case):
 def test_missing_file_names_it(tmp_path):
     with pytest.raises(ScheduleFileError, match="cannot read schedule file"):
         build_runtime([_mock_stage(2, 2)], str(tmp_path / "none.csv"), 4)
+
+
+# ----- PyTorch's comms simulation (_simulate_comms_compute) on our files ----------------------
+
+_NOT_SIMULATED = ("UNSHARD", "RESHARD", "REDUCE_GRAD", "WAIT_REDUCE_GRAD")
+
+
+def _simulate(sched, drop=()):
+    # 2.15's simulation raises "Unsupported action type" on UNSHARD, RESHARD, REDUCE_GRAD,
+    # WAIT_REDUCE_GRAD and OVERLAP_F_B (on PyTorch's own lowered files too): those are left out;
+    # the sends, receives, waits and computes are what it checks.
+    order = {}
+    for r, row in enumerate(sched.rows):
+        cells = [c for c in row if not any(c.endswith(t) for t in _NOT_SIMULATED)]
+        order[r] = [S._Action.from_str(c) for c in cells if c not in drop]
+    rank_of = sched.stage_to_rank
+    return S._simulate_comms_compute(order, lambda s: rank_of[s], sched.num_stages)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16)])
+@pytest.mark.parametrize(
+    "name,kw",
+    [("1f1b", {}), ("gpipe", {}), ("zb-h1", {}), ("zb-h2", {}), ("zb-1p", {"cost": "f=1,i=1,w=1"}),
+     ("zb-2p", {"cost": "f=1,i=1,w=1"}), ("interleaved", {"vpp": 2}), ("looped-bfs", {"vpp": 2}),
+     ("zb-v", {}), ("zb-v-auto", {"cost": "f=1,i=1,w=1"}), ("v-half", {"cost": "f=1,i=1,w=1"}),
+     ("v-min", {"cost": "f=1,i=1,w=1"})],
+)
+def test_pytorchs_comms_simulation_accepts_every_file(name, kw, p, m):
+    sched = generate(name, p, m, **kw)
+    out = _simulate(sched)
+    assert sorted(out) == list(range(p))
+    assert sum(a is not None for row in out.values() for a in row) == sum(
+        1 for row in sched.rows for c in row if not any(c.endswith(t) for t in _NOT_SIMULATED))
+
+
+def test_pytorchs_comms_simulation_catches_a_missing_receive():
+    sched = generate("1f1b", 2, 4)
+    with pytest.raises(ValueError, match="not progressing"):
+        _simulate(sched, drop=("1RECV_F2",))
