@@ -1,7 +1,7 @@
 """tightpipe's schedules in PyTorch's own runtime: one training step of the small GPT (our
 model's architecture in PyTorch), p = 2 and 4 CPU processes on gloo, every generator PyTorch's
-runtime can express, m up to 16. Each step's losses and gradients equal the non-pipelined model's
-and PyTorch's own built-in schedule's on the same stages (Schedule1F1B for one stage per rank,
+runtime can express (zb-opt at the m its exact search takes), m up to 16. Each step's losses and
+gradients equal the non-pipelined model's and PyTorch's own built-in schedule's on the same stages (Schedule1F1B for one stage per rank,
 ScheduleInterleaved1F1B for two looped, ScheduleZBVZeroBubble for the V), within float tolerance;
 PyTorch's loader accepts every file, also with max_outstanding_sends=10**9 (its static
 send/recv/cycle check). One spawn per p: all jobs run inside the same process group."""
@@ -24,6 +24,7 @@ GENERATORS = {
     "zb-h2": ({}, "Schedule1F1B"),
     "zb-1p": ({"cost": COST}, "Schedule1F1B"),
     "zb-2p": ({"cost": COST}, "Schedule1F1B"),
+    "zb-auto": ({"cost": COST}, "Schedule1F1B"),
     "interleaved": ({"vpp": 2}, "ScheduleInterleaved1F1B"),
     "looped-bfs": ({"vpp": 2}, "ScheduleInterleaved1F1B"),
     "zb-v": ({}, "ScheduleZBVZeroBubble"),
@@ -35,6 +36,11 @@ GENERATORS = {
     "dualpipev": ({}, "ScheduleZBVZeroBubble"),
 }
 MICROBATCHES = {2: (4, 16), 4: (8, 16)}
+# zb-opt (exact search) takes p <= 4 and m <= 6: its own m, with its reference at that m.
+EXACT = {2: 4, 4: 6}
+
+
+OURS = set(GENERATORS) | {"zb-opt"}
 
 
 def _placement(kind: str, p: int) -> list[int]:
@@ -55,6 +61,13 @@ def _jobs(p: int) -> list[Job]:
             assert sched.stage_to_rank == _placement(ref, p), (name, sched.stage_to_rank)
             jobs.append(Job(id=f"{name} m={m}", m=m, stage_to_rank=sched.stage_to_rank,
                             schedule=sched, reference=f"{ref} m={m}"))
+    m = EXACT[p]
+    if m not in MICROBATCHES[p]:
+        jobs.append(Job(id=f"Schedule1F1B m={m}", m=m, stage_to_rank=_placement("Schedule1F1B", p),
+                        builtin="Schedule1F1B"))
+    sched = generate("zb-opt", p, m, cost=COST)
+    jobs.append(Job(id=f"zb-opt m={m}", m=m, stage_to_rank=sched.stage_to_rank, schedule=sched,
+                    reference=f"Schedule1F1B m={m}"))
     return jobs
 
 
@@ -79,12 +92,12 @@ def test_every_generator_trains_like_pytorch(p):
                                 f"{r.get('loss_vs_builtin')})")
             if "losses" in r and r["losses"] != int(r["id"].split("m=")[1]):
                 failures.append(f"{where}: {r['losses']} losses")
-            if r["id"].split(" ")[0] in GENERATORS and r["static_ok"] is not True:
+            if r["id"].split(" ")[0] in OURS and r["static_ok"] is not True:
                 failures.append(f"{where}: the static check did not run")
     assert seen == {j.id for j in jobs}
     # every tightpipe job compared with a built-in on every rank
     for results in per_rank:
-        ours = [r for r in results if r["id"].split(" ")[0] in GENERATORS]
-        assert len(ours) == len(GENERATORS) * len(MICROBATCHES[p])
+        ours = [r for r in results if r["id"].split(" ")[0] in OURS]
+        assert len(ours) == len(GENERATORS) * len(MICROBATCHES[p]) + 1
         assert all("grad_vs_builtin" in r for r in ours)
     assert not failures, "\n".join(failures)
