@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "tightpipe/base.h"
 #include "tightpipe/schedule.h"
@@ -30,6 +32,43 @@ constexpr TorchActionType kAllTorchTypes[] = {
 bool is_gradient_step(const Action& a) {
   return a.type == ActionType::kBackward || a.type == ActionType::kBackwardWeight;
 }
+
+// A row's SENDs in send order, and which of them no WAIT_SEND has retired yet: a map from
+// (type, stage, microbatch) so that a row of many sends is not searched for each wait.
+class PendingSends {
+ public:
+  void sent(const Action& a, std::pair<int, int> pos) {
+    if (index_.emplace(key(a), sends_.size()).second) sends_.push_back({a, pos, false});
+  }
+  // Retires `send`; false when it is not pending.
+  bool retire(const Action& send) {
+    auto it = index_.find(key(send));
+    if (it == index_.end()) return false;
+    sends_[it->second].retired = true;
+    index_.erase(it);
+    return true;
+  }
+  size_t pending() const { return index_.size(); }
+  // The pending ones, in send order.
+  std::vector<std::pair<Action, std::pair<int, int>>> in_order() const {
+    std::vector<std::pair<Action, std::pair<int, int>>> out;
+    for (const Send& s : sends_)
+      if (!s.retired) out.push_back({s.action, s.pos});
+    return out;
+  }
+
+ private:
+  struct Send {
+    Action action;
+    std::pair<int, int> pos;
+    bool retired;
+  };
+  static std::tuple<int, int32_t, int32_t> key(const Action& a) {
+    return {static_cast<int>(a.type), a.stage, a.microbatch};
+  }
+  std::vector<Send> sends_;
+  std::map<std::tuple<int, int32_t, int32_t>, size_t> index_;
+};
 }  // namespace
 
 std::string_view torch_action_type_name(TorchActionType t) {
@@ -150,7 +189,7 @@ Status check_torch_cells(const Schedule& sch, const std::vector<TorchCell>& cell
     // The row's REDUCE_GRAD whose WAIT_REDUCE_GRAD has not come yet (PyTorch 2.15 allows one).
     std::optional<TorchCell> pending_reduce;
     // The row's SENDs not yet retired by a WAIT_SEND, in send order, with where each stands.
-    std::vector<std::pair<Action, std::pair<int, int>>> pending_sends;
+    PendingSends pending_sends;
     const auto& prog = sch.programs[r];
     for (size_t k = 0; k <= prog.size(); ++k) {
       for (; next_cell < cells.size() && cells[next_cell].rank == r && cells[next_cell].before == k;
@@ -230,23 +269,20 @@ Status check_torch_cells(const Schedule& sch, const std::vector<TorchCell>& cell
             const Action send{c.action.type == TorchActionType::kWaitSendF ? ActionType::kSendAct
                                                                            : ActionType::kSendGrad,
                               s, c.action.microbatch};
-            auto it = std::find_if(pending_sends.begin(), pending_sends.end(),
-                                   [&](const auto& p) { return p.first == send; });
-            if (it == pending_sends.end()) {
+            if (!pending_sends.retire(send)) {
               return Status::invalid_argument(fmt::format(
                   "{}: '{}' waits for '{}', which no earlier cell of this row sends (or an "
                   "earlier wait already retired); hint: each SEND gets exactly one WAIT_SEND "
                   "after it on its own row",
                   at(c.pos), to_string(c.action), to_string(send)));
             }
-            pending_sends.erase(it);
             break;
           }
         }
       }
       if (k == prog.size()) break;
       if (prog[k].type == ActionType::kSendAct || prog[k].type == ActionType::kSendGrad) {
-        pending_sends.push_back({prog[k], action_pos[r][k]});
+        pending_sends.sent(prog[k], action_pos[r][k]);
       }
       for (const Action& a : sub_actions(prog[k])) {
         if (!is_compute(a.type)) continue;
@@ -277,13 +313,14 @@ Status check_torch_cells(const Schedule& sch, const std::vector<TorchCell>& cell
           at(pending_reduce->pos), to_string(pending_reduce->action),
           pending_reduce->action.stage, r + 1, r));
     }
-    if (waits && !pending_sends.empty()) {
-      const auto& [send, pos] = pending_sends.front();
+    if (waits && pending_sends.pending() > 0) {
+      const auto [send, pos] = pending_sends.in_order().front();
       return Status::invalid_argument(fmt::format(
           "{}: '{}' has no WAIT_SEND after it on row {} (rank {}){}; hint: PyTorch 2.15 retires "
           "a send only at its own {}WAIT_SEND_{}{} and refuses a file that leaves one pending",
           at(pos), to_string(send), r + 1, r,
-          pending_sends.size() > 1 ? fmt::format(", nor do {} more", pending_sends.size() - 1)
+          pending_sends.pending() > 1
+              ? fmt::format(", nor do {} more", pending_sends.pending() - 1)
                                    : std::string(),
           send.stage, send.type == ActionType::kSendAct ? 'F' : 'B', send.microbatch));
     }
@@ -362,18 +399,18 @@ Result<std::string> to_torch_csv(const Schedule& in) {
     std::vector<size_t> cursor(local.size(), 0);
     std::set<int32_t> active;  // unsharded stages
     std::vector<int64_t> done(S, 0);
-    std::vector<Action> pending_sends;  // SENDs written and not yet waited for, in send order
+    PendingSends pending_sends;  // SENDs written and not yet waited for
     auto emit = [&](const Action& a) {
       cells.push_back(to_string(a));
       if (a.type == ActionType::kSendAct || a.type == ActionType::kSendGrad) {
-        pending_sends.push_back(a);
+        pending_sends.sent(a, {});
       }
     };
     auto wait_for = [&](const Action& send, TorchActionType wait) {
-      auto it = std::find(pending_sends.begin(), pending_sends.end(), send);
-      if (it == pending_sends.end()) return;  // sent locally (same rank), or never sent
-      cells.push_back(to_string(TorchAction{wait, send.stage, send.microbatch}));
-      pending_sends.erase(it);
+      // Not pending: sent locally (same rank), or never sent.
+      if (pending_sends.retire(send)) {
+        cells.push_back(to_string(TorchAction{wait, send.stage, send.microbatch}));
+      }
     };
     for (size_t k = 0; k < prog.size(); ++k) {
       const Action& pa = prog[k];
@@ -447,7 +484,7 @@ Result<std::string> to_torch_csv(const Schedule& in) {
     }
     for (int32_t s : active) cells.push_back(to_string(TorchAction{TorchActionType::kReshard, s}));
     // Every send not retired by a backward, at the row's end in send order.
-    for (const Action& send : pending_sends) {
+    for (const auto& [send, pos] : pending_sends.in_order()) {
       cells.push_back(to_string(TorchAction{send.type == ActionType::kSendAct
                                                 ? TorchActionType::kWaitSendF
                                                 : TorchActionType::kWaitSendB,
