@@ -80,7 +80,7 @@ echo "setup-python: building $venv (in $tmp until complete)"
 "$tmp/bin/python" -m pip install --quiet --upgrade pip==26.3
 "$tmp/bin/python" -m pip install --quiet -r python/requirements.txt
 # A venv names its own path in its scripts: point them at the final place before the rename.
-grep -rlI --null -F "$tmp" "$tmp/bin" "$tmp/pyvenv.cfg" 2>/dev/null |
+{ grep -rlI --null -F "$tmp" "$tmp/bin" "$tmp/pyvenv.cfg" 2>/dev/null || true; } |
   xargs -0 -r sed -i "s#$tmp#$venv#g"
 "$tmp/bin/python" -m pip freeze >"$tmp/.tightpipe-freeze.txt"
 echo "made by $repo/scripts/setup-python.sh on $(date -u +%FT%TZ)" >"$tmp/.tightpipe-complete"
