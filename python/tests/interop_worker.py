@@ -80,12 +80,14 @@ def run_jobs(rank: int, world: int, cfg: GptConfig, jobs: list[Job]):
                "grad_vs_model": _max_diff(grads, {s: ref_grads[s] for s in mine}),
                "stages": mine}
         if num - 1 in mine:
-            res["loss_vs_model"] = max(abs(float(a.detach()) - float(b)) for a, b in zip(losses, ref_losses))
+            res["loss_vs_model"] = max(abs(float(a.detach()) - float(b))
+                                       for a, b in zip(losses, ref_losses))
             res["losses"] = len(losses)
         if job.reference is not None:
             bg, bl = builtin_grads[job.reference]
             res["grad_vs_builtin"] = _max_diff(grads, bg)
             if num - 1 in mine:
-                res["loss_vs_builtin"] = max(abs(float(a.detach()) - float(b.detach())) for a, b in zip(losses, bl))
+                res["loss_vs_builtin"] = max(abs(float(a.detach()) - float(b.detach()))
+                                             for a, b in zip(losses, bl))
         out.append(res)
     return out

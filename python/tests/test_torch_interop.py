@@ -1,10 +1,11 @@
 """tightpipe's schedules in PyTorch's own runtime: one training step of the small GPT (our
 model's architecture in PyTorch), p = 2 and 4 CPU processes on gloo, every generator PyTorch's
 runtime can express (zb-opt at the m its exact search takes), m up to 16. Each step's losses and
-gradients equal the non-pipelined model's and PyTorch's own built-in schedule's on the same stages (Schedule1F1B for one stage per rank,
-ScheduleInterleaved1F1B for two looped, ScheduleZBVZeroBubble for the V), within float tolerance;
-PyTorch's loader accepts every file, also with max_outstanding_sends=10**9 (its static
-send/recv/cycle check). One spawn per p: all jobs run inside the same process group."""
+gradients equal the non-pipelined model's and PyTorch's own built-in schedule's on the same
+stages (Schedule1F1B for one stage per rank, ScheduleInterleaved1F1B for two looped,
+ScheduleZBVZeroBubble for the V), within float tolerance; PyTorch's loader accepts every file,
+also with max_outstanding_sends=10**9 (its static send/recv/cycle check). One spawn per p: all
+jobs run inside the same process group."""
 
 from __future__ import annotations
 

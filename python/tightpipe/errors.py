@@ -6,11 +6,13 @@ class TightpipeError(Exception):
 
 
 class ScheduleFileError(TightpipeError, ValueError):
-    """A schedule file (CSV) that is damaged, truncated or refused by `tightpipe schedule --check`."""
+    """A schedule file (CSV) that is damaged, truncated or refused by
+    `tightpipe schedule --check`."""
 
 
 class ScheduleMismatchError(TightpipeError, ValueError):
-    """A schedule whose shape (ranks, stages, microbatches, placement) does not fit the PyTorch stages."""
+    """A schedule whose shape (ranks, stages, microbatches, placement) does not fit the
+    PyTorch stages."""
 
 
 class UnsupportedActionError(TightpipeError, ValueError):

@@ -67,7 +67,8 @@ def idle_from_trace(paths: list[str]) -> dict[int, dict[str, float]]:
         doc = _load(path)
         rank = int(doc["distributedInfo"]["rank"])
         events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-        pp = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("PP:")]
+        pp = [e for e in events
+              if e.get("cat") == "user_annotation" and e["name"].startswith("PP:")]
         if not pp:
             raise ValueError(f"trace '{path}' holds no PP: range; hint: profile a step of "
                              "PyTorch's _PipelineScheduleRuntime")
