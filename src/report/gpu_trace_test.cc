@@ -435,6 +435,95 @@ TEST_F(TraceFiles, CpuOnlyTrace) {
   expect_error(build_gpu_trace_report({p}), {p, "CPU-only", "ProfilerActivity.CUDA"});
 }
 
+// A CPU-only trace of PyTorch's pipelining runtime (docs/torch.md): the PP:<action> ranges on the
+// main thread stand for the device. Rank 0, step 1, times in us:
+//   PP:0F0 [10, 20), its first op at 10             compute [10, 20)
+//   PP:0SEND_F0 [20, 22), PP:0RECV_B0 [22, 23)       P2P (posting)
+//   PP:0B0 [23, 60), its first op at 50              compute [50, 60) (the wait before it: idle)
+//   PP:0WAIT_SEND_F0 [60, 65), PP:0REDUCE_GRAD       idle (no event)
+//   an op outside any PP: range, on another thread   not counted
+// window [10, 60) = 50, busy 10 + 2 + 1 + 10 = 23, idle 27, compute 20.
+TEST_F(TraceFiles, CpuOnlyPipeliningTraceHandChecked) {
+  const auto ev = [](const std::string& cat, const std::string& name, double ts, double dur,
+                     int tid = 9) {
+    return fmt::format(
+        R"({{"ph": "X", "cat": "{}", "name": "{}", "pid": 9, "tid": {}, "ts": {}, "dur": {}}})",
+        cat, name, tid, ts, dur);
+  };
+  const std::string p = write(
+      "cpu_pp.json",
+      trace_json({step_mark(1, 0, 100), ev("user_annotation", "PP:0F0", 10, 10),
+                  ev("cpu_op", "aten::addmm", 10, 8), ev("user_annotation", "PP:0SEND_F0", 20, 2),
+                  ev("cpu_op", "c10d::send", 20.5, 1), ev("user_annotation", "PP:0RECV_B0", 22, 1),
+                  ev("user_annotation", "PP:0B0", 23, 37), ev("cpu_op", "aten::mm", 5, 1, 11),
+                  ev("cpu_op", "aten::mm", 50, 9), ev("user_annotation", "PP:0WAIT_SEND_F0", 60, 5),
+                  ev("user_annotation", "PP:0REDUCE_GRAD", 65, 1), ev("cpu_op", "aten::div_", 65, 1),
+                  ev("cpu_op", "aten::zeros", 95, 1)},
+                 R"("distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1}, )"));
+  auto got = build_gpu_trace_report({p});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->ranks.size(), 1u);
+  const GpuUsage& u = got->ranks[0].usage;
+  EXPECT_NEAR(u.window_s, 50e-6, 1e-12);
+  EXPECT_NEAR(u.busy_s, 23e-6, 1e-12);
+  EXPECT_NEAR(u.idle_s, 27e-6, 1e-12);
+  EXPECT_NEAR(u.compute_s, 20e-6, 1e-12);
+  EXPECT_NEAR(u.p2p_s, 3e-6, 1e-12);
+  EXPECT_NEAR(u.bubble_ratio, 27.0 / 50, 1e-12);
+  EXPECT_EQ(u.events, 4);
+  ASSERT_EQ(got->ranks[0].steps.size(), 1u);
+  EXPECT_EQ(got->ranks[0].steps[0].step, 1);
+  EXPECT_TRUE(std::any_of(got->warnings.begin(), got->warnings.end(), [](const std::string& w) {
+    return w.find("a CPU-only trace of PyTorch's pipelining runtime") != std::string::npos;
+  }));
+  // Only comm ranges, no compute range: still the CPU-only error.
+  const std::string comm_only = write(
+      "comm_only.json", trace_json({ev("user_annotation", "PP:0SEND_F0", 20, 2),
+                                    ev("cpu_op", "c10d::send", 20.5, 1)}));
+  expect_error(build_gpu_trace_report({comm_only}), {comm_only, "CPU-only", "PP:<compute action>"});
+  // A compute range with no op inside (stage 0's I computes no input gradient): an empty event
+  // at its end, so the action has a cost (zero) and adds no busy time.
+  const std::string empty = write(
+      "empty_i.json", trace_json({ev("user_annotation", "PP:0F0", 10, 10), ev("cpu_op", "a", 12, 1),
+                                  ev("user_annotation", "PP:0I0", 30, 5)}));
+  auto e = build_gpu_trace_report({empty});
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->ranks[0].usage.events, 2);
+  EXPECT_NEAR(e->ranks[0].usage.window_s, 23e-6, 1e-12);  // [12, 35)
+  EXPECT_NEAR(e->ranks[0].usage.busy_s, 8e-6, 1e-12);
+}
+
+// The committed trace of a real run (tests/data/torch_cpu_p2: PyTorch 2.15.0's runtime, tightpipe's
+// 1f1b p = 2, m = 4, the GPT of python/tightpipe/torch/gpt.py, gloo on CPU, one profiled step):
+// both ranks read, 8 compute actions each, the pipeline analysis fits costs from the PP: ranges and
+// simulates the schedule that ran.
+TEST(GpuTraceTest, RealCpuPipeliningTraceOfPyTorchsRuntime) {
+  const std::string dir = std::string(TP_SOURCE_DIR) + "/tests/data/torch_cpu_p2/";
+  GpuPipelineSpec spec;
+  spec.pp = 2;
+  spec.schedule_file = dir + "schedule.csv";
+  auto got = build_gpu_trace_report({dir + "rank0.json.gz", dir + "rank1.json.gz"}, spec);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->ranks.size(), 2u);
+  for (const auto& r : got->ranks) {
+    SCOPED_TRACE(r.rank);
+    ASSERT_EQ(r.steps.size(), 1u);
+    EXPECT_GT(r.usage.compute_s, 0);
+    EXPECT_GT(r.usage.p2p_s, 0);
+    EXPECT_GT(r.usage.bubble_ratio, 0.05);
+    EXPECT_LT(r.usage.bubble_ratio, 0.95);
+    // The causes sum to window - compute, and the pipeline ones are there.
+    double sum = 0;
+    for (double c : r.causes) sum += c;
+    EXPECT_NEAR(sum, r.usage.window_s - r.usage.compute_s, 1e-9);
+    EXPECT_GT(r.causes[static_cast<int>(GpuCause::kDependency)], 0);
+  }
+  ASSERT_TRUE(got->pipeline.has_value());
+  EXPECT_TRUE(got->pipeline->error.empty()) << got->pipeline->error;
+  EXPECT_GT(got->pipeline->predicted_step_s, 0);
+  EXPECT_GT(got->pipeline->measured_step_s, got->pipeline->predicted_step_s * 0.5);
+}
+
 TEST_F(TraceFiles, NoStepMarkersGiveWholeTraceNumbersAndSaySo) {
   const std::string p =
       write("nostep.json",

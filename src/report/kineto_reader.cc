@@ -258,7 +258,7 @@ std::string python_literal_to_json(std::string_view s) {
   return out;
 }
 
-enum class Cat { kOther, kKernel, kMemcpy, kMemset, kLaunch, kAnnotation };
+enum class Cat { kOther, kKernel, kMemcpy, kMemset, kLaunch, kAnnotation, kCpuOp };
 
 Cat cat_of(std::string_view c) {
   if (c == "kernel") return Cat::kKernel;
@@ -266,6 +266,7 @@ Cat cat_of(std::string_view c) {
   if (c == "gpu_memset") return Cat::kMemset;
   if (c == "cuda_runtime" || c == "cuda_driver" || c == "hip_runtime") return Cat::kLaunch;
   if (c == "user_annotation") return Cat::kAnnotation;
+  if (c == "cpu_op") return Cat::kCpuOp;
   return Cat::kOther;
 }
 
@@ -281,6 +282,8 @@ std::string_view cat_name(Cat c) {
       return "launch";
     case Cat::kAnnotation:
       return "user_annotation";
+    case Cat::kCpuOp:
+      return "cpu_op";
     case Cat::kOther:
       break;
   }
@@ -306,7 +309,12 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   std::vector<Launch> launches;
   std::vector<StepMark> steps;
   std::vector<CpuRange> ranges;
+  std::vector<int64_t> range_tids;  // the thread of each of `ranges` (-1: not said)
+  std::vector<CpuRange> comm_ranges;  // PP:<stage>SEND_*/RECV_* ranges (cpu_pipeline_events)
+  // cpu_op events (start, thread), for a CPU-only trace of a pipelining run (cpu_pipeline_events)
+  std::vector<std::pair<int64_t, int64_t>> cpu_ops;
   int64_t cpu_events = 0;
+  int32_t intern_name(const std::string& n) { return intern(n); }
   int64_t negative = 0;
   std::vector<std::string> names;
   std::unordered_map<std::string, int32_t> name_index;
@@ -555,7 +563,15 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
       case Cat::kAnnotation: {
         ++cpu_events;
         const report_internal::IterationName it = report_internal::profiler_step_name(ev_.name);
-        if (!it.is_iteration && !report_internal::annotated_action(ev_.name)) return;
+        if (!it.is_iteration && !report_internal::annotated_action(ev_.name)) {
+          // PyTorch's pipelining SEND/RECV ranges: kept aside for a CPU-only trace.
+          if (!ev_.name.starts_with("PP:") || !ev_.ts.ok() || !ev_.dur.ok()) return;
+          const auto a = parse_action(std::string_view(ev_.name).substr(3));
+          if (!a.ok() || !is_comm(a->type)) return;
+          const TraceTime end = TraceTime::of_ns(ev_.ts.ns + std::max<int64_t>(0, ev_.dur.ns));
+          if (end.ok()) comm_ranges.push_back({ev_.name, ev_.ts.ns, end.ns});
+          return;
+        }
         if (it.is_iteration && !it.step) {
           issues.add(TraceIssue::kStepNumber, [&] {
             return fmt::format("'{}' (traceEvents[{}])", printable(ev_.name, 60), event_index_);
@@ -569,9 +585,16 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
           steps.push_back({*it.step, ev_.ts.ns, end.ns});
         } else {
           ranges.push_back({ev_.name, ev_.ts.ns, end.ns});
+          range_tids.push_back(ev_.tid.state == TraceId::State::kOk ? ev_.tid.value : -1);
         }
         return;
       }
+      case Cat::kCpuOp:
+        ++cpu_events;
+        if (ev_.ts.ok()) {
+          cpu_ops.push_back({ev_.ts.ns, ev_.tid.state == TraceId::State::kOk ? ev_.tid.value : -1});
+        }
+        return;
       case Cat::kOther:
         ++cpu_events;
         return;
@@ -585,6 +608,57 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   int64_t event_index_ = -1;  // of the open event in traceEvents
   RawEvent ev_;
 };
+
+// A CPU-only trace of PyTorch's pipelining runtime (torch.distributed.pipelining on gloo,
+// docs/torch.md): no GPU, so the thread that runs the actions stands for the device. Each
+// PP:<compute action> range (F, I, B, W, OVERLAP_F_B) becomes one compute event, from the first
+// cpu_op that starts inside it on the range's thread to the range's end: the runtime first waits
+// for the action's received input inside the same range, with no op of its own (idle), then
+// computes (an empty event at the range's end when no op starts inside it). Each
+// PP:<stage>SEND_*/RECV_* range (posting an isend / irecv) becomes one P2P event,
+// the whole range; the waits (WAIT_SEND_*, and the wait at the head of a compute range) are idle.
+// Each event gets a launch at its start, so attribute_and_sort ties it to its range. Returns how
+// many compute events it made (0: the trace has no PP: compute range).
+int64_t cpu_pipeline_events(KinetoSax& sax) {
+  auto& ops = sax.cpu_ops;  // (start, thread)
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second < b.second : a.first < b.first;
+  });
+  int64_t made = 0, correlation = 0;
+  for (const CpuRange& r : sax.comm_ranges) {
+    GpuLaunched g;
+    g.event.start_ns = r.start_ns;
+    g.event.end_ns = r.end_ns;
+    g.event.name = sax.intern_name(r.name);
+    g.event.kind = GpuEventKind::kP2P;
+    g.correlation = correlation;
+    sax.gpu.push_back(g);
+    sax.launches.push_back({correlation++, r.start_ns});
+  }
+  for (size_t i = 0; i < sax.ranges.size(); ++i) {
+    const CpuRange& r = sax.ranges[i];
+    if (!r.name.starts_with("PP:") || !report_internal::annotated_action(r.name)) continue;
+    const int64_t tid = sax.range_tids[i];
+    auto it = std::lower_bound(ops.begin(), ops.end(), std::pair<int64_t, int64_t>{r.start_ns, tid},
+                               [](const auto& op, const auto& key) {
+                                 return op.second != key.second ? op.second < key.second
+                                                                : op.first < key.first;
+                               });
+    // No op inside (stage 0's I: no input gradient to compute): an empty event at the range's
+    // end, so that the action still has its (zero) cost.
+    const bool none = it == ops.end() || it->second != tid || it->first > r.end_ns;
+    GpuLaunched g;
+    g.event.start_ns = none ? r.end_ns : it->first;
+    g.event.end_ns = r.end_ns;
+    g.event.name = sax.intern_name(r.name);
+    g.event.kind = GpuEventKind::kCompute;
+    g.correlation = correlation;
+    sax.gpu.push_back(g);
+    sax.launches.push_back({correlation++, none ? r.start_ns : it->first});  // inside the range
+    ++made;
+  }
+  return made;
+}
 
 // The rank and world size distributedInfo says, checked: a rank is 0 or more and inside the
 // world, a world size 1 or more (both int32). -1 / 0: not said.
@@ -677,10 +751,17 @@ Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
         "edited: ts and dur are JSON numbers",
         shown, sax.issues.times_left_out(), sax.issues.first_time_issue()));
   }
+  bool cpu_only = false;
+  if (sax.gpu.empty()) {
+    cpu_only = cpu_pipeline_events(sax) > 0;
+    if (!cpu_only) sax.gpu.clear();  // comm ranges alone: no computation to measure
+  }
   if (sax.gpu.empty()) {
     return Status::invalid_argument(fmt::format(
         "trace '{}': a CPU-only trace: no GPU events (kernel, gpu_memcpy, gpu_memset) among its "
-        "{} events; hint: profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
+        "{} events, and no PP:<compute action> range of PyTorch's pipelining runtime; "
+        "hint: profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], or profile "
+        "a step of a _PipelineScheduleRuntime-based schedule (docs/torch.md)",
         shown, sax.cpu_events));
   }
 
@@ -702,6 +783,14 @@ Result<GpuTraceRank> read_kineto_trace(const std::string& path) {
   out.ranges = std::move(sax.ranges);
   out.cpu_events = sax.cpu_events;
   out.anomalies.negative_durations = sax.negative;
+  if (cpu_only) {
+    out.format = "kineto-cpu";
+    out.warnings.push_back(fmt::format(
+        "a CPU-only trace of PyTorch's pipelining runtime: its PP:<action> ranges on the main "
+        "thread stand for the device: a compute action is busy from its first op to its end (the "
+        "wait for its input before that is idle), a SEND/RECV is P2P for its whole range, a "
+        "WAIT_SEND is idle (docs/torch.md)"));
+  }
   TP_RETURN_IF_ERROR(report_internal::attribute_and_sort(out, std::move(sax.gpu),
                                                          std::move(sax.launches), sax.issues));
   return out;

@@ -1,7 +1,8 @@
 // CSV in PyTorch's layout: one row per rank, one action per cell, no header; an empty cell is an
 // idle slot and is skipped. Loading infers the shape, the stage-to-rank map and the directions
-// (DualPipe's 2 when the actions say so), then validates. PyTorch's UNSHARD, RESHARD and
-// REDUCE_GRAD cells are checked against the schedule and left out of it (schedule_torch.h).
+// (DualPipe's 2 when the actions say so), then validates. PyTorch's UNSHARD, RESHARD,
+// REDUCE_GRAD and WAIT_* cells are checked against the schedule and left out of it
+// (schedule_torch.h).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -147,6 +148,9 @@ Result<Schedule> parse_csv(std::string_view text, std::string_view source,
         case TorchActionType::kUnshard: ++counts->unshard; break;
         case TorchActionType::kReshard: ++counts->reshard; break;
         case TorchActionType::kReduceGrad: ++counts->reduce_grad; break;
+        case TorchActionType::kWaitReduceGrad: ++counts->wait_reduce_grad; break;
+        case TorchActionType::kWaitSendF:
+        case TorchActionType::kWaitSendB: ++counts->wait_send; break;
       }
     }
   }

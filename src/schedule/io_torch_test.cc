@@ -53,24 +53,31 @@ TEST(TorchGrammarTest, EveryShortStringOfPyTorchsComputationTypes) {
 
   // UNSHARD, RESHARD, REDUCE_GRAD: the stage, the type, no microbatch (PyTorch's repr of an
   // _Action whose microbatch_index is None).
+  // PyTorch 2.15's three waits: WAIT_REDUCE_GRAD like REDUCE_GRAD, the WAIT_SENDs with the
+  // microbatch of the send they retire.
   struct TorchCase {
     const char* text;
     TorchActionType type;
-    int32_t stage;
+    int32_t stage, microbatch;
   } torch_cases[] = {
-      {"0UNSHARD", TorchActionType::kUnshard, 0},
-      {"12RESHARD", TorchActionType::kReshard, 12},
-      {"3REDUCE_GRAD", TorchActionType::kReduceGrad, 3},
+      {"0UNSHARD", TorchActionType::kUnshard, 0, -1},
+      {"12RESHARD", TorchActionType::kReshard, 12, -1},
+      {"3REDUCE_GRAD", TorchActionType::kReduceGrad, 3, -1},
+      {"3WAIT_REDUCE_GRAD", TorchActionType::kWaitReduceGrad, 3, -1},
+      {"1WAIT_SEND_F3", TorchActionType::kWaitSendF, 1, 3},
+      {"0WAIT_SEND_B12", TorchActionType::kWaitSendB, 0, 12},
   };
   for (const auto& c : torch_cases) {
     auto t = parse_torch_action(c.text);
     ASSERT_TRUE(t.ok()) << c.text << ": " << t.status().message();
     ASSERT_TRUE(t->has_value()) << c.text;
-    EXPECT_EQ(**t, (TorchAction{c.type, c.stage})) << c.text;
+    EXPECT_EQ(**t, (TorchAction{c.type, c.stage, c.microbatch})) << c.text;
     EXPECT_EQ(to_string(**t), c.text);
+    // Nor is any of them an action of the IR.
+    EXPECT_FALSE(parse_action(c.text).ok()) << c.text;
   }
   // Not one of them: left to parse_action (which refuses what is no action at all).
-  for (const char* other : {"", "UNSHARD", "0X0", "0UNSHAR", "0SEND_F1"}) {
+  for (const char* other : {"", "UNSHARD", "0X0", "0UNSHAR", "0SEND_F1", "0WAIT_SEND", "0WAIT"}) {
     auto t = parse_torch_action(other);
     ASSERT_TRUE(t.ok()) << other;
     EXPECT_FALSE(t->has_value()) << other;
@@ -84,6 +91,11 @@ TEST(TorchGrammarTest, EveryShortStringOfPyTorchsComputationTypes) {
       {"1REDUCE_GRAD0", "REDUCE_GRAD takes no microbatch"},
       {"01RESHARD", "the stage '01' has a leading zero"},
       {"99999UNSHARD", "stage 99999 is over tightpipe's limit (stage ids 0..8191)"},
+      {"0WAIT_REDUCE_GRAD1", "WAIT_REDUCE_GRAD takes no microbatch, but '1' follows it"},
+      {"0WAIT_SEND_F", "WAIT_SEND_F needs a microbatch after it"},
+      {"0WAIT_SEND_B03", "the microbatch '03' has a leading zero"},
+      {"0WAIT_SEND_Bx", "the microbatch 'x' is not a plain number"},
+      {"0WAIT_SEND_F99999", "microbatch 99999 is over tightpipe's limit"},
   };
   for (const auto& b : bad) {
     auto t = parse_torch_action(b.text);
@@ -117,6 +129,104 @@ TEST(TorchCsvTest, PyTorchsOwnComputeCommsDumpLoads) {
   EXPECT_EQ(s->stage_to_rank, ours.stage_to_rank);
   // Without the counts pointer the reader takes it the same way (as load_schedule_file does).
   ASSERT_TRUE(parse_csv(kPyTorch1F1B, "dump.csv").ok());
+}
+
+// The two rows refused by parse_csv as "t.csv" in one line holding `want` and a hint.
+void expect_refused_in_one_line(const std::string& text, const std::string& want) {
+  auto s = parse_csv(text, "t.csv");
+  ASSERT_FALSE(s.ok()) << want;
+  const std::string m(s.status().message());
+  EXPECT_NE(m.find(want), std::string::npos) << m;
+  EXPECT_NE(m.find("hint"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
+// PyTorch 2.15.0's _dump_csv after lowering the compute-only 1F1B at p = 2, m = 4 itself (run,
+// not worked by hand: docs/torch.md; python/tests checks the same for every built-in class).
+constexpr const char* kPyTorch215OneFOneB =
+    "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0WAIT_SEND_F0,0F2,0SEND_F2,0RECV_B1,0B1,"
+    "0WAIT_SEND_F1,0F3,0SEND_F3,0RECV_B2,0B2,0WAIT_SEND_F2,0RECV_B3,0B3,0WAIT_SEND_F3,"
+    "0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD\r\n"
+    "1UNSHARD,1RECV_F0,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1RECV_F2,1B1,1SEND_B1,1F2,1RECV_F3,1B2,"
+    "1SEND_B2,1F3,1B3,1SEND_B3,1REDUCE_GRAD,1WAIT_REDUCE_GRAD,1RESHARD,1WAIT_SEND_B0,"
+    "1WAIT_SEND_B1,1WAIT_SEND_B2,1WAIT_SEND_B3\r\n";
+
+TEST(TorchCsvTest, PyTorch215sDumpWithWaitsLoads) {
+  TorchActionCounts counts;
+  auto s = parse_csv(kPyTorch215OneFOneB, "dump215.csv", &counts);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_TRUE(counts.has_waits());
+  EXPECT_EQ(counts.reduce_grad, 2);
+  EXPECT_EQ(counts.wait_reduce_grad, 2);
+  EXPECT_EQ(counts.wait_send, 8);
+  auto ours = lower(generate_schedule("1f1b", {.ranks = 2, .microbatches = 4}).value()).value();
+  EXPECT_EQ(s->programs[0], ours.programs[0]);
+  EXPECT_EQ(s->stage_to_rank, ours.stage_to_rank);
+  // Our file of the same shape differs only where rank 1's first RECV stands.
+  const std::string mine = to_torch_csv(ours).value();
+  std::string theirs = kPyTorch215OneFOneB;
+  for (size_t at; (at = theirs.find('\r')) != std::string::npos;) theirs.erase(at, 1);
+  const size_t row1 = theirs.find('\n') + 1;
+  EXPECT_EQ(mine.substr(0, row1), theirs.substr(0, row1));
+  EXPECT_EQ(mine.substr(row1), "1RECV_F0,1UNSHARD," + theirs.substr(row1 + 18));
+}
+
+// PyTorch 2.15's rules for its waits, each broken once in our 1F1B file (p = 2, m = 2).
+TEST(TorchCsvTest, MisplacedWaitsAreRefusedInOneLine) {
+  const std::string r0 =
+      "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0WAIT_SEND_F0,0RECV_B1,0B1,"
+      "0WAIT_SEND_F1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD";
+  const std::string r1 =
+      "1RECV_F0,1UNSHARD,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1B1,1SEND_B1,1REDUCE_GRAD,"
+      "1WAIT_REDUCE_GRAD,1RESHARD,1WAIT_SEND_B0,1WAIT_SEND_B1";
+  auto without = [](std::string row, const std::string& cell) {
+    const size_t at = row.find("," + cell);
+    EXPECT_NE(at, std::string::npos) << cell;
+    return row.erase(at, cell.size() + 1);
+  };
+  struct Case {
+    std::string row0, row1, want;
+  } cases[] = {
+      {without(r0, "0WAIT_SEND_F1"), r1,
+       "t.csv:1:5: '0SEND_F1' has no WAIT_SEND after it on row 1 (rank 0); hint: PyTorch 2.15 "
+       "retires a send only at its own 0WAIT_SEND_F1"},
+      {r0, without(without(r1, "1WAIT_SEND_B1"), "1WAIT_SEND_B0"),
+       "t.csv:2:6: '1SEND_B0' has no WAIT_SEND after it on row 2 (rank 1), nor do 1 more"},
+      {"0WAIT_SEND_F0," + r0, r1,
+       "t.csv:1:1: '0WAIT_SEND_F0' waits for '0SEND_F0', which no earlier cell of this row sends"},
+      {r0 + ",0WAIT_SEND_F1", r1,
+       "t.csv:1:15: '0WAIT_SEND_F1' waits for '0SEND_F1', which no earlier cell"},
+      {r0, r1 + ",1WAIT_SEND_F1", "t.csv:2:15: '1WAIT_SEND_F1' waits for '1SEND_F1'"},
+      {without(r0, "0WAIT_REDUCE_GRAD"), r1,
+       "t.csv:1:12: '0REDUCE_GRAD' has no 0WAIT_REDUCE_GRAD after it on row 1 (rank 0)"},
+      {"0WAIT_REDUCE_GRAD," + without(r0, "0WAIT_REDUCE_GRAD"), r1,
+       "t.csv:1:1: '0WAIT_REDUCE_GRAD' has no pending reduction of stage 0 to wait for"},
+      {without(without(r0, "0WAIT_REDUCE_GRAD"), "0REDUCE_GRAD"),
+       without(without(r1, "1WAIT_REDUCE_GRAD"), "1REDUCE_GRAD"),
+       "t.csv: stage 0 has no REDUCE_GRAD, although the file holds PyTorch's compute_comms "
+       "actions ('0UNSHARD' at t.csv:1:1): PyTorch's runtime would leave its gradients m times "
+       "too large"},
+      {r0, without(without(r1, "1WAIT_REDUCE_GRAD"), "1REDUCE_GRAD"),
+       "t.csv: stage 1 has no REDUCE_GRAD, although stage 0 has one at t.csv:1:12"},
+      {r0 + ",0REDUCE_GRAD,0WAIT_REDUCE_GRAD", r1,
+       "t.csv:1:15: a second '0REDUCE_GRAD' (the first is at t.csv:1:12): stage 0 would scale "
+       "its gradients twice"},
+  };
+  for (const auto& c : cases) expect_refused_in_one_line(c.row0 + "\n" + c.row1 + "\n", c.want);
+  EXPECT_TRUE(parse_csv(r0 + "\n" + r1 + "\n", "t.csv").ok());
+  // Two stages on one rank: one reduction pending at a time.
+  auto two = parse_csv(
+      "0F0,1F0,1B0,1REDUCE_GRAD,0B0,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,1WAIT_REDUCE_GRAD\n", "v.csv");
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find(
+                "v.csv:1:6: '0REDUCE_GRAD' starts while stage 1's reduction (v.csv:1:4) is still "
+                "pending"),
+            std::string::npos)
+      << two.status().message();
+  EXPECT_TRUE(parse_csv("0F0,1F0,1B0,1REDUCE_GRAD,1WAIT_REDUCE_GRAD,0B0,0REDUCE_GRAD,"
+                        "0WAIT_REDUCE_GRAD\n",
+                        "v.csv")
+                  .ok());
 }
 
 TEST(TorchCsvTest, PyTorchsComputeOnlyDumpWithIdleCellsLoads) {
@@ -190,14 +300,7 @@ TEST(TorchCsvTest, MisplacedCellsAreRefusedInOneLine) {
       {r0.substr(0, r0.size() - 9), r1,
        "t.csv:1:1: stage 0 is still unsharded at the end of row 1 (rank 0)"},
   };
-  for (const auto& c : cases) {
-    auto s = parse_csv(c.row0 + "\n" + c.row1 + "\n", "t.csv");
-    ASSERT_FALSE(s.ok()) << c.want;
-    const std::string m(s.status().message());
-    EXPECT_NE(m.find(c.want), std::string::npos) << m;
-    EXPECT_NE(m.find("hint"), std::string::npos) << m;
-    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-  }
+  for (const auto& c : cases) expect_refused_in_one_line(c.row0 + "\n" + c.row1 + "\n", c.want);
   // Untouched, it loads; and a lowered file with none of the three still does (our plain
   // --lowered CSV): tightpipe reduces gradients without them.
   EXPECT_TRUE(parse_csv(r0 + "\n" + r1 + "\n", "t.csv").ok());
@@ -212,10 +315,14 @@ TEST(TorchCsvTest, OneFOneBIsPyTorchsFormWithOurSendRecv) {
   auto s = generate_schedule("1f1b", {.ranks = 2, .microbatches = 2}).value();
   auto t = to_torch_csv(s);
   ASSERT_TRUE(t.ok()) << t.status().message();
-  // PyTorch's own dump above, except that rank 1's UNSHARD follows the RECV lower() put first.
+  // PyTorch 2.15's own dump of this shape, except that rank 1's UNSHARD follows the RECV lower()
+  // put first: each SEND_F waited right after the B that shows the activation was consumed, each
+  // SEND_B at the row's end, each REDUCE_GRAD waited at once.
   EXPECT_EQ(*t,
-            "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,0REDUCE_GRAD,0RESHARD\n"
-            "1RECV_F0,1UNSHARD,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1B1,1SEND_B1,1REDUCE_GRAD,1RESHARD\n");
+            "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0WAIT_SEND_F0,0RECV_B1,0B1,"
+            "0WAIT_SEND_F1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD\n"
+            "1RECV_F0,1UNSHARD,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1B1,1SEND_B1,1REDUCE_GRAD,"
+            "1WAIT_REDUCE_GRAD,1RESHARD,1WAIT_SEND_B0,1WAIT_SEND_B1\n");
   // The lowered schedule gives the same file.
   EXPECT_EQ(to_torch_csv(lower(s).value()).value(), *t);
 }
@@ -226,8 +333,9 @@ TEST(TorchCsvTest, LoopedFourStagesEvictOutsideTheWindow) {
   auto s = generate_schedule("looped-bfs", {.ranks = 1, .microbatches = 2, .chunks = 4}).value();
   EXPECT_EQ(to_torch_csv(s).value(),
             "0UNSHARD,1UNSHARD,2UNSHARD,0F0,0F1,0RESHARD,3UNSHARD,1F0,1F1,2F0,2F1,3F0,3F1,3B1,3B0,"
-            "3REDUCE_GRAD,3RESHARD,0UNSHARD,2B1,2B0,2REDUCE_GRAD,2RESHARD,1B1,1B0,1REDUCE_GRAD,"
-            "1RESHARD,0B1,0B0,0REDUCE_GRAD,0RESHARD\n");
+            "3REDUCE_GRAD,3WAIT_REDUCE_GRAD,3RESHARD,0UNSHARD,2B1,2B0,2REDUCE_GRAD,"
+            "2WAIT_REDUCE_GRAD,2RESHARD,1B1,1B0,1REDUCE_GRAD,1WAIT_REDUCE_GRAD,1RESHARD,0B1,0B0,"
+            "0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD\n");
 }
 
 TEST(TorchCsvTest, DualPipeHasNoPyTorchForm) {
@@ -276,8 +384,16 @@ TEST(TorchCsvTest, EveryGeneratorButDualPipeRoundTrips) {
           EXPECT_EQ(back->programs, low.programs);
           EXPECT_EQ(back->stage_to_rank, low.stage_to_rank);
           EXPECT_EQ(counts.reduce_grad, low.num_stages);
+          EXPECT_EQ(counts.wait_reduce_grad, low.num_stages);
+          int64_t sends = 0;
+          for (const auto& prog : low.programs)
+            for (const Action& a : prog)
+              sends += a.type == ActionType::kSendAct || a.type == ActionType::kSendGrad;
+          EXPECT_EQ(counts.wait_send, sends);
           EXPECT_EQ(counts.unshard, counts.reshard);
-          if (v <= kTorchUnshardWindow) EXPECT_EQ(counts.unshard, low.num_stages);
+          if (v <= kTorchUnshardWindow) {
+            EXPECT_EQ(counts.unshard, low.num_stages);
+          }
 
           const auto rows = split(*text, '\n');
           ASSERT_EQ(rows.size(), static_cast<size_t>(p) + 1);  // and the final newline
@@ -291,6 +407,7 @@ TEST(TorchCsvTest, EveryGeneratorButDualPipeRoundTrips) {
                 if (a.type == ActionType::kBackward || a.type == ActionType::kBackwardWeight)
                   ++total[a.stage];
             std::optional<Action> last_gradient_action;
+            std::optional<Action> last_compute;  // the cell before, when a compute
             for (const auto& cell : cells) {
               ASSERT_FALSE(cell.empty()) << rows[r];
               auto t = parse_torch_action(cell).value();
@@ -301,9 +418,34 @@ TEST(TorchCsvTest, EveryGeneratorButDualPipeRoundTrips) {
                   EXPECT_EQ(grads[t->stage], total[t->stage]) << cell;
                   ASSERT_TRUE(last_gradient_action.has_value()) << cell;
                 }
+                if (t->type == TorchActionType::kWaitSendF) {
+                  // Right after the row's own B or I of (s, mb), or at the row's end when the
+                  // row has none.
+                  const Action b{ActionType::kBackward, t->stage, t->microbatch};
+                  const Action i{ActionType::kBackwardInput, t->stage, t->microbatch};
+                  bool row_has = false;
+                  for (const Action& pa : low.programs[r]) {
+                    for (const Action& sub : sub_actions(pa)) row_has |= sub == b || sub == i;
+                  }
+                  bool holds = false;
+                  if (last_compute) {
+                    for (const Action& sub : sub_actions(*last_compute)) {
+                      holds |= sub == b || sub == i;
+                    }
+                  }
+                  if (!holds) {
+                    EXPECT_EQ(k, low.programs[r].size()) << cell << " in " << rows[r];
+                    EXPECT_FALSE(row_has) << cell << " waited at the end of " << rows[r];
+                  }
+                }
+                if (t->type == TorchActionType::kWaitSendB) {
+                  EXPECT_EQ(k, low.programs[r].size()) << cell << " in " << rows[r];
+                }
                 continue;
               }
               const Action a = parse_action(cell).value();
+              last_compute.reset();
+              if (is_compute(a.type)) last_compute = a;
               ASSERT_LT(k, low.programs[r].size());
               ASSERT_EQ(a, low.programs[r][k]);
               if (is_compute(a.type)) {

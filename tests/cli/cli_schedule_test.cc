@@ -110,10 +110,14 @@ TEST(CliScheduleTest, TorchFormatRoundTripsThroughCheck) {
     auto check = run_command(kTp + " schedule --check " + file);
     EXPECT_EQ(check.exit_code, 0) << c.name << "\n" << check.err;
     EXPECT_NE(check.out.find("valid lowered schedule"), std::string::npos) << check.out;
-    EXPECT_NE(check.out.find(fmt::format("{} REDUCE_GRAD, each where PyTorch's runtime needs it",
+    EXPECT_NE(check.out.find(fmt::format("{} REDUCE_GRAD, {} WAIT_REDUCE_GRAD, ", c.stages,
                                          c.stages)),
               std::string::npos)
         << c.name << "\n" << check.out;
+    EXPECT_NE(check.out.find("WAIT_SEND, each where PyTorch's runtime needs it"),
+              std::string::npos)
+        << c.name << "\n" << check.out;
+    EXPECT_EQ(check.out.find("the form before PyTorch 2.15"), std::string::npos) << check.out;
     // --lowered changes nothing: the torch form is always lowered.
     auto lowered = run_command(gen + " --lowered --format torch");
     EXPECT_EQ(lowered.exit_code, 0) << lowered.err;
@@ -133,23 +137,38 @@ TEST(CliScheduleTest, TorchFormatRoundTripsThroughCheck) {
   EXPECT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_NE(plain.out.find("no REDUCE_GRAD"), std::string::npos) << plain.out;
   // PyTorch's _dump_csv of its own lowering of 1F1B (p = 2, m = 2): "0UNSHARD" was refused.
-  ASSERT_TRUE(write_file(dir + "/dump.csv",
+  // `schedule --check` of `text` written to dir/name.
+  auto check_text = [&](const std::string& name, const std::string& text) {
+    EXPECT_TRUE(write_file(dir + "/" + name, text).ok());
+    return run_command(kTp + " schedule --check " + dir + "/" + name);
+  };
+  auto dump = check_text("dump.csv",
                          "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,"
                          "0REDUCE_GRAD,0RESHARD\r\n1UNSHARD,1RECV_F0,1F0,1RECV_F1,1B0,1SEND_B0,"
-                         "1F1,1B1,1SEND_B1,1REDUCE_GRAD,1RESHARD\r\n")
-                  .ok());
-  auto dump = run_command(kTp + " schedule --check " + dir + "/dump.csv");
+                         "1F1,1B1,1SEND_B1,1REDUCE_GRAD,1RESHARD\r\n");
   EXPECT_EQ(dump.exit_code, 0) << dump.err;
   EXPECT_NE(dump.out.find("PyTorch actions: 2 UNSHARD, 2 RESHARD, 2 REDUCE_GRAD"),
             std::string::npos)
       << dump.out;
+  // ... which has none of 2.15's waits: said, since PyTorch 2.15's loader refuses it.
+  EXPECT_NE(dump.out.find("no WAIT_SEND / WAIT_REDUCE_GRAD: the form before PyTorch 2.15"),
+            std::string::npos)
+      << dump.out;
+  // PyTorch 2.15.0's own _dump_csv of the same shape: "0WAIT_SEND_F0" was refused.
+  auto dump215 = check_text("dump215.csv",
+                            "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0WAIT_SEND_F0,"
+                            "0RECV_B1,0B1,0WAIT_SEND_F1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,0RESHARD\r\n"
+                            "1UNSHARD,1RECV_F0,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1B1,1SEND_B1,"
+                            "1REDUCE_GRAD,1WAIT_REDUCE_GRAD,1RESHARD,1WAIT_SEND_B0,"
+                            "1WAIT_SEND_B1\r\n");
+  EXPECT_EQ(dump215.exit_code, 0) << dump215.err;
+  EXPECT_NE(dump215.out.find("2 REDUCE_GRAD, 2 WAIT_REDUCE_GRAD, 4 WAIT_SEND"), std::string::npos)
+      << dump215.out;
   // Misplaced: one line naming the file, row:column, the cell and a hint.
-  ASSERT_TRUE(write_file(dir + "/early.csv",
-                         "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0REDUCE_GRAD,"
-                         "0B1,0RESHARD\n1RECV_F0,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1B1,1SEND_B1,"
-                         "1REDUCE_GRAD\n")
-                  .ok());
-  auto early = run_command(kTp + " schedule --check " + dir + "/early.csv");
+  auto early = check_text("early.csv",
+                          "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0REDUCE_GRAD,"
+                          "0B1,0RESHARD\n1RECV_F0,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1B1,1SEND_B1,"
+                          "1REDUCE_GRAD\n");
   EXPECT_EQ(early.exit_code, 2);
   EXPECT_NE(early.err.find("early.csv:1:9: '0REDUCE_GRAD' comes after 1 of stage 0's 2 backward"),
             std::string::npos)

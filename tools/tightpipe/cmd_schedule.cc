@@ -91,11 +91,17 @@ int cmd_schedule(int argc, char** argv) {
                 s->num_microbatches, s->size());
     if (torch.total() > 0) {
       std::printf(
-          "PyTorch actions: %lld UNSHARD, %lld RESHARD, %lld REDUCE_GRAD, each where "
-          "PyTorch's runtime needs it (tightpipe runs them as no-ops: "
-          "docs/schedule_ir.md)\n",
+          "PyTorch actions: %lld UNSHARD, %lld RESHARD, %lld REDUCE_GRAD, %lld "
+          "WAIT_REDUCE_GRAD, %lld WAIT_SEND, each where PyTorch's runtime needs it (tightpipe "
+          "runs them as no-ops: docs/schedule_ir.md)\n",
           static_cast<long long>(torch.unshard), static_cast<long long>(torch.reshard),
-          static_cast<long long>(torch.reduce_grad));
+          static_cast<long long>(torch.reduce_grad), static_cast<long long>(torch.wait_reduce_grad),
+          static_cast<long long>(torch.wait_send));
+      if (!torch.has_waits() && s->lowered) {
+        std::printf(
+            "no WAIT_SEND / WAIT_REDUCE_GRAD: the form before PyTorch 2.15, whose loader "
+            "refuses it; `--format torch` writes them\n");
+      }
     } else if (s->lowered && s->directions == 1) {
       std::printf(
           "no REDUCE_GRAD: PyTorch's runtime would run this as compute_comms without "

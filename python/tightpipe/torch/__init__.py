@@ -1,0 +1,30 @@
+"""tightpipe's schedules in PyTorch's own pipelining runtime (torch.distributed.pipelining).
+
+`generate` / `load` give a checked `TorchSchedule` (tightpipe.schedule); `build_runtime` makes
+PyTorch's `_PipelineScheduleRuntime` run it on this rank's `PipelineStage`s; `profile_step` runs
+one step under torch.profiler and writes this rank's Kineto trace, which `tightpipe report` reads.
+Tested with PyTorch 2.15.0 (docs/torch.md).
+"""
+
+from tightpipe.schedule import TorchSchedule, generate, load
+from tightpipe.torch.runtime import (
+    TESTED_TORCH,
+    build_runtime,
+    check_actions,
+    check_stages,
+    runtime_action_types,
+)
+from tightpipe.torch.trace import idle_from_trace, profile_step
+
+__all__ = [
+    "TESTED_TORCH",
+    "TorchSchedule",
+    "build_runtime",
+    "check_actions",
+    "check_stages",
+    "generate",
+    "idle_from_trace",
+    "load",
+    "profile_step",
+    "runtime_action_types",
+]

@@ -1,0 +1,114 @@
+"""The small GPT of tightpipe's own model (src/nn), written in PyTorch, cut into pipeline stages.
+
+Token + learned position embedding, pre-LN blocks (causal multi-head attention, 4x GELU MLP),
+final LayerNorm, LM head (untied: its stages may sit on different ranks), cross-entropy. One block
+per stage; stage 0 also holds the embeddings, the last stage the final LayerNorm and the head, so
+the last stage is the heaviest (the LM head), as in a real model. Deterministic from `seed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclasses.dataclass(frozen=True)
+class GptConfig:
+    vocab: int = 64
+    seq: int = 16  # T
+    d_model: int = 32  # C
+    heads: int = 2  # NH
+    blocks_per_stage: int = 1
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GptConfig):
+        super().__init__()
+        c = cfg.d_model
+        self.heads = cfg.heads
+        self.ln1 = nn.LayerNorm(c)
+        self.qkv = nn.Linear(c, 3 * c)
+        self.proj = nn.Linear(c, c)
+        self.ln2 = nn.LayerNorm(c)
+        self.fc = nn.Linear(c, 4 * c)
+        self.fc_out = nn.Linear(4 * c, c)
+
+    def forward(self, x):  # x (B, T, C)
+        b, t, c = x.shape
+        nh = self.heads
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q = q.view(b, t, nh, c // nh).transpose(1, 2)  # (B, NH, T, C/NH)
+        k = k.view(b, t, nh, c // nh).transpose(1, 2)
+        v = v.view(b, t, nh, c // nh).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // nh)  # (B, NH, T, T)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(y)
+        return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GptStage(nn.Module):
+    """Stage `index` of `num_stages`: tokens (B, T) in on stage 0, else activations (B, T, C);
+    logits (B, T, V) out of the last stage, else activations."""
+
+    def __init__(self, cfg: GptConfig, index: int, num_stages: int):
+        super().__init__()
+        self.first = index == 0
+        self.last = index == num_stages - 1
+        if self.first:
+            self.wte = nn.Embedding(cfg.vocab, cfg.d_model)
+            self.wpe = nn.Embedding(cfg.seq, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.blocks_per_stage))
+        if self.last:
+            self.ln_f = nn.LayerNorm(cfg.d_model)
+            self.head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
+
+    def forward(self, x):
+        if self.first:
+            pos = torch.arange(x.shape[1], device=x.device)
+            x = self.wte(x) + self.wpe(pos)
+        for blk in self.blocks:
+            x = blk(x)
+        if self.last:
+            x = self.head(self.ln_f(x))
+        return x
+
+
+def make_stages(cfg: GptConfig, num_stages: int, seed: int = 0) -> list[GptStage]:
+    """All stages of the model, the same weights for the same (cfg, num_stages, seed)."""
+    torch.manual_seed(seed)
+    return [GptStage(cfg, s, num_stages) for s in range(num_stages)]
+
+
+def loss_fn(logits, targets):  # logits (B, T, V), targets (B, T)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def batch(cfg: GptConfig, n: int, seed: int = 1):
+    """n sequences of random tokens and their targets (the next tokens), deterministic."""
+    g = torch.Generator().manual_seed(seed)
+    data = torch.randint(0, cfg.vocab, (n, cfg.seq + 1), generator=g)
+    return data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+
+def reference_step(stages: list[GptStage], tokens, targets, microbatches: int):
+    """The non-pipelined model on the whole batch: per-microbatch losses and the gradients of
+    the mean loss (PyTorch's pipelining scales by 1/m), {stage: {param name: grad}}."""
+    losses = []
+    for mb_tokens, mb_targets in zip(tokens.chunk(microbatches), targets.chunk(microbatches)):
+        x = mb_tokens
+        for st in stages:
+            x = st(x)
+        loss = loss_fn(x, mb_targets)
+        (loss / microbatches).backward()
+        losses.append(loss.detach())
+    grads = {
+        i: {n: p.grad.detach().clone() for n, p in st.named_parameters()}
+        for i, st in enumerate(stages)
+    }
+    return losses, grads

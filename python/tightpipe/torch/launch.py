@@ -1,0 +1,82 @@
+"""Run a function on p CPU processes joined in one gloo process group (tests, benches, examples).
+
+    results = spawn(2, work, arg)   # work(rank, world_size, arg) runs on every rank; returns a list
+                                    # of what each rank's call returned, by rank
+
+The processes use the spawn start method and a free local port; each sets torch's thread count
+to `threads`. An exception on any rank is raised here with that rank's traceback.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import traceback
+from typing import Any, Callable
+
+from tightpipe.errors import TightpipeError
+
+
+class RankError(TightpipeError, RuntimeError):
+    """A rank of `spawn` raised."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank, world, port, threads, pg_timeout, fn, args, queue):
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(threads)
+        dist.init_process_group("gloo", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=pg_timeout))
+        try:
+            result = fn(rank, world, *args)
+        finally:
+            dist.destroy_process_group()
+        queue.put((rank, True, result))
+    except BaseException:  # noqa: BLE001: reported to the parent, which raises
+        queue.put((rank, False, traceback.format_exc()))
+
+
+def spawn(world: int, fn: Callable[..., Any], *args: Any, threads: int = 1,
+          timeout: float = 600.0, pg_timeout: float = 120.0) -> list[Any]:
+    """fn(rank, world, *args) on `world` gloo processes; the results by rank. `fn` must be a
+    module-level function (spawn pickles it). A gloo operation that waits longer than
+    `pg_timeout` seconds fails (a hung schedule becomes an error, not a hang)."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_entry, args=(r, world, port, threads, pg_timeout, fn, args, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    errors = []
+    try:
+        for _ in range(world):
+            rank, ok, value = queue.get(timeout=timeout)
+            if ok:
+                results[rank] = value
+            else:
+                errors.append(f"rank {rank}:\n{value}")
+                break  # the other ranks may now hang on a collective: stop them below
+    finally:
+        for p in procs:
+            p.join(timeout=5 if errors else timeout)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join()
+    if errors:
+        raise RankError("a rank failed; " + "\n".join(errors))
+    return [results[r] for r in range(world)]

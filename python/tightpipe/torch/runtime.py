@@ -1,0 +1,125 @@
+"""Build PyTorch's own pipelining runtime from a tightpipe schedule.
+
+    from tightpipe.torch import build_runtime, generate, stage_placement
+    sched = generate("zb-v-auto", pp=4, microbatches=8, cost="f=1,i=1,w=1")
+    # this rank builds PipelineStage objects for sched.stages_of(rank), then:
+    runtime = build_runtime(stages, sched, n_microbatches=8, loss_fn=loss_fn)
+    runtime.step(x, target=y, losses=losses)      # as any PyTorch schedule
+
+The runtime is torch.distributed.pipelining's `_PipelineScheduleRuntime` (PyTorch 2.15.0, the
+version this was tested with; docs/torch.md) loaded with format="compute_comms": it runs each
+rank's row exactly as tightpipe wrote it. Before PyTorch sees the file, the schedule was checked by
+`tightpipe schedule --check`, its shape against the stages (ranks, stages, microbatches, which
+stages this rank holds) and its actions against the installed PyTorch's action types; each
+mismatch raises an error naming both numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.distributed.pipelining import schedules as _schedules
+
+from tightpipe import schedule as _sched
+from tightpipe.errors import ScheduleMismatchError, UnsupportedActionError
+from tightpipe.schedule import TorchSchedule
+
+TESTED_TORCH = "2.15.0"
+
+
+def runtime_action_types() -> set[str]:
+    """The action types the installed PyTorch's runtime knows (its _ComputationType values)."""
+    return {t.value for t in _schedules._ComputationType}
+
+
+def check_actions(sched: TorchSchedule, supported: set[str] | None = None) -> None:
+    """UnsupportedActionError naming the first action type of `sched` the runtime lacks."""
+    supported = runtime_action_types() if supported is None else supported
+    for rank, row in enumerate(sched.rows):
+        for col, cell in enumerate(row):
+            typ, actions = _sched.parse_cell(cell)
+            for t in [typ] + [a.type for a in actions]:
+                if t not in supported:
+                    raise UnsupportedActionError(
+                        f"{sched.source}:{rank + 1}:{col + 1}: action '{cell}' needs {t}, which "
+                        f"PyTorch {torch.__version__}'s pipelining runtime lacks; hint: "
+                        f"tightpipe's torch form is tested with PyTorch {TESTED_TORCH} "
+                        "(python/requirements.txt); with an older one, load a compute-only "
+                        "file (`--format csv`) with format='compute_only'"
+                    )
+
+
+def check_stages(sched: TorchSchedule, stages: Sequence[Any], n_microbatches: int) -> None:
+    """ScheduleMismatchError when `sched` does not fit this rank's PyTorch stages: the rank
+    count, the stage count, the microbatch count, or the stages this rank holds."""
+    if not stages:
+        raise ScheduleMismatchError(
+            "no PipelineStage given for this rank; hint: build one per stage in "
+            "schedule.stages_of(rank)"
+        )
+    st = stages[0]
+    if sched.num_ranks != st.group_size:
+        raise ScheduleMismatchError(
+            f"{sched.source} has {sched.num_ranks} ranks (rows), but the pipeline group has "
+            f"{st.group_size} ranks; hint: generate the schedule with --pp {st.group_size}"
+        )
+    if sched.num_stages != st.num_stages:
+        raise ScheduleMismatchError(
+            f"{sched.source} has {sched.num_stages} stages, but the PyTorch stages say "
+            f"num_stages={st.num_stages}; hint: the schedule's --pp x --vpp must equal the "
+            "number of stages the model is split into"
+        )
+    if sched.num_microbatches != n_microbatches:
+        raise ScheduleMismatchError(
+            f"{sched.source} has {sched.num_microbatches} microbatches, but the runtime is asked "
+            f"for n_microbatches={n_microbatches}; hint: generate the schedule with "
+            f"--microbatches {n_microbatches}"
+        )
+    want = sched.stages_of(st.group_rank)
+    have = sorted(s.stage_index for s in stages)
+    if have != want:
+        raise ScheduleMismatchError(
+            f"{sched.source} puts stages {want} on rank {st.group_rank}, but this rank holds "
+            f"PyTorch stages {have}; hint: build this rank's stages from "
+            "schedule.stages_of(rank) (the placement is the schedule's: loop or V)"
+        )
+    for s in stages:
+        if s.num_stages != st.num_stages or s.group_size != st.group_size:
+            raise ScheduleMismatchError(
+                f"stage {s.stage_index} says num_stages={s.num_stages}, group_size="
+                f"{s.group_size}, stage {st.stage_index} says {st.num_stages}, {st.group_size}; "
+                "hint: all stages of one pipeline agree"
+            )
+
+
+def build_runtime(
+    stages: Sequence[Any],
+    schedule: TorchSchedule | str | os.PathLike,
+    n_microbatches: int,
+    loss_fn: Any = None,
+    *,
+    scale_grads: bool = True,
+    **runtime_kwargs: Any,
+) -> "_schedules._PipelineScheduleRuntime":
+    """PyTorch's `_PipelineScheduleRuntime` for this rank's `stages`, running `schedule` (a
+    TorchSchedule, a CSV file path or CSV text from `tightpipe schedule --format torch`).
+
+    Raises ScheduleFileError (damaged, truncated, or refused by `tightpipe schedule --check`),
+    ScheduleMismatchError (shape or placement), UnsupportedActionError, all before PyTorch reads
+    the file. `runtime_kwargs` go to the runtime (e.g. max_outstanding_sends)."""
+    sched = schedule if isinstance(schedule, TorchSchedule) else _sched.load(schedule)
+    check_stages(sched, list(stages), n_microbatches)
+    check_actions(sched)
+    runtime = _schedules._PipelineScheduleRuntime(
+        list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads, **runtime_kwargs
+    )
+    with tempfile.TemporaryDirectory(prefix="tightpipe-") as tmp:
+        path = os.path.join(tmp, "schedule.csv")
+        with open(path, "w", newline="") as f:
+            f.write(sched.text())
+        runtime._load_csv(path, format="compute_comms")
+    return runtime
