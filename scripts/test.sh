@@ -62,9 +62,9 @@ if [ -x scripts/setup-python.sh ]; then
     lane "python environment" ./scripts/setup-python.sh
   fi
 fi
+main_ctest() { (cd "$BUILD_DIR" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" "$@"); }
 if [ "${status[setup and build]}" = pass ]; then
-  lane "ctest (every label)" bash -c "cd '$BUILD_DIR' && ctest --output-on-failure \
-    -j '${JOBS:-$(nproc)}' $(printf '%q ' "$@")"
+  lane "ctest (every label)" main_ctest "$@"
 else
   skip "ctest (every label)" "the build failed"
 fi
