@@ -1,0 +1,201 @@
+"""DeepSpeed's real pipeline engine on p CPU processes (gloo), stages of emulated duration.
+
+    python -m tightpipe.peers.deepspeed --pp 4 --microbatches 8 --costs costs.json --out RUN_DIR
+
+builds a `deepspeed.pipe.PipelineModule` of p emulated layers (one per stage) and runs
+`PipelineEngine.train_batch` (deepspeed 0.19.8, DS_ACCELERATOR=cpu) unchanged: its `TrainSchedule`
+instructions, its blocking `dist.send` / `dist.recv` (runtime/pipe/p2p.py), its loss broadcast at
+the end. The harness only times each instruction: the engine's `_INSTRUCTION_MAP` is replaced, on
+the engine object, by the same functions wrapped in a timer.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import List, Optional
+
+from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, align_steps,
+                                    check_version, emulated_function, init_gloo, load_costs,
+                                    make_costs, run_rank, spawn)
+
+DIST = "deepspeed"
+HIDDEN = 8
+
+
+def check_options(pp: int, microbatches: int, schedule: str = "1f1b") -> None:
+    if schedule != "1f1b":
+        raise PeerError(
+            f"DeepSpeed's PipelineEngine does not run schedule '{schedule}' (its TrainSchedule "
+            f"is 1F1B, one stage per rank); hint: --schedule 1f1b, or run '{schedule}' with "
+            f"`tightpipe.peers.megatron` (interleaved) or `tightpipe train`")
+    if pp < 2:
+        raise PeerError(f"pipeline size {pp} < 2; hint: --pp 2 or more")
+    if microbatches < 1:
+        raise PeerError(f"--microbatches {microbatches}; hint: 1 or more")
+
+
+def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    os.environ.setdefault("LOCAL_RANK", str(rank))
+    os.environ.setdefault("RANK", str(rank))
+    os.environ.setdefault("WORLD_SIZE", str(pp))
+    import logging
+    import torch
+    torch.set_num_threads(1)
+    torch.manual_seed(cfg["seed"])
+    version = check_version(DIST)
+    init_gloo(rank, pp, port)
+    import deepspeed
+    from deepspeed.pipe import PipelineModule
+    from deepspeed.utils import logger as ds_logger
+    ds_logger.setLevel(logging.ERROR)
+    import torch.distributed as dist
+
+    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False,
+                               dist_init_required=False)
+    Emulated = emulated_function()
+    f, b = cfg["f"], cfg["b"]
+    m = cfg["microbatches"]
+
+    class Layer(torch.nn.Module):
+        def __init__(self, stage: int):
+            super().__init__()
+            self.stage = stage
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, x):
+            return Emulated.apply(x, self.w, f[self.stage], b[self.stage])
+
+    def loss_fn(output, label):
+        return output.sum() + 0 * label.sum()
+
+    module = PipelineModule(layers=[Layer(s) for s in range(pp)], num_stages=pp, loss_fn=loss_fn,
+                            partition_method="uniform", activation_checkpoint_interval=0)
+    opt = torch.optim.SGD(module.parameters(), lr=0.0)
+    ds_config = {"train_batch_size": m, "train_micro_batch_size_per_gpu": 1,
+                 "gradient_accumulation_steps": m, "steps_per_print": 10 ** 9,
+                 "wall_clock_breakdown": False, "pipeline": {"seed_layers": False}}
+    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=opt, config=ds_config)
+
+    rec = Recorder(rank)
+    counters = {"F": 0, "B": 0, "SEND_F": 0, "SEND_B": 0, "RECV_F": 0, "RECV_B": 0}
+    from deepspeed.runtime.pipe import schedule as ds_schedule
+    kinds = {ds_schedule.ForwardPass: ("F", "compute"), ds_schedule.BackwardPass: ("B", "compute"),
+             ds_schedule.SendActivation: ("SEND_F", "comm"),
+             ds_schedule.RecvActivation: ("RECV_F", "comm"),
+             ds_schedule.SendGrad: ("SEND_B", "comm"), ds_schedule.RecvGrad: ("RECV_B", "comm")}
+    calls = [0]
+
+    def timed(instr, fn):
+        kind, lane = kinds.get(instr, (None, None))
+
+        def run(self, *args, **kw):
+            t0 = time.monotonic()
+            out = fn(self, *args, **kw)
+            t1 = time.monotonic()
+            if kind is None:  # LoadMicroBatch: data; OptimizerStep; ReduceGrads, ReduceTiedGrads
+                ek, el = {"LoadMicroBatch": ("data", "data"),
+                          "OptimizerStep": ("optimizer", "compute")}.get(instr.__name__,
+                                                                         ("other", "comm"))
+                rec.add(name=instr.__name__, kind=ek, lane=el, stage=rank, mb=-1, start=t0,
+                        end=t1)
+                return out
+            mb = counters[kind]
+            counters[kind] += 1
+            call = calls[0]
+            calls[0] += 1
+            if lane == "compute":
+                rec.add(name=f"{rank}{kind}{mb}", kind=kind, lane=lane, stage=rank, mb=mb,
+                        start=t0, end=t1)
+            else:
+                ev = "SEND" if kind.startswith("SEND") else "RECV"
+                peer = rank + 1 if kind in ("SEND_F", "RECV_B") else rank - 1
+                rec.add(name=f"{rank}{kind}{mb}", kind=ev, lane=lane, stage=rank, mb=mb,
+                        start=t0, end=t1, peer=peer, bytes=HIDDEN * 4, call=call)
+            return out
+        return run
+
+    engine._INSTRUCTION_MAP = {k: timed(k, v) for k, v in type(engine)._INSTRUCTION_MAP.items()}
+
+    def data(step: int):
+        for k in range(m):
+            x = torch.full((1, HIDDEN), float(k + 1 + 100 * step))
+            yield x, torch.zeros(1)
+
+    losses = []
+    for step in range(cfg["steps"]):
+        for k in counters:
+            counters[k] = 0
+        it = data(step)
+        dist.barrier()
+        rec.begin_step(step)
+        loss = engine.train_batch(data_iter=it)
+        rec.end_step()
+        losses.append(float(loss))
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"events": rec.events, "step_starts": rec.step_starts, "step_ends": rec.step_ends,
+            "losses": losses, "version": version}
+
+
+def _worker(rank, pp, port, q, cfg):
+    run_rank(rank, q, lambda: _rank_main(rank, pp, port, cfg))
+
+
+def expected_loss(microbatches: int, step: int) -> float:
+    """DeepSpeed's reported loss for the harness's data: the mean over microbatches of
+    HIDDEN x (k + 1 + 100 step)."""
+    return sum(HIDDEN * (k + 1 + 100 * step) for k in range(microbatches)) / microbatches
+
+
+def run(pp: int, microbatches: int, costs: CostTable, steps: int = 3, warmup_steps: int = 1,
+        seed: int = 1234) -> PeerRun:
+    check_options(pp, microbatches)
+    costs.check_stages(pp, f"the run (p={pp}, one stage per rank)")
+    check_version(DIST)
+    if steps <= warmup_steps:
+        raise PeerError(f"--steps {steps} <= warm-up steps {warmup_steps}; hint: --steps "
+                        f"{warmup_steps + 2}")
+    cfg = {"microbatches": microbatches, "steps": steps, "f": costs.f, "b": costs.b, "seed": seed}
+    per_rank = spawn(_worker, pp, (cfg,))
+    events, spans = align_steps(per_rank, steps)
+    losses = per_rank[0]["losses"]
+    for k, loss in enumerate(losses):
+        want = expected_loss(microbatches, k)
+        if abs(loss - want) > 1e-6 * want:
+            raise RuntimeError(f"DeepSpeed step {k}: loss {loss} but the data give {want} "
+                               f"(p={pp}, m={microbatches}): the engine moved the wrong tensors")
+    return PeerRun("deepspeed", per_rank[0]["version"], "1f1b", pp, 1, microbatches, costs,
+                   steps, warmup_steps, events, spans, losses,
+                   {"overlap_p2p": False, "p2p": "dist.send/dist.recv (blocking)", "seed": seed})
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tightpipe.peers.deepspeed",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--pp", type=int, required=True)
+    ap.add_argument("--microbatches", type=int, required=True)
+    ap.add_argument("--schedule", default="1f1b")
+    ap.add_argument("--costs", default=None)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    try:
+        check_options(a.pp, a.microbatches, a.schedule)
+        costs = load_costs(a.costs) if a.costs else make_costs(a.pp, 10, 20)
+        r = run(a.pp, a.microbatches, costs, a.steps)
+    except PeerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    r.write_run_dir(a.out)
+    steps = [r.step_time(k) for k in r.measured_steps()]
+    print(f"deepspeed {r.engine_version}: 1f1b p={r.pp} m={r.microbatches}: steps "
+          f"{', '.join(f'{s * 1e3:.1f}' for s in steps)} ms; wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
