@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, align_steps,
                                     check_version, emulated_function, init_gloo, load_costs,
@@ -58,7 +58,6 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
                                dist_init_required=False)
     Emulated = emulated_function()
     f, b = cfg["f"], cfg["b"]
-    m = cfg["microbatches"]
 
     class Layer(torch.nn.Module):
         def __init__(self, stage: int):
@@ -72,73 +71,75 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
     def loss_fn(output, label):
         return output.sum() + 0 * label.sum()
 
-    module = PipelineModule(layers=[Layer(s) for s in range(pp)], num_stages=pp, loss_fn=loss_fn,
-                            partition_method="uniform", activation_checkpoint_interval=0)
-    opt = torch.optim.SGD(module.parameters(), lr=0.0)
-    ds_config = {"train_batch_size": m, "train_micro_batch_size_per_gpu": 1,
-                 "gradient_accumulation_steps": m, "steps_per_print": 10 ** 9,
-                 "wall_clock_breakdown": False, "pipeline": {"seed_layers": False}}
-    engine, _, _, _ = deepspeed.initialize(model=module, optimizer=opt, config=ds_config)
-
-    rec = Recorder(rank)
-    counters = {"F": 0, "B": 0, "SEND_F": 0, "SEND_B": 0, "RECV_F": 0, "RECV_B": 0}
     from deepspeed.runtime.pipe import schedule as ds_schedule
     kinds = {ds_schedule.ForwardPass: ("F", "compute"), ds_schedule.BackwardPass: ("B", "compute"),
              ds_schedule.SendActivation: ("SEND_F", "comm"),
              ds_schedule.RecvActivation: ("RECV_F", "comm"),
              ds_schedule.SendGrad: ("SEND_B", "comm"), ds_schedule.RecvGrad: ("RECV_B", "comm")}
-    calls = [0]
+    results = []
+    for one in cfg["runs"]:  # one process group; an engine per microbatch count
+        m = one["microbatches"]
+        module = PipelineModule(layers=[Layer(s) for s in range(pp)], num_stages=pp,
+                                loss_fn=loss_fn, partition_method="uniform",
+                                activation_checkpoint_interval=0)
+        opt = torch.optim.SGD(module.parameters(), lr=0.0)
+        ds_config = {"train_batch_size": m, "train_micro_batch_size_per_gpu": 1,
+                     "gradient_accumulation_steps": m, "steps_per_print": 10 ** 9,
+                     "wall_clock_breakdown": False, "pipeline": {"seed_layers": False}}
+        engine, _, _, _ = deepspeed.initialize(model=module, optimizer=opt, config=ds_config)
+        rec = Recorder(rank)
+        counters = {k: 0 for k in ("F", "B", "SEND_F", "SEND_B", "RECV_F", "RECV_B")}
 
-    def timed(instr, fn):
-        kind, lane = kinds.get(instr, (None, None))
+        def timed(instr, fn, rec=rec, counters=counters):
+            kind, lane = kinds.get(instr, (None, None))
 
-        def run(self, *args, **kw):
-            t0 = time.monotonic()
-            out = fn(self, *args, **kw)
-            t1 = time.monotonic()
-            if kind is None:  # LoadMicroBatch: data; OptimizerStep; ReduceGrads, ReduceTiedGrads
-                ek, el = {"LoadMicroBatch": ("data", "data"),
-                          "OptimizerStep": ("optimizer", "compute")}.get(instr.__name__,
-                                                                         ("other", "comm"))
-                rec.add(name=instr.__name__, kind=ek, lane=el, stage=rank, mb=-1, start=t0,
-                        end=t1)
+            def run(self, *args, **kw):
+                t0 = time.monotonic()
+                out = fn(self, *args, **kw)
+                t1 = time.monotonic()
+                if kind is None:  # LoadMicroBatch: data; OptimizerStep; ReduceGrads, ...
+                    ek, el = {"LoadMicroBatch": ("data", "data"),
+                              "OptimizerStep": ("optimizer", "compute")}.get(instr.__name__,
+                                                                             ("other", "comm"))
+                    rec.add(name=instr.__name__, kind=ek, lane=el, stage=rank, mb=-1, start=t0,
+                            end=t1)
+                    return out
+                mb = counters[kind]  # TrainSchedule runs each kind in microbatch order
+                counters[kind] += 1
+                if lane == "compute":
+                    rec.add(name=f"{rank}{kind}{mb}", kind=kind, lane=lane, stage=rank, mb=mb,
+                            start=t0, end=t1)
+                else:
+                    ev = "SEND" if kind.startswith("SEND") else "RECV"
+                    peer = rank + 1 if kind in ("SEND_F", "RECV_B") else rank - 1
+                    rec.add(name=f"{rank}{kind}{mb}", kind=ev, lane=lane, stage=rank, mb=mb,
+                            start=t0, end=t1, peer=peer, bytes=HIDDEN * 4)
                 return out
-            mb = counters[kind]
-            counters[kind] += 1
-            call = calls[0]
-            calls[0] += 1
-            if lane == "compute":
-                rec.add(name=f"{rank}{kind}{mb}", kind=kind, lane=lane, stage=rank, mb=mb,
-                        start=t0, end=t1)
-            else:
-                ev = "SEND" if kind.startswith("SEND") else "RECV"
-                peer = rank + 1 if kind in ("SEND_F", "RECV_B") else rank - 1
-                rec.add(name=f"{rank}{kind}{mb}", kind=ev, lane=lane, stage=rank, mb=mb,
-                        start=t0, end=t1, peer=peer, bytes=HIDDEN * 4, call=call)
-            return out
-        return run
+            return run
 
-    engine._INSTRUCTION_MAP = {k: timed(k, v) for k, v in type(engine)._INSTRUCTION_MAP.items()}
+        engine._INSTRUCTION_MAP = {k: timed(k, v)
+                                   for k, v in type(engine)._INSTRUCTION_MAP.items()}
 
-    def data(step: int):
-        for k in range(m):
-            x = torch.full((1, HIDDEN), float(k + 1 + 100 * step))
-            yield x, torch.zeros(1)
+        def data(step: int):
+            for k in range(m):
+                yield torch.full((1, HIDDEN), float(k + 1 + 100 * step)), torch.zeros(1)
 
-    losses = []
-    for step in range(cfg["steps"]):
-        for k in counters:
-            counters[k] = 0
-        it = data(step)
-        dist.barrier()
-        rec.begin_step(step)
-        loss = engine.train_batch(data_iter=it)
-        rec.end_step()
-        losses.append(float(loss))
+        losses = []
+        for step in range(one["steps"]):
+            for k in counters:
+                counters[k] = 0
+            it = data(step)
+            dist.barrier()
+            rec.begin_step(step)
+            loss = engine.train_batch(data_iter=it)
+            rec.end_step()
+            losses.append(float(loss))
+        results.append({"events": rec.events, "step_starts": rec.step_starts,
+                        "step_ends": rec.step_ends, "losses": losses, "version": version})
+        del engine
     dist.barrier()
     dist.destroy_process_group()
-    return {"events": rec.events, "step_starts": rec.step_starts, "step_ends": rec.step_ends,
-            "losses": losses, "version": version}
+    return results
 
 
 def _worker(rank, pp, port, q, cfg):
@@ -151,26 +152,39 @@ def expected_loss(microbatches: int, step: int) -> float:
     return sum(HIDDEN * (k + 1 + 100 * step) for k in range(microbatches)) / microbatches
 
 
-def run(pp: int, microbatches: int, costs: CostTable, steps: int = 3, warmup_steps: int = 1,
-        seed: int = 1234) -> PeerRun:
-    check_options(pp, microbatches)
+def run_many(pp: int, microbatches: Sequence[int], costs: CostTable, steps: int = 3,
+             warmup_steps: int = 1, seed: int = 1234) -> List[PeerRun]:
+    """Runs DeepSpeed's PipelineEngine on pp processes once per microbatch count (one process
+    group, a new engine each) and returns the recorded runs."""
+    for m in microbatches:
+        check_options(pp, m)
     costs.check_stages(pp, f"the run (p={pp}, one stage per rank)")
     check_version(DIST)
     if steps <= warmup_steps:
         raise PeerError(f"--steps {steps} <= warm-up steps {warmup_steps}; hint: --steps "
                         f"{warmup_steps + 2}")
-    cfg = {"microbatches": microbatches, "steps": steps, "f": costs.f, "b": costs.b, "seed": seed}
-    per_rank = spawn(_worker, pp, (cfg,))
-    events, spans = align_steps(per_rank, steps)
-    losses = per_rank[0]["losses"]
-    for k, loss in enumerate(losses):
-        want = expected_loss(microbatches, k)
-        if abs(loss - want) > 1e-6 * want:
-            raise RuntimeError(f"DeepSpeed step {k}: loss {loss} but the data give {want} "
-                               f"(p={pp}, m={microbatches}): the engine moved the wrong tensors")
-    return PeerRun("deepspeed", per_rank[0]["version"], "1f1b", pp, 1, microbatches, costs,
-                   steps, warmup_steps, events, spans, losses,
-                   {"overlap_p2p": False, "p2p": "dist.send/dist.recv (blocking)", "seed": seed})
+    cfg = {"runs": [{"microbatches": m, "steps": steps} for m in microbatches], "f": costs.f,
+           "b": costs.b, "seed": seed}
+    per_rank_runs = spawn(_worker, pp, (cfg,))
+    out = []
+    for k, m in enumerate(microbatches):
+        per_rank = [rr[k] for rr in per_rank_runs]
+        events, spans = align_steps(per_rank, steps)
+        losses = per_rank[0]["losses"]
+        for step, loss in enumerate(losses):
+            want = expected_loss(m, step)
+            if abs(loss - want) > 1e-6 * want:
+                raise RuntimeError(f"DeepSpeed step {step}: loss {loss} but the data give {want} "
+                                   f"(p={pp}, m={m}): the engine moved the wrong tensors")
+        out.append(PeerRun("deepspeed", per_rank[0]["version"], "1f1b", pp, 1, m, costs, steps,
+                           warmup_steps, events, spans, losses,
+                           {"overlap_p2p": False, "p2p": "dist.send/dist.recv (blocking)",
+                            "seed": seed}))
+    return out
+
+
+def run(pp: int, microbatches: int, costs: CostTable, **kw) -> PeerRun:
+    return run_many(pp, [microbatches], costs, **kw)[0]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -186,7 +200,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         check_options(a.pp, a.microbatches, a.schedule)
         costs = load_costs(a.costs) if a.costs else make_costs(a.pp, 10, 20)
-        r = run(a.pp, a.microbatches, costs, a.steps)
+        r = run(a.pp, a.microbatches, costs, steps=a.steps)
     except PeerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

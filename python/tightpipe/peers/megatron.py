@@ -23,7 +23,7 @@ import os
 import sys
 import time
 import types
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, align_steps,
                                     check_version, emulated_function, init_gloo, load_costs,
@@ -191,7 +191,11 @@ def _instrument(schedules, p2p_communication, rec: Recorder, rank: int, pp: int)
     schedules.forward_step = forward_step
     schedules.backward_step = backward_step
     comm_cls._communicate = _communicate
-    return pending_recv
+
+    def restore():
+        schedules.forward_step, schedules.backward_step = orig_forward, orig_backward
+        comm_cls._communicate = orig_communicate
+    return restore
 
 
 def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
@@ -203,6 +207,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
     init_gloo(rank, pp, port)
     import torch.distributed as dist
     from megatron.core import parallel_state
+    from megatron.core.enums import ModelType
     from megatron.core.model_parallel_config import ModelParallelConfig
     from megatron.core.pipeline_parallel import p2p_communication, schedules
 
@@ -226,6 +231,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
         def __init__(self, chunk: int):
             super().__init__()
             self.config = config
+            self.model_type = ModelType.encoder_or_decoder
             self.vp_stage = chunk if vpp > 1 else None
             self.stage = chunk * pp + rank
             self.first = self.stage == 0
@@ -241,9 +247,8 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
             return Emulated.apply(inp, self.w, f[self.stage], b[self.stage])
 
     chunks = [Stage(c) for c in range(vpp)]
-    m = cfg["microbatches"]
 
-    def data(step: int):
+    def data(m: int, step: int):
         # microbatch k carries (k + 1 + 100 step) everywhere: a swapped tensor shows in the loss
         for k in range(m):
             yield torch.full((1, 1, HIDDEN), float(k + 1 + 100 * step))
@@ -257,27 +262,34 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
             return loss, {"loss": loss.detach()}
         return out, loss_func
 
-    rec = Recorder(rank)
-    _instrument(schedules, p2p_communication, rec, rank, pp)
     fb = (schedules.forward_backward_pipelining_with_interleaving if vpp > 1
           else schedules.forward_backward_pipelining_without_interleaving)
-    losses = []
-    for step in range(cfg["steps"]):
-        for c in chunks:
-            c.next_forward = 0
-        it = data(step)
-        dist.barrier()
-        rec.begin_step(step)
-        out = fb(forward_step_func=forward_step_func,
-                 data_iterator=[it] * vpp if vpp > 1 else it,
-                 model=chunks if vpp > 1 else chunks[0], num_microbatches=m, seq_length=1,
-                 micro_batch_size=1, forward_only=False)
-        rec.end_step()
-        losses.append(float(sum(d["loss"] for d in out)) if out else None)
+    results = []
+    for one in cfg["runs"]:  # one process group, several microbatch counts
+        m = one["microbatches"]
+        if vpp > 1:
+            config.microbatch_group_size_per_vp_stage = one["group"]
+        rec = Recorder(rank)
+        restore = _instrument(schedules, p2p_communication, rec, rank, pp)
+        losses = []
+        for step in range(one["steps"]):
+            for c in chunks:
+                c.next_forward = 0
+            it = data(m, step)
+            dist.barrier()
+            rec.begin_step(step)
+            out = fb(forward_step_func=forward_step_func,
+                     data_iterator=[it] * vpp if vpp > 1 else it,
+                     model=chunks if vpp > 1 else chunks[0], num_microbatches=m, seq_length=1,
+                     micro_batch_size=1, forward_only=False)
+            rec.end_step()
+            losses.append(float(sum(d["loss"] for d in out)) if out else None)
+        restore()
+        results.append({"events": rec.events, "step_starts": rec.step_starts,
+                        "step_ends": rec.step_ends, "losses": losses, "version": version})
     dist.barrier()
     dist.destroy_process_group()
-    return {"events": rec.events, "step_starts": rec.step_starts, "step_ends": rec.step_ends,
-            "losses": losses, "version": version}
+    return results
 
 
 def _worker(rank, pp, port, q, cfg):
@@ -290,35 +302,53 @@ def expected_loss(microbatches: int, step: int) -> float:
     return sum(HIDDEN * (k + 1 + 100 * step) for k in range(microbatches)) / microbatches
 
 
-def run(pp: int, microbatches: int, costs: CostTable, vpp: int = 1, steps: int = 3,
-        warmup_steps: int = 1, batch_p2p: bool = True, deallocate: bool = False,
-        group: Optional[int] = None, seed: int = 1234) -> PeerRun:
-    """Runs Megatron-Core's schedule on pp processes and returns the recorded run."""
+def run_many(pp: int, microbatches: Sequence[int], costs: CostTable, vpp: int = 1,
+             steps: int = 3, warmup_steps: int = 1, batch_p2p: bool = True,
+             deallocate: bool = False, group: Optional[int] = None,
+             groups: Optional[Sequence[int]] = None, seed: int = 1234) -> List[PeerRun]:
+    """Runs Megatron-Core's schedule on pp processes once per microbatch count (one process
+    group for all; interleaved: microbatch group `groups[k]` for run k, default `group`, default
+    p) and returns the recorded runs."""
     schedule = "interleaved" if vpp > 1 else "1f1b"
-    check_options(pp, vpp, microbatches, batch_p2p, schedule, group)
+    groups = list(groups) if groups is not None else [group or pp] * len(microbatches)
+    if len(groups) != len(microbatches):
+        raise PeerError(f"{len(groups)} microbatch groups for {len(microbatches)} runs; hint: "
+                        f"one group per microbatch count")
+    for m, g in zip(microbatches, groups):
+        check_options(pp, vpp, m, batch_p2p, schedule, g)
     costs.check_stages(pp * vpp, f"the run (p={pp} x v={vpp})")
     check_version(DIST)
     if steps <= warmup_steps:
         raise PeerError(f"--steps {steps} <= warm-up steps {warmup_steps}; hint: --steps "
                         f"{warmup_steps + 2}")
-    cfg = {"vpp": vpp, "microbatches": microbatches, "steps": steps, "batch_p2p": batch_p2p,
-           "deallocate": deallocate, "group": group or pp, "f": costs.f, "b": costs.b,
-           "seed": seed}
-    per_rank = spawn(_worker, pp, (cfg,))
-    events, spans = align_steps(per_rank, steps)
-    losses = per_rank[-1]["losses"]
-    for k, loss in enumerate(losses):
-        want = expected_loss(microbatches, k)
-        if loss is None or abs(loss - want) > 1e-6 * want:
-            raise RuntimeError(
-                f"Megatron-Core step {k}: loss {loss} but the data give {want} (p={pp}, v={vpp}, "
-                f"m={microbatches}, batch_p2p={batch_p2p}): the engine moved the wrong tensors; "
-                f"hint: see docs/peers.md 'wrong data'")
-    return PeerRun("megatron", per_rank[0]["version"], schedule, pp, vpp, microbatches, costs,
-                   steps, warmup_steps, events, spans, losses,
-                   {"batch_p2p_comm": batch_p2p, "batch_p2p_sync": False,
-                    "overlap_p2p": False, "deallocate_pipeline_outputs": deallocate,
-                    "microbatch_group_size_per_vp_stage": group or pp, "seed": seed})
+    cfg = {"vpp": vpp, "runs": [{"microbatches": m, "steps": steps, "group": g}
+                                for m, g in zip(microbatches, groups)],
+           "batch_p2p": batch_p2p, "deallocate": deallocate, "group": groups[0],
+           "f": costs.f, "b": costs.b, "seed": seed}
+    per_rank_runs = spawn(_worker, pp, (cfg,))
+    out = []
+    for k, m in enumerate(microbatches):
+        per_rank = [rr[k] for rr in per_rank_runs]
+        events, spans = align_steps(per_rank, steps)
+        losses = per_rank[-1]["losses"]
+        for step, loss in enumerate(losses):
+            want = expected_loss(m, step)
+            if loss is None or abs(loss - want) > 1e-6 * want:
+                raise RuntimeError(
+                    f"Megatron-Core step {step}: loss {loss} but the data give {want} (p={pp}, "
+                    f"v={vpp}, m={m}, batch_p2p={batch_p2p}): the engine moved the wrong "
+                    f"tensors; hint: see docs/peers.md 'wrong data'")
+        out.append(PeerRun("megatron", per_rank[0]["version"], schedule, pp, vpp, m, costs,
+                           steps, warmup_steps, events, spans, losses,
+                           {"batch_p2p_comm": batch_p2p, "batch_p2p_sync": False,
+                            "overlap_p2p": False, "deallocate_pipeline_outputs": deallocate,
+                            "microbatch_group_size_per_vp_stage": groups[k], "seed": seed}))
+    return out
+
+
+def run(pp: int, microbatches: int, costs: CostTable, vpp: int = 1, **kw) -> PeerRun:
+    """One run of Megatron-Core's schedule (run_many with one microbatch count)."""
+    return run_many(pp, [microbatches], costs, vpp, **kw)[0]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -341,7 +371,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         check_options(a.pp, a.vpp, a.microbatches, not a.no_batch_p2p, schedule, a.group)
         costs = load_costs(a.costs) if a.costs else make_costs(a.pp * a.vpp, 10 / a.vpp,
                                                                20 / a.vpp)
-        r = run(a.pp, a.microbatches, costs, a.vpp, a.steps, batch_p2p=not a.no_batch_p2p,
+        r = run(a.pp, a.microbatches, costs, a.vpp, steps=a.steps, batch_p2p=not a.no_batch_p2p,
                 deallocate=a.deallocate, group=a.group)
     except PeerError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,0 +1,85 @@
+"""Measured against predicted: Megatron-Core's and DeepSpeed's real schedules on CPU (gloo) beside
+`tightpipe simulate --engine megatron|deepspeed` (docs/peers.md, issue 44). Run by hand:
+
+    PYTHONPATH=python VENV/bin/python bench/peers/peers_bench.py [--quick] [--f-ms 10 --b-ms 20]
+
+Each run's stages sleep F and B from a cost table (the last stage 1.5x, as an LM head makes it;
+per chunk F/v and B/v with v virtual stages). The prediction uses the run's own measured
+durations (compare.measured_costs: median F and B per stage, the median message crossing), never
+the table it was asked for, so what is compared is the engine profile: which waits the engine
+has. Step: the median over the measured steps (the first step, with the engines' set-up, is left
+out). Idle: per rank, T minus its compute, median over steps; its error in points of the
+measured step.
+"""
+import argparse
+import statistics
+import sys
+
+from tightpipe.peers import deepspeed, megatron
+from tightpipe.peers.common import make_costs
+from tightpipe.peers.compare import measured_costs, simulate
+
+
+def configs(quick: bool):
+    # (engine, p, v, microbatches, batch_p2p)
+    out = [("megatron", 2, 1, [4, 8], True), ("megatron", 4, 1, [4, 8, 16], True),
+           ("megatron", 4, 2, [8, 16], True), ("megatron", 2, 2, [4, 8], False),
+           ("deepspeed", 2, 1, [4, 8], None), ("deepspeed", 4, 1, [4, 8, 16], None)]
+    if quick:
+        out = [(e, p, v, ms[:1], b) for e, p, v, ms, b in out]
+    return out
+
+
+def measured(run):
+    steps = [run.step_time(k) for k in run.measured_steps()]
+    idle = []
+    for r in range(run.pp):
+        per = []
+        for k in run.measured_steps():
+            evs = run.step_events(k, r)
+            busy = sum(e.end - e.start for e in evs if e.kind in ("F", "B"))
+            per.append(run.step_time(k) - busy)
+        idle.append(statistics.median(per))
+    return statistics.median(steps), idle
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--f-ms", type=float, default=10.0)
+    ap.add_argument("--b-ms", type=float, default=20.0)
+    ap.add_argument("--steps", type=int, default=5)
+    a = ap.parse_args()
+    rows = []
+    print(f"{'engine':9} {'schedule':11} {'p':>2} {'v':>2} {'m':>3}  {'measured':>9} "
+          f"{'predicted':>9} {'err %':>6}  {'idle err (pts, worst rank)':>26}  profile")
+    for engine, p, v, ms, batch in configs(a.quick):
+        costs = make_costs(p * v, a.f_ms / v, a.b_ms / v)
+        if engine == "megatron":
+            runs = megatron.run_many(p, ms, costs, vpp=v, steps=a.steps, batch_p2p=batch)
+            profile = "megatron"
+        else:
+            runs = deepspeed.run_many(p, ms, costs, steps=a.steps)
+            profile = "deepspeed"
+        for run in runs:
+            step, idle = measured(run)
+            sim = simulate(run, profile, measured_costs(run))
+            pred = sim["makespan"] / 1e3
+            pidle = [pr["idle"] / 1e3 for pr in sim["per_rank"]]
+            err = 100 * (pred - step) / step
+            ierr = max(abs(x - y) for x, y in zip(idle, pidle)) / step * 100
+            rows.append((abs(err), ierr))
+            sched = run.schedule + (" (no batch)" if batch is False else "")
+            print(f"{engine:9} {sched:11} {p:>2} {v:>2} {run.microbatches:>3}  "
+                  f"{step * 1e3:>8.1f}ms {pred * 1e3:>8.1f}ms {err:>+6.2f}  {ierr:>26.2f}  {profile}",
+                  flush=True)
+    errs = [r[0] for r in rows]
+    ierrs = [r[1] for r in rows]
+    print(f"step error: median {statistics.median(errs):.2f}%, worst {max(errs):.2f}%; "
+          f"idle error: median {statistics.median(ierrs):.2f} pts, worst {max(ierrs):.2f} pts "
+          f"({len(rows)} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
