@@ -214,6 +214,25 @@ class Event:
 
 
 @dataclasses.dataclass
+class RunSpec:
+    """One run inside a harness's process group; None fields take run_many's arguments."""
+    microbatches: int
+    costs: Optional["CostTable"] = None
+    steps: Optional[int] = None
+    group: Optional[int] = None  # Megatron interleaved: microbatch_group_size_per_vp_stage
+
+
+def as_specs(items, costs, steps, group=None) -> List[RunSpec]:
+    out = []
+    for it in items:
+        sp = it if isinstance(it, RunSpec) else RunSpec(int(it))
+        out.append(RunSpec(sp.microbatches, sp.costs or costs,
+                           sp.steps if sp.steps is not None else steps,
+                           sp.group if sp.group is not None else group))
+    return out
+
+
+@dataclasses.dataclass
 class PeerRun:
     """One harness run: what ran and every rank's events per step (seconds from the step's
     origin, the earliest step start over the ranks)."""
@@ -251,8 +270,11 @@ class PeerRun:
         return max(e.end for r in range(self.pp) for e in self.step_events(step, r))
 
     def write_run_dir(self, out_dir: str) -> str:
-        """timeline_rank<R>.jsonl, summary.json, costs.json and schedule.csv (the compute order
-        that ran, docs/schedule_ir.md CSV) in `out_dir`: what `tightpipe report` reads."""
+        """timeline_rank<R>.jsonl, summary.json, costs.json (the table the stages were asked to
+        take), metrics.jsonl and order.csv (the compute order that ran, one rank a line) in
+        `out_dir`: what `tightpipe report` reads. No schedule.csv: the report would predict with
+        its own p2p model, not the engine's (docs/peers.md); `tightpipe simulate --engine`
+        predicts these runs."""
         os.makedirs(out_dir, exist_ok=True)
         for r in range(self.pp):
             with open(os.path.join(out_dir, f"timeline_rank{r}.jsonl"), "w") as fh:
@@ -277,7 +299,7 @@ class PeerRun:
             for k, loss in enumerate(self.losses):
                 fh.write(json.dumps({"step": k, "loss": loss,
                                      "step_time_s": self.step_time(k)}) + "\n")
-        with open(os.path.join(out_dir, "schedule.csv"), "w") as fh:
+        with open(os.path.join(out_dir, "order.csv"), "w") as fh:
             for row in self.orders():
                 fh.write(",".join(row) + "\n")
         return out_dir

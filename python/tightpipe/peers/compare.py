@@ -62,38 +62,70 @@ def first_differences(engine: List[List[str]], ours: List[List[str]]) -> Dict[in
 # ---------------------------------------------------------------------------------------------
 # Measured durations -> the cost table the prediction uses
 
+def host_inclusive(events: List[Event]) -> List[tuple]:
+    """(compute event, its host-inclusive duration) for each F/B of one rank and step: from the
+    end of the event before it (the wait that released it, or the previous compute) to the start
+    of the event after it (the next wait or compute). What the engine's Python does around a
+    compute (Megatron's forward_step bookkeeping, DeepSpeed's LoadMicroBatch) is work the rank does
+    between two waits, so it belongs to the compute in a model that knows computes and waits."""
+    evs = sorted((e for e in events if e.kind in ("F", "B", "SEND", "RECV")),
+                 key=lambda e: (e.start, e.end))
+    out = []
+    for i, e in enumerate(evs):
+        if e.kind not in ("F", "B"):
+            continue
+        start = max((x.end for x in evs[:i] if x.end <= e.start), default=e.start)
+        end = evs[i + 1].start if i + 1 < len(evs) else e.end
+        out.append((e, max(e.end, end) - min(e.start, start)))
+    return out
+
+
 def measured_costs(run: PeerRun) -> dict:
-    """costs.json (ms) from the run's own measured steps: per stage the median F and B; the link
-    latency is the median time a message takes once both its send and its receive are posted
-    (receive end - the later of the two posts), the time a p2p call costs beyond its waiting."""
+    """costs.json (ms) from the run's own measured steps (never the table it was asked for):
+    per stage the median host-inclusive F and B (host_inclusive); the link latency, the median
+    time a message takes once both its send and its receive are posted (receive end - the later
+    of the two posts); an optimizer time per stage, the median time from the last rank's last
+    compute or message to the step's end (DeepSpeed's ReduceGrads, OptimizerStep and loss
+    broadcast; Megatron's return)."""
     f: Dict[int, List[float]] = {}
     b: Dict[int, List[float]] = {}
     crossing = []
+    tail = []
     for step in run.measured_steps():
         posts: Dict[tuple, float] = {}
         recvs = []
+        program_end = 0.0
         for r in range(run.pp):
-            for e in run.step_events(step, r):
-                if e.kind == "F":
-                    f.setdefault(e.stage, []).append(e.end - e.start)
-                elif e.kind == "B":
-                    b.setdefault(e.stage, []).append(e.end - e.start)
-                elif e.kind == "SEND":
-                    posts[(e.name[len(str(e.stage)):].replace("SEND_", ""), e.mb,
-                           _recv_stage(e))] = e.start
+            evs = run.step_events(step, r)
+            for e, d in host_inclusive(evs):
+                (f if e.kind == "F" else b).setdefault(e.stage, []).append(d)
+            for e in evs:
+                if e.kind in ("F", "B", "SEND", "RECV"):
+                    program_end = max(program_end, e.end)
+                if e.kind == "SEND":
+                    posts[("_B" in e.name, e.mb, _recv_stage(e))] = e.start
                 elif e.kind == "RECV":
                     recvs.append(e)
+        tail.append(run.step_time(step) - program_end)
         for e in recvs:
-            key = (e.name[len(str(e.stage)):].replace("RECV_", ""), e.mb, e.stage)
+            key = ("_B" in e.name, e.mb, e.stage)
             if key in posts:
                 crossing.append(e.end - max(e.start, posts[key]))
     stages = sorted(f)
     if stages != list(range(run.pp * run.vpp)):
         raise RuntimeError(f"measured stages {stages} for p={run.pp} x v={run.vpp}")
+    opt = 1e3 * statistics.median(tail)
     return {"time_unit": "ms",
             "link": {"latency": 1e3 * statistics.median(crossing) if crossing else 0.0},
             "stages": [{"stage": s, "f": 1e3 * statistics.median(f[s]),
-                        "i": 1e3 * statistics.median(b[s]), "w": 0.0} for s in stages]}
+                        "i": 1e3 * statistics.median(b[s]), "w": 0.0, "optimizer": opt}
+                       for s in stages]}
+
+
+def host_time(run: PeerRun, step: int, rank: int) -> float:
+    """Seconds of host work the rank did around its computes in one step (host-inclusive minus
+    compute): busy in the prediction's costs, idle in the report's definition."""
+    return sum(d - (e.end - e.start) for e, d in host_inclusive(run.step_events(step, rank)))
 
 
 def _recv_stage(send: Event) -> int:
@@ -108,7 +140,7 @@ def simulate(run: PeerRun, engine: str, costs: dict) -> dict:
             json.dump(costs, fh)
         args = ["simulate", "--schedule", run.schedule, "--pp", str(run.pp), "--microbatches",
                 str(run.microbatches), "--vpp", str(run.vpp), "--costs", path, "--engine", engine,
-                "--format", "json"]
+                "--json"]
         if run.vpp > 1:
             args += ["--microbatch-group-size",
                      str(run.options.get("microbatch_group_size_per_vp_stage", run.pp))]

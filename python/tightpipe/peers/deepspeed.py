@@ -16,7 +16,7 @@ import sys
 import time
 from typing import List, Optional, Sequence
 
-from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, align_steps,
+from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, RunSpec, align_steps, as_specs,
                                     check_version, emulated_function, init_gloo, load_costs,
                                     make_costs, run_rank, spawn)
 
@@ -57,7 +57,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
     deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False,
                                dist_init_required=False)
     Emulated = emulated_function()
-    f, b = cfg["f"], cfg["b"]
+    f, b = list(cfg["runs"][0]["f"]), list(cfg["runs"][0]["b"])  # the running spec's
 
     class Layer(torch.nn.Module):
         def __init__(self, stage: int):
@@ -79,6 +79,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
     results = []
     for one in cfg["runs"]:  # one process group; an engine per microbatch count
         m = one["microbatches"]
+        f[:], b[:] = one["f"], one["b"]
         module = PipelineModule(layers=[Layer(s) for s in range(pp)], num_stages=pp,
                                 loss_fn=loss_fn, partition_method="uniform",
                                 activation_checkpoint_interval=0)
@@ -152,32 +153,35 @@ def expected_loss(microbatches: int, step: int) -> float:
     return sum(HIDDEN * (k + 1 + 100 * step) for k in range(microbatches)) / microbatches
 
 
-def run_many(pp: int, microbatches: Sequence[int], costs: CostTable, steps: int = 3,
+def run_many(pp: int, microbatches: Sequence, costs: CostTable, steps: int = 3,
              warmup_steps: int = 1, seed: int = 1234) -> List[PeerRun]:
-    """Runs DeepSpeed's PipelineEngine on pp processes once per microbatch count (one process
-    group, a new engine each) and returns the recorded runs."""
-    for m in microbatches:
-        check_options(pp, m)
-    costs.check_stages(pp, f"the run (p={pp}, one stage per rank)")
+    """Runs DeepSpeed's PipelineEngine on pp processes once per entry of `microbatches` (an m, or
+    a RunSpec with its own costs or steps), in one process group with a new engine each, and
+    returns the recorded runs."""
+    specs = as_specs(microbatches, costs, steps)
+    for sp in specs:
+        check_options(pp, sp.microbatches)
+        sp.costs.check_stages(pp, f"the run (p={pp}, one stage per rank)")
+        if sp.steps <= warmup_steps:
+            raise PeerError(f"--steps {sp.steps} <= warm-up steps {warmup_steps}; hint: "
+                            f"--steps {warmup_steps + 2}")
     check_version(DIST)
-    if steps <= warmup_steps:
-        raise PeerError(f"--steps {steps} <= warm-up steps {warmup_steps}; hint: --steps "
-                        f"{warmup_steps + 2}")
-    cfg = {"runs": [{"microbatches": m, "steps": steps} for m in microbatches], "f": costs.f,
-           "b": costs.b, "seed": seed}
+    cfg = {"runs": [{"microbatches": sp.microbatches, "steps": sp.steps, "f": sp.costs.f,
+                     "b": sp.costs.b} for sp in specs], "seed": seed}
     per_rank_runs = spawn(_worker, pp, (cfg,))
     out = []
-    for k, m in enumerate(microbatches):
+    for k, sp in enumerate(specs):
+        m = sp.microbatches
         per_rank = [rr[k] for rr in per_rank_runs]
-        events, spans = align_steps(per_rank, steps)
+        events, spans = align_steps(per_rank, sp.steps)
         losses = per_rank[0]["losses"]
         for step, loss in enumerate(losses):
             want = expected_loss(m, step)
             if abs(loss - want) > 1e-6 * want:
                 raise RuntimeError(f"DeepSpeed step {step}: loss {loss} but the data give {want} "
                                    f"(p={pp}, m={m}): the engine moved the wrong tensors")
-        out.append(PeerRun("deepspeed", per_rank[0]["version"], "1f1b", pp, 1, m, costs, steps,
-                           warmup_steps, events, spans, losses,
+        out.append(PeerRun("deepspeed", per_rank[0]["version"], "1f1b", pp, 1, m, sp.costs,
+                           sp.steps, warmup_steps, events, spans, losses,
                            {"overlap_p2p": False, "p2p": "dist.send/dist.recv (blocking)",
                             "seed": seed}))
     return out

@@ -25,7 +25,7 @@ import time
 import types
 from typing import List, Optional, Sequence
 
-from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, align_steps,
+from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, RunSpec, align_steps, as_specs,
                                     check_version, emulated_function, init_gloo, load_costs,
                                     make_costs, run_rank, spawn)
 
@@ -225,7 +225,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
         microbatch_group_size_per_vp_stage=cfg["group"] if vpp > 1 else None)
     config.hidden_size = HIDDEN
     Emulated = emulated_function()
-    f, b = cfg["f"], cfg["b"]
+    f, b = list(cfg["runs"][0]["f"]), list(cfg["runs"][0]["b"])  # the running spec's
 
     class Stage(torch.nn.Module):
         def __init__(self, chunk: int):
@@ -267,6 +267,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
     results = []
     for one in cfg["runs"]:  # one process group, several microbatch counts
         m = one["microbatches"]
+        f[:], b[:] = one["f"], one["b"]
         if vpp > 1:
             config.microbatch_group_size_per_vp_stage = one["group"]
         rec = Recorder(rank)
@@ -302,34 +303,39 @@ def expected_loss(microbatches: int, step: int) -> float:
     return sum(HIDDEN * (k + 1 + 100 * step) for k in range(microbatches)) / microbatches
 
 
-def run_many(pp: int, microbatches: Sequence[int], costs: CostTable, vpp: int = 1,
+def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
              steps: int = 3, warmup_steps: int = 1, batch_p2p: bool = True,
              deallocate: bool = False, group: Optional[int] = None,
              groups: Optional[Sequence[int]] = None, seed: int = 1234) -> List[PeerRun]:
-    """Runs Megatron-Core's schedule on pp processes once per microbatch count (one process
-    group for all; interleaved: microbatch group `groups[k]` for run k, default `group`, default
-    p) and returns the recorded runs."""
+    """Runs Megatron-Core's schedule on pp processes once per entry of `microbatches` (an m, or a
+    RunSpec with its own costs, steps or group), all in one process group, and returns the
+    recorded runs. Interleaved: microbatch group `groups[k]` for run k, else `group`, else p."""
     schedule = "interleaved" if vpp > 1 else "1f1b"
-    groups = list(groups) if groups is not None else [group or pp] * len(microbatches)
-    if len(groups) != len(microbatches):
-        raise PeerError(f"{len(groups)} microbatch groups for {len(microbatches)} runs; hint: "
-                        f"one group per microbatch count")
-    for m, g in zip(microbatches, groups):
-        check_options(pp, vpp, m, batch_p2p, schedule, g)
-    costs.check_stages(pp * vpp, f"the run (p={pp} x v={vpp})")
+    if groups is not None:
+        if len(groups) != len(microbatches):
+            raise PeerError(f"{len(groups)} microbatch groups for {len(microbatches)} runs; "
+                            f"hint: one group per microbatch count")
+        microbatches = [RunSpec(m, group=g) if not isinstance(m, RunSpec) else m
+                        for m, g in zip(microbatches, groups)]
+    specs = as_specs(microbatches, costs, steps, group or pp)
+    for sp in specs:
+        check_options(pp, vpp, sp.microbatches, batch_p2p, schedule, sp.group)
+        sp.costs.check_stages(pp * vpp, f"the run (p={pp} x v={vpp})")
+        if sp.steps <= warmup_steps:
+            raise PeerError(f"--steps {sp.steps} <= warm-up steps {warmup_steps}; hint: "
+                            f"--steps {warmup_steps + 2}")
     check_version(DIST)
-    if steps <= warmup_steps:
-        raise PeerError(f"--steps {steps} <= warm-up steps {warmup_steps}; hint: --steps "
-                        f"{warmup_steps + 2}")
-    cfg = {"vpp": vpp, "runs": [{"microbatches": m, "steps": steps, "group": g}
-                                for m, g in zip(microbatches, groups)],
-           "batch_p2p": batch_p2p, "deallocate": deallocate, "group": groups[0],
-           "f": costs.f, "b": costs.b, "seed": seed}
+    cfg = {"vpp": vpp, "runs": [{"microbatches": sp.microbatches, "steps": sp.steps,
+                                 "group": sp.group, "f": sp.costs.f, "b": sp.costs.b}
+                                for sp in specs],
+           "batch_p2p": batch_p2p, "deallocate": deallocate, "group": specs[0].group,
+           "seed": seed}
     per_rank_runs = spawn(_worker, pp, (cfg,))
     out = []
-    for k, m in enumerate(microbatches):
+    for k, sp in enumerate(specs):
+        m = sp.microbatches
         per_rank = [rr[k] for rr in per_rank_runs]
-        events, spans = align_steps(per_rank, steps)
+        events, spans = align_steps(per_rank, sp.steps)
         losses = per_rank[-1]["losses"]
         for step, loss in enumerate(losses):
             want = expected_loss(m, step)
@@ -338,11 +344,11 @@ def run_many(pp: int, microbatches: Sequence[int], costs: CostTable, vpp: int = 
                     f"Megatron-Core step {step}: loss {loss} but the data give {want} (p={pp}, "
                     f"v={vpp}, m={m}, batch_p2p={batch_p2p}): the engine moved the wrong "
                     f"tensors; hint: see docs/peers.md 'wrong data'")
-        out.append(PeerRun("megatron", per_rank[0]["version"], schedule, pp, vpp, m, costs,
-                           steps, warmup_steps, events, spans, losses,
+        out.append(PeerRun("megatron", per_rank[0]["version"], schedule, pp, vpp, m, sp.costs,
+                           sp.steps, warmup_steps, events, spans, losses,
                            {"batch_p2p_comm": batch_p2p, "batch_p2p_sync": False,
                             "overlap_p2p": False, "deallocate_pipeline_outputs": deallocate,
-                            "microbatch_group_size_per_vp_stage": groups[k], "seed": seed}))
+                            "microbatch_group_size_per_vp_stage": sp.group, "seed": seed}))
     return out
 
 
