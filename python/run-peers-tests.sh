@@ -16,7 +16,9 @@ if [ -z "$venv" ] || [ ! -x "$venv/bin/python" ]; then
     "with torch (./scripts/setup-python.sh), then ./scripts/setup-python-peers.sh VENV"
   exit 77
 fi
-if ! "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('torch', 'megatron', 'deepspeed')))" >/dev/null 2>&1; then
+has_peers='import importlib.util as u, sys
+sys.exit(not all(u.find_spec(m) for m in ("torch", "megatron", "deepspeed")))'
+if ! "$venv/bin/python" -c "$has_peers" >/dev/null 2>&1; then
   echo "peer tests: SKIPPED: $venv lacks torch, megatron-core or deepspeed; run" \
     "./scripts/setup-python-peers.sh $venv"
   exit 77

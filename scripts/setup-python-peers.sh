@@ -10,16 +10,20 @@ cd "$(dirname "$0")/.."
 VENV="${1:?usage: scripts/setup-python-peers.sh VENV (a venv with torch installed)}"
 PY="$VENV/bin/python"
 if [ ! -x "$PY" ]; then
-  echo "setup-python-peers: $PY does not exist; hint: make the venv first (scripts/setup-python.sh)" >&2
+  echo "setup-python-peers: $PY does not exist; hint: make the venv first" \
+    "(scripts/setup-python.sh)" >&2
   exit 2
 fi
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  echo "setup-python-peers: $VENV has no torch; hint: install python/requirements.txt into it first" >&2
+  echo "setup-python-peers: $VENV has no torch; hint: install python/requirements.txt" \
+    "into it first" >&2
   exit 2
 fi
 MCORE_VERSION=0.19.2
 start=$(date +%s)
-have() { "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
+have() {  # have DIST VERSION: that version of DIST is installed
+  "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null
+}
 export DS_BUILD_OPS=0 DS_ACCELERATOR=cpu
 if ! have deepspeed 0.19.8; then
   "$PY" -m pip install --quiet -r python/requirements-peers.txt
@@ -40,4 +44,5 @@ PYEOF
   echo "setup-python-peers: megatron.core or deepspeed.pipe does not import in $VENV" >&2
   exit 1
 }
-echo "setup-python-peers: deepspeed 0.19.8 and megatron-core $MCORE_VERSION in $VENV ($(( $(date +%s) - start )) s)"
+echo "setup-python-peers: deepspeed 0.19.8 and megatron-core $MCORE_VERSION in $VENV" \
+  "($(($(date +%s) - start)) s)"

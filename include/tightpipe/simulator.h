@@ -95,8 +95,8 @@ Result<Recompute> parse_recompute(std::string_view text);
 //                     synchronous
 // Send semantics (every profile with calls): a send completes only once its receiver has posted
 // the receive, then the message time: a rendezvous. NCCL documents it for ncclSend/ncclRecv
-// (megatron, megatron-overlap on GPUs); gloo's pair does the same (it writes a message only after
-// the receiver's ready notice): the CPU runs of docs/peers.md.
+// (megatron, megatron-overlap on GPUs); gloo's TCP pair does the same (tcp/pair.cc: a send waits
+// for the receiver's recv-ready notice): the CPU runs of docs/peers.md.
 enum class Engine { kTightpipe, kMegatron, kMegatronOverlap, kTorch, kZb, kDeepSpeed };
 std::string_view engine_name(Engine engine);
 // Errors (InvalidArgument): an unknown name; the message lists the known ones.

@@ -81,7 +81,7 @@ def test_megatron_group_rules_are_refused_before_megatron_raises():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--pp", "2", "--vpp", "2", "--microbatches", "4"], "swaps activations and gradients"),
+    (["--pp", "2", "--vpp", "2", "--microbatches", "4"], "two sends and two receives to the one peer"),
     (["--pp", "2", "--microbatches", "4", "--schedule", "zb-h1"], "does not run schedule 'zb-h1'"),
 ])
 def test_cli_prints_one_line_and_exits_2(args, needle, tmp_path):

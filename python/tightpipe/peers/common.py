@@ -414,3 +414,40 @@ def run_rank(rank: int, q, body: Callable[[], dict]) -> None:
         q.put((rank, {"error": str(e), "kind": "PeerError"}))
     except BaseException:  # noqa: BLE001 - report everything to the parent
         q.put((rank, {"error": traceback.format_exc()}))
+
+
+def collect_runs(engine: str, per_rank_runs: List[list], specs: Sequence["RunSpec"], pp: int,
+                 loss_rank: int, expected_loss: Callable[[int, int], float],
+                 what: Callable[["RunSpec"], str]) -> List[tuple]:
+    """Per spec: (spec, events per rank, step spans, losses, engine version) from what each rank
+    returned, after checking every step's loss against the data (RuntimeError naming the run when
+    the engine moved the wrong tensors)."""
+    out = []
+    for k, sp in enumerate(specs):
+        per_rank = [rr[k] for rr in per_rank_runs]
+        events, spans = align_steps(per_rank, sp.steps)
+        losses = per_rank[loss_rank]["losses"]
+        for step, loss in enumerate(losses):
+            want = expected_loss(sp.microbatches, step)
+            if loss is None or abs(loss - want) > 1e-6 * want:
+                raise RuntimeError(
+                    f"{engine} step {step}: loss {loss} but the data give {want} ({what(sp)}): "
+                    f"the engine moved the wrong tensors; hint: docs/peers.md 'wrong data'")
+        out.append((sp, events, spans, losses, per_rank[0]["version"]))
+    return out
+
+
+def cli_main(out_dir: str, label: str, body: Callable[[], "PeerRun"]) -> int:
+    """A harness's command line: runs body(), writes its run directory, prints the steps; a
+    PeerError is one line on stderr and exit 2."""
+    import sys
+    try:
+        r = body()
+    except PeerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    r.write_run_dir(out_dir)
+    steps = [r.step_time(k) for k in r.measured_steps()]
+    print(f"{label} {r.engine_version}: {r.schedule} p={r.pp} v={r.vpp} m={r.microbatches}: "
+          f"steps {', '.join(f'{t * 1e3:.1f}' for t in steps)} ms; wrote {out_dir}")
+    return 0

@@ -16,9 +16,9 @@ import sys
 import time
 from typing import List, Optional, Sequence
 
-from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, RunSpec, align_steps, as_specs,
-                                    check_version, emulated_function, init_gloo, load_costs,
-                                    make_costs, run_rank, spawn)
+from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, as_specs,
+                                    check_version, cli_main, collect_runs, emulated_function,
+                                    init_gloo, load_costs, make_costs, run_rank, spawn)
 
 DIST = "deepspeed"
 HIDDEN = 8
@@ -170,17 +170,10 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, steps: int = 3,
                      "b": sp.costs.b} for sp in specs], "seed": seed}
     per_rank_runs = spawn(_worker, pp, (cfg,))
     out = []
-    for k, sp in enumerate(specs):
-        m = sp.microbatches
-        per_rank = [rr[k] for rr in per_rank_runs]
-        events, spans = align_steps(per_rank, sp.steps)
-        losses = per_rank[0]["losses"]
-        for step, loss in enumerate(losses):
-            want = expected_loss(m, step)
-            if abs(loss - want) > 1e-6 * want:
-                raise RuntimeError(f"DeepSpeed step {step}: loss {loss} but the data give {want} "
-                                   f"(p={pp}, m={m}): the engine moved the wrong tensors")
-        out.append(PeerRun("deepspeed", per_rank[0]["version"], "1f1b", pp, 1, m, sp.costs,
+    for sp, events, spans, losses, version in collect_runs(
+            "DeepSpeed", per_rank_runs, specs, pp, 0, expected_loss,
+            lambda sp: f"p={pp}, m={sp.microbatches}"):
+        out.append(PeerRun("deepspeed", version, "1f1b", pp, 1, sp.microbatches, sp.costs,
                            sp.steps, warmup_steps, events, spans, losses,
                            {"overlap_p2p": False, "p2p": "dist.send/dist.recv (blocking)",
                             "seed": seed}))
@@ -201,18 +194,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    try:
+
+    def body() -> PeerRun:
         check_options(a.pp, a.microbatches, a.schedule)
         costs = load_costs(a.costs) if a.costs else make_costs(a.pp, 10, 20)
-        r = run(a.pp, a.microbatches, costs, steps=a.steps)
-    except PeerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    r.write_run_dir(a.out)
-    steps = [r.step_time(k) for k in r.measured_steps()]
-    print(f"deepspeed {r.engine_version}: 1f1b p={r.pp} m={r.microbatches}: steps "
-          f"{', '.join(f'{s * 1e3:.1f}' for s in steps)} ms; wrote {a.out}")
-    return 0
+        return run(a.pp, a.microbatches, costs, steps=a.steps)
+    return cli_main(a.out, "deepspeed", body)
 
 
 if __name__ == "__main__":

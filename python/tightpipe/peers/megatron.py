@@ -25,9 +25,9 @@ import time
 import types
 from typing import List, Optional, Sequence
 
-from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, RunSpec, align_steps, as_specs,
-                                    check_version, emulated_function, init_gloo, load_costs,
-                                    make_costs, run_rank, spawn)
+from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, RunSpec, as_specs,
+                                    check_version, cli_main, collect_runs, emulated_function,
+                                    init_gloo, load_costs, make_costs, run_rank, spawn)
 
 DIST = "megatron-core"
 HIDDEN = 8  # activation (seq 1, mbs 1, hidden 8) fp32: 32 bytes a message
@@ -61,18 +61,15 @@ def check_options(pp: int, vpp: int, microbatches: int, batch_p2p: bool, schedul
                             f"(Megatron refuses it); hint: m a multiple of {g}, or m % {g} >= {pp}")
         if pp == 2 and batch_p2p:
             raise PeerError(
-                "p = 2 interleaved with batched p2p and no overlap: Megatron-Core's "
-                "batch_isend_irecv swaps activations and gradients there (wrong data; "
-                "Megatron-LM's argument checks forbid it); hint: --no-batch-p2p "
+                "p = 2 interleaved with batched p2p and no overlap: Megatron's batched call "
+                "then posts two sends and two receives to the one peer, which the transport may "
+                "pair wrongly (wrong data; Megatron-LM refuses it: 'pipeline-model-parallel size "
+                "should be greater than 2 with interleaved schedule'); hint: --no-batch-p2p "
                 "(batch_p2p_comm=False), or p >= 3")
 
 
 # ---------------------------------------------------------------------------------------------
 # CUDA allocations sent to the CPU (run time only)
-
-class _CpuCuda(types.SimpleNamespace):
-    pass
-
 
 def _torch_view(torch):
     """A stand-in for a module's `torch` name: everything is torch's, except that a tensor asked
@@ -306,10 +303,13 @@ def expected_loss(microbatches: int, step: int) -> float:
 def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
              steps: int = 3, warmup_steps: int = 1, batch_p2p: bool = True,
              deallocate: bool = False, group: Optional[int] = None,
-             groups: Optional[Sequence[int]] = None, seed: int = 1234) -> List[PeerRun]:
+             groups: Optional[Sequence[int]] = None, seed: int = 1234,
+             known_wrong: bool = False) -> List[PeerRun]:
     """Runs Megatron-Core's schedule on pp processes once per entry of `microbatches` (an m, or a
     RunSpec with its own costs, steps or group), all in one process group, and returns the
-    recorded runs. Interleaved: microbatch group `groups[k]` for run k, else `group`, else p."""
+    recorded runs. Interleaved: microbatch group `groups[k]` for run k, else `group`, else p.
+    known_wrong runs what check_options refuses for wrong data (p = 2 interleaved, batched), to
+    show it (bench/peers): the loss check then raises."""
     schedule = "interleaved" if vpp > 1 else "1f1b"
     if groups is not None:
         if len(groups) != len(microbatches):
@@ -319,7 +319,8 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
                         for m, g in zip(microbatches, groups)]
     specs = as_specs(microbatches, costs, steps, group or pp)
     for sp in specs:
-        check_options(pp, vpp, sp.microbatches, batch_p2p, schedule, sp.group)
+        check_options(pp, vpp, sp.microbatches, batch_p2p and not known_wrong, schedule,
+                      sp.group)
         sp.costs.check_stages(pp * vpp, f"the run (p={pp} x v={vpp})")
         if sp.steps <= warmup_steps:
             raise PeerError(f"--steps {sp.steps} <= warm-up steps {warmup_steps}; hint: "
@@ -332,19 +333,10 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
            "seed": seed}
     per_rank_runs = spawn(_worker, pp, (cfg,))
     out = []
-    for k, sp in enumerate(specs):
-        m = sp.microbatches
-        per_rank = [rr[k] for rr in per_rank_runs]
-        events, spans = align_steps(per_rank, sp.steps)
-        losses = per_rank[-1]["losses"]
-        for step, loss in enumerate(losses):
-            want = expected_loss(m, step)
-            if loss is None or abs(loss - want) > 1e-6 * want:
-                raise RuntimeError(
-                    f"Megatron-Core step {step}: loss {loss} but the data give {want} (p={pp}, "
-                    f"v={vpp}, m={m}, batch_p2p={batch_p2p}): the engine moved the wrong "
-                    f"tensors; hint: see docs/peers.md 'wrong data'")
-        out.append(PeerRun("megatron", per_rank[0]["version"], schedule, pp, vpp, m, sp.costs,
+    for sp, events, spans, losses, version in collect_runs(
+            "Megatron-Core", per_rank_runs, specs, pp, pp - 1, expected_loss,
+            lambda sp: f"p={pp}, v={vpp}, m={sp.microbatches}, batch_p2p={batch_p2p}"):
+        out.append(PeerRun("megatron", version, schedule, pp, vpp, sp.microbatches, sp.costs,
                            sp.steps, warmup_steps, events, spans, losses,
                            {"batch_p2p_comm": batch_p2p, "batch_p2p_sync": False,
                             "overlap_p2p": False, "deallocate_pipeline_outputs": deallocate,
@@ -372,21 +364,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--deallocate", action="store_true", help="deallocate_pipeline_outputs")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    try:
+
+    def body() -> PeerRun:
         schedule = a.schedule or ("interleaved" if a.vpp > 1 else "1f1b")
         check_options(a.pp, a.vpp, a.microbatches, not a.no_batch_p2p, schedule, a.group)
         costs = load_costs(a.costs) if a.costs else make_costs(a.pp * a.vpp, 10 / a.vpp,
                                                                20 / a.vpp)
-        r = run(a.pp, a.microbatches, costs, a.vpp, steps=a.steps, batch_p2p=not a.no_batch_p2p,
-                deallocate=a.deallocate, group=a.group)
-    except PeerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    r.write_run_dir(a.out)
-    steps = [r.step_time(k) for k in r.measured_steps()]
-    print(f"megatron-core {r.engine_version}: {r.schedule} p={r.pp} v={r.vpp} m={r.microbatches}: "
-          f"steps {', '.join(f'{s * 1e3:.1f}' for s in steps)} ms; wrote {a.out}")
-    return 0
+        return run(a.pp, a.microbatches, costs, a.vpp, steps=a.steps,
+                   batch_p2p=not a.no_batch_p2p, deallocate=a.deallocate, group=a.group)
+    return cli_main(a.out, "megatron-core", body)
 
 
 if __name__ == "__main__":
