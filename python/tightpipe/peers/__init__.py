@@ -7,6 +7,6 @@ and a backward of emulated duration from a tightpipe cost table (costs.json), an
 directory (`timeline_rank<R>.jsonl`, `summary.json`, `costs.json`, `schedule.csv`) that
 `tightpipe report` reads. docs/peers.md has the layout, the orders and the timings.
 """
-from tightpipe.peers.common import PeerError, CostTable, load_costs, PeerRun
+from tightpipe.peers.common import CostTable, PeerError, PeerRun, RunSpec, load_costs, make_costs
 
-__all__ = ["PeerError", "CostTable", "load_costs", "PeerRun"]
+__all__ = ["CostTable", "PeerError", "PeerRun", "RunSpec", "load_costs", "make_costs"]
