@@ -9,7 +9,8 @@ durations (compare.measured_costs: median F and B per stage, the median message 
 the table it was asked for, so what is compared is the engine profile: which waits the engine
 has. Step: the median over the measured steps (the first step, with the engines' set-up, is left
 out); with --repeat N, of the N runs of a configuration the one with the shortest measured step
-(the least disturbed by the machine's other work; chosen by the measurement, not the prediction). Idle: per rank, T minus its compute, median over steps; its error in points of the
+(the least disturbed by the machine's other work; chosen by the measurement, not the
+prediction). Idle: per rank, T minus its compute, median over steps; its error in points of the
 measured step.
 """
 import argparse
