@@ -48,8 +48,8 @@ def check_options(pp: int, vpp: int, microbatches: int, batch_p2p: bool, schedul
         raise PeerError(f"schedule 1f1b with --vpp {vpp}; hint: --vpp 1, or schedule interleaved")
     if schedule == "interleaved" and vpp < 2:
         raise PeerError(f"schedule interleaved with --vpp {vpp}; hint: --vpp 2 or more")
-    if microbatches < pp:
-        raise PeerError(f"--microbatches {microbatches} < --pp {pp}; hint: m >= p")
+    if microbatches < 1:
+        raise PeerError(f"--microbatches {microbatches}; hint: 1 or more")
     if schedule == "interleaved":
         g = pp if group is None else group
         if g < pp or g > microbatches:
