@@ -305,6 +305,22 @@ class PeerRun:
         return out_dir
 
 
+# Every stage passes its input through (x * w, w = 1): microbatch k of step s carries
+# k + 1 + 100 s in each of HIDDEN values (fp32, 32 bytes a message), so an engine that moves the
+# wrong tensor shows in its loss.
+HIDDEN = 8
+
+
+def microbatch_value(k: int, step: int) -> float:
+    return float(k + 1 + 100 * step)
+
+
+def expected_loss(microbatches: int, step: int) -> float:
+    """The loss both engines must report for the harness's data: the mean over the microbatches
+    of the sum of the last stage's output, HIDDEN x (k + 1 + 100 step)."""
+    return sum(HIDDEN * microbatch_value(k, step) for k in range(microbatches)) / microbatches
+
+
 class Recorder:
     """One rank's events, in time.monotonic() seconds."""
 
@@ -321,6 +337,11 @@ class Recorder:
 
     def end_step(self) -> None:
         self.step_ends.append(time.monotonic())
+
+    def result(self, losses: List[Optional[float]], version: str) -> dict:
+        """What the rank sends back for one run."""
+        return {"events": self.events, "step_starts": self.step_starts,
+                "step_ends": self.step_ends, "losses": losses, "version": version}
 
     def add(self, **kw) -> Event:
         e = Event(step=self.step, **kw)

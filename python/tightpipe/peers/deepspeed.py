@@ -18,10 +18,10 @@ from typing import List, Optional, Sequence
 
 from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, as_specs,
                                     check_version, cli_main, collect_runs, emulated_function,
-                                    init_gloo, load_costs, make_costs, run_rank, spawn)
+                                    init_gloo, load_costs, make_costs, run_rank, spawn,
+                                    HIDDEN, expected_loss, microbatch_value)
 
 DIST = "deepspeed"
-HIDDEN = 8
 
 
 def check_options(pp: int, microbatches: int, schedule: str = "1f1b") -> None:
@@ -123,7 +123,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
 
         def data(step: int):
             for k in range(m):
-                yield torch.full((1, HIDDEN), float(k + 1 + 100 * step)), torch.zeros(1)
+                yield torch.full((1, HIDDEN), microbatch_value(k, step)), torch.zeros(1)
 
         losses = []
         for step in range(one["steps"]):
@@ -135,8 +135,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
             loss = engine.train_batch(data_iter=it)
             rec.end_step()
             losses.append(float(loss))
-        results.append({"events": rec.events, "step_starts": rec.step_starts,
-                        "step_ends": rec.step_ends, "losses": losses, "version": version})
+        results.append(rec.result(losses, version))
         del engine
     dist.barrier()
     dist.destroy_process_group()
@@ -145,12 +144,6 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
 
 def _worker(rank, pp, port, q, cfg):
     run_rank(rank, q, lambda: _rank_main(rank, pp, port, cfg))
-
-
-def expected_loss(microbatches: int, step: int) -> float:
-    """DeepSpeed's reported loss for the harness's data: the mean over microbatches of
-    HIDDEN x (k + 1 + 100 step)."""
-    return sum(HIDDEN * (k + 1 + 100 * step) for k in range(microbatches)) / microbatches
 
 
 def run_many(pp: int, microbatches: Sequence, costs: CostTable, steps: int = 3,

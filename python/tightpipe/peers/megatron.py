@@ -27,10 +27,10 @@ from typing import List, Optional, Sequence
 
 from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, RunSpec, as_specs,
                                     check_version, cli_main, collect_runs, emulated_function,
-                                    init_gloo, load_costs, make_costs, run_rank, spawn)
+                                    init_gloo, load_costs, make_costs, run_rank, spawn,
+                                    HIDDEN, expected_loss, microbatch_value)
 
 DIST = "megatron-core"
-HIDDEN = 8  # activation (seq 1, mbs 1, hidden 8) fp32: 32 bytes a message
 
 
 def check_options(pp: int, vpp: int, microbatches: int, batch_p2p: bool, schedule: str,
@@ -248,7 +248,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
     def data(m: int, step: int):
         # microbatch k carries (k + 1 + 100 step) everywhere: a swapped tensor shows in the loss
         for k in range(m):
-            yield torch.full((1, 1, HIDDEN), float(k + 1 + 100 * step))
+            yield torch.full((1, 1, HIDDEN), microbatch_value(k, step))
 
     def forward_step_func(data_iterator, model):
         x = next(data_iterator) if model.first else None
@@ -283,8 +283,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
             rec.end_step()
             losses.append(float(sum(d["loss"] for d in out)) if out else None)
         restore()
-        results.append({"events": rec.events, "step_starts": rec.step_starts,
-                        "step_ends": rec.step_ends, "losses": losses, "version": version})
+        results.append(rec.result(losses, version))
     dist.barrier()
     dist.destroy_process_group()
     return results
@@ -292,12 +291,6 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
 
 def _worker(rank, pp, port, q, cfg):
     run_rank(rank, q, lambda: _rank_main(rank, pp, port, cfg))
-
-
-def expected_loss(microbatches: int, step: int) -> float:
-    """The loss Megatron must report for the harness's data (every stage passes x through):
-    sum over microbatches k of HIDDEN x (k + 1 + 100 step), divided by m (Megatron's mean)."""
-    return sum(HIDDEN * (k + 1 + 100 * step) for k in range(microbatches)) / microbatches
 
 
 def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
