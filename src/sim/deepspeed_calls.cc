@@ -79,11 +79,11 @@ Result<P2pCalls> deepspeed_p2p_calls(const Schedule& in) {
     for (int32_t t = 0; t < 2 * (m + S - 1); ++t) {
       const Slot slot = step_to_micro_batch(t, s, S);
       if (slot.forward) {
-        if (valid(prev)) message(ActionType::kBackward, prev, MessageEnd::kOut);     // SendGrad
+        if (valid(prev)) message(ActionType::kBackward, prev, MessageEnd::kOut);      // SendGrad
         if (valid(slot.mb)) message(ActionType::kForward, slot.mb, MessageEnd::kIn);  // RecvAct
       } else {
         if (valid(slot.mb)) message(ActionType::kBackward, slot.mb, MessageEnd::kIn);  // RecvGrad
-        if (valid(prev)) message(ActionType::kForward, prev, MessageEnd::kOut);       // SendAct
+        if (valid(prev)) message(ActionType::kForward, prev, MessageEnd::kOut);        // SendAct
       }
       if (valid(slot.mb)) {
         const Action c{slot.forward ? ActionType::kForward : ActionType::kBackward, s, slot.mb};
