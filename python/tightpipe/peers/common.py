@@ -4,8 +4,10 @@ the run directory `tightpipe report` reads, and spawning p gloo processes.
 Emulated compute sleeps (time.sleep to an absolute deadline on CLOCK_MONOTONIC) rather than
 spinning: p = 4 ranks share 2 cores here with other work, and a spinning rank would take a core
 from the rank whose message it waits for, so the measured step would be the machine's scheduling
-and not the engine's schedule. A sleeping rank holds no core; its forward or backward ends within
-the kernel's timer slack (tens of microseconds, measured in docs/peers.md) of its deadline.
+and not the engine's schedule. A sleeping rank holds no core; it wakes after its deadline by the
+timer slack plus the wait for a core (docs/peers.md: the recorded F and B, the engine's own code
+around the sleep included, run a median 0.7 ms beyond the asked durations on a loaded 2-core
+machine; the predictions use what was recorded).
 
 Every time is CLOCK_MONOTONIC (time.monotonic), which all processes of one machine share, so the
 ranks' events line up on one clock without any exchange.
