@@ -90,7 +90,14 @@ Result<Recompute> parse_recompute(std::string_view text);
 //                     schedule.step())
 //   zb                the zero-bubble runtime: asynchronous p2p (overlap) and the post-validated
 //                     optimizer (each rank steps at its own end)
-enum class Engine { kTightpipe, kMegatron, kMegatronOverlap, kTorch, kZb };
+//   deepspeed         DeepSpeed's PipelineEngine (deepspeed_p2p_calls below): every send and
+//                     receive a blocking call of its own in TrainSchedule's order; optimizer
+//                     synchronous
+// Send semantics (every profile with calls): a send completes only once its receiver has posted
+// the receive, then the message time: a rendezvous. NCCL documents it for ncclSend/ncclRecv
+// (megatron, megatron-overlap on GPUs); gloo's TCP pair does the same (tcp/pair.cc: a send waits
+// for the receiver's recv-ready notice): the CPU runs of docs/peers.md.
+enum class Engine { kTightpipe, kMegatron, kMegatronOverlap, kTorch, kZb, kDeepSpeed };
 std::string_view engine_name(Engine engine);
 // Errors (InvalidArgument): an unknown name; the message lists the known ones.
 Result<Engine> parse_engine(std::string_view text);
@@ -99,11 +106,18 @@ Result<Engine> parse_engine(std::string_view text);
 struct EngineProfile {
   Engine engine = Engine::kTightpipe;
   bool megatron_calls = false;           // messages run as Megatron's p2p calls (above)
+  bool deepspeed_calls = false;          // messages run as DeepSpeed's blocking calls (above)
   CommMode comm_mode = CommMode::kOverlap;  // otherwise, how messages use the compute lanes
   bool optimizer_post_validation = false;
   std::string description;  // one line naming the engine and what it waits for
 };
 struct SimOptions;
+// DeepSpeed's order of blocking sends and receives (deepspeed/runtime/pipe/schedule.py
+// TrainSchedule, p2p.py): before a compute that follows another, the receive for it first when a
+// forward is followed by a backward (RecvGrad, then SendActivation of the forward), the previous
+// compute's send first otherwise; each instruction a call of its own (P2pCalls, schedule.h).
+// Errors (InvalidArgument): a lowered schedule, virtual stages, two directions, I/W actions.
+Result<P2pCalls> deepspeed_p2p_calls(const Schedule& compute_only);
 // Errors (InvalidArgument): megatron / megatron-overlap with a schedule Megatron does not run
 // (I/W split, OVERLAP_F_B pairs, two directions), naming it and the engines that run it.
 Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,

@@ -518,6 +518,14 @@ Status Planner::enumerate() {
           "--engine zb or tightpipe for the others",
           name, engine_name(o_.engine)));
     }
+    // DeepSpeed's PipelineEngine runs 1F1B only (TrainSchedule; engine_profile).
+    if (o_.engine == Engine::kDeepSpeed && name != "1f1b") {
+      if (o_.schedules.empty()) continue;
+      return Status::invalid_argument(fmt::format(
+          "--schedules {} with --engine deepspeed: DeepSpeed's PipelineEngine runs 1f1b only; "
+          "hint: --engine megatron for interleaved, zb or tightpipe for the others",
+          name));
+    }
     names.push_back(name);
   }
   std::vector<RecomputeChoice> rcs = o_.recompute;

@@ -850,9 +850,10 @@ Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
   o.comm_mode = ep.comm_mode;
   o.optimizer_post_validation = ep.optimizer_post_validation;
   Result<SimResult> r = [&]() -> Result<SimResult> {
-    if (!ep.megatron_calls) return Simulator(schedule, cost, o).run();
-    TP_ASSIGN_OR_RETURN(P2pCalls calls,
-                        megatron_p2p_calls(schedule.lowered ? compute_only(schedule) : schedule));
+    if (!ep.megatron_calls && !ep.deepspeed_calls) return Simulator(schedule, cost, o).run();
+    const Schedule plain = schedule.lowered ? compute_only(schedule) : schedule;
+    TP_ASSIGN_OR_RETURN(P2pCalls calls, ep.deepspeed_calls ? deepspeed_p2p_calls(plain)
+                                                           : megatron_p2p_calls(plain));
     return Simulator(calls.schedule, cost, o, &calls.call).run();
   }();
   if (!r.ok()) return r;
@@ -873,18 +874,20 @@ std::string_view engine_name(Engine engine) {
       return "torch";
     case Engine::kZb:
       return "zb";
+    case Engine::kDeepSpeed:
+      return "deepspeed";
   }
   return "?";
 }
 
 Result<Engine> parse_engine(std::string_view text) {
   for (Engine e : {Engine::kTightpipe, Engine::kMegatron, Engine::kMegatronOverlap, Engine::kTorch,
-                   Engine::kZb}) {
+                   Engine::kZb, Engine::kDeepSpeed}) {
     if (text == engine_name(e)) return e;
   }
   return Status::invalid_argument(fmt::format(
-      "--engine '{}': unknown engine; known: tightpipe, megatron, megatron-overlap, torch, zb "
-      "(docs/cost_model.md \"Engine profiles\")",
+      "--engine '{}': unknown engine; known: tightpipe, megatron, megatron-overlap, torch, zb, "
+      "deepspeed (docs/cost_model.md \"Engine profiles\")",
       text));
 }
 
@@ -933,6 +936,25 @@ Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
     case Engine::kTorch:
       p.description =
           "torch: p2p asynchronous sends, a receive waited just before its compute (overlap), "
+          "optimizer synchronous";
+      break;
+    case Engine::kDeepSpeed:
+      if (schedule.num_stages != schedule.num_ranks || schedule.directions != 1) {
+        return Status::invalid_argument(fmt::format(
+            "--engine deepspeed: DeepSpeed's PipelineEngine does not run schedule '{}' ({} "
+            "stages on {} ranks); its TrainSchedule is 1F1B with one stage per rank; hint: "
+            "--schedule 1f1b, or --engine megatron for interleaved",
+            schedule.name, schedule.num_stages, schedule.num_ranks));
+      }
+      if (!megatron_runs().ok()) {  // the same rule: F and whole B, one direction
+        return Status::invalid_argument(fmt::format(
+            "--engine deepspeed: DeepSpeed's PipelineEngine does not run schedule '{}' (its "
+            "TrainSchedule runs F and whole B); hint: --engine zb, torch or tightpipe",
+            schedule.name));
+      }
+      p.deepspeed_calls = true;
+      p.description =
+          "deepspeed: p2p as TrainSchedule's blocking send/recv, one per call (rendezvous), "
           "optimizer synchronous";
       break;
     case Engine::kZb:

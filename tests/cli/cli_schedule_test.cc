@@ -229,7 +229,7 @@ TEST(CliScheduleTest, EngineIsNamedInEveryPredictionAndBadOnesSayWhy) {
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_NE(plan.out.find("engine: torch"), std::string::npos);
   EXPECT_NE(plan.out.find("engine profile: torch"), std::string::npos);
-  for (const char* cmd : {" simulate --schedule 1f1b --pp 2 --microbatches 4 --engine deepspeed",
+  for (const char* cmd : {" simulate --schedule 1f1b --pp 2 --microbatches 4 --engine pipedream",
                           " plan --num-layers 8 --hidden-size 1024 --num-attention-heads 16 "
                           "--seq-length 2048 --global-batch-size 16 --devices 4 --engine ds",
                           " report /nonexistent --engine ds"}) {
