@@ -9,9 +9,10 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=$("$repo/scripts/setup-python.sh" --print-venv)
 if [ ! -f "$venv/.tightpipe-complete" ]; then
   echo "python tests: SKIPPED: no Python environment at $venv; run ./scripts/setup-python.sh" \
-    "(it installs the pins of python/requirements.txt) to run them"
+    "(it installs the pins of python/requirements*.txt) to run them"
   exit 77
 fi
+export DS_ACCELERATOR=cpu  # DeepSpeed's peer runs (python/tightpipe/peers)
 cd "$repo/python"
 export PYTHONPATH="$repo/python:$repo/python/tests${PYTHONPATH:+:$PYTHONPATH}"
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "${@:-tests}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Makes the one Python environment of tightpipe (PyTorch for python/tightpipe/torch, and the peers'
-# pins below it): a virtual environment OUTSIDE the clone, at
-#   ${TIGHTPIPE_VENV:-$HOME/.cache/tightpipe/venv-<hash of python/requirements*.txt and this script>}
+# Makes the one Python environment of tightpipe (PyTorch for python/tightpipe/torch; Megatron-Core
+# and DeepSpeed for python/tightpipe/peers, by scripts/setup-python-peers.sh): a virtual
+# environment OUTSIDE the clone, at
+#   ${TIGHTPIPE_VENV:-$HOME/.cache/tightpipe/venv-<hash of python/requirements*.txt and both scripts>}
 # so that the next clone on this machine reuses it. Safe to run again: a no-op when it is complete.
 # It is built in a temporary folder beside its final place and renamed into place only when every
 # package installed, so an interrupted run never leaves a half environment that later runs trust.
@@ -20,7 +21,8 @@ repo=$(pwd)
 
 venv_path() {
   local h
-  h=$(cat python/requirements*.txt scripts/setup-python.sh | sha256sum | cut -c1-12)
+  h=$(cat python/requirements*.txt scripts/setup-python.sh scripts/setup-python-peers.sh |
+    sha256sum | cut -c1-12)
   echo "${TIGHTPIPE_VENV:-$HOME/.cache/tightpipe/venv-$h}"
 }
 venv=$(venv_path)
@@ -79,6 +81,8 @@ echo "setup-python: building $venv (in $tmp until complete)"
 "$PY" -m venv "$tmp"
 "$tmp/bin/python" -m pip install --quiet --upgrade pip==26.3
 "$tmp/bin/python" -m pip install --quiet -r python/requirements.txt
+# The peer engines (Megatron-Core, DeepSpeed; python/requirements-peers.txt), into the same one.
+./scripts/setup-python-peers.sh "$tmp"
 # A venv names its own path in its scripts: point them at the final place before the rename.
 { grep -rlI --null -F "$tmp" "$tmp/bin" "$tmp/pyvenv.cfg" 2>/dev/null || true; } |
   xargs -0 -r sed -i "s#$tmp#$venv#g"
@@ -91,5 +95,8 @@ if [ -e "$venv" ]; then
 fi
 mv "$tmp" "$venv"
 trap - EXIT
+# Again at the final path (the pins are in place: a no-op for pip), so that DeepSpeed's CPU op is
+# built against the paths its runs will use.
+./scripts/setup-python-peers.sh "$venv"
 echo "setup-python: environment ready at $venv ($((SECONDS - start)) s," \
   "$(du -sh "$venv" | cut -f1) on disk)"
