@@ -40,4 +40,11 @@ struct ModelShapeLimits {
 Status check_model_shape(const ModelShape& shape, const ModelShapeNames& names = {},
                          const ModelShapeLimits& limits = {});
 
+// Megatron-LM's way to turn on interleaving, `--num-layers-per-virtual-pipeline-stage N`: the
+// chunks per rank v = (layers / p) / N, as Megatron's arguments.py computes it, refused (naming
+// both numbers, with a hint) where p does not divide the layers or N the layers per rank, or when
+// N is not in [1, layers]. The one conversion for schedule, simulate, plan and train.
+Result<int32_t> chunks_from_layers_per_virtual_stage(int64_t layers, int32_t pp,
+                                                     int64_t layers_per_virtual_stage);
+
 }  // namespace tightpipe

@@ -129,6 +129,10 @@ struct PlanOptions {
   // Filters (empty: everything): --pp, --vpp, --schedules, --recompute candidates.
   std::vector<int32_t> pp;
   std::vector<int32_t> vpp;
+  // --num-layers-per-virtual-pipeline-stage (Megatron's): the schedules whose v is free
+  // (interleaved, looped-bfs) take v = layers / (p x this) only, and only at the pipeline sizes
+  // where that divides (chunks_from_layers_per_virtual_stage); 0: not given. Not with vpp.
+  int64_t layers_per_virtual_stage = 0;
   std::vector<std::string> schedules;
   std::vector<RecomputeChoice> recompute;
   int32_t top = 10;  // --top: rows of the table

@@ -127,6 +127,17 @@ Status PlanOptions::validate() const {
       return bad("--vpp", v, fmt::format("must be in [1, {}]; hint: e.g. --vpp 2", kMaxChunks));
     }
   }
+  if (layers_per_virtual_stage != 0) {
+    if (!vpp.empty()) {
+      return Status::invalid_argument(
+          "--num-layers-per-virtual-pipeline-stage: not with --vpp; hint: give one of them");
+    }
+    if (layers_per_virtual_stage < 1 || layers_per_virtual_stage > model.num_layers) {
+      return bad("--num-layers-per-virtual-pipeline-stage", layers_per_virtual_stage,
+                 fmt::format("must be in [1, {}] (--num-layers); hint: layers per chunk, e.g. 2",
+                             model.num_layers));
+    }
+  }
   for (const std::string& s : schedules) {
     if (!find_generator(s) && !is_auto_schedule_name(s)) {
       return Status::invalid_argument(
@@ -181,9 +192,11 @@ std::string canonical_schedule(const std::string& name) {
   return find_generator(name)->name;
 }
 
-// The chunk counts a schedule takes for a pipeline of p ranks and L layers.
+// The chunk counts a schedule takes for a pipeline of p ranks and L layers; with
+// `layers_per_virtual_stage` (> 0) the free-v schedules take Megatron's v only.
 std::vector<int32_t> chunk_choices(const std::string& name, int32_t p, int64_t layers,
-                                   const std::vector<int32_t>& filter) {
+                                   const std::vector<int32_t>& filter,
+                                   int64_t layers_per_virtual_stage) {
   std::vector<int32_t> vs;
   bool free_chunks = false;  // --vpp filters only the schedules whose v is free
   if (is_auto_schedule_name(name)) {
@@ -202,6 +215,10 @@ std::vector<int32_t> chunk_choices(const std::string& name, int32_t p, int64_t l
     if (free_chunks && !filter.empty() &&
         std::find(filter.begin(), filter.end(), v) == filter.end()) {
       continue;
+    }
+    if (free_chunks && layers_per_virtual_stage > 0) {
+      const auto mv = chunks_from_layers_per_virtual_stage(layers, p, layers_per_virtual_stage);
+      if (!mv.ok() || *mv != v) continue;
     }
     if (int64_t(p) * v > layers + 2) continue;  // every middle stage needs a block
     out.push_back(v);
@@ -551,7 +568,7 @@ Status Planner::enumerate() {
       for (const std::string& name : names) {
         // One rank: every schedule is gradient accumulation; 1F1B stands for them all.
         if (p == 1 && name != "1f1b" && !(o_.schedules.size() == 1)) continue;
-        for (int32_t v : chunk_choices(name, p, model.num_layers, o_.vpp)) {
+        for (int32_t v : chunk_choices(name, p, model.num_layers, o_.vpp, o_.layers_per_virtual_stage)) {
           Config c{name, p, v, dp, mbs, m};
           if (!check_schedule_shape("", p, int64_t(p) * v, m).ok()) {
             ++res_.stats.configurations;

@@ -273,5 +273,32 @@ TEST(CliPlanTest, MeasuredCostsFromARun) {
   expect_one_line(run_command(tp + variant("zero", zero)), {"takes no time", "hint:"});
 }
 
+// Megatron's --num-layers-per-virtual-pipeline-stage N: interleaved takes v = L / (p N) only, at
+// the pipeline sizes p that divide; not with --vpp; N outside [1, L] refused.
+TEST(CliPlanTest, MegatronLayersPerVirtualStage) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  const std::string small =
+      " plan --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024"
+      " --global-batch-size 64 --devices 8 --schedules interleaved,1f1b --top 1000 --json";
+  auto r = run_command(tp + small + " --num-layers-per-virtual-pipeline-stage 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  int interleaved = 0;
+  for (const auto& c : doc["candidates"]) {
+    if (c["schedule"] != "interleaved") continue;
+    ++interleaved;
+    const int p = c["pp"].get<int>();
+    EXPECT_EQ(8 % p, 0) << c.dump();
+    EXPECT_EQ(c["vpp"].get<int>(), 8 / (p * 2)) << c.dump();
+  }
+  EXPECT_GT(interleaved, 0) << r.out.substr(0, 2000);
+  expect_one_line(run_command(tp + small + " --num-layers-per-virtual-pipeline-stage 9"),
+                  {"--num-layers-per-virtual-pipeline-stage", "9", "[1, 8]", "hint:"});
+  auto both = run_command(tp + small + " --vpp 2 --num-layers-per-virtual-pipeline-stage 2");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("excludes"), std::string::npos) << both.err;
+}
+
 }  // namespace
 }  // namespace tightpipe

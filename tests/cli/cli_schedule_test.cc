@@ -251,5 +251,42 @@ TEST(CliScheduleTest, EngineIsNamedInEveryPredictionAndBadOnesSayWhy) {
       << both.err;
 }
 
+// Megatron's --num-layers-per-virtual-pipeline-stage N turns interleaving on with v = L / (p N),
+// as Megatron's arguments.py computes it, on schedule, simulate, plan and train; where p does not
+// divide L, or N the layers per rank, it is refused naming both numbers.
+TEST(CliScheduleTest, MegatronLayersPerVirtualStageSetsTheChunks) {
+  const std::string base = kTp + " schedule --schedule interleaved --pp 4 --microbatches 8 --format csv";
+  auto by_flag = run_command(base + " --num-layers 16 --num-layers-per-virtual-pipeline-stage 2");
+  auto by_vpp = run_command(base + " --vpp 2");
+  ASSERT_EQ(by_flag.exit_code, 0) << by_flag.err;
+  ASSERT_EQ(by_vpp.exit_code, 0) << by_vpp.err;
+  EXPECT_EQ(by_flag.out, by_vpp.out);  // 16 / (4 x 2) = 2 chunks per rank
+  auto one = run_command(base + " --num-layers 16 --num-layers-per-virtual-pipeline-stage 1");
+  auto four = run_command(base + " --vpp 4");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(one.out, four.out);
+  auto sim = run_command(kTp + " simulate --schedule interleaved --pp 4 --microbatches 8 --cost "
+                               "f=1,i=1,w=1 --num-layers 16 --num-layers-per-virtual-pipeline-stage 2");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_NE(sim.out.find("p=4 v=2 m=8"), std::string::npos) << sim.out;
+  struct Bad {
+    std::string flags, says;
+  } bad[] = {
+      {"--num-layers 18 --num-layers-per-virtual-pipeline-stage 2",
+       "--num-layers 18 is not divisible by --pipeline-model-parallel-size 4"},
+      {"--num-layers 16 --num-layers-per-virtual-pipeline-stage 3",
+       "does not divide the 4 layers per rank"},
+      {"--num-layers-per-virtual-pipeline-stage 2", "hint: give --num-layers"},
+      {"--num-layers 16 --num-layers-per-virtual-pipeline-stage 0", "outside [1, 1024]"},
+      {"--vpp 2 --num-layers 16 --num-layers-per-virtual-pipeline-stage 2", "excludes"},
+  };
+  for (const Bad& b : bad) {
+    auto r = run_command(base + " " + b.flags);
+    EXPECT_EQ(r.exit_code, 2) << b.flags;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << b.flags << ": " << r.err;
+    EXPECT_NE(r.err.find("hint:"), std::string::npos) << b.flags << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace tightpipe

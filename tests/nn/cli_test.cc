@@ -284,5 +284,26 @@ TEST(TrainCli, BlasFallbackIsCorrectedAndNamed) {
                         "TIGHTPIPE_BLAS_CORE=fast: the only value is 'auto'");
 }
 
+// train --num-layers-per-virtual-pipeline-stage: Megatron's v = L / (p N) (here 4 / (2 x 1) = 2
+// chunks per rank), refused where it does not divide, and not with --vpp.
+TEST(TrainCli, MegatronLayersPerVirtualStage) {
+  const std::string dir = fresh_dir("lpvs");
+  const std::string common = "train --num-layers 4 --hidden-size 32 --num-attention-heads 2 "
+                             "--seq-length 32 --micro-batch-size 4 --eval-iters 0 --data-path " +
+                             kText + " --pp 2 --schedule interleaved --num-microbatches 4 "
+                             "--train-iters 2";
+  RunResult r = run_tightpipe(common + " --num-layers-per-virtual-pipeline-stage 1 --out-dir " +
+                              dir + "/a");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto summary = read_file(dir + "/a/summary.json");
+  ASSERT_TRUE(summary.ok());
+  EXPECT_NE(summary->find("\"vpp\": 2"), std::string::npos) << *summary;
+  expect_one_line_error(run_tightpipe(common + " --num-layers-per-virtual-pipeline-stage 3"), 2,
+                        "does not divide the 2 layers per rank");
+  expect_one_line_error(
+      run_tightpipe(common + " --num-layers 5 --num-layers-per-virtual-pipeline-stage 1"), 2,
+      "--num-layers 5 is not divisible by --pipeline-model-parallel-size 2");
+}
+
 }  // namespace
 }  // namespace tightpipe::testing_nn

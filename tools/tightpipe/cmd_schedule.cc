@@ -60,6 +60,11 @@ int cmd_schedule(int argc, char** argv) {
                  "REDUCE_GRAD placement, and a dry run proving it cannot deadlock");
   app.add_flag("--list", list, "list the known schedules");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  if (Status st = resolve_chunks(flags.vpp, flags.layers_per_virtual_stage, flags.num_layers,
+                                 flags.pp);
+      !st.ok()) {
+    return report_error("schedule", st);
+  }
 
   if (list) {
     for (const auto& g : schedule_generators()) {

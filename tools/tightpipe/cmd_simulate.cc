@@ -108,6 +108,10 @@ int cmd_simulate(int argc, char** argv) {
       "gpipe,1f1b,interleaved:2,zb-h1,zb-v,dualpipev); interleaved and looped-bfs without :v "
       "use --vpp, default 2");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  if (Status st = resolve_chunks(sf.vpp, sf.layers_per_virtual_stage, sf.num_layers, sf.pp);
+      !st.ok()) {
+    return report_error(kCmd, st);
+  }
 
   SimOptions opt;
   {

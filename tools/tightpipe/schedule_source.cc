@@ -4,6 +4,7 @@
 
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
+#include "tightpipe/flag_checks.h"
 #include "tightpipe/input_file.h"
 #include "tightpipe/model.h"
 
@@ -34,17 +35,28 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
       ->capture_default_str()
       ->check(
           count_flag(kMaxMicrobatches, "microbatches per step", "pass --microbatches 1 or more"));
-  add_chunk_flags(app, f.vpp, f.group_size);
+  add_chunk_flags(app, f.vpp, f.group_size, f.layers_per_virtual_stage);
+  app.add_option("--num-layers", f.num_layers,
+                 "the model's transformer layers, for --num-layers-per-virtual-pipeline-stage")
+      ->check(count_flag(1024, "transformer layers", "e.g. --num-layers 32"));
 }
 
-void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size) {
-  app.add_option(
-         "--vpp,--num-virtual-stages-per-pipeline-rank,--virtual-pipeline-model-parallel-size", vpp,
-         "chunks (virtual stages) per rank v; default 1, and 2 for zb-v, zb-v-auto, dualpipev "
-         "and dualpipe")
-      ->check(count_flag(kMaxChunks, "chunks per rank",
-                         "leave --vpp out for the schedule's default (1, or 2 for zb-v and "
-                         "dualpipe)"));
+void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size,
+                     int64_t& layers_per_virtual_stage) {
+  auto* v = app.add_option(
+                   "--vpp,--num-virtual-stages-per-pipeline-rank,"
+                   "--virtual-pipeline-model-parallel-size",
+                   vpp,
+                   "chunks (virtual stages) per rank v; default 1, and 2 for zb-v, zb-v-auto, "
+                   "dualpipev and dualpipe")
+                ->check(count_flag(kMaxChunks, "chunks per rank",
+                                   "leave --vpp out for the schedule's default (1, or 2 for zb-v "
+                                   "and dualpipe)"));
+  app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_virtual_stage,
+                 "Megatron's way to set v: transformer layers per chunk, v = --num-layers / "
+                 "(--pp x this); not with --vpp")
+      ->check(count_flag(1024, "layers per virtual pipeline stage", "e.g. 2"))
+      ->excludes(v);
   app.add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
                  group_size, "interleaved: microbatches per group (default --pp)")
       ->check(count_flag(kMaxMicrobatches, "microbatches per group",
@@ -261,6 +273,14 @@ Result<Schedule> load_auto_schedule(const ScheduleFlags& f) {
 }
 
 }  // namespace
+
+Status resolve_chunks(int32_t& vpp, int64_t layers_per_virtual_stage, int64_t num_layers,
+                      int32_t pp) {
+  if (layers_per_virtual_stage <= 0) return OkStatus();
+  TP_ASSIGN_OR_RETURN(vpp,
+                      chunks_from_layers_per_virtual_stage(num_layers, pp, layers_per_virtual_stage));
+  return OkStatus();
+}
 
 Result<Schedule> load_schedule(const ScheduleFlags& f) {
   if (is_auto_schedule_name(f.schedule)) return load_auto_schedule(f);

@@ -39,6 +39,10 @@ struct ScheduleFlags {
   int32_t microbatches = 8;       // microbatches per step
   int32_t vpp = 0;                // chunks per rank (0: the schedule's default)
   int32_t group_size = 0;         // interleaved microbatch group size (0: --pp)
+  // --num-layers-per-virtual-pipeline-stage and --num-layers (Megatron's way to set v; 0: not
+  // given): resolve_chunks() turns them into vpp.
+  int64_t layers_per_virtual_stage = 0;
+  int64_t num_layers = 0;
   CostFlags costs;                // the costs zb-auto is built from (and simulate runs with)
   ZbAutoFlags zb;                 // zb-auto's memory limit, fraction, objective, search
 };
@@ -46,9 +50,15 @@ struct ScheduleFlags {
 // Adds --schedule, --pp, --microbatches, --vpp, --microbatch-group-size with Megatron's
 // spellings as aliases.
 void add_schedule_flags(CLI::App& app, ScheduleFlags& flags);
-// Adds --vpp and --microbatch-group-size (schedule, simulate, train): given, each must be in
-// [1, limit]; 0 is refused (it used to mean the default silently: leave the flag out for that).
-void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size);
+// Adds --vpp, --num-layers-per-virtual-pipeline-stage (Megatron's; not with --vpp) and
+// --microbatch-group-size (schedule, simulate, train): given, each must be in [1, limit]; 0 is
+// refused (it used to mean the default silently: leave the flag out for that).
+void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size,
+                     int64_t& layers_per_virtual_stage);
+// Sets `vpp` from --num-layers-per-virtual-pipeline-stage when it was given (Megatron's rule,
+// chunks_from_layers_per_virtual_stage in flag_checks.h); a no-op otherwise.
+Status resolve_chunks(int32_t& vpp, int64_t layers_per_virtual_stage, int64_t num_layers,
+                      int32_t pp);
 // A CLI11 check for an integer count flag: a whole number in [1, limit], else "<value> is outside
 // [1, limit] (<what>, tightpipe's limit); hint: <hint>".
 CLI::Validator count_flag(int64_t limit, std::string what, std::string hint);

@@ -22,7 +22,7 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
                 "schedule: " + join(names, ", ") +
                     ", zb-auto, zb-1p, zb-2p, zb-v-auto (built from costs measured in the first "
                     "steps), or a CSV/JSON file (default 1f1b)");
-  add_chunk_flags(*g, f.vpp, f.group_size);
+  add_chunk_flags(*g, f.vpp, f.group_size, f.layers_per_virtual_stage);
   g->add_option("--transport", f.transport,
                 "threads (one process, the default) or mpi (mpirun -np P tightpipe train ...)")
       ->capture_default_str();
@@ -62,6 +62,8 @@ Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   TP_ASSIGN_OR_RETURN(o.auto_schedule, zb_auto_options(f.zb, o.schedule));
   o.auto_schedule_profile_steps = f.auto_profile_steps;
   o.vpp = f.vpp;
+  TP_RETURN_IF_ERROR(
+      resolve_chunks(o.vpp, f.layers_per_virtual_stage, o.model.num_layers, o.pp));
   o.group_size = f.group_size;
   TP_ASSIGN_OR_RETURN(o.world.kind, parse_transport_kind(f.transport));
   if (!f.emulate_link.empty()) {

@@ -13,6 +13,7 @@ namespace tightpipe::cli {
 struct PipelineFlags {
   std::string schedule;            // empty: 1f1b
   int32_t vpp = 0;                 // chunks per rank (0: the schedule's default)
+  int64_t layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage (0: not given)
   int32_t group_size = 0;          // interleaved microbatch group size
   std::string transport = "threads";
   std::string emulate_link;        // "latency_us=50,gbps=10"
