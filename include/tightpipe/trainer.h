@@ -221,7 +221,12 @@ struct TrainOptions {
   int64_t keep_last_checkpoints = 0;   // --keep-last-checkpoints: newest K kept (0: all)
   int64_t save_interval = 0;           // --save-interval: also checkpoint every N steps (0: off)
   int64_t exit_interval = 0;           // --exit-interval: stop (and save) at a multiple of N
-  std::string trace_path;              // --trace: Chrome trace of the last step
+  std::string trace_path;              // --trace: Chrome trace of the last step, or of
+                                       // --profile-step-start..end
+  // Megatron's --profile-step-start / --profile-step-end: the trace records steps [start, end)
+  // (0-based, as Megatron counts iterations), one after another on one time axis; -1: not given
+  // (the last step).
+  int64_t profile_step_start = -1, profile_step_end = -1;
   int64_t warmup_steps_excluded = 1;   // steps left out of the measured medians
   WorldOptions world;                  // --transport, --emulate-link
   ExecutorOptions exec;                // --overlap-p2p-communication, --compute emulated

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -95,6 +96,27 @@ void fill_step_fields(StepRecord& rec, const std::vector<double>& all, int ranks
     rec.peak_stash.push_back(x[6]);
   }
   rec.bubble = step_bubble(busy);
+}
+
+// --profile-step-start..end: the kept steps, each timed from its own origin, laid one after
+// another on one axis (each starts where the one before it ended on its slowest rank), the same
+// offsets on every rank.
+void lay_steps_end_to_end(Timeline& tl) {
+  std::map<int32_t, double> width;  // step -> its end on the slowest rank
+  for (const RankTimeline& rt : tl.ranks)
+    for (const TimelineEvent& e : rt.events) width[e.step] = std::max(width[e.step], e.end);
+  std::map<int32_t, double> offset;
+  double at = 0;
+  for (const auto& [step, w] : width) {
+    offset[step] = at;
+    at += w;
+  }
+  for (RankTimeline& rt : tl.ranks) {
+    for (TimelineEvent& e : rt.events) {
+      e.start += offset[e.step];
+      e.end += offset[e.step];
+    }
+  }
 }
 
 }  // namespace
@@ -421,7 +443,17 @@ void RankRun::keep_events(RankTimeline timeline) {
     lines.pop_back();
     timeline_.write(lines);
   }
-  last_ = std::move(timeline);
+  if (opt_.profile_step_start < 0) {
+    last_ = std::move(timeline);
+    return;
+  }
+  // --profile-step-start..end: every step of the range, each on its own origin (gather_end lays
+  // them one after another).
+  if (timeline.events.empty()) return;
+  const int64_t step = timeline.events.front().step;
+  if (step < opt_.profile_step_start || step >= opt_.profile_step_end) return;
+  last_.rank = timeline.rank;
+  for (TimelineEvent& e : timeline.events) last_.events.push_back(std::move(e));
 }
 
 std::string RankRun::redone_line(const PostValidation::Decided& d, int64_t replayed) const {
@@ -609,6 +641,7 @@ Result<RunEnd> RankRun::gather_end() {
     TP_ASSIGN_OR_RETURN(RankTimeline rt, events_from_json_array(last[r], r));
     end.last_step.ranks.push_back(std::move(rt));
   }
+  if (opt_.profile_step_start >= 0) lay_steps_end_to_end(end.last_step);
   end.records = records_;
   if (train_data_) end.data = train_data_->stats();
   return end;

@@ -47,6 +47,27 @@ Status TrainOptions::validate() const {
                               "use at least --pp microbatches, e.g. --num-microbatches 8"));
   TP_RETURN_IF_ERROR(in_range("--train-iters", train_iters, 1, kMaxTrainIters,
                               "optimizer steps, e.g. --train-iters 100"));
+  if (profile_step_start >= 0 || profile_step_end >= 0) {
+    if (profile_step_start < 0 || profile_step_end < 0) {
+      return Status::invalid_argument(fmt::format(
+          "--profile-step-start {} --profile-step-end {}: give both; hint: the trace records "
+          "steps [start, end), e.g. --profile-step-start 10 --profile-step-end 12 (Megatron's "
+          "defaults)",
+          profile_step_start, profile_step_end));
+    }
+    if (!(profile_step_start < profile_step_end && profile_step_end <= train_iters)) {
+      return Status::invalid_argument(fmt::format(
+          "--profile-step-start {} --profile-step-end {}: need start < end <= --train-iters {}; "
+          "hint: the trace records steps [start, end), counted from 0",
+          profile_step_start, profile_step_end, train_iters));
+    }
+    if (trace_path.empty()) {
+      return Status::invalid_argument(fmt::format(
+          "--profile-step-start {} --profile-step-end {}: no trace to record them in; hint: add "
+          "--trace FILE.json",
+          profile_step_start, profile_step_end));
+    }
+  }
   TP_RETURN_IF_ERROR(in_range("--eval-iters", eval_iters, 0, kMaxMicrobatches,
                               "validation microbatches per evaluation, e.g. 8 (0: none)"));
   TP_RETURN_IF_ERROR(in_range("--eval-interval", eval_interval, 0, kMaxTrainIters,

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli_util.h"
 #include "layout.h"
@@ -303,6 +307,49 @@ TEST(TrainCli, MegatronLayersPerVirtualStage) {
   expect_one_line_error(
       run_tightpipe(common + " --num-layers 5 --num-layers-per-virtual-pipeline-stage 1"), 2,
       "--num-layers 5 is not divisible by --pipeline-model-parallel-size 2");
+}
+
+// Megatron's --profile-step-start / --profile-step-end choose the steps --trace records: steps
+// [start, end), counted from 0, one after another on one time axis on every rank.
+TEST(TrainCli, ProfileStepsChooseWhatTheTraceRecords) {
+  const std::string dir = fresh_dir("profile");
+  const std::string common = "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
+                             "--seq-length 32 --micro-batch-size 4 --eval-iters 0 --data-path " +
+                             kText + " --pp 2 --num-microbatches 4 --train-iters 5";
+  RunResult r = run_tightpipe(common + " --trace " + dir + "/t.json --profile-step-start 1 "
+                              "--profile-step-end 3 --out-dir " + dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto text = read_file(dir + "/t.json");
+  ASSERT_TRUE(text.ok());
+  const auto doc = nlohmann::json::parse(*text);
+  std::map<int, std::set<int>> steps_of_rank;
+  std::map<int, double> first_start, last_end;  // per step, over both ranks (us)
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    const int step = e["args"]["step"].get<int>();
+    steps_of_rank[e["pid"].get<int>()].insert(step);
+    const double t0 = e["ts"].get<double>(), t1 = t0 + e["dur"].get<double>();
+    if (!first_start.count(step) || t0 < first_start[step]) first_start[step] = t0;
+    last_end[step] = std::max(last_end[step], t1);
+  }
+  ASSERT_EQ(steps_of_rank.size(), 2u) << "both ranks";
+  for (const auto& [rank, steps] : steps_of_rank)
+    EXPECT_EQ(steps, (std::set<int>{1, 2})) << "rank " << rank;
+  EXPECT_GE(first_start[2], last_end[1] - 1e-6) << "step 2 is laid after step 1";
+  // Without the flags the trace holds the last step only.
+  RunResult last = run_tightpipe(common + " --trace " + dir + "/last.json");
+  ASSERT_EQ(last.code, 0) << last.output;
+  const auto one = nlohmann::json::parse(read_file(dir + "/last.json").value());
+  for (const auto& e : one["traceEvents"])
+    if (e.value("ph", "") == "X") EXPECT_EQ(e["args"]["step"].get<int>(), 4);
+  expect_one_line_error(run_tightpipe(common + " --trace " + dir + "/x.json "
+                                      "--profile-step-start 3 --profile-step-end 9"),
+                        2, "need start < end <= --train-iters 5");
+  expect_one_line_error(run_tightpipe(common + " --profile-step-start 1 --profile-step-end 2"), 2,
+                        "hint: add --trace FILE.json");
+  expect_one_line_error(run_tightpipe(common + " --trace " + dir + "/x.json "
+                                      "--profile-step-start 2"),
+                        2, "give both");
 }
 
 }  // namespace

@@ -39,7 +39,16 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
               "posted early, sends never block compute)");
   g->add_flag("--overlap-p2p-communication{false}", f.no_overlap,
               "the default: receives posted early, sends never block compute");
-  g->add_option("--trace", f.trace, "write a Chrome trace (Perfetto) of the last step");
+  g->add_option("--trace", f.trace,
+                "write a Chrome trace (Perfetto) of the last step, or of the steps "
+                "--profile-step-start..end");
+  g->add_option("--profile-step-start", f.profile_step_start,
+                "Megatron's: the first step --trace records (counted from 0; with "
+                "--profile-step-end)")
+      ->check(CLI::Range(int64_t{0}, kMaxTrainIters));
+  g->add_option("--profile-step-end", f.profile_step_end,
+                "Megatron's: the step after the last one --trace records")
+      ->check(CLI::Range(int64_t{0}, kMaxTrainIters));
   g->add_option("--pipeline-timeout", f.timeout_s,
                 "seconds any rank waits for a peer before the run stops with an error")
       ->capture_default_str();
@@ -90,6 +99,8 @@ Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   }
   o.exec.timeout_s = f.timeout_s;
   o.trace_path = f.trace;
+  o.profile_step_start = f.profile_step_start;
+  o.profile_step_end = f.profile_step_end;
   o.data.num_workers = f.num_workers;
   o.data.prefetch = f.prefetch;
   TP_ASSIGN_OR_RETURN(o.data.on_corrupt, parse_on_corrupt(f.on_corrupt));

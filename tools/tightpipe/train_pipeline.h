@@ -20,7 +20,8 @@ struct PipelineFlags {
   std::string compute = "real";    // real | emulated
   std::string cost = "f=1,i=1,w=1";  // emulated compute, ms per microbatch per whole rank
   bool no_overlap = false;         // --no-overlap-p2p-communication
-  std::string trace;               // Chrome trace of the last step
+  std::string trace;               // Chrome trace of the last step (or of the profiled steps)
+  int64_t profile_step_start = -1, profile_step_end = -1;  // Megatron's; -1: not given
   double timeout_s = 120;          // every wait on a peer
   int32_t num_workers = 1;         // data loader threads
   int32_t prefetch = 4;            // data loader prefetch
