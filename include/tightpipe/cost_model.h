@@ -63,6 +63,13 @@ struct StageCost {
   double allreduce_bytes = 0;
 };
 
+// The one list of StageCost's fields that add up over stages and split over chunks: every time,
+// every byte count but message_bytes (a message crosses whole: the largest of the stages').
+// add_stage_cost: `to` += `from` field by field (message_bytes: the larger). scale_stage_cost:
+// every additive field times `factor` (message_bytes kept).
+void add_stage_cost(StageCost& to, const StageCost& from);
+StageCost scale_stage_cost(const StageCost& c, double factor);
+
 // Message time = latency + bytes / bandwidth (bandwidth 0 = infinite), the same for every link.
 // `overhead` is what a message costs the compute lanes rather than the link: the simulator adds
 // it to the compute action that produces a message for another rank and to the one that consumes

@@ -36,44 +36,13 @@ std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
 CostModel derive_costs(const CostModel& run_costs, const Schedule& run_sched,
                        const Schedule& target) {
   const int32_t P = run_sched.num_ranks;
-  std::vector<StageCost> totals(P);
-  for (auto& t : totals) t = StageCost{0, 0, 0, 0, 0};
-  for (int32_t s = 0; s < run_sched.num_stages; ++s) {
-    const StageCost& c = run_costs.stage(s);
-    StageCost& t = totals[run_sched.rank_of(s)];
-    t.f += c.f;
-    t.i += c.i;
-    t.w += c.w;
-    t.b += c.b;
-    t.recompute += c.recompute;
-    t.optimizer += c.optimizer;
-    t.act_bytes += c.act_bytes;
-    t.act_after_i_bytes += c.act_after_i_bytes;
-    t.input_bytes += c.input_bytes;
-    t.param_bytes += c.param_bytes;
-    t.grad_bytes += c.grad_bytes;
-    t.optimizer_bytes += c.optimizer_bytes;
-    t.message_bytes = std::max(t.message_bytes, c.message_bytes);
-  }
+  std::vector<StageCost> totals(P, scale_stage_cost(StageCost{}, 0.0));
+  for (int32_t s = 0; s < run_sched.num_stages; ++s)
+    add_stage_cost(totals[run_sched.rank_of(s)], run_costs.stage(s));
   const double v = target.chunks();
   std::vector<StageCost> out(target.num_stages);
-  for (int32_t s = 0; s < target.num_stages; ++s) {
-    const StageCost& t = totals[target.rank_of(s)];
-    StageCost& c = out[s];
-    c.f = t.f / v;
-    c.i = t.i / v;
-    c.w = t.w / v;
-    c.b = t.b / v;
-    c.recompute = t.recompute / v;
-    c.optimizer = t.optimizer / v;
-    c.act_bytes = t.act_bytes / v;
-    c.act_after_i_bytes = t.act_after_i_bytes / v;
-    c.input_bytes = t.input_bytes / v;
-    c.param_bytes = t.param_bytes / v;
-    c.grad_bytes = t.grad_bytes / v;
-    c.optimizer_bytes = t.optimizer_bytes / v;
-    c.message_bytes = t.message_bytes;
-  }
+  for (int32_t s = 0; s < target.num_stages; ++s)
+    out[s] = scale_stage_cost(totals[target.rank_of(s)], 1 / v);
   return CostModel(out, run_costs.link(), run_costs.time_unit(),
                    "derived from " + run_costs.source());
 }

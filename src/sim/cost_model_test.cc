@@ -408,5 +408,24 @@ TEST(StepCost, CalibrateUsesItAndTheStepsSurviveJson) {
 }
 
 
+// The one field list: every additive field adds and scales; message_bytes takes the larger and
+// is kept.
+TEST(StageCostFields, AddAndScaleCoverEveryField) {
+  StageCost a{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+  StageCost b = a;
+  b.message_bytes = 20;
+  add_stage_cost(a, b);
+  EXPECT_EQ(a.f, 2);
+  EXPECT_EQ(a.optimizer, 12);
+  EXPECT_EQ(a.optimizer_bytes, 24);
+  EXPECT_EQ(a.allreduce_bytes, 28);
+  EXPECT_EQ(a.message_bytes, 20);
+  const StageCost h = scale_stage_cost(a, 0.5);
+  EXPECT_EQ(h.f, 1);
+  EXPECT_EQ(h.act_after_i_bytes, 8);
+  EXPECT_EQ(h.allreduce_bytes, 14);
+  EXPECT_EQ(h.message_bytes, 20);
+}
+
 }  // namespace
 }  // namespace tightpipe
