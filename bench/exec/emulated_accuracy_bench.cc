@@ -25,6 +25,7 @@
 #include "tightpipe/cpu_kernels.h"
 #include "tightpipe/report.h"
 #include "tightpipe/trainer.h"
+#include "emulated_bubble_setup.h"
 #include "tiny_train.h"
 
 using namespace tightpipe;
@@ -75,27 +76,12 @@ bool measured_step(const Report& rep, int64_t step) {
 }
 
 void bubble_section(int steps) {
-  struct Case {
-    const char* schedule;
-    int v;
-    double reference;  // REFERENCE.md §2 (dualpipev, dualpipe: docs/schedule_ir.md)
-  } cases[] = {{"gpipe", 1, 0.273},       {"1f1b", 1, 0.273},  {"interleaved", 2, 0.158},
-               {"looped-bfs", 2, 0.158},  {"zb-h1", 1, 0.111}, {"zb-h2", 1, 0.111},
-               {"zb-v", 2, 0.059},        {"dualpipev", 2, 0.111}, {"dualpipe", 2, 0.077}};
   std::printf("\n1. Emulated bubble, p = 4, m = 8, F = I = W = 8 ms, thread ranks, %d steps\n",
               steps);
   std::printf("| schedule | measured | predicted (run's costs) | REFERENCE | measured - predicted |\n"
               "|---|---|---|---|---|\n");
-  for (const auto& c : cases) {
-    TrainOptions o = testutil::tiny_train_options(temp_dir("bubble"));
-    o.model.num_layers = 8;
-    o.schedule = c.schedule;
-    o.vpp = c.v;
-    o.pp = 4;
-    o.microbatches = 8;
-    o.exec.emulated = true;
-    o.exec.costs = EmulatedCompute::parse("f=8,i=8,w=8,b=16").value();
-    o.train_iters = steps;
+  for (const auto& c : testutil::kEmulatedBubbleCases) {
+    const TrainOptions o = testutil::emulated_bubble_options(temp_dir("bubble"), c, steps);
     auto s = run_training(o);
     if (!s.ok()) die(s.status());
     std::printf("| %s | %.1f%% | %.1f%% | %.1f%% | %+.1f pt |\n", c.schedule,

@@ -237,7 +237,10 @@ class LineWriter {
 // pipeline) 1 where its gradients are not finite, then 1 + the first microbatch whose loss was
 // not (0: every loss finite). Summed over the ranks, nonfinite_step_error() names them.
 std::vector<double> nonfinite_flags(PipelineRank& pr, const RankStepResult& r);
-// Appends the optimizer's event to r's timeline (start and end in seconds from the step origin).
+// One event of the step's own phases (not the program's actions) on r's timeline (start and end
+// in seconds from the step origin); add_optimizer_event: the optimizer's.
+void add_step_event(RankStepResult& r, std::string name, EventKind kind, Lane lane,
+                    int32_t step, double start, double end, double cpu_wait);
 void add_optimizer_event(RankStepResult& r, int32_t step, double start, double end,
                          double cpu_wait);
 

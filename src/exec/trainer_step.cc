@@ -109,17 +109,22 @@ std::vector<double> nonfinite_flags(PipelineRank& pr, const RankStepResult& r) {
   return flags;
 }
 
+void add_step_event(RankStepResult& r, std::string name, EventKind kind, Lane lane,
+                    int32_t step, double start, double end, double cpu_wait) {
+  TimelineEvent& e = r.timeline.events.emplace_back();
+  e.name = std::move(name);
+  e.kind = kind;
+  e.lane = lane;
+  e.step = step;
+  e.start = start;
+  e.end = end;
+  e.cpu_wait = cpu_wait;
+}
+
 void add_optimizer_event(RankStepResult& r, int32_t step, double start, double end,
                          double cpu_wait) {
-  TimelineEvent opt;
-  opt.name = "optimizer";
-  opt.kind = EventKind::kOptimizer;
-  opt.lane = Lane::kCompute;
-  opt.step = step;
-  opt.start = start;
-  opt.end = end;
-  opt.cpu_wait = cpu_wait;
-  r.timeline.events.push_back(opt);
+  add_step_event(r, "optimizer", EventKind::kOptimizer, Lane::kCompute, step, start, end,
+                 cpu_wait);
 }
 
 }  // namespace train_internal
@@ -342,14 +347,8 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
   // After the data-parallel reduction: its exposed time is idle before the optimizer.
   out.optimizer_start = now_seconds() - origin;
   if (pr.executor().schedule().directions > 1 && !pr.stages().empty()) {
-    TimelineEvent sum;
-    sum.name = "COPY_SUM";
-    sum.kind = EventKind::kAllReduce;
-    sum.lane = Lane::kAllReduce;
-    sum.step = step;
-    sum.start = copies_start;
-    sum.end = out.optimizer_start;
-    r.timeline.events.push_back(sum);
+    train_internal::add_step_event(r, "COPY_SUM", EventKind::kAllReduce, Lane::kAllReduce, step,
+                                   copies_start, out.optimizer_start, 0);
   }
   double sums[2] = {prog.loss, grad_sq};
   TP_RETURN_IF_ERROR(allreduce_sum(transport, sums, timeout_s)

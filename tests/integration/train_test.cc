@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "emulated_bubble_setup.h"
 #include "run.h"
 #include "sanitizer.h"
 #include "tightpipe/auto_schedule.h"
@@ -80,41 +81,14 @@ TEST(TrainIntegrationTest, RealComputeWritesMetricsSummaryAndTrace) {
 // measured bubble comes to the prediction is a benchmark's figure, not a test's:
 // build/bench/exec/emulated_accuracy_bench (README "Predicted against measured").
 TEST(TrainIntegrationTest, EmulatedBubblesRankTheSchedulesBeyondTheirNoise) {
-  struct Case {
-    const char* schedule;
-    int v;
-    double reference;  // REFERENCE.md §2 bubble ratio
-  } cases[] = {{"gpipe", 1, 0.273},
-               {"1f1b", 1, 0.273},
-               {"interleaved", 2, 0.158},
-               {"looped-bfs", 2, 0.158},
-               {"zb-h1", 1, 0.111},
-               {"zb-h2", 1, 0.111},
-               {"zb-v", 2, 0.059},
-               // Not in REFERENCE.md §2: simulate --schedule dualpipev --pp 4 --num-microbatches 8
-               // (uniform f=1,i=1,w=1, pairs at F + B): makespan 27, busy 24 per rank.
-               {"dualpipev", 2, 0.111},
-               // docs/schedule_ir.md, "DualPipeV and DualPipe": simulate --compare ... dualpipe
-               // --pp 4 --microbatches 8 --cost f=1,i=1,w=1: makespan 26, busy 24 per rank (a
-               // stage id is a whole model stage, so it costs a whole rank's share).
-               {"dualpipe", 2, 0.077}};
+  const auto& cases = testutil::kEmulatedBubbleCases;
   struct Measured {
     double bubble = 0, lo = 1, hi = 0;  // median, and the spread over the measured steps
   };
   std::vector<Measured> got;
   for (const auto& c : cases) {
     const std::string out = testutil::make_temp_dir("tp-emu");
-    TrainOptions o = tiny(out);
-    o.model.num_layers = 8;
-    o.schedule = c.schedule;
-    o.vpp = c.v;
-    o.pp = 4;
-    o.microbatches = 8;
-    o.exec.emulated = true;
-    o.exec.costs = EmulatedCompute::parse("f=8,i=8,w=8,b=16").value();
-    o.eval_iters = 0;
-    o.train_iters = 5;
-    o.trace_path.clear();
+    TrainOptions o = testutil::emulated_bubble_options(out, c, 5);
     auto s = run_training(o);
     ASSERT_TRUE(s.ok()) << c.schedule << ": " << s.status().to_string();
     EXPECT_EQ(s->steps, 5) << c.schedule;
