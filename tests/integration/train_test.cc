@@ -423,7 +423,10 @@ TEST(TrainIntegrationTest, AutoScheduleProfilesSwitchesResumesAndTrainsAsOneRank
   EXPECT_EQ(b->auto_schedule, name);
   EXPECT_EQ(b->auto_profiled_with, auto_schedule_counterpart(name));
   EXPECT_EQ(b->auto_profile_steps, 2);
-  EXPECT_GE(b->auto_predicted_before, b->auto_predicted_after);  // never worse than the fixed one
+  // Never worse than the fixed one. A tie may differ in the last bits: the builder compares its
+  // own objective, the trainer's prediction sums the same durations in another order (seen once
+  // in a loaded run: 0.162505 against 0.162505).
+  EXPECT_GE(b->auto_predicted_before * (1 + 1e-9), b->auto_predicted_after);
   const nlohmann::json sb = read_json(first.out_dir + "/summary.json");
   EXPECT_EQ(sb["schedule"], name);
   EXPECT_EQ(sb["warmup_steps_excluded"], 3);  // 2 profile steps + 1 warm-up
