@@ -292,8 +292,10 @@ TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
 }
 
 // 1F1B p = 4, m = 8; the loader sleeps 5 ms per microbatch on the first and the last rank: 2 x 8
-// x 5 ms of data wait per step at least (the sleeps never end early; how close it comes is
-// emulated_accuracy_bench's figure).
+// x 5 ms of data wait per step. Sleeps never end early, but a step's first fetch may begin before
+// the step's window does (seen: 78.5 of 80 ms inside it, in a quiet run), so the test holds 7 of
+// the 8 fetches per rank and step as the lower bound; how close it comes is
+// emulated_accuracy_bench's figure.
 TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   const std::string out = testutil::make_temp_dir("tp-rep-data");
   TrainOptions o = emulated(out, "1f1b", 4, 8);
@@ -319,17 +321,17 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   for (const StepBreakdown& st : rep->steps) {
     if (std::find(sm.steps.begin(), sm.steps.end(), st.step) == sm.steps.end()) continue;
     const double expected = 2 * 8 * 5 * kMs / (4 * st.step_time);
-    EXPECT_GE(cause(st, IdleCause::kData), expected * (1 - 1e-3)) << "step " << st.step;
+    EXPECT_GE(cause(st, IdleCause::kData), expected * 7 / 8) << "step " << st.step;
     std::printf(
         "slow loader step %d: T %.2f ms, data wait %.2f%% (closed form %.2f%%), other %.2f%%\n",
         st.step, st.step_time / kMs, 100 * cause(st, IdleCause::kData), 100 * expected,
         100 * cause(st, IdleCause::kOther));
   }
-  // Per rank: only the first and the last rank wait for data, 40 ms or more each; the middle
-  // ranks load nothing.
+  // Per rank: only the first and the last rank wait for data, 35 ms or more each (7 of their 8
+  // fetches); the middle ranks load nothing.
   const int kData = static_cast<int>(IdleCause::kData);
-  EXPECT_GE(sm.rank_idle[0][kData], 39.9 * kMs);
-  EXPECT_GE(sm.rank_idle[3][kData], 39.9 * kMs);
+  EXPECT_GE(sm.rank_idle[0][kData], 35 * kMs);
+  EXPECT_GE(sm.rank_idle[3][kData], 35 * kMs);
   EXPECT_LT(sm.rank_idle[1][kData], sm.rank_idle[0][kData] / 10);
   EXPECT_LT(sm.rank_idle[2][kData], sm.rank_idle[3][kData] / 10);
   // The prediction has no loader: the data wait is named as the gap's largest contributor.
@@ -339,7 +341,7 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
     std::printf("gap contributor: %s\n", g.text.c_str());
     if (g.category == "data wait" && (g.rank == 0 || g.rank == 3)) {
       named = true;
-      EXPECT_GE(g.delta, 39.9 * kMs) << g.text;
+      EXPECT_GE(g.delta, 35 * kMs) << g.text;
     }
   }
   EXPECT_TRUE(named) << "the loader's 40 ms per rank is not among the gap's contributors";
