@@ -77,8 +77,10 @@ TEST(DataParallelAllReduce, EmulatedExposedAllReduceIsMeasuredNamedAndPredicted)
         overlap ? "--overlap-grad-reduce" : "after the program", 1e3 * step[overlap],
         1e3 * predicted_step[overlap], 100 * spread[overlap], 100 * measured, 100 * predicted,
         100 * rep->predicted.exposed_allreduce_ratio);
-    // The link sleeps 17-38 ms per stage's gradients: some of it is always waited for.
-    EXPECT_GT(measured, 0);
+    // The link sleeps 17-38 ms per stage's gradients: after the program some of it is always
+    // waited for (with the overlap a rank slowed by load may hide all of it).
+    if (overlap == 0) EXPECT_GT(measured, 0);
+    EXPECT_GE(measured, 0);
     EXPECT_GT(predicted, 0);
     // The simulator's own number is the breakdown's of its timeline (one definition).
     EXPECT_NEAR(rep->predicted.exposed_allreduce_ratio, predicted, 1e-9);
