@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "bench_cli.h"
+#include "emulated_bubble_setup.h"
 #include "tightpipe/base.h"
 #include "tightpipe/cpu_kernels.h"
 #include "tightpipe/report.h"
 #include "tightpipe/trainer.h"
-#include "emulated_bubble_setup.h"
 #include "tiny_train.h"
 
 using namespace tightpipe;
@@ -45,8 +45,8 @@ std::string temp_dir(const char* what) {
   return tmpl;
 }
 
-TrainOptions emulated(const std::string& out, const std::string& schedule, int pp, int m,
-                      int steps, const char* costs) {
+TrainOptions emulated(const std::string& out, const std::string& schedule, int pp, int m, int steps,
+                      const char* costs) {
   TrainOptions o = testutil::tiny_train_options(out, schedule, pp, m);
   o.exec.emulated = true;
   o.exec.costs = EmulatedCompute::parse(costs).value();
@@ -78,15 +78,16 @@ bool measured_step(const Report& rep, int64_t step) {
 void bubble_section(int steps) {
   std::printf("\n1. Emulated bubble, p = 4, m = 8, F = I = W = 8 ms, thread ranks, %d steps\n",
               steps);
-  std::printf("| schedule | measured | predicted (run's costs) | REFERENCE | measured - predicted |\n"
-              "|---|---|---|---|---|\n");
+  std::printf(
+      "| schedule | measured | predicted (run's costs) | REFERENCE | measured - predicted |\n"
+      "|---|---|---|---|---|\n");
   for (const auto& c : testutil::kEmulatedBubbleCases) {
     const TrainOptions o = testutil::emulated_bubble_options(temp_dir("bubble"), c, steps);
     auto s = run_training(o);
     if (!s.ok()) die(s.status());
     std::printf("| %s | %.1f%% | %.1f%% | %.1f%% | %+.1f pt |\n", c.schedule,
-                100 * s->measured_bubble_ratio, 100 * s->predicted_bubble_ratio,
-                100 * c.reference, 100 * (s->measured_bubble_ratio - s->predicted_bubble_ratio));
+                100 * s->measured_bubble_ratio, 100 * s->predicted_bubble_ratio, 100 * c.reference,
+                100 * (s->measured_bubble_ratio - s->predicted_bubble_ratio));
     std::fflush(stdout);
   }
 }
@@ -106,9 +107,10 @@ void link_section(int steps) {
               {"drain", IdleCause::kDrain, 11},
               {"data", IdleCause::kData, 0},
               {"other", IdleCause::kOther, 0}};
-  std::printf("\n2. Slow link, GPipe p = 2, m = 4, F 4 / B 8 ms, 3 ms per message, %d steps: "
-              "causes in points of each step's 2 x T (median over the measured steps)\n",
-              steps);
+  std::printf(
+      "\n2. Slow link, GPipe p = 2, m = 4, F 4 / B 8 ms, 3 ms per message, %d steps: "
+      "causes in points of each step's 2 x T (median over the measured steps)\n",
+      steps);
   std::printf("| cause | measured | closed form | deviation |\n|---|---|---|---|\n");
   for (const Want& w : want) {
     std::vector<double> measured, closed;
@@ -121,8 +123,8 @@ void link_section(int steps) {
     std::printf("| %s | %.2f%% | %.2f%% | %+.2f pt |\n", w.name, 100 * m, 100 * c, 100 * (m - c));
   }
   const StepBreakdown* shown = rep.shown();
-  const double end = shown ? std::max(shown->ranks[0].last_compute, shown->ranks[1].last_compute)
-                           : 0;
+  const double end =
+      shown ? std::max(shown->ranks[0].last_compute, shown->ranks[1].last_compute) : 0;
   const double pend = std::max(rep.predicted_breakdown.ranks[0].last_compute,
                                rep.predicted_breakdown.ranks[1].last_compute);
   std::printf("program end: measured %.2f ms, predicted %.2f ms, closed form 66 ms\n", end / kMs,
@@ -138,9 +140,10 @@ void link4_section(int steps) {
   o.world.link = parse_link_options("latency_us=3000").value();
   const Report rep = run_and_report(o);
   const double PT = 4 * rep.summary.step_time.median;
-  std::printf("\n3. Slow link, 1F1B p = 4, m = 8, F 4 / B 8 ms, 3 ms per message, %d steps: each "
-              "cause summed over the ranks, in points of 4 x T\n",
-              steps);
+  std::printf(
+      "\n3. Slow link, 1F1B p = 4, m = 8, F 4 / B 8 ms, 3 ms per message, %d steps: each "
+      "cause summed over the ranks, in points of 4 x T\n",
+      steps);
   std::printf("| cause | measured | simulator (run's costs) | deviation |\n|---|---|---|---|\n");
   for (int c = 0; c < kNumIdleCauses; ++c) {
     double measured = 0, predicted = 0;
@@ -159,9 +162,10 @@ void loader_section(int steps) {
   TrainOptions o = emulated(temp_dir("loader"), "1f1b", 4, 8, steps, "f=4,b=8");
   o.data_delay_ms = 5;
   const Report rep = run_and_report(o);
-  std::printf("\n4. Slow loader, 1F1B p = 4, m = 8, 5 ms per microbatch on the first and the last "
-              "rank, %d steps: data wait per rank and step\n",
-              steps);
+  std::printf(
+      "\n4. Slow loader, 1F1B p = 4, m = 8, 5 ms per microbatch on the first and the last "
+      "rank, %d steps: data wait per rank and step\n",
+      steps);
   std::printf("| rank | measured | expected |\n|---|---|---|\n");
   for (int r = 0; r < 4; ++r)
     std::printf("| %d | %.2f ms | %d ms |\n", r,

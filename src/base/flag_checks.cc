@@ -42,14 +42,13 @@ Status check_model_shape(const ModelShape& s, const ModelShapeNames& n, const Mo
   return OkStatus();
 }
 
-Result<int32_t> chunks_from_layers_per_virtual_stage(int64_t layers, int32_t pp,
-                                                     int64_t n) {
+Result<int32_t> chunks_from_layers_per_virtual_stage(int64_t layers, int32_t pp, int64_t n) {
   constexpr std::string_view kFlag = "--num-layers-per-virtual-pipeline-stage";
   if (layers < 1 || pp < 1) {
-    return Status::invalid_argument(fmt::format(
-        "{} {}: needs the model's layers and the pipeline size (got --num-layers {}, "
-        "--pipeline-model-parallel-size {}); hint: give --num-layers",
-        kFlag, n, layers, pp));
+    return Status::invalid_argument(
+        fmt::format("{} {}: needs the model's layers and the pipeline size (got --num-layers {}, "
+                    "--pipeline-model-parallel-size {}); hint: give --num-layers",
+                    kFlag, n, layers, pp));
   }
   if (n < 1 || n > layers) {
     return Status::invalid_argument(fmt::format(
@@ -65,10 +64,10 @@ Result<int32_t> chunks_from_layers_per_virtual_stage(int64_t layers, int32_t pp,
   }
   const int64_t per_rank = layers / pp;
   if (per_rank % n != 0) {
-    return Status::invalid_argument(fmt::format(
-        "{} {}: does not divide the {} layers per rank (--num-layers {} / "
-        "--pipeline-model-parallel-size {}); hint: a divisor of {}",
-        kFlag, n, per_rank, layers, pp, per_rank));
+    return Status::invalid_argument(
+        fmt::format("{} {}: does not divide the {} layers per rank (--num-layers {} / "
+                    "--pipeline-model-parallel-size {}); hint: a divisor of {}",
+                    kFlag, n, per_rank, layers, pp, per_rank));
   }
   return static_cast<int32_t>(per_rank / n);
 }

@@ -239,8 +239,8 @@ class LineWriter {
 std::vector<double> nonfinite_flags(PipelineRank& pr, const RankStepResult& r);
 // One event of the step's own phases (not the program's actions) on r's timeline (start and end
 // in seconds from the step origin); add_optimizer_event: the optimizer's.
-void add_step_event(RankStepResult& r, std::string name, EventKind kind, Lane lane,
-                    int32_t step, double start, double end, double cpu_wait);
+void add_step_event(RankStepResult& r, std::string name, EventKind kind, Lane lane, int32_t step,
+                    double start, double end, double cpu_wait);
 void add_optimizer_event(RankStepResult& r, int32_t step, double start, double end,
                          double cpu_wait);
 

@@ -109,8 +109,8 @@ std::vector<double> nonfinite_flags(PipelineRank& pr, const RankStepResult& r) {
   return flags;
 }
 
-void add_step_event(RankStepResult& r, std::string name, EventKind kind, Lane lane,
-                    int32_t step, double start, double end, double cpu_wait) {
+void add_step_event(RankStepResult& r, std::string name, EventKind kind, Lane lane, int32_t step,
+                    double start, double end, double cpu_wait) {
   TimelineEvent& e = r.timeline.events.emplace_back();
   e.name = std::move(name);
   e.kind = kind;
@@ -123,8 +123,7 @@ void add_step_event(RankStepResult& r, std::string name, EventKind kind, Lane la
 
 void add_optimizer_event(RankStepResult& r, int32_t step, double start, double end,
                          double cpu_wait) {
-  add_step_event(r, "optimizer", EventKind::kOptimizer, Lane::kCompute, step, start, end,
-                 cpu_wait);
+  add_step_event(r, "optimizer", EventKind::kOptimizer, Lane::kCompute, step, start, end, cpu_wait);
 }
 
 }  // namespace train_internal

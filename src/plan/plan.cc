@@ -568,7 +568,8 @@ Status Planner::enumerate() {
       for (const std::string& name : names) {
         // One rank: every schedule is gradient accumulation; 1F1B stands for them all.
         if (p == 1 && name != "1f1b" && !(o_.schedules.size() == 1)) continue;
-        for (int32_t v : chunk_choices(name, p, model.num_layers, o_.vpp, o_.layers_per_virtual_stage)) {
+        for (int32_t v :
+             chunk_choices(name, p, model.num_layers, o_.vpp, o_.layers_per_virtual_stage)) {
           Config c{name, p, v, dp, mbs, m};
           if (!check_schedule_shape("", p, int64_t(p) * v, m).ok()) {
             ++res_.stats.configurations;

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <map>
-#include <span>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "tightpipe/base.h"
 #include "tightpipe/cost_model.h"
@@ -105,7 +105,7 @@ Result<CostSamples> CostSamples::from_json(std::string_view text) {
 
 double step_cost(std::span<const double> durations, std::span<const int32_t> steps) {
   if (durations.empty()) return 0;
-  const bool stepped = steps.size() == durations.size();  // else: all one step
+  const bool stepped = steps.size() == durations.size();   // else: all one step
   std::map<int32_t, std::pair<double, int64_t>> per_step;  // step -> (sum, count)
   for (size_t k = 0; k < durations.size(); ++k) {
     auto& [sum, n] = per_step[stepped ? steps[k] : 0];
@@ -114,7 +114,8 @@ double step_cost(std::span<const double> durations, std::span<const int32_t> ste
   }
   std::vector<double> means;
   means.reserve(per_step.size());
-  for (const auto& [step, sn] : per_step) means.push_back(sn.first / static_cast<double>(sn.second));
+  for (const auto& [step, sn] : per_step)
+    means.push_back(sn.first / static_cast<double>(sn.second));
   return median(means);
 }
 

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <limits>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
@@ -376,7 +376,8 @@ TEST(StepCost, PaysTheTailOfEveryStepButNotAStalledStep) {
 // calibrate() takes step_cost() of measured timelines (the steps travel with the samples through
 // their JSON, as between MPI ranks), and the median action for GPU-trace fits.
 TEST(StepCost, CalibrateUsesItAndTheStepsSurviveJson) {
-  const Schedule low = lower(generate_schedule("1f1b", {.ranks = 1, .microbatches = 2}).value()).value();
+  const Schedule low =
+      lower(generate_schedule("1f1b", {.ranks = 1, .microbatches = 2}).value()).value();
   CostSamples s;
   auto add = [&s](int step, EventKind kind, double seconds) {
     TimelineEvent e;
@@ -406,7 +407,6 @@ TEST(StepCost, CalibrateUsesItAndTheStepsSurviveJson) {
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_DOUBLE_EQ(c->stage(0).f, 1.0);  // median of {1, 1, 4, 1, 1, 4, 1, 1, 300}
 }
-
 
 // The one field list: every additive field adds and scales; message_bytes takes the larger and
 // is kept.

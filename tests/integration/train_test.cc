@@ -78,8 +78,8 @@ TEST(TrainIntegrationTest, RealComputeWritesMetricsSummaryAndTrace) {
 // Emulated compute, p = 4, m = 8, F = I = W = 8 ms per rank: every schedule trains, and the
 // measured bubbles rank the schedules as REFERENCE.md §2 does wherever the two bubbles' gap is
 // larger than the two runs' own noise: the step-to-step spread of their measured bubbles plus
-// their cpu wait and unattributed idle (load widens both, so a loaded run judges fewer pairs). How close the
-// measured bubble comes to the prediction is a benchmark's figure, not a test's:
+// their cpu wait and unattributed idle (load widens both, so a loaded run judges fewer pairs). How
+// close the measured bubble comes to the prediction is a benchmark's figure, not a test's:
 // build/bench/exec/emulated_accuracy_bench (README "Predicted against measured").
 TEST(TrainIntegrationTest, EmulatedBubblesRankTheSchedulesBeyondTheirNoise) {
   const auto& cases = testutil::kEmulatedBubbleCases;
@@ -124,13 +124,13 @@ TEST(TrainIntegrationTest, EmulatedBubblesRankTheSchedulesBeyondTheirNoise) {
   for (size_t a = 0; a < got.size(); ++a) {
     for (size_t b = 0; b < got.size(); ++b) {
       const double gap = cases[a].reference - cases[b].reference;
-      const double noise = (got[a].hi - got[a].lo) + (got[b].hi - got[b].lo) + got[a].load +
-                           got[b].load;
+      const double noise =
+          (got[a].hi - got[a].lo) + (got[b].hi - got[b].lo) + got[a].load + got[b].load;
       if (gap <= 0 || gap <= noise) continue;  // within noise: not judged
       ++judged;
       EXPECT_GT(got[a].bubble, got[b].bubble)
-          << cases[a].schedule << " (" << got[a].bubble << ") against " << cases[b].schedule
-          << " (" << got[b].bubble << "): REFERENCE gap " << gap << ", noise " << noise;
+          << cases[a].schedule << " (" << got[a].bubble << ") against " << cases[b].schedule << " ("
+          << got[b].bubble << "): REFERENCE gap " << gap << ", noise " << noise;
     }
   }
   std::printf("emulated bubbles: %d ordered pairs judged (gap beyond the runs' spread)\n", judged);

@@ -292,12 +292,14 @@ TEST(TrainCli, BlasFallbackIsCorrectedAndNamed) {
 // chunks per rank), refused where it does not divide, and not with --vpp.
 TEST(TrainCli, MegatronLayersPerVirtualStage) {
   const std::string dir = fresh_dir("lpvs");
-  const std::string common = "train --num-layers 4 --hidden-size 32 --num-attention-heads 2 "
-                             "--seq-length 32 --micro-batch-size 4 --eval-iters 0 --data-path " +
-                             kText + " --pp 2 --schedule interleaved --num-microbatches 4 "
-                             "--train-iters 2";
-  RunResult r = run_tightpipe(common + " --num-layers-per-virtual-pipeline-stage 1 --out-dir " +
-                              dir + "/a");
+  const std::string common =
+      "train --num-layers 4 --hidden-size 32 --num-attention-heads 2 "
+      "--seq-length 32 --micro-batch-size 4 --eval-iters 0 --data-path " +
+      kText +
+      " --pp 2 --schedule interleaved --num-microbatches 4 "
+      "--train-iters 2";
+  RunResult r =
+      run_tightpipe(common + " --num-layers-per-virtual-pipeline-stage 1 --out-dir " + dir + "/a");
   ASSERT_EQ(r.code, 0) << r.output;
   auto summary = read_file(dir + "/a/summary.json");
   ASSERT_TRUE(summary.ok());
@@ -313,11 +315,14 @@ TEST(TrainCli, MegatronLayersPerVirtualStage) {
 // [start, end), counted from 0, one after another on one time axis on every rank.
 TEST(TrainCli, ProfileStepsChooseWhatTheTraceRecords) {
   const std::string dir = fresh_dir("profile");
-  const std::string common = "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
-                             "--seq-length 32 --micro-batch-size 4 --eval-iters 0 --data-path " +
-                             kText + " --pp 2 --num-microbatches 4 --train-iters 5";
-  RunResult r = run_tightpipe(common + " --trace " + dir + "/t.json --profile-step-start 1 "
-                              "--profile-step-end 3 --out-dir " + dir + "/run");
+  const std::string common =
+      "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
+      "--seq-length 32 --micro-batch-size 4 --eval-iters 0 --data-path " +
+      kText + " --pp 2 --num-microbatches 4 --train-iters 5";
+  RunResult r = run_tightpipe(common + " --trace " + dir +
+                              "/t.json --profile-step-start 1 "
+                              "--profile-step-end 3 --out-dir " +
+                              dir + "/run");
   ASSERT_EQ(r.code, 0) << r.output;
   auto text = read_file(dir + "/t.json");
   ASSERT_TRUE(text.ok());
@@ -342,12 +347,14 @@ TEST(TrainCli, ProfileStepsChooseWhatTheTraceRecords) {
   const auto one = nlohmann::json::parse(read_file(dir + "/last.json").value());
   for (const auto& e : one["traceEvents"])
     if (e.value("ph", "") == "X") EXPECT_EQ(e["args"]["step"].get<int>(), 4);
-  expect_one_line_error(run_tightpipe(common + " --trace " + dir + "/x.json "
+  expect_one_line_error(run_tightpipe(common + " --trace " + dir +
+                                      "/x.json "
                                       "--profile-step-start 3 --profile-step-end 9"),
                         2, "need start < end <= --train-iters 5");
   expect_one_line_error(run_tightpipe(common + " --profile-step-start 1 --profile-step-end 2"), 2,
                         "hint: add --trace FILE.json");
-  expect_one_line_error(run_tightpipe(common + " --trace " + dir + "/x.json "
+  expect_one_line_error(run_tightpipe(common + " --trace " + dir +
+                                      "/x.json "
                                       "--profile-step-start 2"),
                         2, "give both");
 }

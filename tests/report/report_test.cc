@@ -283,7 +283,8 @@ TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
   double measured_exposed = 0, predicted_exposed = 0;
   for (int r = 0; r < 4; ++r) {
     measured_exposed += sm.rank_idle[r][static_cast<int>(IdleCause::kExposedComm)];
-    predicted_exposed += rep->predicted_breakdown.ranks[r].idle[static_cast<int>(IdleCause::kExposedComm)];
+    predicted_exposed +=
+        rep->predicted_breakdown.ranks[r].idle[static_cast<int>(IdleCause::kExposedComm)];
   }
   EXPECT_GT(measured_exposed, 0);  // how much: a receiver's own lateness hides part of it
   EXPECT_GE(predicted_exposed, 8.9 * kMs);

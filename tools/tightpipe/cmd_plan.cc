@@ -156,10 +156,10 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--pp,--pipeline-model-parallel-size", o.pp, "only these pipeline sizes, e.g. 4,8")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  auto* vpp = app.add_option("--vpp", o.vpp,
-                             "only these virtual stages per rank (interleaved), e.g. 2,4")
-                  ->delimiter(',')
-                  ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  auto* vpp =
+      app.add_option("--vpp", o.vpp, "only these virtual stages per rank (interleaved), e.g. 2,4")
+          ->delimiter(',')
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--num-layers-per-virtual-pipeline-stage", o.layers_per_virtual_stage,
                  "Megatron's way to set v: interleaved and looped-bfs take v = --num-layers / "
                  "(p x this) at the pipeline sizes p where it divides; not with --vpp")

@@ -38,7 +38,7 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
   add_chunk_flags(app, f.vpp, f.group_size, f.layers_per_virtual_stage);
   app.add_option("--num-layers", f.num_layers,
                  "the model's transformer layers, for --num-layers-per-virtual-pipeline-stage")
-      ->check(count_flag(1024, "transformer layers", "e.g. --num-layers 32"));
+      ->check(count_flag(kMaxNumLayers, "transformer layers", "e.g. --num-layers 32"));
 }
 
 void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size,
@@ -55,7 +55,7 @@ void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size,
   app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_virtual_stage,
                  "Megatron's way to set v: transformer layers per chunk, v = --num-layers / "
                  "(--pp x this); not with --vpp")
-      ->check(count_flag(1024, "layers per virtual pipeline stage", "e.g. 2"))
+      ->check(count_flag(kMaxNumLayers, "layers per virtual pipeline stage", "e.g. 2"))
       ->excludes(v);
   app.add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
                  group_size, "interleaved: microbatches per group (default --pp)")
@@ -277,8 +277,8 @@ Result<Schedule> load_auto_schedule(const ScheduleFlags& f) {
 Status resolve_chunks(int32_t& vpp, int64_t layers_per_virtual_stage, int64_t num_layers,
                       int32_t pp) {
   if (layers_per_virtual_stage <= 0) return OkStatus();
-  TP_ASSIGN_OR_RETURN(vpp,
-                      chunks_from_layers_per_virtual_stage(num_layers, pp, layers_per_virtual_stage));
+  TP_ASSIGN_OR_RETURN(
+      vpp, chunks_from_layers_per_virtual_stage(num_layers, pp, layers_per_virtual_stage));
   return OkStatus();
 }
 

@@ -71,8 +71,7 @@ Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   TP_ASSIGN_OR_RETURN(o.auto_schedule, zb_auto_options(f.zb, o.schedule));
   o.auto_schedule_profile_steps = f.auto_profile_steps;
   o.vpp = f.vpp;
-  TP_RETURN_IF_ERROR(
-      resolve_chunks(o.vpp, f.layers_per_virtual_stage, o.model.num_layers, o.pp));
+  TP_RETURN_IF_ERROR(resolve_chunks(o.vpp, f.layers_per_virtual_stage, o.model.num_layers, o.pp));
   o.group_size = f.group_size;
   TP_ASSIGN_OR_RETURN(o.world.kind, parse_transport_kind(f.transport));
   if (!f.emulate_link.empty()) {
