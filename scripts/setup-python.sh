@@ -41,9 +41,19 @@ if [ -f "$venv/.tightpipe-complete" ]; then
 fi
 start=$SECONDS
 PY=${PYTHON:-python3}
+apt_install() {  # the way scripts/setup.sh installs Debian packages
+  local SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
 if ! command -v "$PY" >/dev/null; then
-  echo "setup-python: no '$PY' interpreter on PATH; hint: apt-get install python3, or set PYTHON" >&2
-  exit 1
+  if [ -n "${PYTHON:-}" ]; then
+    echo "setup-python: PYTHON=$PY is not on PATH; hint: unset PYTHON to use python3" >&2
+    exit 1
+  fi
+  echo "setup-python: installing python3 and python3-venv (Debian's)"
+  apt_install python3 python3-venv
 fi
 
 # The index must answer before anything is written.
@@ -67,11 +77,7 @@ fi
 if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
   ver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   echo "setup-python: installing python3-venv (python$ver-venv)"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    python3-venv "python$ver-venv" >/dev/null
+  apt_install python3-venv "python$ver-venv"
 fi
 
 mkdir -p "$(dirname "$venv")"
