@@ -38,7 +38,7 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
   add_chunk_flags(app, f.vpp, f.group_size, f.layers_per_virtual_stage);
   app.add_option("--num-layers", f.num_layers,
                  "the model's transformer layers, for --num-layers-per-virtual-pipeline-stage")
-      ->check(count_flag(kMaxNumLayers, "transformer layers", "e.g. --num-layers 32"));
+      ->check(count_flag(nn::kMaxNumLayers, "transformer layers", "e.g. --num-layers 32"));
 }
 
 void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size,
@@ -55,7 +55,7 @@ void add_chunk_flags(CLI::App& app, int32_t& vpp, int32_t& group_size,
   app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_virtual_stage,
                  "Megatron's way to set v: transformer layers per chunk, v = --num-layers / "
                  "(--pp x this); not with --vpp")
-      ->check(count_flag(kMaxNumLayers, "layers per virtual pipeline stage", "e.g. 2"))
+      ->check(count_flag(nn::kMaxNumLayers, "layers per virtual pipeline stage", "e.g. 2"))
       ->excludes(v);
   app.add_option("--microbatch-group-size,--microbatch-group-size-per-virtual-pipeline-stage",
                  group_size, "interleaved: microbatches per group (default --pp)")
