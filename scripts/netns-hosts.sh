@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two emulated hosts on this machine: two network namespaces joined by a veth pair, for running
 # mpirun -H across "machines" over Open MPI's TCP transport (tests/integration/
-# cross_host_mpi_test.cc; README "Across machines").
+# cross_host_mpi_test.cc; docs/data_parallel.md "Across machines").
 #
 #   scripts/netns-hosts.sh up DIR [--delay-us N] [--rate-mbit N]
 #   scripts/netns-hosts.sh mpirun DIR PER_HOST ARGS...

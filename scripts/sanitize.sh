@@ -34,7 +34,7 @@ do_build() {
 }
 # Left out of this lane, each still run unsanitized by the main ctest (scripts/test.sh):
 # - fuzz_corpus.*: the seed corpora, which every fuzz target below runs first anyway;
-# - the planner's end-to-end searches over the README's 64-device example and the 8-stage and
+# - the planner's end-to-end searches over docs/plan.md's 64-device example and the 8-stage and
 #   largest-value plans (PlanTest.IssueExample*, PlanTest.EightStages*, CliPlanTest.IssueExample,
 #   CliPlanTest.TableStays*): 30-80 s each here, the same search code that PlanTest's other cases
 #   and the `plan` fuzz target run sanitized in seconds.

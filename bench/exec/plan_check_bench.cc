@@ -52,7 +52,7 @@ struct Settings {
   int global_batch_size = 32;
   // tightpipe plan --micro-batch-size: the calibration's. Scaled from 4 to 1, the costs predict
   // zb-v at micro batch 1 (m = 32, one block per chunk) 11-16% short: the fixed cost of an
-  // action and its messages does not shrink with the micro batch (README).
+  // action and its messages does not shrink with the micro batch (docs/plan.md).
   std::string micro_batch_sizes = "4";
   int calibration_micro_batch_size = 4;
   bool single_device = true;  // also the 1-device plan's top candidate (p = 1)

@@ -215,7 +215,7 @@ TEST_F(SimulateCli, Compare) {
   EXPECT_DOUBLE_EQ(parsed["results"][0]["makespan"].get<double>(), 33);
 }
 
-// The README's comparison: name:v items in --compare (one parser with report --what-if).
+// docs/simulator.md's comparison: name:v items in --compare (one parser with report --what-if).
 TEST_F(SimulateCli, CompareTakesChunksPerItem) {
   CliRun r =
       run("--pp 8 --microbatches 32 --cost f=1,i=1,w=1,comm=0.1 "

@@ -68,7 +68,7 @@ TEST(CliOutputTest, FullDiskKeepsThePreviousOutput) {
   EXPECT_TRUE(has(read_file(out).value(), "F"));
 }
 
-// The README's sequence: train into a run directory with --trace inside it, then report on it.
+// docs/report.md's sequence: train into a run directory with --trace inside it, then report on it.
 // The training's trace and costs stay byte for byte; the report's files have their own names.
 // --out at a directory holding an input: the input stays; an output that is an input is refused.
 TEST(CliOutputTest, ReportNeverWritesOverItsInputs) {

@@ -111,7 +111,7 @@ TEST(CliPlanTest, BadInput) {
                   {"--recompute 'sometimes'", "block:N"});
 }
 
-// Issue 27: the README's command with --recompute leaving out none crashed (SIGSEGV, nothing
+// Issue 27: docs/plan.md's command with --recompute leaving out none crashed (SIGSEGV, nothing
 // printed): an automatic schedule tried no recompute choice. Now it plans; filters that leave
 // nothing, or only automatic schedules without none, are one line each.
 TEST(CliPlanTest, RecomputeWithoutNonePlans) {

@@ -54,8 +54,8 @@ TEST(CliReportTest, FileIsNotARunDirectory) {
   EXPECT_NE(r.err.find(dir + "/nope"), std::string::npos) << r.err;
 }
 
-// Other engines' GPU traces: the README's command on the bundled traces, report.json's keys, the
-// pipeline flags, and what a user gets wrong.
+// Other engines' GPU traces: docs/report.md's command on the bundled traces, report.json's keys,
+// the pipeline flags, and what a user gets wrong.
 TEST(CliReportTest, GpuTraces) {
   const std::string tp = testutil::tightpipe_binary();
   if (!fs::exists(tp)) GTEST_SKIP() << "tightpipe not built";

@@ -47,7 +47,7 @@ TEST(DataParallelAllReduce, EmulatedStageParamsAreTheModels) {
 
 // The exposed all-reduce is measured, named and predicted by one definition; the overlap shortens
 // the step wherever the prediction's gap is beyond the two runs' own step-to-step spread. How close
-// measured and predicted come is dp_allreduce_bench's figure (README), not a test's.
+// measured and predicted come is dp_allreduce_bench's figure (docs/data_parallel.md), not a test's.
 TEST(DataParallelAllReduce, EmulatedExposedAllReduceIsMeasuredNamedAndPredicted) {
   double step[2] = {0, 0}, predicted_step[2] = {0, 0}, spread[2] = {0, 0};
   for (int overlap = 0; overlap < 2; ++overlap) {

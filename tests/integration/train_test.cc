@@ -80,7 +80,7 @@ TEST(TrainIntegrationTest, RealComputeWritesMetricsSummaryAndTrace) {
 // larger than the two runs' own noise: the step-to-step spread of their measured bubbles plus
 // their cpu wait and unattributed idle (load widens both, so a loaded run judges fewer pairs). How
 // close the measured bubble comes to the prediction is a benchmark's figure, not a test's:
-// build/bench/exec/emulated_accuracy_bench (README "Predicted against measured").
+// build/bench/exec/emulated_accuracy_bench (docs/plan.md "Predicted against measured").
 TEST(TrainIntegrationTest, EmulatedBubblesRankTheSchedulesBeyondTheirNoise) {
   const auto& cases = testutil::kEmulatedBubbleCases;
   struct Measured {

@@ -1,6 +1,6 @@
 // The model learns: a short single-rank run of the tiny config (4 layers, hidden 128,
 // 4 heads, T=128) on tinyshakespeare must reach a validation loss below 2.5 nats per byte, and
-// with --bf16 within 0.03 of that FP32 run. (The README documents the longer run.) Label: slow.
+// with --bf16 within 0.03 of that FP32 run. (docs/model.md documents the longer run.) Label: slow.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -252,7 +252,7 @@ TEST(ReportAttributionTest, SlowLinkIsExposedCommunication) {
 
 // 1F1B p = 4, m = 8 with a 3 ms link: measured and predicted idle both split into every cause
 // of the one definition, and the link shows as exposed communication in both. Their agreement
-// cause by cause is emulated_accuracy_bench's figure (README "Predicted against measured").
+// cause by cause is emulated_accuracy_bench's figure (docs/plan.md "Predicted against measured").
 TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
   const std::string out = testutil::make_temp_dir("tp-rep-link4");
   TrainOptions o = emulated(out, "1f1b", 4, 8);
