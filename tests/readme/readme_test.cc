@@ -17,8 +17,8 @@
 // rules look at the program after them. The rules, first match wins; a skipped command is printed
 // with its rule:
 //  1. placeholder: a token `...`, a file the reader supplies (`my_*`), a name in capitals for
-//     what the reader supplies (`DIR`, `RUN_DIR`) or a `<...>` part (`crash-<sha1>`): not
-//     runnable as written.
+//     what the reader supplies (`DIR`, `RUN_DIR`; not a variable name after `-x` or `-u`) or a
+//     `<...>` part (`crash-<sha1>`): not runnable as written.
 //  2. not run here: `./scripts/*.sh` (they install packages, build and run the whole suite),
 //     `mpirun` (ctest's *_mpi tests run the MPI transport), `chromium` (label `browser`), `nsys`
 //     (Nsight Systems needs a GPU), `git` (a fresh clone for ./scripts/test.sh: docs/testing.md),
