@@ -109,26 +109,7 @@ Result<GpuTraceReport> build_gpu_trace_report(const std::vector<std::string>& pa
     rep.warnings.push_back(
         "the traces name no rank (no distributedInfo): ranks follow the order of the files");
   }
-  for (const GpuTraceRank& t : rep.traces) {
-    GpuRankReport rr;
-    rr.rank = t.rank;
-    rr.path = t.path;
-    rr.usage = gpu_usage(t.events);
-    std::map<int32_t, std::vector<GpuEvent>> by_step;
-    for (const GpuEvent& e : t.events) {
-      if (e.step != kNoStep) by_step[e.step].push_back(e);
-    }
-    for (const auto& [n, events] : by_step) {
-      GpuStepReport s;
-      s.step = n;
-      s.usage = gpu_usage(events);
-      s.causes = gpu_causes(events, rep.pipelined);
-      for (int c = 0; c < kNumGpuCauses; ++c) rr.causes[c] += s.causes[c];
-      rr.steps.push_back(std::move(s));
-    }
-    if (by_step.empty()) rr.causes = gpu_causes(t.events, rep.pipelined);
-    rep.ranks.push_back(std::move(rr));
-  }
+  for (const GpuTraceRank& t : rep.traces) rep.ranks.push_back(gpu_rank_report(t, rep.pipelined));
   if (rep.pipelined) {
     rep.pipeline = report_internal::analyze_gpu_pipeline(rep.traces, rep.ranks, pipeline);
   }

@@ -221,6 +221,7 @@ Status attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
       }
     } else {
       const int64_t t = it->ts;
+      e.launch_ns = t;
       // The latest-starting step that contains t (the one step when they do not overlap).
       auto s = std::upper_bound(trace.steps.begin(), trace.steps.end(), t,
                                 [](int64_t x, const StepMark& m) { return x < m.start_ns; });
