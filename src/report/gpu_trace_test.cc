@@ -542,7 +542,13 @@ TEST(GpuTraceTest, KernelClassifier) {
         "void deep_ep::intranode::combine<nv_bfloat16, 8, 768>(...)",
         "deep_ep::internode_ll::dispatch", "dispatch", "combine(int*, int)",
         "void cached_notify_combine<8>(void**, int*)", "nvshmemi_transfer_rma_kernel",
-        "void nvshmem_barrier_all_kernel()"}) {
+        "void nvshmem_barrier_all_kernel()",
+        "void dpsk::ep::internode::dispatch<8, 768, 4>(int4*, float*, int*, long*)",
+        "void dpsk::ep::internode::cached_notify<8>(int*, int*)",
+        "dpsk::ep::intranode::notify_dispatch(int const*, int*, int)",
+        "void dpsk::ep::internode::get_dispatch_layout<256>(long const*, int*)",
+        "mscclKernel_Sum_half_Simple_false", "void userbuffers_fp16_sum_inplace_gpu_rr_rs(int)",
+        "void vllm::cross_device_reduce_1stage<half, 8>(vllm::RankData*)"}) {
     EXPECT_EQ(classify_kernel(comm), GpuEventKind::kCollective) << comm;
   }
   // A compute kernel that only has the word inside its name stays compute.
@@ -910,6 +916,142 @@ TEST_F(TraceFiles, OverlappingStepRangesAreSaidAndKeepTheirKernels) {
               "first: step 2 [50.000, 60.000] us starts inside step 1 [0.000, 100.000] us"});
   expect_has(warning_of(*got, "repeat the number"),
              {"1 iteration range(s)", "step 3 at [200.000, 210.000] us and at [300.000, 310.000]"});
+}
+
+// ----- issue 45: the faults of per-step windows, each on a trace written for it ------------------
+
+// The report of one trace file, checked against the naive unions (expect_partition_equal_to_naive)
+// both without and with --pp.
+GpuTraceReport checked_report(const std::string& path) {
+  GpuPipelineSpec spec;
+  spec.pp = 1;
+  spec.schedule = "1f1b";
+  spec.microbatches = 1;
+  for (bool pipelined : {true, false}) {
+    auto got = build_gpu_trace_report({path}, pipelined ? spec : GpuPipelineSpec{});
+    EXPECT_TRUE(got.ok()) << got.status().to_string();
+    if (!got.ok()) return {};
+    expect_partition_equal_to_naive(got->traces[0], got->ranks[0], pipelined, path);
+    if (!pipelined) return std::move(*got);
+  }
+  return {};
+}
+
+int64_t idle_ns(const GpuUsage& u) { return u.end_ns - u.start_ns - u.busy_ns; }
+int64_t cause_ns(const GpuStepReport& s, GpuCause c) { return s.causes_ns[static_cast<int>(c)]; }
+
+TEST_F(TraceFiles, SideStreamPrefetchOfTheNextStepIsNotIdle) {
+  // Step 1 launches a kernel that runs [100, 200) on stream 7; step 2 launches a copy (a side
+  // stream's input prefetch) that runs [150, 160) on stream 8, under step 1's compute tail, and
+  // its own kernel [210, 300). Step 1: [100, 150), busy all of it. Step 2: [150, 300], busy
+  // [150, 200) (step 1's tail) and [210, 300): idle 10 us, the gap [200, 210), where the kernel
+  // that ends it was launched long before: other wait. (Counting only a step's own events, step
+  // 2 had a window [150, 300) with 50 us idle under step 1's kernel.)
+  const std::string p =
+      write("prefetch.json",
+            trace_json({step_mark(1, 0, 50), step_mark(2, 50, 50), launch(1, 1), launch(60, 2),
+                        launch(70, 3), kernel("gemm", 100, 100, 7, 1),
+                        kernel("Memcpy HtoD (Pinned -> Device)", 150, 10, 8, 2, "gpu_memcpy"),
+                        kernel("gemm", 210, 90, 7, 3)}));
+  const GpuTraceReport rep = checked_report(p);
+  ASSERT_EQ(rep.ranks.size(), 1u);
+  const GpuRankReport& r = rep.ranks[0];
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_EQ(r.steps[0].usage.start_ns, 100'000);
+  EXPECT_EQ(r.steps[0].usage.end_ns, 150'000);
+  EXPECT_EQ(idle_ns(r.steps[0].usage), 0);
+  EXPECT_EQ(r.steps[1].usage.start_ns, 150'000);
+  EXPECT_EQ(r.steps[1].usage.end_ns, 300'000);
+  EXPECT_EQ(idle_ns(r.steps[1].usage), 10'000);
+  EXPECT_EQ(cause_ns(r.steps[1], GpuCause::kOtherWait), 10'000);
+  EXPECT_EQ(idle_ns(r.usage), 10'000);
+}
+
+TEST_F(TraceFiles, WorkLaunchedBeforeTheFirstStepIsBusyInIt) {
+  // A kernel launched before profiling began (no launch in the trace) runs [80, 110); step 1's
+  // kernels run [100, 105) and [130, 150). Step 1's window is the trace's, [80, 150]: busy
+  // [80, 110) and [130, 150), idle 20 us. (Its own kernels alone: [100, 150) with 25 us idle.)
+  const std::string p = write(
+      "before.json",
+      trace_json({step_mark(1, 0, 50), launch(1, 1), launch(2, 2), kernel("gemm", 100, 5, 7, 1),
+                  kernel("gemm", 130, 20, 7, 2), kernel("warmup_gemm", 80, 30, 8, 99)}));
+  const GpuTraceReport rep = checked_report(p);
+  ASSERT_EQ(rep.ranks.size(), 1u);
+  const GpuRankReport& r = rep.ranks[0];
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(r.steps[0].usage.start_ns, 80'000);
+  EXPECT_EQ(r.steps[0].usage.end_ns, 150'000);
+  EXPECT_EQ(r.steps[0].usage.events, 3);
+  EXPECT_EQ(idle_ns(r.steps[0].usage), 20'000);
+  EXPECT_EQ(idle_ns(r.usage), 20'000);
+  EXPECT_EQ(rep.traces[0].anomalies.unmatched_launches, 1);
+}
+
+TEST_F(TraceFiles, OverlappingStepAnnotationsStillPartitionTheTrace) {
+  // Step 2 [50, 60] inside step 1 [0, 100]: the launch at 55 is step 2's, at 80 step 1's. Step
+  // 2's kernel runs first, [1000, 1005), step 1's [1010, 1015): step 2's window [1000, 1010)
+  // (idle 5 us), step 1's [1010, 1015]; the whole trace idles the same 5 us, counted once.
+  const std::string p =
+      write("overlap.json",
+            trace_json({step_mark(1, 0, 100), step_mark(2, 50, 10), launch(55, 1), launch(80, 2),
+                        kernel("a", 1000, 5, 7, 1), kernel("b", 1010, 5, 7, 2)}));
+  const GpuTraceReport rep = checked_report(p);
+  ASSERT_EQ(rep.ranks.size(), 1u);
+  const GpuRankReport& r = rep.ranks[0];
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_EQ(r.steps[0].step, 1);
+  EXPECT_EQ(r.steps[0].usage.start_ns, 1'010'000);
+  EXPECT_EQ(idle_ns(r.steps[0].usage), 0);
+  EXPECT_EQ(r.steps[1].usage.start_ns, 1'000'000);
+  EXPECT_EQ(r.steps[1].usage.end_ns, 1'010'000);
+  EXPECT_EQ(idle_ns(r.steps[1].usage), 5'000);
+  EXPECT_EQ(idle_ns(r.usage), 5'000);
+  expect_has(warning_of(rep, "start inside another"), {"step 2", "inside step 1"});
+}
+
+TEST_F(TraceFiles, LateCpuLaunchIsHostWaitAWaitOnAnotherStreamIsNot) {
+  // A [100, 110) on stream 7. B [130, 140) on stream 7 was launched at 120, after the GPU went
+  // idle at 110: the CPU was late, 20 us of host wait. C [150, 160) on stream 8 was launched at
+  // 3, long before the GPU went idle at 140: it waited on other work (an event of another
+  // stream), 10 us of other wait.
+  const std::string p =
+      write("launch.json", trace_json({step_mark(1, 0, 200), launch(1, 1), launch(120, 2),
+                                       launch(3, 3), kernel("a", 100, 10, 7, 1),
+                                       kernel("b", 130, 10, 7, 2), kernel("c", 150, 10, 8, 3)}));
+  const GpuTraceReport rep = checked_report(p);
+  ASSERT_EQ(rep.ranks.size(), 1u);
+  const GpuStepReport& s = rep.ranks[0].steps.at(0);
+  EXPECT_EQ(cause_ns(s, GpuCause::kHostWait), 20'000);
+  EXPECT_EQ(cause_ns(s, GpuCause::kOtherWait), 10'000);
+  EXPECT_EQ(idle_ns(s.usage), 30'000);
+  // The names in every output.
+  const std::string text = format_gpu_trace_text(rep);
+  EXPECT_NE(text.find("host wait 20.0 us"), std::string::npos) << text;
+  EXPECT_NE(text.find("other wait 10.0 us"), std::string::npos) << text;
+  const auto j = nlohmann::json::parse(gpu_trace_report_json(rep));
+  EXPECT_NEAR(j["ranks"][0]["causes"]["host_wait_s"].get<double>(), 20e-6, 1e-15);
+  EXPECT_NEAR(j["ranks"][0]["steps"][0]["causes"]["other_wait_s"].get<double>(), 10e-6, 1e-15);
+  EXPECT_FALSE(j["ranks"][0]["causes"].contains("host_s"));
+  EXPECT_NE(gpu_trace_report_html(rep).find("<th>host wait</th>"), std::string::npos);
+}
+
+TEST_F(TraceFiles, DeepEpKernelsAreCommunication) {
+  // DeepEP's dispatch and cached_notify in its dpsk::ep namespace: communication, exposed where
+  // no compute runs.
+  const std::string p = write(
+      "deepep.json",
+      trace_json(
+          {step_mark(1, 0, 50), launch(1, 1), launch(2, 2), launch(3, 3),
+           kernel("gemm", 100, 10, 7, 1),
+           kernel("void dpsk::ep::internode::dispatch<8, 768, 4>(int4*, float*)", 110, 20, 9, 2),
+           kernel("void dpsk::ep::intranode::cached_notify<8>(void**, int*)", 130, 5, 9, 3)}));
+  const GpuTraceReport rep = checked_report(p);
+  ASSERT_EQ(rep.ranks.size(), 1u);
+  const GpuUsage& u = rep.ranks[0].usage;
+  EXPECT_NEAR(u.compute_s, 10e-6, 1e-15);
+  EXPECT_NEAR(u.communication_s, 25e-6, 1e-15);
+  EXPECT_NEAR(u.exposed_communication_s, 25e-6, 1e-15);
+  EXPECT_EQ(cause_ns(rep.ranks[0].steps.at(0), GpuCause::kExposedComm), 25'000);
 }
 
 TEST_F(TraceFiles, IdleIsNotABubbleUnlessAPipelineIsSaid) {
