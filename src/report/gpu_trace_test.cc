@@ -965,6 +965,14 @@ TEST_F(TraceFiles, SideStreamPrefetchOfTheNextStepIsNotIdle) {
   EXPECT_EQ(idle_ns(r.steps[1].usage), 10'000);
   EXPECT_EQ(cause_ns(r.steps[1], GpuCause::kOtherWait), 10'000);
   EXPECT_EQ(idle_ns(r.usage), 10'000);
+  // The page's timeline of step 2 draws its window: step 1's tail clipped to it, the copy, the
+  // kernel.
+  const Timeline tl = report_internal::gpu_step_timeline(rep, 2);
+  ASSERT_EQ(tl.ranks.size(), 1u);
+  ASSERT_EQ(tl.ranks[0].events.size(), 3u);
+  EXPECT_NEAR(tl.ranks[0].events[0].start, 0, 1e-15);
+  EXPECT_NEAR(tl.ranks[0].events[0].end, 50e-6, 1e-15);
+  EXPECT_NEAR(tl.ranks[0].events[2].end, 150e-6, 1e-15);
 }
 
 TEST_F(TraceFiles, WorkLaunchedBeforeTheFirstStepIsBusyInIt) {
