@@ -888,10 +888,10 @@ TEST_F(TraceFiles, StepNumbersOutOfRangeAreSaid) {
   auto got = build_gpu_trace_report({p});
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   ASSERT_EQ(got->ranks[0].steps.size(), 1u);
-  EXPECT_EQ(got->ranks[0].usage.events, 3);  // b and c stay in the whole trace, in no step
+  EXPECT_EQ(got->ranks[0].usage.events, 3);  // b and c belong to no step, run in step 1's window
   expect_has(warning_of(*got, "iteration mark(s) whose number"),
              {p, "2 iteration mark(s)", "first: 'ProfilerStep#99999999999' (traceEvents[4])",
-              "count in no step"});
+              "belong to no step"});
 }
 
 TEST_F(TraceFiles, OverlappingStepRangesAreSaidAndKeepTheirKernels) {

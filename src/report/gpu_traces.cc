@@ -69,7 +69,7 @@ void TraceIssues::to_warnings(std::vector<std::string>& out) const {
       "left out",
       "left out",
       "taken as -1",
-      "their GPU events count in no step",
+      "their GPU events belong to no step (they count in the window they run in)",
       "a launch inside both counts in the later-starting one",
       "their GPU events count as one step",
   };
@@ -285,7 +285,7 @@ Status attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
   if (an.unmatched_launches > 0) {
     trace.warnings.push_back(fmt::format(
         "{} of {} GPU event(s) have no CPU launch in the trace (no matching correlation id; "
-        "first: '{}'): counted in the whole trace, in no step",
+        "first: '{}'): each counted in the step window it runs in; they belong to no step",
         an.unmatched_launches, trace.events.size(), printable(first_unmatched, 80)));
   }
   issues.to_warnings(trace.warnings);
