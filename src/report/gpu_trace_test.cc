@@ -939,6 +939,12 @@ GpuTraceReport checked_report(const std::string& path) {
 
 int64_t idle_ns(const GpuUsage& u) { return u.end_ns - u.start_ns - u.busy_ns; }
 int64_t cause_ns(const GpuStepReport& s, GpuCause c) { return s.causes_ns[static_cast<int>(c)]; }
+// A step's window [start, end] and its idle time, in us.
+void expect_step(const GpuStepReport& s, int64_t start_us, int64_t end_us, int64_t idle_us) {
+  EXPECT_EQ(s.usage.start_ns, start_us * 1000) << "step " << s.step;
+  EXPECT_EQ(s.usage.end_ns, end_us * 1000) << "step " << s.step;
+  EXPECT_EQ(idle_ns(s.usage), idle_us * 1000) << "step " << s.step;
+}
 
 TEST_F(TraceFiles, SideStreamPrefetchOfTheNextStepIsNotIdle) {
   // Step 1 launches a kernel that runs [100, 200) on stream 7; step 2 launches a copy (a side
@@ -957,12 +963,8 @@ TEST_F(TraceFiles, SideStreamPrefetchOfTheNextStepIsNotIdle) {
   ASSERT_EQ(rep.ranks.size(), 1u);
   const GpuRankReport& r = rep.ranks[0];
   ASSERT_EQ(r.steps.size(), 2u);
-  EXPECT_EQ(r.steps[0].usage.start_ns, 100'000);
-  EXPECT_EQ(r.steps[0].usage.end_ns, 150'000);
-  EXPECT_EQ(idle_ns(r.steps[0].usage), 0);
-  EXPECT_EQ(r.steps[1].usage.start_ns, 150'000);
-  EXPECT_EQ(r.steps[1].usage.end_ns, 300'000);
-  EXPECT_EQ(idle_ns(r.steps[1].usage), 10'000);
+  expect_step(r.steps[0], 100, 150, 0);
+  expect_step(r.steps[1], 150, 300, 10);
   EXPECT_EQ(cause_ns(r.steps[1], GpuCause::kOtherWait), 10'000);
   EXPECT_EQ(idle_ns(r.usage), 10'000);
   // The page's timeline of step 2 draws its window: step 1's tail clipped to it, the copy, the
@@ -987,10 +989,8 @@ TEST_F(TraceFiles, WorkLaunchedBeforeTheFirstStepIsBusyInIt) {
   ASSERT_EQ(rep.ranks.size(), 1u);
   const GpuRankReport& r = rep.ranks[0];
   ASSERT_EQ(r.steps.size(), 1u);
-  EXPECT_EQ(r.steps[0].usage.start_ns, 80'000);
-  EXPECT_EQ(r.steps[0].usage.end_ns, 150'000);
+  expect_step(r.steps[0], 80, 150, 20);
   EXPECT_EQ(r.steps[0].usage.events, 3);
-  EXPECT_EQ(idle_ns(r.steps[0].usage), 20'000);
   EXPECT_EQ(idle_ns(r.usage), 20'000);
   EXPECT_EQ(rep.traces[0].anomalies.unmatched_launches, 1);
 }
@@ -1008,11 +1008,8 @@ TEST_F(TraceFiles, OverlappingStepAnnotationsStillPartitionTheTrace) {
   const GpuRankReport& r = rep.ranks[0];
   ASSERT_EQ(r.steps.size(), 2u);
   EXPECT_EQ(r.steps[0].step, 1);
-  EXPECT_EQ(r.steps[0].usage.start_ns, 1'010'000);
-  EXPECT_EQ(idle_ns(r.steps[0].usage), 0);
-  EXPECT_EQ(r.steps[1].usage.start_ns, 1'000'000);
-  EXPECT_EQ(r.steps[1].usage.end_ns, 1'010'000);
-  EXPECT_EQ(idle_ns(r.steps[1].usage), 5'000);
+  expect_step(r.steps[0], 1010, 1015, 0);
+  expect_step(r.steps[1], 1000, 1010, 5);
   EXPECT_EQ(idle_ns(r.usage), 5'000);
   expect_has(warning_of(rep, "start inside another"), {"step 2", "inside step 1"});
 }
