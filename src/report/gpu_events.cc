@@ -195,15 +195,17 @@ class RankUnions {
 
   GpuWindow extent() const { return extent_; }
 
-  GpuUsage usage(GpuWindow w) const {
+  // `last_window`: the window is the last of a partition (or the whole trace): it also counts the
+  // events that start at its end.
+  GpuUsage usage(GpuWindow w, bool last_window) const {
     GpuUsage u;
     u.start_ns = w.start_ns;
     u.end_ns = w.end_ns;
     const int64_t a = w.start_ns, b = w.end_ns, window = b - a;
-    // Events that start in [a, b), and at b too when b ends the trace (a partition of them).
+    // Events that start in [a, b), and at b in the last window (a partition of them).
     auto first = std::lower_bound(starts_.begin(), starts_.end(), a);
-    auto last = b == extent_.end_ns ? std::upper_bound(starts_.begin(), starts_.end(), b)
-                                    : std::lower_bound(starts_.begin(), starts_.end(), b);
+    auto last = last_window ? std::upper_bound(starts_.begin(), starts_.end(), b)
+                            : std::lower_bound(starts_.begin(), starts_.end(), b);
     u.events = std::max<int64_t>(0, last - first);
     u.busy_ns = overlap(a, b, all_);
     const int64_t comm = overlap(a, b, comm_);
@@ -321,7 +323,7 @@ std::vector<GpuStepWindow> gpu_step_windows(std::span<const GpuEvent> events) {
 GpuUsage gpu_usage(std::span<const GpuEvent> events) {
   if (events.empty()) return {};
   const RankUnions u(events);
-  return u.usage(u.extent());
+  return u.usage(u.extent(), true);
 }
 
 GpuCauses gpu_causes(std::span<const GpuEvent> events, bool pipelined) {
@@ -336,11 +338,12 @@ GpuRankReport gpu_rank_report(const GpuTraceRank& trace, bool pipelined) {
   rr.path = trace.path;
   if (trace.events.empty()) return rr;
   const RankUnions unions(trace.events);
-  rr.usage = unions.usage(unions.extent());
-  for (const GpuStepWindow& w : gpu_step_windows(trace.events)) {
+  rr.usage = unions.usage(unions.extent(), true);
+  const std::vector<GpuStepWindow> windows = gpu_step_windows(trace.events);
+  for (const GpuStepWindow& w : windows) {
     GpuStepReport s;
     s.step = w.step;
-    s.usage = unions.usage(w.window);
+    s.usage = unions.usage(w.window, &w == &windows.back());
     s.causes_ns = unions.causes(w.window, pipelined);
     s.causes = gpu_cause_seconds(s.causes_ns);
     for (int c = 0; c < kNumGpuCauses; ++c) rr.causes_ns[c] += s.causes_ns[c];

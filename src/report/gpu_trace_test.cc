@@ -299,7 +299,7 @@ void expect_partition_equal_to_naive(const GpuTraceRank& t, const GpuRankReport&
   if (windows.empty()) return;
   EXPECT_EQ(windows.front().window.start_ns, lo) << what;
   EXPECT_EQ(windows.back().window.end_ns, hi) << what;
-  int64_t idle_sum = 0;
+  int64_t idle_sum = 0, events = 0;
   GpuCausesNs cause_sum{};
   for (size_t k = 0; k < windows.size(); ++k) {
     const GpuStepWindow& w = windows[k];
@@ -317,9 +317,11 @@ void expect_partition_equal_to_naive(const GpuTraceRank& t, const GpuRankReport&
     ASSERT_NE(s, r.steps.end()) << where;
     check(w.window.start_ns, w.window.end_ns, s->usage, s->causes_ns, where);
     idle_sum += s->usage.end_ns - s->usage.start_ns - s->usage.busy_ns;
+    events += s->usage.events;
     for (int c = 0; c < kNumGpuCauses; ++c) cause_sum[c] += s->causes_ns[c];
   }
   EXPECT_EQ(idle_sum, hi - lo - length(busy)) << what << ": the steps' idle sums to the whole";
+  EXPECT_EQ(events, static_cast<int64_t>(ev.size())) << what << ": each event in one step";
   EXPECT_EQ(cause_sum, r.causes_ns) << what << ": the steps' causes sum to the whole";
 }
 
@@ -1012,6 +1014,22 @@ TEST_F(TraceFiles, OverlappingStepAnnotationsStillPartitionTheTrace) {
   expect_step(r.steps[1], 1000, 1010, 5);
   EXPECT_EQ(idle_ns(r.usage), 5'000);
   expect_has(warning_of(rep, "start inside another"), {"step 2", "inside step 1"});
+}
+
+TEST_F(TraceFiles, AStepWhoseOnlyEventIsAtTheTracesEnd) {
+  // Step 2's only GPU event is a zero-length memset at 120, where step 1's kernel [100, 120)
+  // ends: step 2's window is [120, 120], and each event counts in one step.
+  const std::string p =
+      write("end.json", trace_json({step_mark(1, 0, 10), step_mark(2, 20, 10), launch(1, 1),
+                                    launch(21, 2), kernel("a", 100, 20, 7, 1),
+                                    kernel("Memset (Device)", 120, 0, 7, 2, "gpu_memset")}));
+  const GpuTraceReport rep = checked_report(p);
+  ASSERT_EQ(rep.ranks.size(), 1u);
+  ASSERT_EQ(rep.ranks[0].steps.size(), 2u);
+  expect_step(rep.ranks[0].steps[0], 100, 120, 0);
+  expect_step(rep.ranks[0].steps[1], 120, 120, 0);
+  EXPECT_EQ(rep.ranks[0].steps[0].usage.events, 1);
+  EXPECT_EQ(rep.ranks[0].steps[1].usage.events, 1);
 }
 
 TEST_F(TraceFiles, LateCpuLaunchIsHostWaitAWaitOnAnotherStreamIsNot) {
