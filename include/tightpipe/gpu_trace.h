@@ -184,7 +184,8 @@ GpuUsage gpu_usage(std::span<const GpuEvent> events);
 // communication and memory-only time) split by cause. When the user said the run was pipelined,
 // each gap between the rank's compute kernels is, first match wins:
 //   fill             before the step's first compute kernel
-//   drain            after the step's last compute kernel
+//   drain            after the step's last compute kernel (to the end of its window: the next
+//                    step's first GPU event, so the time between steps too)
 //   dependency wait  a gap in which a P2P kernel ends (the next compute waited for a receive)
 // and the rest of the time, and all of it without pipeline information, by what covers it:
 //   exposed comm     communication kernels
