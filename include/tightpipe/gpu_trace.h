@@ -8,13 +8,18 @@
 // Times are integer nanoseconds on the profiler's clock (Kineto's microsecond timestamps carry
 // three decimals), so unions and differences are exact; outputs are in seconds.
 //
-// Definitions (one rank; for a step, only the GPU events of that step):
-//   window   first GPU event start to last GPU event end
+// Definitions (one rank; for the whole trace and for each step's window, gpu_step_windows: the
+// step windows partition the trace's window, and every GPU event counts in each window it
+// overlaps, clipped to it, whichever step launched it):
+//   window   whole trace: first GPU event start to last GPU event end; a step: its first GPU
+//            event to the next step's first (the first step from the trace's start, the last to
+//            its end)
 //   busy     union of all GPU events (kernels, memcpy, memset) over all devices and streams
 //   idle     window - busy; the bubble ratio is idle / window, computed by step_bubble (prof.h),
 //            the function our own runs use
-//   compute  union of the compute kernels (every kernel that is not NCCL/RCCL)
-//   communication          union of the NCCL kernels (P2P send/recv and collectives)
+//   compute  union of the compute kernels (every kernel classify_kernel does not call
+//            communication)
+//   communication          union of the communication kernels (P2P send/recv and collectives)
 //   exposed communication  communication not overlapped by compute
 //   memory   union of memcpy and memset
 //
@@ -45,13 +50,16 @@ bool is_communication(GpuEventKind kind);                 // collective or P2P
 // What a kernel name is: NCCL/RCCL kernels ("nccl" in the name, any case) are communication, P2P
 // when the name says SendRecv, Send or Recv (ncclKernel_SendRecv_..., ncclDevKernel_Recv_...),
 // otherwise a collective (AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll...);
-// expert-parallel all-to-all kernels are collectives too: DeepEP's ("deep_ep" in the name:
-// deep_ep::internode::dispatch, ...::combine), NVSHMEM's ("nvshmem"), and a kernel whose function
-// is named dispatch, combine or notify_..dispatch/combine. Every other kernel is compute. The one
+// other communication libraries' kernels are collectives too: DeepEP's (namespace deep_ep or
+// dpsk::ep: deep_ep::internode::dispatch, dpsk::ep::internode::combine, ...::cached_notify),
+// NVSHMEM's ("nvshmem"), MSCCL's ("msccl"), TransformerEngine's userbuffers ("userbuffers"),
+// vLLM's custom all-reduce ("cross_device_reduce"), and a kernel whose function is named
+// dispatch, combine or notify_..dispatch/combine. Every other kernel is compute. The one
 // classifier both readers call.
 GpuEventKind classify_kernel(std::string_view name);
 
-inline constexpr int32_t kNoStep = -1;  // a GPU event whose launch ran in no ProfilerStep
+inline constexpr int32_t kNoStep = -1;           // a GPU event whose launch ran in no ProfilerStep
+inline constexpr int64_t kNoLaunch = INT64_MIN;  // a GPU event whose CPU launch is not in the trace
 
 struct GpuEvent {
   int64_t start_ns = 0;  // profiler clock
@@ -63,6 +71,7 @@ struct GpuEvent {
   int32_t step = kNoStep;  // the N of the ProfilerStep#N (or NVTX iteration) its launch ran in
   int32_t range = -1;      // index into GpuTraceRank::ranges: the innermost annotated range its
                            // launch ran in (-1: none)
+  int64_t launch_ns = kNoLaunch;  // the start of its CPU launch (cudaLaunchKernel...), same clock
 };
 
 // A CPU-side annotation the analysis uses: an iteration (ProfilerStep#N, or for nsys an NVTX
@@ -140,14 +149,33 @@ Result<std::vector<GpuTraceRank>> read_gpu_traces(const std::vector<std::string>
 
 struct GpuUsage {
   int64_t start_ns = 0, end_ns = 0;  // the window
-  int64_t events = 0;
+  int64_t busy_ns = 0;               // busy, exact: idle is end_ns - start_ns - busy_ns
+  int64_t events = 0;                // GPU events that start in the window
   double window_s = 0, busy_s = 0, idle_s = 0;
   double compute_s = 0, communication_s = 0, exposed_communication_s = 0, memory_s = 0;
   double p2p_s = 0, collective_s = 0;  // unions of each (communication_s <= p2p_s + collective_s)
   double bubble_ratio = 0;             // idle / window (step_bubble); 0 for an empty window
 };
 
-// Usage of a set of GPU events (any order). All zeros for none.
+// A window of one rank's trace: [start_ns, end_ns].
+struct GpuWindow {
+  int64_t start_ns = 0, end_ns = 0;
+};
+struct GpuStepWindow {
+  int32_t step = 0;  // N of ProfilerStep#N
+  GpuWindow window;
+};
+
+// The steps' windows: the one definition of a step's window. A step runs from its first GPU
+// event (the earliest start among the events its launches made) to the next step's first GPU
+// event; the last step to the trace's last GPU event end; the first step from the trace's first
+// GPU event (work launched before the first step, or with no launch in the trace, runs in the
+// first step's window). The windows partition the trace's window, in time order; a step that
+// launched no GPU event has none. Empty when no event has a step. Events in any order.
+std::vector<GpuStepWindow> gpu_step_windows(std::span<const GpuEvent> events);
+
+// Usage of a set of GPU events (any order) over their own window (first start to last end).
+// All zeros for none.
 GpuUsage gpu_usage(std::span<const GpuEvent> events);
 
 // ----- pipeline-aware causes -------------------------------------------------------------------
@@ -156,28 +184,47 @@ GpuUsage gpu_usage(std::span<const GpuEvent> events);
 // communication and memory-only time) split by cause. When the user said the run was pipelined,
 // each gap between the rank's compute kernels is, first match wins:
 //   fill             before the step's first compute kernel
-//   drain            after the step's last compute kernel
+//   drain            after the step's last compute kernel (to the end of its window: the next
+//                    step's first GPU event, so the time between steps too)
 //   dependency wait  a gap in which a P2P kernel ends (the next compute waited for a receive)
 // and the rest of the time, and all of it without pipeline information, by what covers it:
 //   exposed comm     communication kernels
 //   memory           memcpy/memset (and no communication)
-//   host             nothing: the GPU was idle (launch overhead, CPU-side stalls, data loading)
-// The causes sum to window - compute.
-enum class GpuCause { kFill = 0, kDrain, kDependency, kExposedComm, kMemory, kHost };
-inline constexpr int kNumGpuCauses = 6;
+// and the GPU idle (no event on any stream) by what the GPU event that ends the idle gap waited
+// for (HTA's idle time breakdown, over all streams of the rank at once):
+//   host wait        the CPU launched it after the GPU went idle: the CPU was late (launch
+//                    overhead, CPU-side work, the data loader, a synchronization on the host)
+//   other wait       it was launched before the GPU went idle, so the GPU waited on something
+//                    else (an event on another stream, a peer), or its launch is not in the trace
+// The causes sum to window - compute. An idle gap that two windows share counts in each by its
+// part in it, with the gap's one cause: over windows that partition a trace, the causes sum to
+// those of the whole.
+enum class GpuCause {
+  kFill = 0,
+  kDrain,
+  kDependency,
+  kExposedComm,
+  kMemory,
+  kHostWait,
+  kOtherWait
+};
+inline constexpr int kNumGpuCauses = 7;
 std::string_view gpu_cause_name(GpuCause cause);  // "fill", "drain", "dependency wait"...
 
-using GpuCauses = std::array<double, kNumGpuCauses>;  // seconds per cause
+using GpuCauses = std::array<double, kNumGpuCauses>;     // seconds per cause
+using GpuCausesNs = std::array<int64_t, kNumGpuCauses>;  // nanoseconds per cause, exact
+GpuCauses gpu_cause_seconds(const GpuCausesNs& ns);
 
-// REQUIRES: events of one rank and one step (any order).
+// The causes of a set of GPU events (one rank, any order) over their own window.
 GpuCauses gpu_causes(std::span<const GpuEvent> events, bool pipelined);
 
 // ----- the trace report ------------------------------------------------------------------------
 
 struct GpuStepReport {
   int32_t step = 0;  // N of ProfilerStep#N
-  GpuUsage usage;
+  GpuUsage usage;    // over the step's window (gpu_step_windows)
   GpuCauses causes{};
+  GpuCausesNs causes_ns{};
 };
 
 struct GpuRankReport {
@@ -185,8 +232,14 @@ struct GpuRankReport {
   std::string path;
   GpuUsage usage;      // the whole trace
   GpuCauses causes{};  // sum over the steps (the whole trace when it has no steps)
-  std::vector<GpuStepReport> steps;
+  GpuCausesNs causes_ns{};
+  std::vector<GpuStepReport> steps;  // by step number; their windows partition the trace's
 };
+
+// One rank's report: usage of the whole trace and of each step's window (gpu_step_windows),
+// and the causes (pipelined: fill, drain and dependency wait too) per step and summed over the
+// steps. Path and rank from the trace.
+GpuRankReport gpu_rank_report(const GpuTraceRank& trace, bool pipelined);
 
 // What ran, as the user says (`--pp`, `--schedule`, `--num-microbatches`, `--vpp` or
 // `--schedule-file`): enables the pipeline causes and the what-if.
@@ -195,8 +248,8 @@ struct GpuPipelineSpec {
   std::string schedule;  // generator name ("1f1b", "interleaved", "zb-h1"...)
   int32_t vpp = 0;       // chunks; 0: the generator's default
   int32_t microbatches = 0;
-  std::string schedule_file;         // a schedule CSV instead of schedule/vpp/microbatches
-  std::vector<std::string> what_if;  // other schedules to simulate ("zb-h1", "interleaved:2")
+  std::string schedule_file;           // a schedule CSV instead of schedule/vpp/microbatches
+  std::vector<std::string> what_if;    // other schedules to simulate ("zb-h1", "interleaved:2")
   Engine engine = Engine::kTightpipe;  // --engine: how the what-ifs' messages and optimizer run
   Status validate() const;
 };

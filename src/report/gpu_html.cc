@@ -204,7 +204,12 @@ std::string html_causes(const GpuTraceReport& rep) {
          "wait): ";
   }
   h += "<i>exposed comm</i> communication kernels, <i>memory</i> copies or memsets only, "
-       "<i>host</i> nothing on the GPU (launch overhead, CPU-side stalls, data loading).</p>\n";
+       "and the time nothing runs on the GPU by what the GPU event ending the idle gap waited "
+       "for: <i>host wait</i> the CPU launched it after the GPU went idle (launch overhead, "
+       "CPU-side work, data loading), <i>other wait</i> it was launched before, so the GPU waited "
+       "on other work (another stream, a peer) or its launch is not in the trace. A step's "
+       "window runs from its first GPU event to the next step's, so the steps' causes sum to "
+       "the whole trace's.</p>\n";
   return h;
 }
 

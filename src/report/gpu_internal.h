@@ -159,10 +159,11 @@ GpuPipelineReport analyze_gpu_pipeline(const std::vector<GpuTraceRank>& traces,
 // actions that are not computation (PP:1SEND_F3).
 std::optional<Action> annotated_action(std::string_view range_name);
 
-// The GPU events of one step (kNoStep: all) as a Timeline, time 0 at the earliest event of any
-// rank: compute kernels on the compute lane (F, B, I, W when a pipeline annotation says which,
-// otherwise "other"), NCCL kernels on the comm lane (P2P as RECV, collectives as SEND), copies
-// and memsets on the data lane; event names are the kernel names. For the SVG timeline.
+// The GPU events in each rank's window of one step (gpu_step_windows; kNoStep: the whole trace),
+// clipped to it whichever step launched them, as a Timeline, time 0 at the earliest window start
+// of any rank: compute kernels on the compute lane (F, B, I, W when a pipeline annotation says
+// which, otherwise "other"), NCCL kernels on the comm lane (P2P as RECV, collectives as SEND),
+// copies and memsets on the data lane; event names are the kernel names. For the SVG timeline.
 Timeline gpu_step_timeline(const GpuTraceReport& report, int32_t step);
 
 // The report's headline, one sentence without a newline: the step with the largest bubble ratio

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "report/gpu_internal.h"
 #include "report/report_internal.h"
@@ -28,21 +29,36 @@ namespace report_internal {
 Timeline gpu_step_timeline(const GpuTraceReport& rep, int32_t step) {
   Timeline tl;
   tl.time_unit = "s";
+  // Each rank's window of the step (gpu_step_windows), or its whole trace.
+  std::vector<std::optional<GpuWindow>> windows;
   int64_t origin = INT64_MAX;
   for (const GpuTraceRank& t : rep.traces) {
-    for (const GpuEvent& e : t.events) {
-      if (step == kNoStep || e.step == step) origin = std::min(origin, e.start_ns);
+    std::optional<GpuWindow> w;
+    if (step == kNoStep && !t.events.empty()) {
+      w = GpuWindow{t.events.front().start_ns, t.events.front().end_ns};
+      for (const GpuEvent& e : t.events) w->end_ns = std::max(w->end_ns, e.end_ns);
     }
+    for (const GpuStepWindow& s :
+         step == kNoStep ? std::vector<GpuStepWindow>{} : gpu_step_windows(t.events)) {
+      if (s.step == step) w = s.window;
+    }
+    if (w) origin = std::min(origin, w->start_ns);
+    windows.push_back(w);
   }
-  for (const GpuTraceRank& t : rep.traces) {
+  for (size_t r = 0; r < rep.traces.size(); ++r) {
+    const GpuTraceRank& t = rep.traces[r];
     RankTimeline rt;
     rt.rank = t.rank;
     for (const GpuEvent& e : t.events) {
-      if (step != kNoStep && e.step != step) continue;
+      // The events in the window, clipped to it, whichever step launched them.
+      if (!windows[r] || e.end_ns < windows[r]->start_ns || e.start_ns > windows[r]->end_ns ||
+          (e.end_ns == windows[r]->start_ns && e.end_ns > e.start_ns)) {
+        continue;
+      }
       TimelineEvent x;
       x.name = e.name >= 0 ? t.names[e.name] : std::string(gpu_event_kind_name(e.kind));
-      x.start = static_cast<double>(e.start_ns - origin) * 1e-9;
-      x.end = static_cast<double>(e.end_ns - origin) * 1e-9;
+      x.start = static_cast<double>(std::max(e.start_ns, windows[r]->start_ns) - origin) * 1e-9;
+      x.end = static_cast<double>(std::min(e.end_ns, windows[r]->end_ns) - origin) * 1e-9;
       x.step = e.step;
       switch (e.kind) {
         case GpuEventKind::kCompute: {
@@ -109,26 +125,7 @@ Result<GpuTraceReport> build_gpu_trace_report(const std::vector<std::string>& pa
     rep.warnings.push_back(
         "the traces name no rank (no distributedInfo): ranks follow the order of the files");
   }
-  for (const GpuTraceRank& t : rep.traces) {
-    GpuRankReport rr;
-    rr.rank = t.rank;
-    rr.path = t.path;
-    rr.usage = gpu_usage(t.events);
-    std::map<int32_t, std::vector<GpuEvent>> by_step;
-    for (const GpuEvent& e : t.events) {
-      if (e.step != kNoStep) by_step[e.step].push_back(e);
-    }
-    for (const auto& [n, events] : by_step) {
-      GpuStepReport s;
-      s.step = n;
-      s.usage = gpu_usage(events);
-      s.causes = gpu_causes(events, rep.pipelined);
-      for (int c = 0; c < kNumGpuCauses; ++c) rr.causes[c] += s.causes[c];
-      rr.steps.push_back(std::move(s));
-    }
-    if (by_step.empty()) rr.causes = gpu_causes(t.events, rep.pipelined);
-    rep.ranks.push_back(std::move(rr));
-  }
+  for (const GpuTraceRank& t : rep.traces) rep.ranks.push_back(gpu_rank_report(t, rep.pipelined));
   if (rep.pipelined) {
     rep.pipeline = report_internal::analyze_gpu_pipeline(rep.traces, rep.ranks, pipeline);
   }

@@ -69,7 +69,7 @@ void TraceIssues::to_warnings(std::vector<std::string>& out) const {
       "left out",
       "left out",
       "taken as -1",
-      "their GPU events count in no step",
+      "their GPU events belong to no step (they count in the window they run in)",
       "a launch inside both counts in the later-starting one",
       "their GPU events count as one step",
   };
@@ -221,6 +221,7 @@ Status attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
       }
     } else {
       const int64_t t = it->ts;
+      e.launch_ns = t;
       // The latest-starting step that contains t (the one step when they do not overlap).
       auto s = std::upper_bound(trace.steps.begin(), trace.steps.end(), t,
                                 [](int64_t x, const StepMark& m) { return x < m.start_ns; });
@@ -284,7 +285,7 @@ Status attribute_and_sort(GpuTraceRank& trace, std::vector<GpuLaunched> gpu,
   if (an.unmatched_launches > 0) {
     trace.warnings.push_back(fmt::format(
         "{} of {} GPU event(s) have no CPU launch in the trace (no matching correlation id; "
-        "first: '{}'): counted in the whole trace, in no step",
+        "first: '{}'): each counted in the step window it runs in; they belong to no step",
         an.unmatched_launches, trace.events.size(), printable(first_unmatched, 80)));
   }
   issues.to_warnings(trace.warnings);

@@ -481,7 +481,7 @@ TEST_F(NsysReaderTest, NullTextAndHugeNumbersAreSaid) {
   expect_has(warning("not 32-bit integers"),
              {"1 device or stream id(s)", "CUPTI_ACTIVITY_KIND_KERNEL row 5 deviceId 4294967296"});
   expect_has(warning("iteration mark(s) whose number"),
-             {"1 iteration mark(s)", "NVTX_EVENTS row 3 'step 99999999999'", "in no step"});
+             {"1 iteration mark(s)", "NVTX_EVENTS row 3 'step 99999999999'", "belong to no step"});
   // The report names the file with each.
   auto rep = build_gpu_trace_report({path});
   ASSERT_TRUE(rep.ok()) << rep.status().to_string();
