@@ -86,10 +86,11 @@ struct Schedule {
   int32_t num_ranks = 0;
   int32_t num_stages = 0;
   int32_t num_microbatches = 0;
-  std::vector<int32_t> stage_to_rank;          // [S]
-  std::vector<std::vector<Action>> programs;   // [P][steps]
-  std::string name;                            // generator name, or the source file
-  bool lowered = false;  // went through lower() (or parsed with SEND/RECV): cross-rank edges are RECVs
+  std::vector<int32_t> stage_to_rank;         // [S]
+  std::vector<std::vector<Action>> programs;  // [P][steps]
+  std::string name;                           // generator name, or the source file
+  bool lowered =
+      false;  // went through lower() (or parsed with SEND/RECV): cross-rank edges are RECVs
   // Independent pipelines in the schedule (DualPipe: 2). The stage ids split into `directions`
   // runs of num_stages / directions consecutive ids, each a pipeline of its own (no message
   // crosses from one run to the next), and the microbatch ids into as many consecutive runs:
@@ -124,10 +125,10 @@ struct Schedule {
 // The largest pipeline a schedule may describe. Every generator, reader (CSV, JSON) and validate()
 // refuses more before allocating anything of that size, so no input can make a command allocate
 // gigabytes or run for minutes before its error (docs/schedule_ir.md, "Limits").
-inline constexpr int32_t kMaxRanks = 1024;          // p
-inline constexpr int32_t kMaxChunks = 64;           // v, virtual stages per rank
-inline constexpr int32_t kMaxStages = 8192;         // S = p x v
-inline constexpr int32_t kMaxMicrobatches = 65536;  // m
+inline constexpr int32_t kMaxRanks = 1024;                          // p
+inline constexpr int32_t kMaxChunks = 64;                           // v, virtual stages per rank
+inline constexpr int32_t kMaxStages = 8192;                         // S = p x v
+inline constexpr int32_t kMaxMicrobatches = 65536;                  // m
 inline constexpr int64_t kMaxStageMicrobatches = int64_t{1} << 18;  // S x m (x3 compute actions)
 
 // OK, or InvalidArgument naming `what` (a flag or a file), the count over its limit and a hint.
@@ -148,10 +149,10 @@ struct GeneratorOptions {
 using GeneratorFn = std::function<Result<Schedule>(const GeneratorOptions&)>;
 
 struct GeneratorInfo {
-  std::string name;         // registry name, e.g. "zb-h1"
-  std::string summary;      // one line for --help
-  bool takes_chunks;        // accepts v > 1 (interleaved, looped-bfs) or needs v == 2 (zb-v)
-  int32_t fixed_chunks;     // 0: any v; otherwise the only v accepted (zb-v: 2; 1f1b: 1)
+  std::string name;      // registry name, e.g. "zb-h1"
+  std::string summary;   // one line for --help
+  bool takes_chunks;     // accepts v > 1 (interleaved, looped-bfs) or needs v == 2 (zb-v)
+  int32_t fixed_chunks;  // 0: any v; otherwise the only v accepted (zb-v: 2; 1f1b: 1)
   GeneratorFn fn;
 };
 
@@ -290,9 +291,12 @@ Result<Schedule> lower(const Schedule& schedule);
 //    send_backward_recv_forward); between two of the same kind, two calls, the send then the
 //    receive (send_forward then recv_forward; send_backward then recv_backward); after the last
 //    compute its send.
-//  * more stages than ranks (forward_backward_pipelining_with_interleaving, overlap off): an F
-//    followed by a B is one step of the steady state (forward then backward, then p2p); every other
-//    compute is a step of its own; between two steps one call holds the sends of the first's
+//  * more stages than ranks (forward_backward_pipelining_with_interleaving, overlap off): the
+//    rank's first interleaved_warmup_forwards() forwards are warm-up steps, with the microbatch
+//    group g read from the order (rank 0's chunk-0 forwards before its first chunk-1 forward, as
+//    the interleaved generator and Megatron's microbatch groups place them); after them an F
+//    followed by a B is one step of the steady state (forward then backward, then p2p); every
+//    other compute is a step of its own; between two steps one call holds the sends of the first's
 //    outputs and the receives of the second's inputs (send_forward_recv_forward,
 //    send_forward_backward_recv_forward_backward, send_backward_recv_backward).
 // Only cross-rank messages are posted. `schedule` holds the SEND/RECV actions in those places
@@ -300,6 +304,12 @@ Result<Schedule> lower(const Schedule& schedule);
 // consecutive comm actions with one number are posted together.
 // Errors (InvalidArgument): a schedule that is lowered already, has I/W or OVERLAP_F_B actions
 // (Megatron's schedules run whole backwards) or two directions; validate()'s errors.
+// The warm-up forwards of rank r in interleaved 1F1B with v chunks, m microbatches in groups of
+// g: min(m v, 2 (p - 1 - r) + (v - 1) g). The one statement of it, for the generator and for
+// Megatron's calls (megatron-core 0.19.2 `get_pp_rank_microbatches`; PyTorch's
+// ScheduleInterleaved1F1B the same), m = p included.
+int32_t interleaved_warmup_forwards(int32_t p, int32_t r, int32_t v, int32_t g, int32_t m);
+
 struct P2pCalls {
   Schedule schedule;
   std::vector<std::vector<int32_t>> call;  // [rank][program position]

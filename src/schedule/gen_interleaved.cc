@@ -1,9 +1,11 @@
 // Interleaved 1F1B (Megatron-LM's virtual pipeline; PyTorch ScheduleInterleaved1F1B).
 // Loop placement: rank r owns stages r, r+p, ..., r+(v-1)p (its chunks). Microbatches go in
 // groups of g: for each group, chunk 0 of all its microbatches, then chunk 1, ...; backwards walk
-// the same table with the chunks reversed. Rank r warms up with 2(p-1-r) + (v-1)g forwards (all
-// of them when m == p, as Megatron does), then alternates one forward and one backward, then
-// drains the remaining backwards. Bubble (p-1)(F+B)/v.
+// the same table with the chunks reversed. Rank r warms up with 2(p-1-r) + (v-1)g forwards (at
+// most all m*v), then alternates one forward and one backward, then drains the remaining
+// backwards, as megatron-core 0.19.2 (`get_pp_rank_microbatches`) and PyTorch's
+// ScheduleInterleaved1F1B do at every m, m = p included (older Megatron-LM warmed up with every
+// forward when m == p; docs/peers.md). Bubble (p-1)(F+B)/v.
 //
 // Group size: --microbatch-group-size g follows Megatron's rule (p <= g <= m, and m mod g is 0 or
 // at least p: a short last group would starve the pipeline). Without it, g = p when p divides m;
@@ -34,8 +36,8 @@ std::vector<Virtual> group_table(int32_t m, int32_t v, int32_t g, bool backward)
 
 Result<int32_t> group_size(const GeneratorOptions& o) {
   const int32_t p = o.ranks, m = o.microbatches;
-  const std::string hint = fmt::format(
-      "hint: use --microbatches a multiple of --pp ({}), e.g. {}", p, std::max(p, (m / p) * p));
+  const std::string hint = fmt::format("hint: use --microbatches a multiple of --pp ({}), e.g. {}",
+                                       p, std::max(p, (m / p) * p));
   if (o.group_size > 0) {
     const int32_t g = o.group_size;
     if (g < p || g > m) {
@@ -76,11 +78,10 @@ Result<Schedule> generate_interleaved(const GeneratorOptions& o) {
   for (int32_t r = 0; r < p; ++r) {
     auto& prog = s.programs[r];
     auto stage = [&](int32_t chunk) { return r + chunk * p; };
-    const int32_t warmup =
-        m == p ? total : std::min(total, 2 * (p - 1 - r) + (v - 1) * g);
+    const int32_t warmup = interleaved_warmup_forwards(p, r, v, g, m);
     int32_t nf = 0, nb = 0;
     for (; nf < warmup; ++nf) prog.push_back(F(stage(fwd[nf].chunk), fwd[nf].mb));  // warm-up
-    for (; nf < total; ++nf, ++nb) {                                                  // steady
+    for (; nf < total; ++nf, ++nb) {                                                // steady
       prog.push_back(F(stage(fwd[nf].chunk), fwd[nf].mb));
       prog.push_back(B(stage(bwd[nb].chunk), bwd[nb].mb));
     }
@@ -90,3 +91,13 @@ Result<Schedule> generate_interleaved(const GeneratorOptions& o) {
 }
 
 }  // namespace tightpipe::detail
+
+namespace tightpipe {
+
+int32_t interleaved_warmup_forwards(int32_t p, int32_t r, int32_t v, int32_t g, int32_t m) {
+  const int64_t total = int64_t{m} * v;
+  return static_cast<int32_t>(
+      std::min<int64_t>(total, 2 * int64_t{p - 1 - r} + int64_t{v - 1} * g));
+}
+
+}  // namespace tightpipe

@@ -60,7 +60,8 @@ Result<Schedule> lower(const Schedule& in) {
       for (int32_t r = 0; r < P; ++r) {
         if (next[r] >= in.programs[r].size()) continue;
         if (mark.rank < 0) mark = {r, static_cast<int32_t>(next[r])};
-        blocked += fmt::format("\n  rank {} step {}: {}", r, next[r], to_string(in.programs[r][next[r]]));
+        blocked +=
+            fmt::format("\n  rank {} step {}: {}", r, next[r], to_string(in.programs[r][next[r]]));
       }
       return Status::failed_precondition(fmt::format(
           "cannot lower schedule '{}': no rank's next action has its inputs (deadlock){}\n{}",
@@ -100,6 +101,31 @@ Result<P2pCalls> megatron_p2p_calls(const Schedule& in) {
     }
   }
   const bool interleaved = in.num_stages > in.num_ranks;
+  // The microbatch group g of an interleaved order: rank 0's chunk-0 forwards before its first
+  // forward of another chunk (all m when there is none).
+  int32_t group = 0;
+  for (const Action& a : in.programs[0]) {
+    if (a.type != ActionType::kForward) continue;
+    if (a.stage != 0) break;
+    ++group;
+  }
+  const int32_t P = in.num_ranks;
+  // A message around the loop: activations from rank p - 1 to rank 0, gradients back.
+  auto is_wrap = [P](const MessageRoute& m) {
+    return P > 1 && !m.local() &&
+           (m.gradient ? m.src_rank == 0 && m.dst_rank == P - 1
+                       : m.src_rank == P - 1 && m.dst_rank == 0);
+  };
+  std::vector<std::vector<Action>> forwards(P), backwards(P);  // per rank, in program order
+  int64_t wrap_messages = 0, wrap_posted = 0;
+  for (int32_t r = 0; r < P; ++r) {
+    for (const Action& a : in.programs[r]) {
+      (a.type == ActionType::kForward ? forwards : backwards)[r].push_back(a);
+      if (auto m = message_route(in, a, MessageEnd::kOut); interleaved && m && is_wrap(*m)) {
+        ++wrap_messages;
+      }
+    }
+  }
   P2pCalls out{in, {}};
   out.schedule.lowered = true;
   out.call.assign(in.num_ranks, {});
@@ -120,11 +146,15 @@ Result<P2pCalls> megatron_p2p_calls(const Schedule& in) {
       batch.clear();
     };
     auto send_of = [&](const Action& a) {
-      if (auto m = message_route(in, a, MessageEnd::kOut); m && !m->local()) batch.push_back(m->send());
+      if (auto m = message_route(in, a, MessageEnd::kOut); m && !m->local())
+        batch.push_back(m->send());
     };
     auto recv_of = [&](const Action& a) {
-      if (auto m = message_route(in, a, MessageEnd::kIn); m && !m->local()) batch.push_back(m->recv());
+      auto m = message_route(in, a, MessageEnd::kIn);
+      if (!m || m->local() || (interleaved && is_wrap(*m))) return;  // wraps: wrap_recv_of
+      batch.push_back(m->recv());
     };
+    int64_t nf = 0, nb = 0;  // the rank's forwards and backwards computed so far
     auto compute = [&](const Action& a) {
       dst.push_back(a);
       call.push_back(-1);
@@ -142,13 +172,10 @@ Result<P2pCalls> megatron_p2p_calls(const Schedule& in) {
       }
       flush();
     } else {
-      // Steps: Megatron's warm-up forwards ((p - r - 1) x 2 + (v - 1) x p of them, at most all)
-      // one each; after them an F followed by a B is one; every other compute is one.
-      const int32_t v = in.num_stages / in.num_ranks;
-      size_t forwards = 0;
-      for (const Action& a : prog) forwards += a.type == ActionType::kForward;
-      const size_t warmup = std::min<size_t>(
-          forwards, static_cast<size_t>((in.num_ranks - r - 1) * 2 + (v - 1) * in.num_ranks));
+      // Steps: Megatron's warm-up forwards one each; after them an F followed by a B is one;
+      // every other compute is one.
+      const size_t warmup = static_cast<size_t>(
+          interleaved_warmup_forwards(in.num_ranks, r, in.chunks(), group, in.num_microbatches));
       std::vector<std::pair<size_t, size_t>> steps;  // [first, last)
       size_t seen_f = 0;
       for (size_t k = 0; k < prog.size();) {
@@ -167,6 +194,24 @@ Result<P2pCalls> megatron_p2p_calls(const Schedule& in) {
         steps.push_back({k, k + (pair ? 2 : 1)});
         k += pair ? 2 : 1;
       }
+      // The leading ranks (rank 0 for activations, rank p - 1 for gradients) receive what the
+      // ending rank (p - 1, resp. 0) sends around the loop aligned with the sender, not before
+      // the compute that needs it: after their k-th forward (backward), the output of the ending
+      // rank's (k - (p - 1))-th forward (backward), queued until used
+      // (`recv_tensor_from_previous_stage`). With groups of p that is the next compute's input;
+      // with larger groups it comes earlier.
+      auto wrap_recv_of = [&](const Action& a) {
+        if (a.type != ActionType::kForward && a.type != ActionType::kBackward) return;
+        const bool fwd = a.type == ActionType::kForward;
+        if (r != (fwd ? 0 : P - 1)) return;
+        const auto& ending = (fwd ? forwards : backwards)[fwd ? P - 1 : 0];
+        const int64_t j = (fwd ? nf : nb) - int64_t{P - 1};
+        if (j < 0 || j >= static_cast<int64_t>(ending.size())) return;
+        if (auto m = message_route(in, ending[j], MessageEnd::kOut); m && is_wrap(*m)) {
+          batch.push_back(m->recv());
+          ++wrap_posted;
+        }
+      };
       for (size_t i = 0; i < steps.size(); ++i) {
         if (i == 0) {
           for (size_t k = steps[0].first; k < steps[0].second; ++k) recv_of(prog[k]);
@@ -174,12 +219,26 @@ Result<P2pCalls> megatron_p2p_calls(const Schedule& in) {
         flush();
         for (size_t k = steps[i].first; k < steps[i].second; ++k) compute(prog[k]);
         for (size_t k = steps[i].first; k < steps[i].second; ++k) send_of(prog[k]);
+        for (size_t k = steps[i].first; k < steps[i].second; ++k) {
+          wrap_recv_of(prog[k]);
+          nf += prog[k].type == ActionType::kForward;
+          nb += prog[k].type == ActionType::kBackward;
+        }
         if (i + 1 < steps.size()) {
           for (size_t k = steps[i + 1].first; k < steps[i + 1].second; ++k) recv_of(prog[k]);
         }
       }
       flush();
     }
+  }
+  if (wrap_posted != wrap_messages) {
+    return Status::invalid_argument(fmt::format(
+        "megatron p2p: schedule '{}' sends {} messages around the loop (rank {} to rank 0 and "
+        "back) but Megatron's aligned receives post {}: the leading rank receives the ending "
+        "rank's k-th output after its own (k + p - 1)-th compute of the kind, which this order "
+        "does not fit; hint: use `tightpipe schedule --schedule interleaved`'s order, or "
+        "--engine megatron-overlap / torch",
+        in.name, wrap_messages, P - 1, wrap_posted));
   }
   return out;
 }

@@ -167,6 +167,73 @@ TEST(EngineProfile, MegatronInterleavedCallsFollowItsSteps) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
 }
 
+// Megatron's leading ranks receive the messages around the loop aligned with the sender
+// (megatron-core 0.19.2 recv_tensor_from_previous_stage): rank 0 posts the receive of rank p-1's
+// k-th forward output in its call after its own (k + p - 1)-th forward. With a group of 8 at
+// p = 4 (what the harness saw rank 0 do on gloo: 4RECV_F0 posted with 0SEND_F3) that is four
+// forwards before 4F0 needs it; a receive posted only before 4F0 would deadlock the rendezvous
+// (rank 3's 3SEND_F0 waits for it while rank 0 still sends to rank 1, which waits on rank 2...).
+TEST(EngineProfile, MegatronLeadingRankReceivesAlignedWithTheSender) {
+  auto s = generate_schedule("interleaved",
+                             {.ranks = 4, .microbatches = 8, .chunks = 2, .group_size = 8});
+  ASSERT_TRUE(s.ok());
+  auto calls = megatron_p2p_calls(*s);
+  ASSERT_TRUE(calls.ok()) << calls.status().to_string();
+  const auto& prog = calls->schedule.programs[0];
+  auto at = [&](std::string_view name) {
+    for (size_t k = 0; k < prog.size(); ++k)
+      if (to_string(prog[k]) == name) return static_cast<int64_t>(k);
+    return int64_t{-1};
+  };
+  ASSERT_GE(at("4RECV_F0"), 0);
+  EXPECT_EQ(calls->call[0][at("4RECV_F0")], calls->call[0][at("0SEND_F3")]);
+  EXPECT_EQ(calls->call[0][at("4RECV_F1")], calls->call[0][at("0SEND_F4")]);
+  // The last rank receives rank 0's gradients the same way in backward.
+  UniformCosts u;
+  u.comm = 0.25;
+  auto low = lower(*s);
+  ASSERT_TRUE(low.ok());
+  // Every group size Megatron accepts (p <= g <= m, a last group of 0 or >= p) simulates without
+  // a deadlock, and with g = p the receive is the next forward's (unchanged from before).
+  for (int32_t p : {2, 3, 4}) {
+    for (int32_t m = p; m <= 4 * p; ++m) {
+      for (int32_t g = p; g <= m; ++g) {
+        if (m % g != 0 && m % g < p) continue;
+        auto sg = generate_schedule("interleaved",
+                                    {.ranks = p, .microbatches = m, .chunks = 2, .group_size = g});
+        ASSERT_TRUE(sg.ok()) << p << " " << m << " " << g;
+        auto lg = lower(*sg);
+        ASSERT_TRUE(lg.ok());
+        auto r = simulate(*lg, uniform_cost_model(u, p, 2 * p), {.engine = Engine::kMegatron});
+        ASSERT_TRUE(r.ok()) << p << " " << m << " " << g << ": " << r.status().to_string();
+      }
+    }
+  }
+}
+
+// An order whose messages around the loop do not line up with Megatron's aligned receives is
+// refused in one line naming the counts. p = 3, v = 2, m = 3 (g = 3): the ending rank 2 runs
+// 2F0 2F1 5F0 | 5F1 5B0 | 2F2 5B1 | 5F2 5B2 | 2B0 2B1 2B2 (valid, and its steady state is F-B
+// pairs), but 2F2 is its 5th forward while rank 0's aligned receives reach only the ending
+// rank's forwards 0..3 (mv - p): 2F2's activation would never be received (6 messages
+// around the loop, 3 each way; 5 receives posted).
+TEST(EngineProfile, MegatronRefusesAnOrderItsAlignedReceivesDoNotFit) {
+  auto s = generate_schedule("interleaved", {.ranks = 3, .microbatches = 3, .chunks = 2});
+  ASSERT_TRUE(s.ok());
+  auto F = [](int32_t st, int32_t mb) { return Action{ActionType::kForward, st, mb}; };
+  auto B = [](int32_t st, int32_t mb) { return Action{ActionType::kBackward, st, mb}; };
+  Schedule bad = *s;
+  bad.programs[2] = {F(2, 0), F(2, 1), F(5, 0), F(5, 1), B(5, 0), F(2, 2),
+                     B(5, 1), F(5, 2), B(5, 2), B(2, 0), B(2, 1), B(2, 2)};
+  ASSERT_TRUE(validate(bad).ok()) << validate(bad).to_string();
+  auto calls = megatron_p2p_calls(bad);
+  ASSERT_FALSE(calls.ok());
+  EXPECT_NE(calls.status().message().find("sends 6 messages around the loop"), std::string::npos)
+      << calls.status().message();
+  EXPECT_NE(calls.status().message().find("aligned receives post 5"), std::string::npos);
+  EXPECT_EQ(calls.status().message().find('\n'), std::string::npos);
+}
+
 // DeepSpeed's PipelineEngine (TrainSchedule, blocking dist.send / dist.recv, one per instruction).
 // Rank 0: F0, {S F0}, F1, {R B0}, {S F1}, B0, {R B1}, B1 (a backward slot receives its gradient
 // before it sends the previous forward's activation). Rank 1: {R F0}, F0, B0, {S B0}, {R F1},
