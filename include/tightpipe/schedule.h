@@ -89,8 +89,8 @@ struct Schedule {
   std::vector<int32_t> stage_to_rank;         // [S]
   std::vector<std::vector<Action>> programs;  // [P][steps]
   std::string name;                           // generator name, or the source file
-  bool lowered =
-      false;  // went through lower() (or parsed with SEND/RECV): cross-rank edges are RECVs
+  // Went through lower() (or parsed with SEND/RECV): cross-rank edges are RECVs.
+  bool lowered = false;
   // Independent pipelines in the schedule (DualPipe: 2). The stage ids split into `directions`
   // runs of num_stages / directions consecutive ids, each a pipeline of its own (no message
   // crosses from one run to the next), and the microbatch ids into as many consecutive runs:
@@ -282,6 +282,12 @@ Status validate(const Schedule& schedule);
 // order; stages on the same rank hand off locally. REQUIRES: a compute-only schedule.
 Result<Schedule> lower(const Schedule& schedule);
 
+// The warm-up forwards of rank r in interleaved 1F1B with v chunks, m microbatches in groups of
+// g: min(m v, 2 (p - 1 - r) + (v - 1) g). The one statement of it, for the generator and for
+// Megatron's calls (megatron-core 0.19.2 `get_pp_rank_microbatches`; PyTorch's
+// ScheduleInterleaved1F1B the same), m = p included.
+int32_t interleaved_warmup_forwards(int32_t p, int32_t r, int32_t v, int32_t g, int32_t m);
+
 // Megatron-LM's p2p calls (docs/cost_model.md "Engine profiles"): where Megatron's schedules post
 // their sends and receives, as batches that are waited together before the next compute.
 // megatron/core/pipeline_parallel/schedules.py:
@@ -304,12 +310,6 @@ Result<Schedule> lower(const Schedule& schedule);
 // consecutive comm actions with one number are posted together.
 // Errors (InvalidArgument): a schedule that is lowered already, has I/W or OVERLAP_F_B actions
 // (Megatron's schedules run whole backwards) or two directions; validate()'s errors.
-// The warm-up forwards of rank r in interleaved 1F1B with v chunks, m microbatches in groups of
-// g: min(m v, 2 (p - 1 - r) + (v - 1) g). The one statement of it, for the generator and for
-// Megatron's calls (megatron-core 0.19.2 `get_pp_rank_microbatches`; PyTorch's
-// ScheduleInterleaved1F1B the same), m = p included.
-int32_t interleaved_warmup_forwards(int32_t p, int32_t r, int32_t v, int32_t g, int32_t m);
-
 struct P2pCalls {
   Schedule schedule;
   std::vector<std::vector<int32_t>> call;  // [rank][program position]
