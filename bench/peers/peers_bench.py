@@ -18,14 +18,15 @@ import statistics
 import sys
 
 from tightpipe.peers import deepspeed, megatron
-from tightpipe.peers.common import make_costs
+from tightpipe.peers.common import RunSpec, make_costs
 from tightpipe.peers.compare import host_time, measured_costs, simulate
 
 
 def configs(quick: bool):
-    # (engine, p, v, microbatches, batch_p2p)
+    # (engine, p, v, microbatches, batch_p2p); an (m, g) entry: Megatron's microbatch group g
     out = [("megatron", 2, 1, [4, 8], True), ("megatron", 4, 1, [4, 8, 16], True),
-           ("megatron", 4, 2, [8, 16], True), ("megatron", 2, 2, [4, 8], False),
+           ("megatron", 4, 2, [8, 16], True), ("megatron", 4, 2, [(10, 5), (16, 8)], True),
+           ("megatron", 2, 2, [4, 8], False),
            ("deepspeed", 2, 1, [4, 8], None), ("deepspeed", 4, 1, [4, 8, 16], None)]
     if quick:
         out = [(e, p, v, ms[:1], b) for e, p, v, ms, b in out]
@@ -66,7 +67,8 @@ def main() -> int:
         tries = []
         for _ in range(a.repeat):
             if engine == "megatron":
-                tries.append(megatron.run_many(p, ms, costs, vpp=v, steps=a.steps,
+                specs = [RunSpec(m[0], group=m[1]) if isinstance(m, tuple) else m for m in ms]
+                tries.append(megatron.run_many(p, specs, costs, vpp=v, steps=a.steps,
                                                batch_p2p=batch))
             else:
                 tries.append(deepspeed.run_many(p, ms, costs, steps=a.steps))
@@ -98,6 +100,9 @@ def main() -> int:
                             asked = (run.costs.f if e.kind == "F" else run.costs.b)[e.stage]
                             over.append(e.end - e.start - asked)
             sched = run.schedule + (" (batch_p2p off)" if batch is False else "")
+            g = run.options.get("microbatch_group_size_per_vp_stage")
+            if v > 1 and g and g != p:
+                sched += f" g={g}"
             print(f"{engine:9} {sched:20} {p:>2} {v:>2} {run.microbatches:>3}  "
                   f"{step * 1e3:>8.1f}ms {pred * 1e3:>8.1f}ms {err:>+6.2f}  {ierr:>12.2f}  "
                   f"{other_txt:>22}", flush=True)

@@ -42,6 +42,11 @@ enum class ZbObjective {
   kSpan,      // max over stages of (end of its last action - start of its first F) (ZB-2p, ZB-H2)
 };
 
+// The objective to build for when none is given: what sets the step's period. Synchronous: the
+// makespan (every stage waits for the step's end). Post-validated: each rank steps at its own end
+// and starts the next iteration, so the period is the largest per-stage span (docs/cost_model.md,
+// "Table 4").
+ZbObjective zb_objective_for(bool optimizer_post_validated);
 std::string_view zb_objective_name(ZbObjective objective);  // "makespan", "span"
 // "makespan" or "span"; anything else is InvalidArgument naming --objective and the choices.
 Result<ZbObjective> parse_zb_objective(std::string_view text);

@@ -118,6 +118,10 @@ struct SimOptions;
 // compute's send first otherwise; each instruction a call of its own (P2pCalls, schedule.h).
 // Errors (InvalidArgument): a lowered schedule, virtual stages, two directions, I/W actions.
 Result<P2pCalls> deepspeed_p2p_calls(const Schedule& compute_only);
+// Whether the optimizer steps post-validated under `engine` (zb always; tightpipe when
+// --optimizer-post-validation asks; the others synchronous): the one statement engine_profile()
+// and the CLIs' choice of zb-auto's objective (zb_objective_for) use.
+bool optimizer_post_validated(Engine engine, bool optimizer_post_validation);
 // Errors (InvalidArgument): megatron / megatron-overlap with a schedule Megatron does not run
 // (I/W split, OVERLAP_F_B pairs, two directions), naming it and the engines that run it.
 Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,

@@ -475,6 +475,8 @@ std::string Planner::out_of_memory(const std::vector<double>& peak) const {
 Result<Schedule> Planner::make_schedule(const Config& c, const CostModel& costs) {
   if (is_auto_schedule_name(c.schedule)) {
     ZbAutoOptions zo;
+    zo.objective =
+        zb_objective_for(optimizer_post_validated(o_.engine, o_.optimizer_post_validation));
     if (auto_schedule_memory_limit(c.schedule, c.p) == 0) zo.memory_limit = c.zb_limit;
     // The planner prices the greedy's schedule unless a search budget is given: it builds one
     // per shape it simulates, and the search's gain is mostly under 1% (docs/plan.md).

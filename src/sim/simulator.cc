@@ -891,6 +891,21 @@ Result<Engine> parse_engine(std::string_view text) {
       text));
 }
 
+bool optimizer_post_validated(Engine engine, bool optimizer_post_validation) {
+  switch (engine) {
+    case Engine::kTightpipe:
+      return optimizer_post_validation;
+    case Engine::kZb:
+      return true;
+    case Engine::kMegatron:
+    case Engine::kMegatronOverlap:
+    case Engine::kTorch:
+    case Engine::kDeepSpeed:
+      return false;
+  }
+  return false;
+}
+
 Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
                                      const SimOptions& options) {
   EngineProfile p;
@@ -913,7 +928,8 @@ Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
   switch (engine) {
     case Engine::kTightpipe:
       p.comm_mode = options.comm_mode;
-      p.optimizer_post_validation = options.optimizer_post_validation;
+      p.optimizer_post_validation =
+          optimizer_post_validated(engine, options.optimizer_post_validation);
       p.description = fmt::format("tightpipe: p2p {}, optimizer {}", comm_mode_name(p.comm_mode),
                                   p.optimizer_post_validation ? "post-validated" : "synchronous");
       break;
@@ -958,7 +974,7 @@ Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
           "optimizer synchronous";
       break;
     case Engine::kZb:
-      p.optimizer_post_validation = true;
+      p.optimizer_post_validation = optimizer_post_validated(engine, true);
       p.description =
           "zb: p2p asynchronous, a receive waited just before its compute (overlap), optimizer "
           "post-validated";

@@ -220,6 +220,10 @@ class AuthorsGreedy {
 };
 }  // namespace
 
+ZbObjective zb_objective_for(bool optimizer_post_validated) {
+  return optimizer_post_validated ? ZbObjective::kSpan : ZbObjective::kMakespan;
+}
+
 std::string_view zb_objective_name(ZbObjective objective) {
   return objective == ZbObjective::kSpan ? "span" : "makespan";
 }

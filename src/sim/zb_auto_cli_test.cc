@@ -170,5 +170,29 @@ TEST_F(ZbAutoCli, ZbVAutoBadInput) {
   }
 }
 
+// Post-validated runs build the automatic schedules for the span (zb_objective_for): `--engine
+// zb` without --objective prints what `--objective span` prints, and differs from
+// `--objective makespan` at the zero-bubble paper's 28.3B p = 32 m = 96 costs (docs/cost_model.md,
+// "Table 4": period 2899.39 against 3045.98). Synchronous engines keep the makespan.
+TEST_F(ZbAutoCli, PostValidatedRunsBuildForTheSpan) {
+  const std::string base =
+      "simulate --schedule zb-2p --pp 32 --microbatches 96 --cost "
+      "f=10.419,i=10.207,w=7.715,comm=0.408 ";
+  CliRun dflt = run(base + "--engine zb");
+  CliRun span = run(base + "--engine zb --objective span");
+  CliRun mk = run(base + "--engine zb --objective makespan");
+  ASSERT_EQ(dflt.exit_code, 0) << dflt.err;
+  ASSERT_EQ(span.exit_code, 0) << span.err;
+  ASSERT_EQ(mk.exit_code, 0) << mk.err;
+  EXPECT_EQ(dflt.out, span.out);
+  EXPECT_NE(dflt.out, mk.out);
+  CliRun pv = run(base + "--optimizer-post-validation");
+  CliRun pv_span = run(base + "--optimizer-post-validation --objective span");
+  EXPECT_EQ(pv.out, pv_span.out);
+  CliRun sync = run(base);
+  CliRun sync_mk = run(base + "--objective makespan");
+  EXPECT_EQ(sync.out, sync_mk.out);
+}
+
 }  // namespace
 }  // namespace tightpipe

@@ -146,6 +146,7 @@ int cmd_simulate(int argc, char** argv) {
                     engine)));
     }
     if (Status st = check_data_parallel(opt.data_parallel); !st.ok()) return report_error(kCmd, st);
+    sf.zb.post_validated = optimizer_post_validated(opt.engine, opt.optimizer_post_validation);
   }
 
   if (o_compare->count() > 0) {

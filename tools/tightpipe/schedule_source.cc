@@ -98,10 +98,12 @@ void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& f) {
   app.add_option_function<double>(
       "--w-memory-fraction", [&f](const double& v) { f.w_memory_fraction = v; },
       "zb-auto, zb-v-auto: share of an F's activations that I keeps until W, in [0, 1] (default: "
-      "act_after_i of the costs, 0.5 where they have no activation sizes)");
+      "act_after_i of the costs (--cost: 1 unless it sets act_after_i), 0.5 where they have no "
+      "activation sizes)");
   app.add_option("--objective", f.objective,
                  "zb-auto, zb-v-auto: makespan (the step, every stage from 0) or span (max "
-                 "per-stage span)");
+                 "per-stage span); default: span where the optimizer is post-validated (--engine "
+                 "zb, --optimizer-post-validation), makespan otherwise");
   app.add_option_function<double>(
       "--search-budget-ms", [&f](const double& v) { f.search_budget_ms = v; },
       fmt::format("zb-auto, zb-v-auto: milliseconds of local search after the greedy, in [0, "
@@ -246,6 +248,7 @@ Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& f, const std::string& s
   o.memory_limit = f.memory_limit;  // build_auto_schedule applies (and checks) zb-1p's, zb-2p's
   o.w_memory_fraction = f.w_memory_fraction;
   o.search_budget_ms = f.search_budget_ms;
+  o.objective = zb_objective_for(f.post_validated);
   if (!f.objective.empty()) {
     TP_ASSIGN_OR_RETURN(o.objective, parse_zb_objective(f.objective));
   }

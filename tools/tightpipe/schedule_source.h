@@ -17,8 +17,8 @@ namespace tightpipe::cli {
 // Where the costs come from; at most one is given (uniform f=1,i=1,w=1 when none is).
 struct CostFlags {
   std::optional<std::string> cost;  // --cost f=1,i=1,w=1[,b=2][,comm=0] (nullopt: not given)
-  std::string costs;  // --costs FILE.json
-  std::string model;  // --model layers=..,hidden=..,...
+  std::string costs;                // --costs FILE.json
+  std::string model;                // --model layers=..,hidden=..,...
   std::string layout;  // --pipeline-layout (with --model): "" (even split), "auto" or a layout
   // --bf16: --model's activations, messages and parameters are 2 bytes (its default; an explicit
   // act_bytes=/param_bytes= other than 2 is an error); --cost/--costs carry their own bytes.
@@ -29,8 +29,9 @@ struct CostFlags {
 struct ZbAutoFlags {
   std::optional<double> memory_limit;       // --memory-limit: whole-rank microbatch activations
   std::optional<double> w_memory_fraction;  // --w-memory-fraction: share of F's kept by I until W
-  std::string objective;                    // --objective makespan|span ("": makespan)
-  std::optional<double> search_budget_ms;   // --search-budget-ms: the search after the greedy
+  std::string objective;  // --objective makespan|span ("": zb_objective_for(post_validated))
+  std::optional<double> search_budget_ms;  // --search-budget-ms: the search after the greedy
+  bool post_validated = false;  // not a flag: the run steps post-validated (the command's engine)
 };
 
 struct ScheduleFlags {
@@ -43,8 +44,8 @@ struct ScheduleFlags {
   // given): resolve_chunks() turns them into vpp.
   int64_t layers_per_virtual_stage = 0;
   int64_t num_layers = 0;
-  CostFlags costs;                // the costs zb-auto is built from (and simulate runs with)
-  ZbAutoFlags zb;                 // zb-auto's memory limit, fraction, objective, search
+  CostFlags costs;  // the costs zb-auto is built from (and simulate runs with)
+  ZbAutoFlags zb;   // zb-auto's memory limit, fraction, objective, search
 };
 
 // Adds --schedule, --pp, --microbatches, --vpp, --microbatch-group-size with Megatron's

@@ -68,7 +68,9 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& f) {
 
 Status run_pipeline(TrainOptions o, const PipelineFlags& f) {
   o.schedule = f.schedule.empty() ? "1f1b" : f.schedule;
-  TP_ASSIGN_OR_RETURN(o.auto_schedule, zb_auto_options(f.zb, o.schedule));
+  ZbAutoFlags zb = f.zb;
+  zb.post_validated = o.optimizer_post_validation;
+  TP_ASSIGN_OR_RETURN(o.auto_schedule, zb_auto_options(zb, o.schedule));
   o.auto_schedule_profile_steps = f.auto_profile_steps;
   o.vpp = f.vpp;
   TP_RETURN_IF_ERROR(resolve_chunks(o.vpp, f.layers_per_virtual_stage, o.model.num_layers, o.pp));
