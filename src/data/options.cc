@@ -247,6 +247,12 @@ bool is_shard_path(std::string_view path) {
   return path.ends_with(".tar") || path.ends_with(".tar.gz") || path.ends_with(".tgz");
 }
 
+namespace {
+// The most names one pattern expands to (each a shard path checked on disk): far above any real
+// data set's shard count.
+constexpr size_t kMaxBraceNames = 1'000'000;
+}  // namespace
+
 Result<std::vector<std::string>> expand_braces(std::string_view pattern) {
   size_t open = pattern.find('{');
   if (open == std::string_view::npos) {
@@ -267,10 +273,16 @@ Result<std::vector<std::string>> expand_braces(std::string_view pattern) {
   if (dots != std::string_view::npos) {
     std::string_view lo_s = body.substr(0, dots), hi_s = body.substr(dots + 2);
     auto lo = parse_int(lo_s), hi = parse_int(hi_s);
-    if (!lo.ok() || !hi.ok() || *lo < 0 || *hi < *lo || *hi - *lo >= 10'000'000) {
+    if (!lo.ok() || !hi.ok() || *lo < 0 || *hi < *lo) {
       return Status::invalid_argument(fmt::format(
-          "pattern '{}': bad range '{{{}}}'; hint: '{{000000..000099}}' (first <= last)", pattern,
-          body));
+          "pattern '{}': bad range '{{{}}}'; hint: '{{000000..000099}}' (first <= last)",
+          printable(pattern), printable(body)));
+    }
+    if (*hi - *lo >= kMaxBraceNames) {
+      return Status::invalid_argument(fmt::format(
+          "pattern '{}': range '{{{}}}' has {} names, more than the {} a pattern may expand to; "
+          "hint: a directory of shards, or a narrower range",
+          printable(pattern), printable(body), *hi - *lo + 1, kMaxBraceNames));
     }
     size_t width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
     for (int64_t i = *lo; i <= *hi; ++i) items.push_back(fmt::format("{:0{}}", i, width));
@@ -279,6 +291,13 @@ Result<std::vector<std::string>> expand_braces(std::string_view pattern) {
   } else {
     return Status::invalid_argument(fmt::format(
         "pattern '{}': '{{{}}}' is neither a range 'a..b' nor a list 'a,b'", pattern, body));
+  }
+  // Several groups multiply: {0..99999}{0..99999} is 10^10 names (bad_alloc, not an error).
+  if (items.size() > kMaxBraceNames / std::max<size_t>(tails.size(), 1)) {
+    return Status::invalid_argument(fmt::format(
+        "pattern '{}' expands to {} x {} names, more than the {} a pattern may expand to; hint: "
+        "a directory of shards, or narrower ranges",
+        printable(pattern), items.size(), tails.size(), kMaxBraceNames));
   }
   std::vector<std::string> out;
   out.reserve(items.size() * tails.size());
