@@ -12,6 +12,7 @@
 
 #include "tightpipe/flag_checks.h"
 #include "tightpipe/prof.h"
+#include "tightpipe/schedule_torch.h"
 
 namespace tightpipe {
 
@@ -947,13 +948,10 @@ Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
           engine == Engine::kMegatronOverlap ? "; overlap needs virtual stages" : "");
       break;
     case Engine::kTorch:
-      if (schedule.directions != 1) {
-        return Status::invalid_argument(fmt::format(
-            "--engine torch: schedule '{}' runs {} directions (each rank holds a stage of every "
-            "pipeline), which PyTorch's pipelining has no form for; hint: dualpipev (PyTorch's "
-            "ScheduleDualPipeV), or --engine tightpipe",
-            schedule.name, schedule.directions));
-      }
+      TP_RETURN_IF_ERROR(
+          check_torch_directions(schedule,
+                                 "dualpipev (PyTorch's ScheduleDualPipeV), or --engine tightpipe")
+              .with_context("--engine torch"));
       p.description =
           "torch: p2p asynchronous sends, a receive waited just before its compute (overlap), "
           "optimizer synchronous";
