@@ -98,8 +98,14 @@ class LowerBoundSweep {
 Result<LowerBound> lower_bound_for(const Schedule& schedule, const CostModel& costs,
                                    const SimOptions& sim, bool span = true);
 
-// Simulates nothing: fills result's lower_bound_* fields from `lb`.
-void attach_lower_bound(SimResult& result, const LowerBound& lb);
+// OK when `bound` is at most `value` (within 1e-9 relative, float sums in another order); else
+// Internal, one line naming both numbers and `what` ("makespan of schedule 'zb-h1'"): a bound
+// above what a schedule reached is a bug in the bound, and is never printed as if it held.
+Status check_lower_bound(double value, double bound, std::string_view what);
+// Simulates nothing: fills result's lower_bound_* fields from `lb`, after check_lower_bound()
+// of the makespan and the span (`schedule` names the schedule in its error).
+[[nodiscard]] Status attach_lower_bound(SimResult& result, const LowerBound& lb,
+                                        std::string_view schedule);
 
 // (value - bound) / bound, the share a schedule is above its bound; 0 when bound <= 0.
 double lower_bound_gap(double value, double bound);

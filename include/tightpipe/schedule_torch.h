@@ -113,4 +113,9 @@ inline constexpr int32_t kTorchUnshardWindow = 3;
 // pipelining has no form for; the errors of lower().
 Result<std::string> to_torch_csv(const Schedule& schedule);
 
+// OK for a one-direction schedule; else InvalidArgument, one line: "schedule 'dualpipe' runs 2
+// directions (...), which PyTorch's pipelining has no form for; hint: <hint>" (to_torch_csv, and
+// the simulator's --engine torch, say it once).
+Status check_torch_directions(const Schedule& schedule, std::string_view hint);
+
 }  // namespace tightpipe

@@ -91,3 +91,19 @@ def test_cli_prints_one_line_and_exits_2(args, needle, tmp_path):
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("error: "), r.stderr
+
+
+def test_counts_of_another_type_are_refused_before_any_comparison():
+    # Issue 45: a string count raised TypeError ('<' between str and int), None too, and a float
+    # count ran.
+    from tightpipe.peers.common import check_int
+
+    for mod in (megatron, deepspeed):
+        for pp, m in (("2", 4), (None, 4), (2.5, 4), (True, 4), (2, "4"), (2, 4.0)):
+            with pytest.raises(PeerError) as e:
+                mod.run(pp, m, make_costs(2, 10, 20))
+            assert "not an int" in one_line(e.value), (mod.__name__, pp, m)
+    with pytest.raises(PeerError) as e:
+        megatron.run(2, 4, make_costs(4, 10, 20), vpp=2.0)
+    assert "--vpp 2.0 is a float, not an int" in one_line(e.value)
+    check_int("--pp", 2)

@@ -6,6 +6,7 @@ sees them."""
 from __future__ import annotations
 
 import csv
+import json
 from unittest import mock
 
 import pytest
@@ -14,7 +15,13 @@ from torch.distributed.pipelining import schedules as S
 
 from tightpipe import ScheduleFileError, ScheduleMismatchError, UnsupportedActionError
 from tightpipe.schedule import check_text, generate, parse
-from tightpipe.torch import build_runtime, check_actions, check_stages, runtime_action_types
+from tightpipe.torch import (
+    build_runtime,
+    check_actions,
+    check_reduce_grads,
+    check_stages,
+    runtime_action_types,
+)
 
 
 def _mock_stage(p: int, num_stages: int, rank: int = 0, index: int = 0):
@@ -197,6 +204,104 @@ def test_a_damaged_csv_never_reaches_pytorch(sched_p2_m4, load_csv_spy, case):
     # The file undamaged does reach it (and PyTorch loads it).
     build_runtime(stages, sched_p2_m4.text(), 4)
     assert len(load_csv_spy) == 1
+
+
+# ----- issue 45: a stage that loses its gradient scaling never reaches PyTorch -------------------
+
+
+def _one_line(e: Exception) -> str:
+    text = str(e)
+    assert "\n" not in text, text
+    assert "hint:" in text, text
+    return text
+
+
+def test_a_file_without_reduce_grad_never_reaches_pytorch(load_csv_spy):
+    # A lowered tightpipe CSV holds none of PyTorch's actions: `schedule --check` accepts it (it
+    # is a valid schedule), but PyTorch's runtime would never scale any stage's gradients.
+    from tightpipe import cli
+
+    text = cli.run(["schedule", "--schedule", "1f1b", "--pp", "2", "--microbatches", "4",
+                    "--format", "csv", "--lowered"])
+    with pytest.raises(ScheduleFileError) as e:
+        build_runtime([_mock_stage(2, 2, 0, 0)], text, 4)
+    assert "stage 0 has no REDUCE_GRAD (2 of 2 stages have none)" in _one_line(e.value)
+    assert load_csv_spy == []
+
+
+@pytest.mark.parametrize("case", ["dropped", "twice"])
+def test_an_unchecked_schedule_is_checked_before_pytorch(sched_p2_m4, load_csv_spy, case):
+    # A TorchSchedule made by parse() (or by hand) has not been through the binary: build_runtime
+    # checks it, and counts the REDUCE_GRADs itself.
+    text = sched_p2_m4.text()
+    if case == "dropped":
+        text = text.replace("1REDUCE_GRAD,1WAIT_REDUCE_GRAD", "1WAIT_REDUCE_GRAD", 1)
+    else:
+        text = text.replace("0REDUCE_GRAD,", "0REDUCE_GRAD,0REDUCE_GRAD,", 1)
+    assert text != sched_p2_m4.text()
+    with pytest.raises(ScheduleFileError):
+        build_runtime([_mock_stage(2, 2, 0, 0)], parse(text), 4)
+    assert load_csv_spy == []
+    # And without the binary's check (a schedule claiming to be checked), the count still holds.
+    forged = parse(text)
+    forged.check_output = "checked"
+    with pytest.raises(ScheduleFileError) as e:
+        check_reduce_grads(forged)
+    assert ("has no REDUCE_GRAD" if case == "dropped" else "a second '0REDUCE_GRAD'") in _one_line(
+        e.value)
+
+
+def test_n_microbatches_of_another_type_is_refused(sched_p2_m4):
+    with pytest.raises(ScheduleMismatchError) as e:
+        build_runtime([_mock_stage(2, 2, 0, 0)], sched_p2_m4, 4.0)
+    assert "n_microbatches=4.0 is not an int" in _one_line(e.value)
+
+
+def test_model_and_spawn_refuse_bad_counts():
+    from tightpipe.torch.gpt import GptConfig, make_stages
+    from tightpipe.torch.launch import spawn
+
+    for n in (0, -1, 2.0, True):
+        with pytest.raises(ValueError) as e:
+            make_stages(GptConfig(), n)
+        assert f"num_stages={n!r}" in _one_line(e.value)
+    with pytest.raises(ValueError) as e:
+        make_stages(GptConfig(d_model=30, heads=4), 2)
+    assert "d_model=30 is not divisible by heads=4" in _one_line(e.value)
+    for w in (0, -2, 1.5):
+        with pytest.raises(ValueError) as e:
+            spawn(w, print)
+        assert f"world={w!r}" in _one_line(e.value)
+    with pytest.raises(ValueError) as e:
+        spawn(2, print, threads=0)
+    assert "threads=0" in _one_line(e.value)
+
+
+def test_trace_reader_names_a_damaged_file(tmp_path):
+    import gzip
+
+    from tightpipe.torch import idle_from_trace
+
+    good = {"distributedInfo": {"rank": 0}, "traceEvents": []}
+    cases = {
+        "missing.json": None,
+        "garbage.json": b"\x00\xffnot json",
+        "truncated.json": json.dumps(good).encode()[:20],
+        "list.json": b"[1, 2]",
+        "norank.json": json.dumps({"traceEvents": []}).encode(),
+        "truncated.json.gz": gzip.compress(json.dumps(good).encode())[:15],
+        "empty.json.gz": b"",
+    }
+    for name, data in cases.items():
+        path = tmp_path / name
+        if data is not None:
+            path.write_bytes(data)
+        with pytest.raises(ValueError) as e:
+            idle_from_trace([str(path)])
+        assert f"trace '{path}'" in _one_line(e.value), name
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(ValueError):
+        idle_from_trace([str(tmp_path / "dir.json")])
 
 
 def test_missing_file_names_it(tmp_path):

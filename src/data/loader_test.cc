@@ -272,7 +272,7 @@ TEST(DataLoaderText, SplitShorterThanOneRowIsRefusedAtOpen) {
   o.path = dir.file("small.txt");
   o.split = Split::kTrain;  // 180 bytes: enough for rows of 129
   EXPECT_TRUE(DataLoader::open(o).ok());
-  o.split = Split::kVal;    // 20 bytes
+  o.split = Split::kVal;  // 20 bytes
   r = DataLoader::open(o);
   ASSERT_FALSE(r.ok());
   for (const char* needle : {"small.txt' has 200 bytes", "validation split", "has 20 bytes",
@@ -326,6 +326,24 @@ TEST(DataPaths, BraceExpansion) {
   EXPECT_FALSE(expand_braces("x{3..1}").ok());
   EXPECT_FALSE(expand_braces("x{3..").ok());
   EXPECT_FALSE(expand_braces("x{abc}").ok());
+  // Issue 45: groups that multiply past a million names ran out of memory (std::bad_alloc from
+  // train --data-path); a range that long was called a bad range with the hint first <= last.
+  for (const char* p : {"x{0..99999}{0..99999}.tar",
+                        "{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}"
+                        "{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}{a,b}"}) {
+    auto big = expand_braces(p);
+    ASSERT_FALSE(big.ok()) << p;
+    EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(
+        big.status().message().find("more than the 1000000 names a pattern may expand to; hint:"),
+        std::string::npos)
+        << big.status().message();
+  }
+  auto range = expand_braces("x{0..999999999}.tar");
+  ASSERT_FALSE(range.ok());
+  EXPECT_NE(range.status().message().find("range '{0..999999999}' has 1000000000 names"),
+            std::string::npos)
+      << range.status().message();
 }
 
 }  // namespace

@@ -247,38 +247,87 @@ bool is_shard_path(std::string_view path) {
   return path.ends_with(".tar") || path.ends_with(".tar.gz") || path.ends_with(".tgz");
 }
 
-Result<std::vector<std::string>> expand_braces(std::string_view pattern) {
+namespace {
+// The most names one pattern expands to (each a shard path checked on disk): far above any real
+// data set's shard count.
+constexpr size_t kMaxBraceNames = 1'000'000;
+
+// Refuses a pattern that expands to more than kMaxBraceNames names before any is built (several
+// groups multiply: {0..99999}{0..99999} is 10^10 names); malformed groups count 1 here
+// (expand_braces_unchecked names them).
+Status check_brace_count(std::string_view pattern) {
+  size_t total = 1;
+  for (size_t open = pattern.find('{'); open != std::string_view::npos;
+       open = pattern.find('{', open + 1)) {
+    const size_t close = pattern.find('}', open);
+    if (close == std::string_view::npos) break;
+    const std::string_view body = pattern.substr(open + 1, close - open - 1);
+    size_t n = 1;
+    if (const size_t dots = body.find(".."); dots != std::string_view::npos) {
+      auto lo = parse_int(body.substr(0, dots)), hi = parse_int(body.substr(dots + 2));
+      if (lo.ok() && hi.ok() && *lo >= 0 && *hi >= *lo) {
+        if (static_cast<uint64_t>(*hi - *lo) >= kMaxBraceNames) {
+          return Status::invalid_argument(fmt::format(
+              "pattern '{}': range '{{{}}}' has {} names, more than the {} a pattern may expand "
+              "to; hint: a directory of shards, or a narrower range",
+              printable(pattern), printable(body), *hi - *lo + 1, kMaxBraceNames));
+        }
+        n = static_cast<size_t>(*hi - *lo + 1);
+      }
+    } else {
+      n = static_cast<size_t>(std::count(body.begin(), body.end(), ',')) + 1;
+    }
+    if (n > kMaxBraceNames / total) {
+      return Status::invalid_argument(fmt::format(
+          "pattern '{}' expands to more than the {} names a pattern may expand to; hint: a "
+          "directory of shards, or narrower ranges",
+          printable(pattern), kMaxBraceNames));
+    }
+    total *= n;
+    open = close;
+  }
+  return OkStatus();
+}
+
+Result<std::vector<std::string>> expand_braces_unchecked(std::string_view pattern) {
   size_t open = pattern.find('{');
   if (open == std::string_view::npos) {
     if (pattern.find('}') != std::string_view::npos) {
-      return Status::invalid_argument(fmt::format("pattern '{}': '}}' without '{{'", pattern));
+      return Status::invalid_argument(fmt::format(
+          "pattern '{}': '}}' without '{{'; hint: a group looks like {{a,b}} or {{000..009}}",
+          printable(pattern)));
     }
     return std::vector<std::string>{std::string(pattern)};
   }
   size_t close = pattern.find('}', open);
   if (close == std::string_view::npos) {
-    return Status::invalid_argument(fmt::format("pattern '{}': '{{' without '}}'", pattern));
+    return Status::invalid_argument(fmt::format(
+        "pattern '{}': '{{' without '}}'; hint: a group looks like {{a,b}} or {{000..009}}",
+        printable(pattern)));
   }
   std::string_view head = pattern.substr(0, open);
   std::string_view body = pattern.substr(open + 1, close - open - 1);
-  TP_ASSIGN_OR_RETURN(std::vector<std::string> tails, expand_braces(pattern.substr(close + 1)));
+  TP_ASSIGN_OR_RETURN(std::vector<std::string> tails,
+                      expand_braces_unchecked(pattern.substr(close + 1)));
   std::vector<std::string> items;
   size_t dots = body.find("..");
   if (dots != std::string_view::npos) {
     std::string_view lo_s = body.substr(0, dots), hi_s = body.substr(dots + 2);
     auto lo = parse_int(lo_s), hi = parse_int(hi_s);
-    if (!lo.ok() || !hi.ok() || *lo < 0 || *hi < *lo || *hi - *lo >= 10'000'000) {
+    if (!lo.ok() || !hi.ok() || *lo < 0 || *hi < *lo) {
       return Status::invalid_argument(fmt::format(
-          "pattern '{}': bad range '{{{}}}'; hint: '{{000000..000099}}' (first <= last)", pattern,
-          body));
+          "pattern '{}': bad range '{{{}}}'; hint: '{{000000..000099}}' (first <= last)",
+          printable(pattern), printable(body)));
     }
     size_t width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
     for (int64_t i = *lo; i <= *hi; ++i) items.push_back(fmt::format("{:0{}}", i, width));
   } else if (body.find(',') != std::string_view::npos) {
     for (const std::string& s : split(body, ',')) items.push_back(s);
   } else {
-    return Status::invalid_argument(fmt::format(
-        "pattern '{}': '{{{}}}' is neither a range 'a..b' nor a list 'a,b'", pattern, body));
+    return Status::invalid_argument(
+        fmt::format("pattern '{}': '{{{}}}' is neither a range 'a..b' nor a list 'a,b'; hint: e.g. "
+                    "{{000..009}} or {{a,b}}",
+                    printable(pattern), printable(body)));
   }
   std::vector<std::string> out;
   out.reserve(items.size() * tails.size());
@@ -286,6 +335,13 @@ Result<std::vector<std::string>> expand_braces(std::string_view pattern) {
     for (const std::string& tail : tails) out.push_back(fmt::format("{}{}{}", head, item, tail));
   }
   return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> expand_braces(std::string_view pattern) {
+  TP_RETURN_IF_ERROR(check_brace_count(pattern));
+  return expand_braces_unchecked(pattern);
 }
 
 Result<std::vector<std::string>> expand_data_path(const std::string& path) {

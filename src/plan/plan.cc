@@ -78,6 +78,13 @@ Status PlanOptions::validate() const {
                                         .vocab = m.vocab_size,
                                         .ffn_hidden = m.ffn_hidden_size},
                                        {}, {.layers = kMaxGptLayers}));
+  // simulate refuses the same pair: the flag is tightpipe's own, the other engines set it.
+  if (optimizer_post_validation && engine != Engine::kTightpipe) {
+    return Status::invalid_argument(fmt::format(
+        "--enable-optimizer-post-validation with --engine {}: the engine sets how its optimizer "
+        "runs ({}); the flag is tightpipe's own; hint: drop it, or --engine tightpipe",
+        engine_name(engine), engine == Engine::kZb ? "zb always post-validates" : "synchronously"));
+  }
   if (global_batch_size < 1 || global_batch_size > (int64_t{1} << 30)) {
     return bad("--global-batch-size", global_batch_size,
                "must be in [1, 2^30] sequences per step; hint: e.g. --global-batch-size 1024");
@@ -525,8 +532,7 @@ Status Planner::enumerate() {
   std::vector<int64_t> mbs_list = o_.micro_batch_sizes;
   if (mbs_list.empty()) mbs_list = {1, 2, 4, 8};
   std::vector<std::string> names;
-  const bool megatron =
-      o_.engine == Engine::kMegatron || o_.engine == Engine::kMegatronOverlap;
+  const bool megatron = o_.engine == Engine::kMegatron || o_.engine == Engine::kMegatronOverlap;
   for (const std::string& s : o_.schedules.empty() ? all_schedules() : o_.schedules) {
     const std::string name = canonical_schedule(s);
     // Megatron-LM runs 1F1B and interleaved 1F1B only (engine_profile).
@@ -777,11 +783,11 @@ Status Planner::simulate_best() {
     // faster and the kept copy of each rank's weights, gradients and optimizer state fits).
     double pv_step = 0;
     std::vector<double> pv_peak;
-    const bool zero_bubble = c.schedule.rfind("zb-", 0) == 0 || c.schedule == "v-half" ||
-                             c.schedule == "v-min";
-    if (low.directions == 1 && (r.optimizer_post_validation ||
-                                (o_.engine == Engine::kTightpipe &&
-                                 o_.optimizer_post_validation && zero_bubble))) {
+    const bool zero_bubble =
+        c.schedule.rfind("zb-", 0) == 0 || c.schedule == "v-half" || c.schedule == "v-min";
+    if (low.directions == 1 &&
+        (r.optimizer_post_validation ||
+         (o_.engine == Engine::kTightpipe && o_.optimizer_post_validation && zero_bubble))) {
       SimOptions pv = so;
       if (o_.engine == Engine::kTightpipe) pv.optimizer_post_validation = true;
       TP_ASSIGN_OR_RETURN(SteadyState ss, steady_state_step_time(low, costs, pv));
@@ -795,8 +801,11 @@ Status Planner::simulate_best() {
         so = pv;
       }
       if (r.optimizer_post_validation && !fits_pv) {
-        add_infeasible(c, pd.rc, out_of_memory(pv_peak) + " with the post-validated optimizer's "
-                                 "kept copy", pv_peak);
+        add_infeasible(c, pd.rc,
+                       out_of_memory(pv_peak) +
+                           " with the post-validated optimizer's "
+                           "kept copy",
+                       pv_peak);
         continue;
       }
     }
@@ -860,6 +869,10 @@ Status Planner::simulate_best() {
       TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(low, costs, so, /*span=*/false));
       pc.lower_bound_s = lb.makespan + copy_sum;
     }
+    // The table prints the bound beside the step: one above it is a bug, never a row.
+    TP_RETURN_IF_ERROR(check_lower_bound(
+        pc.step_time_s, pc.lower_bound_s,
+        fmt::format("step time (s) of {} p={} v={} m={}", c.schedule, c.p, c.v, c.m)));
     price(pc);
     best.insert(std::upper_bound(best.begin(), best.end(), pc.step_time_s), pc.step_time_s);
     fits_.push_back(std::move(pc));

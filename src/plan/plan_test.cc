@@ -391,11 +391,19 @@ TEST(PlanTest, PostValidationIsTriedForZeroBubbleSchedules) {
   for (const std::string& line : plan_command_lines(*r, c))
     flag = flag || line.find("--enable-optimizer-post-validation") != std::string::npos;
   EXPECT_TRUE(flag);
+  // Issue 45: another engine sets its own optimizer (megatron synchronous, zb post-validated):
+  // the flag beside it was ignored silently; now it is refused in one line, as simulate does.
   o.engine = Engine::kMegatron;
   o.schedules = {"1f1b"};
   auto m = plan(o);
-  ASSERT_TRUE(m.ok());
-  EXPECT_FALSE(recommended(*m).optimizer_post_validation);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("--enable-optimizer-post-validation with --engine megatron"),
+            std::string::npos)
+      << m.status().to_string();
+  o.optimizer_post_validation = false;
+  auto m_sync = plan(o);
+  ASSERT_TRUE(m_sync.ok()) << m_sync.status().to_string();
+  EXPECT_FALSE(recommended(*m_sync).optimizer_post_validation);
 }
 
 }  // namespace

@@ -99,7 +99,9 @@ Result<SimResult> simulate_what_if(const Schedule& lowered, const CostModel& cos
     r.steady_state_step_time = ss.step_time;
     return r;
   }
-  if (auto lb = lower_bound_for(lowered, costs, sim); lb.ok()) attach_lower_bound(r, *lb);
+  if (auto lb = lower_bound_for(lowered, costs, sim); lb.ok()) {
+    TP_RETURN_IF_ERROR(attach_lower_bound(r, *lb, lowered.name));
+  }
   return r;
 }
 
@@ -520,7 +522,8 @@ Result<Report> build_report(const std::string& run_dir, const ReportOptions& opt
   calibrate_missing_costs(by_step.per_step, rep);
   predict(rep);
   if (rep.has_prediction) explain_gap(rep);
-  for (const WhatIfSpec& w : options.what_if) rep.what_ifs.push_back(what_if(w, rep, options.engine));
+  for (const WhatIfSpec& w : options.what_if)
+    rep.what_ifs.push_back(what_if(w, rep, options.engine));
   return rep;
 }
 

@@ -256,10 +256,10 @@ Status check_torch_cells(const Schedule& sch, const std::vector<TorchCell>& cell
                   "{}: '{}' has no pending reduction of stage {} to wait for{}; hint: it "
                   "follows its own {}REDUCE_GRAD, before the row's next REDUCE_GRAD",
                   at(c.pos), to_string(c.action), s,
-                  pending_reduce ? fmt::format(" (stage {}'s, from {}, is pending)",
-                                               pending_reduce->action.stage,
-                                               at(pending_reduce->pos))
-                                 : std::string(),
+                  pending_reduce
+                      ? fmt::format(" (stage {}'s, from {}, is pending)",
+                                    pending_reduce->action.stage, at(pending_reduce->pos))
+                      : std::string(),
                   s));
             }
             pending_reduce.reset();
@@ -310,8 +310,8 @@ Status check_torch_cells(const Schedule& sch, const std::vector<TorchCell>& cell
       return Status::invalid_argument(fmt::format(
           "{}: '{}' has no {}WAIT_REDUCE_GRAD after it on row {} (rank {}); hint: PyTorch 2.15 "
           "refuses a reduction left pending at the end of a row",
-          at(pending_reduce->pos), to_string(pending_reduce->action),
-          pending_reduce->action.stage, r + 1, r));
+          at(pending_reduce->pos), to_string(pending_reduce->action), pending_reduce->action.stage,
+          r + 1, r));
     }
     if (waits && pending_sends.pending() > 0) {
       const auto [send, pos] = pending_sends.in_order().front();
@@ -319,9 +319,8 @@ Status check_torch_cells(const Schedule& sch, const std::vector<TorchCell>& cell
           "{}: '{}' has no WAIT_SEND after it on row {} (rank {}){}; hint: PyTorch 2.15 retires "
           "a send only at its own {}WAIT_SEND_{}{} and refuses a file that leaves one pending",
           at(pos), to_string(send), r + 1, r,
-          pending_sends.pending() > 1
-              ? fmt::format(", nor do {} more", pending_sends.pending() - 1)
-                                   : std::string(),
+          pending_sends.pending() > 1 ? fmt::format(", nor do {} more", pending_sends.pending() - 1)
+                                      : std::string(),
           send.stage, send.type == ActionType::kSendAct ? 'F' : 'B', send.microbatch));
     }
   }
@@ -350,14 +349,19 @@ Status check_torch_cells(const Schedule& sch, const std::vector<TorchCell>& cell
 
 }  // namespace detail
 
+Status check_torch_directions(const Schedule& schedule, std::string_view hint) {
+  if (schedule.directions == 1) return OkStatus();
+  return Status::invalid_argument(fmt::format(
+      "schedule '{}' runs {} directions (each rank holds a stage of every pipeline), which "
+      "PyTorch's pipelining has no form for; hint: {}",
+      schedule.name, schedule.directions, hint));
+}
+
 Result<std::string> to_torch_csv(const Schedule& in) {
-  if (in.directions != 1) {
-    return Status::invalid_argument(fmt::format(
-        "schedule '{}' runs {} directions (each rank holds a stage of every pipeline), which "
-        "PyTorch's pipelining has no form for; hint: export dualpipev (DualPipe's "
-        "one-direction V, PyTorch's ScheduleDualPipeV), or write this one with --format csv",
-        in.name, in.directions));
-  }
+  TP_RETURN_IF_ERROR(check_torch_directions(
+      in,
+      "export dualpipev (DualPipe's one-direction V, PyTorch's ScheduleDualPipeV), or write this "
+      "one with --format csv"));
   Schedule low;
   if (in.lowered || in.has_comm_actions()) {
     TP_RETURN_IF_ERROR(validate(in));
@@ -485,18 +489,17 @@ Result<std::string> to_torch_csv(const Schedule& in) {
     for (int32_t s : active) cells.push_back(to_string(TorchAction{TorchActionType::kReshard, s}));
     // Every send not retired by a backward, at the row's end in send order.
     for (const auto& [send, pos] : pending_sends.in_order()) {
-      cells.push_back(to_string(TorchAction{send.type == ActionType::kSendAct
-                                                ? TorchActionType::kWaitSendF
-                                                : TorchActionType::kWaitSendB,
-                                            send.stage, send.microbatch}));
+      cells.push_back(
+          to_string(TorchAction{send.type == ActionType::kSendAct ? TorchActionType::kWaitSendF
+                                                                  : TorchActionType::kWaitSendB,
+                                send.stage, send.microbatch}));
     }
     out += join(cells, ",") + "\n";
   }
   // Gradient scaling: PyTorch divides a stage's gradients by m at its REDUCE_GRAD, so exactly one
   // per stage, or the step trains on gradients m times too large (or m times too small).
   for (int32_t s = 0; s < S; ++s) {
-    TP_CHECK(reduce_grads[s] == 1, "stage", s, "got", reduce_grads[s], "REDUCE_GRADs in",
-             low.name);
+    TP_CHECK(reduce_grads[s] == 1, "stage", s, "got", reduce_grads[s], "REDUCE_GRADs in", low.name);
   }
   return out;
 }

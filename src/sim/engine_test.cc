@@ -298,5 +298,42 @@ TEST(EngineProfile, BadInputNamesTheKnownEnginesAndTheSchedule) {
   EXPECT_NE(r.status().message().find("does not run schedule 'zb-h1'"), std::string::npos);
 }
 
+// Issue 45: dualpipe's two directions were simulated under engines that cannot run them: PyTorch
+// has no form for them (schedule --format torch refuses them too), and a post-validated optimizer
+// (--engine zb, or tightpipe's flag) cannot step before the directions' gradient copies are
+// summed (train refuses that pair). Each is one line naming the engine or flag and the schedule;
+// dualpipev (one direction) still runs under all three.
+TEST(EngineProfile, TwoDirectionsAreRefusedWhereTheEngineCannotRunThem) {
+  auto low_of = [](const char* name) {
+    auto s = generate_schedule(name, {.ranks = 2, .microbatches = 4, .chunks = 2});
+    TP_CHECK(s.ok(), s.status().to_string());
+    auto low = lower(*s);
+    TP_CHECK(low.ok(), low.status().to_string());
+    return std::move(*low);
+  };
+  const Schedule dualpipe = low_of("dualpipe"), dualpipev = low_of("dualpipev");
+  const CostModel costs = uniform_cost_model({}, 2, 4);
+  const auto costs2 = expand_to_directions(uniform_cost_model({}, 2, 2), dualpipe);
+  struct Refusal {
+    SimOptions options;
+    const char* says;
+  };
+  SimOptions pv;
+  pv.optimizer_post_validation = true;
+  for (const Refusal& c :
+       {Refusal{{.engine = Engine::kTorch}, "--engine torch: schedule 'dualpipe'"},
+        Refusal{{.engine = Engine::kZb}, "--engine zb"},
+        Refusal{pv, "--optimizer-post-validation with schedule 'dualpipe'"}}) {
+    auto r = simulate(dualpipe, costs2, c.options);
+    ASSERT_FALSE(r.ok()) << c.says;
+    const std::string m(r.status().message());
+    EXPECT_NE(m.find(c.says), std::string::npos) << m;
+    EXPECT_NE(m.find("hint:"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    auto v = simulate(dualpipev, costs, c.options);
+    EXPECT_TRUE(v.ok()) << c.says << ": " << v.status().to_string();
+  }
+}
+
 }  // namespace
 }  // namespace tightpipe

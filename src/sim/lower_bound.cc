@@ -261,8 +261,8 @@ class Bounder {
     // Synchronous: every rank's optimizer starts after the last program. Post-validated, each
     // starts at its own rank's end: the last rank to end adds at least the least optimizer time.
     lb.makespan =
-        sync + (o_.sim.optimizer_post_validation ? *std::min_element(opt.begin(), opt.end())
-                                                 : most_opt);
+        sync +
+        (o_.sim.optimizer_post_validation ? *std::min_element(opt.begin(), opt.end()) : most_opt);
     const double base = std::max(program_free, work);
     lb.makespan_term = program > base * (1 + 1e-12)                  ? "memory"
                        : base > work * (1 + 1e-12) || sync > program ? "chains"
@@ -463,11 +463,28 @@ Result<LowerBound> lower_bound_for(const Schedule& schedule, const CostModel& co
   return lower_bound(schedule, costs, o);
 }
 
-void attach_lower_bound(SimResult& result, const LowerBound& lb) {
+Status check_lower_bound(double value, double bound, std::string_view what) {
+  constexpr double kRel = 1e-9;
+  if (!(bound <= value + kRel * std::max(std::abs(value), std::abs(bound)))) {
+    return Status::internal(fmt::format(
+        "internal error: the lower bound {:.17g} is above the {} {:.17g} that a schedule "
+        "reached, so it bounds nothing; hint: please report it with the command and its cost "
+        "flags (docs/cost_model.md, \"Lower bound\")",
+        bound, what, value));
+  }
+  return OkStatus();
+}
+
+Status attach_lower_bound(SimResult& result, const LowerBound& lb, std::string_view schedule) {
+  TP_RETURN_IF_ERROR(check_lower_bound(result.makespan, lb.makespan,
+                                       fmt::format("makespan of schedule '{}'", schedule)));
+  TP_RETURN_IF_ERROR(check_lower_bound(result.max_span, lb.span,
+                                       fmt::format("max span of schedule '{}'", schedule)));
   result.has_lower_bound = true;
   result.lower_bound_makespan = lb.makespan;
   result.lower_bound_span = lb.span;
   result.lower_bound_memory = lb.memory_limit;
+  return OkStatus();
 }
 
 double lower_bound_gap(double value, double bound) {

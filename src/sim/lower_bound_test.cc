@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ constexpr double kRel = 1e-9;  // float sums in another order
 struct Checked {
   int64_t schedules = 0;
   double tightest = 1e300;  // smallest makespan gap seen
+  bool engines = false;     // also under every other engine that runs the schedule
+  int64_t engine_runs = 0;
 };
 
 // Simulates `s` (lowered) and checks it against lower_bound_for (its own memory) and against
@@ -49,6 +52,25 @@ void check_one(const Schedule& s, const CostModel& costs, const SimOptions& so,
   auto lb_fast = lower_bound(s, costs, free);
   ASSERT_TRUE(lb_fast.ok());
   EXPECT_LE(lb_fast->makespan, lb_free->makespan * (1 + kRel) + 1e-12) << what;
+  // What simulate, schedule and report print beside the makespan passes the same check there.
+  SimResult printed = *r;
+  EXPECT_TRUE(attach_lower_bound(printed, *lb, what).ok()) << what;
+  // Issue 45: the engines' profiles change the messages and the optimizer; their bound (the
+  // profile's comm mode and optimizer) holds for their makespan too.
+  for (Engine e : {Engine::kTorch, Engine::kZb, Engine::kMegatron, Engine::kMegatronOverlap,
+                   Engine::kDeepSpeed}) {
+    if (!c.engines || so.comm_mode != CommMode::kOverlap) break;
+    SimOptions eo = so;
+    eo.engine = e;
+    auto er = simulate(*low, costs, eo);
+    if (!er.ok()) continue;  // an engine that does not run this schedule (one line, tested)
+    auto elb = lower_bound_for(s, costs, eo);
+    ASSERT_TRUE(elb.ok()) << what << " " << engine_name(e) << ": " << elb.status().to_string();
+    EXPECT_TRUE(check_lower_bound(er->makespan, elb->makespan, what).ok())
+        << what << " --engine " << engine_name(e) << ": makespan " << er->makespan
+        << " beats the bound " << elb->makespan;
+    ++c.engine_runs;
+  }
   ++c.schedules;
   c.tightest = std::min(c.tightest, lower_bound_gap(r->makespan, lb->makespan));
 }
@@ -86,7 +108,7 @@ void check_shape(Rng& rng, int trial, int32_t p, int32_t m, bool search, Checked
   }
   // The automatic schedules are built for (and scored in) overlap mode.
   if (so.comm_mode == CommMode::kBlocking) return;
-  for (const char* name : {"zb-auto", "zb-1p", "zb-2p", "zb-v-auto"}) {
+  for (const char* name : {"zb-auto", "zb-1p", "zb-2p", "zb-v-auto", "v-half", "v-min"}) {
     const int32_t chunks = auto_schedule_chunks(name);
     Rng crng = rng.fork(static_cast<uint64_t>(trial * 100 + 50 + chunks));
     const CostModel costs = random_cost_model(crng, chunks * p, act_after_i, latency);
@@ -101,11 +123,20 @@ void check_shape(Rng& rng, int trial, int32_t p, int32_t m, bool search, Checked
                 fmt::format("trial {} {} p={} m={} search={}", trial, name, p, m, searched), c);
     }
   }
+  // The exact optimum where it is defined: the bound is below the best schedule too.
+  if (search && p <= kZbOptMaxRanks && m <= kZbOptMaxMicrobatches && p * m <= 12) {
+    Rng crng = rng.fork(static_cast<uint64_t>(trial * 100 + 99));
+    const CostModel costs = random_cost_model(crng, p, act_after_i, latency);
+    auto s = build_zb_opt(p, m, costs);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    check_one(*s, costs, so, fmt::format("trial {} zb-opt p={} m={}", trial, p, m), c);
+  }
 }
 
 TEST(LowerBoundProperty, NoScheduleBeatsTheBound) {
   Rng rng(20261202);
   Checked c;
+  c.engines = true;
   const int shapes = testutil::kBuiltWithSanitizer ? 10 : 30;
   for (int trial = 0; trial < shapes; ++trial) {
     const int32_t p = 1 + static_cast<int32_t>(rng.below(6));
@@ -113,6 +144,7 @@ TEST(LowerBoundProperty, NoScheduleBeatsTheBound) {
     check_shape(rng, trial, p, m, /*search=*/p * m <= 64, c);
   }
   EXPECT_GT(c.schedules, shapes * 8);
+  EXPECT_GT(c.engine_runs, c.schedules);
   // Some schedule meets its bound (1f1b with p = 1, zb-h1 at uniform costs ...): the test can
   // tell a tight bound from a loose one.
   EXPECT_LT(c.tightest, 0.02);
@@ -297,6 +329,36 @@ TEST(LowerBound, DataParallelAndOptimizerAddAfterTheProgram) {
   auto r = simulate(*lower(s), c, so);
   ASSERT_TRUE(r.ok());
   EXPECT_GE(r->makespan, dp->makespan - 1e-9);
+}
+
+// Issue 45: a bound above the makespan beside it is never printed: attach_lower_bound (simulate,
+// report) and the schedule and plan summaries refuse it in one line naming both numbers.
+TEST(LowerBound, ABoundAboveTheMakespanIsAnError) {
+  EXPECT_TRUE(check_lower_bound(27, 27, "makespan").ok());
+  EXPECT_TRUE(check_lower_bound(27, 27 * (1 + 1e-12), "makespan").ok());  // float sums
+  EXPECT_TRUE(check_lower_bound(0, 0, "makespan").ok());
+  const Status st = check_lower_bound(27, 27.5, "makespan of schedule 'x'");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  const std::string m(st.message());
+  EXPECT_NE(m.find("the lower bound 27.5 is above the makespan of schedule 'x' 27"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  EXPECT_FALSE(check_lower_bound(27, std::nan(""), "makespan").ok());
+  SimResult r;
+  r.makespan = r.max_span = 10;
+  LowerBound lb;
+  lb.makespan = 9;
+  lb.span = 11;
+  const Status span = attach_lower_bound(r, lb, "x");
+  ASSERT_FALSE(span.ok());
+  EXPECT_NE(span.message().find("max span of schedule 'x'"), std::string::npos) << span.message();
+  EXPECT_FALSE(r.has_lower_bound);
+  lb.span = 10;
+  ASSERT_TRUE(attach_lower_bound(r, lb, "x").ok());
+  EXPECT_TRUE(r.has_lower_bound);
+  EXPECT_EQ(r.lower_bound_makespan, 9);
 }
 
 TEST(LowerBound, FormatsTheGap) {

@@ -12,6 +12,7 @@
 
 #include "tightpipe/flag_checks.h"
 #include "tightpipe/prof.h"
+#include "tightpipe/schedule_torch.h"
 
 namespace tightpipe {
 
@@ -153,14 +154,14 @@ class Simulator {
     TP_RETURN_IF_ERROR(cost_.covers(sch_));
     if (!opt_.rank_start.empty()) {
       if (static_cast<int32_t>(opt_.rank_start.size()) != P_) {
-        return Status::invalid_argument(fmt::format(
-            "simulate: {} rank start times for {} ranks", opt_.rank_start.size(), P_));
+        return Status::invalid_argument(
+            fmt::format("simulate: {} rank start times for {} ranks", opt_.rank_start.size(), P_));
       }
       for (int32_t r = 0; r < P_; ++r) {
         if (!(std::isfinite(opt_.rank_start[r]) && opt_.rank_start[r] >= 0)) {
-          return Status::invalid_argument(fmt::format(
-              "simulate: rank {} starts at {}: must be finite and not negative", r,
-              opt_.rank_start[r]));
+          return Status::invalid_argument(
+              fmt::format("simulate: rank {} starts at {}: must be finite and not negative", r,
+                          opt_.rank_start[r]));
         }
       }
     }
@@ -925,8 +926,21 @@ Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
         "interleaved: F and whole B, one direction); hint: --engine zb, torch or tightpipe",
         engine_name(engine), schedule.name));
   };
+  // A post-validated optimizer steps each rank from its own gradients; two directions sum each
+  // model stage's gradient copies across ranks first (the trainer refuses the pair too).
+  auto one_direction_post_validated = [&](std::string_view who) -> Status {
+    if (schedule.directions == 1) return OkStatus();
+    return Status::invalid_argument(fmt::format(
+        "{} with schedule '{}': its {} directions sum each model stage's gradient copies across "
+        "ranks before the optimizer, which a post-validated step cannot skip (train refuses it "
+        "too); hint: a one-direction schedule (zb-h2, zb-2p, zb-v, dualpipev)",
+        who, schedule.name, schedule.directions));
+  };
   switch (engine) {
     case Engine::kTightpipe:
+      if (options.optimizer_post_validation) {
+        TP_RETURN_IF_ERROR(one_direction_post_validated("--optimizer-post-validation"));
+      }
       p.comm_mode = options.comm_mode;
       p.optimizer_post_validation =
           optimizer_post_validated(engine, options.optimizer_post_validation);
@@ -950,6 +964,10 @@ Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
           engine == Engine::kMegatronOverlap ? "; overlap needs virtual stages" : "");
       break;
     case Engine::kTorch:
+      TP_RETURN_IF_ERROR(
+          check_torch_directions(schedule,
+                                 "dualpipev (PyTorch's ScheduleDualPipeV), or --engine tightpipe")
+              .with_context("--engine torch"));
       p.description =
           "torch: p2p asynchronous sends, a receive waited just before its compute (overlap), "
           "optimizer synchronous";
@@ -974,6 +992,8 @@ Result<EngineProfile> engine_profile(Engine engine, const Schedule& schedule,
           "optimizer synchronous";
       break;
     case Engine::kZb:
+      TP_RETURN_IF_ERROR(
+          one_direction_post_validated("--engine zb (its optimizer is post-validated)"));
       p.optimizer_post_validation = optimizer_post_validated(engine, true);
       p.description =
           "zb: p2p asynchronous, a receive waited just before its compute (overlap), optimizer "

@@ -1,6 +1,7 @@
 // `tightpipe plan` end to end: the issue's example (table, recommendation that fits, JSON cost
 // identity, HTML page), measured costs from a run of another shape, and bad input as one line.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -161,6 +162,21 @@ TEST(CliPlanTest, NumbersOutOfRange) {
   expect_one_line(run_command(tp + model + " --top 100000000"), {"--top 100000000", "[1, 10000]"});
   expect_one_line(run_command(tp + model + " --num-attention-heads 7"),
                   {"--hidden-size 1024 is not divisible by --num-attention-heads 7", "hint:"});
+  // Issue 45: --device-tflops 0 was taken as "not given" (the preset's peak, silently); an
+  // empty value too. Both are one line now, like every other number out of range.
+  expect_one_line(run_command(tp + model + " --device-tflops 0"),
+                  {"--device-tflops 0: must be in [1e-06, 1000000]", "hint:"});
+  expect_one_line(run_command(tp + model + " --device-tflops ''"), {"--device-tflops ''", "hint:"});
+  for (const char* v : {"-1", "nan", "inf", "1e400", "1e-300", "5e6"}) {
+    expect_one_line(run_command(tp + model + " --device-tflops " + v),
+                    {"--device-tflops ", "must be in [1e-06, 1000000]"});
+  }
+  // The zb engine always post-validates, the others never: tightpipe's flag is refused beside
+  // them, as simulate refuses it.
+  expect_one_line(run_command(tp + model + " --engine zb --enable-optimizer-post-validation"),
+                  {"--enable-optimizer-post-validation with --engine zb", "hint:"});
+  expect_one_line(run_command(tp + model + " --engine torch --schedules dualpipe"),
+                  {"--engine torch", "'dualpipe'", "2 directions", "hint:"});
 }
 
 // Any accepted value keeps the table aligned: every right-aligned cell ends under its header.
@@ -241,6 +257,18 @@ TEST(CliPlanTest, MeasuredCostsFromARun) {
   const std::string missing = "--costs " + dir + "/costs.json-missing";
   expect_one_line(run_command(tp + shape + "-missing --hidden-size 64"),
                   {missing.c_str(), "such file or directory", "hint:"});
+  // Issue 45: a file other than costs.json took the costs.json beside it silently, and a FIFO or
+  // /dev/zero was called a run directory without timelines: each is named for what it is.
+  const std::string base =
+      " plan --num-layers 4 --num-attention-heads 4 --seq-length 32 --vocab-size 256"
+      " --global-batch-size 8 --devices 2 --pp 2 --hidden-size 64 --costs ";
+  ASSERT_TRUE(write_file(dir + "/other.json", "{}").ok());
+  expect_one_line(run_command(tp + base + dir + "/other.json"),
+                  {"must be a run's costs.json", "'other.json'", "hint:"});
+  const std::string fifo = dir + "/costs.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_one_line(run_command(tp + base + fifo), {"is a FIFO", "hint:"});
+  expect_one_line(run_command(tp + base + "/dev/zero"), {"'/dev/zero' is a character device"});
   // A negative cost, or every block time 0: the table's own error, not "no cost table" or a $0
   // plan.
   auto costs = read_file(dir + "/costs.json");

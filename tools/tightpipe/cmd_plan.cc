@@ -10,6 +10,7 @@
 #include "tightpipe/base.h"
 #include "tightpipe/cost_model.h"
 #include "tightpipe/flag_checks.h"
+#include "tightpipe/input_file.h"
 #include "tightpipe/plan.h"
 #include "tightpipe/report.h"
 #include "tightpipe/tokenizer.h"
@@ -29,6 +30,22 @@ Status load_measured(const std::string& path, PlanOptions& o) {
         "--costs {}: {}; hint: a run directory of `tightpipe train --out-dir`, or the costs.json "
         "in it",
         printable(path), ec ? ec.message() : "no such file or directory"));
+  }
+  if (!fs::is_directory(st)) {
+    // A file: a run's costs.json, read with the summary.json beside it. What it is (a FIFO,
+    // /dev/zero), then its own table's error, before the run directory around it.
+    auto text = read_input_file("--costs", path, input_kind::kCostTable);
+    if (!text.ok()) return text.status();
+    if (fs::path(path).filename() != "costs.json") {
+      return Status::invalid_argument(fmt::format(
+          "--costs {}: a file given to --costs must be a run's costs.json (its summary.json "
+          "beside it gives the model shape), not '{}'; hint: pass the run directory of "
+          "`tightpipe train --out-dir`",
+          printable(path), printable(fs::path(path).filename().string())));
+    }
+    if (auto table = parse_cost_table(*text, path); !table.ok()) {
+      return table.status().with_context("--costs " + printable(path));
+    }
   }
   const std::string dir = fs::is_directory(st) ? path : fs::path(path).parent_path().string();
   auto run = load_run(dir.empty() ? "." : dir);
@@ -129,7 +146,7 @@ int cmd_plan(int argc, char** argv) {
       fmt::format("device preset: {} (default h100-sxm; this-cpu with --costs)", presets));
   app.add_option("--mfu", o.mfu, "achieved fraction of the preset's peak FLOP/s")
       ->capture_default_str();
-  double device_tflops = 0;
+  std::optional<double> device_tflops;  // given (0 included) or not
   app.add_option("--device-tflops", device_tflops,
                  "the device's peak in TFLOP/s, in place of the preset's (this-cpu measures one "
                  "core's SGEMM at start-up: pass a value to make plans repeatable)");
@@ -192,14 +209,19 @@ int cmd_plan(int argc, char** argv) {
   auto d = find_device_preset(device);
   if (!d.ok()) return report_error("plan", d.status());
   o.device = std::move(*d);
-  if (device_tflops != 0) {
-    if (Status st = check_number_range("--device-tflops", device_tflops, 1e-6, 1e6,
+  if (!device_tflops && app.get_option("--device-tflops")->count() > 0) {
+    return report_error("plan", Status::invalid_argument(
+                                    "--device-tflops '': no number; hint: TFLOP/s of one device, "
+                                    "e.g. 989 for an H100's bf16, or leave the flag out"));
+  }
+  if (device_tflops) {
+    if (Status st = check_number_range("--device-tflops", *device_tflops, 1e-6, 1e6,
                                        "TFLOP/s of one device, e.g. 0.15 for a CPU core, 989 for "
                                        "an H100's bf16");
         !st.ok())
       return report_error("plan", st);
-    (o.device.bf16 ? o.device.peak_flops_bf16 : o.device.peak_flops_fp32) = device_tflops * 1e12;
-    o.device.description += fmt::format(" (peak {} TFLOP/s from --device-tflops)", device_tflops);
+    (o.device.bf16 ? o.device.peak_flops_bf16 : o.device.peak_flops_fp32) = *device_tflops * 1e12;
+    o.device.description += fmt::format(" (peak {} TFLOP/s from --device-tflops)", *device_tflops);
   }
   {
     auto en = parse_engine(engine);

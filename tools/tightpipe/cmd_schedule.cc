@@ -16,17 +16,21 @@ namespace {
 // "makespan 27 (lower bound 27: within 0.0%)   max span 27 (...)   costs f=1,i=1,w=1": the
 // schedule simulated under the cost flags (default: uniform) next to its shape's lower bound at
 // its memory. Empty when it cannot be simulated (a file whose costs the flags do not cover): the
-// grid is still printed.
-std::string summary_line(const Schedule& s, const CostFlags& cf) {
+// grid is still printed. A bound above the makespan (a bug) is an error, never printed.
+Result<std::string> summary_line(const Schedule& s, const CostFlags& cf) {
   auto low = s.lowered ? Result<Schedule>(s) : lower(s);
-  if (!low.ok()) return "";
+  if (!low.ok()) return std::string();
   SimOptions so;
   so.record_timeline = false;
   auto costs = make_costs(cf, *low, so);
-  if (!costs.ok()) return "";
+  if (!costs.ok()) return std::string();
   auto r = simulate(*low, costs->model, so);
   auto lb = lower_bound_for(*low, costs->model, so);
-  if (!r.ok() || !lb.ok()) return "";
+  if (!r.ok() || !lb.ok()) return std::string();
+  TP_RETURN_IF_ERROR(check_lower_bound(r->makespan, lb->makespan,
+                                       fmt::format("makespan of schedule '{}'", s.name)));
+  TP_RETURN_IF_ERROR(
+      check_lower_bound(r->max_span, lb->span, fmt::format("max span of schedule '{}'", s.name)));
   return fmt::format("makespan {:.6g} {}   max span {:.6g} {}   costs {}\n", r->makespan,
                      format_lower_bound(r->makespan, lb->makespan), r->max_span,
                      format_lower_bound(r->max_span, lb->span), costs->model.source());
@@ -35,11 +39,12 @@ std::string summary_line(const Schedule& s, const CostFlags& cf) {
 }  // namespace
 
 int cmd_schedule(int argc, char** argv) {
-  CLI::App app("Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout), "
-               "JSON or PyTorch's compute_comms CSV (--format torch); or check a schedule file "
-               "of your own (--check). zb-auto, zb-1p, zb-2p and zb-v-auto are built from the "
-               "costs (--cost, --costs, --model) under --memory-limit.",
-               "tightpipe schedule");
+  CLI::App app(
+      "Generate a pipeline schedule and print it as a grid, CSV (PyTorch's layout), "
+      "JSON or PyTorch's compute_comms CSV (--format torch); or check a schedule file "
+      "of your own (--check). zb-auto, zb-1p, zb-2p and zb-v-auto are built from the "
+      "costs (--cost, --costs, --model) under --memory-limit.",
+      "tightpipe schedule");
   ScheduleFlags flags;
   add_schedule_flags(app, flags);
   add_cost_flags(app, flags.costs);
@@ -60,8 +65,8 @@ int cmd_schedule(int argc, char** argv) {
                  "REDUCE_GRAD placement, and a dry run proving it cannot deadlock");
   app.add_flag("--list", list, "list the known schedules");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
-  if (Status st = resolve_chunks(flags.vpp, flags.layers_per_virtual_stage, flags.num_layers,
-                                 flags.pp);
+  if (Status st =
+          resolve_chunks(flags.vpp, flags.layers_per_virtual_stage, flags.num_layers, flags.pp);
       !st.ok()) {
     return report_error("schedule", st);
   }
@@ -90,10 +95,11 @@ int cmd_schedule(int argc, char** argv) {
     TorchActionCounts torch;
     auto s = load_schedule_file(check, &torch);
     if (!s.ok()) return report_error("schedule", s.status());
-    std::printf("%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
-                "finishes (no deadlock)\n",
-                check.c_str(), s->lowered ? "lowered " : "", s->num_ranks, s->num_stages,
-                s->num_microbatches, s->size());
+    std::printf(
+        "%s: valid %sschedule, %d ranks, %d stages, %d microbatches, %zu actions; dry run "
+        "finishes (no deadlock)\n",
+        check.c_str(), s->lowered ? "lowered " : "", s->num_ranks, s->num_stages,
+        s->num_microbatches, s->size());
     if (torch.total() > 0) {
       std::printf(
           "PyTorch actions: %lld UNSHARD, %lld RESHARD, %lld REDUCE_GRAD, %lld "
@@ -141,11 +147,12 @@ int cmd_schedule(int argc, char** argv) {
   } else if (format == "json") {
     text = to_json(s);
   } else {
+    auto summary = summary_line(s, flags.costs);
+    if (!summary.ok()) return report_error("schedule", summary.status());
     text = fmt::format("{}: p={} stages={} m={} v={}{}{} ({} actions)\n{}{}", s.name, s.num_ranks,
                        s.num_stages, s.num_microbatches, s.chunks(),
                        s.directions != 1 ? fmt::format(" directions={}", s.directions) : "",
-                       s.lowered ? " lowered" : "", s.size(), summary_line(s, flags.costs),
-                       format_grid(s));
+                       s.lowered ? " lowered" : "", s.size(), *summary, format_grid(s));
   }
   if (out.empty()) {
     std::fputs(text.c_str(), stdout);

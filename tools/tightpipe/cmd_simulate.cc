@@ -47,7 +47,7 @@ Result<SimResult> run_one(const Schedule& compute_only_schedule, const CostFlags
     r.steady_state_step_time = ss.step_time;
   }
   TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(s, cost.model, opt));
-  attach_lower_bound(r, lb);
+  TP_RETURN_IF_ERROR(attach_lower_bound(r, lb, s.name));
   return r;
 }
 
@@ -97,8 +97,9 @@ int cmd_simulate(int argc, char** argv) {
                "runtime's flag): prints the steady-state step of back-to-back iterations "
                "(JSON steady_state_step_time)");
   std::string engine = "tightpipe";
-  add_engine_flag(app, engine, "the simulation (tightpipe: --comm-mode and "
-                               "--optimizer-post-validation as given)");
+  add_engine_flag(app, engine,
+                  "the simulation (tightpipe: --comm-mode and "
+                  "--optimizer-post-validation as given)");
   app.add_flag("--json", json, "print the result as JSON (docs/simulate_json.md)");
   app.add_option("--trace", trace, "write a Chrome trace (Perfetto, chrome://tracing) here");
   app.add_option("--svg", svg, "write an SVG timeline here");
@@ -136,8 +137,7 @@ int cmd_simulate(int argc, char** argv) {
     auto en = parse_engine(engine);
     if (!en.ok()) return report_error(kCmd, en.status());
     opt.engine = *en;
-    if (opt.engine != Engine::kTightpipe &&
-        (app.count("--comm-mode") > 0 || opt_post_validation)) {
+    if (opt.engine != Engine::kTightpipe && (app.count("--comm-mode") > 0 || opt_post_validation)) {
       return report_error(
           kCmd, Status::invalid_argument(fmt::format(
                     "--engine {} sets how messages and the optimizer run; --comm-mode and "
@@ -151,9 +151,9 @@ int cmd_simulate(int argc, char** argv) {
 
   if (o_compare->count() > 0) {
     if (app.count("--schedule") > 0) {
-      return report_error(kCmd, Status::invalid_argument(
-                                    "--compare and --schedule exclude each other; hint: list "
-                                    "every schedule in --compare"));
+      return report_error(
+          kCmd, Status::invalid_argument("--compare and --schedule exclude each other; hint: list "
+                                         "every schedule in --compare"));
     }
     if (!trace.empty() || !svg.empty()) {
       return report_error(kCmd, Status::invalid_argument(
@@ -201,8 +201,7 @@ int cmd_simulate(int argc, char** argv) {
     SvgOptions so;
     so.title = fmt::format("{}  p={} v={} m={}  makespan {:.6g} {}  bubble {:.1f}%", r->schedule,
                            r->num_ranks, r->num_ranks ? r->num_stages / r->num_ranks : 0,
-                           r->num_microbatches, r->makespan, r->time_unit,
-                           100.0 * r->bubble_ratio);
+                           r->num_microbatches, r->makespan, r->time_unit, 100.0 * r->bubble_ratio);
     if (Status st = write_svg(svg, r->timeline, so); !st.ok()) return report_error(kCmd, st);
   }
   return kExitOk;

@@ -53,8 +53,8 @@ Result<LayerCosts> layout_costs_from(const std::string& dir, const GptConfig& mo
         "one has hidden {}, heads {}, T={}, B={}, V={}; hint: measure the same model shape (the "
         "layer count may differ), or drop --layout-costs-from for the analytic costs",
         dir, theirs.hidden_size, theirs.num_heads, theirs.seq_length, theirs.micro_batch_size,
-        theirs.vocab_size, ours.hidden_size, ours.num_heads, ours.seq_length,
-        ours.micro_batch_size, ours.vocab_size));
+        theirs.vocab_size, ours.hidden_size, ours.num_heads, ours.seq_length, ours.micro_batch_size,
+        ours.vocab_size));
   }
   if (theirs.precision != ours.precision) {  // bf16 speeds up the matmuls, not the rest
     return Status::invalid_argument(fmt::format(
@@ -174,7 +174,8 @@ int cmd_train(int argc, char** argv) {
       "--save", o.save_dir,
       "checkpoint root: DIR/iter_<step>/ per save, DIR/latest_checkpointed_iteration.txt");
   app.add_option("--save-interval", o.save_interval, "checkpoint every N steps (0: at the end)");
-  app.add_option("--exit-interval", o.exit_interval, "stop (saving with --save) at a multiple of N");
+  app.add_option("--exit-interval", o.exit_interval,
+                 "stop (saving with --save) at a multiple of N");
   app.add_option("--load", o.load_dir,
                  "resume from a --save root (its newest complete checkpoint) or an iter_* dir");
   app.add_option("--keep-last-checkpoints", o.keep_last_checkpoints,
@@ -242,6 +243,17 @@ int cmd_train(int argc, char** argv) {
                                           "loss scaling)"));
   }
   o.model.precision = bf16 ? nn::Precision::kBf16 : nn::Precision::kFp32;
+  // A flag that only tunes post-validation, given without it, would change nothing unsaid.
+  if (app.get_option("--post-validation-stable-steps")->count() > 0 &&
+      !o.optimizer_post_validation) {
+    return report_error("train",
+                        Status::invalid_argument(fmt::format(
+                            "--post-validation-stable-steps {}: only runs with "
+                            "--enable-optimizer-post-validation use it, and this run steps "
+                            "synchronously; hint: add --enable-optimizer-post-validation, or drop "
+                            "--post-validation-stable-steps",
+                            o.post_validation_stable_steps)));
+  }
   if (!data_words.empty()) {
     auto sources = parse_data_path(data_words);
     if (!sources.ok()) return report_error("train", sources.status());

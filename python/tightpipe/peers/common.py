@@ -36,6 +36,14 @@ class PeerError(*_BASES):
     """Bad input to a peer harness: the message says what, the value, and a hint."""
 
 
+def check_int(flag: str, value: Any) -> None:
+    """PeerError unless `value` is an int (not a bool, a float, a string or None): the harnesses
+    compare and divide the counts, which raised TypeError or ran a float through (issue 45)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PeerError(f"{flag} {value!r} is a {type(value).__name__}, not an int; hint: e.g. "
+                        f"{flag} 4")
+
+
 # The engine versions this harness was written against and checked on (docs/peers.md).
 KNOWN_VERSIONS = {"megatron-core": ("0.19.2",), "deepspeed": ("0.19.8",)}
 
@@ -227,7 +235,9 @@ class RunSpec:
 def as_specs(items, costs, steps, group=None) -> List[RunSpec]:
     out = []
     for it in items:
-        sp = it if isinstance(it, RunSpec) else RunSpec(int(it))
+        if not isinstance(it, RunSpec):
+            check_int("--microbatches", it)  # int(4.7) ran 4 microbatches, silently
+        sp = it if isinstance(it, RunSpec) else RunSpec(it)
         out.append(RunSpec(sp.microbatches, sp.costs or costs,
                            sp.steps if sp.steps is not None else steps,
                            sp.group if sp.group is not None else group))

@@ -17,14 +17,16 @@ import time
 from typing import List, Optional, Sequence
 
 from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, as_specs,
-                                    check_version, cli_main, collect_runs, emulated_function,
-                                    init_gloo, load_costs, make_costs, run_rank, spawn,
+                                    check_int, check_version, cli_main, collect_runs,
+                                    emulated_function, init_gloo, load_costs, make_costs, run_rank, spawn,
                                     HIDDEN, expected_loss, microbatch_value)
 
 DIST = "deepspeed"
 
 
 def check_options(pp: int, microbatches: int, schedule: str = "1f1b") -> None:
+    check_int("--pp", pp)
+    check_int("--microbatches", microbatches)
     if schedule != "1f1b":
         raise PeerError(
             f"DeepSpeed's PipelineEngine does not run schedule '{schedule}' (its TrainSchedule "
@@ -151,6 +153,7 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, steps: int = 3,
     """Runs DeepSpeed's PipelineEngine on pp processes once per entry of `microbatches` (an m, or
     a RunSpec with its own costs or steps), in one process group with a new engine each, and
     returns the recorded runs."""
+    check_int("--pp", pp)
     specs = as_specs(microbatches, costs, steps)
     for sp in specs:
         check_options(pp, sp.microbatches)

@@ -26,8 +26,8 @@ import types
 from typing import List, Optional, Sequence
 
 from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, RunSpec, as_specs,
-                                    check_version, cli_main, collect_runs, emulated_function,
-                                    init_gloo, load_costs, make_costs, run_rank, spawn,
+                                    check_int, check_version, cli_main, collect_runs,
+                                    emulated_function, init_gloo, load_costs, make_costs, run_rank, spawn,
                                     HIDDEN, expected_loss, microbatch_value)
 
 DIST = "megatron-core"
@@ -36,6 +36,10 @@ DIST = "megatron-core"
 def check_options(pp: int, vpp: int, microbatches: int, batch_p2p: bool, schedule: str,
                   group: Optional[int] = None) -> None:
     """Refuses what Megatron cannot run (or runs wrongly), one line each."""
+    for flag, value in (("--pp", pp), ("--vpp", vpp), ("--microbatches", microbatches)):
+        check_int(flag, value)
+    if group is not None:
+        check_int("--group", group)
     if schedule not in ("1f1b", "interleaved"):
         raise PeerError(
             f"Megatron-Core does not run schedule '{schedule}' (it runs 1f1b and interleaved: "
@@ -303,6 +307,8 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
     recorded runs. Interleaved: microbatch group `groups[k]` for run k, else `group`, else p.
     known_wrong runs what check_options refuses for wrong data (p = 2 interleaved, batched), to
     show it (bench/peers): the loss check then raises."""
+    check_int("--pp", pp)
+    check_int("--vpp", vpp)
     schedule = "interleaved" if vpp > 1 else "1f1b"
     if groups is not None:
         if len(groups) != len(microbatches):

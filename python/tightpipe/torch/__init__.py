@@ -11,6 +11,7 @@ from tightpipe.torch.runtime import (
     TESTED_TORCH,
     build_runtime,
     check_actions,
+    check_reduce_grads,
     check_stages,
     runtime_action_types,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "TorchSchedule",
     "build_runtime",
     "check_actions",
+    "check_reduce_grads",
     "check_stages",
     "generate",
     "idle_from_trace",

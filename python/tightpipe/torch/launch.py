@@ -53,6 +53,11 @@ def spawn(world: int, fn: Callable[..., Any], *args: Any, threads: int = 1,
     """fn(rank, world, *args) on `world` gloo processes; the results by rank. `fn` must be a
     module-level function (spawn pickles it). A gloo operation that waits longer than
     `pg_timeout` seconds fails (a hung schedule becomes an error, not a hang)."""
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise ValueError(f"spawn: world={world!r} must be an int >= 1; hint: the pipeline's rank "
+                         "count, e.g. schedule.num_ranks")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"spawn: threads={threads!r} must be an int >= 1; hint: e.g. threads=1")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()

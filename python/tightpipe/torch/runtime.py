@@ -25,7 +25,7 @@ import torch
 from torch.distributed.pipelining import schedules as _schedules
 
 from tightpipe import schedule as _sched
-from tightpipe.errors import ScheduleMismatchError, UnsupportedActionError
+from tightpipe.errors import ScheduleFileError, ScheduleMismatchError, UnsupportedActionError
 from tightpipe.schedule import TorchSchedule
 
 TESTED_TORCH = "2.15.0"
@@ -51,6 +51,36 @@ def check_actions(sched: TorchSchedule, supported: set[str] | None = None) -> No
                         "(python/requirements.txt); with an older one, load a compute-only "
                         "file (`--format csv`) with format='compute_only'"
                     )
+
+
+def check_reduce_grads(sched: TorchSchedule) -> None:
+    """ScheduleFileError unless every stage has exactly one REDUCE_GRAD: PyTorch's runtime
+    (format="compute_comms") scales a stage's gradients by 1/m only there, so a stage without
+    one, or with two, trains on wrong gradients and raises nothing."""
+    count = [0] * sched.num_stages
+    where: dict[int, str] = {}
+    for rank, row in enumerate(sched.rows):
+        for col, cell in enumerate(row):
+            _, actions = _sched.parse_cell(cell)
+            for a in actions:
+                if a.type == "REDUCE_GRAD" and 0 <= a.stage < sched.num_stages:
+                    count[a.stage] += 1
+                    if count[a.stage] == 2:
+                        raise ScheduleFileError(
+                            f"{sched.source}:{rank + 1}:{col + 1}: a second '{cell}' (the first "
+                            f"is at {where[a.stage]}): stage {a.stage} would scale its gradients "
+                            "twice; hint: PyTorch reduces a stage's gradients once per step, at "
+                            "its one REDUCE_GRAD"
+                        )
+                    where[a.stage] = f"{sched.source}:{rank + 1}:{col + 1}"
+    missing = [s for s in range(sched.num_stages) if count[s] == 0]
+    if missing:
+        raise ScheduleFileError(
+            f"{sched.source}: stage {missing[0]} has no REDUCE_GRAD ({len(missing)} of "
+            f"{sched.num_stages} stages have none): PyTorch's runtime would never scale its "
+            "gradients; hint: write the file with `tightpipe schedule --format torch`, which "
+            "puts one after each stage's last backward"
+        )
 
 
 def check_stages(sched: TorchSchedule, stages: Sequence[Any], n_microbatches: int) -> None:
@@ -108,10 +138,19 @@ def build_runtime(
     """PyTorch's `_PipelineScheduleRuntime` for this rank's `stages`, running `schedule` (a
     TorchSchedule, a CSV file path or CSV text from `tightpipe schedule --format torch`).
 
-    Raises ScheduleFileError (damaged, truncated, or refused by `tightpipe schedule --check`),
+    Raises ScheduleFileError (damaged, truncated, refused by `tightpipe schedule --check`, or a
+    stage without exactly one REDUCE_GRAD: PyTorch would scale its gradients wrongly, silently),
     ScheduleMismatchError (shape or placement), UnsupportedActionError, all before PyTorch reads
     the file. `runtime_kwargs` go to the runtime (e.g. max_outstanding_sends)."""
     sched = schedule if isinstance(schedule, TorchSchedule) else _sched.load(schedule)
+    if not sched.check_output:  # built by parse() or by hand: not yet checked by the binary
+        sched.check_output = _sched.check_text(sched.text(), sched.source)
+    check_reduce_grads(sched)
+    if isinstance(n_microbatches, bool) or not isinstance(n_microbatches, int):
+        raise ScheduleMismatchError(
+            f"n_microbatches={n_microbatches!r} is not an int; hint: the schedule's microbatch "
+            f"count, {sched.num_microbatches}"
+        )
     check_stages(sched, list(stages), n_microbatches)
     check_actions(sched)
     runtime = _schedules._PipelineScheduleRuntime(

@@ -44,9 +44,22 @@ def profile_step(runtime: Any, *args: Any, trace_path: str, barrier: bool = True
 
 
 def _load(path: str) -> dict:
+    """The trace's JSON object; ValueError naming the file when it cannot be read as one."""
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        return json.load(f)
+    try:
+        with opener(path, "rt") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise ValueError(f"trace '{path}': {e.strerror or e}; hint: the file profile_step "
+                         "wrote") from None
+    except (ValueError, EOFError) as e:  # JSON, UTF-8 or gzip damage
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(f"trace '{path}': not a Kineto JSON trace ({msg}); hint: the file "
+                         "profile_step wrote, whole") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ValueError(f"trace '{path}': no traceEvents list; hint: the file profile_step "
+                         "wrote")
+    return doc
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
@@ -65,8 +78,15 @@ def idle_from_trace(paths: list[str]) -> dict[int, dict[str, float]]:
     out = {}
     for path in paths:
         doc = _load(path)
-        rank = int(doc["distributedInfo"]["rank"])
-        events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+        try:
+            rank = int(doc["distributedInfo"]["rank"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"trace '{path}': no distributedInfo.rank; hint: profile inside an "
+                             "initialised process group (torch.distributed)") from None
+        if rank in out:
+            raise ValueError(f"trace '{path}': rank {rank} again (an earlier file has it); hint: "
+                             "one trace per rank")
+        events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
         pp = [e for e in events
               if e.get("cat") == "user_annotation" and e["name"].startswith("PP:")]
         if not pp:

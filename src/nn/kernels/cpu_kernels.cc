@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/kernels_bf16.h"
 
@@ -197,7 +198,19 @@ BlasCoreChoice choose_blas_core(std::string_view reported,
       out.error = fmt::format(
           "OPENBLAS_CORETYPE={}: its kernels need {} and this CPU ({}) has none; hint: unset "
           "OPENBLAS_CORETYPE (tightpipe then runs {}) or set it to one this CPU runs ({})",
-          *user_coretype, isa_level_name(*need), cpu_text, best, runnable_hint(cpu));
+          printable(*user_coretype), isa_level_name(*need), cpu_text, best, runnable_hint(cpu));
+      out.line = "BLAS: " + out.error;
+      return out;
+    }
+    if (lower(reported) != lower(*user_coretype)) {
+      // OpenBLAS ignores a name it has no kernels for and runs its own pick: not "kept".
+      out.action = BlasCoreChoice::Action::kRefuse;
+      out.core = best;
+      out.error = fmt::format(
+          "OPENBLAS_CORETYPE={}: this OpenBLAS has no core of that name (it ignored it and "
+          "picked {}); hint: unset OPENBLAS_CORETYPE (tightpipe then runs {}) or set it to one "
+          "this CPU runs ({})",
+          printable(*user_coretype), printable(reported), best, runnable_hint(cpu));
       out.line = "BLAS: " + out.error;
       return out;
     }
@@ -207,7 +220,7 @@ BlasCoreChoice choose_blas_core(std::string_view reported,
     out.line = fmt::format(
         "BLAS: OpenBLAS core {} (OPENBLAS_CORETYPE={} set in the environment: "
         "kept){}; CPU {}",
-        reported, *user_coretype,
+        reported, printable(*user_coretype),
         older ? fmt::format(", this CPU could run {} ({} kernels): unset "
                             "OPENBLAS_CORETYPE for them",
                             best, isa_level_name(have))
@@ -266,7 +279,7 @@ BlasCoreChoice run_rule() {
     c.error = fmt::format(
         "TIGHTPIPE_BLAS_CORE={}: the only value is 'auto' (the rule's core even over "
         "OPENBLAS_CORETYPE); hint: unset it, or choose a core with OPENBLAS_CORETYPE",
-        mode);
+        printable(mode));
     c.core = openblas_get_corename();
     c.line = "BLAS: " + c.error;
   }
