@@ -82,8 +82,13 @@ std::vector<double> step_fields(const std::vector<TimelineEvent>& events, size_t
   double data_wait = 0;
   for (const auto& e : events)
     if (e.kind == EventKind::kData) data_wait += e.end - e.start;
-  return {busy.present ? 1.0 : 0.0, busy.compute, busy.optimizer_start, busy.optimizer_end,
-          busy.end,  data_wait,         static_cast<double>(peak_stash)};
+  return {busy.present ? 1.0 : 0.0,
+          busy.compute,
+          busy.optimizer_start,
+          busy.optimizer_end,
+          busy.end,
+          data_wait,
+          static_cast<double>(peak_stash)};
 }
 
 // The step's bubble, data waits and stash peaks from every rank's fields ([rank x fields]).
@@ -216,23 +221,29 @@ Result<int64_t> RankRun::resume() {
 
 // The checkpoint's data position is the global stream's, cut into this many replica slices per
 // step: another data-parallel size would read other rows, so it is refused.
-Status RankRun::check_data_parallel(const std::string& dir) const {
+Result<int64_t> saved_data_parallel_size(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kParallelFile).string();
-  int64_t saved = 1;  // checkpoints without the file were written by one pipeline
   std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
-    TP_ASSIGN_OR_RETURN(std::string text,
-                        read_input_file("parallel layout", path, input_kind::kConfig));
-    const auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.contains("data_parallel_size") ||
-        !j["data_parallel_size"].is_number_integer()) {
-      return Status::corruption(fmt::format(
-          "--load {}: '{}' is damaged (no integer data_parallel_size); hint: restore the file "
-          "or use an older checkpoint",
-          dir, path));
-    }
-    saved = j["data_parallel_size"].get<int64_t>();
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
+    return int64_t{1};  // checkpoints without the file were written by one pipeline
   }
+  TP_ASSIGN_OR_RETURN(std::string text,
+                      read_input_file("parallel layout", path, input_kind::kConfig));
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  constexpr int64_t kMaxSize = int64_t{1} << 20;
+  if (j.is_discarded() || !j.is_object() || !j.contains("data_parallel_size") ||
+      !j["data_parallel_size"].is_number_integer() || j["data_parallel_size"].get<int64_t>() < 1 ||
+      j["data_parallel_size"].get<int64_t>() > kMaxSize) {
+    return Status::corruption(fmt::format(
+        "--load {}: '{}' is damaged (no integer data_parallel_size in [1, {}]); hint: restore "
+        "the file or use an older checkpoint",
+        dir, path, kMaxSize));
+  }
+  return j["data_parallel_size"].get<int64_t>();
+}
+
+Status RankRun::check_data_parallel(const std::string& dir) const {
+  TP_ASSIGN_OR_RETURN(const int64_t saved, saved_data_parallel_size(dir));
   if (saved == plan_.layout.dp) return OkStatus();
   if (opt_.allow_other_data_parallel_size) {
     // Every replica holds the same weights and optimizer state, and the loader position is the
@@ -682,8 +693,8 @@ Result<std::optional<TrainSummary>> RankRun::run() {
   int64_t done = start;
   for (int64_t s = start; s < opt_.train_iters; ++s) {
     std::vector<StepRecord> ready;
-    const bool speculate = pv_ && (opt_.clip_grad <= 0 ||
-                                   pv_stable_ >= opt_.post_validation_stable_steps);
+    const bool speculate =
+        pv_ && (opt_.clip_grad <= 0 || pv_stable_ >= opt_.post_validation_stable_steps);
     if (pv_ && !speculate && pv_->pending()) {
       // Back to the synchronous step (the last one needed clipping): its check first.
       TP_ASSIGN_OR_RETURN(StepRecord last, flush_post_validation());

@@ -53,11 +53,11 @@ struct CpuLoad {
 // An auto schedule (--schedule zb-auto, zb-1p, zb-2p, zb-v-auto; trainer.h): what it profiles on,
 // what it switched to and what the simulator predicted for both with the profiled costs.
 struct AutoSwitch {
-  std::string target;                // "zb-auto"...; empty: the run's schedule is not an auto one
-  std::string counterpart;           // the fixed schedule profiled first ("zb-h1", "zb-v")
-  bool built = false;                // the run now runs the built schedule (switched or resumed)
-  Schedule schedule;                 // when built: the compute-only schedule (what a save keeps)
-  int64_t profile_steps = 0;         // steps of this run on the counterpart (0: resumed)
+  std::string target;         // "zb-auto"...; empty: the run's schedule is not an auto one
+  std::string counterpart;    // the fixed schedule profiled first ("zb-h1", "zb-v")
+  bool built = false;         // the run now runs the built schedule (switched or resumed)
+  Schedule schedule;          // when built: the compute-only schedule (what a save keeps)
+  int64_t profile_steps = 0;  // steps of this run on the counterpart (0: resumed)
   double predicted_before = 0, predicted_after = 0;  // bubble ratios (prof.h step_bubble)
 };
 
@@ -70,20 +70,20 @@ struct RankFlops {
 };
 
 struct RunPlan {
-  TrainOptions opt;                  // validated; lr.total_iters = train_iters
-  Schedule lowered;                  // the schedule every rank runs (now)
+  TrainOptions opt;  // validated; lr.total_iters = train_iters
+  Schedule lowered;  // the schedule every rank runs (now)
   AutoSwitch auto_switch;
   // The layer split, one per model stage (Schedule::model_stage): per stage id except for
   // DualPipe, whose two copies of a model stage share one (stage_specs() in trainer.h expands
   // it). What checkpoints record: a DualPipe checkpoint is that of its p model stages.
   std::vector<nn::StageSpec> specs;
-  std::string layout_note;           // --pipeline-layout auto: what it chose and why ("" if not)
+  std::string layout_note;  // --pipeline-layout auto: what it chose and why ("" if not)
   // --load resolved (opt.load_dir is then load.dir): the checkpoint directory, its manifest and
   // the warnings about what was skipped; load.dir empty: no --load.
   nn::ResolvedCheckpoint load;
-  DataOptions data;                  // the loaders' options (B, T, vocabulary and seed set)
-  ParallelLayout layout;             // DP x PP; opt.world.world_size = layout.world()
-  int64_t tokens_per_step = 0;       // of the global batch (every replica's microbatches)
+  DataOptions data;             // the loaders' options (B, T, vocabulary and seed set)
+  ParallelLayout layout;        // DP x PP; opt.world.world_size = layout.world()
+  int64_t tokens_per_step = 0;  // of the global batch (every replica's microbatches)
   CpuLoad cpu;
   // Each pipeline rank's FLOPs of a step, and one rank's matmul rate on this machine (the
   // single-thread probe of cpu_kernels.h times --blas-threads; 0 with emulated compute): the
@@ -102,6 +102,10 @@ struct RunPlan {
 // The file in a checkpoint that holds the data-parallel size it was trained with (absent: 1): the
 // data position is the global stream's, so a resume must split it the same way.
 inline constexpr const char* kParallelFile = "parallel.json";
+// The data-parallel size checkpoint directory `dir` was saved with: its kParallelFile's
+// data_parallel_size, 1 when the file is absent. Errors: the file unreadable (read_input_file's),
+// or damaged (Corruption naming it: no integer data_parallel_size, or one outside [1, 2^20]).
+Result<int64_t> saved_data_parallel_size(const std::string& dir);
 
 // The file in a checkpoint (and the out dir) that holds the schedule an auto run built.
 inline constexpr const char* kAutoScheduleFile = "schedule.csv";
@@ -188,10 +192,10 @@ struct StepRecord {
   int64_t step = 0;  // 0-based
   double loss = 0, grad_norm = 0, lr = 0;
   double wall = 0, tokens_per_s = 0;
-  StepBubble bubble;                // the one definition (prof.h)
-  std::vector<double> data_wait;    // [P] seconds waiting for the loader
-  std::vector<double> peak_stash;   // [P] peak activation stash bytes
-  double val_loss = -1;             // < 0: not evaluated
+  StepBubble bubble;               // the one definition (prof.h)
+  std::vector<double> data_wait;   // [P] seconds waiting for the loader
+  std::vector<double> peak_stash;  // [P] peak activation stash bytes
+  double val_loss = -1;            // < 0: not evaluated
 };
 
 // The run's end, computed on rank 0 from what every rank measured.
@@ -267,9 +271,9 @@ class PostValidation {
   struct Decided {
     int32_t step = 0;
     double loss = 0, grad_norm = 0;
-    bool redone = false;          // the step needed clipping: restored and redone
-    float scale = 1;              // the clip scale it was redone with
-    std::vector<double> fields;   // [rank x fields] every rank's busy fields
+    bool redone = false;         // the step needed clipping: restored and redone
+    float scale = 1;             // the clip scale it was redone with
+    std::vector<double> fields;  // [rank x fields] every rank's busy fields
   };
   // Waits for the pending step's states and decides it (see the class comment).
   Result<Decided> validate();
@@ -284,7 +288,7 @@ class PostValidation {
   struct Pending {
     int32_t step = 0;
     float lr = 0;
-    std::vector<double> flags;  // this rank's nonfinite_flags() of the step
+    std::vector<double> flags;              // this rank's nonfinite_flags() of the step
     std::vector<std::vector<double>> rows;  // [rank] its state (own: filled at post)
     std::vector<std::unique_ptr<Request>> requests;
   };
@@ -364,14 +368,14 @@ class RankRun {
   LineWriter metrics_, timeline_;
   std::vector<CostSamples> samples_;  // [step of this run] this rank's F/I/W/B/SEND samples
   std::vector<StepRecord> records_;
-  RankTimeline last_;                 // this rank's events of the last step
-  int64_t skips_reported_ = 0;        // report_skips(): skips already logged
-  std::optional<PostValidation> pv_;  // --enable-optimizer-post-validation
+  RankTimeline last_;                    // this rank's events of the last step
+  int64_t skips_reported_ = 0;           // report_skips(): skips already logged
+  std::optional<PostValidation> pv_;     // --enable-optimizer-post-validation
   std::optional<StepRecord> pv_record_;  // the step taken, not checked yet (step, lr, wall)
   // Steps in a row that needed no clipping (TrainOptions::post_validation_stable_steps): the
   // next step is post-validated once it reaches the option.
   int64_t pv_stable_ = 0;
-  int64_t pv_first_step_ = -1;           // the run's first step: its program has the barrier
+  int64_t pv_first_step_ = -1;  // the run's first step: its program has the barrier
 };
 
 }  // namespace tightpipe::train_internal
