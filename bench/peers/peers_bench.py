@@ -27,6 +27,7 @@ def configs(quick: bool):
     out = [("megatron", 2, 1, [4, 8], True), ("megatron", 4, 1, [4, 8, 16], True),
            ("megatron", 4, 2, [8, 16], True), ("megatron", 4, 2, [(10, 5), (16, 8)], True),
            ("megatron", 2, 2, [4, 8], False),
+           ("megatron-overlap", 4, 2, [8, 16], False), ("megatron-overlap", 2, 2, [4, 8], False),
            ("deepspeed", 2, 1, [4, 8], None), ("deepspeed", 4, 1, [4, 8, 16], None)]
     if quick:
         out = [(e, p, v, ms[:1], b) for e, p, v, ms, b in out]
@@ -66,10 +67,11 @@ def main() -> int:
         profile = engine
         tries = []
         for _ in range(a.repeat):
-            if engine == "megatron":
+            if engine.startswith("megatron"):
                 specs = [RunSpec(m[0], group=m[1]) if isinstance(m, tuple) else m for m in ms]
                 tries.append(megatron.run_many(p, specs, costs, vpp=v, steps=a.steps,
-                                               batch_p2p=batch))
+                                               batch_p2p=batch,
+                                               overlap=engine == "megatron-overlap"))
             else:
                 tries.append(deepspeed.run_many(p, ms, costs, steps=a.steps))
         # Per microbatch count, the repeat with the shortest measured step: the one the machine's
@@ -87,8 +89,9 @@ def main() -> int:
             err = 100 * (pred - step) / step
             ierr = max(abs(x - y) for x, y in zip(idle, pidle)) / step * 100
             rows.append((abs(err), ierr))
-            other = {"megatron": "deepspeed", "deepspeed": "megatron"}[profile]
-            if v == 1:
+            other = {"megatron": "deepspeed", "deepspeed": "megatron",
+                     "megatron-overlap": "megatron"}[profile]
+            if v == 1 or profile == "megatron-overlap":
                 o = simulate(run, other, measured_costs(run))["makespan"] / 1e3
                 other_txt = f"{other} {100 * (o - step) / step:+.2f}%"
             else:
@@ -99,7 +102,8 @@ def main() -> int:
                         if e.kind in ("F", "B"):
                             asked = (run.costs.f if e.kind == "F" else run.costs.b)[e.stage]
                             over.append(e.end - e.start - asked)
-            sched = run.schedule + (" (batch_p2p off)" if batch is False else "")
+            sched = run.schedule + (" (batch_p2p off)" if batch is False and
+                                    engine == "megatron" else "")
             g = run.options.get("microbatch_group_size_per_vp_stage")
             if v > 1 and g and g != p:
                 sched += f" g={g}"

@@ -107,3 +107,13 @@ def test_counts_of_another_type_are_refused_before_any_comparison():
         megatron.run(2, 4, make_costs(4, 10, 20), vpp=2.0)
     assert "--vpp 2.0 is a float, not an int" in one_line(e.value)
     check_int("--pp", 2)
+
+
+def test_overlap_the_engine_does_not_run():
+    """Megatron's overlap_p2p_comm needs virtual stages and individual p2p calls."""
+    with pytest.raises(PeerError) as e:
+        megatron.run(4, 8, make_costs(4, 10, 20), vpp=1, batch_p2p=False, overlap=True)
+    assert "overlap_p2p_comm with one stage per rank" in one_line(e.value)
+    with pytest.raises(PeerError) as e:
+        megatron.run(4, 8, make_costs(8, 10, 20), vpp=2, batch_p2p=True, overlap=True)
+    assert "overlap_p2p_comm with batch_p2p_comm" in one_line(e.value)

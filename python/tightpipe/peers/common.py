@@ -216,6 +216,9 @@ class Event:
     peer: int = -1
     bytes: int = 0
     call: int = -1  # the engine's p2p call (or instruction) the message belonged to
+    # Asynchronous p2p (Megatron's overlap_p2p_comm): when the engine called wait() on the
+    # operation's handle (end: when that wait returned); -1 for a blocking call.
+    wait: float = -1.0
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "lane": self.lane, "stage": self.stage,
@@ -374,7 +377,8 @@ def align_steps(per_rank: Sequence[dict], steps: int) -> tuple:
         evs = []
         for e in d["events"]:
             o = spans[e.step][0]
-            evs.append(dataclasses.replace(e, start=max(0.0, e.start - o), end=max(0.0, e.end - o)))
+            evs.append(dataclasses.replace(e, start=max(0.0, e.start - o), end=max(0.0, e.end - o),
+                                           wait=max(0.0, e.wait - o) if e.wait >= 0 else -1.0))
         out.append(evs)
     return out, spans
 

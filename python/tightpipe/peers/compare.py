@@ -80,11 +80,15 @@ def host_inclusive(events: List[Event]) -> List[tuple]:
     return out
 
 
+BLOCKED_WAIT_S = 50e-6  # an asynchronous receive's wait that took longer waited for its message
+
+
 def measured_costs(run: PeerRun) -> dict:
     """costs.json (ms) from the run's own measured steps (never the table it was asked for):
     per stage the median host-inclusive F and B (host_inclusive); the link latency, the median
     time a message takes once both its send and its receive are posted (receive end - the later
-    of the two posts); an optimizer time per stage, the median time from the last rank's last
+    of the two posts; for an asynchronous receive only where the engine's wait on it blocked);
+    an optimizer time per stage, the median time from the last rank's last
     compute or message to the step's end (DeepSpeed's ReduceGrads, OptimizerStep and loss
     broadcast; Megatron's return)."""
     f: Dict[int, List[float]] = {}
@@ -109,8 +113,14 @@ def measured_costs(run: PeerRun) -> dict:
         tail.append(run.step_time(step) - program_end)
         for e in recvs:
             key = ("_B" in e.name, e.mb, e.stage)
-            if key in posts:
-                crossing.append(e.end - max(e.start, posts[key]))
+            if key not in posts:
+                continue
+            # An asynchronous receive (overlap) ends when the engine's wait returned: a crossing
+            # only where that wait blocked (the message came in during it), else it measures
+            # the engine's compute in between.
+            if e.wait >= 0 and e.end - e.wait < BLOCKED_WAIT_S:
+                continue
+            crossing.append(e.end - max(e.start, posts[key]))
     stages = sorted(f)
     if stages != list(range(run.pp * run.vpp)):
         raise RuntimeError(f"measured stages {stages} for p={run.pp} x v={run.vpp}")

@@ -13,6 +13,8 @@ What the harness changes at run time, nothing in the installed files:
   (`device=torch.cuda.current_device()`): each module's `torch` name is given a view of torch
   whose `zeros` puts a "cuda" tensor on the CPU and whose `cuda.current_device()` is "cpu";
 - `batch_p2p_sync=False` (its `torch.cuda.synchronize()` has no CPU meaning);
+- with `--overlap-p2p-comm` the handles `_communicate` returns are wrapped (TimedHandle) so
+  that each operation's event ends when the engine's wait() on it returns;
 - `forward_step`, `backward_step` and `P2PCommunicator._communicate` are wrapped to time them:
   each still runs the original.
 """
@@ -34,7 +36,7 @@ DIST = "megatron-core"
 
 
 def check_options(pp: int, vpp: int, microbatches: int, batch_p2p: bool, schedule: str,
-                  group: Optional[int] = None) -> None:
+                  group: Optional[int] = None, overlap: bool = False) -> None:
     """Refuses what Megatron cannot run (or runs wrongly), one line each."""
     for flag, value in (("--pp", pp), ("--vpp", vpp), ("--microbatches", microbatches)):
         check_int(flag, value)
@@ -50,6 +52,10 @@ def check_options(pp: int, vpp: int, microbatches: int, batch_p2p: bool, schedul
                         f"forward_backward_no_pipelining, not a pipeline)")
     if schedule == "1f1b" and vpp != 1:
         raise PeerError(f"schedule 1f1b with --vpp {vpp}; hint: --vpp 1, or schedule interleaved")
+    if overlap and vpp < 2:
+        raise PeerError("overlap_p2p_comm with one stage per rank: Megatron-LM turns it off "
+                        "without virtual stages (validate_args); hint: --vpp 2 or more, or drop "
+                        "--overlap-p2p-comm")
     if schedule == "interleaved" and vpp < 2:
         raise PeerError(f"schedule interleaved with --vpp {vpp}; hint: --vpp 2 or more")
     if microbatches < 1:
@@ -63,6 +69,10 @@ def check_options(pp: int, vpp: int, microbatches: int, batch_p2p: bool, schedul
         if 0 < rem < pp:
             raise PeerError(f"--microbatches {microbatches} leaves a last group of {rem} < p={pp} "
                             f"(Megatron refuses it); hint: m a multiple of {g}, or m % {g} >= {pp}")
+        if overlap and batch_p2p:
+            raise PeerError("overlap_p2p_comm with batch_p2p_comm: Megatron-Core asserts them "
+                            "apart (_communicate: batched p2p waits its requests); hint: "
+                            "--no-batch-p2p with --overlap-p2p-comm")
         if pp == 2 and batch_p2p:
             raise PeerError(
                 "p = 2 interleaved with batched p2p and no overlap: Megatron's batched call "
@@ -117,6 +127,7 @@ def _instrument(schedules, p2p_communication, rec: Recorder, rank: int, pp: int)
     orig_communicate = comm_cls._communicate
     pending_recv = {}  # id(tensor) -> (event, tensor): a received tensor not yet consumed
     calls = [0]
+    open_handles = []  # TimedHandles whose wait() the engine has not called yet
 
     def claim(t, stage: int, mb: int):
         """Names the receive that produced `t`, now that its consumer is known."""
@@ -160,9 +171,6 @@ def _instrument(schedules, p2p_communication, rec: Recorder, rank: int, pp: int)
 
     def _communicate(self, *, tensor_send_next, tensor_send_prev, recv_prev, recv_next,
                      tensor_shape, wait_on_reqs=True):
-        if not wait_on_reqs:
-            raise PeerError("overlap_p2p_comm (wait_on_reqs=False) is not timed by this "
-                            "harness; hint: run with overlap off")
         call = calls[0]
         calls[0] += 1
         t0 = time.monotonic()
@@ -171,22 +179,33 @@ def _instrument(schedules, p2p_communication, rec: Recorder, rank: int, pp: int)
                                recv_next=recv_next, tensor_shape=tensor_shape,
                                wait_on_reqs=wait_on_reqs)
         t1 = time.monotonic()
-        for t, suffix, peer in ((tensor_send_next, "SEND_F", (rank + 1) % pp),
-                                (tensor_send_prev, "SEND_B", (rank - 1) % pp)):
+        # Overlap (wait_on_reqs=False): each operation's handle, by the key _p2p_ops gives it;
+        # its event ends when the engine's wait() on it returns (TimedHandle).
+        handles = out[2] if not wait_on_reqs and isinstance(out[2], dict) else None
+        if not wait_on_reqs and handles is None and out[2]:
+            raise PeerError("overlap_p2p_comm with batched p2p is not timed by this harness "
+                            "(Megatron asserts it away too); hint: batch_p2p_comm=False")
+        for t, suffix, peer, key in ((tensor_send_next, "SEND_F", (rank + 1) % pp, "send_next"),
+                                     (tensor_send_prev, "SEND_B", (rank - 1) % pp, "send_prev")):
             t = _tensor(t)
             if t is None:
                 continue
             stage, mb = getattr(t, "_tp_tag", (-1, -1))
-            rec.add(name=f"{stage}{suffix}{mb}", kind="SEND", lane="comm", stage=stage, mb=mb,
-                    start=t0, end=t1, peer=peer, bytes=t.numel() * t.element_size(), call=call)
-        for t, suffix, peer in ((out[0], "RECV_F", (rank - 1) % pp),
-                                (out[1], "RECV_B", (rank + 1) % pp)):
+            e = rec.add(name=f"{stage}{suffix}{mb}", kind="SEND", lane="comm", stage=stage, mb=mb,
+                        start=t0, end=t1, peer=peer, bytes=t.numel() * t.element_size(),
+                        call=call)
+            if handles is not None and key in handles:
+                handles[key] = TimedHandle(handles[key], e, open_handles)
+        for t, suffix, peer, key in ((out[0], "RECV_F", (rank - 1) % pp, "recv_prev"),
+                                     (out[1], "RECV_B", (rank + 1) % pp, "recv_next")):
             t = _tensor(t)
             if t is None:
                 continue
             e = rec.add(name=suffix, kind="RECV", lane="comm", stage=-1, mb=-1, start=t0, end=t1,
                         peer=peer, bytes=t.numel() * t.element_size(), call=call)
             pending_recv[id(t)] = (e, t)
+            if handles is not None and key in handles:
+                handles[key] = TimedHandle(handles[key], e, open_handles)
         return out
 
     schedules.forward_step = forward_step
@@ -196,7 +215,37 @@ def _instrument(schedules, p2p_communication, rec: Recorder, rank: int, pp: int)
     def restore():
         schedules.forward_step, schedules.backward_step = orig_forward, orig_backward
         comm_cls._communicate = orig_communicate
-    return restore
+
+    def finish_step():
+        """Waits what the engine left unwaited at the step's end (a send handle it drops):
+        its event ends there."""
+        for h in list(open_handles):
+            h.wait()
+    return restore, finish_step
+
+
+class TimedHandle:
+    """A p2p handle whose first wait() ends its event: the engine waits a receive just before
+    the compute that needs it and a send before its next send (overlap_p2p_comm), so the event
+    spans post to the moment the engine had it; `wait` marks when the engine asked."""
+
+    def __init__(self, handle, event, open_list):
+        self.handle, self.event, self.open = handle, event, open_list
+        self.done = False
+        open_list.append(self)
+
+    def wait(self, *args, **kw):
+        t = time.monotonic()
+        r = self.handle.wait(*args, **kw)
+        if not self.done:
+            self.done = True
+            self.event.wait = t
+            self.event.end = time.monotonic()
+            self.open.remove(self)
+        return r
+
+    def is_completed(self):
+        return self.handle.is_completed()
 
 
 def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
@@ -221,7 +270,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
         pipeline_model_parallel_size=pp,
         virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
         pipeline_dtype=torch.float32,
-        batch_p2p_comm=cfg["batch_p2p"], batch_p2p_sync=False, overlap_p2p_comm=False,
+        batch_p2p_comm=cfg["batch_p2p"], batch_p2p_sync=False, overlap_p2p_comm=cfg["overlap"],
         deallocate_pipeline_outputs=cfg["deallocate"],
         microbatch_group_size_per_vp_stage=cfg["group"] if vpp > 1 else None)
     config.hidden_size = HIDDEN
@@ -272,7 +321,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
         if vpp > 1:
             config.microbatch_group_size_per_vp_stage = one["group"]
         rec = Recorder(rank)
-        restore = _instrument(schedules, p2p_communication, rec, rank, pp)
+        restore, finish_step = _instrument(schedules, p2p_communication, rec, rank, pp)
         losses = []
         for step in range(one["steps"]):
             for c in chunks:
@@ -284,6 +333,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
                      data_iterator=[it] * vpp if vpp > 1 else it,
                      model=chunks if vpp > 1 else chunks[0], num_microbatches=m, seq_length=1,
                      micro_batch_size=1, forward_only=False)
+            finish_step()
             rec.end_step()
             losses.append(float(sum(d["loss"] for d in out)) if out else None)
         restore()
@@ -301,7 +351,7 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
              steps: int = 3, warmup_steps: int = 1, batch_p2p: bool = True,
              deallocate: bool = False, group: Optional[int] = None,
              groups: Optional[Sequence[int]] = None, seed: int = 1234,
-             known_wrong: bool = False) -> List[PeerRun]:
+             known_wrong: bool = False, overlap: bool = False) -> List[PeerRun]:
     """Runs Megatron-Core's schedule on pp processes once per entry of `microbatches` (an m, or a
     RunSpec with its own costs, steps or group), all in one process group, and returns the
     recorded runs. Interleaved: microbatch group `groups[k]` for run k, else `group`, else p.
@@ -319,7 +369,7 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
     specs = as_specs(microbatches, costs, steps, group or pp)
     for sp in specs:
         check_options(pp, vpp, sp.microbatches, batch_p2p and not known_wrong, schedule,
-                      sp.group)
+                      sp.group, overlap)
         sp.costs.check_stages(pp * vpp, f"the run (p={pp} x v={vpp})")
         if sp.steps <= warmup_steps:
             raise PeerError(f"--steps {sp.steps} <= warm-up steps {warmup_steps}; hint: "
@@ -329,6 +379,7 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
                                  "group": sp.group, "f": sp.costs.f, "b": sp.costs.b}
                                 for sp in specs],
            "batch_p2p": batch_p2p, "deallocate": deallocate, "group": specs[0].group,
+           "overlap": overlap,
            "seed": seed}
     per_rank_runs = spawn(_worker, pp, (cfg,))
     out = []
@@ -338,7 +389,7 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
         out.append(PeerRun("megatron", version, schedule, pp, vpp, sp.microbatches, sp.costs,
                            sp.steps, warmup_steps, events, spans, losses,
                            {"batch_p2p_comm": batch_p2p, "batch_p2p_sync": False,
-                            "overlap_p2p": False, "deallocate_pipeline_outputs": deallocate,
+                            "overlap_p2p": overlap, "deallocate_pipeline_outputs": deallocate,
                             "microbatch_group_size_per_vp_stage": sp.group, "seed": seed}))
     return out
 
@@ -360,17 +411,21 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "stage 1.5x)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--no-batch-p2p", action="store_true")
+    ap.add_argument("--overlap-p2p-comm", action="store_true",
+                    help="overlap_p2p_comm (interleaved; with --no-batch-p2p)")
     ap.add_argument("--deallocate", action="store_true", help="deallocate_pipeline_outputs")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
 
     def body() -> PeerRun:
         schedule = a.schedule or ("interleaved" if a.vpp > 1 else "1f1b")
-        check_options(a.pp, a.vpp, a.microbatches, not a.no_batch_p2p, schedule, a.group)
+        check_options(a.pp, a.vpp, a.microbatches, not a.no_batch_p2p, schedule, a.group,
+                      a.overlap_p2p_comm)
         costs = load_costs(a.costs) if a.costs else make_costs(a.pp * a.vpp, 10 / a.vpp,
                                                                20 / a.vpp)
         return run(a.pp, a.microbatches, costs, a.vpp, steps=a.steps,
-                   batch_p2p=not a.no_batch_p2p, deallocate=a.deallocate, group=a.group)
+                   batch_p2p=not a.no_batch_p2p, deallocate=a.deallocate, group=a.group,
+                   overlap=a.overlap_p2p_comm)
     return cli_main(a.out, "megatron-core", body)
 
 
