@@ -16,27 +16,28 @@
 namespace tightpipe {
 namespace {
 
-double steady_step(const Schedule& compute_only, const CostModel& c, Engine engine) {
+// The step's period of `compute_only` under `engine`: the steady state's (post-validated runs
+// start each step at their own end) or, synchronous, the makespan.
+double period(const Schedule& compute_only, const CostModel& c, Engine engine, bool steady) {
   auto low = lower(compute_only);
   EXPECT_TRUE(low.ok()) << low.status().to_string();
+  if (!low.ok()) return 0;
   SimOptions o;
   o.engine = engine;
   o.record_timeline = false;
-  auto ss = steady_state_step_time(*low, c, o);
-  EXPECT_TRUE(ss.ok()) << ss.status().to_string();
-  return ss.ok() ? ss->step_time : 0;
-}
-
-double makespan(const Schedule& compute_only, const CostModel& c, Engine engine) {
-  auto low = lower(compute_only);
-  EXPECT_TRUE(low.ok()) << low.status().to_string();
-  SimOptions o;
-  o.engine = engine;
-  o.record_timeline = false;
+  if (steady) {
+    auto ss = steady_state_step_time(*low, c, o);
+    EXPECT_TRUE(ss.ok()) << ss.status().to_string();
+    return ss.ok() ? ss->step_time : 0;
+  }
   auto r = simulate(*low, c, o);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   return r.ok() ? r->makespan : 0;
 }
+double steady_step(const Schedule& s, const CostModel& c, Engine e) {
+  return period(s, c, e, true);
+}
+double makespan(const Schedule& s, const CostModel& c, Engine e) { return period(s, c, e, false); }
 
 // The miss was the automatic schedule at 2p, built for the wrong quantity: post-validated (the
 // paper's ZB-2p runs with optimizer post-validation) each rank starts its next step at its own
