@@ -139,6 +139,9 @@ std::vector<nn::StageSpec> stage_specs(const Schedule& schedule,
 // calls it once per step, after any data-parallel reduction and before the norm's allreduce.
 Result<double> sum_stage_copies(PipelineRank& rank, Transport& pipeline, double grad_sq,
                                 int32_t step, double timeout_s);
+// Whether sum_stage_copies sums anything on `rank`: two directions and real stages (the one
+// statement of its guard; the step's COPY_SUM event is recorded exactly then).
+bool sums_stage_copies(PipelineRank& rank);
 
 // OK when every model stage's copies hold the same weights (bit for bit; a NaN equals a NaN);
 // else Internal naming the model stage, the ranks, the tensor and the first index that differs.

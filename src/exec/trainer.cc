@@ -181,11 +181,15 @@ constexpr size_t kCopyBucket = size_t{1} << 20;
 
 }  // namespace
 
+bool sums_stage_copies(PipelineRank& pr) {
+  return pr.executor().schedule().directions > 1 && !pr.stages().empty();
+}
+
 Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double grad_sq, int32_t step,
                                 double timeout_s) {
+  if (!sums_stage_copies(pr)) return grad_sq;
   const Schedule& sch = pr.executor().schedule();
   auto stages = pr.stages();
-  if (sch.directions <= 1 || stages.empty()) return grad_sq;
   for (const CopyGroup& g : copy_groups(sch, pr.rank())) {
     const std::unique_ptr<Transport> view = make_group_view(pipeline, g.ranks);
     TP_RETURN_IF_ERROR(train_internal::sum_over_group(

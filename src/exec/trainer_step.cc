@@ -345,7 +345,7 @@ Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_
                       sum_stage_copies(pr, transport, prog.grad_sq, step, timeout_s));
   // After the data-parallel reduction: its exposed time is idle before the optimizer.
   out.optimizer_start = now_seconds() - origin;
-  if (pr.executor().schedule().directions > 1 && !pr.stages().empty()) {
+  if (sums_stage_copies(pr)) {
     train_internal::add_step_event(r, "COPY_SUM", EventKind::kAllReduce, Lane::kAllReduce, step,
                                    copies_start, out.optimizer_start, 0);
   }
