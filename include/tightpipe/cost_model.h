@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <span>
 #include <string>
@@ -63,8 +64,27 @@ struct StageCost {
   double allreduce_bytes = 0;
 };
 
-// The one list of StageCost's fields that add up over stages and split over chunks: every time,
-// every byte count but message_bytes (a message crosses whole: the largest of the stages').
+// The one list of StageCost's fields that add up over stages, split over chunks and scale with
+// the layers a stage holds: every time, every byte count but message_bytes (a message crosses
+// whole: the largest of the stages'). add_stage_cost, scale_stage_cost and the per-layer-kind fit
+// (layer_costs.cc) walk it.
+inline constexpr double StageCost::*kStageCostAdditiveFields[] = {&StageCost::f,
+                                                                  &StageCost::i,
+                                                                  &StageCost::w,
+                                                                  &StageCost::b,
+                                                                  &StageCost::recompute,
+                                                                  &StageCost::optimizer,
+                                                                  &StageCost::act_bytes,
+                                                                  &StageCost::act_after_i_bytes,
+                                                                  &StageCost::input_bytes,
+                                                                  &StageCost::param_bytes,
+                                                                  &StageCost::grad_bytes,
+                                                                  &StageCost::optimizer_bytes,
+                                                                  &StageCost::allreduce_bytes};
+// A new double field must be listed above or here on purpose; message_bytes is the int64 one.
+static_assert(sizeof(StageCost) == (std::size(kStageCostAdditiveFields) + 1) * sizeof(double),
+              "StageCost gained a field: add it to kStageCostAdditiveFields (or say why not)");
+
 // add_stage_cost: `to` += `from` field by field (message_bytes: the larger). scale_stage_cost:
 // every additive field times `factor` (message_bytes kept).
 void add_stage_cost(StageCost& to, const StageCost& from);

@@ -12,36 +12,14 @@
 
 namespace tightpipe {
 
-namespace {
-
-// Every field of StageCost that adds over stages (not message_bytes: add_stage_cost).
-constexpr double StageCost::*kAdditiveFields[] = {&StageCost::f,
-                                                  &StageCost::i,
-                                                  &StageCost::w,
-                                                  &StageCost::b,
-                                                  &StageCost::recompute,
-                                                  &StageCost::optimizer,
-                                                  &StageCost::act_bytes,
-                                                  &StageCost::act_after_i_bytes,
-                                                  &StageCost::input_bytes,
-                                                  &StageCost::param_bytes,
-                                                  &StageCost::grad_bytes,
-                                                  &StageCost::optimizer_bytes,
-                                                  &StageCost::allreduce_bytes};
-// A new double field must be listed above or here on purpose; message_bytes is the int64 one.
-static_assert(sizeof(StageCost) == (std::size(kAdditiveFields) + 1) * sizeof(double),
-              "StageCost gained a field: add it to kAdditiveFields (or say why not)");
-
-}  // namespace
-
 void add_stage_cost(StageCost& to, const StageCost& from) {
-  for (double StageCost::*f : kAdditiveFields) to.*f += from.*f;
+  for (double StageCost::*f : kStageCostAdditiveFields) to.*f += from.*f;
   to.message_bytes = std::max(to.message_bytes, from.message_bytes);
 }
 
 StageCost scale_stage_cost(const StageCost& c, double factor) {
   StageCost out = c;
-  for (double StageCost::*f : kAdditiveFields) out.*f = c.*f * factor;
+  for (double StageCost::*f : kStageCostAdditiveFields) out.*f = c.*f * factor;
   return out;
 }
 

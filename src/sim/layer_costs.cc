@@ -82,21 +82,6 @@ Row fit_field(const std::vector<Row>& rows, const std::vector<double>& y) {
   return best;
 }
 
-// The fields of StageCost that scale with the layers a stage holds.
-constexpr std::array<double StageCost::*, 13> kFields = {&StageCost::f,
-                                                         &StageCost::i,
-                                                         &StageCost::w,
-                                                         &StageCost::b,
-                                                         &StageCost::recompute,
-                                                         &StageCost::optimizer,
-                                                         &StageCost::act_bytes,
-                                                         &StageCost::act_after_i_bytes,
-                                                         &StageCost::input_bytes,
-                                                         &StageCost::param_bytes,
-                                                         &StageCost::grad_bytes,
-                                                         &StageCost::optimizer_bytes,
-                                                         &StageCost::allreduce_bytes};
-
 }  // namespace
 
 Result<LayerCosts> fit_layer_costs(const CostModel& costs, const std::vector<StageLayers>& layout) {
@@ -115,7 +100,7 @@ Result<LayerCosts> fit_layer_costs(const CostModel& costs, const std::vector<Sta
   }
   LayerCosts out;
   for (StageCost* c : {&out.embedding, &out.block, &out.head}) *c = StageCost{0, 0, 0, 0, 0};
-  for (double StageCost::*field : kFields) {
+  for (double StageCost::*field : kStageCostAdditiveFields) {
     std::vector<double> y;
     for (int32_t s = 0; s < costs.num_stages(); ++s) y.push_back(costs.stage(s).*field);
     const Row x = fit_field(rows, y);
@@ -137,7 +122,7 @@ CostModel cost_model_for_layout(const LayerCosts& layers, const std::vector<Stag
   for (const StageLayers& l : layout) {
     const Row k = kinds_of(l);
     StageCost c;
-    for (double StageCost::*field : kFields) {
+    for (double StageCost::*field : kStageCostAdditiveFields) {
       c.*field = k[0] * (layers.embedding.*field) + k[1] * (layers.block.*field) +
                  k[2] * (layers.head.*field);
     }
