@@ -163,6 +163,13 @@ class CostModel {
 // schedule.stages_per_direction(). With one direction it returns the model unchanged.
 CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule& schedule);
 
+// The costs as PyTorch 2.15's pipelining runtime runs the first stage (stage 0, which has no
+// upstream): its I action computes nothing (PipelineStage.backward_one_chunk skips the input
+// gradient there) and its W action runs the stage's whole backward (stage_backward, fused), so
+// stage 0's w becomes i + w and its i 0; b is unchanged. Every other stage as given. The planner
+// applies it under --engine torch (tune's search and its current setup).
+CostModel torch_runtime_costs(const CostModel& costs);
+
 // ----- uniform ---------------------------------------------------------------------------------
 
 // Whole-rank costs: one microbatch through all of a rank's layers. b < 0 means i + w.
@@ -285,6 +292,10 @@ struct StageLayers {
 
 struct LayerCosts {
   StageCost embedding, block, head;  // per kind, every time and byte field (message_bytes unused)
+  // Per block, when the blocks differ (a PyTorch model's measured modules: `tightpipe tune`):
+  // block_each[k] is block k's cost, and `block` their mean; empty: every block costs `block`.
+  // cost_model_for_layout and balanced_layer_split place each block by its position.
+  std::vector<StageCost> block_each;
   int64_t message_bytes = 0;         // one activation between stages (the same at every boundary)
   LinkCost link;
   std::string time_unit = "s";

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -124,6 +125,11 @@ struct PlanOptions {
   // analytic costs of the device preset.
   std::optional<LayerCosts> measured;
   int64_t measured_micro_batch_size = 0;
+  // `measured` holds a PyTorch model's measured modules (`tightpipe tune`): the first module in
+  // the embedding's place, the last in the head's, each one between a block of its own
+  // (LayerCosts::block_each, one per model.num_layers); their static bytes are the measured ones
+  // (not the GPT's parameter counts), the GPT shape flags are not needed, and recompute is none.
+  bool module_costs = false;
   double price_per_device_hour = 0;  // --price-per-device-hour, dollars
   double train_tokens = 0;           // --train-tokens of the whole training run
   // Filters (empty: everything): --pp, --vpp, --schedules, --recompute candidates.
@@ -161,6 +167,11 @@ struct PlanCandidate {
   int64_t num_microbatches = 0;
   std::string recompute;        // RecomputeChoice::label()
   std::string layout;           // the layer split, Megatron layout string "E,t*4|t*4,L"
+  std::vector<int32_t> blocks_per_stage;  // the same split: blocks per model stage
+  // Simulated candidates: the compute-only schedule that was simulated and its stage costs
+  // (expanded to its directions), so a caller can write, lower or re-simulate exactly it.
+  std::shared_ptr<const Schedule> compute_schedule;
+  std::shared_ptr<const CostModel> stage_costs;
   bool fits = false;            // within the memory budget on every rank
   std::string reason;           // why not, when !fits ("out of memory on rank 0 by 3.2 GiB")
   bool simulated = false;       // step time and bubble come from a simulation

@@ -71,13 +71,29 @@ Status PlanOptions::validate() const {
     return Status::invalid_argument(fmt::format("{} {}: {}", flag, value, hint));
   };
   const PlanModel& m = model;
-  TP_RETURN_IF_ERROR(check_model_shape({.layers = m.num_layers,
-                                        .hidden = m.hidden_size,
-                                        .heads = m.num_attention_heads,
-                                        .seq = m.seq_length,
-                                        .vocab = m.vocab_size,
-                                        .ffn_hidden = m.ffn_hidden_size},
-                                       {}, {.layers = kMaxGptLayers}));
+  if (module_costs) {
+    // tune: the model is its measured modules; no GPT shape to check.
+    if (!measured || static_cast<int64_t>(measured->block_each.size()) != m.num_layers) {
+      return Status::internal(fmt::format(
+          "plan: module costs with {} per-block entries for {} blocks",
+          measured ? measured->block_each.size() : 0, m.num_layers));
+    }
+    for (const RecomputeChoice& rc : recompute) {
+      if (rc.kind != RecomputeChoice::Kind::kNone) {
+        return Status::invalid_argument(fmt::format(
+            "--recompute {}: measured modules are planned without recompute; hint: drop it",
+            rc.label()));
+      }
+    }
+  } else {
+    TP_RETURN_IF_ERROR(check_model_shape({.layers = m.num_layers,
+                                          .hidden = m.hidden_size,
+                                          .heads = m.num_attention_heads,
+                                          .seq = m.seq_length,
+                                          .vocab = m.vocab_size,
+                                          .ffn_hidden = m.ffn_hidden_size},
+                                         {}, {.layers = kMaxGptLayers}));
+  }
   // simulate refuses the same pair: the flag is tightpipe's own, the other engines set it.
   if (optimizer_post_validation && engine != Engine::kTightpipe) {
     return Status::invalid_argument(fmt::format(
@@ -324,6 +340,29 @@ const LayerCosts& Planner::layer_costs(int64_t mbs) {
   if (it != costs_by_mbs_.end()) return it->second;
   const PlanModel& m = o_.model;
   const DevicePreset& d = o_.device;
+  if (o_.module_costs) {
+    // Measured modules (tune): times and activation bytes scale with the microbatch size, the
+    // static bytes are the modules' own.
+    const double k = static_cast<double>(mbs) / static_cast<double>(o_.measured_micro_batch_size);
+    LayerCosts meas = *o_.measured;
+    auto scale = [k](StageCost& c) {
+      for (double StageCost::*f :
+           {&StageCost::f, &StageCost::i, &StageCost::w, &StageCost::b, &StageCost::recompute,
+            &StageCost::act_bytes, &StageCost::act_after_i_bytes, &StageCost::input_bytes}) {
+        c.*f *= k;
+      }
+    };
+    scale(meas.embedding);
+    scale(meas.block);
+    scale(meas.head);
+    for (StageCost& c : meas.block_each) scale(c);
+    meas.message_bytes = static_cast<int64_t>(std::llround(meas.message_bytes * k));
+    if (mbs != o_.measured_micro_batch_size) {
+      meas.source = fmt::format("{} scaled to micro batch size {}", o_.measured->source, mbs);
+    }
+    meas.link.overhead = d.message_overhead_s;
+    return costs_by_mbs_.emplace(mbs, std::move(meas)).first->second;
+  }
   GptCostConfig g;
   g.layers = m.num_layers;
   g.hidden = m.hidden_size;
@@ -414,7 +453,9 @@ CostModel Planner::stage_costs(const Config& c, const std::vector<StageLayers>& 
     if (o_.distributed_optimizer) st.optimizer_bytes /= c.dp;
     stages.push_back(st);
   }
-  return CostModel(std::move(stages), summed.link(), summed.time_unit(), summed.source());
+  CostModel out(std::move(stages), summed.link(), summed.time_unit(), summed.source());
+  // PyTorch's runtime runs the first stage's whole backward in its W.
+  return o_.engine == Engine::kTorch ? torch_runtime_costs(out) : out;
 }
 
 std::vector<double> Planner::copy_sum_times(const CostModel& costs,
@@ -551,9 +592,17 @@ Status Planner::enumerate() {
           "hint: --engine megatron for interleaved, zb or tightpipe for the others",
           name));
     }
+    // PyTorch's runtime has no form for two directions (check_torch_directions).
+    if (o_.engine == Engine::kTorch && name == "dualpipe") {
+      if (o_.schedules.empty()) continue;
+      return Status::invalid_argument(
+          "--schedules dualpipe with --engine torch: PyTorch's runtime has no form for two "
+          "directions; hint: dualpipev (PyTorch's ScheduleDualPipeV)");
+    }
     names.push_back(name);
   }
   std::vector<RecomputeChoice> rcs = o_.recompute;
+  if (rcs.empty() && o_.module_costs) rcs.push_back({});
   if (rcs.empty()) {
     rcs.push_back({});
     for (int32_t n = 1; n < model.num_layers; n *= 2) {
@@ -811,6 +860,9 @@ Status Planner::simulate_best() {
     }
     PlanCandidate pc = candidate_of(c, pd.rc);
     pc.layout = pd.layout;
+    for (const StageLayers& l : pd.split) pc.blocks_per_stage.push_back(l.blocks);
+    pc.compute_schedule = std::make_shared<const Schedule>(*sched);
+    pc.stage_costs = std::make_shared<const CostModel>(costs);
     pc.fits = true;
     pc.simulated = true;
     pc.pipeline_time_s = r.makespan;

@@ -476,4 +476,15 @@ Result<CostModel> gpt_cost_model(const GptCostConfig& g, int32_t ranks, int32_t 
   return gpt_cost_model_for_layout(g, even_layer_split(g.layers, stages), "");
 }
 
+CostModel torch_runtime_costs(const CostModel& costs) {
+  if (costs.num_stages() == 0) return costs;
+  std::vector<StageCost> stages;
+  for (int32_t s = 0; s < costs.num_stages(); ++s) stages.push_back(costs.stage(s));
+  stages[0].w += stages[0].i;
+  stages[0].i = 0;
+  return CostModel(std::move(stages), costs.link(), costs.time_unit(),
+                   costs.source() + ", first stage's backward in W (PyTorch's runtime)",
+                   costs.real_bytes());
+}
+
 }  // namespace tightpipe

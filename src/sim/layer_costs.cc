@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tightpipe/check.h"
 #include "tightpipe/cost_model.h"
 
 namespace tightpipe {
@@ -119,13 +120,23 @@ Result<LayerCosts> fit_layer_costs(const CostModel& costs, const std::vector<Sta
 CostModel cost_model_for_layout(const LayerCosts& layers, const std::vector<StageLayers>& layout,
                                 const std::string& layout_name) {
   std::vector<StageCost> stages;
+  size_t next_block = 0;  // block_each: the first block of the stage
   for (const StageLayers& l : layout) {
     const Row k = kinds_of(l);
     StageCost c;
     for (double StageCost::*field : kStageCostAdditiveFields) {
-      c.*field = k[0] * (layers.embedding.*field) + k[1] * (layers.block.*field) +
-                 k[2] * (layers.head.*field);
+      c.*field = k[0] * (layers.embedding.*field) + k[2] * (layers.head.*field);
+      if (layers.block_each.empty()) {
+        c.*field += k[1] * (layers.block.*field);
+      } else {
+        for (int32_t b = 0; b < l.blocks; ++b) {
+          TP_CHECK(next_block + b < layers.block_each.size(), "layout places more blocks than ",
+                   layers.block_each.size());
+          c.*field += layers.block_each[next_block + b].*field;
+        }
+      }
     }
+    next_block += static_cast<size_t>(std::max(0, l.blocks));
     c.message_bytes = layers.message_bytes;
     stages.push_back(c);
   }

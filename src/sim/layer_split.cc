@@ -134,8 +134,15 @@ class Search {
 // The split that minimizes the largest stage time F + B (a DP over stages and blocks used; the
 // smallest count wins ties at each stage).
 Blocks min_max_split(const LayerCosts& c, int32_t L, int32_t S) {
-  auto time = [&](int32_t s, int32_t n) {
-    double t = n * (c.block.f + c.block.b);
+  // prefix[k]: F + B of blocks 0..k-1 (each its own with block_each).
+  std::vector<double> prefix(L + 1, 0.0);
+  for (int32_t k = 0; k < L && !c.block_each.empty(); ++k) {
+    const StageCost& b = c.block_each.at(k);
+    prefix[k + 1] = prefix[k] + b.f + b.b;
+  }
+  // Stage s holding the n blocks that end at block k (exclusive).
+  auto time = [&](int32_t s, int32_t k, int32_t n) {
+    double t = c.block_each.empty() ? n * (c.block.f + c.block.b) : prefix[k] - prefix[k - n];
     if (s == 0) t += c.embedding.f + c.embedding.b;
     if (s == S - 1) t += c.head.f + c.head.b;
     return t;
@@ -145,11 +152,11 @@ Blocks min_max_split(const LayerCosts& c, int32_t L, int32_t S) {
   // count of stage s there.
   std::vector<std::vector<double>> best(S, std::vector<double>(L + 1, kInf));
   std::vector<Blocks> pick(S, Blocks(L + 1, 0));
-  for (int32_t k = 0; k <= L; ++k) best[0][k] = time(0, k);
+  for (int32_t k = 0; k <= L; ++k) best[0][k] = time(0, k, k);
   for (int32_t s = 1; s < S; ++s) {
     for (int32_t k = 0; k <= L; ++k) {
       for (int32_t n = min_blocks(s, S); n <= k; ++n) {
-        const double v = std::max(best[s - 1][k - n], time(s, n));
+        const double v = std::max(best[s - 1][k - n], time(s, k, n));
         if (v < best[s][k]) {
           best[s][k] = v;
           pick[s][k] = n;

@@ -21,6 +21,7 @@ int cmd_sample(int argc, char** argv);
 int cmd_data(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_tune(int argc, char** argv);
 
 // Runs app.parse; on a parse error prints one line "tightpipe <cmd>: <error>" plus a hint to
 // --help and returns kExitUsage; on --help prints help and returns kExitOk; otherwise -1.

@@ -30,7 +30,9 @@ constexpr const char* kUsage =
     "  data       write WebDataset-style tar shards from text\n"
     "  report     bubble report of a training run: measured vs predicted, HTML, trace\n"
     "  plan       choose p, v, m, micro batch size, schedule, recompute and layer split under a\n"
-    "             memory budget, and price each choice in time and dollars\n";
+    "             memory budget, and price each choice in time and dollars\n"
+    "  tune       from a PyTorch model's measured modules and run: the split and schedule that\n"
+    "             run fastest in PyTorch's runtime, in PyTorch's and torchtitan's forms\n";
 
 int dispatch(std::string_view cmd, int sub_argc, char** sub_argv);
 
@@ -126,6 +128,7 @@ int dispatch(std::string_view cmd, int sub_argc, char** sub_argv) {
   if (cmd == "data") return cmd_data(sub_argc, sub_argv);
   if (cmd == "report") return cmd_report(sub_argc, sub_argv);
   if (cmd == "plan") return cmd_plan(sub_argc, sub_argv);
+  if (cmd == "tune") return cmd_tune(sub_argc, sub_argv);
   std::fprintf(stderr,
                "tightpipe: unknown command '%.*s'\nhint: one of schedule, simulate, train, sample, "
                "data, report; see 'tightpipe --help'\n",

@@ -1,0 +1,255 @@
+"""Measure, decide, apply: from a PyTorch user's model and run to a faster split and schedule.
+
+`tune(...)` runs `tightpipe tune` (the planner's search over split, placement, schedule and
+microbatch size, simulated as PyTorch's runtime runs it) on the modules' costs that
+`measure_layers` wrote, optionally refitted to the profiler traces of the current run, and returns
+the recommendation as a `TuneResult` read from the `tune.json` it writes. `cut_stages` cuts the
+user's list of top-level modules into the recommended stages, and `build_tuned_runtime` builds
+PyTorch's runtime on this rank's stages from the written schedule: the apply step in one call.
+docs/torch.md section 7 shows the loop end to end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tightpipe import cli
+from tightpipe.errors import ScheduleMismatchError, TightpipeError
+from tightpipe.schedule import TorchSchedule, load
+
+
+class TuneFileError(TightpipeError, ValueError):
+    """A tune.json that is missing, damaged or of another format."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    """What `tightpipe tune` recommends (tune.json, "tightpipe-tune/1")."""
+
+    directory: str
+    schedule: str
+    pp: int
+    vpp: int
+    num_stages: int
+    microbatches: int
+    micro_batch_size: int
+    placement: str  # "loop" or "v"
+    stage_to_rank: list[int]
+    module_fqns_per_model_part: list[list[str]]
+    change: bool  # False: keep the current setup (the files then hold the current one)
+    why: str
+    prediction: dict[str, Any]
+    current: dict[str, Any] | None
+    table: str  # the side-by-side table tune printed
+
+    @property
+    def compute_comms_csv(self) -> str:
+        """The schedule for `build_runtime` (PyTorch's compute_comms form)."""
+        return os.path.join(self.directory, "schedule.csv")
+
+    @property
+    def compute_csv(self) -> str:
+        """The compute-only schedule (torchtitan's `pipeline_parallel_schedule_csv`)."""
+        return os.path.join(self.directory, "schedule_compute.csv")
+
+    @property
+    def predicted_step_s(self) -> float:
+        return float(self.prediction["step_s"])
+
+    def stages_of(self, rank: int) -> list[int]:
+        return [s for s, r in enumerate(self.stage_to_rank) if r == rank]
+
+
+def _int_arg(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}={value!r}: must be an int in [{lo}, {hi}]")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value}: must be in [{lo}, {hi}]")
+    return value
+
+
+def _path_arg(name: str, value: Any) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name}={value!r}: must be a path (str or os.PathLike)")
+    return os.fspath(value)
+
+
+def read_tune(directory: str | os.PathLike[str], table: str = "") -> TuneResult:
+    """Reads the tune.json in `directory` (or the file itself); TuneFileError naming it."""
+    d = Path(os.fspath(directory))
+    path = d if d.is_file() else d / "tune.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise TuneFileError(f"cannot read {path}: {e.strerror}; hint: the --out folder of "
+                            "`tightpipe tune`") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TuneFileError(f"{path}: not JSON text ({e}); hint: the tune.json `tightpipe "
+                            "tune --out` writes") from None
+    if not isinstance(doc, dict) or doc.get("format") != "tightpipe-tune/1":
+        fmt = doc.get("format") if isinstance(doc, dict) else None
+        raise TuneFileError(f"{path}: format {fmt!r}, expected 'tightpipe-tune/1'")
+    try:
+        res = TuneResult(
+            directory=str(path.parent),
+            schedule=str(doc["schedule"]),
+            pp=int(doc["pp"]),
+            vpp=int(doc["vpp"]),
+            num_stages=int(doc["num_stages"]),
+            microbatches=int(doc["microbatches"]),
+            micro_batch_size=int(doc["micro_batch_size"]),
+            placement=str(doc["placement"]),
+            stage_to_rank=[int(r) for r in doc["stage_to_rank"]],
+            module_fqns_per_model_part=[[str(n) for n in s]
+                                        for s in doc["module_fqns_per_model_part"]],
+            change=bool(doc["change"]),
+            why=str(doc["why"]),
+            prediction=dict(doc["prediction"]),
+            current=dict(doc["current"]) if doc.get("current") else None,
+            table=table,
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise TuneFileError(f"{path}: missing or bad key {e}; hint: rewrite it with "
+                            "`tightpipe tune --out`") from None
+    if len(res.module_fqns_per_model_part) != res.num_stages or len(
+            res.stage_to_rank) != res.num_stages:
+        raise TuneFileError(f"{path}: {res.num_stages} stages, but "
+                            f"{len(res.module_fqns_per_model_part)} module lists and "
+                            f"{len(res.stage_to_rank)} ranks in stage_to_rank")
+    return res
+
+
+def tune(
+    layers: str | os.PathLike[str],
+    pp: int,
+    microbatches: int | None = None,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    current_split: Sequence[int] | None = None,
+    current_schedule: str | None = None,
+    current_vpp: int | None = None,
+    schedule_file: str | os.PathLike[str] | None = None,
+    traces: Sequence[str | os.PathLike[str]] | None = None,
+    memory_limit_gib: float | None = None,
+    schedules: Sequence[str] | None = None,
+    micro_batch_sizes: Sequence[int] | None = None,
+    min_gain: float | None = None,
+    top: int | None = None,
+    binary: str | None = None,
+) -> TuneResult:
+    """`tightpipe tune` on the modules' costs (`measure_layers(..., out=layers)`); the files go to
+    `out` (default: a new temporary folder). Arguments are checked here first (TypeError or
+    ValueError naming the argument); the binary's own errors come back as CliError."""
+    layers_s = _path_arg("layers", layers)
+    if not os.path.isfile(layers_s):
+        raise ValueError(f"layers='{layers_s}': no such file; hint: the JSON "
+                         "measure_layers(..., out=PATH) writes")
+    _int_arg("pp", pp, 1, 1024)
+    args = ["tune", "--layers", layers_s, "--pp", str(pp)]
+    if microbatches is not None:
+        args += ["--microbatches", str(_int_arg("microbatches", microbatches, 1, 1 << 18))]
+    if current_split is not None:
+        if isinstance(current_split, (str, bytes)) or not all(
+                isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in current_split):
+            raise TypeError(f"current_split={current_split!r}: must be a list of module counts "
+                            "per stage, each an int >= 1, e.g. [7, 7]")
+        args += ["--current-split", ",".join(str(k) for k in current_split)]
+    if current_schedule is not None:
+        if not isinstance(current_schedule, str) or not current_schedule:
+            raise TypeError(f"current_schedule={current_schedule!r}: must be a schedule name, "
+                            "e.g. 'Schedule1F1B' or '1f1b'")
+        args += ["--current-schedule", current_schedule]
+    if current_vpp is not None:
+        args += ["--current-vpp", str(_int_arg("current_vpp", current_vpp, 1, 64))]
+    if schedule_file is not None:
+        args += ["--schedule-file", _path_arg("schedule_file", schedule_file)]
+    if traces is not None:
+        if isinstance(traces, (str, bytes, os.PathLike)) or not traces:
+            raise TypeError(f"traces={traces!r}: must be a non-empty list of trace paths, one "
+                            "per rank")
+        args += ["--traces", *[_path_arg("traces[]", t) for t in traces]]
+    if memory_limit_gib is not None:
+        if isinstance(memory_limit_gib, bool) or not isinstance(memory_limit_gib, (int, float)):
+            raise TypeError(f"memory_limit_gib={memory_limit_gib!r}: must be a number of GiB")
+        if not 0 < memory_limit_gib < 2**20:
+            raise ValueError(f"memory_limit_gib={memory_limit_gib}: must be in (0, 2^20) GiB "
+                             "per rank")
+        args += ["--memory-limit-gib", repr(float(memory_limit_gib))]
+    if schedules is not None:
+        if isinstance(schedules, str) or not all(isinstance(s, str) and s for s in schedules):
+            raise TypeError(f"schedules={schedules!r}: must be a list of schedule names")
+        args += ["--schedules", ",".join(schedules)]
+    if micro_batch_sizes is not None:
+        sizes = [_int_arg("micro_batch_sizes[]", b, 1, 4096) for b in micro_batch_sizes]
+        args += ["--micro-batch-size", ",".join(str(b) for b in sizes)]
+    if min_gain is not None:
+        if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not (
+                0 <= min_gain < 1):
+            raise ValueError(f"min_gain={min_gain!r}: must be a number in [0, 1)")
+        args += ["--min-gain", repr(float(min_gain))]
+    if top is not None:
+        args += ["--top", str(_int_arg("top", top, 1, 10000))]
+    out_s = _path_arg("out", out) if out is not None else tempfile.mkdtemp(prefix="tightpipe-tune-")
+    table = cli.run(args + ["--out", out_s], binary=binary)
+    return read_tune(out_s, table)
+
+
+def cut_stages(modules: Sequence[Any], names: Sequence[str], result: TuneResult,
+               stages: Sequence[int] | None = None) -> dict[int, Any]:
+    """The user's top-level modules (in model order, named `names`) cut into the recommended
+    stages: {stage: torch.nn.Sequential of its modules}, for `stages` (default: all). The modules
+    are used as given (no copy): build a fresh model per process, as PyTorch's examples do."""
+    from torch import nn
+
+    if len(modules) != len(names):
+        raise ValueError(f"modules has {len(modules)} entries but names has {len(names)}; "
+                         "hint: one name per module, in model order")
+    listed = [n for part in result.module_fqns_per_model_part for n in part]
+    if listed != list(names):
+        raise ScheduleMismatchError(
+            f"{result.directory}/tune.json splits the modules {listed}, but the model's are "
+            f"{list(names)}; hint: tune the same model (measure_layers names its modules the same "
+            "way)")
+    index = {n: m for n, m in zip(names, modules)}
+    want = range(result.num_stages) if stages is None else stages
+    out: dict[int, Any] = {}
+    for s in want:
+        if not 0 <= s < result.num_stages:
+            raise ValueError(f"stage {s}: the tuned schedule has stages 0..{result.num_stages - 1}")
+        out[s] = nn.Sequential(*[index[n] for n in result.module_fqns_per_model_part[s]])
+    return out
+
+
+def build_tuned_runtime(
+    make_modules: Callable[[], tuple[Sequence[Any], Sequence[str]]],
+    result: TuneResult,
+    rank: int,
+    loss_fn: Callable[..., Any],
+    *,
+    device: Any = "cpu",
+    **runtime_kw: Any,
+) -> tuple[Any, list[Any], TorchSchedule]:
+    """Apply in one call: this rank's `PipelineStage`s of the tuned split (from a fresh model:
+    `make_modules()` returns its top-level modules and their names) and PyTorch's
+    `_PipelineScheduleRuntime` running the tuned schedule file. Returns (runtime, stages,
+    schedule). Needs the process group (one process per rank) to be up."""
+    from torch.distributed.pipelining import PipelineStage
+
+    from tightpipe.torch.runtime import build_runtime
+
+    sched = load(result.compute_comms_csv)
+    if sched.num_ranks != result.pp:
+        raise ScheduleMismatchError(f"{result.compute_comms_csv} has {sched.num_ranks} ranks but "
+                                    f"tune.json says pp={result.pp}")
+    modules, names = make_modules()
+    mine = result.stages_of(rank)
+    cut = cut_stages(modules, names, result, mine)
+    stages = [PipelineStage(cut[s].to(device), s, result.num_stages, device) for s in mine]
+    runtime = build_runtime(stages, sched, result.microbatches, loss_fn, **runtime_kw)
+    return runtime, stages, sched
