@@ -2,11 +2,14 @@
 
 `generate` / `load` give a checked `TorchSchedule` (tightpipe.schedule); `build_runtime` makes
 PyTorch's `_PipelineScheduleRuntime` run it on this rank's `PipelineStage`s; `profile_step` runs
-one step under torch.profiler and writes this rank's Kineto trace, which `tightpipe report` reads.
+one step under torch.profiler and writes this rank's Kineto trace, which `tightpipe report` reads;
+`measure_layers` times each top-level module's F, I and W through PyTorch's split backward and
+counts its bytes (the per-layer costs `tightpipe tune --layers` reads).
 Tested with PyTorch 2.15.0 (docs/torch.md).
 """
 
 from tightpipe.schedule import TorchSchedule, generate, load
+from tightpipe.torch.layers import measure_layers, top_level_modules
 from tightpipe.torch.runtime import (
     TESTED_TORCH,
     build_runtime,
@@ -27,6 +30,8 @@ __all__ = [
     "generate",
     "idle_from_trace",
     "load",
+    "measure_layers",
     "profile_step",
     "runtime_action_types",
+    "top_level_modules",
 ]
