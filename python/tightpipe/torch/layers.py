@@ -220,7 +220,7 @@ def _forward(
     """Module k on x (and the loss when last); ValueError naming the modules on failure."""
     try:
         y = mod(x)
-    except Exception as e:  # noqa: BLE001: any failure of user code becomes one line
+    except Exception as e:  # noqa: BLE001 (any failure of user code becomes one line)
         src = "example_input" if k == 0 else f"the output of module '{names[k - 1]}'"
         raise ValueError(f"module '{names[k]}' (modules[{k}]) cannot take {src} ({_shape(x)}): "
                          f"{_first_line(e)}; hint: each module's input is the previous "
@@ -367,7 +367,7 @@ def measure_layers(
         for p in all_params.values():
             p.grad = None
         inputs, outputs, grads = _output_grads(names_l, mods, example_input, loss_fn, target)
-        layers = []
+        layers: list[dict[str, Any]] = []
         for k, mod in enumerate(mods):
             params = list(mod.parameters())
             exclude = {_storage_key(p)[0] for p in params}
@@ -406,7 +406,7 @@ def measure_layers(
             p.grad = saved_grads[pid]
     for entry in layers:
         for key in LAYER_KEYS[1:]:
-            v = entry[key]
+            v = float(entry[key])
             assert math.isfinite(v) and v >= 0, (entry["name"], key, v)
     table = {
         "format": FORMAT,
@@ -418,7 +418,7 @@ def measure_layers(
         "layers": layers,
     }
     if out is not None:
-        with open(out, "w") as f:
-            json.dump(table, f, indent=1)
-            f.write("\n")
+        with open(out, "w") as fh:
+            json.dump(table, fh, indent=1)
+            fh.write("\n")
     return table
