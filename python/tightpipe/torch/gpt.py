@@ -123,12 +123,12 @@ def reference_step(stages: list[GptStage], tokens, targets, microbatches: int):
 class TokEmbeddings(nn.Module):
     """Token + learned position embedding: tokens (B, T) -> activations (B, T, C)."""
 
-    def __init__(self, cfg: GptConfig):
+    def __init__(self, cfg: GptConfig) -> None:
         super().__init__()
         self.wte = nn.Embedding(cfg.vocab, cfg.d_model)
         self.wpe = nn.Embedding(cfg.seq, cfg.d_model)
 
-    def forward(self, x):  # x (B, T) tokens
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (B, T) tokens
         pos = torch.arange(x.shape[1], device=x.device)
         return self.wte(x) + self.wpe(pos)
 
@@ -139,14 +139,14 @@ class LayeredGpt(nn.Module):
     skips a child set to None (as torchtitan's models do after `_pipeline_module_split`), so a
     deep copy with only some children kept is one pipeline stage."""
 
-    def __init__(self, cfg: GptConfig, num_layers: int):
+    def __init__(self, cfg: GptConfig, num_layers: int) -> None:
         super().__init__()
         self.tok_embeddings = TokEmbeddings(cfg)
         self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(num_layers)})
         self.norm = nn.LayerNorm(cfg.d_model)
         self.output = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tok_embeddings is not None:
             x = self.tok_embeddings(x)
         for layer in self.layers.values():

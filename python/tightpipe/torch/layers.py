@@ -255,7 +255,7 @@ def _output_grads(
     x = example_input
     loss = None
     for k, mod in enumerate(mods):
-        inp = _leaf(x)
+        inp = x.detach() if k == 0 else _leaf(x)
         y, loss = _forward(k, names, mod, inp, k == n - 1, loss_fn, target)
         inputs.append(inp)
         outputs.append(y)
@@ -286,7 +286,7 @@ def _one_pass(
     """One F, I, W of module k as the runtime runs them: the three durations in seconds and,
     with a recorder, the bytes still held between I and W (0 for module 0, whose I is empty)."""
     last = k == n - 1
-    inp = _leaf(x)
+    inp = x.detach() if k == 0 else _leaf(x)  # the runtime's first stage: no input gradient
     held = 0
     t0 = time.perf_counter()
     if recorder is None:
