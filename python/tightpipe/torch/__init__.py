@@ -2,11 +2,16 @@
 
 `generate` / `load` give a checked `TorchSchedule` (tightpipe.schedule); `build_runtime` makes
 PyTorch's `_PipelineScheduleRuntime` run it on this rank's `PipelineStage`s; `profile_step` runs
-one step under torch.profiler and writes this rank's Kineto trace, which `tightpipe report` reads.
+one step under torch.profiler and writes this rank's Kineto trace, which `tightpipe report` reads;
+`measure_layers` times each top-level module's F, I and W through PyTorch's split backward and
+counts its bytes (the per-layer costs `tightpipe tune --layers` reads); `emulated_modules` turns
+those costs into layers that sleep them (a pipeline of many processes on few cores).
 Tested with PyTorch 2.15.0 (docs/torch.md).
 """
 
 from tightpipe.schedule import TorchSchedule, generate, load
+from tightpipe.torch.emulate import EmulatedLayer, emulated_modules
+from tightpipe.torch.layers import measure_layers, top_level_modules
 from tightpipe.torch.runtime import (
     TESTED_TORCH,
     build_runtime,
@@ -18,15 +23,19 @@ from tightpipe.torch.runtime import (
 from tightpipe.torch.trace import idle_from_trace, profile_step
 
 __all__ = [
+    "EmulatedLayer",
     "TESTED_TORCH",
     "TorchSchedule",
     "build_runtime",
     "check_actions",
     "check_reduce_grads",
     "check_stages",
+    "emulated_modules",
     "generate",
     "idle_from_trace",
     "load",
+    "measure_layers",
     "profile_step",
     "runtime_action_types",
+    "top_level_modules",
 ]

@@ -118,3 +118,55 @@ def reference_step(stages: list[GptStage], tokens, targets, microbatches: int):
         for i, st in enumerate(stages)
     }
     return losses, grads
+
+
+class TokEmbeddings(nn.Module):
+    """Token + learned position embedding: tokens (B, T) -> activations (B, T, C)."""
+
+    def __init__(self, cfg: GptConfig) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.seq, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (B, T) tokens
+        pos = torch.arange(x.shape[1], device=x.device)
+        return self.wte(x) + self.wpe(pos)
+
+
+class LayeredGpt(nn.Module):
+    """The same GPT as one module whose top-level children carry torchtitan's names:
+    `tok_embeddings`, `layers` (a ModuleDict "0".."L-1" of Blocks), `norm`, `output`; its forward
+    skips a child set to None (as torchtitan's models do after `_pipeline_module_split`), so a
+    deep copy with only some children kept is one pipeline stage."""
+
+    def __init__(self, cfg: GptConfig, num_layers: int) -> None:
+        super().__init__()
+        self.tok_embeddings = TokEmbeddings(cfg)
+        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(num_layers)})
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.output = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tok_embeddings is not None:
+            x = self.tok_embeddings(x)
+        for layer in self.layers.values():
+            x = layer(x)
+        if self.norm is not None:
+            x = self.norm(x)
+        if self.output is not None:
+            x = self.output(x)
+        return x
+
+
+def make_layered(cfg: GptConfig, num_layers: int, seed: int = 0) -> LayeredGpt:
+    """The GPT with `num_layers` blocks as a LayeredGpt, deterministic from `seed`;
+    `tightpipe.torch.layers.top_level_modules(model)` lists its modules in order with their FQNs
+    (tok_embeddings, layers.0, ..., norm, output)."""
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
+        raise ValueError(f"num_layers={num_layers!r}: must be an int >= 0; hint: the number of "
+                         "transformer blocks, e.g. 12")
+    if cfg.heads < 1 or cfg.d_model % cfg.heads != 0:
+        raise ValueError(f"GptConfig d_model={cfg.d_model} is not divisible by heads={cfg.heads}; "
+                         "hint: e.g. d_model=32, heads=2")
+    torch.manual_seed(seed)
+    return LayeredGpt(cfg, num_layers)
