@@ -64,7 +64,7 @@ def main() -> int:
             shutil.copy(os.path.join(res.directory, name), os.path.join(OUT, name))
         spawn(2, run, res, tmp, timeout=600)
         for r in (0, 1):
-            with open(os.path.join(tmp, f"rank{r}.json"), "rb") as f, gzip.open(
+            with open(os.path.join(tmp, f"rank{r}.json"), "rb") as f, gzip.GzipFile(
                     os.path.join(OUT, f"rank{r}.json.gz"), "wb", mtime=0) as g:
                 g.write(f.read())
     return 0
