@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -149,7 +150,8 @@ def test_generate_checks_each_argument(no_binary_run: list[Any], kw: dict[str, A
     _expect(lambda: generate(**args), exc, start)
 
 
-def test_generate_a_folder_as_costs_and_both_costs(no_binary_run: list[Any], tmp_path: Path) -> None:
+def test_generate_a_folder_as_costs_and_both_costs(no_binary_run: list[Any],
+                                                   tmp_path: Path) -> None:
     _expect(lambda: generate("zb-auto", 2, 4, costs=tmp_path), ArgumentError,
             f"costs '{tmp_path}': is not a regular file")
     f = tmp_path / "c.json"
@@ -276,7 +278,7 @@ def test_spawn_and_the_model() -> None:
             "cfg {'vocab': 64}: must be a GptConfig, not dict")
     for n, exc in ((0, ArgumentError), (-1, ArgumentError), (2.0, ArgumentTypeError),
                    (True, ArgumentTypeError)):
-        _expect(lambda: make_stages(GptConfig(), n), exc, f"num_stages {n}: must be")
+        _expect(lambda n=n: make_stages(GptConfig(), n), exc, f"num_stages {n}: must be")
     cfg = GptConfig()
     _expect(lambda: batch(cfg, 0), ArgumentError, "n 0: must be in [1, ")
     tokens, targets = batch(cfg, 4)

@@ -44,9 +44,10 @@ def count(name: str, value: Any, lo: int, hi: int, hint: str) -> int:
             f"{name} {show(value)}: must be an int in [{lo}, {hi}], not {_type_name(value)}; "
             f"hint: {hint}"
         )
-    if not lo <= value <= hi:
-        raise ArgumentError(f"{name} {value}: must be in [{lo}, {hi}]; hint: {hint}")
-    return int(value)
+    v = int(value)
+    if not lo <= v <= hi:
+        raise ArgumentError(f"{name} {v}: must be in [{lo}, {hi}]; hint: {hint}")
+    return v
 
 
 def number(name: str, value: Any, lo: float, hi: float, hint: str) -> float:
@@ -56,9 +57,10 @@ def number(name: str, value: Any, lo: float, hi: float, hint: str) -> float:
         raise ArgumentTypeError(
             f"{name} {show(value)}: must be {span}, not {_type_name(value)}; hint: {hint}"
         )
-    if not (math.isfinite(value) and lo <= value <= hi):
-        raise ArgumentError(f"{name} {value}: must be {span}; hint: {hint}")
-    return float(value)
+    v = float(value)
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ArgumentError(f"{name} {show(value)}: must be {span}; hint: {hint}")
+    return v
 
 
 def positive_seconds(name: str, value: Any, hint: str) -> float:
@@ -68,9 +70,11 @@ def positive_seconds(name: str, value: Any, hint: str) -> float:
             f"{name} {show(value)}: must be a number of seconds > 0, not {_type_name(value)}; "
             f"hint: {hint}"
         )
-    if not (math.isfinite(value) and value > 0):
-        raise ArgumentError(f"{name} {value}: must be a finite number of seconds > 0; hint: {hint}")
-    return float(value)
+    v = float(value)
+    if not (math.isfinite(v) and v > 0):
+        raise ArgumentError(f"{name} {show(value)}: must be a finite number of seconds > 0; "
+                            f"hint: {hint}")
+    return v
 
 
 def flag(name: str, value: Any, hint: str) -> bool:

@@ -13,7 +13,8 @@ import multiprocessing as mp
 import os
 import socket
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tightpipe import _args
 from tightpipe.errors import ArgumentTypeError, TightpipeError
