@@ -288,3 +288,52 @@ def test_spawn_and_the_model() -> None:
     _expect(lambda: reference_step([], tokens, targets, 2), ArgumentTypeError, "stages []")
     losses, _ = reference_step(stages, tokens, targets, 2)
     assert len(losses) == 2 and all(torch.isfinite(x) for x in losses)
+
+
+# ----- where the binary is found (tightpipe.cli.find_binary) --------------------------------------
+
+
+def _exe(path: Path, text: str = "\x7fELF") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_find_binary_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bundled = tmp_path / "pkg" / "bin" / "tightpipe"
+    repo = tmp_path / "repo"
+    built = repo / "build" / "tools" / "tightpipe" / "tightpipe"
+    monkeypatch.setattr(cli, "bundled_binary", lambda: bundled)
+    monkeypatch.setattr(cli, "_REPO", repo)
+    monkeypatch.delenv("TIGHTPIPE_BIN", raising=False)
+    # PATH: first this package's console script (skipped: it would look for the binary again),
+    # then a real binary.
+    script = _exe(tmp_path / "venv" / "bin" / "tightpipe",
+                  "#!/venv/bin/python\nimport sys\nfrom tightpipe.cli import main\n")
+    on_path = _exe(tmp_path / "usr" / "bin" / "tightpipe")
+    monkeypatch.setenv("PATH", f"{script.parent}:{on_path.parent}")
+    assert cli.find_binary() == str(on_path)
+    _exe(built)
+    assert cli.find_binary() == str(built)
+    _exe(bundled)
+    assert cli.find_binary() == str(bundled)
+    monkeypatch.setenv("TIGHTPIPE_BIN", str(on_path))
+    assert cli.find_binary() == str(on_path)
+    monkeypatch.setenv("TIGHTPIPE_BIN", str(tmp_path / "none"))
+    with pytest.raises(BinaryNotFoundError, match="TIGHTPIPE_BIN is '.*none', which is no "):
+        cli.find_binary()
+
+
+def test_find_binary_names_every_place(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(cli, "bundled_binary", lambda: tmp_path / "pkg" / "bin" / "tightpipe")
+    monkeypatch.setattr(cli, "_REPO", tmp_path / "repo")
+    monkeypatch.delenv("TIGHTPIPE_BIN", raising=False)
+    script = _exe(tmp_path / "venv" / "bin" / "tightpipe",
+                  "#!/venv/bin/python\nfrom tightpipe.cli import main\n")
+    monkeypatch.setenv("PATH", str(script.parent))
+    with pytest.raises(BinaryNotFoundError) as e:
+        cli.find_binary()
+    msg = _one_line(e.value)
+    assert str(tmp_path / "pkg" / "bin" / "tightpipe") in msg and "pip install" in msg, msg
+    assert str(tmp_path / "repo" / "build") in msg and "none is on PATH" in msg, msg
