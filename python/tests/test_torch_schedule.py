@@ -13,7 +13,12 @@ import pytest
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as S
 
-from tightpipe import ScheduleFileError, ScheduleMismatchError, UnsupportedActionError
+from tightpipe import (
+    ArgumentTypeError,
+    ScheduleFileError,
+    ScheduleMismatchError,
+    UnsupportedActionError,
+)
 from tightpipe.schedule import check_text, generate, parse
 from tightpipe.torch import (
     build_runtime,
@@ -252,29 +257,30 @@ def test_an_unchecked_schedule_is_checked_before_pytorch(sched_p2_m4, load_csv_s
 
 
 def test_n_microbatches_of_another_type_is_refused(sched_p2_m4):
-    with pytest.raises(ScheduleMismatchError) as e:
+    with pytest.raises(ArgumentTypeError) as e:
         build_runtime([_mock_stage(2, 2, 0, 0)], sched_p2_m4, 4.0)
-    assert "n_microbatches=4.0 is not an int" in _one_line(e.value)
+    assert "n_microbatches 4.0: must be an int in [1, 65536], not float" in _one_line(e.value)
 
 
 def test_model_and_spawn_refuse_bad_counts():
+    # More of these in test_api_args.py (every public function's arguments).
     from tightpipe.torch.gpt import GptConfig, make_stages
     from tightpipe.torch.launch import spawn
 
     for n in (0, -1, 2.0, True):
-        with pytest.raises(ValueError) as e:
+        with pytest.raises((ValueError, TypeError)) as e:
             make_stages(GptConfig(), n)
-        assert f"num_stages={n!r}" in _one_line(e.value)
+        assert f"num_stages {n!r}: must be" in _one_line(e.value)
     with pytest.raises(ValueError) as e:
         make_stages(GptConfig(d_model=30, heads=4), 2)
-    assert "d_model=30 is not divisible by heads=4" in _one_line(e.value)
+    assert "d_model 30: is not divisible by heads 4" in _one_line(e.value)
     for w in (0, -2, 1.5):
-        with pytest.raises(ValueError) as e:
+        with pytest.raises((ValueError, TypeError)) as e:
             spawn(w, print)
-        assert f"world={w!r}" in _one_line(e.value)
+        assert f"world {w!r}: must be" in _one_line(e.value)
     with pytest.raises(ValueError) as e:
         spawn(2, print, threads=0)
-    assert "threads=0" in _one_line(e.value)
+    assert "threads 0: must be in [1, 1024]" in _one_line(e.value)
 
 
 def test_trace_reader_names_a_damaged_file(tmp_path):

@@ -6,6 +6,8 @@ builds PyTorch's own pipelining runtime from them (docs/torch.md).
 """
 
 from tightpipe.errors import (
+    ArgumentError,
+    ArgumentTypeError,
     BinaryNotFoundError,
     CliError,
     ScheduleFileError,
@@ -15,6 +17,8 @@ from tightpipe.errors import (
 )
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "BinaryNotFoundError",
     "CliError",
     "ScheduleFileError",

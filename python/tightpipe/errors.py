@@ -25,3 +25,11 @@ class BinaryNotFoundError(TightpipeError, RuntimeError):
 
 class CliError(TightpipeError, RuntimeError):
     """The `tightpipe` binary refused its arguments or failed."""
+
+
+class ArgumentError(TightpipeError, ValueError):
+    """An argument of the Python API out of its range (checked before the binary runs)."""
+
+
+class ArgumentTypeError(TightpipeError, TypeError):
+    """An argument of the Python API of the wrong type (e.g. a float where an int is needed)."""

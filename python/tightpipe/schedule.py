@@ -11,13 +11,14 @@ anything reaches PyTorch.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tempfile
 from pathlib import Path
 
-from tightpipe import cli
-from tightpipe.errors import CliError, ScheduleFileError
+from tightpipe import _args, cli
+from tightpipe.errors import ArgumentError, ArgumentTypeError, CliError, ScheduleFileError
 
 # PyTorch 2.15's _ComputationType short strings, longest first where one starts another
 # (torch/distributed/pipelining/schedules.py, the regex of _Action.from_str).
@@ -58,6 +59,7 @@ class Action:
 def parse_cell(cell: str, where: str = "") -> tuple[str, list[Action]]:
     """(the cell's type: a simple type or "OVERLAP_F_B", its simple actions); ScheduleFileError
     naming the cell when it is none (PyTorch itself would ignore trailing junk: we do not)."""
+    _args.text("cell", cell, "one cell of a schedule row, e.g. '0F3'")
     text = cell.strip()
     pair = _PAIR.fullmatch(text)
     parts = pair.group(1).split(";") if pair else [text]
@@ -94,7 +96,13 @@ class TorchSchedule:
     def num_ranks(self) -> int:
         return len(self.rows)
 
+    def _rank(self, rank: int) -> int:
+        return _args.count("rank", rank, 0, self.num_ranks - 1,
+                           f"a rank of this {self.num_ranks}-rank schedule")
+
     def stages_of(self, rank: int) -> list[int]:
+        """The stages rank `rank` holds, in order (the placement: loop or V)."""
+        self._rank(rank)
         return [s for s, r in enumerate(self.stage_to_rank) if r == rank]
 
     def text(self) -> str:
@@ -102,6 +110,7 @@ class TorchSchedule:
 
     def compute_order(self, rank: int) -> list[str]:
         """The rank's compute cells (F, I, B, W, pairs) in order, as written."""
+        self._rank(rank)
         out = []
         for cell in self.rows[rank]:
             typ, _ = parse_cell(cell)
@@ -112,6 +121,8 @@ class TorchSchedule:
 
 def parse(text: str, source: str = "<text>") -> TorchSchedule:
     """Reads the CSV text without checking it with the binary (see `load`)."""
+    _args.text("text", text, "the CSV text; for a file use load(path)")
+    _args.text("source", source, "the name errors give the text, e.g. 'zb.csv'")
     lines = text.replace("\r\n", "\n").split("\n")
     while lines and not lines[-1].strip():
         lines.pop()
@@ -165,8 +176,20 @@ def parse(text: str, source: str = "<text>") -> TorchSchedule:
     )
 
 
-def check_text(text: str, source: str = "<text>", *, binary: str | None = None) -> str:
+def _binary(binary: str | os.PathLike | None) -> str | None:
+    """None (find_binary) or an executable file."""
+    if binary is None:
+        return None
+    return _args.executable("binary", binary, "the tightpipe binary's path, or leave binary out "
+                            "to use $TIGHTPIPE_BIN, the bundled one or PATH")
+
+
+def check_text(text: str, source: str = "<text>", *,
+               binary: str | os.PathLike | None = None) -> str:
     """Runs `tightpipe schedule --check` on the text; its stdout, or ScheduleFileError."""
+    _args.text("text", text, "the CSV text; for a file use load(path)")
+    _args.text("source", source, "the name errors give the text, e.g. 'zb.csv'")
+    binary = _binary(binary)
     with tempfile.TemporaryDirectory(prefix="tightpipe-") as tmp:
         path = os.path.join(tmp, Path(source).name if source != "<text>" else "schedule.csv")
         with open(path, "w", newline="") as f:
@@ -178,20 +201,27 @@ def check_text(text: str, source: str = "<text>", *, binary: str | None = None) 
                 f"{source}: refused by tightpipe schedule --check: {e}") from None
 
 
-def load(path_or_text: str | os.PathLike, *, binary: str | None = None) -> TorchSchedule:
+def load(path_or_text: str | os.PathLike, *, binary: str | os.PathLike | None = None
+         ) -> TorchSchedule:
     """Reads a schedule from a file path, or from CSV text (anything holding a newline or a
-    comma), and checks it with `tightpipe schedule --check`. Raises ScheduleFileError."""
-    s = os.fspath(path_or_text)
+    comma), and checks it with `tightpipe schedule --check`. Raises ScheduleFileError (a file
+    that cannot be read, is not text, or is refused), ArgumentTypeError."""
+    if isinstance(path_or_text, bytes):
+        raise ArgumentTypeError(
+            f"path_or_text {_args.show(path_or_text)}: must be a str or os.PathLike, not bytes; "
+            "hint: decode the CSV text first (data.decode()), or pass the file's path"
+        )
+    s = _args.path("path_or_text", path_or_text,
+                   "a schedule file's path, or its CSV text (from `tightpipe schedule --format "
+                   "torch`)")
+    binary = _binary(binary)
     if "\n" in s or "," in s:
         text, source = s, "<text>"
     else:
-        try:
-            text = Path(s).read_text()
-        except OSError as e:
-            raise ScheduleFileError(
-                f"cannot read schedule file '{s}': {e.strerror}; hint: write one with "
-                "`tightpipe schedule --format torch --out FILE`"
-            ) from None
+        hint = "write one with `tightpipe schedule --format torch --out FILE`"
+        if not os.path.exists(s):
+            raise ScheduleFileError(f"cannot read schedule file '{s}': no such file; hint: {hint}")
+        text = _args.read_text(s, "cannot read schedule file", hint, ScheduleFileError)
         source = s
     sched = parse(text, source)
     sched.check_output = check_text(text, source, binary=binary)
@@ -207,10 +237,43 @@ def generate(
     cost: str | None = None,
     costs: str | os.PathLike | None = None,
     memory_limit: float | None = None,
-    binary: str | None = None,
+    binary: str | os.PathLike | None = None,
 ) -> TorchSchedule:
     """`tightpipe schedule --schedule NAME --pp P --microbatches M --format torch` (plus --vpp,
-    --cost, --costs, --memory-limit when given), checked and parsed."""
+    --cost, --costs, --memory-limit when given), checked and parsed. Its arguments are checked
+    here first (ArgumentTypeError, ArgumentError: the binary's limits), then the binary's
+    refusals raise CliError."""
+    _args.word("name", name, "a schedule name, e.g. '1f1b', 'zb-h1', 'zb-v', 'interleaved' "
+               "(`tightpipe schedule --help` lists them)")
+    pp = _args.count("pp", pp, 1, _args.MAX_RANKS, "the number of pipeline ranks, e.g. pp=4")
+    microbatches = _args.count(
+        "microbatches", microbatches, 1, _args.MAX_MICROBATCHES,
+        "microbatches per step, e.g. microbatches=8 (at least pp for most schedules)")
+    if vpp is not None:
+        vpp = _args.count(
+            "vpp", vpp, 1, _args.MAX_CHUNKS,
+            "stages (chunks) per rank, e.g. vpp=2; leave it out for the schedule's default")
+        if pp * vpp > _args.MAX_STAGES:
+            raise ArgumentError(
+                f"pp x vpp {pp} x {vpp}: {pp * vpp} stages, must be at most {_args.MAX_STAGES}; "
+                "hint: fewer ranks or fewer chunks per rank"
+            )
+    if cost is not None:
+        _args.word("cost", cost, "uniform costs such as 'f=1,i=1,w=1' (docs/cost_model.md)")
+    if costs is not None:
+        costs = _args.existing_file("costs", costs, "a per-stage cost table, JSON "
+                                    "(docs/cost_model.md)")
+    if cost is not None and costs is not None:
+        raise ArgumentError(
+            f"cost {_args.show(cost)} and costs '{costs}': give one of them; hint: cost= for "
+            "uniform costs, costs= for a per-stage table"
+        )
+    if memory_limit is not None:
+        memory_limit = _args.number(
+            "memory_limit", memory_limit, _args.MIN_MEMORY_LIMIT, math.inf,
+            "whole-rank microbatch activations a rank may hold, e.g. memory_limit=pp (1F1B's "
+            "memory); zb-auto and zb-v-auto take it")
+    binary = _binary(binary)
     args = ["schedule", "--schedule", name, "--pp", str(pp), "--microbatches", str(microbatches)]
     if vpp is not None:
         args += ["--vpp", str(vpp)]
@@ -219,7 +282,7 @@ def generate(
     if costs is not None:
         args += ["--costs", os.fspath(costs)]
     if memory_limit is not None:
-        args += ["--memory-limit", str(memory_limit)]
+        args += ["--memory-limit", f"{memory_limit:g}"]
     text = cli.run(args + ["--format", "torch"], binary=binary)
     sched = parse(text, f"{name}-p{pp}-m{microbatches}.csv")
     sched.check_output = check_text(text, sched.source, binary=binary)

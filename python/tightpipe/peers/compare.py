@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -14,20 +13,18 @@ from typing import Dict, List, Optional, Sequence
 
 from tightpipe.peers.common import Event, PeerError, PeerRun
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_REPO = os.path.normpath(os.path.join(_HERE, "..", "..", ".."))
-
 
 def find_tightpipe() -> str:
-    """The tightpipe binary: $TIGHTPIPE_BIN, then build/tools/tightpipe/tightpipe of this checkout,
-    then PATH."""
-    for cand in (os.environ.get("TIGHTPIPE_BIN"),
-                 os.path.join(_REPO, "build", "tools", "tightpipe", "tightpipe"),
-                 shutil.which("tightpipe")):
-        if cand and os.access(cand, os.X_OK):
-            return cand
-    raise PeerError("no tightpipe binary (TIGHTPIPE_BIN unset, build/tools/tightpipe/tightpipe "
-                    "missing, none on PATH); hint: ./scripts/setup.sh builds it")
+    """The tightpipe binary, by the package's one rule (tightpipe.cli.find_binary):
+    $TIGHTPIPE_BIN, the binary `pip install ./python` bundled, build/tools/tightpipe/tightpipe of
+    this checkout, then PATH. PeerError when there is none."""
+    from tightpipe.cli import find_binary
+    from tightpipe.errors import BinaryNotFoundError
+
+    try:
+        return find_binary()
+    except BinaryNotFoundError as e:
+        raise PeerError(str(e)) from None
 
 
 def _tool(args: Sequence[str]) -> str:

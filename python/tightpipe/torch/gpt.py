@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from tightpipe import _args
+from tightpipe.errors import ArgumentError, ArgumentTypeError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +27,18 @@ class GptConfig:
     d_model: int = 32  # C
     heads: int = 2  # NH
     blocks_per_stage: int = 1
+
+    def __post_init__(self) -> None:
+        for name, hint in (("vocab", "e.g. vocab=64"), ("seq", "tokens per sequence, e.g. 16"),
+                           ("d_model", "the model width, e.g. 32"),
+                           ("heads", "attention heads that divide d_model, e.g. 2"),
+                           ("blocks_per_stage", "transformer blocks per stage, e.g. 1")):
+            _args.count(name, getattr(self, name), 1, 2**31 - 1, hint)
+        if self.d_model % self.heads != 0:
+            raise ArgumentError(
+                f"d_model {self.d_model}: is not divisible by heads {self.heads}; hint: e.g. "
+                "d_model=32, heads=2"
+            )
 
 
 class Block(nn.Module):
@@ -81,12 +97,14 @@ class GptStage(nn.Module):
 
 def make_stages(cfg: GptConfig, num_stages: int, seed: int = 0) -> list[GptStage]:
     """All stages of the model, the same weights for the same (cfg, num_stages, seed)."""
-    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
-        raise ValueError(f"num_stages={num_stages!r}: must be an int >= 1; hint: the schedule's "
-                         "stage count, schedule.num_stages")
-    if cfg.heads < 1 or cfg.d_model % cfg.heads != 0:
-        raise ValueError(f"GptConfig d_model={cfg.d_model} is not divisible by heads={cfg.heads}; "
-                         "hint: e.g. d_model=32, heads=2")
+    if not isinstance(cfg, GptConfig):
+        raise ArgumentTypeError(
+            f"cfg {_args.show(cfg)}: must be a GptConfig, not {type(cfg).__name__}; hint: "
+            "GptConfig() or GptConfig(vocab=..., d_model=...)"
+        )
+    _args.count("num_stages", num_stages, 1, _args.MAX_STAGES,
+                "the schedule's stage count, schedule.num_stages")
+    _args.count("seed", seed, 0, 2**63 - 1, "any int >= 0, e.g. seed=0")
     torch.manual_seed(seed)
     return [GptStage(cfg, s, num_stages) for s in range(num_stages)]
 
@@ -97,6 +115,13 @@ def loss_fn(logits, targets):  # logits (B, T, V), targets (B, T)
 
 def batch(cfg: GptConfig, n: int, seed: int = 1):
     """n sequences of random tokens and their targets (the next tokens), deterministic."""
+    if not isinstance(cfg, GptConfig):
+        raise ArgumentTypeError(
+            f"cfg {_args.show(cfg)}: must be a GptConfig, not {type(cfg).__name__}; hint: "
+            "the config the stages were made with"
+        )
+    _args.count("n", n, 1, 2**31 - 1, "sequences in the batch, e.g. the microbatch count")
+    _args.count("seed", seed, 0, 2**63 - 1, "any int >= 0, e.g. seed=1")
     g = torch.Generator().manual_seed(seed)
     data = torch.randint(0, cfg.vocab, (n, cfg.seq + 1), generator=g)
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
@@ -105,6 +130,14 @@ def batch(cfg: GptConfig, n: int, seed: int = 1):
 def reference_step(stages: list[GptStage], tokens, targets, microbatches: int):
     """The non-pipelined model on the whole batch: per-microbatch losses and the gradients of
     the mean loss (PyTorch's pipelining scales by 1/m), {stage: {param name: grad}}."""
+    if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence) or not stages:
+        raise ArgumentTypeError(
+            f"stages {_args.show(stages)}: must be a non-empty list of the model's stages; hint: "
+            "make_stages(cfg, num_stages)"
+        )
+    _args.count("microbatches", microbatches, 1, max(1, len(tokens)),
+                f"at most the batch's {len(tokens)} sequences, e.g. the schedule's microbatch "
+                "count")
     losses = []
     for mb_tokens, mb_targets in zip(tokens.chunk(microbatches), targets.chunk(microbatches)):
         x = mb_tokens

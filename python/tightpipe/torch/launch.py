@@ -13,9 +13,11 @@ import multiprocessing as mp
 import os
 import socket
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from tightpipe.errors import TightpipeError
+from tightpipe import _args
+from tightpipe.errors import ArgumentTypeError, TightpipeError
 
 
 class RankError(TightpipeError, RuntimeError):
@@ -53,11 +55,17 @@ def spawn(world: int, fn: Callable[..., Any], *args: Any, threads: int = 1,
     """fn(rank, world, *args) on `world` gloo processes; the results by rank. `fn` must be a
     module-level function (spawn pickles it). A gloo operation that waits longer than
     `pg_timeout` seconds fails (a hung schedule becomes an error, not a hang)."""
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
-        raise ValueError(f"spawn: world={world!r} must be an int >= 1; hint: the pipeline's rank "
-                         "count, e.g. schedule.num_ranks")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"spawn: threads={threads!r} must be an int >= 1; hint: e.g. threads=1")
+    _args.count("world", world, 1, _args.MAX_RANKS, "the pipeline's rank count, e.g. "
+                "schedule.num_ranks")
+    if not callable(fn):
+        raise ArgumentTypeError(
+            f"fn {_args.show(fn)}: must be callable, not {type(fn).__name__}; hint: a "
+            "module-level function fn(rank, world, *args)"
+        )
+    _args.count("threads", threads, 1, 1024, "torch threads per process, e.g. threads=1")
+    _args.positive_seconds("timeout", timeout, "seconds all ranks may take, e.g. timeout=600")
+    _args.positive_seconds("pg_timeout", pg_timeout,
+                           "seconds a gloo operation may wait, e.g. pg_timeout=120")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()

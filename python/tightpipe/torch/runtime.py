@@ -24,11 +24,35 @@ from typing import Any
 import torch
 from torch.distributed.pipelining import schedules as _schedules
 
+from tightpipe import _args
 from tightpipe import schedule as _sched
-from tightpipe.errors import ScheduleFileError, ScheduleMismatchError, UnsupportedActionError
+from tightpipe.errors import (
+    ArgumentTypeError,
+    ScheduleFileError,
+    ScheduleMismatchError,
+    UnsupportedActionError,
+)
 from tightpipe.schedule import TorchSchedule
 
 TESTED_TORCH = "2.15.0"
+
+
+def _schedule_arg(sched: Any) -> TorchSchedule:
+    if not isinstance(sched, TorchSchedule):
+        raise ArgumentTypeError(
+            f"sched {_args.show(sched)}: must be a TorchSchedule, not {type(sched).__name__}; "
+            "hint: tightpipe.schedule.generate(...) or load(path) gives one"
+        )
+    return sched
+
+
+def _stages_arg(stages: Any) -> list[Any]:
+    if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence):
+        raise ArgumentTypeError(
+            f"stages {_args.show(stages)}: must be a list of this rank's PipelineStage objects, "
+            f"not {type(stages).__name__}; hint: one per stage in schedule.stages_of(rank)"
+        )
+    return list(stages)
 
 
 def runtime_action_types() -> set[str]:
@@ -38,7 +62,14 @@ def runtime_action_types() -> set[str]:
 
 def check_actions(sched: TorchSchedule, supported: set[str] | None = None) -> None:
     """UnsupportedActionError naming the first action type of `sched` the runtime lacks."""
-    supported = runtime_action_types() if supported is None else supported
+    _schedule_arg(sched)
+    if supported is not None and (isinstance(supported, str) or
+                                  not all(isinstance(t, str) for t in supported)):
+        raise ArgumentTypeError(
+            f"supported {_args.show(supported)}: must be a set of action type strings; hint: "
+            "e.g. {'F', 'I', 'W', 'SEND_F'}, or leave it out for the installed PyTorch's"
+        )
+    supported = runtime_action_types() if supported is None else set(supported)
     for rank, row in enumerate(sched.rows):
         for col, cell in enumerate(row):
             typ, actions = _sched.parse_cell(cell)
@@ -57,6 +88,7 @@ def check_reduce_grads(sched: TorchSchedule) -> None:
     """ScheduleFileError unless every stage has exactly one REDUCE_GRAD: PyTorch's runtime
     (format="compute_comms") scales a stage's gradients by 1/m only there, so a stage without
     one, or with two, trains on wrong gradients and raises nothing."""
+    _schedule_arg(sched)
     count = [0] * sched.num_stages
     where: dict[int, str] = {}
     for rank, row in enumerate(sched.rows):
@@ -86,6 +118,10 @@ def check_reduce_grads(sched: TorchSchedule) -> None:
 def check_stages(sched: TorchSchedule, stages: Sequence[Any], n_microbatches: int) -> None:
     """ScheduleMismatchError when `sched` does not fit this rank's PyTorch stages: the rank
     count, the stage count, the microbatch count, or the stages this rank holds."""
+    _schedule_arg(sched)
+    stages = _stages_arg(stages)
+    _args.count("n_microbatches", n_microbatches, 1, _args.MAX_MICROBATCHES,
+                f"the schedule's microbatch count, {sched.num_microbatches}")
     if not stages:
         raise ScheduleMismatchError(
             "no PipelineStage given for this rank; hint: build one per stage in "
@@ -142,19 +178,30 @@ def build_runtime(
     stage without exactly one REDUCE_GRAD: PyTorch would scale its gradients wrongly, silently),
     ScheduleMismatchError (shape or placement), UnsupportedActionError, all before PyTorch reads
     the file. `runtime_kwargs` go to the runtime (e.g. max_outstanding_sends)."""
-    sched = schedule if isinstance(schedule, TorchSchedule) else _sched.load(schedule)
+    stages = _stages_arg(stages)
+    _args.count("n_microbatches", n_microbatches, 1, _args.MAX_MICROBATCHES,
+                "the schedule's microbatch count (schedule.num_microbatches)")
+    _args.callable_or_none("loss_fn", loss_fn, "a function (output, target) -> loss, or None "
+                           "where no stage computes the loss")
+    _args.flag("scale_grads", scale_grads, "True (PyTorch's default) scales gradients by "
+               "1/n_microbatches")
+    if isinstance(schedule, TorchSchedule):
+        sched = schedule
+    elif isinstance(schedule, (str, os.PathLike)):
+        sched = _sched.load(schedule)
+    else:
+        raise ArgumentTypeError(
+            f"schedule {_args.show(schedule)}: must be a TorchSchedule, a CSV file path or CSV "
+            f"text, not {type(schedule).__name__}; hint: tightpipe.schedule.generate(...) or "
+            "load(path)"
+        )
     if not sched.check_output:  # built by parse() or by hand: not yet checked by the binary
         sched.check_output = _sched.check_text(sched.text(), sched.source)
     check_reduce_grads(sched)
-    if isinstance(n_microbatches, bool) or not isinstance(n_microbatches, int):
-        raise ScheduleMismatchError(
-            f"n_microbatches={n_microbatches!r} is not an int; hint: the schedule's microbatch "
-            f"count, {sched.num_microbatches}"
-        )
-    check_stages(sched, list(stages), n_microbatches)
+    check_stages(sched, stages, n_microbatches)
     check_actions(sched)
     runtime = _schedules._PipelineScheduleRuntime(
-        list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads, **runtime_kwargs
+        stages, n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads, **runtime_kwargs
     )
     with tempfile.TemporaryDirectory(prefix="tightpipe-") as tmp:
         path = os.path.join(tmp, "schedule.csv")

@@ -17,21 +17,37 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from tightpipe import _args
+from tightpipe.errors import ArgumentError, ArgumentTypeError
+
 _COMPUTE = re.compile(r"PP:(?:\(.*\)OVERLAP_F_B|\d+[FIBW]\d+)$")
 _COMM = re.compile(r"PP:\d+(?:SEND|RECV)_[FB]\d+$")
 
 
-def profile_step(runtime: Any, *args: Any, trace_path: str, barrier: bool = True, step: int = 1,
-                 **kwargs: Any):
+def profile_step(runtime: Any, *args: Any, trace_path: str | os.PathLike, barrier: bool = True,
+                 step: int = 1, **kwargs: Any) -> Any:
     """One `runtime.step(*args, **kwargs)` under torch.profiler; the trace goes to trace_path.
     Run a step before it: the first step also sets up the stages (shape exchange, connections).
-    With `barrier`, all ranks of the default group start the step together."""
+    With `barrier`, all ranks of the default group start the step together. The arguments are
+    checked before the step runs (a trace_path whose folder is missing would fail after it)."""
+    if not callable(getattr(runtime, "step", None)):
+        raise ArgumentTypeError(
+            f"runtime {_args.show(runtime)}: has no step() method; hint: the runtime "
+            "build_runtime returned (or any PyTorch pipeline schedule)"
+        )
+    trace_path = _args.writable_file("trace_path", trace_path,
+                                     "a file in an existing folder, e.g. f'trace_rank{rank}.json'")
+    _args.flag("barrier", barrier, "True starts all ranks' steps together")
+    _args.count("step", step, 0, 2**31 - 1, "the step's number in the trace's ProfilerStep#N "
+                "range, e.g. step=1")
     if barrier and dist.is_initialized():
         dist.barrier()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -72,11 +88,20 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def idle_from_trace(paths: list[str]) -> dict[int, dict[str, float]]:
+def idle_from_trace(paths: Sequence[str | os.PathLike]) -> dict[int, dict[str, float]]:
     """{rank: {"window_s", "busy_s", "compute_s", "idle_s", "bubble"}} for one traced step, one
     trace per rank (ranks from each file's distributedInfo)."""
-    out = {}
-    for path in paths:
+    hint = "a list of trace files, one per rank, as profile_step wrote them"
+    if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence):
+        raise ArgumentTypeError(
+            f"paths {_args.show(paths)}: must be a list of trace paths, not "
+            f"{type(paths).__name__}; hint: {hint}, e.g. idle_from_trace(['rank0.json'])"
+        )
+    if not paths:
+        raise ArgumentError(f"paths []: no trace; hint: {hint}")
+    files = [_args.path(f"paths[{i}]", p, hint) for i, p in enumerate(paths)]
+    out: dict[int, dict[str, float]] = {}
+    for path in files:
         doc = _load(path)
         try:
             rank = int(doc["distributedInfo"]["rank"])
