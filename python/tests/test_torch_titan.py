@@ -19,14 +19,16 @@ from tightpipe import cli
 from tightpipe.torch.launch import spawn
 from tightpipe.torch.titan import (
     TuneFileError,
-    compute_schedule_path,
+    check_tune,
     stage_to_rank,
     titan_cli_args,
     titan_config,
+    titan_local_batch_size,
     titan_schedule_name,
     titan_snippet,
 )
-from titan_worker import Case, run_cases
+from tightpipe.torch.tune import read_tune
+from titan_worker import MICROBATCH, Case, run_cases
 
 PP = 2
 M = 4
@@ -47,16 +49,19 @@ EXPECTED_NAME = {"1f1b": "1F1B", "zb-h1": "1F1B", "interleaved": "Interleaved1F1
 
 def write_tune(folder: Path, schedule: str, vpp: int, placement: str,
                fqns: list[list[str]], m: int = M) -> Path:
-    """A tune result as `tightpipe tune` writes it (tightpipe-tune/1), from the CLI's schedule."""
+    """A tune result as `tightpipe tune` writes it (tightpipe-tune/1; its keys, the prediction
+    left empty) from the CLI's schedule and a split chosen by hand."""
     folder.mkdir(parents=True, exist_ok=True)
     for fmt, name in (("torch", "schedule.csv"), ("csv", "schedule_compute.csv")):
         cli.run(["schedule", "--schedule", schedule, "--pp", str(PP), "--microbatches", str(m),
                  "--vpp", str(vpp), "--format", fmt, "--out", str(folder / name)])
     tune = {"format": "tightpipe-tune/1", "schedule": schedule, "pp": PP, "vpp": vpp,
-            "num_stages": PP * vpp, "microbatches": m, "placement": placement,
+            "num_stages": PP * vpp, "microbatches": m, "micro_batch_size": MICROBATCH,
+            "placement": placement,
             "stage_to_rank": stage_to_rank(placement, PP, PP * vpp),
             "module_fqns_per_model_part": fqns,
-            "files": {"compute_comms": "schedule.csv", "compute": "schedule_compute.csv"}}
+            "files": {"compute_comms": "schedule.csv", "compute": "schedule_compute.csv"},
+            "change": True, "why": "written by test_torch_titan", "prediction": {}}
     (folder / "tune.json").write_text(json.dumps(tune, indent=1))
     return folder
 
@@ -64,34 +69,37 @@ def write_tune(folder: Path, schedule: str, vpp: int, placement: str,
 def test_names_and_config(tmp_path: Path) -> None:
     for id_, (schedule, vpp, placement, fqns) in TUNES.items():
         folder = write_tune(tmp_path / id_, schedule, vpp, placement, fqns)
-        cfg = titan_config(folder, local_batch_size=2 * M)
+        cfg = titan_config(folder)
         assert cfg == {
             "pipeline_parallel_degree": PP,
             "pipeline_parallel_schedule": EXPECTED_NAME[id_],
             "pipeline_parallel_schedule_csv": str((folder / "schedule_compute.csv").resolve()),
             "module_fqns_per_model_part": fqns,
             "pipeline_parallel_layers_per_stage": None,
-            "pipeline_parallel_microbatch_size": 2,
+            "pipeline_parallel_microbatch_size": MICROBATCH,
         }, id_
-        assert titan_config(folder / "tune.json") == {
-            k: v for k, v in cfg.items() if k != "pipeline_parallel_microbatch_size"}
-        text = titan_snippet(folder, local_batch_size=2 * M)
+        assert titan_config(folder / "tune.json") == cfg == titan_config(read_tune(folder))
+        assert titan_local_batch_size(folder) == M * MICROBATCH
+        text = titan_snippet(folder)
         assert f"pipeline_parallel_schedule='{EXPECTED_NAME[id_]}'" in text
+        assert f"local_batch_size={M * MICROBATCH}" in text
         assert "--parallelism.module_fqns_per_model_part tok_embeddings,layers.0" in text
     assert titan_schedule_name("loop", 4, 3) == "Interleaved1F1B"
-    args = titan_cli_args({"pipeline_parallel_degree": 2, "module_fqns_per_model_part":
-                           [["a", "b"], ["c"]], "pipeline_parallel_layers_per_stage": None})
-    assert args == ["--parallelism.pipeline_parallel_degree", "2",
-                    "--parallelism.module_fqns_per_model_part", "a,b", "c",
-                    "--parallelism.pipeline_parallel_layers_per_stage", "None"]
+    args = titan_cli_args(tmp_path / "zb-v")
+    i = args.index("--parallelism.module_fqns_per_model_part")
+    assert args[i + 1:i + 5] == ["tok_embeddings,layers.0", "layers.1", "layers.2",
+                                 "layers.3,norm,lm_head"]
+    assert args[-2:] == ["--training.local_batch_size", str(M * MICROBATCH)]
+    assert "--parallelism.pipeline_parallel_layers_per_stage" in args
 
 
-def _bad(tmp_path: Path, change: dict[str, Any]) -> str:
+def _bad(tmp_path: Path, change: dict[str, Any], drop: str = "") -> str:
     folder = write_tune(tmp_path / "bad", "zb-v", 2, "v", FOUR_STAGES)
     tune = json.loads((folder / "tune.json").read_text())
     tune.update(change)
+    tune.pop(drop, None)
     (folder / "tune.json").write_text(json.dumps(tune))
-    with pytest.raises((TuneFileError, ValueError)) as e:
+    with pytest.raises(ValueError) as e:  # TuneFileError is one
         titan_config(folder)
     msg = str(e.value)
     assert "\n" not in msg, msg
@@ -99,35 +107,41 @@ def _bad(tmp_path: Path, change: dict[str, Any]) -> str:
 
 
 def test_bad_tune_results(tmp_path: Path) -> None:
-    assert "'format' is 'x'" in _bad(tmp_path, {"format": "x"})
-    assert "'num_stages' is 6, but pp x vpp" in _bad(tmp_path, {"num_stages": 6})
+    assert "format 'x', expected 'tightpipe-tune/1'" in _bad(tmp_path, {"format": "x"})
+    assert "'num_stages' is 4, but pp x vpp = 2 x 1 = 2" in _bad(tmp_path, {"vpp": 1})
     assert "'stage_to_rank' is [0, 1, 0, 1], but placement 'v'" in _bad(
         tmp_path, {"stage_to_rank": [0, 1, 0, 1]})
-    assert "has 3 stages, but 'num_stages' is 4" in _bad(
+    assert "'placement' is 'w'" in _bad(tmp_path, {"placement": "w"})
+    assert "4 stages, but 3 module lists" in _bad(
         tmp_path, {"module_fqns_per_model_part": FOUR_STAGES[:3]})
     assert "puts 'layers.1' on stages 1 and 2" in _bad(
         tmp_path, {"module_fqns_per_model_part": [[TOK, L[0]], [L[1]], [L[1]], [NORM, HEAD]]})
+    assert "stage 2 is empty" in _bad(
+        tmp_path, {"module_fqns_per_model_part": [[TOK, L[0]], [L[1]], [], [NORM, HEAD]]})
     assert "'microbatches' is 0" in _bad(tmp_path, {"microbatches": 0})
+    assert "'micro_batch_size' is 0" in _bad(tmp_path, {"micro_batch_size": 0})
+    assert "missing or bad key 'micro_batch_size'" in _bad(tmp_path, {}, drop="micro_batch_size")
     # the file disagrees with tune.json
     assert "has 4 microbatches, but tune.json says 8" in _bad(tmp_path, {"microbatches": 8})
     msg = _bad(tmp_path, {"placement": "loop", "stage_to_rank": [0, 1, 0, 1]})
     assert "places stages on ranks [0, 1, 1, 0], but tune.json's 'stage_to_rank' is [0, 1, 0, 1]" \
         in msg
-    # torchtitan loads the compute-only form
-    msg = _bad(tmp_path, {"files": {"compute": "schedule.csv"}})
-    assert "REDUCE_GRAD" in msg and "--format csv" in msg
-    assert "cannot read" in _bad(tmp_path, {"files": {"compute": "nope.csv"}})
-    # a V torchtitan cannot place, and pp 1
-    folder = write_tune(tmp_path / "v4", "zb-v", 2, "v", FOUR_STAGES)
-    tune = json.loads((folder / "tune.json").read_text())
+    # torchtitan loads the compute-only form, not the compute_comms one
+    folder = write_tune(tmp_path / "comms", "zb-v", 2, "v", FOUR_STAGES)
+    (folder / "schedule_compute.csv").write_text((folder / "schedule.csv").read_text())
+    with pytest.raises(TuneFileError, match="REDUCE_GRAD.*--format csv") as e:
+        titan_config(folder)
+    assert "\n" not in str(e.value)
+    (folder / "schedule_compute.csv").unlink()
+    with pytest.raises(TuneFileError, match="cannot read .*schedule_compute.csv"):
+        check_tune(folder)
+    # a V torchtitan cannot place; pp 1; not a tune result
     with pytest.raises(ValueError, match="places a V only with exactly 2 stages per rank"):
         titan_schedule_name("v", 2, 4)
-    with pytest.raises(ValueError, match="local_batch_size=6: must be a positive multiple of"):
-        titan_config(folder, local_batch_size=6)
     with pytest.raises(TuneFileError, match="cannot read .*tune.json"):
         titan_config(tmp_path / "missing")
-    tune["files"] = {"compute": str(folder / "schedule_compute.csv")}
-    assert compute_schedule_path(tune) == (folder / "schedule_compute.csv").resolve()
+    with pytest.raises(TypeError, match="must be the folder"):
+        titan_config(3)  # type: ignore[arg-type]
 
 
 def test_torchtitan_trains_the_tune_result(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import torch
 
 from interop_worker import _max_diff
-from tightpipe.torch.titan import titan_cli_args, titan_config
+from tightpipe.torch.titan import titan_cli_args, titan_config, titan_local_batch_size
 
 SEED = 0
-MICROBATCH = 2  # sequences per microbatch (pipeline_parallel_microbatch_size)
+MICROBATCH = 2  # sequences per microbatch (the tune results' micro_batch_size)
 SEQ = 16
 VOCAB = 64
 LAYERS = 4
@@ -100,19 +100,22 @@ def _reference(model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tens
     return losses, grads
 
 
-def _cli_parses_to(cfg: dict[str, Any]) -> bool:
-    """titan_cli_args(cfg) read by tyro with the rules torchtitan's ConfigManager registers gives
-    back cfg's fields (the trainer's own parse needs its data packages, which are not pinned)."""
+def _cli_parses_to(tune: str, cfg: dict[str, Any]) -> bool:
+    """titan_cli_args(tune) read by tyro with the rules torchtitan's ConfigManager registers gives
+    back cfg's fields and the local batch size (the trainer's own parse needs its data packages,
+    which are not pinned: a config of its two sections stands for it)."""
     import tyro
-    from torchtitan.config import ParallelismConfig
+    from torchtitan.config import ParallelismConfig, TrainingConfig
     from torchtitan.config.manager import ConfigManager, custom_registry
 
-    # Trainer.Config's `parallelism` field alone (a real type: this module's annotations are text)
-    wrapper = dataclasses.make_dataclass("Wrapper", [(
-        "parallelism", ParallelismConfig, dataclasses.field(default_factory=ParallelismConfig))])
+    # Trainer.Config's two sections (real types: this module's annotations are text)
+    sections = dataclasses.make_dataclass("Sections", [
+        ("parallelism", ParallelismConfig, dataclasses.field(default_factory=ParallelismConfig)),
+        ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig))])
     ConfigManager()  # registers torchtitan's rules (a list of names: one comma-separated argument)
-    parsed = tyro.cli(wrapper, args=titan_cli_args(cfg), registry=custom_registry).parallelism
-    return all(getattr(parsed, k) == v for k, v in cfg.items())
+    parsed = tyro.cli(sections, args=titan_cli_args(tune), registry=custom_registry)
+    return (all(getattr(parsed.parallelism, k) == v for k, v in cfg.items())
+            and parsed.training.local_batch_size == titan_local_batch_size(tune))
 
 
 def run_cases(rank: int, world: int, cases: list[Case]) -> list[dict[str, Any]]:
@@ -130,12 +133,13 @@ def run_cases(rank: int, world: int, cases: list[Case]) -> list[dict[str, Any]]:
     dims.build_mesh()
     for case in cases:
         m = case.microbatches
-        cfg = titan_config(case.tune, local_batch_size=m * MICROBATCH)
+        cfg = titan_config(case.tune)
+        local_batch_size = titan_local_batch_size(case.tune)
         if case.name is not None:
             cfg["pipeline_parallel_schedule"] = case.name
         res: dict[str, Any] = {"id": case.id, "rank": rank, "config": cfg}
         if rank == 0:
-            res["cli_ok"] = _cli_parses_to(cfg)
+            res["cli_ok"] = _cli_parses_to(case.tune, cfg)
         torch.manual_seed(SEED)
         model = model_cfg.build()
         model.init_weights(buffer_device=None)
@@ -147,7 +151,7 @@ def run_cases(rank: int, world: int, cases: list[Case]) -> list[dict[str, Any]]:
         try:
             schedule, parts, first, last = pipeline_llm(
                 model, parallel_dims=dims,
-                training=TrainingConfig(local_batch_size=m * MICROBATCH, seq_len=SEQ),
+                training=TrainingConfig(local_batch_size=local_batch_size, seq_len=SEQ),
                 parallelism=ParallelismConfig(**cfg), compile_config=CompileConfig(),
                 ac_config=SelectiveAC.Config(), dump_folder=case.tune,
                 device=torch.device("cpu"), model_config=model_cfg,
