@@ -144,11 +144,37 @@ def test_bad_tune_results(tmp_path: Path) -> None:
         titan_config(3)  # type: ignore[arg-type]
 
 
+def write_layers(path: Path) -> Path:
+    """A module cost table as measure_layers writes it (tightpipe-layers/1), by hand, for
+    torchtitan's Llama3 modules (microbatches of 2 x 16 tokens): blocks of 1 ms per F, I and W,
+    a head three times as heavy. (measure_layers takes modules of one tensor in and out; Llama3's
+    blocks also take masks and positions.)"""
+    def layer(name: str, t: float) -> dict[str, Any]:
+        act, par = 64 * 1024, 16 * 1024
+        return {"name": name, "f": t, "i": 0.0 if name == TOK else t, "w": t, "act_bytes": act,
+                "act_after_i_bytes": act, "input_bytes": 4096, "output_bytes": 4096,
+                "param_bytes": par, "grad_bytes": par, "optimizer_bytes": 2 * par,
+                "params": par // 4}
+    costs = [(TOK, 1e-4), *[(n, 1e-3) for n in L], (NORM, 1e-4), (HEAD, 3e-3)]
+    path.write_text(json.dumps({
+        "format": "tightpipe-layers/1", "time_unit": "s", "microbatch_input_shape": [2, 16],
+        "threads": 1, "torch": "2.15.0", "device": "cpu",
+        "layers": [layer(n, t) for n, t in costs]}))
+    return path
+
+
 def test_torchtitan_trains_the_tune_result(tmp_path: Path) -> None:
     cases = []
     for id_, (schedule, vpp, placement, fqns) in TUNES.items():
         folder = write_tune(tmp_path / id_, schedule, vpp, placement, fqns)
         cases.append(Case(id=id_, tune=str(folder), microbatches=M))
+    # what `tightpipe tune` itself recommends for the table, free and among V schedules only
+    layers = write_layers(tmp_path / "layers.json")
+    for id_, extra in (("tuned", []), ("tuned-v", ["--schedules", "zb-v"])):
+        cli.run(["tune", "--layers", str(layers), "--pp", str(PP), "--microbatches", str(M),
+                 "--out", str(tmp_path / id_), *extra])
+        cases.append(Case(id=id_, tune=str(tmp_path / id_), microbatches=M))
+    assert read_tune(tmp_path / "tuned-v").placement == "v"
     # the V file under a looped name: torchtitan places loop, PyTorch reads V off the file
     cases.append(Case(id="mismatch", tune=str(tmp_path / "zb-v"), microbatches=M,
                       name="Interleaved1F1B"))
@@ -165,8 +191,7 @@ def test_torchtitan_trains_the_tune_result(tmp_path: Path) -> None:
             if "error" in r:
                 failures.append(f"{where}: {r['error']}")
                 continue
-            _, vpp, placement, _ = TUNES[r["id"]]
-            mine = [s for s, p in enumerate(stage_to_rank(placement, PP, PP * vpp)) if p == rank]
+            mine = read_tune(tmp_path / r["id"]).stages_of(rank)
             if not (r["stages"] == r["titan_stages"] == mine):
                 failures.append(f"{where}: torchtitan built stages {r['stages']} (its mapping "
                                 f"{r['titan_stages']}), the file places {mine}")

@@ -16,7 +16,7 @@ from interop_worker import _max_diff
 from tightpipe.torch.titan import titan_cli_args, titan_config, titan_local_batch_size
 
 SEED = 0
-MICROBATCH = 2  # sequences per microbatch (the tune results' micro_batch_size)
+MICROBATCH = 2  # sequences per microbatch: the hand-written tune results' micro_batch_size
 SEQ = 16
 VOCAB = 64
 LAYERS = 4
@@ -67,9 +67,9 @@ def tiny_llama3() -> Any:
     return cfg
 
 
-def _batch(m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(m)
-    data = torch.randint(0, VOCAB, (m * MICROBATCH, SEQ + 1), generator=g)
+def _batch(sequences: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(sequences)
+    data = torch.randint(0, VOCAB, (sequences, SEQ + 1), generator=g)
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
@@ -144,7 +144,7 @@ def run_cases(rank: int, world: int, cases: list[Case]) -> list[dict[str, Any]]:
         model = model_cfg.build()
         model.init_weights(buffer_device=None)
         reference_model = copy.deepcopy(model)
-        tokens, targets = _batch(m)
+        tokens, targets = _batch(local_batch_size)
         loss_fn = _loss_fn(tokens.numel())
         ref_losses, ref_grads = _reference(reference_model, tokens, targets, m, loss_fn)
 
