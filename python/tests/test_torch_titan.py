@@ -3,7 +3,8 @@ pipeline code: `titan_config` gives the ParallelismConfig fields, and torchtitan
 (its `_pipeline_module_split` and `_build_pipeline_schedule`) splits its own Llama3 model (tiny)
 and trains one step on 2 gloo CPU processes with them: per-microbatch losses and every gradient
 equal the unsplit model's (rtol 1e-4, atol 1e-6), for one stage per rank with uneven splits
-(1f1b, zb-h1), looped v = 2 (interleaved) and the V (zb-v, dualpipev). The name titan_config
+(1f1b, zb-h1), looped v = 2 (interleaved) and the V (zb-v, dualpipev), and what `tightpipe tune`
+itself writes for a hand-written cost table of these modules. The name titan_config
 picks places the stages exactly as the file does (torchtitan's own mapping asked), and a V file
 under a looped name fails at the first step: the name matters. One spawn for all cases."""
 
