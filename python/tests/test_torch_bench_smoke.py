@@ -24,3 +24,26 @@ def test_bench_smoke():
     assert set(rows) == {"PyTorch ScheduleZBVZeroBubble", "tightpipe zb-v-auto"}, proc.stdout
     for step_ms, b0, b1 in rows.values():
         assert step_ms > 0 and 0 <= b0 < 100 and 0 <= b1 < 100
+
+
+def test_tune_bench_smoke():
+    """bench/torch/tune_bench.py --smoke: measure_layers, tune, PyTorch's Schedule1F1B and
+    ScheduleInterleaved1F1B on the even split and the tuned row, each with a measured step and
+    the simulator's prediction beside it, in both modes."""
+    for mode in ("real", "emulated"):
+        proc = subprocess.run(
+            [sys.executable, os.path.join(REPO, "bench", "torch", "tune_bench.py"), "--smoke",
+             "--mode", mode],
+            capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = {}
+        for line in proc.stdout.splitlines():
+            m = re.match(r"(PyTorch \S+|tuned: \S+)\s+(even|tuned)\s+[\d|]+\s+([\d.]+)\s+\S+\s+"
+                         r"([\d.]+)\s+([-+][\d.]+)%\s+([\d.]+)x$", line)
+            if m:
+                rows[m.group(1)] = (float(m.group(3)), float(m.group(4)))
+        assert {"PyTorch Schedule1F1B", "PyTorch ScheduleInterleaved1F1B"} <= set(rows), \
+            proc.stdout
+        assert any(k.startswith("tuned: ") for k in rows), proc.stdout
+        for measured, predicted in rows.values():
+            assert measured > 0 and predicted > 0

@@ -3,14 +3,87 @@
 // docs/gpu_trace.md). The inputs are told apart by their content.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <utility>
 
 #include "commands.h"
 #include "tightpipe/base.h"
 #include "tightpipe/gpu_trace.h"
+#include "tightpipe/input_file.h"
+#include "tightpipe/output_file.h"
 #include "tightpipe/report.h"
 
 namespace tightpipe::cli {
+
+namespace {
+
+// The traces' measured step and per-rank bubble beside a prediction made before the run: a
+// tune.json ("prediction": step_s, ranks[].bubble_ratio) or a simulate --json / prediction.json
+// (makespan, per_rank[].bubble_ratio). The measured ones: the pipeline's measured step (the
+// median over steps of the longest rank window) and each rank's median step bubble (idle /
+// window, docs/gpu_trace.md). Returns (the text, the JSON).
+Result<std::pair<std::string, std::string>> prediction_check(const GpuTraceReport& rep,
+                                                             const std::string& path) {
+  auto text = read_input_file("--prediction", path, input_kind::kConfig);
+  if (!text.ok()) return text.status();
+  const nlohmann::json doc = nlohmann::json::parse(*text, nullptr, false);
+  const auto bad = [&](std::string_view why) {
+    return Status::invalid_argument(fmt::format(
+        "--prediction {}: {}; hint: the tune.json of `tightpipe tune --out`, or `tightpipe "
+        "simulate --json` output",
+        printable(path), why));
+  };
+  if (doc.is_discarded() || !doc.is_object()) return bad("not a JSON object");
+  const nlohmann::json& p = doc.contains("prediction") ? doc["prediction"] : doc;
+  const char* step_key = p.contains("step_s") ? "step_s" : "makespan";
+  const char* ranks_key = p.contains("ranks") && p["ranks"].is_array() ? "ranks" : "per_rank";
+  if (!p.contains(step_key) || !p[step_key].is_number()) return bad("no predicted step");
+  if (!p.contains(ranks_key) || !p[ranks_key].is_array()) return bad("no per-rank prediction");
+  const double predicted_step = p[step_key].get<double>();
+  std::vector<double> predicted;
+  for (const auto& r : p[ranks_key]) {
+    if (!r.is_object() || !r.contains("bubble_ratio") || !r["bubble_ratio"].is_number()) {
+      return bad("a rank without bubble_ratio");
+    }
+    predicted.push_back(r["bubble_ratio"].get<double>());
+  }
+  if (predicted.size() != rep.ranks.size()) {
+    return bad(fmt::format("{} ranks predicted, {} traced", predicted.size(), rep.ranks.size()));
+  }
+  if (!rep.pipeline || rep.pipeline->measured_step_s <= 0) {
+    return Status::invalid_argument(
+        "--prediction needs the pipeline analysis of the traces; hint: give --pp and "
+        "--schedule-file as the run ran");
+  }
+  const double measured_step = rep.pipeline->measured_step_s;
+  std::string out = fmt::format(
+      "\nmeasured against the prediction made before the run ({}):\n  step {:.4g} ms measured, "
+      "{:.4g} ms predicted ({:+.1f}%)\n",
+      printable(path), 1e3 * measured_step, 1e3 * predicted_step,
+      100 * (predicted_step / measured_step - 1));
+  nlohmann::json j;
+  j["prediction"] = path;
+  j["measured_step_s"] = measured_step;
+  j["predicted_step_s"] = predicted_step;
+  j["ranks"] = nlohmann::json::array();
+  for (size_t r = 0; r < rep.ranks.size(); ++r) {
+    std::vector<double> b;
+    for (const GpuStepReport& st : rep.ranks[r].steps) b.push_back(st.usage.bubble_ratio);
+    if (b.empty()) b.push_back(rep.ranks[r].usage.bubble_ratio);
+    std::sort(b.begin(), b.end());
+    const double measured = b[b.size() / 2];
+    out += fmt::format("  rank {}: bubble {:.1f}% measured, {:.1f}% predicted\n", r,
+                       100 * measured, 100 * predicted[r]);
+    j["ranks"].push_back({{"rank", r},
+                          {"measured_bubble_ratio", measured},
+                          {"predicted_bubble_ratio", predicted[r]}});
+  }
+  return std::pair{out, j.dump(2) + "\n"};
+}
+
+}  // namespace
 
 int cmd_report(int argc, char** argv) {
   CLI::App app(
@@ -47,6 +120,10 @@ int cmd_report(int argc, char** argv) {
   app.add_option("--schedule-file", pipe.schedule_file,
                  "trace files: the schedule that ran as a CSV (instead of --schedule, --vpp, "
                  "--num-microbatches)");
+  std::string prediction_path;
+  app.add_option("--prediction", prediction_path,
+                 "trace files: the tune.json (tightpipe tune --out) or prediction.json the run "
+                 "was predicted by: its step and per-rank bubble beside the measured ones");
   app.add_flag("--quiet", quiet, "no terminal table");
   std::string engine = "tightpipe";
   add_engine_flag(app, engine, "the what-if (tightpipe: as the run ran)");
@@ -102,6 +179,16 @@ int cmd_report(int argc, char** argv) {
     return report_error("report", st);
   }
   if (!quiet) std::fputs(format_gpu_trace_text(*rep).c_str(), stdout);
+  if (!prediction_path.empty()) {
+    auto check = prediction_check(*rep, prediction_path);
+    if (!check.ok()) return report_error("report", check.status());
+    std::fputs(check->first.c_str(), stdout);
+    const std::string path = out_dir + "/report-prediction.json";
+    if (Status st = write_output_file(path, check->second); !st.ok()) {
+      return report_error("report", st);
+    }
+    std::printf("wrote %s\n", path.c_str());
+  }
   std::printf("\nwrote %s/report.html, %s/report.json, %s/report-trace.json\n", out_dir.c_str(),
               out_dir.c_str(), out_dir.c_str());
   return kExitOk;

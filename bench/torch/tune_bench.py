@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Measure, decide, apply: `tightpipe tune`'s split and schedule against PyTorch's built-in
+schedules, measured side by side in one run, each row beside the simulator's prediction.
+
+The model is tightpipe.torch.gpt's GPT as a list of top-level modules (tok_embeddings, 12 blocks,
+norm, output) with GPT-2 small's proportions scaled down together (d = 768 -> --d-model, vocab
+50257 -> 50257 * d / 768), so its LM head costs about 5 blocks. Steps:
+1. measure_layers on one microbatch, one thread (F, I, W through PyTorch's split backward);
+2. tightpipe tune from that table, the current setup being Schedule1F1B on the even split;
+3. one gloo process group of p processes builds every row's runtime: PyTorch's Schedule1F1B,
+   ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble and
+   ScheduleDualPipeV on the even split and on torchtitan's default split (its own
+   `_generate_llm_fqn_per_model_part`, when torchtitan is installed), then the tuned row
+   (tightpipe.torch.build_tuned_runtime); each is warmed up, then `--rounds` rounds each run one
+   step of every row in turn (barrier to barrier), the order rotated every round; the median and
+   the spread (min..max over rounds, in % of the median) are printed;
+4. every row's predicted step: tightpipe tune's simulation of that setup (--current-split,
+   --current-schedule; PyTorch's own CSV for ScheduleInterleavedZeroBubble) from the same table.
+
+--mode emulated: every module is a tightpipe.torch.emulate.EmulatedLayer sleeping its measured F,
+I and W times --scale (PyTorch's split backward still decides the order), so p = 4 and 8 run on 2
+cores and the gain is read free of CPU load. --repeat N runs the whole measurement N times.
+
+    PYTHONPATH=python:python/tests $(./scripts/setup-python.sh --print-venv)/bin/python \\
+        bench/torch/tune_bench.py --mode real --pp 2
+    ... bench/torch/tune_bench.py --mode emulated --pp 4 --scale 10
+
+Prints one table per repeat; compare rows of one run (name the CPU: lscpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [os.path.join(REPO, "python"), os.path.join(REPO, "python", "tests")]
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.distributed.pipelining import PipelineStage  # noqa: E402
+from torch.distributed.pipelining import schedules as S  # noqa: E402
+
+from tightpipe import cli  # noqa: E402
+from tightpipe.torch.emulate import emulated_modules  # noqa: E402
+from tightpipe.torch.gpt import GptConfig, batch, loss_fn, make_layered  # noqa: E402
+from tightpipe.torch.launch import spawn  # noqa: E402
+from tightpipe.torch.layers import measure_layers, top_level_modules  # noqa: E402
+from tightpipe.torch.tune import TuneResult, build_tuned_runtime, tune  # noqa: E402
+
+MB = 2  # sequences per microbatch
+BUILTINS = [  # class, stages per rank, placement, tightpipe's generator of the same order
+    ("Schedule1F1B", 1, "loop", "1f1b"),
+    ("ScheduleInterleaved1F1B", 2, "loop", "interleaved"),
+    ("ScheduleInterleavedZeroBubble", 2, "loop", None),
+    ("ScheduleZBVZeroBubble", 2, "v", "zb-v"),
+    ("ScheduleDualPipeV", 2, "v", "dualpipev"),
+]
+
+
+def placement(kind: str, p: int, v: int) -> list[int]:
+    if kind == "v":
+        return [s if s < p else 2 * p - 1 - s for s in range(2 * p)]
+    return [s % p for s in range(p * v)]
+
+
+def even_split(names: list[str], stages: int) -> list[list[str]]:
+    """The blocks evenly over the stages (the first ones one more), tok_embeddings on the first,
+    norm and output on the last."""
+    blocks = names[1:-2]
+    per, extra = divmod(len(blocks), stages)
+    out, k = [], 0
+    for s in range(stages):
+        n = per + (1 if s < extra else 0)
+        out.append(blocks[k:k + n])
+        k += n
+    out[0].insert(0, names[0])
+    out[-1] += names[-2:]
+    return out
+
+
+def titan_split(names: list[str], stages: int) -> list[list[str]] | None:
+    """torchtitan 0.3.0's default split (first and last stage one layer less each), from its own
+    function; None when torchtitan is not installed."""
+    try:
+        from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part
+    except ImportError:
+        return None
+    return [list(s) for s in _generate_llm_fqn_per_model_part(stages, len(names) - 3, 1, 1)]
+
+
+def model_modules(cfg: GptConfig, layers: int, mode: str, table: str | None,
+                  ) -> tuple[list[nn.Module], list[str]]:
+    model = make_layered(cfg, layers, 0)
+    named = top_level_modules(model)
+    names = [n for n, _ in named]
+    if mode == "emulated":
+        assert table is not None
+        return emulated_modules(table, vocab=cfg.vocab), names
+    return [m for _, m in named], names
+
+
+def build_row(rank: int, cfg: GptConfig, layers: int, mode: str, table: str | None, row: dict,
+              p: int) -> tuple[Any, list[int], int]:
+    m = row["m"]
+    if row["kind"] == "tuned":
+        res: TuneResult = row["result"]
+        rt, _, _ = build_tuned_runtime(lambda: model_modules(cfg, layers, mode, table), res, rank,
+                                       loss_fn)
+        return rt, res.stages_of(rank), res.num_stages
+    modules, names = model_modules(cfg, layers, mode, table)
+    index = dict(zip(names, modules))
+    split, s2r = row["split"], row["stage_to_rank"]
+    num = len(split)
+    mine = [s for s in range(num) if s2r[s] == rank]
+    stages = [PipelineStage(nn.Sequential(*[index[n] for n in split[s]]), s, num,
+                            torch.device("cpu")) for s in mine]
+    cls = getattr(S, row["builtin"])
+    rt = cls(stages[0] if issubclass(cls, S.PipelineScheduleSingle) else stages, m,
+             loss_fn=loss_fn)
+    return rt, mine, num
+
+
+def bench_rows(rank: int, world: int, cfg: GptConfig, layers: int, mode: str, table: str | None,
+               rows: list[dict], warmup: int, rounds: int) -> list[list[float]]:
+    """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
+    every row (barrier to barrier), the order rotated per round."""
+    torch.set_num_threads(1)
+    runs = []
+    for row in rows:
+        rt, mine, num = build_row(rank, cfg, layers, mode, table, row, world)
+        tokens, targets = batch(cfg, MB * row["m"])
+        args = (tokens,) if 0 in mine else ()
+        kw = {"target": targets if num - 1 in mine else None, "losses": []}
+        for _ in range(warmup):
+            rt.step(*args, **kw)
+        runs.append((rt, args, kw))
+    times: list[list[float]] = [[] for _ in rows]
+    for r in range(rounds):
+        for j in range(len(runs)):
+            k = (j + r) % len(runs)
+            rt, args, kw = runs[k]
+            torch.distributed.barrier()
+            t0 = time.perf_counter()
+            rt.step(*args, **kw)
+            torch.distributed.barrier()
+            times[k].append(time.perf_counter() - t0)
+    return times
+
+
+def predicted(layers_json: str, p: int, m: int, row: dict, tmp: str) -> float:
+    """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime)."""
+    if row["kind"] == "tuned":
+        return float(row["result"].predicted_step_s)
+    split = ",".join(str(len(s)) for s in row["split"])
+    args = ["tune", "--layers", layers_json, "--pp", str(p), "--microbatches", str(m),
+            "--current-split", split, "--top", "1", "--json"]
+    if row["generator"]:
+        args += ["--current-schedule", row["generator"], "--current-vpp", str(row["v"])]
+    else:  # PyTorch's own order, from its own CSV
+        from unittest import mock
+
+        st = mock.create_autospec(PipelineStage, instance=True)
+        st.group_rank, st.group_size, st.submod = 0, p, None
+        st.num_stages, st.stage_index = p * row["v"], 0
+        inst = getattr(S, row["builtin"])([st] * row["v"], m)
+        path = os.path.join(tmp, f"{row['builtin']}.csv")
+        inst._dump_csv(path)
+        args += ["--schedule-file", path, "--current-schedule", row["builtin"]]
+    doc = json.loads(cli.run(args))
+    return float(doc["current"]["prediction"]["step_s"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--mode", choices=["real", "emulated"], default="real")
+    ap.add_argument("--pp", type=int, default=2)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="emulated: sleep the measured times x this")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--layers-json", default="", help="use this measured table (skip step 1)")
+    ap.add_argument("--smoke", action="store_true", help="toy size, two rows, one round")
+    args = ap.parse_args()
+    p, m = args.pp, args.microbatches
+    d = args.d_model
+    if args.smoke:
+        cfg, layers = GptConfig(vocab=256, seq=16, d_model=32, heads=2), 4
+        args.rounds, args.warmup = 1, 1
+    else:
+        cfg, layers = GptConfig(vocab=round(50257 * d / 768), seq=args.seq, d_model=d,
+                                heads=max(1, d // 64)), args.layers
+    with tempfile.TemporaryDirectory(prefix="tp-tune-bench-") as tmp:
+        table = args.layers_json or os.path.join(tmp, "layers.json")
+        if not args.layers_json:
+            torch.set_num_threads(1)
+            model = make_layered(cfg, layers, 0)
+            tokens, targets = batch(cfg, MB)
+            measure_layers(model, tokens, loss_fn=loss_fn, target=targets,
+                           reps=3 if args.smoke else 7, out=table)
+        tuned_table = table
+        if args.mode == "emulated" and args.scale != 1.0:
+            with open(table) as f:
+                doc = json.load(f)
+            for entry in doc["layers"]:
+                for k in ("f", "i", "w"):
+                    entry[k] *= args.scale
+            tuned_table = os.path.join(tmp, "layers_scaled.json")
+            with open(tuned_table, "w") as f:
+                json.dump(doc, f)
+        names = [n for n, _ in top_level_modules(make_layered(cfg, layers, 0))]
+        res = tune(tuned_table, p, m, out=os.path.join(tmp, "tuned"),
+                   current_split=[len(s) for s in even_split(names, p)],
+                   current_schedule="Schedule1F1B", min_gain=0.0)
+        rows: list[dict] = []
+        builtins = BUILTINS[:2] if args.smoke else BUILTINS
+        splits = [("even", even_split)]
+        if not args.smoke:
+            splits.append(("titan", titan_split))
+        for split_name, fn in splits:
+            for cls, v, kind, gen in builtins:
+                split = fn(names, p * v)
+                if split is None:
+                    print(f"(skipped: {cls} on torchtitan's split: torchtitan is not installed)")
+                    continue
+                rows.append({"label": f"PyTorch {cls}", "split_name": split_name, "kind": kind,
+                             "builtin": cls, "generator": gen, "v": v, "m": m, "split": split,
+                             "stage_to_rank": placement(kind, p, v)})
+        rows.append({"label": f"tuned: {res.schedule}", "split_name": "tuned", "kind": "tuned",
+                     "result": res, "m": m, "v": res.vpp,
+                     "split": res.module_fqns_per_model_part})
+        for row in rows:
+            row["predicted"] = predicted(tuned_table, p, m, row, tmp)
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        cpu = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines()
+                    if ln.startswith("Model name")), "?")
+        fam = [ln.split(":", 1)[1].strip() for ln in lscpu.splitlines()
+               if ln.startswith(("CPU family", "Model:"))]
+        print(res.table)
+        for rep in range(args.repeat):
+            t0 = time.time()
+            bench_table = tuned_table if args.mode == "emulated" else None
+            per_rank = spawn(p, bench_rows, cfg, layers, args.mode, bench_table,
+                             [{k: v for k, v in r.items()} for r in rows], args.warmup,
+                             args.rounds, timeout=7200, pg_timeout=600)
+            wall = time.time() - t0
+            load = os.getloadavg()[0]
+            print(f"\nrun {rep + 1}/{args.repeat}: {args.mode}, PyTorch {torch.__version__}, p={p} "
+                  f"gloo processes x 1 thread, m={m}, microbatch {MB}x{cfg.seq} tokens, GPT "
+                  f"d={cfg.d_model} vocab={cfg.vocab} {layers} blocks"
+                  f"{f', sleeps x{args.scale:g}' if args.mode == 'emulated' else ''}; "
+                  f"{args.rounds} rounds, {wall:.0f} s; CPU {cpu} (family/model {'/'.join(fam)}); "
+                  f"load average {load:.1f} at the end")
+            hdr = (f"{'row':<40} {'split':<6} {'modules/stage':<16} {'step ms':>9} "
+                   f"{'spread':>14} {'predicted':>9} {'error':>7} {'vs best even':>12}")
+            print(hdr)
+            print("-" * len(hdr))
+            medians = []
+            for k, row in enumerate(rows):
+                # A step is the slowest rank's barrier-to-barrier time in each round.
+                steps = [max(per_rank[r][k][j] for r in range(p)) for j in range(args.rounds)]
+                medians.append(statistics.median(steps))
+                row["steps"] = steps
+            best_even = min(medians[k] for k, r in enumerate(rows) if r["split_name"] == "even")
+            for k, row in enumerate(rows):
+                med = medians[k]
+                lo, hi = min(row["steps"]), max(row["steps"])
+                spread = f"{100 * (lo / med - 1):+.1f}..{100 * (hi / med - 1):+.1f}%"
+                counts = "|".join(str(len(s)) for s in row["split"])
+                err = 100 * (row["predicted"] / med - 1)
+                print(f"{row['label']:<40} {row['split_name']:<6} {counts:<16} {1e3 * med:9.1f} "
+                      f"{spread:>14} {1e3 * row['predicted']:9.1f} {err:+6.1f}% "
+                      f"{best_even / med:11.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
