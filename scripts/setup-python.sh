@@ -89,6 +89,14 @@ echo "setup-python: building $venv (in $tmp until complete)"
 "$tmp/bin/python" -m pip install --quiet -r python/requirements.txt
 # The peer engines (Megatron-Core, DeepSpeed; python/requirements-peers.txt), into the same one.
 ./scripts/setup-python-peers.sh "$tmp"
+# The "# no-deps: NAME==VERSION" lines of python/requirements.txt (torchtitan: its pipeline code
+# needs only the pins of that file, its declared dependencies are its trainer's), without deps;
+# last, so that no later pip run reports the dependencies left out as conflicts.
+mapfile -t nodeps < <(sed -n 's/^# no-deps: *//p' python/requirements.txt)
+if ((${#nodeps[@]})); then
+  "$tmp/bin/python" -m pip install --quiet --no-deps "${nodeps[@]}"
+  "$tmp/bin/python" -c "import torchtitan.distributed.pipeline_parallel, torchtitan.models.llama3"
+fi
 # A venv names its own path in its scripts: point them at the final place before the rename.
 { grep -rlI --null -F "$tmp" "$tmp/bin" "$tmp/pyvenv.cfg" 2>/dev/null || true; } |
   xargs -0 -r sed -i "s#$tmp#$venv#g"
