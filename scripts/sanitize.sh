@@ -24,11 +24,17 @@ for step in "${steps[@]}"; do
   esac
 done
 do_build() {
+  # Warnings are errors here too (TP_WERROR=0 turns it off; scripts/setup.sh): this is the clang
+  # build of the test command.
+  local werror
+  werror=$([ "${TP_WERROR:-1}" = 0 ] && echo OFF || echo ON)
   if [ ! -f "$B/build.ninja" ]; then
     cmake -S . -B "$B" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
       -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" \
       -DCMAKE_C_FLAGS_SANITIZE="-O1 -gline-tables-only" \
-      -DTIGHTPIPE_FUZZ=ON -DTIGHTPIPE_BENCH=OFF ${CMAKE_ARGS:-}
+      -DTIGHTPIPE_FUZZ=ON -DTIGHTPIPE_BENCH=OFF -DTIGHTPIPE_WERROR="$werror" ${CMAKE_ARGS:-}
+  elif ! grep -qx "TIGHTPIPE_WERROR:BOOL=$werror" "$B/CMakeCache.txt"; then
+    cmake -S . -B "$B" -DTIGHTPIPE_WERROR="$werror" >/dev/null
   fi
   cmake --build "$B" -j "$JOBS" --target unit_tests fuzz_targets
 }

@@ -24,6 +24,8 @@ PACKAGES=(
   # The sanitizer lane (scripts/sanitize.sh): clang, its ASan/UBSan/libFuzzer runtimes
   # (libclang_rt.*.a), llvm-symbolizer for readable stack traces.
   clang libclang-rt-dev llvm
+  # The format and clang-tidy lanes (scripts/format.sh, scripts/tidy.sh).
+  clang-format clang-tidy
   # The cross-host test (cross_host_mpi_test): network namespaces, veth pairs, tc.
   iproute2
 )
@@ -43,8 +45,15 @@ fi
 
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
+# Any compiler warning fails the build (TIGHTPIPE_WERROR; TP_WERROR=0 turns it off, e.g. for a
+# newer compiler than Debian 12's GCC 12 with warnings of its own). A build folder configured the
+# other way is reconfigured (the flags change, so it recompiles).
+werror=$([ "${TP_WERROR:-1}" = 0 ] && echo OFF || echo ON)
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CMAKE_ARGS:-}
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+    -DTIGHTPIPE_WERROR="$werror" ${CMAKE_ARGS:-}
+elif ! grep -qx "TIGHTPIPE_WERROR:BOOL=$werror" "$BUILD_DIR/CMakeCache.txt"; then
+  cmake -S . -B "$BUILD_DIR" -DTIGHTPIPE_WERROR="$werror" >/dev/null
 fi
 # BUILD_TARGETS: what to build (default: everything; the demo builds only the CLI it runs).
 # shellcheck disable=SC2086

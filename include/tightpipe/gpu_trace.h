@@ -274,7 +274,7 @@ struct GpuWhatIf {
   // schedule of its stages and placement holding at most lower_bound_memory whole-rank
   // microbatch activations per rank has a shorter step (or span). 0: not computed.
   double lower_bound_s = 0, lower_bound_span_s = 0, lower_bound_memory = 0;
-  std::string engine_profile;  // EngineProfile::description of its simulation
+  std::string engine_profile = {};  // EngineProfile::description of its simulation
 };
 
 struct GpuPipelineReport {

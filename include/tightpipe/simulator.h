@@ -173,7 +173,7 @@ struct SimOptions {
   // When each rank's program starts (empty: every rank at 0): the later iterations of a
   // post-validated run, where a rank starts as soon as its previous step ended
   // (steady_state_step_time). Non-negative and finite, one per rank.
-  std::vector<double> rank_start;
+  std::vector<double> rank_start = {};
 };
 
 // The time of an OVERLAP_F_B pair whose F takes f and B takes b: f + b - factor * min(f, b).

@@ -256,6 +256,12 @@ def test_an_unchecked_schedule_is_checked_before_pytorch(sched_p2_m4, load_csv_s
         e.value)
 
 
+def test_a_compute_action_without_a_microbatch_is_refused():
+    with pytest.raises(ScheduleFileError) as e:
+        parse("0F0,0F,0B0\n", "x.csv")
+    assert "x.csv:1:2: '0F' has no microbatch" in _one_line(e.value)
+
+
 def test_n_microbatches_of_another_type_is_refused(sched_p2_m4):
     with pytest.raises(ArgumentTypeError) as e:
         build_runtime([_mock_stage(2, 2, 0, 0)], sched_p2_m4, 4.0)

@@ -148,6 +148,11 @@ def parse(text: str, source: str = "<text>") -> TorchSchedule:
             for a in actions:
                 types.add(a.type)
                 if a.type in COMPUTE_TYPES:
+                    if a.microbatch is None:  # max() below compared None with ints (TypeError)
+                        raise ScheduleFileError(
+                            f"{source}:{r + 1}:{c + 1}: '{cell}' has no microbatch; hint: a "
+                            f"compute action names it, e.g. {a.stage}{a.type}0"
+                        )
                     if owner.setdefault(a.stage, r) != r:
                         raise ScheduleFileError(
                             f"{source}:{r + 1}:{c + 1}: '{cell}' puts stage {a.stage} on rank {r}, "
@@ -201,8 +206,8 @@ def check_text(text: str, source: str = "<text>", *,
                 f"{source}: refused by tightpipe schedule --check: {e}") from None
 
 
-def load(path_or_text: str | os.PathLike, *, binary: str | os.PathLike | None = None
-         ) -> TorchSchedule:
+def load(path_or_text: str | os.PathLike[str], *,
+         binary: str | os.PathLike[str] | None = None) -> TorchSchedule:
     """Reads a schedule from a file path, or from CSV text (anything holding a newline or a
     comma), and checks it with `tightpipe schedule --check`. Raises ScheduleFileError (a file
     that cannot be read, is not text, or is refused), ArgumentTypeError."""
@@ -235,7 +240,7 @@ def generate(
     *,
     vpp: int | None = None,
     cost: str | None = None,
-    costs: str | os.PathLike | None = None,
+    costs: str | os.PathLike[str] | None = None,
     memory_limit: float | None = None,
     binary: str | os.PathLike | None = None,
 ) -> TorchSchedule:

@@ -137,7 +137,16 @@ GptStage::GptStage(const GptConfig& config, const StageSpec& spec, uint64_t seed
   }
   for (int i = 0; i < spec.num_layers; ++i) {
     const int gl = spec.first_layer + i;
+    // GCC 12 false positive (-O2): -Wrestrict on the inlined memcpy of "literal" +
+    // std::string&& (a known libstdc++/GCC 12 bug). Clang has no -Wrestrict.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
     const std::string p = "h" + std::to_string(gl) + ".";
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
     const std::vector<std::vector<int>> shapes = {{C}, {C}, {3 * C, C}, {3 * C}, {C, C},     {C},
                                                   {C}, {C}, {4 * C, C}, {4 * C}, {C, 4 * C}, {C}};
     for (int s = 0; s < kNumSlots; ++s) {

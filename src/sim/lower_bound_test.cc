@@ -303,7 +303,9 @@ TEST(LowerBound, PostValidatedOptimizerAddsEachRanksOwn) {
       auto r = simulate(*lower(x), c, o.sim);
       ASSERT_TRUE(lb.ok() && r.ok());
       EXPECT_GE(r->makespan, lb->makespan - 1e-9) << post;
-      if (post && std::string(name) == "zb-h2") EXPECT_DOUBLE_EQ(r->makespan, 34);
+      if (post && std::string(name) == "zb-h2") {
+        EXPECT_DOUBLE_EQ(r->makespan, 34);
+      }
     }
   }
 }

@@ -233,9 +233,14 @@ class Search {
       }
       if (n.nw[s] < n.ni[s]) kids[nk++] = {n.lane[s], s, ActionType::kBackwardWeight};
     }
+    // GCC 12 false positive (-O2): std::sort's insertion-sort branch for more than 16 elements
+    // is analysed against the 12-element array although it cannot run (nk <= 12).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
     std::sort(kids, kids + nk, [](const Child& a, const Child& b) {
       return a.start != b.start ? a.start < b.start : a.s < b.s;
     });
+#pragma GCC diagnostic pop
     for (int c = 0; c < nk; ++c) {
       const Child& k = kids[c];
       Node x = n;

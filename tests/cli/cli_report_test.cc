@@ -81,7 +81,7 @@ TEST(CliReportTest, GpuTraces) {
     EXPECT_TRUE(rank["steps"][0].contains("step"));
     EXPECT_TRUE(rank["steps"][0].contains("exposed_communication_s"));
   }
-  EXPECT_NO_THROW((void)nlohmann::json::parse(*read_file(dir + "/out/report-trace.json")));
+  EXPECT_TRUE(nlohmann::json::accept(*read_file(dir + "/out/report-trace.json")));
 
   // Without --out: one line saying so.
   r = run_command(tp + " report " + traces + "dp2_rank0.json.gz");

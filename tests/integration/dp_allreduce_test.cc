@@ -79,7 +79,9 @@ TEST(DataParallelAllReduce, EmulatedExposedAllReduceIsMeasuredNamedAndPredicted)
         100 * rep->predicted.exposed_allreduce_ratio);
     // The link sleeps 17-38 ms per stage's gradients: after the program some of it is always
     // waited for (with the overlap a rank slowed by load may hide all of it).
-    if (overlap == 0) EXPECT_GT(measured, 0);
+    if (overlap == 0) {
+      EXPECT_GT(measured, 0);
+    }
     EXPECT_GE(measured, 0);
     EXPECT_GT(predicted, 0);
     // The simulator's own number is the breakdown's of its timeline (one definition).

@@ -25,9 +25,6 @@ namespace fs = std::filesystem;
 constexpr double kMs = 1e-3;
 
 double cause(const StepBreakdown& s, IdleCause c) { return s.cause_ratio[static_cast<int>(c)]; }
-double ratio(const BreakdownSummary& s, IdleCause c) {
-  return s.cause_ratio[static_cast<int>(c)].median;
-}
 
 TimelineEvent ev(const std::string& name, EventKind kind, Lane lane, double t0, double t1) {
   TimelineEvent e;

@@ -21,18 +21,12 @@ import math
 import os
 import socket
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-try:  # the package's base error when python/tightpipe/__init__.py defines it (docs/errors.md)
-    from tightpipe import TightpipeError as _Base  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - the peers alone
-    _Base = Exception
-
-_BASES = ((ValueError,) if _Base is Exception else
-          (_Base,) if issubclass(_Base, ValueError) else (_Base, ValueError))
+from tightpipe.errors import TightpipeError  # the package's base error (docs/errors.md)
 
 
-class PeerError(*_BASES):
+class PeerError(TightpipeError, ValueError):
     """Bad input to a peer harness: the message says what, the value, and a hint."""
 
 
@@ -79,7 +73,7 @@ class CostTable:
     f: List[float]  # forward of one microbatch through stage s, seconds
     b: List[float]  # whole backward (I + W) of one microbatch through stage s, seconds
     path: str = "<costs>"
-    raw: Optional[dict] = None
+    raw: Optional[Dict[str, Any]] = None
 
     @property
     def num_stages(self) -> int:
@@ -92,7 +86,7 @@ class CostTable:
                 f"{num_stages}; hint: give one entry per stage (p x v), e.g. "
                 f"`tightpipe.peers.common.make_costs({num_stages}, f_ms, b_ms)`")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Dict[str, Any]:
         """The table in costs.json form, in its own time unit."""
         scale = _UNITS[self.time_unit]
         return {"time_unit": self.time_unit, "stages": [
@@ -100,7 +94,7 @@ class CostTable:
              "b": self.b[s] / scale} for s in range(self.num_stages)]}
 
 
-def _number(entry: dict, key: str, where: str) -> Optional[float]:
+def _number(entry: Dict[str, Any], key: str, where: str) -> Optional[float]:
     if key not in entry:
         return None
     v = entry[key]
@@ -132,7 +126,7 @@ def load_costs(source: Any, path: str = "<costs>") -> CostTable:
         raise PeerError(f"cost table {path}: time_unit {unit!r} is not a time; hint: one of "
                         f"{', '.join(_UNITS)} (the emulated stages sleep real time)")
     scale = _UNITS[unit]
-    by_stage: Dict[int, tuple] = {}
+    by_stage: Dict[int, Tuple[float, float]] = {}
     for k, entry in enumerate(source["stages"]):
         where = f"cost table {path}: stages[{k}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("stage"), int):
@@ -179,7 +173,7 @@ def sleep_until(deadline: float) -> None:
         time.sleep(left)
 
 
-def emulated_function():
+def emulated_function() -> Any:
     """A torch.autograd.Function whose forward takes `f` seconds and backward `b`, passing the
     activation through unchanged (x * 1, so the received data is what the peer sent: a wrong
     tensor from the engine shows in the loss)."""
@@ -187,13 +181,13 @@ def emulated_function():
 
     class Emulated(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, w, f, b):  # x (B, C) activation; w (1,) the stage's parameter
+        def forward(ctx: Any, x: Any, w: Any, f: float, b: float) -> Any:  # x (B, C); w (1,)
             ctx.b = b
             sleep_until(time.monotonic() + f)
             return x * w
 
         @staticmethod
-        def backward(ctx, grad):
+        def backward(ctx: Any, grad: Any) -> Any:
             sleep_until(time.monotonic() + ctx.b)
             return grad, grad.sum().reshape(1), None, None
 
@@ -220,7 +214,7 @@ class Event:
     # operation's handle (end: when that wait returned); -1 for a blocking call.
     wait: float = -1.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "lane": self.lane, "stage": self.stage,
                 "mb": self.mb, "step": self.step, "start": self.start, "end": self.end,
                 "peer": self.peer, "bytes": self.bytes}
@@ -235,7 +229,8 @@ class RunSpec:
     group: Optional[int] = None  # Megatron interleaved: microbatch_group_size_per_vp_stage
 
 
-def as_specs(items, costs, steps, group=None) -> List[RunSpec]:
+def as_specs(items: Sequence[Any], costs: Optional[CostTable], steps: Optional[int],
+             group: Optional[int] = None) -> List[RunSpec]:
     out = []
     for it in items:
         if not isinstance(it, RunSpec):
@@ -353,18 +348,19 @@ class Recorder:
     def end_step(self) -> None:
         self.step_ends.append(time.monotonic())
 
-    def result(self, losses: List[Optional[float]], version: str) -> dict:
+    def result(self, losses: Sequence[Optional[float]], version: str) -> Dict[str, Any]:
         """What the rank sends back for one run."""
         return {"events": self.events, "step_starts": self.step_starts,
                 "step_ends": self.step_ends, "losses": losses, "version": version}
 
-    def add(self, **kw) -> Event:
+    def add(self, **kw: Any) -> Event:
         e = Event(step=self.step, **kw)
         self.events.append(e)
         return e
 
 
-def align_steps(per_rank: Sequence[dict], steps: int) -> tuple:
+def align_steps(per_rank: Sequence[Dict[str, Any]],
+                steps: int) -> Tuple[List[List[Event]], List[List[float]]]:
     """Rebases every rank's events to its step's origin (the earliest step start over the ranks):
     returns (events per rank, [origin, end] per step)."""
     spans = []
@@ -386,10 +382,12 @@ def align_steps(per_rank: Sequence[dict], steps: int) -> tuple:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def spawn(worker: Callable, nprocs: int, args: tuple, timeout_s: float = 600) -> List[dict]:
+def spawn(worker: Callable[..., None], nprocs: int, args: Tuple[Any, ...],
+          timeout_s: float = 600) -> List[Any]:
     """Runs worker(rank, nprocs, port, queue, *args) on nprocs processes (spawned, so no state
     leaks from the caller) and returns what each put on the queue, by rank. A rank that fails
     makes this raise with its traceback."""
@@ -403,7 +401,7 @@ def spawn(worker: Callable, nprocs: int, args: tuple, timeout_s: float = 600) ->
              for r in range(nprocs)]
     for p in procs:
         p.start()
-    results: Dict[int, dict] = {}
+    results: Dict[int, Any] = {}
     deadline = time.monotonic() + timeout_s
     try:
         while len(results) < nprocs:
@@ -415,7 +413,8 @@ def spawn(worker: Callable, nprocs: int, args: tuple, timeout_s: float = 600) ->
                     raise RuntimeError(
                         f"peer run: rank(s) {[procs.index(p) for p in dead]} exited "
                         f"({[p.exitcode for p in dead]}) or the run passed {timeout_s:.0f} s; "
-                        f"hint: run the harness module directly to see the rank's output")
+                        f"hint: run the harness module directly to see the rank's output"
+                    ) from None
                 continue
             if isinstance(payload, BaseException) or (isinstance(payload, dict)
                                                        and "error" in payload):
@@ -442,7 +441,7 @@ def init_gloo(rank: int, world: int, port: int) -> None:
                             world_size=world)
 
 
-def run_rank(rank: int, q, body: Callable[[], dict]) -> None:
+def run_rank(rank: int, q: Any, body: Callable[[], Any]) -> None:
     """Runs one rank's body, sends its result (or its error) to the parent."""
     import traceback
     try:
@@ -453,15 +452,17 @@ def run_rank(rank: int, q, body: Callable[[], dict]) -> None:
         q.put((rank, {"error": traceback.format_exc()}))
 
 
-def collect_runs(engine: str, per_rank_runs: List[list], specs: Sequence["RunSpec"], pp: int,
-                 loss_rank: int, expected_loss: Callable[[int, int], float],
-                 what: Callable[["RunSpec"], str]) -> List[tuple]:
+def collect_runs(engine: str, per_rank_runs: List[List[Dict[str, Any]]],
+                 specs: Sequence["RunSpec"], pp: int, loss_rank: int,
+                 expected_loss: Callable[[int, int], float],
+                 what: Callable[["RunSpec"], str]) -> List[Tuple[Any, ...]]:
     """Per spec: (spec, events per rank, step spans, losses, engine version) from what each rank
     returned, after checking every step's loss against the data (RuntimeError naming the run when
     the engine moved the wrong tensors)."""
     out = []
     for k, sp in enumerate(specs):
         per_rank = [rr[k] for rr in per_rank_runs]
+        assert sp.steps is not None, "as_specs gives every run its steps and costs"
         events, spans = align_steps(per_rank, sp.steps)
         losses = per_rank[loss_rank]["losses"]
         for step, loss in enumerate(losses):

@@ -9,7 +9,7 @@ import os
 import statistics
 import subprocess
 import tempfile
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tightpipe.peers.common import Event, PeerError, PeerRun
 
@@ -47,10 +47,11 @@ def generator_orders(schedule: str, pp: int, microbatches: int, vpp: int = 1,
 def first_differences(engine: List[List[str]], ours: List[List[str]]) -> Dict[int, str]:
     """Rank -> where the two orders first part ("step k: engine X, ours Y"); equal ranks absent."""
     out = {}
-    for r, (a, b) in enumerate(zip(engine, ours)):
+    for r, (a, b) in enumerate(zip(engine, ours, strict=False)):
         if a == b:
             continue
-        k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                 min(len(a), len(b)))
         out[r] = (f"step {k}: engine {a[k] if k < len(a) else '(end)'}, "
                   f"ours {b[k] if k < len(b) else '(end)'}")
     return out
@@ -59,7 +60,7 @@ def first_differences(engine: List[List[str]], ours: List[List[str]]) -> Dict[in
 # ---------------------------------------------------------------------------------------------
 # Measured durations -> the cost table the prediction uses
 
-def host_inclusive(events: List[Event]) -> List[tuple]:
+def host_inclusive(events: List[Event]) -> List[Tuple[Event, float]]:
     """(compute event, its host-inclusive duration) for each F/B of one rank and step: from the
     end of the event before it (the wait that released it, or the previous compute) to the start
     of the event after it (the next wait or compute). What the engine's Python does around a
@@ -80,7 +81,7 @@ def host_inclusive(events: List[Event]) -> List[tuple]:
 BLOCKED_WAIT_S = 50e-6  # an asynchronous receive's wait that took longer waited for its message
 
 
-def measured_costs(run: PeerRun) -> dict:
+def measured_costs(run: PeerRun) -> Dict[str, Any]:
     """costs.json (ms) from the run's own measured steps (never the table it was asked for):
     per stage the median host-inclusive F and B (host_inclusive); the link latency, the median
     time a message takes once both its send and its receive are posted (receive end - the later
@@ -93,7 +94,7 @@ def measured_costs(run: PeerRun) -> dict:
     crossing = []
     tail = []
     for step in run.measured_steps():
-        posts: Dict[tuple, float] = {}
+        posts: Dict[Tuple[Any, ...], float] = {}
         recvs = []
         program_end = 0.0
         for r in range(run.pp):
@@ -139,7 +140,7 @@ def _recv_stage(send: Event) -> int:
     return send.stage + 1 if "SEND_F" in send.name else send.stage - 1
 
 
-def simulate(run: PeerRun, engine: str, costs: dict) -> dict:
+def simulate(run: PeerRun, engine: str, costs: Dict[str, Any]) -> Dict[str, Any]:
     """`tightpipe simulate --engine ENGINE --json` of the run's schedule and shape."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "costs.json")
@@ -151,7 +152,8 @@ def simulate(run: PeerRun, engine: str, costs: dict) -> dict:
         if run.vpp > 1:
             args += ["--microbatch-group-size",
                      str(run.options.get("microbatch_group_size_per_vp_stage", run.pp))]
-        return json.loads(_tool(args))
+        out: Dict[str, Any] = json.loads(_tool(args))
+        return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,7 +174,7 @@ def harness_idle(run: PeerRun, step: int) -> List[Dict[str, float]]:
     evs = [run.step_events(step, r) for r in range(run.pp)]
     T = max(e.end for es in evs for e in es)
     opt_sync = max((e.start for es in evs for e in es if e.kind == "optimizer"), default=0.0)
-    send_start: Dict[tuple, float] = {}
+    send_start: Dict[Tuple[bool, int, int], float] = {}
     for es in evs:
         for e in es:
             if e.kind == "SEND":
@@ -207,22 +209,23 @@ def harness_idle(run: PeerRun, step: int) -> List[Dict[str, float]]:
                 if 0 <= other <= last_stage and (grad, nxt.stage, nxt.mb) in recv_end:
                     arrived = recv_end[(grad, nxt.stage, nxt.mb)]
                     posted = send_start.get((grad, other, nxt.mb))
-            cuts = {a, b, first, last}
-            cuts |= {x for iv in sends + data for x in iv}
-            cuts |= {x for x in (posted, arrived) if x is not None}
-            cuts = sorted(x for x in cuts if a <= x <= b)
-            for x, y in zip(cuts, cuts[1:]):
+            cut_set = {a, b, first, last}
+            cut_set |= {x for iv in sends + data for x in iv}
+            cut_set |= {x for x in (posted, arrived) if x is not None}
+            cuts = sorted(x for x in cut_set if a <= x <= b)
+            for x, y in zip(cuts, cuts[1:], strict=False):
                 m = 0.5 * (x + y)
                 idle[_cause(m, data, sends, posted, arrived, first, last)] += y - x
         out.append(idle)
     return out
 
 
-def _inside(ivs, m: float) -> bool:
+def _inside(ivs: List[Tuple[float, float]], m: float) -> bool:
     return any(s <= m < e for s, e in ivs)
 
 
-def _cause(m, data, sends, posted, arrived, first, last) -> str:
+def _cause(m: float, data: List[Tuple[float, float]], sends: List[Tuple[float, float]],
+           posted: Optional[float], arrived: Optional[float], first: float, last: float) -> str:
     if _inside(data, m):
         return "data wait"
     if _inside(sends, m):

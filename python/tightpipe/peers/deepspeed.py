@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, as_specs,
                                     check_int, check_version, cli_main, collect_runs,
@@ -38,7 +38,7 @@ def check_options(pp: int, microbatches: int, schedule: str = "1f1b") -> None:
         raise PeerError(f"--microbatches {microbatches}; hint: 1 or more")
 
 
-def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
+def _rank_main(rank: int, pp: int, port: int, cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["DS_ACCELERATOR"] = "cpu"
     os.environ.setdefault("LOCAL_RANK", str(rank))
@@ -124,7 +124,7 @@ def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
                                    for k, v in type(engine)._INSTRUCTION_MAP.items()}
 
         def data(step: int):
-            for k in range(m):
+            for k in range(m):  # noqa: B023 - consumed by train_batch in this iteration of m
                 yield torch.full((1, HIDDEN), microbatch_value(k, step)), torch.zeros(1)
 
         losses = []
@@ -148,22 +148,25 @@ def _worker(rank, pp, port, q, cfg):
     run_rank(rank, q, lambda: _rank_main(rank, pp, port, cfg))
 
 
-def run_many(pp: int, microbatches: Sequence, costs: CostTable, steps: int = 3,
+def run_many(pp: int, microbatches: Sequence[Any], costs: CostTable, steps: int = 3,
              warmup_steps: int = 1, seed: int = 1234) -> List[PeerRun]:
     """Runs DeepSpeed's PipelineEngine on pp processes once per entry of `microbatches` (an m, or
     a RunSpec with its own costs or steps), in one process group with a new engine each, and
     returns the recorded runs."""
     check_int("--pp", pp)
     specs = as_specs(microbatches, costs, steps)
+    runs = []
     for sp in specs:
+        assert sp.costs is not None and sp.steps is not None  # as_specs fills both
         check_options(pp, sp.microbatches)
         sp.costs.check_stages(pp, f"the run (p={pp}, one stage per rank)")
         if sp.steps <= warmup_steps:
             raise PeerError(f"--steps {sp.steps} <= warm-up steps {warmup_steps}; hint: "
                             f"--steps {warmup_steps + 2}")
+        runs.append({"microbatches": sp.microbatches, "steps": sp.steps, "f": sp.costs.f,
+                     "b": sp.costs.b})
     check_version(DIST)
-    cfg = {"runs": [{"microbatches": sp.microbatches, "steps": sp.steps, "f": sp.costs.f,
-                     "b": sp.costs.b} for sp in specs], "seed": seed}
+    cfg = {"runs": runs, "seed": seed}
     per_rank_runs = spawn(_worker, pp, (cfg,))
     out = []
     for sp, events, spans, losses, version in collect_runs(

@@ -25,9 +25,9 @@ import os
 import sys
 import time
 import types
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tightpipe.peers.common import (CostTable, PeerError, PeerRun, Recorder, RunSpec, as_specs,
+from tightpipe.peers.common import (CostTable, Event, PeerError, PeerRun, Recorder, RunSpec, as_specs,
                                     check_int, check_version, cli_main, collect_runs,
                                     emulated_function, init_gloo, load_costs, make_costs, run_rank, spawn,
                                     HIDDEN, expected_loss, microbatch_value)
@@ -88,7 +88,7 @@ def check_options(pp: int, vpp: int, microbatches: int, batch_p2p: bool, schedul
 def _torch_view(torch):
     """A stand-in for a module's `torch` name: everything is torch's, except that a tensor asked
     for on "cuda" is made on the CPU and torch.cuda.current_device() names the CPU."""
-    view = types.ModuleType("torch_on_cpu")
+    view: Any = types.ModuleType("torch_on_cpu")
     view.__dict__.update({k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")})
 
     def zeros(*args, **kw):
@@ -96,7 +96,7 @@ def _torch_view(torch):
             kw["device"] = "cpu"
         return torch.zeros(*args, **kw)
 
-    cuda = types.ModuleType("torch_on_cpu.cuda")
+    cuda: Any = types.ModuleType("torch_on_cpu.cuda")
     cuda.__dict__.update({k: getattr(torch.cuda, k) for k in dir(torch.cuda)
                           if not k.startswith("__")})
     cuda.current_device = lambda: "cpu"
@@ -125,9 +125,10 @@ def _instrument(schedules, p2p_communication, rec: Recorder, rank: int, pp: int)
     orig_forward, orig_backward = schedules.forward_step, schedules.backward_step
     comm_cls = p2p_communication.P2PCommunicator
     orig_communicate = comm_cls._communicate
-    pending_recv = {}  # id(tensor) -> (event, tensor): a received tensor not yet consumed
+    # id(tensor) -> (event, tensor): a received tensor not yet consumed
+    pending_recv: Dict[int, Tuple[Event, Any]] = {}
     calls = [0]
-    open_handles = []  # TimedHandles whose wait() the engine has not called yet
+    open_handles: List[Any] = []  # TimedHandles whose wait() the engine has not called yet
 
     def claim(t, stage: int, mb: int):
         """Names the receive that produced `t`, now that its consumer is known."""
@@ -157,7 +158,7 @@ def _instrument(schedules, p2p_communication, rec: Recorder, rank: int, pp: int)
         return out
 
     def backward_step(input_tensor, output_tensor, output_tensor_grad, config, *rest, **kw):
-        stage, mb = getattr(_tensor(output_tensor), "_tp_tag")
+        stage, mb = _tensor(output_tensor)._tp_tag
         claim(output_tensor_grad, stage, mb)
         t0 = time.monotonic()
         grad = orig_backward(input_tensor, output_tensor, output_tensor_grad, config, *rest, **kw)
@@ -219,7 +220,7 @@ def _instrument(schedules, p2p_communication, rec: Recorder, rank: int, pp: int)
     def finish_step():
         """Waits what the engine left unwaited at the step's end (a send handle it drops):
         its event ends there."""
-        for h in list(open_handles):
+        for h in list(open_handles):  # noqa: PERF101 - wait() removes h from open_handles
             h.wait()
     return restore, finish_step
 
@@ -248,7 +249,7 @@ class TimedHandle:
         return self.handle.is_completed()
 
 
-def _rank_main(rank: int, pp: int, port: int, cfg: dict) -> dict:
+def _rank_main(rank: int, pp: int, port: int, cfg: Dict[str, Any]) -> List[Dict[str, Any]]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
     torch.set_num_threads(1)
@@ -347,7 +348,7 @@ def _worker(rank, pp, port, q, cfg):
     run_rank(rank, q, lambda: _rank_main(rank, pp, port, cfg))
 
 
-def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
+def run_many(pp: int, microbatches: Sequence[Any], costs: CostTable, vpp: int = 1,
              steps: int = 3, warmup_steps: int = 1, batch_p2p: bool = True,
              deallocate: bool = False, group: Optional[int] = None,
              groups: Optional[Sequence[int]] = None, seed: int = 1234,
@@ -365,19 +366,21 @@ def run_many(pp: int, microbatches: Sequence, costs: CostTable, vpp: int = 1,
             raise PeerError(f"{len(groups)} microbatch groups for {len(microbatches)} runs; "
                             f"hint: one group per microbatch count")
         microbatches = [RunSpec(m, group=g) if not isinstance(m, RunSpec) else m
-                        for m, g in zip(microbatches, groups)]
+                        for m, g in zip(microbatches, groups, strict=True)]
     specs = as_specs(microbatches, costs, steps, group or pp)
+    runs = []
     for sp in specs:
+        assert sp.costs is not None and sp.steps is not None  # as_specs fills both
         check_options(pp, vpp, sp.microbatches, batch_p2p and not known_wrong, schedule,
                       sp.group, overlap)
         sp.costs.check_stages(pp * vpp, f"the run (p={pp} x v={vpp})")
         if sp.steps <= warmup_steps:
             raise PeerError(f"--steps {sp.steps} <= warm-up steps {warmup_steps}; hint: "
                             f"--steps {warmup_steps + 2}")
+        runs.append({"microbatches": sp.microbatches, "steps": sp.steps, "group": sp.group,
+                     "f": sp.costs.f, "b": sp.costs.b})
     check_version(DIST)
-    cfg = {"vpp": vpp, "runs": [{"microbatches": sp.microbatches, "steps": sp.steps,
-                                 "group": sp.group, "f": sp.costs.f, "b": sp.costs.b}
-                                for sp in specs],
+    cfg = {"vpp": vpp, "runs": runs,
            "batch_p2p": batch_p2p, "deallocate": deallocate, "group": specs[0].group,
            "overlap": overlap,
            "seed": seed}

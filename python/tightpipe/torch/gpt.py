@@ -53,7 +53,7 @@ class Block(nn.Module):
         self.fc = nn.Linear(c, 4 * c)
         self.fc_out = nn.Linear(4 * c, c)
 
-    def forward(self, x):  # x (B, T, C)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (B, T, C)
         b, t, c = x.shape
         nh = self.heads
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
@@ -65,7 +65,8 @@ class Block(nn.Module):
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, c)
         x = x + self.proj(y)
-        return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
+        out: torch.Tensor = x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
+        return out
 
 
 class GptStage(nn.Module):
@@ -84,7 +85,7 @@ class GptStage(nn.Module):
             self.ln_f = nn.LayerNorm(cfg.d_model)
             self.head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.first:
             pos = torch.arange(x.shape[1], device=x.device)
             x = self.wte(x) + self.wpe(pos)
@@ -109,11 +110,11 @@ def make_stages(cfg: GptConfig, num_stages: int, seed: int = 0) -> list[GptStage
     return [GptStage(cfg, s, num_stages) for s in range(num_stages)]
 
 
-def loss_fn(logits, targets):  # logits (B, T, V), targets (B, T)
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:  # (B, T, V), (B, T)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def batch(cfg: GptConfig, n: int, seed: int = 1):
+def batch(cfg: GptConfig, n: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """n sequences of random tokens and their targets (the next tokens), deterministic."""
     if not isinstance(cfg, GptConfig):
         raise ArgumentTypeError(
@@ -127,7 +128,9 @@ def batch(cfg: GptConfig, n: int, seed: int = 1):
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
-def reference_step(stages: list[GptStage], tokens, targets, microbatches: int):
+def reference_step(
+    stages: list[GptStage], tokens: torch.Tensor, targets: torch.Tensor, microbatches: int
+) -> tuple[list[torch.Tensor], dict[int, dict[str, torch.Tensor]]]:
     """The non-pipelined model on the whole batch: per-microbatch losses and the gradients of
     the mean loss (PyTorch's pipelining scales by 1/m), {stage: {param name: grad}}."""
     if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence) or not stages:
@@ -139,15 +142,18 @@ def reference_step(stages: list[GptStage], tokens, targets, microbatches: int):
                 f"at most the batch's {len(tokens)} sequences, e.g. the schedule's microbatch "
                 "count")
     losses = []
-    for mb_tokens, mb_targets in zip(tokens.chunk(microbatches), targets.chunk(microbatches)):
+    for mb_tokens, mb_targets in zip(
+        tokens.chunk(microbatches), targets.chunk(microbatches), strict=True
+    ):
         x = mb_tokens
         for st in stages:
             x = st(x)
         loss = loss_fn(x, mb_targets)
-        (loss / microbatches).backward()
+        (loss / microbatches).backward()  # type: ignore[no-untyped-call]
         losses.append(loss.detach())
     grads = {
-        i: {n: p.grad.detach().clone() for n, p in st.named_parameters()}
+        # Every parameter has a grad after the backward above.
+        i: {n: p.grad.detach().clone() for n, p in st.named_parameters()}  # type: ignore[union-attr]
         for i, st in enumerate(stages)
     }
     return losses, grads

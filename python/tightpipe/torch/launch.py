@@ -27,10 +27,12 @@ class RankError(TightpipeError, RuntimeError):
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def _entry(rank, world, port, threads, pg_timeout, fn, args, queue):
+def _entry(rank: int, world: int, port: int, threads: int, pg_timeout: float,
+           fn: Callable[..., Any], args: tuple[Any, ...], queue: Any) -> None:
     try:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         import datetime
@@ -46,7 +48,7 @@ def _entry(rank, world, port, threads, pg_timeout, fn, args, queue):
         finally:
             dist.destroy_process_group()
         queue.put((rank, True, result))
-    except BaseException:  # noqa: BLE001: reported to the parent, which raises
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises
         queue.put((rank, False, traceback.format_exc()))
 
 

@@ -164,7 +164,7 @@ def check_stages(sched: TorchSchedule, stages: Sequence[Any], n_microbatches: in
 
 def build_runtime(
     stages: Sequence[Any],
-    schedule: TorchSchedule | str | os.PathLike,
+    schedule: TorchSchedule | str | os.PathLike[str],
     n_microbatches: int,
     loss_fn: Any = None,
     *,
@@ -200,8 +200,9 @@ def build_runtime(
     check_reduce_grads(sched)
     check_stages(sched, stages, n_microbatches)
     check_actions(sched)
-    runtime = _schedules._PipelineScheduleRuntime(
-        stages, n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads, **runtime_kwargs
+    # PyTorch's own constructor carries no annotations.
+    runtime = _schedules._PipelineScheduleRuntime(  # type: ignore[no-untyped-call]
+        list(stages), n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads, **runtime_kwargs
     )
     with tempfile.TemporaryDirectory(prefix="tightpipe-") as tmp:
         path = os.path.join(tmp, "schedule.csv")

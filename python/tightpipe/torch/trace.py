@@ -32,8 +32,8 @@ _COMPUTE = re.compile(r"PP:(?:\(.*\)OVERLAP_F_B|\d+[FIBW]\d+)$")
 _COMM = re.compile(r"PP:\d+(?:SEND|RECV)_[FB]\d+$")
 
 
-def profile_step(runtime: Any, *args: Any, trace_path: str | os.PathLike, barrier: bool = True,
-                 step: int = 1, **kwargs: Any) -> Any:
+def profile_step(runtime: Any, *args: Any, trace_path: str | os.PathLike[str],
+                 barrier: bool = True, step: int = 1, **kwargs: Any) -> Any:
     """One `runtime.step(*args, **kwargs)` under torch.profiler; the trace goes to trace_path.
     Run a step before it: the first step also sets up the stages (shape exchange, connections).
     With `barrier`, all ranks of the default group start the step together. The arguments are
@@ -50,7 +50,7 @@ def profile_step(runtime: Any, *args: Any, trace_path: str | os.PathLike, barrie
                 "range, e.g. step=1")
     if barrier and dist.is_initialized():
         dist.barrier()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:  # noqa: SIM117
         # The iteration mark torch.profiler's own step() writes with a schedule: the report fits
         # and compares steps (one here).
         with torch.profiler.record_function(f"ProfilerStep#{step}"):
@@ -59,7 +59,7 @@ def profile_step(runtime: Any, *args: Any, trace_path: str | os.PathLike, barrie
     return out
 
 
-def _load(path: str) -> dict:
+def _load(path: str) -> dict[str, Any]:
     """The trace's JSON object; ValueError naming the file when it cannot be read as one."""
     opener = gzip.open if path.endswith(".gz") else open
     try:

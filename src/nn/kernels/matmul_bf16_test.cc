@@ -320,7 +320,9 @@ TEST(MatmulBf16, IsaLineNamesTheKernelAndAgreesWithCpuinfo) {
   const std::string line = bf16_matmul_isa();
   SCOPED_TRACE(line);
   EXPECT_NE(line.find("bf16 matmul: "), std::string::npos);
-  if (!bf16_native()) EXPECT_NE(line.find("will be slow"), std::string::npos);
+  if (!bf16_native()) {
+    EXPECT_NE(line.find("will be slow"), std::string::npos);
+  }
   // nn_bf16_test_avx2 (ctest) runs this binary with DNNL_MAX_CPU_ISA=AVX2: no bf16 kernel at all.
   if (const char* isa = std::getenv("DNNL_MAX_CPU_ISA")) {
     if (std::string(isa) == "AVX2") {

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The Python package python/tightpipe held to what the C++ side is (docs/testing.md): ruff's lint
+# and format check, and mypy --strict (python/pyproject.toml holds both tools' settings), with the
+# ruff and mypy pinned in python/requirements.txt, from the environment of scripts/setup-python.sh
+# (mypy checks the torch calls against the pinned torch there). Every .py file under
+# python/tightpipe at run time is checked, new ones included.
+#
+#   scripts/lint-python.sh ruff    ruff check + ruff format --check (lane `ruff`)
+#   scripts/lint-python.sh mypy    mypy (lane `mypy`)
+#   scripts/lint-python.sh         both
+#
+# Each finding is printed as FILE:LINE:COL with its rule, and the script exits 1. Without the
+# environment (no package index when it was to be made) it prints a loud SKIPPED line and exits
+# 77: scripts/test.sh shows that lane as skipped, never as passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+steps=("$@")
+((${#steps[@]})) || steps=(ruff mypy)
+venv=$(./scripts/setup-python.sh --print-venv)
+for t in "${steps[@]}"; do
+  case $t in
+    ruff | mypy) ;;
+    *)
+      echo "lint-python.sh: unknown step '$t'; hint: ruff or mypy" >&2
+      exit 2
+      ;;
+  esac
+  if [ ! -f "$venv/.tightpipe-complete" ] || [ ! -x "$venv/bin/$t" ]; then
+    echo "lint-python.sh: SKIPPED $t: no Python environment with $t at $venv; hint: run" \
+      "./scripts/setup-python.sh where the package index answers (it installs the pins of" \
+      "python/requirements.txt)"
+    exit 77
+  fi
+done
+rc=0
+for t in "${steps[@]}"; do
+  case $t in
+    ruff)
+      "$venv/bin/ruff" check --no-cache --output-format concise python/tightpipe || rc=1
+      # The files ruff format would change, one line each (`scripts/format.sh --fix` fixes them).
+      if ! out=$("$venv/bin/ruff" format --no-cache --check python/tightpipe 2>&1); then
+        # ruff prints each file's first difference as "--> FILE:LINE:COL", then the diff.
+        if grep -q -- '-->' <<<"$out"; then
+          sed -n 's|^ *--> \(.*\)$|\1: not formatted as ruff format says|p' <<<"$out"
+        else
+          echo "$out"
+        fi
+        echo "lint-python.sh: ruff format: $(grep -c -- '-->' <<<"$out") file(s) differ;" \
+          "hint: scripts/format.sh --fix (or ruff format python/tightpipe)"
+        rc=1
+      fi
+      ;;
+    mypy)
+      # The cache lives in the environment (shared by the clones that use it, never in the tree).
+      "$venv/bin/mypy" --config-file python/pyproject.toml --cache-dir "$venv/.mypy_cache" \
+        python/tightpipe || rc=1
+      ;;
+  esac
+done
+exit $rc
