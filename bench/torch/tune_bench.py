@@ -54,7 +54,12 @@ from tightpipe.torch.emulate import emulated_modules  # noqa: E402
 from tightpipe.torch.gpt import GptConfig, batch, loss_fn, make_layered  # noqa: E402
 from tightpipe.torch.launch import spawn  # noqa: E402
 from tightpipe.torch.layers import measure_layers, top_level_modules  # noqa: E402
-from tightpipe.torch.tune import TuneResult, build_tuned_runtime, tune  # noqa: E402
+from tightpipe.torch.tune import (  # noqa: E402
+    TuneResult,
+    build_tuned_runtime,
+    measure_action_overhead,
+    tune,
+)
 
 MB = 2  # sequences per microbatch
 BUILTINS = [  # class, stages per rank, placement, tightpipe's generator of the same order
@@ -156,13 +161,15 @@ def bench_rows(rank: int, world: int, cfg: GptConfig, layers: int, mode: str, ta
     return times
 
 
-def predicted(layers_json: str, p: int, m: int, row: dict, tmp: str) -> float:
+def predicted(layers_json: str, p: int, m: int, row: dict, tmp: str, overhead_us: float
+              ) -> float:
     """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime)."""
     if row["kind"] == "tuned":
         return float(row["result"].predicted_step_s)
     split = ",".join(str(len(s)) for s in row["split"])
     args = ["tune", "--layers", layers_json, "--pp", str(p), "--microbatches", str(m),
-            "--current-split", split, "--top", "1", "--json"]
+            "--current-split", split, "--top", "1", "--json",
+            "--action-overhead-us", repr(overhead_us)]
     if row["generator"]:
         args += ["--current-schedule", row["generator"], "--current-vpp", str(row["v"])]
     else:  # PyTorch's own order, from its own CSV
@@ -193,6 +200,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--layers-json", default="", help="use this measured table (skip step 1)")
+    ap.add_argument("--action-overhead-us", type=float, default=-1,
+                    help="the runtime's host time per action (default: measured first, "
+                    "tightpipe.torch.measure_action_overhead, outside the rows)")
     ap.add_argument("--smoke", action="store_true", help="toy size, two rows, one round")
     args = ap.parse_args()
     p, m = args.pp, args.microbatches
@@ -221,10 +231,17 @@ def main() -> int:
             tuned_table = os.path.join(tmp, "layers_scaled.json")
             with open(tuned_table, "w") as f:
                 json.dump(doc, f)
+        overhead_us = args.action_overhead_us
+        if overhead_us < 0:
+            overhead_us = 1e6 * measure_action_overhead(pp=p, microbatches=m,
+                                                        steps=2 if args.smoke else 5)
+        print(f"the runtime's host time per action: {overhead_us:.0f} us "
+              f"({'given' if args.action_overhead_us >= 0 else 'measured first'})")
         names = [n for n, _ in top_level_modules(make_layered(cfg, layers, 0))]
         res = tune(tuned_table, p, m, out=os.path.join(tmp, "tuned"),
                    current_split=[len(s) for s in even_split(names, p)],
-                   current_schedule="Schedule1F1B", min_gain=0.0)
+                   current_schedule="Schedule1F1B", min_gain=0.0,
+                   action_overhead_us=overhead_us)
         rows: list[dict] = []
         builtins = BUILTINS[:2] if args.smoke else BUILTINS
         splits = [("even", even_split)]
@@ -243,7 +260,7 @@ def main() -> int:
                      "result": res, "m": m, "v": res.vpp,
                      "split": res.module_fqns_per_model_part})
         for row in rows:
-            row["predicted"] = predicted(tuned_table, p, m, row, tmp)
+            row["predicted"] = predicted(tuned_table, p, m, row, tmp, overhead_us)
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
         cpu = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines()
                     if ln.startswith("Model name")), "?")

@@ -166,9 +166,12 @@ CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule&
 // The costs as PyTorch 2.15's pipelining runtime runs the first stage (stage 0, which has no
 // upstream): its I action computes nothing (PipelineStage.backward_one_chunk skips the input
 // gradient there) and its W action runs the stage's whole backward (stage_backward, fused), so
-// stage 0's w becomes i + w and its i 0; b is unchanged. Every other stage as given. The planner
-// applies it under --engine torch (tune's search and its current setup).
-CostModel torch_runtime_costs(const CostModel& costs);
+// stage 0's w becomes i + w and its i 0; b is unchanged. Then every stage's f, i, w and b gain
+// `action_overhead`: the runtime's host time around each compute action (its bookkeeping, the
+// autograd calls' own overhead), measured once per machine (tightpipe.torch.measure_action_overhead;
+// tune --action-overhead-us). The planner applies it under --engine torch (tune's search and its
+// current setup).
+CostModel torch_runtime_costs(const CostModel& costs, double action_overhead = 0);
 
 // ----- uniform ---------------------------------------------------------------------------------
 

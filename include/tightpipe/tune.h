@@ -87,6 +87,7 @@ struct TuneOptions {
   double memory_limit_bytes = 0;      // per rank; 0: no limit
   std::vector<std::string> schedules;  // empty: every one PyTorch's runtime runs
   LinkCost link;                       // between ranks (0: free)
+  double action_overhead_s = 0;        // the runtime's host time per compute action
   std::optional<TuneCurrent> current;
   double min_gain = 0.03;  // recommend a change only when it is predicted this much faster
   int32_t top = 5;

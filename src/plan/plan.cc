@@ -455,7 +455,7 @@ CostModel Planner::stage_costs(const Config& c, const std::vector<StageLayers>& 
   }
   CostModel out(std::move(stages), summed.link(), summed.time_unit(), summed.source());
   // PyTorch's runtime runs the first stage's whole backward in its W.
-  return o_.engine == Engine::kTorch ? torch_runtime_costs(out) : out;
+  return o_.engine == Engine::kTorch ? torch_runtime_costs(out, o_.action_overhead_s) : out;
 }
 
 std::vector<double> Planner::copy_sum_times(const CostModel& costs,

@@ -298,6 +298,12 @@ Result<TuneResult> tune(const TuneOptions& o) {
     return Status::invalid_argument(fmt::format(
         "--microbatches {}: must be in [1, {}]", o.microbatches, kMaxStageMicrobatches));
   }
+  if (!(o.action_overhead_s >= 0 && o.action_overhead_s < 1)) {
+    return Status::invalid_argument(fmt::format(
+        "--action-overhead-us {:g}: must be in [0, 1e6); hint: measure it with "
+        "tightpipe.torch.measure_action_overhead",
+        o.action_overhead_s * 1e6));
+  }
   if (!(o.min_gain >= 0 && o.min_gain < 1)) {
     return Status::invalid_argument(
         fmt::format("--min-gain {}: must be in [0, 1); hint: 0.03 asks for 3%", o.min_gain));
@@ -358,7 +364,8 @@ Result<TuneResult> tune(const TuneOptions& o) {
     }
     std::vector<int> bl(blocks.begin(), blocks.end());
     const CostModel costs = expand_to_directions(
-        torch_runtime_costs(cost_model_for_layout(layer_costs, split, nn::layout_from_blocks(bl))),
+        torch_runtime_costs(cost_model_for_layout(layer_costs, split, nn::layout_from_blocks(bl)),
+                            o.action_overhead_s),
         sched);
     TP_ASSIGN_OR_RETURN(TuneSetup t, setup_of(m, sched, blocks, costs, m.micro_batch_size));
     if (cur.file) t.schedule = cur.schedule.empty() ? sched.name : cur.schedule;
@@ -387,6 +394,7 @@ Result<TuneResult> tune(const TuneOptions& o) {
   po.measured = layer_costs;
   po.measured_micro_batch_size = m.micro_batch_size;
   po.module_costs = true;
+  po.action_overhead_s = o.action_overhead_s;
   po.engine = Engine::kTorch;
   po.train_tokens = 1;
   po.top = std::max(o.top, 1);

@@ -476,14 +476,24 @@ Result<CostModel> gpt_cost_model(const GptCostConfig& g, int32_t ranks, int32_t 
   return gpt_cost_model_for_layout(g, even_layer_split(g.layers, stages), "");
 }
 
-CostModel torch_runtime_costs(const CostModel& costs) {
+CostModel torch_runtime_costs(const CostModel& costs, double action_overhead) {
   if (costs.num_stages() == 0) return costs;
   std::vector<StageCost> stages;
   for (int32_t s = 0; s < costs.num_stages(); ++s) stages.push_back(costs.stage(s));
   stages[0].w += stages[0].i;
   stages[0].i = 0;
+  for (StageCost& c : stages) {
+    c.f += action_overhead;
+    c.i += action_overhead;
+    c.w += action_overhead;
+    c.b += action_overhead;
+  }
   return CostModel(std::move(stages), costs.link(), costs.time_unit(),
-                   costs.source() + ", first stage's backward in W (PyTorch's runtime)",
+                   costs.source() + ", first stage's backward in W (PyTorch's runtime)" +
+                       (action_overhead > 0
+                            ? fmt::format(", {:.4g} {} host time per action", action_overhead,
+                                          costs.time_unit())
+                            : std::string()),
                    costs.real_bytes());
 }
 

@@ -128,6 +128,10 @@ int cmd_tune(int argc, char** argv) {
   app.add_option("--link-latency-us", latency_us, "per message between ranks (default 0)");
   app.add_option("--link-bandwidth-gbs", bandwidth_gbs,
                  "GB/s between ranks (default 0: bytes cost nothing)");
+  double overhead_us = 0;
+  app.add_option("--action-overhead-us", overhead_us,
+                 "the runtime's host time per compute action, measured once per machine "
+                 "(tightpipe.torch.measure_action_overhead; default 0)");
   app.add_option("--current-split", current_split,
                  "modules per stage of the current run, e.g. 7,7")
       ->delimiter(',')
@@ -174,6 +178,7 @@ int cmd_tune(int argc, char** argv) {
   }
   o.memory_limit_bytes = memory_gib * 1024.0 * 1024.0 * 1024.0;
   o.link.latency = latency_us * 1e-6;
+  o.action_overhead_s = overhead_us * 1e-6;
   o.link.bandwidth = bandwidth_gbs * 1e9;
   o.micro_batch_sizes = mbs_list;
   o.schedules = schedules;

@@ -131,7 +131,7 @@ int dispatch(std::string_view cmd, int sub_argc, char** sub_argv) {
   if (cmd == "tune") return cmd_tune(sub_argc, sub_argv);
   std::fprintf(stderr,
                "tightpipe: unknown command '%.*s'\nhint: one of schedule, simulate, train, sample, "
-               "data, report; see 'tightpipe --help'\n",
+               "data, report, plan, tune; see 'tightpipe --help'\n",
                static_cast<int>(cmd.size()), cmd.data());
   return kExitUsage;
 }

@@ -5,7 +5,9 @@ PyTorch's `_PipelineScheduleRuntime` run it on this rank's `PipelineStage`s; `pr
 one step under torch.profiler and writes this rank's Kineto trace, which `tightpipe report` reads;
 `measure_layers` times each top-level module's F, I and W through PyTorch's split backward and
 counts its bytes (the per-layer costs `tightpipe tune --layers` reads); `emulated_modules` turns
-those costs into layers that sleep them (a pipeline of many processes on few cores).
+those costs into layers that sleep them (a pipeline of many processes on few cores); `tune`
+runs `tightpipe tune` on them and `build_tuned_runtime` applies its split and schedule in one
+call; `titan_config` gives torchtitan's config values for the same result.
 Tested with PyTorch 2.15.0 (docs/torch.md).
 """
 
@@ -20,22 +22,40 @@ from tightpipe.torch.runtime import (
     check_stages,
     runtime_action_types,
 )
+from tightpipe.torch.titan import titan_cli_args, titan_config, titan_snippet
 from tightpipe.torch.trace import idle_from_trace, profile_step
+from tightpipe.torch.tune import (
+    TuneResult,
+    build_tuned_runtime,
+    cut_stages,
+    measure_action_overhead,
+    read_tune,
+    tune,
+)
 
 __all__ = [
     "EmulatedLayer",
     "TESTED_TORCH",
     "TorchSchedule",
+    "TuneResult",
     "build_runtime",
+    "build_tuned_runtime",
     "check_actions",
     "check_reduce_grads",
     "check_stages",
+    "cut_stages",
     "emulated_modules",
     "generate",
     "idle_from_trace",
     "load",
+    "measure_action_overhead",
     "measure_layers",
     "profile_step",
+    "read_tune",
     "runtime_action_types",
+    "titan_cli_args",
+    "titan_config",
+    "titan_snippet",
     "top_level_modules",
+    "tune",
 ]

@@ -141,6 +141,7 @@ def tune(
     micro_batch_sizes: Sequence[int] | None = None,
     min_gain: float | None = None,
     top: int | None = None,
+    action_overhead_us: float | None = None,
     binary: str | None = None,
 ) -> TuneResult:
     """`tightpipe tune` on the modules' costs (`measure_layers(..., out=layers)`); the files go to
@@ -195,6 +196,12 @@ def tune(
         args += ["--min-gain", repr(float(min_gain))]
     if top is not None:
         args += ["--top", str(_int_arg("top", top, 1, 10000))]
+    if action_overhead_us is not None:
+        if isinstance(action_overhead_us, bool) or not isinstance(
+                action_overhead_us, (int, float)) or not 0 <= action_overhead_us < 1e6:
+            raise ValueError(f"action_overhead_us={action_overhead_us!r}: must be a number in "
+                             "[0, 1e6); hint: measure_action_overhead() * 1e6")
+        args += ["--action-overhead-us", repr(float(action_overhead_us))]
     out_s = _path_arg("out", out) if out is not None else tempfile.mkdtemp(prefix="tightpipe-tune-")
     table = cli.run(args + ["--out", out_s], binary=binary)
     return read_tune(out_s, table)
@@ -253,3 +260,90 @@ def build_tuned_runtime(
     stages = [PipelineStage(cut[s].to(device), s, result.num_stages, device) for s in mine]
     runtime = build_runtime(stages, sched, result.microbatches, loss_fn, **runtime_kw)
     return runtime, stages, sched
+
+
+def _overhead_worker(rank: int, world: int, table: dict[str, Any], split: list[int], m: int,
+                     warmup: int, steps: int) -> list[float]:
+    import time
+
+    import torch
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage
+
+    from tightpipe.schedule import generate
+    from tightpipe.torch.emulate import emulated_modules
+    from tightpipe.torch.runtime import build_runtime
+
+    torch.set_num_threads(1)
+    mods = emulated_modules(table, vocab=16)
+    first = sum(split[:rank])
+    stage = nn.Sequential(*mods[first:first + split[rank]])
+    sched = generate("1f1b", world, m)
+    rt = build_runtime([PipelineStage(stage, rank, world, torch.device("cpu"))], sched, m,
+                       lambda out, y: torch.nn.functional.cross_entropy(out.flatten(0, 1),
+                                                                       y.flatten()))
+    shape = table["microbatch_input_shape"]
+    tokens = torch.zeros((shape[0] * m, *shape[1:]), dtype=torch.long)
+    args = (tokens,) if rank == 0 else ()
+    kw = {"target": tokens if rank == world - 1 else None, "losses": []}
+    times = []
+    for k in range(warmup + steps):
+        torch.distributed.barrier()
+        t0 = time.perf_counter()
+        rt.step(*args, **kw)
+        torch.distributed.barrier()
+        if k >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def measure_action_overhead(*, pp: int = 2, microbatches: int = 8, sleep_s: float = 0.005,
+                            modules_per_stage: int = 2, steps: int = 5,
+                            binary: str | None = None) -> float:
+    """The runtime's host time per compute action on this machine, in seconds: PyTorch's
+    runtime runs a 1f1b step on `pp` gloo processes whose modules are EmulatedLayers sleeping
+    `sleep_s` in each of F, I and W (no compute), and the step's excess over tightpipe's
+    simulation of the same setup, divided by the actions on its critical path (the simulation's
+    step grows by that many per unit of overhead), is the overhead. Measured once per machine,
+    outside the run it predicts; give it to `tune(..., action_overhead_us=...)`."""
+    import statistics
+
+    from tightpipe.torch.launch import spawn
+
+    _int_arg("pp", pp, 2, 64)
+    _int_arg("microbatches", microbatches, 1, 4096)
+    _int_arg("modules_per_stage", modules_per_stage, 1, 64)
+    _int_arg("steps", steps, 1, 1000)
+    if isinstance(sleep_s, bool) or not isinstance(sleep_s, (int, float)) or not (
+            0 < sleep_s <= 1):
+        raise ValueError(f"sleep_s={sleep_s!r}: must be in (0, 1] seconds")
+    n = pp * modules_per_stage
+
+    def entry(k: int) -> dict[str, Any]:
+        first = k == 0
+        return {"name": f"m{k}", "f": sleep_s, "i": 0.0 if first else sleep_s,
+                "w": 2 * sleep_s if first else sleep_s, "act_bytes": 0, "act_after_i_bytes": 0,
+                "input_bytes": 0, "output_bytes": 0, "param_bytes": 0, "grad_bytes": 0,
+                "optimizer_bytes": 0, "params": 0}
+
+    table = {"format": "tightpipe-layers/1", "time_unit": "s", "microbatch_input_shape": [1, 4],
+             "layers": [entry(k) for k in range(n)]}
+    split = [modules_per_stage] * pp
+    times = spawn(pp, _overhead_worker, table, split, microbatches, 2, steps, timeout=600)
+    measured = statistics.median(max(t[j] for t in times) for j in range(steps))
+    with tempfile.TemporaryDirectory(prefix="tightpipe-overhead-") as tmp:
+        path = os.path.join(tmp, "layers.json")
+        with open(path, "w") as f:
+            json.dump(table, f)
+
+        def predicted(overhead_us: float) -> float:
+            doc = json.loads(cli.run(
+                ["tune", "--layers", path, "--pp", str(pp), "--microbatches", str(microbatches),
+                 "--current-split", ",".join(map(str, split)), "--current-schedule", "1f1b",
+                 "--action-overhead-us", repr(overhead_us), "--top", "1", "--json"],
+                binary=binary))
+            return float(doc["current"]["prediction"]["step_s"])
+
+        base, per_ms = predicted(0.0), predicted(1000.0)
+    actions = (per_ms - base) / 1e-3  # critical-path actions: step seconds per second of overhead
+    return max(0.0, (measured - base) / actions)
