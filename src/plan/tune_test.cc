@@ -1,0 +1,146 @@
+// tune (tune.h): a measured module table through the planner. The head-heavy split counts the
+// head (against a brute force over every split), the first module stays on stage 0, the fit to a
+// run's stages, PyTorch's first stage in the costs, keeping a good current setup, bad input.
+#include "tightpipe/tune.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace tightpipe {
+namespace {
+
+using json = nlohmann::json;
+
+// A table: module 0 costs `first`, the last `last`, `blocks` blocks of `block` in between (f = i
+// = w = the value each).
+std::string table(double first, int blocks, double block, double last) {
+  json layers = json::array();
+  auto entry = [](const std::string& name, double t) {
+    return json{{"name", name},          {"f", t},           {"i", t},
+                {"w", t},                {"act_bytes", 100}, {"act_after_i_bytes", 100},
+                {"input_bytes", 10},     {"output_bytes", 10}, {"param_bytes", 1000},
+                {"grad_bytes", 1000},    {"optimizer_bytes", 2000}};
+  };
+  layers.push_back(entry("tok_embeddings", first));
+  for (int k = 0; k < blocks; ++k) layers.push_back(entry("layers." + std::to_string(k), block));
+  layers.push_back(entry("output", last));
+  return json{{"format", "tightpipe-layers/1"},
+              {"time_unit", "s"},
+              {"microbatch_input_shape", {2, 64}},
+              {"layers", layers}}
+      .dump();
+}
+
+MeasuredModules parse_ok(const std::string& text) {
+  auto m = parse_measured_modules(text, "layers.json");
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return *m;
+}
+
+TEST(Tune, HeadHeavyModelSplitsTheHeadsStageShorterAndBeatsTheEvenSplit) {
+  // 12 blocks and a head of 5 blocks (GPT-2 small's proportions): the even split's last stage
+  // holds 6 blocks + the head.
+  TuneOptions o;
+  o.modules = parse_ok(table(0.01, 12, 1.0, 5.0));
+  o.pp = 2;
+  o.microbatches = 8;
+  o.schedules = {"1f1b"};
+  o.current = TuneCurrent{{7, 7}, "1f1b", 1, std::nullopt};
+  auto r = tune(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const TuneSetup& best = r->candidates.at(r->recommended);
+  // min over splits of max(stage F+B): stage 0 = embedding + k blocks, stage 1 = 12-k + head:
+  // 3(0.01 + k) vs 3(17 - k): k = 8 (24.03 / 27) beats 9 (27.03 / 24).
+  ASSERT_EQ(best.module_names.size(), 2u);
+  EXPECT_EQ(best.module_names[0].front(), "tok_embeddings");
+  EXPECT_EQ(best.module_names[1].back(), "output");
+  EXPECT_EQ(best.module_names[0].size(), 9u) << "tok_embeddings + 8 blocks";
+  EXPECT_TRUE(r->change);
+  // 1F1B at p = 2 without messages: m x the slower stage's F + B plus the other stage's once.
+  // Now: stage 1 = 6 blocks + head = 33, stage 0 = 6 blocks + embedding = 18.03.
+  EXPECT_NEAR(r->current->step_s, 8 * 33 + 18.03, 1e-9);
+  // Tuned: 8 blocks on stage 0 (24.03), 4 + head on stage 1 (27).
+  EXPECT_NEAR(best.step_s, 8 * 27 + 24.03, 1e-9);
+}
+
+TEST(Tune, PyTorchsFirstStageRunsItsWholeBackwardInW) {
+  TuneOptions o;
+  o.modules = parse_ok(table(0.5, 2, 1.0, 1.0));
+  o.pp = 2;
+  o.microbatches = 4;
+  o.schedules = {"zb-h1"};
+  auto r = tune(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const CostModel& c = *r->candidates.front().costs;
+  EXPECT_EQ(c.stage(0).i, 0.0);
+  EXPECT_GT(c.stage(0).w, 0.0);
+  EXPECT_GT(c.stage(1).i, 0.0);
+}
+
+TEST(Tune, KeepsTheCurrentSetupWhenNothingGainsEnough) {
+  TuneOptions o;
+  o.modules = parse_ok(table(1e-6, 8, 1.0, 1e-6));
+  o.pp = 2;
+  o.microbatches = 64;
+  o.current = TuneCurrent{{5, 5}, "1f1b", 1, std::nullopt};
+  auto r = tune(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(r->change) << r->why;
+  EXPECT_NE(r->why.find("1F1B is enough"), std::string::npos) << r->why;
+}
+
+TEST(Tune, FitScalesEachStagesModulesToTheRun) {
+  const MeasuredModules probe = parse_ok(table(1.0, 2, 1.0, 1.0));  // 4 modules, 2 per stage
+  // The run measured stage 0's F at 4 (probe 2) and stage 1's backward at 8 (probe 4).
+  StageTimes run{{4.0, 2.0}, {0.0, 4.0}, {4.0, 4.0}};
+  auto fit = fit_modules_to_run(probe, {2, 2}, run);
+  ASSERT_TRUE(fit.ok()) << fit.status().message();
+  EXPECT_DOUBLE_EQ(fit->modules[0].cost.f, 2.0);
+  EXPECT_DOUBLE_EQ(fit->modules[2].cost.f, 1.0);
+  // Stage 0: the run's whole backward (i 0 + w 4) against the probe's 4: unchanged.
+  EXPECT_DOUBLE_EQ(fit->modules[1].cost.i + fit->modules[1].cost.w, 2.0);
+  // Stage 1: 8 against 4: doubled, the probe's I : W share kept.
+  EXPECT_DOUBLE_EQ(fit->modules[3].cost.i, 2.0);
+  EXPECT_DOUBLE_EQ(fit->modules[3].cost.w, 2.0);
+  EXPECT_FALSE(fit_modules_to_run(probe, {3, 2}, run).ok());
+  EXPECT_FALSE(fit_modules_to_run(probe, {1, 1, 2}, run).ok());
+}
+
+TEST(Tune, BadInputIsOneLineNamingIt) {
+  auto expect_error = [](const Status& st, const std::string& words) {
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(words), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  };
+  expect_error(parse_measured_modules("[", "l.json").status(), "l.json: not a JSON object");
+  expect_error(parse_measured_modules(R"({"format": "x"})", "l.json").status(),
+               "format 'x'");
+  json one = json::parse(table(1, 0, 1, 1));
+  one["layers"].erase(1);
+  expect_error(parse_measured_modules(one.dump(), "l.json").status(), "at least two");
+  json neg = json::parse(table(1, 1, 1, 1));
+  neg["layers"][1]["f"] = -1;
+  expect_error(parse_measured_modules(neg.dump(), "l.json").status(), "'f' is -1");
+  json dup = json::parse(table(1, 1, 1, 1));
+  dup["layers"][1]["name"] = "output";
+  expect_error(parse_measured_modules(dup.dump(), "l.json").status(), "listed twice");
+
+  TuneOptions o;
+  o.modules = parse_ok(table(1, 2, 1, 1));
+  o.microbatches = 4;
+  o.pp = 5;
+  expect_error(tune(o).status(), "cannot be split further");
+  o.pp = 2;
+  o.memory_limit_bytes = 100;
+  expect_error(tune(o).status(), "no candidate fits it per rank: the smallest need is");
+  o.memory_limit_bytes = 0;
+  o.current = TuneCurrent{{1, 2}, "1f1b", 1, std::nullopt};
+  expect_error(tune(o).status(), "--current-split 1,2: 3 modules");
+  o.current = TuneCurrent{{1, 1, 2}, "1f1b", 1, std::nullopt};
+  expect_error(tune(o).status(), "3 stages, but the current schedule (1f1b) has 2");
+}
+
+}  // namespace
+}  // namespace tightpipe
