@@ -66,7 +66,7 @@ def find_binary() -> str:
     )
 
 
-def run(args: list[str], *, binary: str | os.PathLike | None = None,
+def run(args: list[str], *, binary: str | os.PathLike[str] | None = None,
         timeout: float = 120.0) -> str:
     """Runs `tightpipe ARGS...`; returns its stdout, or raises CliError with its stderr."""
     if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple)):

@@ -181,7 +181,7 @@ def parse(text: str, source: str = "<text>") -> TorchSchedule:
     )
 
 
-def _binary(binary: str | os.PathLike | None) -> str | None:
+def _binary(binary: str | os.PathLike[str] | None) -> str | None:
     """None (find_binary) or an executable file."""
     if binary is None:
         return None
@@ -190,7 +190,7 @@ def _binary(binary: str | os.PathLike | None) -> str | None:
 
 
 def check_text(text: str, source: str = "<text>", *,
-               binary: str | os.PathLike | None = None) -> str:
+               binary: str | os.PathLike[str] | None = None) -> str:
     """Runs `tightpipe schedule --check` on the text; its stdout, or ScheduleFileError."""
     _args.text("text", text, "the CSV text; for a file use load(path)")
     _args.text("source", source, "the name errors give the text, e.g. 'zb.csv'")
@@ -213,7 +213,7 @@ def load(path_or_text: str | os.PathLike[str], *,
     that cannot be read, is not text, or is refused), ArgumentTypeError."""
     if isinstance(path_or_text, bytes):
         raise ArgumentTypeError(
-            f"path_or_text {_args.show(path_or_text)}: must be a str or os.PathLike, not bytes; "
+            f"path_or_text {_args.show(path_or_text)}: must be a str or os.PathLike[str], not bytes; "
             "hint: decode the CSV text first (data.decode()), or pass the file's path"
         )
     s = _args.path("path_or_text", path_or_text,
@@ -242,7 +242,7 @@ def generate(
     cost: str | None = None,
     costs: str | os.PathLike[str] | None = None,
     memory_limit: float | None = None,
-    binary: str | os.PathLike | None = None,
+    binary: str | os.PathLike[str] | None = None,
 ) -> TorchSchedule:
     """`tightpipe schedule --schedule NAME --pp P --microbatches M --format torch` (plus --vpp,
     --cost, --costs, --memory-limit when given), checked and parsed. Its arguments are checked

@@ -108,7 +108,8 @@ class EmulatedLayer(nn.Module):
         y = h * s
         if self.out is not None:
             y = y @ self.out  # (*shape[:-1], vocab)
-        return y
+        out: torch.Tensor = y
+        return out
 
     def extra_repr(self) -> str:
         return (f"name={self.name!r}, f={self.f}, i={self.i}, w={self.w}, shape={self.shape}, "

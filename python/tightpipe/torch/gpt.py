@@ -169,7 +169,8 @@ class TokEmbeddings(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (B, T) tokens
         pos = torch.arange(x.shape[1], device=x.device)
-        return self.wte(x) + self.wpe(pos)
+        out: torch.Tensor = self.wte(x) + self.wpe(pos)
+        return out
 
 
 class LayeredGpt(nn.Module):

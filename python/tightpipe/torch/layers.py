@@ -180,7 +180,7 @@ class _SavedRecorder:
     """saved_tensors_hooks that wrap each saved tensor in a `_Saved` and note its storage."""
 
     def __init__(self) -> None:
-        self.saved: list[tuple[weakref.ref, tuple[int, int]]] = []
+        self.saved: list[tuple[weakref.ref[Any], tuple[int, int]]] = []
 
     def pack(self, t: torch.Tensor) -> _Saved:
         # Detached: a saved output would otherwise hold its own grad_fn through this wrapper, a

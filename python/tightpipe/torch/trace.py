@@ -88,7 +88,7 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def idle_from_trace(paths: Sequence[str | os.PathLike]) -> dict[int, dict[str, float]]:
+def idle_from_trace(paths: Sequence[str | os.PathLike[str]]) -> dict[int, dict[str, float]]:
     """{rank: {"window_s", "busy_s", "compute_s", "idle_s", "bubble"}} for one traced step, one
     trace per rank (ranks from each file's distributedInfo)."""
     hint = "a list of trace files, one per rank, as profile_step wrote them"

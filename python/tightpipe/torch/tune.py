@@ -285,7 +285,7 @@ def _overhead_worker(rank: int, world: int, table: dict[str, Any], split: list[i
     shape = table["microbatch_input_shape"]
     tokens = torch.zeros((shape[0] * m, *shape[1:]), dtype=torch.long)
     args = (tokens,) if rank == 0 else ()
-    kw = {"target": tokens if rank == world - 1 else None, "losses": []}
+    kw: dict[str, Any] = {"target": tokens if rank == world - 1 else None, "losses": []}
     times = []
     for k in range(warmup + steps):
         torch.distributed.barrier()
@@ -346,4 +346,4 @@ def measure_action_overhead(*, pp: int = 2, microbatches: int = 8, sleep_s: floa
 
         base, per_ms = predicted(0.0), predicted(1000.0)
     actions = (per_ms - base) / 1e-3  # critical-path actions: step seconds per second of overhead
-    return max(0.0, (measured - base) / actions)
+    return float(max(0.0, (measured - base) / actions))
