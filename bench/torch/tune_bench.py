@@ -99,7 +99,11 @@ def titan_split(names: list[str], stages: int) -> list[list[str]] | None:
         from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part
     except ImportError:
         return None
-    return [list(s) for s in _generate_llm_fqn_per_model_part(stages, len(names) - 3, 1, 1)]
+    # Its names are Llama's (tok_embeddings, layers.N, norm, lm_head or output): ours by place.
+    ours = {"tok_embeddings": names[0], "norm": names[-2], "lm_head": names[-1],
+            "output": names[-1]}
+    return [[ours.get(n, n) for n in s]
+            for s in _generate_llm_fqn_per_model_part(stages, len(names) - 3, 1, 1)]
 
 
 def model_modules(cfg: GptConfig, layers: int, mode: str, table: str | None,

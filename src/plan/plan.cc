@@ -596,8 +596,9 @@ Status Planner::enumerate() {
     if (o_.engine == Engine::kTorch && name == "dualpipe") {
       if (o_.schedules.empty()) continue;
       return Status::invalid_argument(
-          "--schedules dualpipe with --engine torch: PyTorch's runtime has no form for two "
-          "directions; hint: dualpipev (PyTorch's ScheduleDualPipeV)");
+          "--schedules 'dualpipe' with --engine torch: PyTorch's runtime has no form for a "
+          "schedule of 2 directions; hint: dualpipev (PyTorch's ScheduleDualPipeV), or --engine "
+          "tightpipe");
     }
     names.push_back(name);
   }
