@@ -181,12 +181,13 @@ constexpr size_t kCopyBucket = size_t{1} << 20;
 
 }  // namespace
 
-bool sums_stage_copies(PipelineRank& pr) {
-  return pr.executor().schedule().directions > 1 && !pr.stages().empty();
+bool sums_stage_copies(PipelineRank& rank) {
+  return rank.executor().schedule().directions > 1 && !rank.stages().empty();
 }
 
-Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double grad_sq, int32_t step,
-                                double timeout_s) {
+Result<double> sum_stage_copies(PipelineRank& rank, Transport& pipeline, double grad_sq,
+                                int32_t step, double timeout_s) {
+  PipelineRank& pr = rank;
   if (!sums_stage_copies(pr)) return grad_sq;
   const Schedule& sch = pr.executor().schedule();
   auto stages = pr.stages();
@@ -204,7 +205,8 @@ Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double gr
   return sq;
 }
 
-Status check_stage_copies(PipelineRank& pr, Transport& pipeline, double timeout_s) {
+Status check_stage_copies(PipelineRank& rank, Transport& pipeline, double timeout_s) {
+  PipelineRank& pr = rank;
   const Schedule& sch = pr.executor().schedule();
   auto stages = pr.stages();
   if (sch.directions <= 1 || stages.empty()) return OkStatus();
@@ -423,7 +425,8 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
     total.kept_copy += times * r.kept_copy;
   };
   if (o.world.kind == TransportKind::kThreads) {
-    for (const MemoryEstimate& r : ranks) add(r, o.world.world_size / o.pp);  // every replica
+    const int replicas = o.world.world_size / o.pp;  // data-parallel replicas
+    for (const MemoryEstimate& r : ranks) add(r, replicas);  // every replica
   } else {  // one rank per process: the largest, times the ranks sharing this host's memory
     const auto largest = std::max_element(
         ranks.begin(), ranks.end(),

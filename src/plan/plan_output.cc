@@ -50,7 +50,7 @@ constexpr size_t kNumColumns = sizeof(kColumns) / sizeof(kColumns[0]);
 using Cells = std::vector<std::string>;
 
 Cells row(const char* mark, const PlanCandidate& c, const PlanCandidate* base) {
-  std::string vs = "";
+  std::string vs;
   if (base != nullptr && base != &c && base->cost_usd > 0) {
     const double pct = 100 * (c.cost_usd / base->cost_usd - 1);
     vs = std::abs(pct) < 1e4 ? fmt::format("{:+.1f}%", pct) : fmt::format("{:+.1e}%", pct);

@@ -392,7 +392,7 @@ void chrome_trace_pieces(const GpuTraceReport& rep, Sink&& sink) {
   }
   bool first = true;
   std::string piece;
-  auto emit = [&](std::string s) {
+  auto emit = [&](const std::string& s) {
     if (!first) piece += ",\n";
     first = false;
     piece += s;

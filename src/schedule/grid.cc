@@ -20,7 +20,7 @@ std::string format_grid(const Schedule& sch, GridMark mark) {
     lo = mark.step > static_cast<int32_t>(kWindow) ? mark.step - kWindow : 0;
     hi = std::min(steps, lo + 2 * kWindow + 1);
   }
-  const std::string label_fmt = fmt::format("r{}", sch.programs.size() > 0 ? sch.programs.size() - 1 : 0);
+  const std::string label_fmt = fmt::format("r{}", !sch.programs.empty() ? sch.programs.size() - 1 : 0);
   const size_t label_width = label_fmt.size() + 1;
   std::string out;
   if (lo > 0 || hi < steps) {
@@ -36,7 +36,7 @@ std::string format_grid(const Schedule& sch, GridMark mark) {
       const bool marked = static_cast<int32_t>(r) == mark.rank && static_cast<int32_t>(i) == mark.step;
       if (marked) {
         caret_col = row.size();
-        cell = "[" + cell + "]";
+        cell = fmt::format("[{}]", cell);
       }
       row += fmt::format("{:<{}} ", cell, width + (marked ? 2 : 0));
     }

@@ -25,7 +25,7 @@ Result<Schedule> lower(const Schedule& in) {
   out.lowered = true;
   for (auto& prog : out.programs) {
     prog.clear();
-    prog.reserve(in.programs.size() ? 3 * in.size() / in.programs.size() : 0);
+    prog.reserve(!in.programs.empty() ? 3 * in.size() / in.programs.size() : 0);
   }
   const int32_t P = in.num_ranks;
   CompletionSet placed(out);

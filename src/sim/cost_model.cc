@@ -285,7 +285,8 @@ CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule&
 
 CostModel uniform_cost_model(const UniformCosts& u, int32_t ranks, int32_t stages) {
   TP_CHECK(ranks > 0 && stages > 0 && stages % ranks == 0, "ranks=", ranks, " stages=", stages);
-  const double v = static_cast<double>(stages / ranks);
+  const int32_t per_rank = stages / ranks;  // exact: the check above
+  const double v = per_rank;
   StageCost c;
   c.f = u.f / v;
   c.i = u.i / v;

@@ -358,7 +358,9 @@ TEST(TrainCli, ProfileStepsChooseWhatTheTraceRecords) {
   ASSERT_EQ(last.code, 0) << last.output;
   const auto one = nlohmann::json::parse(read_file(dir + "/last.json").value());
   for (const auto& e : one["traceEvents"]) {
-    if (e.value("ph", "") == "X") EXPECT_EQ(e["args"]["step"].get<int>(), 4);
+    if (e.value("ph", "") == "X") {
+      EXPECT_EQ(e["args"]["step"].get<int>(), 4);
+    }
   }
   expect_one_line_error(run_tightpipe(common + " --trace " + dir +
                                       "/x.json "

@@ -260,14 +260,13 @@ TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
   ASSERT_TRUE(rep->has_prediction) << rep->prediction_error;
   const auto& sm = rep->summary;
   const double PT = 4 * sm.step_time.median;
-  double measured_idle = 0, predicted_idle = 0;
+  double predicted_idle = 0;
   for (int c = 0; c < kNumIdleCauses; ++c) {
     double measured = 0, predicted = 0;
     for (int r = 0; r < 4; ++r) {
       measured += sm.rank_idle[r][c];
       predicted += rep->predicted_breakdown.ranks[r].idle[c];
     }
-    measured_idle += measured;
     predicted_idle += predicted;
     std::printf("1f1b slow link: %-16s measured %6.2f%% predicted %6.2f%%\n",
                 std::string(idle_cause_name(static_cast<IdleCause>(c))).c_str(),
