@@ -54,7 +54,7 @@ if ((rc != 0)); then
   grep -E '^[^ ].*:[0-9]+:[0-9]+: error:' <<<"$out" | sed 's/: error: code should be clang-formatted.*$//' |
     sed 's/$/: not formatted/' | head -200 || true
   n=$(grep -cE '^[^ ].*:[0-9]+:[0-9]+: error:' <<<"$out" || true)
-  echo "format.sh: FAILED: $n lines in $(grep -E '^[^ ].*:[0-9]+:[0-9]+: error:' <<<"$out" |
+  echo "format.sh: FAILED: $n differences in $(grep -E '^[^ ].*:[0-9]+:[0-9]+: error:' <<<"$out" |
     cut -d: -f1 | sort -u | wc -l) files differ from .clang-format; hint: scripts/format.sh --fix" >&2
   if ((n == 0)); then echo "$out" >&2; fi
   exit 1

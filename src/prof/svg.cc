@@ -10,10 +10,10 @@
 
 namespace tightpipe {
 
-std::string xml_escape(std::string_view s) {
+std::string xml_escape(std::string_view text) {
   std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
+  out.reserve(text.size());
+  for (char c : text) {
     switch (c) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;

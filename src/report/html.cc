@@ -72,8 +72,9 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
   return h;
 }
 
-std::string timeline_svg(Timeline tl, double axis_end, const std::string& title,
+std::string timeline_svg(Timeline timeline, double axis_end, const std::string& title,
                          const std::string& cls) {
+  Timeline& tl = timeline;
   if (!tl.ranks.empty()) {
     TimelineEvent mark;
     mark.name = "axis end";
