@@ -89,7 +89,6 @@ void to_int32(IndexedDtype d, const uint8_t* src, size_t n, int32_t* out) {
       for (size_t k = 0; k < n; ++k) out[k] = src[k];
       return;
     case IndexedDtype::kInt8:
-      // NOLINTNEXTLINE(bugprone-signed-char-misuse): int8 tokens are signed, as the dtype says.
       for (size_t k = 0; k < n; ++k) out[k] = static_cast<int8_t>(src[k]);
       return;
     case IndexedDtype::kInt16:

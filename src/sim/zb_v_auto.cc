@@ -553,9 +553,8 @@ class AuthorsVGreedy {
         int q = -1;
         if (count(i, 1) >= count(i, 0)) {
           q = 0;
-        } else if (i == p - 1) {
-          q = 1;
-        } else if (chain_.end_f(stage_of(i, 1) - 1, count(i, 1)) != zb::ChainTimes::kUnplaced) {
+        } else if (i == p - 1 ||
+                   chain_.end_f(stage_of(i, 1) - 1, count(i, 1)) != zb::ChainTimes::kUnplaced) {
           q = 1;
         } else if (count(i, 0) < m &&
                    (i == 0 || chain_.end_f(i - 1, count(i, 0)) != zb::ChainTimes::kUnplaced)) {
