@@ -551,6 +551,7 @@ class AuthorsVGreedy {
       for (int32_t i = 0; i < p && !failed_; ++i) {
         if (count(i, 1) >= m) continue;
         int q = -1;
+        // NOLINTNEXTLINE(bugprone-branch-clone): the tests are ordered; the first and last agree.
         if (count(i, 1) >= count(i, 0)) {
           q = 0;
         } else if (i == p - 1 ||
