@@ -201,7 +201,8 @@ std::string format_plan(const PlanResult& r) {
       o.device.description, o.measured ? "costs measured in a run" : fmt::format("mfu {:g}", o.mfu),
       o.distributed_optimizer ? ", distributed optimizer" : "", r.memory_budget_bytes / kGiB,
       o.network.name, o.price_per_device_hour);
-  out += fmt::format("engine: {} (docs/cost_model.md \"Engine profiles\")\n", engine_name(o.engine));
+  out +=
+      fmt::format("engine: {} (docs/cost_model.md \"Engine profiles\")\n", engine_name(o.engine));
   out += fmt::format(
       "searched {} configurations in {:.2f} s: {} simulated, {} pruned by their lower bound, {} "
       "dominated by a lighter recompute, {} do not fit\n\n",

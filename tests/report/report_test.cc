@@ -4,19 +4,18 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "run.h"
 #include "sanitizer.h"
-#include "tiny_train.h"
 #include "tightpipe/base.h"
 #include "tightpipe/trainer.h"
+#include "tiny_train.h"
 
 namespace tightpipe {
 namespace {
@@ -298,8 +297,7 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   auto s = run_training(o);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   ReportOptions ro;
-  ro.what_if =
-      parse_what_if("zb-h1,zb-v,interleaved:2,1f1b,zb-auto,zb-1p@auto").value();
+  ro.what_if = parse_what_if("zb-h1,zb-v,interleaved:2,1f1b,zb-auto,zb-1p@auto").value();
   auto rep = build_report(out, ro);
   ASSERT_TRUE(rep.ok()) << rep.status().to_string();
   const auto& sm = rep->summary;

@@ -83,11 +83,15 @@ class GptStage(nn.Module):
 def make_stages(cfg: GptConfig, num_stages: int, seed: int = 0) -> list[GptStage]:
     """All stages of the model, the same weights for the same (cfg, num_stages, seed)."""
     if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
-        raise ValueError(f"num_stages={num_stages!r}: must be an int >= 1; hint: the schedule's "
-                         "stage count, schedule.num_stages")
+        raise ValueError(
+            f"num_stages={num_stages!r}: must be an int >= 1; hint: the schedule's "
+            "stage count, schedule.num_stages"
+        )
     if cfg.heads < 1 or cfg.d_model % cfg.heads != 0:
-        raise ValueError(f"GptConfig d_model={cfg.d_model} is not divisible by heads={cfg.heads}; "
-                         "hint: e.g. d_model=32, heads=2")
+        raise ValueError(
+            f"GptConfig d_model={cfg.d_model} is not divisible by heads={cfg.heads}; "
+            "hint: e.g. d_model=32, heads=2"
+        )
     torch.manual_seed(seed)
     return [GptStage(cfg, s, num_stages) for s in range(num_stages)]
 
