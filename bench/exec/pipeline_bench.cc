@@ -47,7 +47,8 @@ Run from_summary(const std::string& dir) {
   auto j = nlohmann::json::parse(read_file(dir + "/summary.json").value());
   Run r{j["tokens_per_s"].get<double>(), j["predicted_bubble_ratio"].get<double>(),
         j["measured_bubble_ratio"].get<double>(), j["step_time_s"].get<double>()};
-  for (const auto& c : j["measured_costs"]) r.compute_s += c["f_s"].get<double>() + c["b_s"].get<double>();
+  for (const auto& c : j["measured_costs"])
+    r.compute_s += c["f_s"].get<double>() + c["b_s"].get<double>();
   return r;
 }
 
@@ -67,8 +68,8 @@ Run mpi_run(const std::string& schedule, int vpp, int steps, const std::string& 
       "--hidden-size 128 --num-attention-heads 4 --seq-length 128 --micro-batch-size 8 "
       "--num-microbatches 8 --train-iters {} --data-path {}/data/tinyshakespeare.txt --out-dir {} "
       "> {}/log.txt 2>&1",
-      out, TP_BINARY_DIR, schedule, vpp ? fmt::format("--vpp {}", vpp) : "", steps, TP_SHARED_DIR, out,
-      out);
+      out, TP_BINARY_DIR, schedule, vpp ? fmt::format("--vpp {}", vpp) : "", steps, TP_SHARED_DIR,
+      out, out);
   if (std::system(cmd.c_str()) != 0) {
     std::fprintf(stderr, "mpirun failed; see %s/log.txt\n", out.c_str());
     return {};
@@ -105,11 +106,13 @@ int main(int argc, char** argv) {
   const bool mpi = !no_mpi;
   char tmpl[] = "/tmp/tp-pipeline-bench-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  std::printf("model 4 x 128, T=128, B=8, m=8, %d steps (medians after 1 warm-up step), %d rounds\n",
-              steps, rounds);
-  std::printf("each pipeline run is compared with the mean of the single-rank runs just before and "
-              "just after it\n(the single-rank speed drifts by up to ~20%% within a minute on this "
-              "shared machine); per row the\nmedian over the rounds, and the range of the gap\n\n");
+  std::printf(
+      "model 4 x 128, T=128, B=8, m=8, %d steps (medians after 1 warm-up step), %d rounds\n", steps,
+      rounds);
+  std::printf(
+      "each pipeline run is compared with the mean of the single-rank runs just before and "
+      "just after it\n(the single-rank speed drifts by up to ~20%% within a minute on this "
+      "shared machine); per row the\nmedian over the rounds, and the range of the gap\n\n");
 
   struct Case {
     std::string schedule, label, transport;  // label: "zb-v", "interleaved:2"
@@ -169,11 +172,13 @@ int main(int argc, char** argv) {
         median(c.ratio), median(c.predicted), median(gap), *lo, *hi, 100 * median(c.measured),
         100 * median(c.slower));
   }
-  std::printf("compute +%%: one microbatch's F + B summed over the stages, measured in the pipeline run, "
-              "against the\nsingle-rank runs around it; tok/s/(2 x single) is about (1 - measured "
-              "bubble) / (1 + compute +%%)\n");
+  std::printf(
+      "compute +%%: one microbatch's F + B summed over the stages, measured in the pipeline run, "
+      "against the\nsingle-rank runs around it; tok/s/(2 x single) is about (1 - measured "
+      "bubble) / (1 + compute +%%)\n");
 
-  std::printf("\noverlap: emulated compute f=4,b=8 ms, p=4, m=8, 1f1b, link latency 2 ms, 1 Gbit/s\n");
+  std::printf(
+      "\noverlap: emulated compute f=4,b=8 ms, p=4, m=8, 1f1b, link latency 2 ms, 1 Gbit/s\n");
   double step[2] = {0, 0};
   for (int overlap = 0; overlap < 2; ++overlap) {
     TrainOptions o = base_options(steps, dir + fmt::format("/overlap{}", overlap));

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -76,7 +76,8 @@ Measured run(const std::string& label, const std::string& schedule, int p, int m
   for (std::string line; std::getline(lines, line);) {
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.contains("step_time_s")) continue;
-    if (j["step"].get<int>() > o.warmup_steps_excluded) steps_s.push_back(j["step_time_s"].get<double>());
+    if (j["step"].get<int>() > o.warmup_steps_excluded)
+      steps_s.push_back(j["step_time_s"].get<double>());
   }
   out.step_s = median(steps_s);
   // The prediction from what the run measured.
@@ -122,7 +123,8 @@ int main(int argc, char** argv) {
         const std::string built = fmt::format("/tmp/tp-pvbench-{}-{}-sync-{}/schedule.csv", name, p,
                                               emulated ? "emu" : "real");
         const bool switches = std::string(name) == "zb-2p";
-        const Measured v = run(name, switches ? built : name, p, 2 * p, true, emulated, cost, steps);
+        const Measured v =
+            run(name, switches ? built : name, p, 2 * p, true, emulated, cost, steps);
         pv_step[k++] = v.step_s;
         std::printf("%-6s %2d  %10.2f %10.2f %+7.1f  %10.2f %10.2f %+7.1f  %8.3f\n", name, p,
                     1e3 * s.step_s, 1e3 * s.predicted_s,

@@ -65,8 +65,8 @@ double model_flops_per_token(const Size& s) {
   g.vocab = 256;
   g.flops = 1;  // times are then FLOPs
   const LayerCosts c = gpt_layer_costs(g);
-  const double per_microbatch = s.L * (c.block.f + c.block.i + c.block.w) + c.head.f + c.head.i +
-                                c.head.w;
+  const double per_microbatch =
+      s.L * (c.block.f + c.block.i + c.block.w) + c.head.f + c.head.i + c.head.w;
   return per_microbatch / (double(s.B) * s.T);
 }
 
@@ -369,9 +369,8 @@ int main(int argc, char** argv) {
   Target speedup{"tightpipe bf16 >= 1.6x tightpipe fp32 tokens/s on 8x256 and 12x512"};
   Target stash{"tightpipe peak stash per microbatch bf16/fp32 about half (target <= 0.60)"};
   // Issue 30's.
-  Target rule_vs_hand{
-      "tightpipe fp32 on the rule's core >= 0.90x its best hand-set core (" +
-      std::to_string(hand.size()) + " tried)"};
+  Target rule_vs_hand{"tightpipe fp32 on the rule's core >= 0.90x its best hand-set core (" +
+                      std::to_string(hand.size()) + " tried)"};
   Target fp32_vs_torch{"tightpipe fp32 >= 1.3x PyTorch fp32 tokens/s"};
   Target best_vs_best{"faster tightpipe precision >= faster PyTorch precision (target >= 1.00)"};
   Target flops_vs_sgemm{"tightpipe fp32 model FLOP/s >= 70% of the best single-thread SGEMM"};
@@ -413,8 +412,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     size_t best_k = hand.size();
     for (size_t k = 0; k < hand.size(); ++k) {
-      if (by_core[k].ran && (best_k == hand.size() ||
-                             by_core[k].tokens_per_s > by_core[best_k].tokens_per_s))
+      if (by_core[k].ran &&
+          (best_k == hand.size() || by_core[k].tokens_per_s > by_core[best_k].tokens_per_s))
         best_k = k;
     }
     std::string hand_text;
@@ -424,11 +423,11 @@ int main(int argc, char** argv) {
                                  by_core[k].tokens_per_s);
     const double sgemm_best = std::max(sgemm512, sgemm_model);
     if (tp32.ran) {
-      std::printf("        fp32 on %s (the rule's): %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the "
-                  "best SGEMM %.1f; by hand: %s\n",
-                  rule.core.c_str(), tp32.tokens_per_s, tp32.gflops,
-                  100 * tp32.gflops / sgemm_best, sgemm_best,
-                  hand_text.empty() ? "none" : hand_text.c_str());
+      std::printf(
+          "        fp32 on %s (the rule's): %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the "
+          "best SGEMM %.1f; by hand: %s\n",
+          rule.core.c_str(), tp32.tokens_per_s, tp32.gflops, 100 * tp32.gflops / sgemm_best,
+          sgemm_best, hand_text.empty() ? "none" : hand_text.c_str());
       flops_vs_sgemm.add(s.name, tp32.gflops / sgemm_best, tp32.gflops >= 0.7 * sgemm_best);
       if (best_k < hand.size()) {
         const double r = ratio(tp32, by_core[best_k]);

@@ -131,8 +131,7 @@ int main(int argc, char** argv) {
         if (!no_search) search_pts[name].push_back({n, ts});
         fmt::print("{:>3} {:>5} {:>10} {:>7} | {:>9.3f} {:>9} | {:>9.2f} {:>7.2f}% {:>7}\n", p, m,
                    name, S * m, tg, no_search ? "-" : fmt::format("{:.3f}", ts), r->makespan,
-                   100 * r->span_bubble_ratio,
-                   fmt::format("{:.2f}%", 100 * gap));
+                   100 * r->span_bubble_ratio, fmt::format("{:.2f}%", 100 * gap));
         std::fflush(stdout);
       }
     }

@@ -87,10 +87,11 @@ int main(int argc, char** argv) {
   if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   const int reps = quick ? 1 : 3;
   fmt::print("simulated actions include SEND/RECV (lowered programs); comm=0.1, overlap mode\n");
-  fmt::print("CPU times in ms (best of {}; CPU, not wall, so neighbours on a shared machine do "
-             "not count);\nsim = with timeline, sim-stats = record_timeline=false; ratio = sim "
-             "time per action relative to the first row (1.0 = linear in actions)\n\n",
-             reps);
+  fmt::print(
+      "CPU times in ms (best of {}; CPU, not wall, so neighbours on a shared machine do "
+      "not count);\nsim = with timeline, sim-stats = record_timeline=false; ratio = sim "
+      "time per action relative to the first row (1.0 = linear in actions)\n\n",
+      reps);
   fmt::print("{:<12} {:>3} {:>5} {:>2} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12} {:>8}\n",
              "schedule", "p", "m", "v", "p*m*v", "actions", "gen", "lower", "sim", "sim-stats",
              "actions/s", "stats act/s", "ratio");
@@ -99,8 +100,10 @@ int main(int argc, char** argv) {
     const char* name;
     int p, m, v;
   };
-  std::vector<Shape> shapes = {{"interleaved", 8, 64, 4},  {"interleaved", 16, 128, 4},
-                               {"interleaved", 32, 256, 4}, {"interleaved", 64, 512, 4}};
+  std::vector<Shape> shapes = {{"interleaved", 8, 64, 4},
+                               {"interleaved", 16, 128, 4},
+                               {"interleaved", 32, 256, 4},
+                               {"interleaved", 64, 512, 4}};
   if (!quick) {
     shapes.push_back({"interleaved", 64, 1024, 4});
     shapes.push_back({"1f1b", 64, 512, 1});

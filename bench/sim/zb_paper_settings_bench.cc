@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
       "zb_paper_settings_bench");
   if (int rc = flags.parse(argc, argv); rc >= 0) return rc;
   fmt::print("span bubble, ours vs published (ok: no worse, to the 4 decimals published)\n\n");
-  fmt::print("{:>6} {:>3} {:>4} | {:>24} | {:>24} | {:>24}\n", "model", "p", "m", "zb-1p",
-             "zb-2p", "zb-v-auto (ZB-V)");
+  fmt::print("{:>6} {:>3} {:>4} | {:>24} | {:>24} | {:>24}\n", "model", "p", "m", "zb-1p", "zb-2p",
+             "zb-v-auto (ZB-V)");
   int worse = 0, total = 0;
   for (const ZbPaperSetting& s : testutil::zb_paper_settings()) {
     std::string a = cell(0, -1), b = cell(0, -1), v = cell(0, -1);

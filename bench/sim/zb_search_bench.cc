@@ -105,10 +105,10 @@ int main(int argc, char** argv) {
           TP_CHECK(greedy.ok(), greedy.status().to_string());
           SearchStats st;
           t0 = wall_ms();
-          auto better = improve_schedule(*greedy, c, zb_w_memory_fractions(c, o), limit, *objective,
-                                         budget_ms < 0 ? zb_search_budget(ZbAutoOptions{})
-                                                       : SearchBudget{.ms = budget_ms},
-                                         &st);
+          auto better = improve_schedule(
+              *greedy, c, zb_w_memory_fractions(c, o), limit, *objective,
+              budget_ms < 0 ? zb_search_budget(ZbAutoOptions{}) : SearchBudget{.ms = budget_ms},
+              &st);
           row.search_ms += wall_ms() - t0;
           TP_CHECK(better.ok(), better.status().to_string());
           const double before = simulated_objective(*greedy, c, *objective).value();

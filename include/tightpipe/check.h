@@ -8,7 +8,8 @@
 #include <string>
 
 namespace tightpipe::internal {
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 
 template <typename... Args>
 std::string concat_for_check(const Args&... args) {
@@ -18,11 +19,11 @@ std::string concat_for_check(const Args&... args) {
 }
 }  // namespace tightpipe::internal
 
-#define TP_CHECK(cond, ...)                                                         \
-  do {                                                                              \
-    if (!(cond)) [[unlikely]] {                                                     \
-      ::tightpipe::internal::check_failed(__FILE__, __LINE__, #cond,                \
-                                          ::tightpipe::internal::concat_for_check(  \
-                                              "" __VA_OPT__(, ) __VA_ARGS__));      \
-    }                                                                               \
+#define TP_CHECK(cond, ...)                                                        \
+  do {                                                                             \
+    if (!(cond)) [[unlikely]] {                                                    \
+      ::tightpipe::internal::check_failed(                                         \
+          __FILE__, __LINE__, #cond,                                               \
+          ::tightpipe::internal::concat_for_check("" __VA_OPT__(, ) __VA_ARGS__)); \
+    }                                                                              \
   } while (0)

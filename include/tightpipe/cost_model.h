@@ -110,8 +110,8 @@ enum class Recompute { kNone, kFull };
 class CostModel {
  public:
   CostModel() = default;
-  CostModel(std::vector<StageCost> stages, LinkCost link, std::string time_unit,
-            std::string source, bool real_bytes = true);
+  CostModel(std::vector<StageCost> stages, LinkCost link, std::string time_unit, std::string source,
+            bool real_bytes = true);
 
   int32_t num_stages() const { return static_cast<int32_t>(stages_.size()); }
   const StageCost& stage(int32_t s) const;
@@ -181,12 +181,12 @@ struct UniformCosts {
   double i = 1;
   double w = 1;
   double b = -1;
-  double comm = 0;            // time of one message (not divided by v: a boundary is a boundary)
-  double overhead = 0;        // compute time per message at each end (LinkCost::overhead)
-  int64_t bytes = 0;          // bytes of one message (for the byte counts only)
-  double act = 1;             // activation held per whole-rank microbatch after F (any unit)
-  double act_after_i = 1;     // fraction of it still held after I until W (1: I frees nothing)
-  double input = 0;           // held after F under full recompute, as a fraction of act
+  double comm = 0;         // time of one message (not divided by v: a boundary is a boundary)
+  double overhead = 0;     // compute time per message at each end (LinkCost::overhead)
+  int64_t bytes = 0;       // bytes of one message (for the byte counts only)
+  double act = 1;          // activation held per whole-rank microbatch after F (any unit)
+  double act_after_i = 1;  // fraction of it still held after I until W (1: I frees nothing)
+  double input = 0;        // held after F under full recompute, as a fraction of act
 };
 
 // Parses "f=1,i=1,w=1[,b=2][,comm=0][,overhead=0][,bytes=N][,act=..][,act_after_i=..][,input=..]".
@@ -265,7 +265,7 @@ enum class DurationStatistic {
 };
 
 struct CalibrationOptions {
-  LinkCost link;                    // the link, when known (an emulated one); else free
+  LinkCost link;  // the link, when known (an emulated one); else free
   DurationStatistic durations = DurationStatistic::kStepCost;
   std::string time_unit = "s";
   std::string source = "measured";  // CostModel::source()
@@ -328,12 +328,12 @@ struct GptCostConfig {
   double flops = 100e12;    // achieved device FLOP/s
   double latency = 10e-6;   // link latency in seconds
   double bandwidth = 25e9;  // link bandwidth in bytes/s
-  double message_overhead = 0;  // compute seconds per message at each end (LinkCost::overhead)
-  int64_t act_dtype_bytes = 2;        // bytes per activation element (bf16)
-  int64_t param_dtype_bytes = 2;      // bytes per parameter and per gradient
+  double message_overhead = 0;    // compute seconds per message at each end (LinkCost::overhead)
+  int64_t act_dtype_bytes = 2;    // bytes per activation element (bf16)
+  int64_t param_dtype_bytes = 2;  // bytes per parameter and per gradient
   int64_t optimizer_bytes_per_param = 12;  // fp32 master + Adam m, v
-  int64_t ffn_hidden = 0;        // MLP width; 0: 4 x hidden
-  int64_t grad_dtype_bytes = 0;  // bytes per gradient; 0: param_dtype_bytes
+  int64_t ffn_hidden = 0;                  // MLP width; 0: 4 x hidden
+  int64_t grad_dtype_bytes = 0;            // bytes per gradient; 0: param_dtype_bytes
   // Flash attention: the a x s x s attention scores are recomputed in the backward instead of
   // stored, so F keeps sb(18h+4f) activation bytes per layer, not sb(18h+4f+5as).
   bool flash_attention = false;

@@ -60,11 +60,12 @@ struct EmulatedCompute {
 };
 
 struct ExecutorOptions {
-  bool overlap_p2p = true;    // --overlap-p2p-communication
-  double timeout_s = 60;      // every wait on a peer; a dead or stalled peer ends the step with an error
-  bool emulated = false;      // --compute emulated
-  EmulatedCompute costs;      // used when emulated
-  int64_t message_floats = 0; // (B,T,C) floats per activation/gradient message
+  bool overlap_p2p = true;  // --overlap-p2p-communication
+  double timeout_s =
+      60;  // every wait on a peer; a dead or stalled peer ends the step with an error
+  bool emulated = false;       // --compute emulated
+  EmulatedCompute costs;       // used when emulated
+  int64_t message_floats = 0;  // (B,T,C) floats per activation/gradient message
   bool bf16_messages = false;  // --bf16: messages between ranks as bf16 (see above)
   // With overlap_p2p: a helper thread tests posted sends while compute runs (every 200 us,
   // backing off to 1.6 ms while none completes), so that transports which move data only
@@ -78,12 +79,12 @@ struct ExecutorOptions {
 using BatchFetcher = std::function<Result<const Batch*>(int32_t mb)>;
 
 struct RankStepResult {
-  double loss = 0;           // sum over this rank's last-stage microbatches of the scaled loss
-  bool has_loss = false;     // this rank owns the last stage
+  double loss = 0;        // sum over this rank's last-stage microbatches of the scaled loss
+  bool has_loss = false;  // this rank owns the last stage
   int32_t first_nonfinite_loss_microbatch = -1;  // the first microbatch whose loss was NaN/Inf
-  double grad_sq_norm = 0;   // sum of squares of the gradients of this rank's stages
+  double grad_sq_norm = 0;      // sum of squares of the gradients of this rank's stages
   size_t peak_stash_bytes = 0;  // peak activation stash over the step, all local stages
-  RankTimeline timeline;     // events of this step; times in seconds from `origin`
+  RankTimeline timeline;        // events of this step; times in seconds from `origin`
   // thread_cpu_wait_seconds() (base.h) when the last compute action ended (or the step began);
   // -1 where the kernel does not say. The optimizer's event measures its cpu wait from here.
   double cpu_wait_mark = -1;

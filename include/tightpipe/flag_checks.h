@@ -24,7 +24,7 @@ struct ModelShape {
 // How the caller's syntax shows each field before its value: flags ("--hidden-size ") or keys
 // ("hidden="), and a prefix for every message ("--model: ").
 struct ModelShapeNames {
-  std::string_view context = "";
+  std::string_view context = {};
   std::string_view layers = "--num-layers ", hidden = "--hidden-size ",
                    heads = "--num-attention-heads ", seq = "--seq-length ", vocab = "--vocab-size ",
                    ffn_hidden = "--ffn-hidden-size ";

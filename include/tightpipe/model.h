@@ -65,12 +65,12 @@ std::string_view precision_name(Precision p);
 Result<Precision> parse_precision(std::string_view name);
 
 struct GptConfig {
-  int vocab_size = 256;      // V (byte tokenizer)
-  int seq_length = 128;      // T (--seq-length)
-  int num_layers = 4;        // L (--num-layers)
-  int hidden_size = 128;     // C (--hidden-size)
-  int num_heads = 4;         // NH (--num-attention-heads)
-  int micro_batch_size = 8;  // B (--micro-batch-size)
+  int vocab_size = 256;                    // V (byte tokenizer)
+  int seq_length = 128;                    // T (--seq-length)
+  int num_layers = 4;                      // L (--num-layers)
+  int hidden_size = 128;                   // C (--hidden-size)
+  int num_heads = 4;                       // NH (--num-attention-heads)
+  int micro_batch_size = 8;                // B (--micro-batch-size)
   Precision precision = Precision::kFp32;  // --bf16
   // Errors name the Megatron flag, the value, the limit and a hint (e.g. hidden not divisible by
   // heads, a count above its kMax* limit, a buffer whose element count overflows 64 bits).
@@ -102,8 +102,8 @@ std::string layout_from_blocks(const std::vector<int>& blocks);
 
 // Megatron-LM's flags for an uneven layer split. Unset (-1 / false): not given.
 struct MegatronSplit {
-  int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers
-  int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers
+  int first_stage_layers = -1;         // --decoder-first-pipeline-num-layers
+  int last_stage_layers = -1;          // --decoder-last-pipeline-num-layers
   bool account_for_embedding = false;  // --account-for-embedding-in-pipeline-split
   bool account_for_loss = false;       // --account-for-loss-in-pipeline-split
   bool any() const {

@@ -187,7 +187,7 @@ struct PlanCandidate {
   // No schedule of this configuration's stages and placement holding at most its memory has a
   // shorter step (lower_bound.h; + DualPipe's copy sum as step_time_s); 0: not simulated.
   double lower_bound_s = 0;
-  double bubble_ratio = 0;         // the simulated pipeline's (docs/bubble.md)
+  double bubble_ratio = 0;                // the simulated pipeline's (docs/bubble.md)
   std::vector<double> peak_memory_bytes;  // [pp] per rank
   double tokens_per_s = 0;
   double train_hours = 0;  // steps x step time / 3600

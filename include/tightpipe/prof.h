@@ -33,11 +33,11 @@ namespace tightpipe {
 
 // What one rank contributes to its step's bubble: four numbers an MPI rank can ship.
 struct RankBusy {
-  bool present = true;           // false: this rank's timeline is missing (left out of the ratio)
-  double compute = 0;            // length of the union of its F, I, W, B intervals
-  double optimizer_start = -1;   // its optimizer event; -1 when it has none
+  bool present = true;          // false: this rank's timeline is missing (left out of the ratio)
+  double compute = 0;           // length of the union of its F, I, W, B intervals
+  double optimizer_start = -1;  // its optimizer event; -1 when it has none
   double optimizer_end = -1;
-  double end = 0;                // the latest end of any of its events
+  double end = 0;  // the latest end of any of its events
 };
 
 // The union length of intervals fed in start order (touching or overlapping ones merge). The
@@ -59,15 +59,15 @@ class BusyUnion {
 RankBusy rank_busy(const std::vector<TimelineEvent>& events);
 
 struct StepBubble {
-  double window = 0;            // T
-  double sync = 0;              // the latest optimizer start (0: no optimizer in the step)
+  double window = 0;  // T
+  double sync = 0;    // the latest optimizer start (0: no optimizer in the step)
   int32_t ranks_present = 0;
-  std::vector<double> busy;     // [P] busy time of each rank (0 when absent)
-  std::vector<double> idle;     // [P] T - busy (0 when absent)
+  std::vector<double> busy;       // [P] busy time of each rank (0 when absent)
+  std::vector<double> idle;       // [P] T - busy (0 when absent)
   std::vector<double> optimizer;  // [P] of busy, the optimizer's part (after sync)
-  double total_busy = 0;        // over the ranks present
+  double total_busy = 0;          // over the ranks present
   double total_idle = 0;
-  double ratio = 0;             // total_idle / (ranks_present x T); 0 for an empty window
+  double ratio = 0;  // total_idle / (ranks_present x T); 0 for an empty window
   // idle[r] / T; 0 for an empty window.
   double rank_ratio(size_t r) const;
 };
@@ -100,8 +100,8 @@ struct StepRange {
 StepRange measured_step_range(size_t n, int64_t warmup);
 
 struct BubbleSummary {
-  double ratio = 0;                 // median of the steps' ratios
-  std::vector<double> rank_ratio;   // [P] median of each rank's idle / T
+  double ratio = 0;                // median of the steps' ratios
+  std::vector<double> rank_ratio;  // [P] median of each rank's idle / T
 };
 // REQUIRES: every step has the same number of ranks.
 BubbleSummary summarize_bubbles(const std::vector<StepBubble>& measured_steps);
@@ -132,7 +132,7 @@ struct RankSpan {
 RankSpan rank_span(const std::vector<TimelineEvent>& events);
 
 struct SpanBubble {
-  double max_span = 0;          // S: the longest span over the ranks present
+  double max_span = 0;  // S: the longest span over the ranks present
   int32_t ranks_present = 0;
   std::vector<bool> present;    // [P] the rank ran compute
   std::vector<double> span;     // [P] last_end - first_start (0 when absent)
@@ -165,9 +165,9 @@ struct RankTimelineStats {
 };
 
 struct TimelineStats {
-  double makespan = 0;      // latest end over all events of all ranks (origin 0)
-  double total_busy = 0;    // sum of compute time over ranks
-  double bubble_ratio = 0;  // step_bubble(timeline).ratio: the one definition
+  double makespan = 0;                   // latest end over all events of all ranks (origin 0)
+  double total_busy = 0;                 // sum of compute time over ranks
+  double bubble_ratio = 0;               // step_bubble(timeline).ratio: the one definition
   std::vector<RankTimelineStats> ranks;  // [P], in Timeline order
 };
 
@@ -194,10 +194,10 @@ Status write_chrome_trace(const std::string& path, const Timeline& timeline,
 // ----- SVG timeline ----------------------------------------------------------------------------
 
 struct SvgOptions {
-  int width = 1200;            // total width in pixels
-  int row_height = 28;         // pixels per rank row (compute bar + thin comm bar)
-  std::string title;           // drawn above the rows when not empty
-  bool hover_titles = true;    // a <title> per event (off automatically above 200k events)
+  int width = 1200;          // total width in pixels
+  int row_height = 28;       // pixels per rank row (compute bar + thin comm bar)
+  std::string title;         // drawn above the rows when not empty
+  bool hover_titles = true;  // a <title> per event (off automatically above 200k events)
 };
 
 // One row (<g class="rank" data-rank="r">) per rank, compute events as coloured bars (F, I, W,

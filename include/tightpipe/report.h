@@ -191,11 +191,11 @@ struct WhatIfResult {
   int32_t chunks = 1;
   double makespan = 0, bubble_ratio = 0;
   double span_bubble_ratio = 0;  // the per-rank span measure (prof.h span_bubble)
-  double step_saving = 0;      // baseline prediction - makespan (time units; > 0 saves)
-  double gpu_hours_saved = 0;  // steps x step_saving x P / 3600 (time unit s)
-  double bubble_saving = 0;    // baseline bubble ratio - bubble_ratio
-  double peak_act_bytes = 0;   // max over ranks
-  double peak_act_delta = 0;   // vs the baseline prediction (> 0 costs memory)
+  double step_saving = 0;        // baseline prediction - makespan (time units; > 0 saves)
+  double gpu_hours_saved = 0;    // steps x step_saving x P / 3600 (time unit s)
+  double bubble_saving = 0;      // baseline bubble ratio - bubble_ratio
+  double peak_act_bytes = 0;     // max over ranks
+  double peak_act_delta = 0;     // vs the baseline prediction (> 0 costs memory)
   // The shape's lower bound at the candidate's memory (lower_bound.h): no schedule of its
   // stages and placement holding at most that memory has a shorter step; and on the span.
   double lower_bound = 0, lower_bound_span = 0, max_span = 0;

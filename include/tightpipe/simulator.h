@@ -68,7 +68,7 @@ namespace tightpipe {
 
 enum class CommMode { kOverlap, kBlocking };
 
-std::string_view comm_mode_name(CommMode mode);        // "overlap", "blocking"
+std::string_view comm_mode_name(CommMode mode);  // "overlap", "blocking"
 Result<CommMode> parse_comm_mode(std::string_view text);
 std::string_view recompute_name(Recompute recompute);  // "none", "full"
 Result<Recompute> parse_recompute(std::string_view text);
@@ -105,8 +105,8 @@ Result<Engine> parse_engine(std::string_view text);
 // How a simulation runs one schedule under an engine: the one mapping every prediction uses.
 struct EngineProfile {
   Engine engine = Engine::kTightpipe;
-  bool megatron_calls = false;           // messages run as Megatron's p2p calls (above)
-  bool deepspeed_calls = false;          // messages run as DeepSpeed's blocking calls (above)
+  bool megatron_calls = false;              // messages run as Megatron's p2p calls (above)
+  bool deepspeed_calls = false;             // messages run as DeepSpeed's blocking calls (above)
   CommMode comm_mode = CommMode::kOverlap;  // otherwise, how messages use the compute lanes
   bool optimizer_post_validation = false;
   std::string description;  // one line naming the engine and what it waits for
@@ -189,18 +189,18 @@ EventKind event_kind(ActionType type);
 
 struct RankSimStats {
   int32_t rank = 0;
-  double first_start = 0;    // start of the first compute action
-  double last_end = 0;       // end of the last compute action
-  double busy = 0;           // busy time (compute and the optimizer after sync; prof.h)
-  double idle = 0;           // makespan - busy
-  double bubble_ratio = 0;   // idle / makespan (step_bubble: the one definition)
-  double internal_idle = 0;  // last_end - first_start - busy
-  double span = 0;           // last_end - first_start (prof.h span_bubble)
+  double first_start = 0;        // start of the first compute action
+  double last_end = 0;           // end of the last compute action
+  double busy = 0;               // busy time (compute and the optimizer after sync; prof.h)
+  double idle = 0;               // makespan - busy
+  double bubble_ratio = 0;       // idle / makespan (step_bubble: the one definition)
+  double internal_idle = 0;      // last_end - first_start - busy
+  double span = 0;               // last_end - first_start (prof.h span_bubble)
   double span_bubble_ratio = 0;  // (max_span - compute) / max_span (prof.h span_bubble)
-  double comm = 0;           // time of this rank's SEND and RECV events
-  double program_end = 0;    // end of its program's events (before all-reduce and optimizer)
-  double step_end = 0;       // end of its step: program, all-reduces and optimizer
-  double allreduce = 0;      // time of its data-parallel all-reduces (hidden or not)
+  double comm = 0;               // time of this rank's SEND and RECV events
+  double program_end = 0;        // end of its program's events (before all-reduce and optimizer)
+  double step_end = 0;           // end of its step: program, all-reduces and optimizer
+  double allreduce = 0;          // time of its data-parallel all-reduces (hidden or not)
   double exposed_allreduce = 0;  // of it, idle time its optimizer waited (prof.h)
   int64_t compute_actions = 0;
   int64_t messages_sent = 0;
@@ -212,7 +212,7 @@ struct RankSimStats {
 };
 
 struct SimResult {
-  std::string schedule;    // Schedule::name
+  std::string schedule;  // Schedule::name
   int32_t num_ranks = 0;
   int32_t num_stages = 0;
   int32_t num_microbatches = 0;
@@ -222,16 +222,16 @@ struct SimResult {
   // The layer split the costs assume ("E,t*2|t*2,L"), when they are per layer kind; "" otherwise.
   // simulate() leaves it empty: the caller that built the costs from a split fills it in.
   std::string layout;
-  std::string time_unit;    // CostModel::time_unit()
-  double makespan = 0;      // latest end of any event, from 0 (the optimizer's included)
-  double total_compute = 0;  // busy time summed over ranks (step_bubble)
-  double bubble_ratio = 0;   // step_bubble(...).ratio (prof.h): the makespan measure
-  double max_span = 0;       // the longest rank span, first compute start to last compute end
+  std::string time_unit;         // CostModel::time_unit()
+  double makespan = 0;           // latest end of any event, from 0 (the optimizer's included)
+  double total_compute = 0;      // busy time summed over ranks (step_bubble)
+  double bubble_ratio = 0;       // step_bubble(...).ratio (prof.h): the makespan measure
+  double max_span = 0;           // the longest rank span, first compute start to last compute end
   double span_bubble_ratio = 0;  // span_bubble(...).ratio (prof.h): the per-rank span measure
-  bool optimizer = false;    // the cost model gave the optimizer a time: its phase is simulated
+  bool optimizer = false;        // the cost model gave the optimizer a time: its phase is simulated
   bool optimizer_post_validation = false;  // as simulated (SimOptions)
   Engine engine = Engine::kTightpipe;      // as simulated (SimOptions)
-  std::string engine_description;         // EngineProfile::description
+  std::string engine_description;          // EngineProfile::description
   // The step's period when steps run back to back (steady_state_step_time); simulate() leaves it
   // 0: the caller that computed it fills it in (the JSON's steady_state_step_time, when set).
   double steady_state_step_time = 0;
@@ -250,12 +250,12 @@ struct SimResult {
   double lower_bound_makespan = 0;
   double lower_bound_span = 0;
   double lower_bound_memory = 0;  // the memory limit it assumed (whole-rank activations)
-  int64_t messages = 0;      // SENDs simulated
+  int64_t messages = 0;           // SENDs simulated
   int64_t message_bytes = 0;
-  int64_t actions = 0;       // actions simulated (compute and comm)
-  int64_t events = 0;        // queue events processed
+  int64_t actions = 0;              // actions simulated (compute and comm)
+  int64_t events = 0;               // queue events processed
   std::vector<RankSimStats> ranks;  // [P]
-  Timeline timeline;  // empty ranks when !record_timeline; time_unit = cost time unit
+  Timeline timeline;                // empty ranks when !record_timeline; time_unit = cost time unit
 };
 
 // REQUIRES: nothing; bad input (out-of-range stages, actions on the wrong rank, a cost model
@@ -304,7 +304,7 @@ std::string compare_results_to_json(const std::vector<SimResult>& results, int i
 // optimum, never worse than the even split). Deterministic.
 
 struct LayerSplitOptions {
-  SimOptions sim;               // how each split is simulated (no timeline is recorded)
+  SimOptions sim;                 // how each split is simulated (no timeline is recorded)
   int64_t max_exhaustive = 4096;  // simulate every split when there are at most this many
 };
 

@@ -36,7 +36,9 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return Status(); }
-  static Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status invalid_argument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status io_error(std::string m) { return {StatusCode::kIOError, std::move(m)}; }
   static Status corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
@@ -68,7 +70,7 @@ inline Status OkStatus() { return Status(); }
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     TP_CHECK(!std::get<Status>(v_).ok(), "Result constructed from an OK Status");
   }
@@ -106,10 +108,10 @@ class [[nodiscard]] Result {
 #define TP_CONCAT_(a, b) TP_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not OK.
-#define TP_RETURN_IF_ERROR(expr)                       \
-  do {                                                 \
-    ::tightpipe::Status tp_status_ = (expr);           \
-    if (!tp_status_.ok()) return tp_status_;           \
+#define TP_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::tightpipe::Status tp_status_ = (expr); \
+    if (!tp_status_.ok()) return tp_status_; \
   } while (0)
 
 // TP_ASSIGN_OR_RETURN(auto x, make_x()); returns the Status on failure.

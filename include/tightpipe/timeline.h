@@ -36,16 +36,16 @@ bool is_compute_kind(EventKind kind);
 int cost_slot(EventKind kind);
 
 struct TimelineEvent {
-  std::string name;        // "2F0", "1RECV_B3", "data", "optimizer"
+  std::string name;  // "2F0", "1RECV_B3", "data", "optimizer"
   EventKind kind = EventKind::kOther;
   Lane lane = Lane::kCompute;
   int32_t stage = -1;
   int32_t microbatch = -1;
-  int32_t step = 0;        // training step (0 for a simulation)
-  double start = 0;        // in Timeline::time_unit, from the step's common origin
+  int32_t step = 0;  // training step (0 for a simulation)
+  double start = 0;  // in Timeline::time_unit, from the step's common origin
   double end = 0;
-  int32_t peer = -1;       // other rank of a SEND/RECV
-  int64_t bytes = 0;       // message bytes of a SEND/RECV; reduced bytes of an ALLREDUCE
+  int32_t peer = -1;  // other rank of a SEND/RECV
+  int64_t bytes = 0;  // message bytes of a SEND/RECV; reduced bytes of an ALLREDUCE
   // Compute events (F, I, W, B, optimizer) of measured runs: seconds the rank's thread was ready
   // to run but waited for a core (the kernel's run-queue delay) since the rank's previous compute
   // event ended (or the step began). 0: none, or not measured.

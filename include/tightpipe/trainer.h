@@ -32,8 +32,8 @@ class PipelineRank {
  public:
   // REQUIRES: lowered.lowered; specs.size() == lowered.num_stages.
   PipelineRank(const Schedule& lowered, int32_t rank, Transport& transport,
-               const nn::GptConfig& config, const std::vector<nn::StageSpec>& specs,
-               uint64_t seed, const nn::RecomputeOptions& recompute, ExecutorOptions options);
+               const nn::GptConfig& config, const std::vector<nn::StageSpec>& specs, uint64_t seed,
+               const nn::RecomputeOptions& recompute, ExecutorOptions options);
 
   int32_t rank() const { return rank_; }
   // Local stage id -> model stage (ascending stage ids).
@@ -158,41 +158,41 @@ inline constexpr int32_t kMaxDataWorkers = 256;              // --num-workers
 inline constexpr int32_t kMaxPrefetch = 65536;               // --prefetch
 
 struct TrainOptions {
-  nn::GptConfig model;                 // --num-layers, --hidden-size, ...
-  std::string pipeline_layout;         // --pipeline-layout ("" = balanced; "auto": simulated best)
+  nn::GptConfig model;          // --num-layers, --hidden-size, ...
+  std::string pipeline_layout;  // --pipeline-layout ("" = balanced; "auto": simulated best)
   // --layout-costs-from: a run's measured costs per layer kind that "auto" chooses the split
   // with; unset: the analytic costs of `model` (gpt_layer_costs).
   std::optional<LayerCosts> layout_costs;
-  nn::MegatronSplit megatron_split;    // --decoder-first/last-pipeline-num-layers, --account-for-*
-  nn::RecomputeOptions recompute;      // --recompute-*
-  std::string schedule = "1f1b";       // --schedule: a name or a CSV/JSON file
+  nn::MegatronSplit megatron_split;  // --decoder-first/last-pipeline-num-layers, --account-for-*
+  nn::RecomputeOptions recompute;    // --recompute-*
+  std::string schedule = "1f1b";     // --schedule: a name or a CSV/JSON file
   // --schedule zb-auto, zb-1p, zb-2p or zb-v-auto: the run profiles its first
   // auto_schedule_profile_steps steps on the fixed counterpart (zb-h1, zb-v), builds the schedule
   // from the measured costs under these options on rank 0, hands it to every rank and switches.
   // A run resumed from a checkpoint that holds the built schedule (schedule.csv) keeps it.
-  ZbAutoOptions auto_schedule;         // --memory-limit, --w-memory-fraction, --objective
+  ZbAutoOptions auto_schedule;              // --memory-limit, --w-memory-fraction, --objective
   int32_t auto_schedule_profile_steps = 3;  // --auto-schedule-profile-steps
-  int32_t pp = 1;                      // --pp
+  int32_t pp = 1;                           // --pp
   // Data parallel x pipeline parallel (docs/data_parallel.md): world = data_parallel_size x pp
   // ranks in Megatron-LM's order (transport.h ParallelLayout), each replica of the pipeline
   // taking its own slice of every global batch of data_parallel_size x microbatches
   // microbatches. The world is the MPI process count with --transport mpi, and on threads
   // --world-size, else pp x data_parallel_size.
-  int32_t data_parallel_size = 0;      // --data-parallel-size (0: world / --pp)
-  int32_t world_size = 0;              // --world-size, threads (0: --pp x --data-parallel-size)
+  int32_t data_parallel_size = 0;  // --data-parallel-size (0: world / --pp)
+  int32_t world_size = 0;          // --world-size, threads (0: --pp x --data-parallel-size)
   // --allow-other-data-parallel-size: --load a checkpoint saved at another data-parallel size
   // (weights and optimizer state are the same on every replica; the data continues at the
   // checkpoint's position in the global sample stream). Off: such a load is refused.
   bool allow_other_data_parallel_size = false;
-  GradReduceOptions grad_reduce;       // --overlap-grad-reduce, --bucket-size
-  int32_t vpp = 0;                     // --vpp (0: the schedule's default)
-  int32_t microbatches = 1;            // --num-microbatches
-  int32_t group_size = 0;              // --microbatch-group-size
-  int64_t train_iters = 100;           // --train-iters
-  nn::LrSchedule lr;                   // --lr, --min-lr, --lr-warmup-iters
-  nn::AdamWConfig adamw;               // --weight-decay ...
-  float clip_grad = 1.0f;              // --clip-grad (0: off)
-  bool check_for_nan = true;           // --check-for-nan-in-loss-and-grad (pipeline_step)
+  GradReduceOptions grad_reduce;  // --overlap-grad-reduce, --bucket-size
+  int32_t vpp = 0;                // --vpp (0: the schedule's default)
+  int32_t microbatches = 1;       // --num-microbatches
+  int32_t group_size = 0;         // --microbatch-group-size
+  int64_t train_iters = 100;      // --train-iters
+  nn::LrSchedule lr;              // --lr, --min-lr, --lr-warmup-iters
+  nn::AdamWConfig adamw;          // --weight-decay ...
+  float clip_grad = 1.0f;         // --clip-grad (0: off)
+  bool check_for_nan = true;      // --check-for-nan-in-loss-and-grad (pipeline_step)
   // --enable-optimizer-post-validation (the zero-bubble runtime's flag; docs/post_validation.md):
   // each rank steps right after its own program from its own gradients, unclipped, keeping a
   // copy of what the step changes, and starts the next step without waiting for the others; the
@@ -209,59 +209,59 @@ struct TrainOptions {
   // Called with (step, stage, the kept weights) each time a post-validated step keeps its copy:
   // for tests that damage the copy (a rollback from it must then fail). Empty: nothing.
   std::function<void(int32_t, int32_t, std::span<float>)> on_kept_copy;
-  uint64_t seed = 1234;                // --seed: model init and data order
-  DataOptions data;                    // --data-path, --num-workers, ... (B, T from model)
+  uint64_t seed = 1234;  // --seed: model init and data order
+  DataOptions data;      // --data-path, --num-workers, ... (B, T from model)
   // --tokenizer-type, --vocab-file, --merge-file, --tokenizer-model: the tokenizer of the data
   // (model.vocab_size is its vocabulary padded by --make-vocab-size-divisible-by, set by the
   // CLI); written into every checkpoint (tokenizer.json) for `tightpipe sample`.
   TokenizerOptions tokenizer;
-  int64_t eval_interval = 0;           // --eval-interval (0: only at the end when eval_iters > 0)
-  int64_t eval_iters = 0;              // --eval-iters: validation microbatches per evaluation
-  std::string out_dir;                 // --out-dir: metrics.jsonl, summary.json, timelines
-  std::string save_dir;                // --save: checkpoint at the end (and at the intervals)
-  std::string load_dir;                // --load: resume from a checkpoint at its step (a --save
-                                       // root: its newest complete one; or an iter_* directory)
-  int64_t keep_last_checkpoints = 0;   // --keep-last-checkpoints: newest K kept (0: all)
-  int64_t save_interval = 0;           // --save-interval: also checkpoint every N steps (0: off)
-  int64_t exit_interval = 0;           // --exit-interval: stop (and save) at a multiple of N
-  std::string trace_path;              // --trace: Chrome trace of the last step, or of
-                                       // --profile-step-start..end
+  int64_t eval_interval = 0;          // --eval-interval (0: only at the end when eval_iters > 0)
+  int64_t eval_iters = 0;             // --eval-iters: validation microbatches per evaluation
+  std::string out_dir;                // --out-dir: metrics.jsonl, summary.json, timelines
+  std::string save_dir;               // --save: checkpoint at the end (and at the intervals)
+  std::string load_dir;               // --load: resume from a checkpoint at its step (a --save
+                                      // root: its newest complete one; or an iter_* directory)
+  int64_t keep_last_checkpoints = 0;  // --keep-last-checkpoints: newest K kept (0: all)
+  int64_t save_interval = 0;          // --save-interval: also checkpoint every N steps (0: off)
+  int64_t exit_interval = 0;          // --exit-interval: stop (and save) at a multiple of N
+  std::string trace_path;             // --trace: Chrome trace of the last step, or of
+                                      // --profile-step-start..end
   // Megatron's --profile-step-start / --profile-step-end: the trace records steps [start, end)
   // (0-based, as Megatron counts iterations), one after another on one time axis; -1: not given
   // (the last step).
   int64_t profile_step_start = -1, profile_step_end = -1;
-  int64_t warmup_steps_excluded = 1;   // steps left out of the measured medians
-  WorldOptions world;                  // --transport, --emulate-link
-  ExecutorOptions exec;                // --overlap-p2p-communication, --compute emulated
-  double data_delay_ms = 0;            // --emulate-data-delay-ms: the loader sleeps this long per batch
+  int64_t warmup_steps_excluded = 1;  // steps left out of the measured medians
+  WorldOptions world;                 // --transport, --emulate-link
+  ExecutorOptions exec;               // --overlap-p2p-communication, --compute emulated
+  double data_delay_ms = 0;  // --emulate-data-delay-ms: the loader sleeps this long per batch
   // Where the run's progress lines go (rank 0 only): the step lines, loaded/saved/exit lines, the
   // oversubscription warning and the summary. Empty: silent. The CLI prints them to stdout.
   std::function<void(const std::string& line)> log;
-  int64_t log_interval = 1;            // --log-interval: a progress line every N steps (and the
-                                       // first, the last and every evaluated step)
-  int32_t blas_threads = 1;            // --blas-threads: OpenBLAS threads of each rank
+  int64_t log_interval = 1;  // --log-interval: a progress line every N steps (and the
+                             // first, the last and every evaluated step)
+  int32_t blas_threads = 1;  // --blas-threads: OpenBLAS threads of each rank
   Status validate() const;
 };
 
 struct TrainSummary {
-  int64_t steps = 0;                   // steps this run made
-  int64_t measured_steps = 0;          // of which the medians are taken (prof.h measured_step_range)
+  int64_t steps = 0;           // steps this run made
+  int64_t measured_steps = 0;  // of which the medians are taken (prof.h measured_step_range)
   double final_loss = 0;
-  double final_val_loss = -1;          // < 0: not evaluated
+  double final_val_loss = -1;  // < 0: not evaluated
   // The bubble, measured and predicted, by the one definition (prof.h step_bubble): medians over
   // the measured steps; the prediction simulates the run's schedule with its calibrated costs.
   double measured_bubble_ratio = 0;
   double predicted_bubble_ratio = 0;
   // Data parallel: the simulator's exposed gradient all-reduce, in bubble points (SimResult).
   double predicted_exposed_allreduce_ratio = 0;
-  std::string prediction_error;        // not empty: no prediction (why)
-  double tokens_per_s = 0;             // median
-  double step_time_s = 0;              // median wall time of a step
-  double data_wait_s = 0;              // median over steps of the slowest rank's loader wait
+  std::string prediction_error;  // not empty: no prediction (why)
+  double tokens_per_s = 0;       // median
+  double step_time_s = 0;        // median wall time of a step
+  double data_wait_s = 0;        // median over steps of the slowest rank's loader wait
   std::vector<double> measured_bubble_per_rank;
   std::vector<double> predicted_bubble_per_rank;
-  std::vector<double> peak_stash_bytes_per_rank;       // measured
-  std::vector<double> predicted_peak_bytes_per_rank;   // simulator memory model
+  std::vector<double> peak_stash_bytes_per_rank;      // measured
+  std::vector<double> predicted_peak_bytes_per_rank;  // simulator memory model
   // An auto schedule (zb-auto...): the name it ran under after the switch ("" otherwise), the
   // fixed schedule it profiled, the steps profiled (0: built by an earlier run and resumed), and
   // the simulator's bubble of both with the profiled costs.
@@ -284,7 +284,7 @@ struct TrainSummary {
   std::string kernels;  // the BLAS core and matmul backends this run ran, and why
   // The host: more busy threads than cores means ranks take turns on the cores.
   int32_t cores = 0;
-  int32_t busy_threads = 0;            // computing rank threads + loader workers of this host
+  int32_t busy_threads = 0;  // computing rank threads + loader workers of this host
   bool oversubscribed = false;
 };
 

@@ -203,7 +203,8 @@ def check_text(text: str, source: str = "<text>", *,
             return cli.run(["schedule", "--check", path], binary=binary)
         except CliError as e:
             raise ScheduleFileError(
-                f"{source}: refused by tightpipe schedule --check: {e}") from None
+                f"{source}: refused by tightpipe schedule --check: {e}"
+            ) from None
 
 
 def load(path_or_text: str | os.PathLike[str], *,

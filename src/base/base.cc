@@ -1,9 +1,9 @@
+#include "tightpipe/base.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-#include <cstdlib>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,11 +11,11 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
-#include "tightpipe/base.h"
 #include "tightpipe/output_file.h"
 
 namespace tightpipe {
@@ -185,8 +185,8 @@ Result<double> parse_double(std::string_view s) {
     return Status::invalid_argument(fmt::format("expected a number, got '{}'", printable(str)));
   }
   if (errno == ERANGE && std::abs(v) > 1.0) {
-    return Status::invalid_argument(fmt::format(
-        "number '{}' is out of range (beyond +-{:g})", printable(str), DBL_MAX));
+    return Status::invalid_argument(
+        fmt::format("number '{}' is out of range (beyond +-{:g})", printable(str), DBL_MAX));
   }
   if (errno == ERANGE) {
     return Status::invalid_argument(fmt::format(

@@ -42,7 +42,9 @@ Status check_model_shape(const ModelShape& s, const ModelShapeNames& n, const Mo
   return OkStatus();
 }
 
-Result<int32_t> chunks_from_layers_per_virtual_stage(int64_t layers, int32_t pp, int64_t n) {
+Result<int32_t> chunks_from_layers_per_virtual_stage(int64_t layers, int32_t pp,
+                                                     int64_t layers_per_virtual_stage) {
+  const int64_t n = layers_per_virtual_stage;
   constexpr std::string_view kFlag = "--num-layers-per-virtual-pipeline-stage";
   if (layers < 1 || pp < 1) {
     return Status::invalid_argument(

@@ -169,11 +169,7 @@ void OutputFile::abandon() {
     fd_ = -1;
   }
   // A replacement not committed never happens; a log this open created that holds nothing goes.
-  if (!in_place_) {
-    ::unlink(file_.c_str());
-  } else if (failed && created_ && good_end_ == 0) {
-    ::unlink(file_.c_str());
-  }
+  if (!in_place_ || (failed && created_ && good_end_ == 0)) ::unlink(file_.c_str());
 }
 
 Status OutputFile::flush() {

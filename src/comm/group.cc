@@ -1,7 +1,8 @@
 // Process groups: ParallelLayout, the group view and the default Transport::make_group
 // (transport.h).
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "tightpipe/check.h"
 #include "tightpipe/transport.h"

@@ -91,7 +91,7 @@ struct EmuSend {
 class EmuSendRequest final : public Request {
  public:
   EmuSendRequest(std::shared_ptr<EmuSend> send, OpInfo info, Transport* inner_transport)
-      : send_(std::move(send)), info_(info), inner_transport_(inner_transport) {}
+      : send_(std::move(send)), info_(std::move(info)), inner_transport_(inner_transport) {}
   ~EmuSendRequest() override {
     std::lock_guard lk(send_->mu);
     if (!send_->inner) send_->cancelled = true;

@@ -470,9 +470,9 @@ Result<std::unique_ptr<DataLoader>> DataLoader::open(const DataOptions& options)
                              : options.split == Split::kVal ? "validation split (the last 10%)"
                                                             : "text";
     const int64_t need = int64_t(options.seq_length) + 1;
-    const std::string what = texts.size() == 1 ? fmt::format("text file '{}'", texts[0])
-                                               : fmt::format("the {} text files of '{}'",
-                                                             texts.size(), options.path);
+    const std::string what =
+        texts.size() == 1 ? fmt::format("text file '{}'", texts[0])
+                          : fmt::format("the {} text files of '{}'", texts.size(), options.path);
     if (text_bytes == 0) {
       return Status::invalid_argument(fmt::format(
           "{} is empty; hint: pass a text file with at least {} bytes", what, 10 * (need + 1)));

@@ -44,9 +44,10 @@ inline void put_row(Batch& batch, int64_t b, std::span<const int32_t> row) {
   std::copy_n(row.begin() + 1, T, batch.targets.begin() + b * T);
 }
 
-// OK when the fingerprint fields of `saved` equal those of `want` (the loader's own); otherwise
-// InvalidArgument naming the first field that differs, both values and a hint.
-Status check_position_fingerprint(const DataPosition& saved, const DataPosition& want);
+// OK when the fingerprint fields of `pos` (the saved position) equal those of `want` (the
+// loader's own); otherwise InvalidArgument naming the first field that differs, both values and
+// a hint.
+Status check_position_fingerprint(const DataPosition& pos, const DataPosition& want);
 
 // DataLoader::open for indexed datasets (options.blend, or options.path an indexed dataset
 // prefix). REQUIRES: options.validate() is OK.

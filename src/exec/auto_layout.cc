@@ -54,8 +54,7 @@ std::vector<RankFlops> step_flops_per_rank(const RunPlan& plan) {
   const LayerCosts layers = gpt_layer_costs(g);
   const std::vector<StageLayers> split = stage_layers(plan.specs);
   const Schedule& sched = plan.lowered;
-  const CostModel per_stage =
-      expand_to_directions(cost_model_for_layout(layers, split, ""), sched);
+  const CostModel per_stage = expand_to_directions(cost_model_for_layout(layers, split, ""), sched);
   std::vector<RankFlops> out(sched.num_ranks);
   for (int32_t r = 0; r < sched.num_ranks; ++r) {
     for (const Action& a : sched.programs[r]) {

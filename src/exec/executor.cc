@@ -298,7 +298,7 @@ class Executor::StepRun {
   const size_t msg_floats_;
   RankStepResult res_;
   double cpu_mark_ = -1;  // the thread's run-queue delay when its last compute action ended
-  CompletionSet done_;  // this rank's completed actions; a RECV counts once its message arrived
+  CompletionSet done_;    // this rank's completed actions; a RECV counts once its message arrived
   std::unordered_map<int64_t, Incoming> incoming_;  // by message key (message_tag)
   std::unordered_map<int64_t, Outgoing> outgoing_;  // outputs waiting for their SEND
   SendQueue sends_;
@@ -717,7 +717,8 @@ Result<double> Executor::run_forward_only(int32_t n, const BatchFetcher& fetch, 
   const size_t msg_floats = static_cast<size_t>(options_.message_floats);
   // Evaluation tags sit above the training ones: (2 * S + stage) * n + mb.
   auto tag = [&](int32_t stage, int32_t mb) {
-    const int64_t t = (static_cast<int64_t>(2) * S * sch.num_microbatches) + int64_t(stage) * n + mb;
+    const int64_t t =
+        (static_cast<int64_t>(2) * S * sch.num_microbatches) + int64_t(stage) * n + mb;
     TP_CHECK(t < kMaxUserTag, "evaluation tag space exhausted");
     return static_cast<int>(t);
   };

@@ -27,7 +27,8 @@ nn::GptConfig tiny_config(nn::Precision precision = nn::Precision::kFp32) {
 }
 
 // Random microbatches for `steps` steps of `m` microbatches.
-std::vector<std::vector<Batch>> make_batches(const nn::GptConfig& c, int steps, int m, uint64_t seed) {
+std::vector<std::vector<Batch>> make_batches(const nn::GptConfig& c, int steps, int m,
+                                             uint64_t seed) {
   Rng rng(seed);
   std::vector<std::vector<Batch>> out(steps);
   for (auto& step : out) {
@@ -218,12 +219,16 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
         std::vector<std::string> bad;
         for (int s = 0; s < kSteps; ++s) {
           BatchFetcher fetch = [&](int32_t mb) -> Result<const Batch*> { return &batches[s][mb]; };
-          TP_ASSIGN_OR_RETURN(StepOutcome o,
-                              pipeline_step(pr, t, s, fetch, int64_t(c.m) * cfg.tokens_per_microbatch(),
-                                            nn::AdamWConfig{}, kLr, clip, 60));
-          const bool same = exact ? o.loss == ref.losses[s]
-                                  : std::abs(o.loss - ref.losses[s]) <= rel * std::abs(ref.losses[s]);
-          if (!same) bad.push_back(fmt::format("rank {} step {} loss {:.17g} vs {:.17g}", t.rank(), s, o.loss, ref.losses[s]));
+          TP_ASSIGN_OR_RETURN(
+              StepOutcome o,
+              pipeline_step(pr, t, s, fetch, int64_t(c.m) * cfg.tokens_per_microbatch(),
+                            nn::AdamWConfig{}, kLr, clip, 60));
+          const bool same = exact
+                                ? o.loss == ref.losses[s]
+                                : std::abs(o.loss - ref.losses[s]) <= rel * std::abs(ref.losses[s]);
+          if (!same)
+            bad.push_back(fmt::format("rank {} step {} loss {:.17g} vs {:.17g}", t.rank(), s,
+                                      o.loss, ref.losses[s]));
           // DualPipe: the two copies of every model stage hold the same bits after each step.
           if (Status copies = check_stage_copies(pr, t, 60); !copies.ok())
             bad.push_back(fmt::format("rank {} step {}: {}", t.rank(), s, copies.message()));
@@ -256,7 +261,8 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {
       ASSERT_TRUE(statuses.ok()) << statuses.status().to_string();
       for (const auto& st : *statuses) ASSERT_TRUE(st.status.ok()) << st.status.to_string();
       for (const auto& f : failures)
-        ADD_FAILURE() << c.schedule << " p=" << c.p << " m=" << c.m << " overlap=" << overlap << ": " << f;
+        ADD_FAILURE() << c.schedule << " p=" << c.p << " m=" << c.m << " overlap=" << overlap
+                      << ": " << f;
     }
   }
   bool skip_for_world() {
@@ -509,7 +515,8 @@ TEST(EmulatedTest, TimelineFollowsCosts) {
     if (e.name == "1B1") b_end = e.end;
   }
   EXPECT_GE(f_start, 0.0035);
-  // 1F1B, p=2, m=2, F=4, B=8: makespan (m+p-1)(F+B) = 36 ms; rank 1 ends at 4+24 = 28 ms... within slack.
+  // 1F1B, p=2, m=2, F=4, B=8: makespan (m+p-1)(F+B) = 36 ms; rank 1 ends at 4+24 = 28 ms... within
+  // slack.
   EXPECT_GE(b_end, 0.027);
   EXPECT_LT(b_end, 0.2);
   EXPECT_FALSE(EmulatedCompute::parse("f=1,q=2").ok());

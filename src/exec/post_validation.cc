@@ -1,5 +1,6 @@
 // --enable-optimizer-post-validation: the optimistic step, the state every rank sends, and the
-// check that keeps, redoes or refuses it (train_internal.h, PostValidation; docs/post_validation.md).
+// check that keeps, redoes or refuses it (train_internal.h, PostValidation;
+// docs/post_validation.md).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,7 +25,8 @@ std::string_view bytes_of(const std::vector<T>& v) {
 }  // namespace
 
 uint64_t PostValidation::kept_checksum(const Kept& k) {
-  uint64_t h = fnv1a(std::string_view(reinterpret_cast<const char*>(&k.adam_step), sizeof(k.adam_step)));
+  uint64_t h =
+      fnv1a(std::string_view(reinterpret_cast<const char*>(&k.adam_step), sizeof(k.adam_step)));
   for (const auto* v : {&k.params, &k.grads, &k.m, &k.v}) h = fnv1a(bytes_of(*v), h);
   return h;
 }
@@ -57,7 +59,8 @@ void PostValidation::step(int32_t step, StepProgram& prog, float lr) {
 }
 
 void PostValidation::post(const StepProgram& prog, std::span<const double> fields) {
-  TP_CHECK(pending_.has_value() && fields.size() == fields_, "post-validation: post without a step");
+  TP_CHECK(pending_.has_value() && fields.size() == fields_,
+           "post-validation: post without a step");
   Pending& p = *pending_;
   std::vector<double> mine = {prog.loss, prog.grad_sq};
   mine.insert(mine.end(), p.flags.begin(), p.flags.end());

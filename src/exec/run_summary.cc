@@ -146,8 +146,13 @@ nlohmann::json summary_json(const TrainSummary& s, const RunPlan& plan,
     nlohmann::json c = nlohmann::json::array();
     for (int32_t st = 0; st < costs->num_stages(); ++st) {
       const StageCost& x = costs->stage(st);
-      c.push_back({{"stage", st}, {"rank", plan.lowered.rank_of(st)}, {"f_s", x.f},
-                   {"i_s", x.i}, {"w_s", x.w}, {"b_s", x.b}, {"optimizer_s", x.optimizer},
+      c.push_back({{"stage", st},
+                   {"rank", plan.lowered.rank_of(st)},
+                   {"f_s", x.f},
+                   {"i_s", x.i},
+                   {"w_s", x.w},
+                   {"b_s", x.b},
+                   {"optimizer_s", x.optimizer},
                    {"activation_bytes", x.act_bytes}});
       if (x.allreduce_bytes > 0) c.back()["allreduce_bytes"] = x.allreduce_bytes;
     }
@@ -237,11 +242,11 @@ std::vector<std::string> summary_lines(const TrainSummary& s, const RunPlan& pla
                                 100 * s.utilisation_per_rank[r]));
     }
     const bool recompute = plan.opt.recompute.enabled();
-    out.push_back(fmt::format(
-        "flops: model TFLOP/s per rank (utilisation of the measured matmul rate {:.3f} "
-        "TFLOP/s{}): {}",
-        s.matmul_tflops, recompute ? "; utilisation counts the recompute's FLOPs" : "",
-        join(per, ", ")));
+    out.push_back(
+        fmt::format("flops: model TFLOP/s per rank (utilisation of the measured matmul rate {:.3f} "
+                    "TFLOP/s{}): {}",
+                    s.matmul_tflops, recompute ? "; utilisation counts the recompute's FLOPs" : "",
+                    join(per, ", ")));
   }
   if (!s.auto_schedule.empty()) {
     out.push_back(
@@ -260,21 +265,23 @@ std::vector<std::string> summary_lines(const TrainSummary& s, const RunPlan& pla
                     s.data_skipped));
   }
   if (s.oversubscribed) {
-    out.push_back(fmt::format("cpu: {} busy threads on {} cores (oversubscribed: see the note "
-                              "above; `tightpipe report` shows the cpu wait per rank)",
-                              s.busy_threads, s.cores));
+    out.push_back(
+        fmt::format("cpu: {} busy threads on {} cores (oversubscribed: see the note "
+                    "above; `tightpipe report` shows the cpu wait per rank)",
+                    s.busy_threads, s.cores));
   }
   out.push_back(fmt::format("{:<6} {:>10} {:>10} {:>16} {:>16}", "rank", "measured", "predicted",
                             "peak act (meas)", "peak act (pred)"));
   for (size_t r = 0; r < s.measured_bubble_per_rank.size(); ++r) {
     const bool pred = r < s.predicted_bubble_per_rank.size();
-    out.push_back(fmt::format(
-        "{:<6} {:>9.1f}% {:>10} {:>16} {:>16}", r, 100 * s.measured_bubble_per_rank[r],
-        pred ? fmt::format("{:.1f}%", 100 * s.predicted_bubble_per_rank[r]) : "-",
-        human_bytes(s.peak_stash_bytes_per_rank[r]),
-        pred ? human_bytes(s.predicted_peak_bytes_per_rank[r]) : "-"));
+    out.push_back(
+        fmt::format("{:<6} {:>9.1f}% {:>10} {:>16} {:>16}", r, 100 * s.measured_bubble_per_rank[r],
+                    pred ? fmt::format("{:.1f}%", 100 * s.predicted_bubble_per_rank[r]) : "-",
+                    human_bytes(s.peak_stash_bytes_per_rank[r]),
+                    pred ? human_bytes(s.predicted_peak_bytes_per_rank[r]) : "-"));
   }
-  if (s.final_val_loss >= 0) out.push_back(fmt::format("final validation loss {:.4f}", s.final_val_loss));
+  if (s.final_val_loss >= 0)
+    out.push_back(fmt::format("final validation loss {:.4f}", s.final_val_loss));
   return out;
 }
 
@@ -323,8 +330,7 @@ std::string step_line(const RunPlan& plan, const StepRecord& rec, int64_t first_
       "ETA {:.0f}s",
       rec.step + 1, n, rec.loss,
       rec.val_loss >= 0 ? fmt::format(" | val {:.4f}", rec.val_loss) : std::string(),
-      rec.tokens_per_s, flops_field(plan, rec.wall), 100 * rec.bubble.ratio, 1e3 * rec.wall,
-      eta);
+      rec.tokens_per_s, flops_field(plan, rec.wall), 100 * rec.bubble.ratio, 1e3 * rec.wall, eta);
 }
 
 }  // namespace tightpipe::train_internal

@@ -33,8 +33,8 @@ Status TrainOptions::validate() const {
   TP_RETURN_IF_ERROR(recompute.validate());
   TP_RETURN_IF_ERROR(adamw.validate());
   if (pp < 1) {
-    return Status::invalid_argument(
-        fmt::format("--pp {}: needs at least 1 pipeline rank; hint: --pp 1 trains on one rank", pp));
+    return Status::invalid_argument(fmt::format(
+        "--pp {}: needs at least 1 pipeline rank; hint: --pp 1 trains on one rank", pp));
   }
   // One line per count: the flag, the value, its range (docs/train_limits.md) and a hint.
   auto in_range = [](const char* flag, int64_t v, int64_t lo, int64_t hi,
@@ -181,12 +181,13 @@ constexpr size_t kCopyBucket = size_t{1} << 20;
 
 }  // namespace
 
-bool sums_stage_copies(PipelineRank& pr) {
-  return pr.executor().schedule().directions > 1 && !pr.stages().empty();
+bool sums_stage_copies(PipelineRank& rank) {
+  return rank.executor().schedule().directions > 1 && !rank.stages().empty();
 }
 
-Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double grad_sq, int32_t step,
-                                double timeout_s) {
+Result<double> sum_stage_copies(PipelineRank& rank, Transport& pipeline, double grad_sq,
+                                int32_t step, double timeout_s) {
+  PipelineRank& pr = rank;
   if (!sums_stage_copies(pr)) return grad_sq;
   const Schedule& sch = pr.executor().schedule();
   auto stages = pr.stages();
@@ -204,7 +205,8 @@ Result<double> sum_stage_copies(PipelineRank& pr, Transport& pipeline, double gr
   return sq;
 }
 
-Status check_stage_copies(PipelineRank& pr, Transport& pipeline, double timeout_s) {
+Status check_stage_copies(PipelineRank& rank, Transport& pipeline, double timeout_s) {
+  PipelineRank& pr = rank;
   const Schedule& sch = pr.executor().schedule();
   auto stages = pr.stages();
   if (sch.directions <= 1 || stages.empty()) return OkStatus();
@@ -370,7 +372,8 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
     e.weights += c.param_bytes;
     e.gradients += c.grad_bytes;
     e.adamw += c.optimizer_bytes;
-    if (o.optimizer_post_validation) e.kept_copy += c.param_bytes + c.grad_bytes + c.optimizer_bytes;
+    if (o.optimizer_post_validation)
+      e.kept_copy += c.param_bytes + c.grad_bytes + c.optimizer_bytes;
     e.buffers += (T * T + B * T * C) * 4;  // a stage's attention and layer scratch
     if (bf16) {  // the FP32 transients of the bf16 path and the bf16 attention's work space
       const double NC = B * T * C, att = B * m.num_heads * T * T;
@@ -423,7 +426,8 @@ Result<MemoryEstimate> estimate_memory(const RunPlan& plan) {
     total.kept_copy += times * r.kept_copy;
   };
   if (o.world.kind == TransportKind::kThreads) {
-    for (const MemoryEstimate& r : ranks) add(r, o.world.world_size / o.pp);  // every replica
+    const int replicas = o.world.world_size / o.pp;          // data-parallel replicas
+    for (const MemoryEstimate& r : ranks) add(r, replicas);  // every replica
   } else {  // one rank per process: the largest, times the ranks sharing this host's memory
     const auto largest = std::max_element(
         ranks.begin(), ranks.end(),
@@ -458,11 +462,9 @@ Status check_memory(const RunPlan& plan, const AvailableMemory& available, doubl
       o.pp, human_bytes(e.total()), threads ? "this process" : "the ranks of this host",
       human_bytes(e.weights), human_bytes(e.gradients), human_bytes(e.adamw),
       human_bytes(e.activations), human_bytes(e.buffers),
-      e.kept_copy > 0
-          ? fmt::format(", the post-validation copy {}", human_bytes(e.kept_copy))
-          : std::string(),
-      human_bytes(available.bytes),
-      available.source));
+      e.kept_copy > 0 ? fmt::format(", the post-validation copy {}", human_bytes(e.kept_copy))
+                      : std::string(),
+      human_bytes(available.bytes), available.source));
 }
 
 Status check_address_space(const RunPlan& plan, const MemoryEstimate& e, double address_space) {
@@ -651,10 +653,10 @@ Result<RunPlan> make_plan(const TrainOptions& options) {
   TP_RETURN_IF_ERROR(resolve_auto_layout(plan));
   if (opt.megatron_split.any()) {  // Megatron-LM's uneven-split flags become a layout string
     if (!opt.pipeline_layout.empty()) {
-      return Status::invalid_argument(fmt::format(
-          "--pipeline-layout '{}' with --decoder-first/last-pipeline-num-layers or "
-          "--account-for-*-in-pipeline-split: give one of them",
-          opt.pipeline_layout));
+      return Status::invalid_argument(
+          fmt::format("--pipeline-layout '{}' with --decoder-first/last-pipeline-num-layers or "
+                      "--account-for-*-in-pipeline-split: give one of them",
+                      opt.pipeline_layout));
     }
     TP_ASSIGN_OR_RETURN(opt.pipeline_layout,
                         nn::megatron_layout(opt.model, model_stages, opt.megatron_split));

@@ -255,10 +255,11 @@ class AllReduceLog {
 
 }  // namespace
 
-Result<StepProgram> run_step_program(PipelineRank& pr, Transport& transport, int32_t step,
+Result<StepProgram> run_step_program(PipelineRank& rank, Transport& transport, int32_t step,
                                      const BatchFetcher& fetch, int64_t tokens_per_step,
                                      double timeout_s, Transport* data_parallel,
                                      const GradReduceOptions& reduce, bool with_barrier) {
+  PipelineRank& pr = rank;
   // A common origin for the step's timeline: every rank leaves the barrier at about the same
   // time. Without it (post-validated steps), each rank's own start.
   if (with_barrier) {
@@ -325,11 +326,12 @@ Result<StepProgram> run_step_program(PipelineRank& pr, Transport& transport, int
   return out;
 }
 
-Result<StepOutcome> pipeline_step(PipelineRank& pr, Transport& transport, int32_t step,
+Result<StepOutcome> pipeline_step(PipelineRank& rank, Transport& transport, int32_t step,
                                   const BatchFetcher& fetch, int64_t tokens_per_step,
                                   const nn::AdamWConfig& adamw, float lr, float clip,
                                   double timeout_s, bool check_nan, Transport* data_parallel,
                                   const GradReduceOptions& reduce) {
+  PipelineRank& pr = rank;
   TP_ASSIGN_OR_RETURN(StepProgram prog,
                       run_step_program(pr, transport, step, fetch, tokens_per_step, timeout_s,
                                        data_parallel, reduce, /*with_barrier=*/true));

@@ -41,7 +41,6 @@ struct Header {
 };
 #pragma pack(pop)
 
-
 // The system's reason for errno `err`, with a hint for the ones a user can act on.
 std::string io_reason(int err) {
   std::string r = std::strerror(err);

@@ -192,7 +192,8 @@ std::string layout_from_blocks(const std::vector<int>& blocks) {
 }
 
 Result<std::string> megatron_layout(const GptConfig& config, int num_stages,
-                                    const MegatronSplit& f) {
+                                    const MegatronSplit& split) {
+  const MegatronSplit& f = split;
   const int L = config.num_layers, S = num_stages;
   const bool counts = f.first_stage_layers >= 0 || f.last_stage_layers >= 0;
   if (counts && (f.account_for_embedding || f.account_for_loss)) {

@@ -50,7 +50,7 @@ constexpr size_t kNumColumns = sizeof(kColumns) / sizeof(kColumns[0]);
 using Cells = std::vector<std::string>;
 
 Cells row(const char* mark, const PlanCandidate& c, const PlanCandidate* base) {
-  std::string vs = "";
+  std::string vs;
   if (base != nullptr && base != &c && base->cost_usd > 0) {
     const double pct = 100 * (c.cost_usd / base->cost_usd - 1);
     vs = std::abs(pct) < 1e4 ? fmt::format("{:+.1f}%", pct) : fmt::format("{:+.1e}%", pct);
@@ -201,7 +201,8 @@ std::string format_plan(const PlanResult& r) {
       o.device.description, o.measured ? "costs measured in a run" : fmt::format("mfu {:g}", o.mfu),
       o.distributed_optimizer ? ", distributed optimizer" : "", r.memory_budget_bytes / kGiB,
       o.network.name, o.price_per_device_hour);
-  out += fmt::format("engine: {} (docs/cost_model.md \"Engine profiles\")\n", engine_name(o.engine));
+  out +=
+      fmt::format("engine: {} (docs/cost_model.md \"Engine profiles\")\n", engine_name(o.engine));
   out += fmt::format(
       "searched {} configurations in {:.2f} s: {} simulated, {} pruned by their lower bound, {} "
       "dominated by a lighter recompute, {} do not fit\n\n",

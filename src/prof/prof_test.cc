@@ -181,12 +181,12 @@ Timeline worked_example(bool with_optimizer) {
     return x;
   };
   Timeline tl;
-  RankTimeline r0{0, {e("0F0", EventKind::kForward, 0, 2), e("0F1", EventKind::kForward, 2, 4),
-                      e("0B0", EventKind::kBackward, 8, 12),
-                      e("0B1", EventKind::kBackward, 14, 18)}};
-  RankTimeline r1{1, {e("1F0", EventKind::kForward, 2, 4), e("1B0", EventKind::kBackward, 4, 8),
-                      e("1F1", EventKind::kForward, 8, 10),
-                      e("1B1", EventKind::kBackward, 10, 14)}};
+  RankTimeline r0{0,
+                  {e("0F0", EventKind::kForward, 0, 2), e("0F1", EventKind::kForward, 2, 4),
+                   e("0B0", EventKind::kBackward, 8, 12), e("0B1", EventKind::kBackward, 14, 18)}};
+  RankTimeline r1{1,
+                  {e("1F0", EventKind::kForward, 2, 4), e("1B0", EventKind::kBackward, 4, 8),
+                   e("1F1", EventKind::kForward, 8, 10), e("1B1", EventKind::kBackward, 10, 14)}};
   if (with_optimizer) {
     r0.events.push_back(e("optimizer", EventKind::kOptimizer, 18, 19));
     r1.events.push_back(e("optimizer", EventKind::kOptimizer, 14, 19));

@@ -10,17 +10,28 @@
 
 namespace tightpipe {
 
-std::string xml_escape(std::string_view s) {
+std::string xml_escape(std::string_view text) {
   std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
+  out.reserve(text.size());
+  for (char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -43,17 +54,26 @@ constexpr const char* kIdleColor = "#e6e6e6";
 
 std::string_view event_kind_color(EventKind kind) {
   switch (kind) {
-    case EventKind::kForward: return "#4e79a7";         // blue
-    case EventKind::kBackwardInput: return "#f28e2b";   // orange
-    case EventKind::kBackwardWeight: return "#59a14f";  // green
-    case EventKind::kBackward: return "#b07aa1";        // purple
-    case EventKind::kSend: return "#e15759";            // red
-    case EventKind::kRecv: return "#ff9da7";            // pink
-    case EventKind::kData: return "#9c755f";            // brown
-    case EventKind::kOptimizer: return "#edc948";       // yellow
+    case EventKind::kForward:
+      return "#4e79a7";  // blue
+    case EventKind::kBackwardInput:
+      return "#f28e2b";  // orange
+    case EventKind::kBackwardWeight:
+      return "#59a14f";  // green
+    case EventKind::kBackward:
+      return "#b07aa1";  // purple
+    case EventKind::kSend:
+      return "#e15759";  // red
+    case EventKind::kRecv:
+      return "#ff9da7";  // pink
+    case EventKind::kData:
+      return "#9c755f";  // brown
+    case EventKind::kOptimizer:
+      return "#edc948";  // yellow
     case EventKind::kAllReduce:
-      return "#17becf";                                 // cyan
-    case EventKind::kOther: return "#bab0ac";           // grey-brown
+      return "#17becf";  // cyan
+    case EventKind::kOther:
+      return "#bab0ac";  // grey-brown
   }
   return "#000000";
 }

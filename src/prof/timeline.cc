@@ -1,17 +1,21 @@
 // Timeline names and statistics (prof.h, timeline.h).
+#include "tightpipe/timeline.h"
+
 #include <algorithm>
 #include <limits>
 
 #include "tightpipe/prof.h"
-#include "tightpipe/timeline.h"
 
 namespace tightpipe {
 
 std::string lane_name(Lane lane) {
   switch (lane) {
-    case Lane::kCompute: return "compute";
-    case Lane::kComm: return "comm";
-    case Lane::kData: return "data";
+    case Lane::kCompute:
+      return "compute";
+    case Lane::kComm:
+      return "comm";
+    case Lane::kData:
+      return "data";
     case Lane::kAllReduce:
       return "allreduce";
   }
@@ -20,17 +24,26 @@ std::string lane_name(Lane lane) {
 
 std::string event_kind_name(EventKind kind) {
   switch (kind) {
-    case EventKind::kForward: return "F";
-    case EventKind::kBackwardInput: return "I";
-    case EventKind::kBackwardWeight: return "W";
-    case EventKind::kBackward: return "B";
-    case EventKind::kSend: return "SEND";
-    case EventKind::kRecv: return "RECV";
-    case EventKind::kData: return "data";
-    case EventKind::kOptimizer: return "optimizer";
+    case EventKind::kForward:
+      return "F";
+    case EventKind::kBackwardInput:
+      return "I";
+    case EventKind::kBackwardWeight:
+      return "W";
+    case EventKind::kBackward:
+      return "B";
+    case EventKind::kSend:
+      return "SEND";
+    case EventKind::kRecv:
+      return "RECV";
+    case EventKind::kData:
+      return "data";
+    case EventKind::kOptimizer:
+      return "optimizer";
     case EventKind::kAllReduce:
       return "allreduce";
-    case EventKind::kOther: return "other";
+    case EventKind::kOther:
+      return "other";
   }
   return "other";
 }

@@ -13,11 +13,16 @@ namespace tightpipe {
 namespace {
 
 nlohmann::json to_j(const TimelineEvent& e) {
-  nlohmann::json j = {{"name", e.name},   {"kind", event_kind_name(e.kind)},
-                      {"lane", lane_name(e.lane)}, {"stage", e.stage},
-                      {"mb", e.microbatch}, {"step", e.step},
-                      {"start", e.start}, {"end", e.end},
-                      {"peer", e.peer},   {"bytes", e.bytes}};
+  nlohmann::json j = {{"name", e.name},
+                      {"kind", event_kind_name(e.kind)},
+                      {"lane", lane_name(e.lane)},
+                      {"stage", e.stage},
+                      {"mb", e.microbatch},
+                      {"step", e.step},
+                      {"start", e.start},
+                      {"end", e.end},
+                      {"peer", e.peer},
+                      {"bytes", e.bytes}};
   if (e.cpu_wait > 0) j["cpu_wait"] = e.cpu_wait;
   return j;
 }
@@ -97,7 +102,8 @@ Result<RankTimeline> read_rank_timeline(const std::string& path, int32_t rank) {
   for (const std::string& line : split(text, '\n')) {
     ++line_no;
     if (trim(line).empty()) continue;
-    TP_ASSIGN_OR_RETURN(TimelineEvent e, event_from_json(line, fmt::format("{}:{}", path, line_no)));
+    TP_ASSIGN_OR_RETURN(TimelineEvent e,
+                        event_from_json(line, fmt::format("{}:{}", path, line_no)));
     tl.events.push_back(std::move(e));
   }
   return tl;

@@ -347,7 +347,7 @@ GpuRankReport gpu_rank_report(const GpuTraceRank& trace, bool pipelined) {
     s.causes_ns = unions.causes(w.window, pipelined);
     s.causes = gpu_cause_seconds(s.causes_ns);
     for (int c = 0; c < kNumGpuCauses; ++c) rr.causes_ns[c] += s.causes_ns[c];
-    rr.steps.push_back(std::move(s));
+    rr.steps.push_back(s);  // trivially copyable: std::move adds nothing
   }
   if (rr.steps.empty()) rr.causes_ns = unions.causes(unions.extent(), pipelined);
   rr.causes = gpu_cause_seconds(rr.causes_ns);

@@ -287,10 +287,10 @@ std::string format_gpu_trace_text(const GpuTraceReport& rep) {
         }
         // The bound as `simulate` prints it beside a makespan (format_lower_bound), in the
         // step's unit.
-        const std::string bound =
-            w.lower_bound_s > 0
-                ? " " + format_lower_bound(w.step_s, w.lower_bound_s, fmt_time(w.lower_bound_s, "s"))
-                : "";
+        const std::string bound = w.lower_bound_s > 0
+                                      ? " " + format_lower_bound(w.step_s, w.lower_bound_s,
+                                                                 fmt_time(w.lower_bound_s, "s"))
+                                      : "";
         bounded = bounded || w.lower_bound_s > 0;
         out += fmt::format("  what-if {}: step {}{}, bubble {}, saves {} ({})\n", w.label,
                            fmt_time(w.step_s, "s"), bound, pct(w.bubble_ratio),
@@ -392,7 +392,7 @@ void chrome_trace_pieces(const GpuTraceReport& rep, Sink&& sink) {
   }
   bool first = true;
   std::string piece;
-  auto emit = [&](std::string s) {
+  auto emit = [&](const std::string& s) {
     if (!first) piece += ",\n";
     first = false;
     piece += s;

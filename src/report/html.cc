@@ -72,8 +72,9 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
   return h;
 }
 
-std::string timeline_svg(Timeline tl, double axis_end, const std::string& title,
+std::string timeline_svg(Timeline timeline, double axis_end, const std::string& title,
                          const std::string& cls) {
+  Timeline& tl = timeline;
   if (!tl.ranks.empty()) {
     TimelineEvent mark;
     mark.name = "axis end";
@@ -347,8 +348,8 @@ std::string html_rank_row(const Report& rep, int r) {
     h += "<td>" + fmt_time(sm.rank_idle[r][c], "s") + "</td>";
   h += "<td>" + pct(sm.rank_bubble_ratio[r]) + "</td>";
   if (rep.has_prediction) {
-    h += "<td>" + pct(rep.predicted.ranks[r].bubble_ratio) + "</td><td>" + fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit) +
-         "</td>";
+    h += "<td>" + pct(rep.predicted.ranks[r].bubble_ratio) + "</td><td>" +
+         fmt_time(rep.gap_per_rank[r], rep.predicted.time_unit) + "</td>";
   }
   return h + "</tr>\n";
 }

@@ -309,7 +309,7 @@ class KinetoSax : public nlohmann::json_sax<nlohmann::json> {
   std::vector<Launch> launches;
   std::vector<StepMark> steps;
   std::vector<CpuRange> ranges;
-  std::vector<int64_t> range_tids;  // the thread of each of `ranges` (-1: not said)
+  std::vector<int64_t> range_tids;    // the thread of each of `ranges` (-1: not said)
   std::vector<CpuRange> comm_ranges;  // PP:<stage>SEND_*/RECV_* ranges (cpu_pipeline_events)
   // cpu_op events (start, thread), for a CPU-only trace of a pipelining run (cpu_pipeline_events)
   std::vector<std::pair<int64_t, int64_t>> cpu_ops;

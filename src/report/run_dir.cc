@@ -157,9 +157,9 @@ void RunLoader::read_summary_fields(const nlohmann::json& j, const std::string& 
     run_.has_summary = true;
     run_.num_ranks = json_int<int32_t>(j, "pp", 0);
     if (run_.num_ranks < 0 || run_.num_ranks > kMaxRanks) {  // schedule.h's limit
-      run_.warnings.push_back(fmt::format(
-          "{}: \"pp\" {} is outside [1, {}]; ranks taken from the timeline files", path,
-          run_.num_ranks, kMaxRanks));
+      run_.warnings.push_back(
+          fmt::format("{}: \"pp\" {} is outside [1, {}]; ranks taken from the timeline files", path,
+                      run_.num_ranks, kMaxRanks));
       run_.num_ranks = 0;
     }
     run_.schedule_name = j.value("schedule", std::string());

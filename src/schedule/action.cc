@@ -30,14 +30,22 @@ bool is_comm(ActionType t) { return !is_compute(t); }
 
 std::string_view action_type_name(ActionType t) {
   switch (t) {
-    case ActionType::kForward: return "F";
-    case ActionType::kBackwardInput: return "I";
-    case ActionType::kBackwardWeight: return "W";
-    case ActionType::kBackward: return "B";
-    case ActionType::kSendAct: return "SEND_F";
-    case ActionType::kRecvAct: return "RECV_F";
-    case ActionType::kSendGrad: return "SEND_B";
-    case ActionType::kRecvGrad: return "RECV_B";
+    case ActionType::kForward:
+      return "F";
+    case ActionType::kBackwardInput:
+      return "I";
+    case ActionType::kBackwardWeight:
+      return "W";
+    case ActionType::kBackward:
+      return "B";
+    case ActionType::kSendAct:
+      return "SEND_F";
+    case ActionType::kRecvAct:
+      return "RECV_F";
+    case ActionType::kSendGrad:
+      return "SEND_B";
+    case ActionType::kRecvGrad:
+      return "RECV_B";
     case ActionType::kOverlapFB:
       return "OVERLAP_F_B";
   }
@@ -138,10 +146,10 @@ Result<Action> parse_simple_action(std::string_view token) {
   if (j == token.size()) return bad("it does not end with a microbatch number");
   std::string_view type_text = token.substr(i, j - i);
   std::string_view mb_text = token.substr(j);
-  static constexpr ActionType kAll[] = {
-      ActionType::kForward,  ActionType::kBackwardInput, ActionType::kBackwardWeight,
-      ActionType::kBackward, ActionType::kSendAct,       ActionType::kRecvAct,
-      ActionType::kSendGrad, ActionType::kRecvGrad};
+  static constexpr ActionType kAll[] = {ActionType::kForward,        ActionType::kBackwardInput,
+                                        ActionType::kBackwardWeight, ActionType::kBackward,
+                                        ActionType::kSendAct,        ActionType::kRecvAct,
+                                        ActionType::kSendGrad,       ActionType::kRecvGrad};
   Action a;
   bool found = false;
   for (ActionType t : kAll) {

@@ -6,8 +6,8 @@ namespace tightpipe {
 namespace {
 
 TEST(ActionTest, TextFormRoundTrips) {
-  for (const char* t : {"2F0", "1I3", "0W3", "2B1", "1SEND_F3", "2RECV_B0", "13RECV_F127",
-                        "0SEND_B9"}) {
+  for (const char* t :
+       {"2F0", "1I3", "0W3", "2B1", "1SEND_F3", "2RECV_B0", "13RECV_F127", "0SEND_B9"}) {
     auto a = parse_action(t);
     ASSERT_TRUE(a.ok()) << a.status().to_string();
     EXPECT_EQ(to_string(*a), t);

@@ -15,12 +15,18 @@ Result<Schedule> generate_zb_h1(const GeneratorOptions& o) {
   for (int32_t r = 0; r < p; ++r) {
     auto& prog = s.programs[r];
     int32_t f = 0, i = 0, w = 0;  // next microbatch of each kind
-    auto emit_f = [&] { if (f < m) prog.push_back(F(r, f++)); };
-    auto emit_i = [&] { if (i < f) prog.push_back(I(r, i++)); };
-    auto emit_w = [&] { if (w < i) prog.push_back(W(r, w++)); };
+    auto emit_f = [&] {
+      if (f < m) prog.push_back(F(r, f++));
+    };
+    auto emit_i = [&] {
+      if (i < f) prog.push_back(I(r, i++));
+    };
+    auto emit_w = [&] {
+      if (w < i) prog.push_back(W(r, w++));
+    };
     const int32_t warmup = std::min(m, p - r);
     for (int32_t k = 0; k < warmup; ++k) emit_f();  // warm-up: p - r forwards
-    for (int32_t k = 0; k < r && i < m; ++k) {       // r pairs "I F": W waits
+    for (int32_t k = 0; k < r && i < m; ++k) {      // r pairs "I F": W waits
       emit_i();
       emit_f();
     }

@@ -27,14 +27,14 @@ inline Schedule empty_schedule(std::string name, int32_t ranks, int32_t stages, 
 inline Status check_common(std::string_view name, const GeneratorOptions& o, int32_t fixed_chunks) {
   if (o.ranks < 1) {
     return Status::invalid_argument(fmt::format(
-        "--pp {}: schedule '{}' needs at least 1 pipeline rank; hint: pass --pp 1 or more",
-        o.ranks, name));
+        "--pp {}: schedule '{}' needs at least 1 pipeline rank; hint: pass --pp 1 or more", o.ranks,
+        name));
   }
   if (o.microbatches < 1) {
-    return Status::invalid_argument(fmt::format(
-        "--microbatches {}: schedule '{}' needs at least 1 microbatch; hint: pass "
-        "--microbatches >= 1 (more microbatches means a thinner bubble)",
-        o.microbatches, name));
+    return Status::invalid_argument(
+        fmt::format("--microbatches {}: schedule '{}' needs at least 1 microbatch; hint: pass "
+                    "--microbatches >= 1 (more microbatches means a thinner bubble)",
+                    o.microbatches, name));
   }
   if (o.chunks < 1) {
     return Status::invalid_argument(

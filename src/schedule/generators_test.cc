@@ -4,8 +4,8 @@
 
 #include <sstream>
 
-#include "tightpipe/base.h"
 #include "sanitizer.h"
+#include "tightpipe/base.h"
 #include "tightpipe/schedule.h"
 
 namespace tightpipe {
@@ -27,7 +27,8 @@ void expect_rows(const char* name, GeneratorOptions o, const std::vector<std::st
   auto s = generate_schedule(name, o);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   ASSERT_EQ(s->programs.size(), want.size());
-  for (size_t r = 0; r < want.size(); ++r) EXPECT_EQ(row(*s, r, bare), want[r]) << name << " rank " << r;
+  for (size_t r = 0; r < want.size(); ++r)
+    EXPECT_EQ(row(*s, r, bare), want[r]) << name << " rank " << r;
   EXPECT_TRUE(validate(*s).ok()) << validate(*s).to_string();
 }
 
@@ -107,9 +108,11 @@ TEST(GeneratorTest, BadShapesNameTheFlag) {
     const char* flag;
   } cases[] = {
       {"interleaved", {.ranks = 4, .microbatches = 9, .chunks = 2}, "--microbatches 9"},
-      {"interleaved", {.ranks = 4, .microbatches = 8, .chunks = 2, .group_size = 3},
+      {"interleaved",
+       {.ranks = 4, .microbatches = 8, .chunks = 2, .group_size = 3},
        "--microbatch-group-size 3"},
-      {"interleaved", {.ranks = 4, .microbatches = 10, .chunks = 2, .group_size = 8},
+      {"interleaved",
+       {.ranks = 4, .microbatches = 10, .chunks = 2, .group_size = 8},
        "--microbatch-group-size 8"},
       {"zb-v", {.ranks = 4, .microbatches = 8, .chunks = 3}, "--vpp 3"},
       {"zb-h2", {.ranks = 4, .microbatches = 7}, "--microbatches 7"},

@@ -20,7 +20,8 @@ std::string format_grid(const Schedule& sch, GridMark mark) {
     lo = mark.step > static_cast<int32_t>(kWindow) ? mark.step - kWindow : 0;
     hi = std::min(steps, lo + 2 * kWindow + 1);
   }
-  const std::string label_fmt = fmt::format("r{}", sch.programs.size() > 0 ? sch.programs.size() - 1 : 0);
+  const std::string label_fmt =
+      fmt::format("r{}", !sch.programs.empty() ? sch.programs.size() - 1 : 0);
   const size_t label_width = label_fmt.size() + 1;
   std::string out;
   if (lo > 0 || hi < steps) {
@@ -33,10 +34,11 @@ std::string format_grid(const Schedule& sch, GridMark mark) {
     size_t caret_col = std::string::npos;
     for (size_t i = lo; i < hi; ++i) {
       std::string cell = i < prog.size() ? to_string(prog[i]) : ".";
-      const bool marked = static_cast<int32_t>(r) == mark.rank && static_cast<int32_t>(i) == mark.step;
+      const bool marked =
+          static_cast<int32_t>(r) == mark.rank && static_cast<int32_t>(i) == mark.step;
       if (marked) {
         caret_col = row.size();
-        cell = "[" + cell + "]";
+        cell = fmt::format("[{}]", cell);
       }
       row += fmt::format("{:<{}} ", cell, width + (marked ? 2 : 0));
     }
@@ -45,7 +47,8 @@ std::string format_grid(const Schedule& sch, GridMark mark) {
     out += row + "\n";
     if (caret_col != std::string::npos) {
       out += std::string(caret_col, ' ') + "^ step " + std::to_string(mark.step) + "\n";
-    } else if (static_cast<int32_t>(r) == mark.rank && mark.step >= static_cast<int32_t>(prog.size())) {
+    } else if (static_cast<int32_t>(r) == mark.rank &&
+               mark.step >= static_cast<int32_t>(prog.size())) {
       out += std::string(label_width + 1, ' ') + "^ (end of program)\n";
     }
   }

@@ -111,7 +111,8 @@ Result<Schedule> parse_csv(std::string_view text, std::string_view source,
     const auto cells = split(line, ',');
     for (size_t ci = 0; ci < cells.size(); ++ci) {
       std::string_view cell = trim(cells[ci]);
-      if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') cell = cell.substr(1, cell.size() - 2);
+      if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"')
+        cell = cell.substr(1, cell.size() - 2);
       if (cell.empty()) continue;  // an idle slot
       auto t = parse_torch_action(cell);
       if (!t.ok()) {
@@ -127,17 +128,18 @@ Result<Schedule> parse_csv(std::string_view text, std::string_view source,
       }
       auto a = parse_action(cell);
       if (!a.ok()) {
-        return Status::invalid_argument(fmt::format("{}:{}:{}: {}", source, li + 1, ci + 1,
-                                                    a.status().message()));
+        return Status::invalid_argument(
+            fmt::format("{}:{}:{}: {}", source, li + 1, ci + 1, a.status().message()));
       }
       sch.programs.back().push_back(*a);
       pos.back().push_back({static_cast<int>(li) + 1, static_cast<int>(ci) + 1});
     }
   }
   if (sch.programs.empty()) {
-    return Status::invalid_argument(fmt::format(
-        "{}: empty schedule file; hint: one row per rank, one action per cell, e.g. 0F0,0F1,0B0,0B1",
-        source));
+    return Status::invalid_argument(
+        fmt::format("{}: empty schedule file; hint: one row per rank, one action per cell, e.g. "
+                    "0F0,0F1,0B0,0B1",
+                    source));
   }
   TP_RETURN_IF_ERROR(detail::infer_shape(sch, source, pos));
   TP_RETURN_IF_ERROR(detail::check_torch_cells(sch, torch_cells, pos, source));
@@ -145,12 +147,22 @@ Result<Schedule> parse_csv(std::string_view text, std::string_view source,
     *counts = {};
     for (const auto& c : torch_cells) {
       switch (c.action.type) {
-        case TorchActionType::kUnshard: ++counts->unshard; break;
-        case TorchActionType::kReshard: ++counts->reshard; break;
-        case TorchActionType::kReduceGrad: ++counts->reduce_grad; break;
-        case TorchActionType::kWaitReduceGrad: ++counts->wait_reduce_grad; break;
+        case TorchActionType::kUnshard:
+          ++counts->unshard;
+          break;
+        case TorchActionType::kReshard:
+          ++counts->reshard;
+          break;
+        case TorchActionType::kReduceGrad:
+          ++counts->reduce_grad;
+          break;
+        case TorchActionType::kWaitReduceGrad:
+          ++counts->wait_reduce_grad;
+          break;
         case TorchActionType::kWaitSendF:
-        case TorchActionType::kWaitSendB: ++counts->wait_send; break;
+        case TorchActionType::kWaitSendB:
+          ++counts->wait_send;
+          break;
       }
     }
   }

@@ -46,9 +46,10 @@ Result<int32_t> json_count(const nlohmann::json& j, const char* key, int32_t lim
         fmt::format("{}: \"{}\" is {}, not a whole number; hint: e.g. \"{}\": 4", source, key,
                     printable(v.dump(), 40), key));
   }
-  const auto n = v.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
-                                              v.get<uint64_t>(), uint64_t{1} << 62))
-                                        : v.get<int64_t>();
+  const auto n =
+      v.is_number_unsigned()
+          ? static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), uint64_t{1} << 62))
+          : v.get<int64_t>();
   if (n < 1 || n > limit) {
     return Status::invalid_argument(
         fmt::format("{}: \"{}\" {} is outside [1, {}] (tightpipe's limit); {}", source, key, n,
@@ -74,8 +75,8 @@ Result<Schedule> parse_json(std::string_view text, std::string_view source) {
     TP_ASSIGN_OR_RETURN(sch.num_stages, json_count(j, "stages", kMaxStages, source));
     TP_ASSIGN_OR_RETURN(sch.num_microbatches,
                         json_count(j, "microbatches", kMaxMicrobatches, source));
-    TP_RETURN_IF_ERROR(check_schedule_shape(source, sch.num_ranks, sch.num_stages,
-                                            sch.num_microbatches));
+    TP_RETURN_IF_ERROR(
+        check_schedule_shape(source, sch.num_ranks, sch.num_stages, sch.num_microbatches));
     if (j.contains("directions")) {
       TP_ASSIGN_OR_RETURN(sch.directions, json_count(j, "directions", 2, source));
     }

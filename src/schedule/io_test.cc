@@ -82,7 +82,8 @@ TEST(LimitsTest, HugeCountsAreRefusedBeforeAllocating) {
   expect_refused(parse_csv("0F0,0I0,0W0\n1F99999999\n", "t.csv").status(), "'1F99999999'");
   expect_refused(parse_csv("0F2147483648\n", "o.csv").status(), "'0F2147483648'");
   // JSON: counts that are not whole numbers, or over the limit (they were cut to 32 bits).
-  const std::string ok = to_json(generate_schedule("zb-h1", {.ranks = 2, .microbatches = 2}).value());
+  const std::string ok =
+      to_json(generate_schedule("zb-h1", {.ranks = 2, .microbatches = 2}).value());
   auto with = [&](std::string_view from, std::string_view to) {
     std::string t = ok;
     const size_t at = t.find(from);
@@ -90,14 +91,15 @@ TEST(LimitsTest, HugeCountsAreRefusedBeforeAllocating) {
     return t.replace(at, from.size(), to);
   };
   ASSERT_TRUE(parse_json(ok, "ok.json").ok());
-  expect_refused(parse_json(with("\"microbatches\": 2", "\"microbatches\": 99999999999"), "a.json")
-                     .status(),
-                 "99999999999");
-  expect_refused(parse_json(with("\"microbatches\": 2", "\"microbatches\": 4294967298"), "b.json")
-                     .status(),
-                 "4294967298");
-  expect_refused(parse_json(with("\"microbatches\": 2", "\"microbatches\": 2.7"), "c.json").status(),
-                 "2.7, not a whole number");
+  expect_refused(
+      parse_json(with("\"microbatches\": 2", "\"microbatches\": 99999999999"), "a.json").status(),
+      "99999999999");
+  expect_refused(
+      parse_json(with("\"microbatches\": 2", "\"microbatches\": 4294967298"), "b.json").status(),
+      "4294967298");
+  expect_refused(
+      parse_json(with("\"microbatches\": 2", "\"microbatches\": 2.7"), "c.json").status(),
+      "2.7, not a whole number");
   expect_refused(parse_json(with("\"ranks\": 2", "\"ranks\": 1000000000"), "d.json").status(),
                  "1000000000");
   // A name of control bytes or megabytes is kept printable and short (it is echoed in errors).
@@ -118,8 +120,8 @@ TEST(LimitsTest, HugeCountsAreRefusedBeforeAllocating) {
                  "pipeline ranks 100000");
   expect_refused(generate_schedule("1f1b", {.ranks = 1024, .microbatches = 65536}).status(),
                  "stages x microbatches");
-  EXPECT_TRUE(check_schedule_shape("x", kMaxRanks, kMaxStages, kMaxStageMicrobatches / kMaxStages)
-                  .ok());
+  EXPECT_TRUE(
+      check_schedule_shape("x", kMaxRanks, kMaxStages, kMaxStageMicrobatches / kMaxStages).ok());
 }
 
 }  // namespace

@@ -357,7 +357,8 @@ Status check_torch_directions(const Schedule& schedule, std::string_view hint) {
       schedule.name, schedule.directions, hint));
 }
 
-Result<std::string> to_torch_csv(const Schedule& in) {
+Result<std::string> to_torch_csv(const Schedule& schedule) {
+  const Schedule& in = schedule;
   TP_RETURN_IF_ERROR(check_torch_directions(
       in,
       "export dualpipev (DualPipe's one-direction V, PyTorch's ScheduleDualPipeV), or write this "

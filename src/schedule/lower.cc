@@ -13,7 +13,8 @@
 
 namespace tightpipe {
 
-Result<Schedule> lower(const Schedule& in) {
+Result<Schedule> lower(const Schedule& schedule) {
+  const Schedule& in = schedule;
   if (in.lowered || in.has_comm_actions()) {
     return Status::invalid_argument(fmt::format(
         "schedule '{}' is already lowered (it holds SEND/RECV); hint: lower a compute-only "
@@ -25,7 +26,7 @@ Result<Schedule> lower(const Schedule& in) {
   out.lowered = true;
   for (auto& prog : out.programs) {
     prog.clear();
-    prog.reserve(in.programs.size() ? 3 * in.size() / in.programs.size() : 0);
+    prog.reserve(!in.programs.empty() ? 3 * in.size() / in.programs.size() : 0);
   }
   const int32_t P = in.num_ranks;
   CompletionSet placed(out);
@@ -76,7 +77,8 @@ Result<Schedule> lower(const Schedule& in) {
 namespace tightpipe {
 
 // megatron_p2p_calls (schedule.h): Megatron's two orders of p2p calls around its computes.
-Result<P2pCalls> megatron_p2p_calls(const Schedule& in) {
+Result<P2pCalls> megatron_p2p_calls(const Schedule& compute_only) {
+  const Schedule& in = compute_only;
   if (in.lowered || in.has_comm_actions()) {
     return Status::invalid_argument(fmt::format(
         "megatron p2p: schedule '{}' is lowered already; hint: pass the compute-only schedule",

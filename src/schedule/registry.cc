@@ -43,7 +43,8 @@ const std::vector<GeneratorInfo>& schedule_generators() {
 namespace {
 std::string canonical(std::string_view name) {
   std::string s;
-  for (char c : name) s += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char c : name)
+    s += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (s == "interleaved1f1b" || s == "interleaved-1f1b" || s == "vpp") return "interleaved";
   if (s == "zbh1" || s == "zb1p") return "zb-h1";
   if (s == "zbh2") return "zb-h2";

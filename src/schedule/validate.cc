@@ -57,9 +57,9 @@ Status validate(const Schedule& sch) {
   }
   for (int32_t s = 0; s < S; ++s) {
     if (sch.stage_to_rank[s] < 0 || sch.stage_to_rank[s] >= P) {
-      return Status::invalid_argument(fmt::format(
-          "invalid schedule '{}': stage {} is mapped to rank {}, outside 0..{}", sch.name, s,
-          sch.stage_to_rank[s], P - 1));
+      return Status::invalid_argument(
+          fmt::format("invalid schedule '{}': stage {} is mapped to rank {}, outside 0..{}",
+                      sch.name, s, sch.stage_to_rank[s], P - 1));
     }
   }
   // A lowered schedule may hold no SEND/RECV (one rank, or only local hand-offs).
@@ -191,13 +191,18 @@ Status validate(const Schedule& sch) {
       const GridMark stage_row{sch.stage_to_rank[s], -1};
       auto has = [&](ActionType t) { return seen.at(t, s, mb).rank >= 0; };
       if (!has(ActionType::kForward)) {
-        return fail(sch, stage_row, fmt::format("{}F{} is missing (every stage runs one forward per microbatch)", s, mb));
+        return fail(
+            sch, stage_row,
+            fmt::format("{}F{} is missing (every stage runs one forward per microbatch)", s, mb));
       }
       const bool b = has(ActionType::kBackward), i = has(ActionType::kBackwardInput),
                  w = has(ActionType::kBackwardWeight);
       if (b && (i || w)) {
-        return fail(sch, {seen.at(ActionType::kBackward, s, mb).rank, seen.at(ActionType::kBackward, s, mb).step},
-                    fmt::format("stage {} microbatch {} has both a fused B and a split I/W", s, mb));
+        return fail(
+            sch,
+            {seen.at(ActionType::kBackward, s, mb).rank,
+             seen.at(ActionType::kBackward, s, mb).step},
+            fmt::format("stage {} microbatch {} has both a fused B and a split I/W", s, mb));
       }
       if (!b && !(i && w)) {
         return fail(sch, stage_row,
@@ -316,8 +321,7 @@ Status validate(const Schedule& sch) {
                                  : "");
       if (first.rank < 0) first = {r, static_cast<int32_t>(pc[r])};
     }
-    return fail(sch, first,
-                fmt::format("deadlock: no rank can make progress{}", blocked));
+    return fail(sch, first, fmt::format("deadlock: no rank can make progress{}", blocked));
   }
   return OkStatus();
 }

@@ -283,9 +283,11 @@ CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule&
                    per_model_stage.source(), per_model_stage.real_bytes());
 }
 
-CostModel uniform_cost_model(const UniformCosts& u, int32_t ranks, int32_t stages) {
+CostModel uniform_cost_model(const UniformCosts& costs, int32_t ranks, int32_t stages) {
+  const UniformCosts& u = costs;
   TP_CHECK(ranks > 0 && stages > 0 && stages % ranks == 0, "ranks=", ranks, " stages=", stages);
-  const double v = static_cast<double>(stages / ranks);
+  const int32_t per_rank = stages / ranks;  // exact: the check above
+  const double v = per_rank;
   StageCost c;
   c.f = u.f / v;
   c.i = u.i / v;

@@ -31,7 +31,8 @@ Slot step_to_micro_batch(int32_t t, int32_t s, int32_t S) {
 // SendActivation(the previous slot's). A slot whose microbatch is out of range computes nothing
 // but still sends the previous slot's output. Every instruction is one blocking dist.send /
 // dist.recv: one call each. The computes this yields must be the schedule's order (1F1B).
-Result<P2pCalls> deepspeed_p2p_calls(const Schedule& in) {
+Result<P2pCalls> deepspeed_p2p_calls(const Schedule& compute_only) {
+  const Schedule& in = compute_only;
   if (in.lowered || in.has_comm_actions()) {
     return Status::invalid_argument(fmt::format(
         "deepspeed p2p: schedule '{}' is lowered already; hint: pass the compute-only schedule",

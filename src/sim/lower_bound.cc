@@ -271,7 +271,6 @@ class Bounder {
     return lb;
   }
 
- private:
   size_t idx(int32_t s, int32_t k) const { return static_cast<size_t>(s) * md_ + k; }
   int32_t first_of(int32_t s) const { return (s / Sd_) * Sd_; }
 

@@ -207,7 +207,8 @@ std::string format_compare_table(const std::vector<SimResult>& results) {
     seen.push_back(r.engine_description);
     std::string names;
     for (const SimResult& q : results) {
-      if (q.engine_description == r.engine_description) names += (names.empty() ? "" : ", ") + q.schedule;
+      if (q.engine_description == r.engine_description)
+        names += (names.empty() ? "" : ", ") + q.schedule;
     }
     out += fmt::format("engine   {} ({})\n", r.engine_description, names);
   }

@@ -111,8 +111,9 @@ TEST_F(SimulateCli, OptimizerPostValidationPrintsTheSteadyStateStep) {
   auto j = nlohmann::json::parse(sync.out);
   EXPECT_FALSE(j["optimizer_post_validation"].get<bool>());
   EXPECT_DOUBLE_EQ(j["steady_state_step_time"].get<double>(), 27);
-  CliRun f = run("--schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1 "
-                 "--optimizer-post-validation");
+  CliRun f =
+      run("--schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1 "
+          "--optimizer-post-validation");
   ASSERT_EQ(f.code, 0) << f.err;
   EXPECT_NE(f.out.find("steady-state step 33 (optimizer post-validation"), std::string::npos)
       << f.out;

@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "sanitizer.h"
 #include "sim/zb_list.h"
 #include "sim/zb_timing.h"
 #include "tightpipe/auto_schedule.h"
 #include "tightpipe/base.h"
 #include "tightpipe/simulator.h"
-#include "sanitizer.h"
 #include "zb_paper_settings.h"
 
 namespace tightpipe {
@@ -40,7 +40,7 @@ ZbAutoOptions opts(std::optional<double> limit, std::optional<double> frac = {},
 struct Sim {
   double makespan = 0;
   double span = 0;
-  double span_bubble = 0;  // SimResult::span_bubble_ratio (prof.h span_bubble)
+  double span_bubble = 0;          // SimResult::span_bubble_ratio (prof.h span_bubble)
   std::vector<double> peak_bytes;  // per rank
   std::vector<double> peak_units;  // per rank, whole-rank microbatch activations
   std::vector<double> internal_idle;
@@ -208,7 +208,7 @@ TEST(ZbAuto, AtScaleSampledNeverWorseNorOverTheLimit) {
   // worse than zb-h1 / zb-v from p on, a larger limit never worse.
   Rng rng(20261202);
   for (int draw = 0; draw < 6; ++draw) {
-    const int32_t p = 8 + static_cast<int32_t>(rng.uniform_double() * 25);        // 8..32
+    const int32_t p = 8 + static_cast<int32_t>(rng.uniform_double() * 25);         // 8..32
     const int32_t m = p + static_cast<int32_t>(rng.uniform_double() * (129 - p));  // p..128
     const double frac = std::round(rng.uniform_double() * 4) / 4;
     if (testutil::kBuiltWithSanitizer && draw > 0) continue;  // the same paths, one draw
@@ -246,8 +246,8 @@ TEST(ZbAuto, PapersPublishedSettingsNoWorseThanItsRates) {
   // zb-v-auto at p=16 are met by the authors' own greedies among the candidates (zb_auto.cc,
   // zb_v_auto.cc), and by no pass or handcrafted schedule.
   const std::tuple<const char*, int32_t, int32_t> met[] = {
-      {"zb-1p", 8, 24},     {"zb-2p", 8, 24},      {"zb-2p", 8, 32},      {"zb-2p", 16, 48},
-      {"zb-v-auto", 16, 48}, {"zb-1p", 32, 96},    {"zb-2p", 32, 96},     {"zb-2p", 32, 128},
+      {"zb-1p", 8, 24},      {"zb-2p", 8, 24},     {"zb-2p", 8, 32},  {"zb-2p", 16, 48},
+      {"zb-v-auto", 16, 48}, {"zb-1p", 32, 96},    {"zb-2p", 32, 96}, {"zb-2p", 32, 128},
       {"zb-v-auto", 24, 72}, {"zb-v-auto", 32, 96}};
   int k = 0;
   for (const auto& [name, p, m] : met) {
@@ -779,11 +779,11 @@ TEST(ZbVAuto, VMinAndVHalfMatchTheAuthorsGreedy) {
     const char* name;
     double their_span;
   };
-  for (const Case& k : {Case{4, 16, "v-min", 107}, Case{4, 16, "v-half", 101},
-                        Case{4, 32, "v-min", 203}, Case{4, 32, "v-half", 197},
-                        Case{6, 48, "v-min", 305}, Case{6, 48, "v-half", 299},
-                        Case{8, 64, "v-min", 411}, Case{8, 64, "v-half", 401},
-                        Case{12, 96, "v-min", 617}, Case{12, 96, "v-half", 605}}) {
+  for (const Case& k :
+       {Case{4, 16, "v-min", 107}, Case{4, 16, "v-half", 101}, Case{4, 32, "v-min", 203},
+        Case{4, 32, "v-half", 197}, Case{6, 48, "v-min", 305}, Case{6, 48, "v-half", 299},
+        Case{8, 64, "v-min", 411}, Case{8, 64, "v-half", 401}, Case{12, 96, "v-min", 617},
+        Case{12, 96, "v-half", 605}}) {
     SCOPED_TRACE(fmt::format("{} p={} m={}", k.name, k.p, k.m));
     const CostModel c = uniform_cost_model(UniformCosts{}, k.p, 2 * k.p);
     auto s = build_auto_schedule(k.name, k.p, k.m, c);

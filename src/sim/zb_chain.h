@@ -75,9 +75,8 @@ class ChainTimes {
     fe[0] = end_f(s, k);
     for (int32_t j = s + 1; j <= last; ++j) {
       const double e = end_f(j, k);
-      fe[j - s] = e < kUnplaced
-                      ? e
-                      : std::max(lane_free(j), fe[j - 1 - s] + st_[j - 1].comm_f) + st_[j].cf;
+      fe[j - s] =
+          e < kUnplaced ? e : std::max(lane_free(j), fe[j - 1 - s] + st_[j - 1].comm_f) + st_[j].cf;
     }
     double ie = 0;  // end of I of stage j + 1
     if (last < S - 1) {
@@ -101,7 +100,7 @@ class ChainTimes {
   std::vector<Stage> st_;
   int32_t m_ = 0;
   std::vector<double> end_f_, end_i_;  // [S * m]
-  std::vector<double> tail_;  // [S + 1], see the constructor
+  std::vector<double> tail_;           // [S + 1], see the constructor
 };
 
 }  // namespace tightpipe::zb

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "sim/zb_timing.h"
-#include "tightpipe/lower_bound.h"
 #include "tightpipe/base.h"
+#include "tightpipe/lower_bound.h"
 
 namespace tightpipe::zb {
 namespace {
@@ -24,7 +24,9 @@ std::vector<Policy> all_policies(int32_t chunks) {
     // 4 the chain's warm-up count per stage (Problem::Stage::warmup).
     for (int bits = 0; bits < 40; ++bits) {
       const int family = bits / 8;
-      out.push_back({.cap_slope = family == 3 ? 2 : family == 4 ? 0 : family,
+      out.push_back({.cap_slope = family == 3   ? 2
+                                  : family == 4 ? 0
+                                                : family,
                      .cap_base_offset = family == 2 ? 1 : 0,
                      .chain_cap = family == 4,
                      .f_before_i = (bits & 1) != 0,
@@ -481,8 +483,8 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
     auto run_worker = [&](size_t t) {
       WorkerBest& b = best_of[t];
       for (size_t k = t; k < policies.size(); k += workers.size()) {
-        const double cutoff = std::min({at ? at_score.primary : kInf,
-                                        b.pass ? b.pass->score.primary : kInf, beat});
+        const double cutoff =
+            std::min({at ? at_score.primary : kInf, b.pass ? b.pass->score.primary : kInf, beat});
         Pass ps = workers[t].run(*l, policies[k], objective, cutoff);
         if (!ps.cut && (!b.pass || ps.score < b.pass->score)) {
           b.pass = std::move(ps);
@@ -509,9 +511,8 @@ Result<Schedule> build_list_schedule(const Problem& pr, const CostModel& costs, 
     if (with_search) {
       TP_ASSIGN_OR_RETURN(Schedule searched,
                           improve_schedule(*at, costs, fractions, *l, objective, budget));
-      TP_ASSIGN_OR_RETURN(Score sc,
-                          score_schedule(searched, costs, objective,
-                                         max_peak_units(searched, fractions, units)));
+      TP_ASSIGN_OR_RETURN(Score sc, score_schedule(searched, costs, objective,
+                                                   max_peak_units(searched, fractions, units)));
       if (sc < at_score) {
         at = std::move(searched);
         at_score = sc;

@@ -49,5 +49,4 @@ double max_peak_units(const Schedule& s, const std::vector<double>& fractions,
 Result<Score> score_schedule(const Schedule& s, const CostModel& costs, ZbObjective objective,
                              double peak, double* rank_sum = nullptr);
 
-
 }  // namespace tightpipe::zb

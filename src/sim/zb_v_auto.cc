@@ -15,9 +15,9 @@
 #include <limits>
 #include <optional>
 #include <queue>
+#include <string>
 #include <tuple>
 #include <utility>
-#include <string>
 #include <vector>
 
 #include "sim/zb_list.h"
@@ -92,10 +92,9 @@ class PatternSlots {
     for (int32_t r = 0; r < p_; ++r) {
       const int32_t s0 = r, s1 = 2 * p_ - 1 - r;
       std::vector<std::pair<int64_t, Action>> slots;
-      const std::array<Action, 4> kind = {Action{ActionType::kForward, s0, 0},
-                                          Action{ActionType::kForward, s1, 0},
-                                          Action{ActionType::kBackwardInput, s1, 0},
-                                          Action{ActionType::kBackwardInput, s0, 0}};
+      const std::array<Action, 4> kind = {
+          Action{ActionType::kForward, s0, 0}, Action{ActionType::kForward, s1, 0},
+          Action{ActionType::kBackwardInput, s1, 0}, Action{ActionType::kBackwardInput, s0, 0}};
       for (int j = 0; j < 4; ++j) {
         for (int32_t k = 0; k < m_; ++k) {
           Action a = kind[j];
@@ -171,10 +170,18 @@ class PatternSlots {
     int64_t d = -1;
     const Slots& x = at_[r];
     switch (j) {
-      case 0: if (r > 0) d = at_[r - 1][0][k]; break;
-      case 1: d = r + 1 < p_ ? at_[r + 1][1][k] : x[0][k]; break;
-      case 2: d = r > 0 ? at_[r - 1][2][k] : x[1][k]; break;
-      case 3: d = r + 1 < p_ ? at_[r + 1][3][k] : x[2][k]; break;
+      case 0:
+        if (r > 0) d = at_[r - 1][0][k];
+        break;
+      case 1:
+        d = r + 1 < p_ ? at_[r + 1][1][k] : x[0][k];
+        break;
+      case 2:
+        d = r > 0 ? at_[r - 1][2][k] : x[1][k];
+        break;
+      case 3:
+        d = r + 1 < p_ ? at_[r + 1][3][k] : x[2][k];
+        break;
       default: {  // the k-th W follows the k-th I of either chunk
         const std::vector<int64_t>& a = x[2];
         const std::vector<int64_t>& b = x[3];
@@ -184,7 +191,10 @@ class PatternSlots {
           const int64_t mid = (lo + hi) / 2;
           const auto n = (std::upper_bound(a.begin(), a.end(), mid) - a.begin()) +
                          (std::upper_bound(b.begin(), b.end(), mid) - b.begin());
-          if (n > k) hi = mid; else lo = mid + 1;
+          if (n > k)
+            hi = mid;
+          else
+            lo = mid + 1;
         }
         d = lo;
       }
@@ -284,8 +294,7 @@ class PatternSlots {
   struct Walk {
     int32_t level = 0, most = std::numeric_limits<int32_t>::min(), due = 0, placed = 0;
   };
-  Walk walk(const std::vector<char>& kind, int64_t from, int64_t to, int64_t last,
-            Walk w) const {
+  Walk walk(const std::vector<char>& kind, int64_t from, int64_t to, int64_t last, Walk w) const {
     for (int64_t slot = from; slot < to; ++slot) {
       const char c = slot <= last ? kind[slot] : kFree;
       if (c == kF) {
@@ -327,8 +336,8 @@ class PatternSlots {
 
   // The earliest slot in [from, old) for action (j, k) of rank r that is free of the actions
   // already placed and keeps the rank's peak within cap; else old.
-  int64_t earliest(int32_t r, int j, int32_t k, int64_t old, int64_t from, int32_t cap,
-                   bool with_w, const std::vector<char>& taken) {
+  int64_t earliest(int32_t r, int j, int32_t k, int64_t old, int64_t from, int32_t cap, bool with_w,
+                   const std::vector<char>& taken) {
     if (from >= old) return old;
     if (with_w) {
       // Moving an F earlier raises the memory over [to, old) by 1; a W or an I never raises it.
@@ -393,7 +402,6 @@ std::optional<Schedule> controllable_memory_pattern(int32_t p, int32_t m, bool v
   if (!validate(s).ok()) return std::nullopt;  // (never seen; a candidate less, not an error)
   return s;
 }
-
 
 // The zero-bubble authors' own V greedy (sail-sg/zero-bubble-pipeline-parallelism, zbv.py,
 // PipelineGraph.try_v_schedule, main 39f2c186), rebuilt here on the problem's per-stage costs,
@@ -532,8 +540,7 @@ class AuthorsVGreedy {
           i1.push_back(i);
         } else {
           const int32_t next = stage_of(i, 3) + 1;  // chunk-0 stage of rank i + 1
-          if (chain_.end_i(next, count(i, 3)) != zb::ChainTimes::kUnplaced ||
-              count(i, 2) >= m) {
+          if (chain_.end_i(next, count(i, 3)) != zb::ChainTimes::kUnplaced || count(i, 2) >= m) {
             i1.push_back(i);
           } else {
             i0.push_back(i);
@@ -551,11 +558,11 @@ class AuthorsVGreedy {
       for (int32_t i = 0; i < p && !failed_; ++i) {
         if (count(i, 1) >= m) continue;
         int q = -1;
+        // NOLINTNEXTLINE(bugprone-branch-clone): the tests are ordered; the first and last agree.
         if (count(i, 1) >= count(i, 0)) {
           q = 0;
-        } else if (i == p - 1) {
-          q = 1;
-        } else if (chain_.end_f(stage_of(i, 1) - 1, count(i, 1)) != zb::ChainTimes::kUnplaced) {
+        } else if (i == p - 1 ||
+                   chain_.end_f(stage_of(i, 1) - 1, count(i, 1)) != zb::ChainTimes::kUnplaced) {
           q = 1;
         } else if (count(i, 0) < m &&
                    (i == 0 || chain_.end_f(i - 1, count(i, 0)) != zb::ChainTimes::kUnplaced)) {
@@ -627,8 +634,8 @@ class AuthorsVGreedy {
   const zb::Problem& pr_;
   double limit_;
   zb::ChainTimes chain_;
-  std::vector<int32_t> nf_, ni_, nw_;  // per stage: F, I, W placed
-  std::vector<double> cur_, mem_, idle_;  // per rank: lane free at, memory count, idle
+  std::vector<int32_t> nf_, ni_, nw_;         // per stage: F, I, W placed
+  std::vector<double> cur_, mem_, idle_;      // per rank: lane free at, memory count, idle
   std::vector<std::deque<int32_t>> pending_;  // per rank: the stages of its I whose W waits
   std::vector<std::vector<Action>>* progs_ = nullptr;
   bool failed_ = false;

@@ -34,13 +34,15 @@ TEST(CliScheduleTest, GridCsvJsonAndMegatronSpellings) {
   auto grid = run_command(kTp + " schedule --schedule 1f1b --pp 4 --microbatches 8");
   ASSERT_EQ(grid.exit_code, 0) << grid.err;
   EXPECT_NE(grid.out.find("r3: 3F0 3B0 3F1 3B1"), std::string::npos) << grid.out;
-  auto csv = run_command(kTp + " schedule --schedule interleaved --pipeline-model-parallel-size 4 "
-                               "--num-microbatches 8 --num-virtual-stages-per-pipeline-rank 2 "
-                               "--format csv");
+  auto csv = run_command(kTp +
+                         " schedule --schedule interleaved --pipeline-model-parallel-size 4 "
+                         "--num-microbatches 8 --num-virtual-stages-per-pipeline-rank 2 "
+                         "--format csv");
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
   auto want = generate_schedule("interleaved", {.ranks = 4, .microbatches = 8, .chunks = 2});
   EXPECT_EQ(csv.out, to_csv(*want));
-  auto js = run_command(kTp + " schedule --schedule zb-v --pp 2 --microbatches 4 --lowered --format json");
+  auto js = run_command(
+      kTp + " schedule --schedule zb-v --pp 2 --microbatches 4 --lowered --format json");
   ASSERT_EQ(js.exit_code, 0) << js.err;
   auto parsed = parse_json(js.out, "out.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
@@ -50,7 +52,9 @@ TEST(CliScheduleTest, GridCsvJsonAndMegatronSpellings) {
 
 TEST(CliScheduleTest, CheckAcceptsGoodAndRejectsBadFiles) {
   const std::string dir = testutil::make_temp_dir("tp-cli");
-  auto out = run_command(kTp + " schedule --schedule zb-h1 --pp 3 --microbatches 5 --format csv --out " + dir + "/s.csv");
+  auto out =
+      run_command(kTp + " schedule --schedule zb-h1 --pp 3 --microbatches 5 --format csv --out " +
+                  dir + "/s.csv");
   ASSERT_EQ(out.exit_code, 0) << out.err;
   auto ok = run_command(kTp + " schedule --check " + dir + "/s.csv");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
@@ -110,27 +114,31 @@ TEST(CliScheduleTest, TorchFormatRoundTripsThroughCheck) {
     auto check = run_command(kTp + " schedule --check " + file);
     EXPECT_EQ(check.exit_code, 0) << c.name << "\n" << check.err;
     EXPECT_NE(check.out.find("valid lowered schedule"), std::string::npos) << check.out;
-    EXPECT_NE(check.out.find(fmt::format("{} REDUCE_GRAD, {} WAIT_REDUCE_GRAD, ", c.stages,
-                                         c.stages)),
-              std::string::npos)
-        << c.name << "\n" << check.out;
-    EXPECT_NE(check.out.find("WAIT_SEND, each where PyTorch's runtime needs it"),
-              std::string::npos)
-        << c.name << "\n" << check.out;
+    EXPECT_NE(
+        check.out.find(fmt::format("{} REDUCE_GRAD, {} WAIT_REDUCE_GRAD, ", c.stages, c.stages)),
+        std::string::npos)
+        << c.name << "\n"
+        << check.out;
+    EXPECT_NE(check.out.find("WAIT_SEND, each where PyTorch's runtime needs it"), std::string::npos)
+        << c.name << "\n"
+        << check.out;
     EXPECT_EQ(check.out.find("the form before PyTorch 2.15"), std::string::npos) << check.out;
     // --lowered changes nothing: the torch form is always lowered.
     auto lowered = run_command(gen + " --lowered --format torch");
     EXPECT_EQ(lowered.exit_code, 0) << lowered.err;
     EXPECT_EQ(lowered.out, read_file(file).value()) << c.name;
   }
-  auto dual = run_command(kTp + " schedule --schedule dualpipe --pp 4 --microbatches 8 --format torch");
+  auto dual =
+      run_command(kTp + " schedule --schedule dualpipe --pp 4 --microbatches 8 --format torch");
   EXPECT_EQ(dual.exit_code, 2);
   EXPECT_NE(dual.err.find("runs 2 directions"), std::string::npos) << dual.err;
   EXPECT_NE(dual.err.find("PyTorch's pipelining has no form for"), std::string::npos) << dual.err;
   EXPECT_EQ(std::count(dual.err.begin(), dual.err.end(), '\n'), 1) << dual.err;
   // A plain lowered CSV still checks, with a note that PyTorch would not reduce its gradients.
-  ASSERT_EQ(run_command(kTp + " schedule --schedule 1f1b --pp 2 --microbatches 2 --lowered "
-                              "--format csv --out " + dir + "/plain.csv")
+  ASSERT_EQ(run_command(kTp +
+                        " schedule --schedule 1f1b --pp 2 --microbatches 2 --lowered "
+                        "--format csv --out " +
+                        dir + "/plain.csv")
                 .exit_code,
             0);
   auto plain = run_command(kTp + " schedule --check " + dir + "/plain.csv");
@@ -195,8 +203,10 @@ TEST(CliScheduleTest, BadShapesAreUsageErrors) {
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find("hint"), std::string::npos) << c.args << "\n" << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1 + (r.err.find("\nhint") != std::string::npos))
-        << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'),
+              1 + (r.err.find("\nhint") != std::string::npos))
+        << c.args << "\n"
+        << r.err;
   }
 }
 
@@ -211,21 +221,23 @@ namespace {
 TEST(CliScheduleTest, EngineIsNamedInEveryPredictionAndBadOnesSayWhy) {
   const std::string tp = testutil::tightpipe_binary();
   auto table = testutil::run_command(
-      tp + " simulate --schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1,comm=0.2 "
-           "--engine megatron");
+      tp +
+      " simulate --schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1,comm=0.2 "
+      "--engine megatron");
   ASSERT_EQ(table.exit_code, 0) << table.err;
-  EXPECT_NE(table.out.find("engine   megatron: p2p in Megatron's batched calls"),
-            std::string::npos)
+  EXPECT_NE(table.out.find("engine   megatron: p2p in Megatron's batched calls"), std::string::npos)
       << table.out;
   auto json = testutil::run_command(
-      tp + " simulate --compare 1f1b,zb-h2 --pp 4 --microbatches 8 --cost f=1,i=1,w=1 --engine "
-           "zb --json");
+      tp +
+      " simulate --compare 1f1b,zb-h2 --pp 4 --microbatches 8 --cost f=1,i=1,w=1 --engine "
+      "zb --json");
   ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_NE(json.out.find("\"engine\": \"zb\""), std::string::npos);
   EXPECT_NE(json.out.find("optimizer post-validated"), std::string::npos);
   auto plan = testutil::run_command(
-      tp + " plan --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
-           "--global-batch-size 16 --devices 4 --device h100-sxm --engine torch");
+      tp +
+      " plan --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+      "--global-batch-size 16 --devices 4 --device h100-sxm --engine torch");
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_NE(plan.out.find("engine: torch"), std::string::npos);
   EXPECT_NE(plan.out.find("engine profile: torch"), std::string::npos);
@@ -255,7 +267,8 @@ TEST(CliScheduleTest, EngineIsNamedInEveryPredictionAndBadOnesSayWhy) {
 // as Megatron's arguments.py computes it, on schedule, simulate, plan and train; where p does not
 // divide L, or N the layers per rank, it is refused naming both numbers.
 TEST(CliScheduleTest, MegatronLayersPerVirtualStageSetsTheChunks) {
-  const std::string base = kTp + " schedule --schedule interleaved --pp 4 --microbatches 8 --format csv";
+  const std::string base =
+      kTp + " schedule --schedule interleaved --pp 4 --microbatches 8 --format csv";
   auto by_flag = run_command(base + " --num-layers 16 --num-layers-per-virtual-pipeline-stage 2");
   auto by_vpp = run_command(base + " --vpp 2");
   ASSERT_EQ(by_flag.exit_code, 0) << by_flag.err;
@@ -265,8 +278,9 @@ TEST(CliScheduleTest, MegatronLayersPerVirtualStageSetsTheChunks) {
   auto four = run_command(base + " --vpp 4");
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(one.out, four.out);
-  auto sim = run_command(kTp + " simulate --schedule interleaved --pp 4 --microbatches 8 --cost "
-                               "f=1,i=1,w=1 --num-layers 16 --num-layers-per-virtual-pipeline-stage 2");
+  auto sim = run_command(kTp +
+                         " simulate --schedule interleaved --pp 4 --microbatches 8 --cost "
+                         "f=1,i=1,w=1 --num-layers 16 --num-layers-per-virtual-pipeline-stage 2");
   ASSERT_EQ(sim.exit_code, 0) << sim.err;
   EXPECT_NE(sim.out.find("p=4 v=2 m=8"), std::string::npos) << sim.out;
   struct Bad {

@@ -1,9 +1,8 @@
 // One run directory, one bubble: the measured and the predicted bubble ratio are the same number
 // in the run's printed summary line, summary.json, metrics.jsonl and `tightpipe report`'s
 // report.json (docs/bubble.md), for a threads run and an MPI run. Runs the binary as a user would.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
@@ -29,8 +28,8 @@ json read_json(const std::string& path) {
 }
 
 void expect_one_bubble(const std::string& dir, const std::string& train_stdout) {
-  auto rep = run_command(fmt::format("{} report {} --out {}/report", testutil::tightpipe_binary(),
-                                     dir, dir));
+  auto rep = run_command(
+      fmt::format("{} report {} --out {}/report", testutil::tightpipe_binary(), dir, dir));
   ASSERT_EQ(rep.exit_code, 0) << rep.err;
   const json s = read_json(dir + "/summary.json");
   const json r = read_json(dir + "/report/report.json");
@@ -42,17 +41,16 @@ void expect_one_bubble(const std::string& dir, const std::string& train_stdout) 
   EXPECT_GT(s["measured_bubble_ratio"].get<double>(), 0.0);
   EXPECT_GT(s["predicted_bubble_ratio"].get<double>(), 0.0);
   // The printed summary line and the report's text show the same digits.
-  const std::string line =
-      fmt::format("bubble: measured {:.1f}%, predicted {:.1f}%",
-                  100 * s["measured_bubble_ratio"].get<double>(),
-                  100 * s["predicted_bubble_ratio"].get<double>());
+  const std::string line = fmt::format("bubble: measured {:.1f}%, predicted {:.1f}%",
+                                       100 * s["measured_bubble_ratio"].get<double>(),
+                                       100 * s["predicted_bubble_ratio"].get<double>());
   EXPECT_NE(train_stdout.find(line), std::string::npos) << line << "\n" << train_stdout;
   EXPECT_NE(rep.out.find(fmt::format("bubble: measured {:.1f}%",
                                      100 * r["measured_bubble_ratio"].get<double>())),
             std::string::npos)
       << rep.out;
-  EXPECT_NE(rep.out.find(fmt::format("predicted {:.1f}%",
-                                     100 * r["predicted_bubble_ratio"].get<double>())),
+  EXPECT_NE(rep.out.find(
+                fmt::format("predicted {:.1f}%", 100 * r["predicted_bubble_ratio"].get<double>())),
             std::string::npos)
       << rep.out;
   // Every step's bubble in metrics.jsonl is the report's step bubble: the median of the measured

@@ -43,8 +43,8 @@ TEST(ShardsTrainTest, TrainsFromABracePatternOnOneRankAndOnAPipeline) {
     auto r = run_command(tp + " train --pp " + pp +
                          " --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
                          "--seq-length 64 --micro-batch-size 4 --num-microbatches 4 "
-                         "--train-iters 4 --eval-iters 2 --data-path " + pattern +
-                         " --out-dir " + out);
+                         "--train-iters 4 --eval-iters 2 --data-path " +
+                         pattern + " --out-dir " + out);
     ASSERT_EQ(r.exit_code, 0) << "pp " << pp << "\n" << r.err << r.out;
     auto sum = nlohmann::json::parse(read_file(out + "/summary.json").value());
     EXPECT_EQ(sum["steps"].get<int>(), 4);

@@ -81,7 +81,8 @@ RunResult run_limited(const std::string& args, long limit_kib, int seconds) {
 // Every model flag that drives memory, at a value within its limit but far beyond 1.5 GB: a
 // one-line error naming the flags and the sizes, within 10 s, never std::bad_alloc.
 TEST(TrainLimits, HugeModelsAreRefusedBeforeAllocating) {
-  if (kBuiltWithSanitizer) GTEST_SKIP() << "sanitizers reserve terabytes of address space: ulimit -v breaks";
+  if (kBuiltWithSanitizer)
+    GTEST_SKIP() << "sanitizers reserve terabytes of address space: ulimit -v breaks";
   constexpr long kLimitKib = 1536 * 1024;  // 1.5 GiB
   const std::string base = "train --pp 1 --eval-iters 0 --train-iters 1 --data-path " + kText;
   const char* cases[] = {

@@ -4,19 +4,18 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "run.h"
 #include "sanitizer.h"
-#include "tiny_train.h"
 #include "tightpipe/base.h"
 #include "tightpipe/trainer.h"
+#include "tiny_train.h"
 
 namespace tightpipe {
 namespace {
@@ -260,14 +259,13 @@ TEST(ReportAttributionTest, SlowLinkMatchesTheSimulatorCauseByCause) {
   ASSERT_TRUE(rep->has_prediction) << rep->prediction_error;
   const auto& sm = rep->summary;
   const double PT = 4 * sm.step_time.median;
-  double measured_idle = 0, predicted_idle = 0;
+  double predicted_idle = 0;
   for (int c = 0; c < kNumIdleCauses; ++c) {
     double measured = 0, predicted = 0;
     for (int r = 0; r < 4; ++r) {
       measured += sm.rank_idle[r][c];
       predicted += rep->predicted_breakdown.ranks[r].idle[c];
     }
-    measured_idle += measured;
     predicted_idle += predicted;
     std::printf("1f1b slow link: %-16s measured %6.2f%% predicted %6.2f%%\n",
                 std::string(idle_cause_name(static_cast<IdleCause>(c))).c_str(),
@@ -299,8 +297,7 @@ TEST(ReportAttributionTest, SlowLoaderIsDataWait) {
   auto s = run_training(o);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   ReportOptions ro;
-  ro.what_if =
-      parse_what_if("zb-h1,zb-v,interleaved:2,1f1b,zb-auto,zb-1p@auto").value();
+  ro.what_if = parse_what_if("zb-h1,zb-v,interleaved:2,1f1b,zb-auto,zb-1p@auto").value();
   auto rep = build_report(out, ro);
   ASSERT_TRUE(rep.ok()) << rep.status().to_string();
   const auto& sm = rep->summary;

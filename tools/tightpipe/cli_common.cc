@@ -30,11 +30,12 @@ int report_error(std::string_view command, const Status& status) {
 }
 
 void add_engine_flag(CLI::App& app, std::string& engine, std::string_view what) {
-  app.add_option("--engine", engine,
-                 fmt::format("the engine that will run the job, whose p2p waits and optimizer {} "
-                             "simulates: tightpipe, megatron, megatron-overlap, torch, zb, deepspeed "
-                             "(docs/cost_model.md \"Engine profiles\")",
-                             what))
+  app.add_option(
+         "--engine", engine,
+         fmt::format("the engine that will run the job, whose p2p waits and optimizer {} "
+                     "simulates: tightpipe, megatron, megatron-overlap, torch, zb, deepspeed "
+                     "(docs/cost_model.md \"Engine profiles\")",
+                     what))
       ->capture_default_str();
 }
 

@@ -54,7 +54,7 @@ int run_preprocess(const PreprocessOptions& p) {
   return kExitOk;
 }
 
-int run_check(DataOptions o, int64_t max_batches) {
+int run_check(const DataOptions& o, int64_t max_batches) {
   if (max_batches < 0) {
     return report_error("data check", Status::invalid_argument(fmt::format(
                                           "--max-batches {}: must be >= 0; hint: 0 reads one "

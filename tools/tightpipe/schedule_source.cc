@@ -10,7 +10,7 @@
 
 namespace tightpipe::cli {
 
-CLI::Validator count_flag(int64_t limit, std::string what, std::string hint) {
+CLI::Validator count_flag(int64_t limit, const std::string& what, const std::string& hint) {
   return CLI::Validator(
       [=](std::string& in) -> std::string {
         auto v = parse_int(in);

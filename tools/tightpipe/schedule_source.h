@@ -62,7 +62,7 @@ Status resolve_chunks(int32_t& vpp, int64_t layers_per_virtual_stage, int64_t nu
                       int32_t pp);
 // A CLI11 check for an integer count flag: a whole number in [1, limit], else "<value> is outside
 // [1, limit] (<what>, tightpipe's limit); hint: <hint>".
-CLI::Validator count_flag(int64_t limit, std::string what, std::string hint);
+CLI::Validator count_flag(int64_t limit, const std::string& what, const std::string& hint);
 // Adds --cost, --costs, --model (mutually exclusive), --pipeline-layout and --bf16.
 void add_cost_flags(CLI::App& app, CostFlags& flags);
 // Adds --memory-limit, --w-memory-fraction, --objective, --search-budget-ms.

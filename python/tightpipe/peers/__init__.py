@@ -7,6 +7,7 @@ and a backward of emulated duration from a tightpipe cost table (costs.json), an
 directory (`timeline_rank<R>.jsonl`, `summary.json`, `costs.json`, `schedule.csv`) that
 `tightpipe report` reads. docs/peers.md has the layout, the orders and the timings.
 """
+
 from tightpipe.peers.common import CostTable, PeerError, PeerRun, RunSpec, load_costs, make_costs
 
 __all__ = ["CostTable", "PeerError", "PeerRun", "RunSpec", "load_costs", "make_costs"]

@@ -12,6 +12,7 @@ machine; the predictions use what was recorded).
 Every time is CLOCK_MONOTONIC (time.monotonic), which all processes of one machine share, so the
 ranks' events line up on one clock without any exchange.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,9 @@ def check_int(flag: str, value: Any) -> None:
     """PeerError unless `value` is an int (not a bool, a float, a string or None): the harnesses
     compare and divide the counts, which raised TypeError or ran a float through (issue 45)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise PeerError(f"{flag} {value!r} is a {type(value).__name__}, not an int; hint: e.g. "
-                        f"{flag} 4")
+        raise PeerError(
+            f"{flag} {value!r} is a {type(value).__name__}, not an int; hint: e.g. {flag} 4"
+        )
 
 
 # The engine versions this harness was written against and checked on (docs/peers.md).
@@ -50,14 +52,16 @@ def check_version(dist: str, installed: Optional[str] = None) -> str:
         except importlib.metadata.PackageNotFoundError:
             raise PeerError(
                 f"{dist} is not installed; hint: scripts/setup-python-peers.sh VENV installs "
-                f"{dist}=={KNOWN_VERSIONS[dist][0]}") from None
+                f"{dist}=={KNOWN_VERSIONS[dist][0]}"
+            ) from None
     known = KNOWN_VERSIONS[dist]
     if installed not in known:
         raise PeerError(
             f"{dist} {installed} is not a version the peer harness knows (known: "
             f"{', '.join(known)}); hint: install {dist}=={known[-1]} "
             f"(python/requirements-peers.txt) or check the harness's patches against {installed} "
-            f"and add it to KNOWN_VERSIONS in tightpipe/peers/common.py")
+            f"and add it to KNOWN_VERSIONS in tightpipe/peers/common.py"
+        )
     return installed
 
 
@@ -84,14 +88,25 @@ class CostTable:
             raise PeerError(
                 f"cost table {self.path} has {self.num_stages} stage(s) but {what} has "
                 f"{num_stages}; hint: give one entry per stage (p x v), e.g. "
-                f"`tightpipe.peers.common.make_costs({num_stages}, f_ms, b_ms)`")
+                f"`tightpipe.peers.common.make_costs({num_stages}, f_ms, b_ms)`"
+            )
 
     def to_json(self) -> Dict[str, Any]:
         """The table in costs.json form, in its own time unit."""
         scale = _UNITS[self.time_unit]
-        return {"time_unit": self.time_unit, "stages": [
-            {"stage": s, "f": self.f[s] / scale, "i": self.b[s] / scale, "w": 0.0,
-             "b": self.b[s] / scale} for s in range(self.num_stages)]}
+        return {
+            "time_unit": self.time_unit,
+            "stages": [
+                {
+                    "stage": s,
+                    "f": self.f[s] / scale,
+                    "i": self.b[s] / scale,
+                    "w": 0.0,
+                    "b": self.b[s] / scale,
+                }
+                for s in range(self.num_stages)
+            ],
+        }
 
 
 def _number(entry: Dict[str, Any], key: str, where: str) -> Optional[float]:
@@ -99,7 +114,7 @@ def _number(entry: Dict[str, Any], key: str, where: str) -> Optional[float]:
         return None
     v = entry[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise PeerError(f"{where}: \"{key}\" is {v!r}; hint: a finite number >= 0")
+        raise PeerError(f'{where}: "{key}" is {v!r}; hint: a finite number >= 0')
     return float(v)
 
 
@@ -112,25 +127,32 @@ def load_costs(source: Any, path: str = "<costs>") -> CostTable:
             with open(path) as fh:
                 source = json.load(fh)
         except OSError as e:
-            raise PeerError(f"cost table {path}: {e.strerror}; hint: pass a costs.json "
-                            f"(docs/cost_model.md section 2)") from None
+            raise PeerError(
+                f"cost table {path}: {e.strerror}; hint: pass a costs.json "
+                f"(docs/cost_model.md section 2)"
+            ) from None
         except json.JSONDecodeError as e:
-            raise PeerError(f"cost table {path}: not JSON ({e}); hint: see docs/cost_model.md "
-                            f"section 2") from None
+            raise PeerError(
+                f"cost table {path}: not JSON ({e}); hint: see docs/cost_model.md section 2"
+            ) from None
     if not isinstance(source, dict) or not isinstance(source.get("stages"), list):
-        raise PeerError(f"cost table {path}: no \"stages\" list; hint: "
-                        f"{{\"time_unit\": \"ms\", \"stages\": [{{\"stage\": 0, \"f\": 10, "
-                        f"\"b\": 20}}, ...]}}")
+        raise PeerError(
+            f'cost table {path}: no "stages" list; hint: '
+            f'{{"time_unit": "ms", "stages": [{{"stage": 0, "f": 10, '
+            f'"b": 20}}, ...]}}'
+        )
     unit = source.get("time_unit", "s")
     if unit not in _UNITS:
-        raise PeerError(f"cost table {path}: time_unit {unit!r} is not a time; hint: one of "
-                        f"{', '.join(_UNITS)} (the emulated stages sleep real time)")
+        raise PeerError(
+            f"cost table {path}: time_unit {unit!r} is not a time; hint: one of "
+            f"{', '.join(_UNITS)} (the emulated stages sleep real time)"
+        )
     scale = _UNITS[unit]
     by_stage: Dict[int, Tuple[float, float]] = {}
     for k, entry in enumerate(source["stages"]):
         where = f"cost table {path}: stages[{k}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("stage"), int):
-            raise PeerError(f"{where}: no integer \"stage\"; hint: {{\"stage\": {k}, ...}}")
+            raise PeerError(f'{where}: no integer "stage"; hint: {{"stage": {k}, ...}}')
         s = entry["stage"]
         if s in by_stage:
             raise PeerError(f"{where}: stage {s} appears twice; hint: one entry per stage")
@@ -140,16 +162,21 @@ def load_costs(source: Any, path: str = "<costs>") -> CostTable:
             i, w = _number(entry, "i", where), _number(entry, "w", where)
             b = None if i is None or w is None else i + w
         if f is None or b is None:
-            raise PeerError(f"{where}: needs \"f\" and \"b\" (or \"i\" and \"w\"); hint: "
-                            f"{{\"stage\": {s}, \"f\": 10, \"b\": 20}}")
+            raise PeerError(
+                f'{where}: needs "f" and "b" (or "i" and "w"); hint: '
+                f'{{"stage": {s}, "f": 10, "b": 20}}'
+            )
         by_stage[s] = (f * scale, b * scale)
     n = len(by_stage)
     missing = [s for s in range(n) if s not in by_stage]
     if missing:
-        raise PeerError(f"cost table {path}: lacks stage {missing[0]} (stages are 0..{n - 1}); "
-                        f"hint: one entry per stage")
-    return CostTable(unit, [by_stage[s][0] for s in range(n)], [by_stage[s][1] for s in range(n)],
-                     path, source)
+        raise PeerError(
+            f"cost table {path}: lacks stage {missing[0]} (stages are 0..{n - 1}); "
+            f"hint: one entry per stage"
+        )
+    return CostTable(
+        unit, [by_stage[s][0] for s in range(n)], [by_stage[s][1] for s in range(n)], path, source
+    )
 
 
 def make_costs(num_stages: int, f_ms: float, b_ms: float, last_extra: float = 0.5) -> CostTable:
@@ -163,6 +190,7 @@ def make_costs(num_stages: int, f_ms: float, b_ms: float, last_extra: float = 0.
 
 # ---------------------------------------------------------------------------------------------
 # Emulated compute
+
 
 def sleep_until(deadline: float) -> None:
     """Sleeps until time.monotonic() >= deadline (see the module comment for why not spin)."""
@@ -197,15 +225,16 @@ def emulated_function() -> Any:
 # ---------------------------------------------------------------------------------------------
 # The per-rank recorder and the run directory
 
+
 @dataclasses.dataclass
 class Event:
-    name: str      # action text form: 2F0, 1B3, 0SEND_F3, 1RECV_B0
-    kind: str      # F, B, SEND, RECV, other
-    lane: str      # compute, comm
+    name: str  # action text form: 2F0, 1B3, 0SEND_F3, 1RECV_B0
+    kind: str  # F, B, SEND, RECV, other
+    lane: str  # compute, comm
     stage: int
     mb: int
     step: int
-    start: float   # time.monotonic() while recording; seconds from the step's origin once written
+    start: float  # time.monotonic() while recording; seconds from the step's origin once written
     end: float
     peer: int = -1
     bytes: int = 0
@@ -215,30 +244,49 @@ class Event:
     wait: float = -1.0
 
     def to_json(self) -> Dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "lane": self.lane, "stage": self.stage,
-                "mb": self.mb, "step": self.step, "start": self.start, "end": self.end,
-                "peer": self.peer, "bytes": self.bytes}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "lane": self.lane,
+            "stage": self.stage,
+            "mb": self.mb,
+            "step": self.step,
+            "start": self.start,
+            "end": self.end,
+            "peer": self.peer,
+            "bytes": self.bytes,
+        }
 
 
 @dataclasses.dataclass
 class RunSpec:
     """One run inside a harness's process group; None fields take run_many's arguments."""
+
     microbatches: int
     costs: Optional["CostTable"] = None
     steps: Optional[int] = None
     group: Optional[int] = None  # Megatron interleaved: microbatch_group_size_per_vp_stage
 
 
-def as_specs(items: Sequence[Any], costs: Optional[CostTable], steps: Optional[int],
-             group: Optional[int] = None) -> List[RunSpec]:
+def as_specs(
+    items: Sequence[Any],
+    costs: Optional[CostTable],
+    steps: Optional[int],
+    group: Optional[int] = None,
+) -> List[RunSpec]:
     out = []
     for it in items:
         if not isinstance(it, RunSpec):
             check_int("--microbatches", it)  # int(4.7) ran 4 microbatches, silently
         sp = it if isinstance(it, RunSpec) else RunSpec(it)
-        out.append(RunSpec(sp.microbatches, sp.costs or costs,
-                           sp.steps if sp.steps is not None else steps,
-                           sp.group if sp.group is not None else group))
+        out.append(
+            RunSpec(
+                sp.microbatches,
+                sp.costs or costs,
+                sp.steps if sp.steps is not None else steps,
+                sp.group if sp.group is not None else group,
+            )
+        )
     return out
 
 
@@ -246,17 +294,18 @@ def as_specs(items: Sequence[Any], costs: Optional[CostTable], steps: Optional[i
 class PeerRun:
     """One harness run: what ran and every rank's events per step (seconds from the step's
     origin, the earliest step start over the ranks)."""
-    engine: str            # "megatron" or "deepspeed"
+
+    engine: str  # "megatron" or "deepspeed"
     engine_version: str
-    schedule: str          # tightpipe's name for it: 1f1b, interleaved
+    schedule: str  # tightpipe's name for it: 1f1b, interleaved
     pp: int
     vpp: int
     microbatches: int
     costs: CostTable
     steps: int
     warmup_steps: int
-    events: List[List[Event]]           # per rank
-    step_spans: List[List[float]]       # per step: [origin, end] (monotonic seconds)
+    events: List[List[Event]]  # per rank
+    step_spans: List[List[float]]  # per step: [origin, end] (monotonic seconds)
     losses: List[float]
     options: Dict[str, Any]
 
@@ -291,15 +340,24 @@ class PeerRun:
                 for e in sorted(self.events[r], key=lambda e: (e.step, e.start)):
                     fh.write(json.dumps(e.to_json()) + "\n")
         summary = {
-            "pp": self.pp, "vpp": self.vpp, "microbatches": self.microbatches,
-            "schedule": self.schedule, "transport": "gloo", "compute": "emulated (sleep)",
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "microbatches": self.microbatches,
+            "schedule": self.schedule,
+            "transport": "gloo",
+            "compute": "emulated (sleep)",
             "overlap_p2p": bool(self.options.get("overlap_p2p", False)),
             "warmup_steps_excluded": self.warmup_steps,
-            "engine": self.engine, "engine_version": self.engine_version,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
             "peer_options": {k: v for k, v in self.options.items()},
-            "cpu": {"cores": os.cpu_count() or 0, "rank_threads": self.pp, "busy_threads": 0,
-                    "oversubscribed": False,
-                    "note": "emulated compute sleeps: ranks hold no core while computing"},
+            "cpu": {
+                "cores": os.cpu_count() or 0,
+                "rank_threads": self.pp,
+                "busy_threads": 0,
+                "oversubscribed": False,
+                "note": "emulated compute sleeps: ranks hold no core while computing",
+            },
         }
         with open(os.path.join(out_dir, "summary.json"), "w") as fh:
             json.dump(summary, fh, indent=1)
@@ -307,8 +365,9 @@ class PeerRun:
             json.dump(self.costs.to_json(), fh, indent=1)
         with open(os.path.join(out_dir, "metrics.jsonl"), "w") as fh:
             for k, loss in enumerate(self.losses):
-                fh.write(json.dumps({"step": k, "loss": loss,
-                                     "step_time_s": self.step_time(k)}) + "\n")
+                fh.write(
+                    json.dumps({"step": k, "loss": loss, "step_time_s": self.step_time(k)}) + "\n"
+                )
         with open(os.path.join(out_dir, "order.csv"), "w") as fh:
             for row in self.orders():
                 fh.write(",".join(row) + "\n")
@@ -350,8 +409,13 @@ class Recorder:
 
     def result(self, losses: Sequence[Optional[float]], version: str) -> Dict[str, Any]:
         """What the rank sends back for one run."""
-        return {"events": self.events, "step_starts": self.step_starts,
-                "step_ends": self.step_ends, "losses": losses, "version": version}
+        return {
+            "events": self.events,
+            "step_starts": self.step_starts,
+            "step_ends": self.step_ends,
+            "losses": losses,
+            "version": version,
+        }
 
     def add(self, **kw: Any) -> Event:
         e = Event(step=self.step, **kw)
@@ -359,8 +423,9 @@ class Recorder:
         return e
 
 
-def align_steps(per_rank: Sequence[Dict[str, Any]],
-                steps: int) -> Tuple[List[List[Event]], List[List[float]]]:
+def align_steps(
+    per_rank: Sequence[Dict[str, Any]], steps: int
+) -> Tuple[List[List[Event]], List[List[float]]]:
     """Rebases every rank's events to its step's origin (the earliest step start over the ranks):
     returns (events per rank, [origin, end] per step)."""
     spans = []
@@ -373,8 +438,14 @@ def align_steps(per_rank: Sequence[Dict[str, Any]],
         evs = []
         for e in d["events"]:
             o = spans[e.step][0]
-            evs.append(dataclasses.replace(e, start=max(0.0, e.start - o), end=max(0.0, e.end - o),
-                                           wait=max(0.0, e.wait - o) if e.wait >= 0 else -1.0))
+            evs.append(
+                dataclasses.replace(
+                    e,
+                    start=max(0.0, e.start - o),
+                    end=max(0.0, e.end - o),
+                    wait=max(0.0, e.wait - o) if e.wait >= 0 else -1.0,
+                )
+            )
         out.append(evs)
     return out, spans
 
@@ -386,8 +457,9 @@ def free_port() -> int:
         return port
 
 
-def spawn(worker: Callable[..., None], nprocs: int, args: Tuple[Any, ...],
-          timeout_s: float = 600) -> List[Any]:
+def spawn(
+    worker: Callable[..., None], nprocs: int, args: Tuple[Any, ...], timeout_s: float = 600
+) -> List[Any]:
     """Runs worker(rank, nprocs, port, queue, *args) on nprocs processes (spawned, so no state
     leaks from the caller) and returns what each put on the queue, by rank. A rank that fails
     makes this raise with its traceback."""
@@ -397,8 +469,10 @@ def spawn(worker: Callable[..., None], nprocs: int, args: Tuple[Any, ...],
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, nprocs, port, q) + args, daemon=True)
-             for r in range(nprocs)]
+    procs = [
+        ctx.Process(target=worker, args=(r, nprocs, port, q) + args, daemon=True)
+        for r in range(nprocs)
+    ]
     for p in procs:
         p.start()
     results: Dict[int, Any] = {}
@@ -416,8 +490,9 @@ def spawn(worker: Callable[..., None], nprocs: int, args: Tuple[Any, ...],
                         f"hint: run the harness module directly to see the rank's output"
                     ) from None
                 continue
-            if isinstance(payload, BaseException) or (isinstance(payload, dict)
-                                                       and "error" in payload):
+            if isinstance(payload, BaseException) or (
+                isinstance(payload, dict) and "error" in payload
+            ):
                 err = payload["error"] if isinstance(payload, dict) else repr(payload)
                 kind = payload.get("kind") if isinstance(payload, dict) else None
                 if kind == "PeerError":
@@ -437,13 +512,15 @@ def init_gloo(rank: int, world: int, port: int) -> None:
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
 
 
 def run_rank(rank: int, q: Any, body: Callable[[], Any]) -> None:
     """Runs one rank's body, sends its result (or its error) to the parent."""
     import traceback
+
     try:
         q.put((rank, body()))
     except PeerError as e:
@@ -452,10 +529,15 @@ def run_rank(rank: int, q: Any, body: Callable[[], Any]) -> None:
         q.put((rank, {"error": traceback.format_exc()}))
 
 
-def collect_runs(engine: str, per_rank_runs: List[List[Dict[str, Any]]],
-                 specs: Sequence["RunSpec"], pp: int, loss_rank: int,
-                 expected_loss: Callable[[int, int], float],
-                 what: Callable[["RunSpec"], str]) -> List[Tuple[Any, ...]]:
+def collect_runs(
+    engine: str,
+    per_rank_runs: List[List[Dict[str, Any]]],
+    specs: Sequence["RunSpec"],
+    pp: int,
+    loss_rank: int,
+    expected_loss: Callable[[int, int], float],
+    what: Callable[["RunSpec"], str],
+) -> List[Tuple[Any, ...]]:
     """Per spec: (spec, events per rank, step spans, losses, engine version) from what each rank
     returned, after checking every step's loss against the data (RuntimeError naming the run when
     the engine moved the wrong tensors)."""
@@ -470,7 +552,8 @@ def collect_runs(engine: str, per_rank_runs: List[List[Dict[str, Any]]],
             if loss is None or abs(loss - want) > 1e-6 * want:
                 raise RuntimeError(
                     f"{engine} step {step}: loss {loss} but the data give {want} ({what(sp)}): "
-                    f"the engine moved the wrong tensors; hint: docs/peers.md 'wrong data'")
+                    f"the engine moved the wrong tensors; hint: docs/peers.md 'wrong data'"
+                )
         out.append((sp, events, spans, losses, per_rank[0]["version"]))
     return out
 
@@ -479,6 +562,7 @@ def cli_main(out_dir: str, label: str, body: Callable[[], "PeerRun"]) -> int:
     """A harness's command line: runs body(), writes its run directory, prints the steps; a
     PeerError is one line on stderr and exit 2."""
     import sys
+
     try:
         r = body()
     except PeerError as e:
@@ -486,6 +570,8 @@ def cli_main(out_dir: str, label: str, body: Callable[[], "PeerRun"]) -> int:
         return 2
     r.write_run_dir(out_dir)
     steps = [r.step_time(k) for k in r.measured_steps()]
-    print(f"{label} {r.engine_version}: {r.schedule} p={r.pp} v={r.vpp} m={r.microbatches}: "
-          f"steps {', '.join(f'{t * 1e3:.1f}' for t in steps)} ms; wrote {out_dir}")
+    print(
+        f"{label} {r.engine_version}: {r.schedule} p={r.pp} v={r.vpp} m={r.microbatches}: "
+        f"steps {', '.join(f'{t * 1e3:.1f}' for t in steps)} ms; wrote {out_dir}"
+    )
     return 0

@@ -80,7 +80,7 @@ std::string vendor_short(const CpuFeatures& c) {
 
 // The cores of `level` and below a CPU could be told to run, best first (for hints).
 std::string runnable_hint(const CpuFeatures& cpu) {
-  const std::string best = best_openblas_core(cpu);
+  std::string best = best_openblas_core(cpu);  // not const: returned by move
   switch (cpu_isa_level(cpu)) {
     case IsaLevel::kAvx512:
       return best + ", SkylakeX, Haswell";

@@ -13,7 +13,8 @@
 // A machine always picks the same clone, and the reductions keep their explicit lane order, so
 // every rank and run on a machine computes the same arithmetic.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define TP_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define TP_VECTOR_CLONES
 #endif
