@@ -102,8 +102,12 @@ def titan_split(names: list[str], stages: int) -> list[list[str]] | None:
     # Its names are Llama's (tok_embeddings, layers.N, norm, lm_head or output): ours by place.
     ours = {"tok_embeddings": names[0], "norm": names[-2], "lm_head": names[-1],
             "output": names[-1]}
-    return [[ours.get(n, n) for n in s]
-            for s in _generate_llm_fqn_per_model_part(stages, len(names) - 3, 1, 1)]
+    try:
+        parts = _generate_llm_fqn_per_model_part(stages, len(names) - 3, 1, 1)
+    except ValueError as e:  # more stages than torchtitan's effective layers
+        print(f"(torchtitan's split refuses {stages} stages: {e})")
+        return None
+    return [[ours.get(n, n) for n in s] for s in parts]
 
 
 def model_modules(cfg: GptConfig, layers: int, mode: str, table: str | None,
@@ -255,7 +259,7 @@ def main() -> int:
             for cls, v, kind, gen in builtins:
                 split = fn(names, p * v)
                 if split is None:
-                    print(f"(skipped: {cls} on torchtitan's split: torchtitan is not installed)")
+                    print(f"(skipped: {cls} on torchtitan's split)")
                     continue
                 rows.append({"label": f"PyTorch {cls}", "split_name": split_name, "kind": kind,
                              "builtin": cls, "generator": gen, "v": v, "m": m, "split": split,

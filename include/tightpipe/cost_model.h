@@ -168,9 +168,9 @@ CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule&
 // gradient there) and its W action runs the stage's whole backward (stage_backward, fused), so
 // stage 0's w becomes i + w and its i 0; b is unchanged. Then every stage's f, i, w and b gain
 // `action_overhead`: the runtime's host time around each compute action (its bookkeeping, the
-// autograd calls' own overhead), measured once per machine (tightpipe.torch.measure_action_overhead;
-// tune --action-overhead-us). The planner applies it under --engine torch (tune's search and its
-// current setup).
+// autograd calls' own overhead), measured once per machine
+// (tightpipe.torch.measure_action_overhead; tune --action-overhead-us). The planner applies it
+// under --engine torch (tune's search and its current setup).
 CostModel torch_runtime_costs(const CostModel& costs, double action_overhead = 0);
 
 // ----- uniform ---------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ struct LayerCosts {
   // block_each[k] is block k's cost, and `block` their mean; empty: every block costs `block`.
   // cost_model_for_layout and balanced_layer_split place each block by its position.
   std::vector<StageCost> block_each;
-  int64_t message_bytes = 0;         // one activation between stages (the same at every boundary)
+  int64_t message_bytes = 0;  // one activation between stages (the same at every boundary)
   LinkCost link;
   std::string time_unit = "s";
   std::string source;

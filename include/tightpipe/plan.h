@@ -167,8 +167,8 @@ struct PlanCandidate {
   int32_t pp = 0, vpp = 1, dp = 0;
   int64_t micro_batch_size = 0;
   int64_t num_microbatches = 0;
-  std::string recompute;        // RecomputeChoice::label()
-  std::string layout;           // the layer split, Megatron layout string "E,t*4|t*4,L"
+  std::string recompute;                  // RecomputeChoice::label()
+  std::string layout;                     // the layer split, Megatron layout string "E,t*4|t*4,L"
   std::vector<int32_t> blocks_per_stage;  // the same split: blocks per model stage
   // Simulated candidates: the compute-only schedule that was simulated and its stage costs
   // (expanded to its directions), so a caller can write, lower or re-simulate exactly it.

@@ -30,17 +30,17 @@ namespace tightpipe {
 
 // One top-level module as measure_layers wrote it (one microbatch, seconds and bytes).
 struct ModuleCost {
-  std::string name;  // its fully qualified name in the user's model ("layers.3")
-  StageCost cost;    // f, i, w (b = i + w), act/act_after_i/input bytes, static bytes
+  std::string name;          // its fully qualified name in the user's model ("layers.3")
+  StageCost cost;            // f, i, w (b = i + w), act/act_after_i/input bytes, static bytes
   int64_t output_bytes = 0;  // the message to the next stage when a stage ends here
 };
 
 // A "tightpipe-layers/1" file (docs/torch.md lists its keys).
 struct MeasuredModules {
-  std::vector<ModuleCost> modules;       // in model order
-  std::vector<int64_t> input_shape;      // the microbatch input of module 0 ([B, T] for tokens)
-  int64_t micro_batch_size = 1;          // input_shape[0]: sequences per microbatch
-  std::string source;                    // the file, for errors and the cost model's source
+  std::vector<ModuleCost> modules;   // in model order
+  std::vector<int64_t> input_shape;  // the microbatch input of module 0 ([B, T] for tokens)
+  int64_t micro_batch_size = 1;      // input_shape[0]: sequences per microbatch
+  std::string source;                // the file, for errors and the cost model's source
 };
 
 // Errors (InvalidArgument naming `source`, the entry and the value, with a hint): not JSON, another
@@ -84,7 +84,7 @@ struct TuneOptions {
   int64_t microbatches = 0;  // at modules.micro_batch_size sequences each
   // Other microbatch sizes to try (the global batch kept: m = batch / size); empty: the measured.
   std::vector<int64_t> micro_batch_sizes;
-  double memory_limit_bytes = 0;      // per rank; 0: no limit
+  double memory_limit_bytes = 0;       // per rank; 0: no limit
   std::vector<std::string> schedules;  // empty: every one PyTorch's runtime runs
   LinkCost link;                       // between ranks (0: free)
   double action_overhead_s = 0;        // the runtime's host time per compute action
@@ -98,13 +98,13 @@ struct TuneSetup {
   std::string schedule;  // generator name
   int32_t pp = 0, vpp = 1;
   int64_t micro_batch_size = 0, microbatches = 0;
-  std::string placement;                         // "loop" or "v"
-  std::vector<int32_t> stage_to_rank;            // [S]
+  std::string placement;                               // "loop" or "v"
+  std::vector<int32_t> stage_to_rank;                  // [S]
   std::vector<std::vector<std::string>> module_names;  // [S] the modules of each stage
   std::shared_ptr<const Schedule> compute_schedule;    // compute-only
   std::shared_ptr<const CostModel> costs;              // per stage
-  SimResult sim;            // with the lower bound attached (simulate --json's numbers)
-  double step_s = 0;        // sim.makespan
+  SimResult sim;      // with the lower bound attached (simulate --json's numbers)
+  double step_s = 0;  // sim.makespan
   double lower_bound_s = 0;
 };
 

@@ -72,8 +72,9 @@ def positive_seconds(name: str, value: Any, hint: str) -> float:
         )
     v = float(value)
     if not (math.isfinite(v) and v > 0):
-        raise ArgumentError(f"{name} {show(value)}: must be a finite number of seconds > 0; "
-                            f"hint: {hint}")
+        raise ArgumentError(
+            f"{name} {show(value)}: must be a finite number of seconds > 0; hint: {hint}"
+        )
     return v
 
 
@@ -173,7 +174,6 @@ def callable_or_none(name: str, value: Any, hint: str) -> Any:
     """None or a callable."""
     if value is not None and not callable(value):
         raise ArgumentTypeError(
-            f"{name} {show(value)}: must be callable or None, not {_type_name(value)}; "
-            f"hint: {hint}"
+            f"{name} {show(value)}: must be callable or None, not {_type_name(value)}; hint: {hint}"
         )
     return value

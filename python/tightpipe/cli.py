@@ -66,8 +66,9 @@ def find_binary() -> str:
     )
 
 
-def run(args: list[str], *, binary: str | os.PathLike[str] | None = None,
-        timeout: float = 120.0) -> str:
+def run(
+    args: list[str], *, binary: str | os.PathLike[str] | None = None, timeout: float = 120.0
+) -> str:
     """Runs `tightpipe ARGS...`; returns its stdout, or raises CliError with its stderr."""
     if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple)):
         raise ArgumentTypeError(
@@ -77,8 +78,11 @@ def run(args: list[str], *, binary: str | os.PathLike[str] | None = None,
     for i, a in enumerate(args):
         _args.text(f"args[{i}]", a, "one item per word, e.g. ['schedule', '--pp', '2']")
     _args.positive_seconds("timeout", timeout, "seconds the binary may take, e.g. timeout=120")
-    exe = find_binary() if binary is None else _args.executable(
-        "binary", binary, "the tightpipe binary's path, or leave binary out")
+    exe = (
+        find_binary()
+        if binary is None
+        else _args.executable("binary", binary, "the tightpipe binary's path, or leave binary out")
+    )
     proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise CliError(

@@ -97,8 +97,9 @@ class TorchSchedule:
         return len(self.rows)
 
     def _rank(self, rank: int) -> int:
-        return _args.count("rank", rank, 0, self.num_ranks - 1,
-                           f"a rank of this {self.num_ranks}-rank schedule")
+        return _args.count(
+            "rank", rank, 0, self.num_ranks - 1, f"a rank of this {self.num_ranks}-rank schedule"
+        )
 
     def stages_of(self, rank: int) -> list[int]:
         """The stages rank `rank` holds, in order (the placement: loop or V)."""
@@ -185,12 +186,17 @@ def _binary(binary: str | os.PathLike[str] | None) -> str | None:
     """None (find_binary) or an executable file."""
     if binary is None:
         return None
-    return _args.executable("binary", binary, "the tightpipe binary's path, or leave binary out "
-                            "to use $TIGHTPIPE_BIN, the bundled one or PATH")
+    return _args.executable(
+        "binary",
+        binary,
+        "the tightpipe binary's path, or leave binary out "
+        "to use $TIGHTPIPE_BIN, the bundled one or PATH",
+    )
 
 
-def check_text(text: str, source: str = "<text>", *,
-               binary: str | os.PathLike[str] | None = None) -> str:
+def check_text(
+    text: str, source: str = "<text>", *, binary: str | os.PathLike[str] | None = None
+) -> str:
     """Runs `tightpipe schedule --check` on the text; its stdout, or ScheduleFileError."""
     _args.text("text", text, "the CSV text; for a file use load(path)")
     _args.text("source", source, "the name errors give the text, e.g. 'zb.csv'")
@@ -207,19 +213,22 @@ def check_text(text: str, source: str = "<text>", *,
             ) from None
 
 
-def load(path_or_text: str | os.PathLike[str], *,
-         binary: str | os.PathLike[str] | None = None) -> TorchSchedule:
+def load(
+    path_or_text: str | os.PathLike[str], *, binary: str | os.PathLike[str] | None = None
+) -> TorchSchedule:
     """Reads a schedule from a file path, or from CSV text (anything holding a newline or a
     comma), and checks it with `tightpipe schedule --check`. Raises ScheduleFileError (a file
     that cannot be read, is not text, or is refused), ArgumentTypeError."""
     if isinstance(path_or_text, bytes):
         raise ArgumentTypeError(
-            f"path_or_text {_args.show(path_or_text)}: must be a str or os.PathLike[str], not bytes; "
-            "hint: decode the CSV text first (data.decode()), or pass the file's path"
+            f"path_or_text {_args.show(path_or_text)}: must be a str or os.PathLike[str], not "
+            "bytes; hint: decode the CSV text first (data.decode()), or pass the file's path"
         )
-    s = _args.path("path_or_text", path_or_text,
-                   "a schedule file's path, or its CSV text (from `tightpipe schedule --format "
-                   "torch`)")
+    s = _args.path(
+        "path_or_text",
+        path_or_text,
+        "a schedule file's path, or its CSV text (from `tightpipe schedule --format torch`)",
+    )
     binary = _binary(binary)
     if "\n" in s or "," in s:
         text, source = s, "<text>"
@@ -249,16 +258,28 @@ def generate(
     --cost, --costs, --memory-limit when given), checked and parsed. Its arguments are checked
     here first (ArgumentTypeError, ArgumentError: the binary's limits), then the binary's
     refusals raise CliError."""
-    _args.word("name", name, "a schedule name, e.g. '1f1b', 'zb-h1', 'zb-v', 'interleaved' "
-               "(`tightpipe schedule --help` lists them)")
+    _args.word(
+        "name",
+        name,
+        "a schedule name, e.g. '1f1b', 'zb-h1', 'zb-v', 'interleaved' "
+        "(`tightpipe schedule --help` lists them)",
+    )
     pp = _args.count("pp", pp, 1, _args.MAX_RANKS, "the number of pipeline ranks, e.g. pp=4")
     microbatches = _args.count(
-        "microbatches", microbatches, 1, _args.MAX_MICROBATCHES,
-        "microbatches per step, e.g. microbatches=8 (at least pp for most schedules)")
+        "microbatches",
+        microbatches,
+        1,
+        _args.MAX_MICROBATCHES,
+        "microbatches per step, e.g. microbatches=8 (at least pp for most schedules)",
+    )
     if vpp is not None:
         vpp = _args.count(
-            "vpp", vpp, 1, _args.MAX_CHUNKS,
-            "stages (chunks) per rank, e.g. vpp=2; leave it out for the schedule's default")
+            "vpp",
+            vpp,
+            1,
+            _args.MAX_CHUNKS,
+            "stages (chunks) per rank, e.g. vpp=2; leave it out for the schedule's default",
+        )
         if pp * vpp > _args.MAX_STAGES:
             raise ArgumentError(
                 f"pp x vpp {pp} x {vpp}: {pp * vpp} stages, must be at most {_args.MAX_STAGES}; "
@@ -267,8 +288,9 @@ def generate(
     if cost is not None:
         _args.word("cost", cost, "uniform costs such as 'f=1,i=1,w=1' (docs/cost_model.md)")
     if costs is not None:
-        costs = _args.existing_file("costs", costs, "a per-stage cost table, JSON "
-                                    "(docs/cost_model.md)")
+        costs = _args.existing_file(
+            "costs", costs, "a per-stage cost table, JSON (docs/cost_model.md)"
+        )
     if cost is not None and costs is not None:
         raise ArgumentError(
             f"cost {_args.show(cost)} and costs '{costs}': give one of them; hint: cost= for "
@@ -276,9 +298,13 @@ def generate(
         )
     if memory_limit is not None:
         memory_limit = _args.number(
-            "memory_limit", memory_limit, _args.MIN_MEMORY_LIMIT, math.inf,
+            "memory_limit",
+            memory_limit,
+            _args.MIN_MEMORY_LIMIT,
+            math.inf,
             "whole-rank microbatch activations a rank may hold, e.g. memory_limit=pp (1F1B's "
-            "memory); zb-auto and zb-v-auto take it")
+            "memory); zb-auto and zb-v-auto take it",
+        )
     binary = _binary(binary)
     args = ["schedule", "--schedule", name, "--pp", str(pp), "--microbatches", str(microbatches)]
     if vpp is not None:

@@ -74,9 +74,9 @@ Status PlanOptions::validate() const {
   if (module_costs) {
     // tune: the model is its measured modules; no GPT shape to check.
     if (!measured || static_cast<int64_t>(measured->block_each.size()) != m.num_layers) {
-      return Status::internal(fmt::format(
-          "plan: module costs with {} per-block entries for {} blocks",
-          measured ? measured->block_each.size() : 0, m.num_layers));
+      return Status::internal(
+          fmt::format("plan: module costs with {} per-block entries for {} blocks",
+                      measured ? measured->block_each.size() : 0, m.num_layers));
     }
     for (const RecomputeChoice& rc : recompute) {
       if (rc.kind != RecomputeChoice::Kind::kNone) {

@@ -25,13 +25,13 @@ Result<double> non_negative(const json& obj, const std::string& key, std::string
                             std::string_view entry) {
   auto it = obj.find(key);
   if (it == obj.end()) {
-    return Status::invalid_argument(fmt::format(
-        "{}: {} has no '{}'; hint: write the file with tightpipe.torch.measure_layers", source,
-        entry, key));
+    return Status::invalid_argument(
+        fmt::format("{}: {} has no '{}'; hint: write the file with tightpipe.torch.measure_layers",
+                    source, entry, key));
   }
   if (!it->is_number()) {
-    return Status::invalid_argument(fmt::format("{}: {} '{}' is {}, not a number", source, entry,
-                                                key, printable(it->dump())));
+    return Status::invalid_argument(
+        fmt::format("{}: {} '{}' is {}, not a number", source, entry, key, printable(it->dump())));
   }
   const double x = it->get<double>();
   if (!std::isfinite(x) || x < 0 || x > kMaxCostValue) {
@@ -76,8 +76,8 @@ std::string placement_of(const Schedule& s) {
 
 // simulate() as `tightpipe simulate --engine torch --json` runs it, the lower bound attached.
 Result<SimResult> simulate_torch(const Schedule& compute_only, const CostModel& costs) {
-  TP_ASSIGN_OR_RETURN(Schedule low, compute_only.lowered ? Result<Schedule>(compute_only)
-                                                         : lower(compute_only));
+  TP_ASSIGN_OR_RETURN(Schedule low,
+                      compute_only.lowered ? Result<Schedule>(compute_only) : lower(compute_only));
   SimOptions so;
   so.engine = Engine::kTorch;
   TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
@@ -124,10 +124,10 @@ Result<MeasuredModules> parse_measured_modules(std::string_view text, std::strin
   }
   const std::string format = doc.value("format", std::string());
   if (format != "tightpipe-layers/1") {
-    return Status::invalid_argument(fmt::format(
-        "{}: format '{}', expected 'tightpipe-layers/1'; hint: the file "
-        "tightpipe.torch.measure_layers(out=...) writes",
-        source, printable(format)));
+    return Status::invalid_argument(
+        fmt::format("{}: format '{}', expected 'tightpipe-layers/1'; hint: the file "
+                    "tightpipe.torch.measure_layers(out=...) writes",
+                    source, printable(format)));
   }
   if (doc.value("time_unit", std::string("s")) != "s") {
     return Status::invalid_argument(fmt::format("{}: time_unit '{}', expected 's'", source,
@@ -135,8 +135,8 @@ Result<MeasuredModules> parse_measured_modules(std::string_view text, std::strin
   }
   MeasuredModules out;
   out.source = std::string(source);
-  const json& shape = doc.contains("microbatch_input_shape") ? doc["microbatch_input_shape"]
-                                                             : json();
+  const json& shape =
+      doc.contains("microbatch_input_shape") ? doc["microbatch_input_shape"] : json();
   if (!shape.is_array() || shape.empty()) {
     return Status::invalid_argument(fmt::format(
         "{}: 'microbatch_input_shape' is {}, not a non-empty list; hint: the shape of the "
@@ -145,17 +145,16 @@ Result<MeasuredModules> parse_measured_modules(std::string_view text, std::strin
   }
   for (const json& d : shape) {
     if (!d.is_number_integer() || d.get<int64_t>() < 1) {
-      return Status::invalid_argument(fmt::format(
-          "{}: 'microbatch_input_shape' holds {}, not a positive integer", source,
-          printable(d.dump())));
+      return Status::invalid_argument(
+          fmt::format("{}: 'microbatch_input_shape' holds {}, not a positive integer", source,
+                      printable(d.dump())));
     }
     out.input_shape.push_back(d.get<int64_t>());
   }
   out.micro_batch_size = out.input_shape.front();
   const json& layers = doc.contains("layers") ? doc["layers"] : json();
   if (!layers.is_array()) {
-    return Status::invalid_argument(
-        fmt::format("{}: 'layers' is missing or not a list", source));
+    return Status::invalid_argument(fmt::format("{}: 'layers' is missing or not a list", source));
   }
   if (layers.size() < 2) {
     return Status::invalid_argument(fmt::format(
@@ -177,9 +176,9 @@ Result<MeasuredModules> parse_measured_modules(std::string_view text, std::strin
     ModuleCost mc;
     mc.name = l["name"].get<std::string>();
     if (!seen.insert(mc.name).second) {
-      return Status::invalid_argument(fmt::format(
-          "{}: module '{}' is listed twice; hint: one entry per top-level module", source,
-          printable(mc.name)));
+      return Status::invalid_argument(
+          fmt::format("{}: module '{}' is listed twice; hint: one entry per top-level module",
+                      source, printable(mc.name)));
     }
     const std::string named = fmt::format("{} ('{}')", entry, printable(mc.name));
     StageCost& c = mc.cost;
@@ -188,13 +187,12 @@ Result<MeasuredModules> parse_measured_modules(std::string_view text, std::strin
       const char* key;
       double StageCost::*field;
     };
-    for (const Field& f :
-         {Field{"f", &StageCost::f}, Field{"i", &StageCost::i}, Field{"w", &StageCost::w},
-          Field{"act_bytes", &StageCost::act_bytes},
-          Field{"act_after_i_bytes", &StageCost::act_after_i_bytes},
-          Field{"param_bytes", &StageCost::param_bytes},
-          Field{"grad_bytes", &StageCost::grad_bytes},
-          Field{"optimizer_bytes", &StageCost::optimizer_bytes}}) {
+    for (const Field& f : {Field{"f", &StageCost::f}, Field{"i", &StageCost::i},
+                           Field{"w", &StageCost::w}, Field{"act_bytes", &StageCost::act_bytes},
+                           Field{"act_after_i_bytes", &StageCost::act_after_i_bytes},
+                           Field{"param_bytes", &StageCost::param_bytes},
+                           Field{"grad_bytes", &StageCost::grad_bytes},
+                           Field{"optimizer_bytes", &StageCost::optimizer_bytes}}) {
       TP_ASSIGN_OR_RETURN(c.*f.field, non_negative(l, f.key, source, named));
     }
     TP_ASSIGN_OR_RETURN(double ob, non_negative(l, "output_bytes", source, named));
@@ -284,9 +282,8 @@ Result<TuneResult> tune(const TuneOptions& o) {
   const MeasuredModules& m = o.modules;
   const int32_t n = static_cast<int32_t>(m.modules.size());
   if (o.pp < 1 || o.pp > kMaxRanks) {
-    return Status::invalid_argument(
-        fmt::format("--pp {}: must be in [1, {}]; hint: the ranks of the pipeline", o.pp,
-                    kMaxRanks));
+    return Status::invalid_argument(fmt::format(
+        "--pp {}: must be in [1, {}]; hint: the ranks of the pipeline", o.pp, kMaxRanks));
   }
   if (o.pp > n) {
     return Status::invalid_argument(fmt::format(
@@ -295,14 +292,14 @@ Result<TuneResult> tune(const TuneOptions& o) {
         o.pp, m.source, n, n));
   }
   if (o.microbatches < 1 || o.microbatches > kMaxStageMicrobatches) {
-    return Status::invalid_argument(fmt::format(
-        "--microbatches {}: must be in [1, {}]", o.microbatches, kMaxStageMicrobatches));
+    return Status::invalid_argument(fmt::format("--microbatches {}: must be in [1, {}]",
+                                                o.microbatches, kMaxStageMicrobatches));
   }
   if (!(o.action_overhead_s >= 0 && o.action_overhead_s < 1)) {
-    return Status::invalid_argument(fmt::format(
-        "--action-overhead-us {:g}: must be in [0, 1e6); hint: measure it with "
-        "tightpipe.torch.measure_action_overhead",
-        o.action_overhead_s * 1e6));
+    return Status::invalid_argument(
+        fmt::format("--action-overhead-us {:g}: must be in [0, 1e6); hint: measure it with "
+                    "tightpipe.torch.measure_action_overhead",
+                    o.action_overhead_s * 1e6));
   }
   if (!(o.min_gain >= 0 && o.min_gain < 1)) {
     return Status::invalid_argument(
@@ -318,10 +315,11 @@ Result<TuneResult> tune(const TuneOptions& o) {
     if (cur.file) {
       sched = *cur.file;
     } else {
-      auto g = generate_schedule(cur.schedule, {.ranks = o.pp,
-                                                .microbatches = static_cast<int32_t>(o.microbatches),
-                                                .chunks = cur.vpp > 0 ? cur.vpp : 1,
-                                                .group_size = 0});
+      auto g =
+          generate_schedule(cur.schedule, {.ranks = o.pp,
+                                           .microbatches = static_cast<int32_t>(o.microbatches),
+                                           .chunks = cur.vpp > 0 ? cur.vpp : 1,
+                                           .group_size = 0});
       if (!g.ok()) return g.status().with_context("--current-schedule " + cur.schedule);
       sched = std::move(*g);
     }
@@ -389,8 +387,8 @@ Result<TuneResult> tune(const TuneOptions& o) {
   po.device.message_overhead_s = o.link.overhead;
   po.network = po.device.intra_node;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  po.memory_budget_bytes = o.memory_limit_bytes > 0 ? o.memory_limit_bytes
-                                                    : kMaxPlanMemoryBudgetGib * kGiB;
+  po.memory_budget_bytes =
+      o.memory_limit_bytes > 0 ? o.memory_limit_bytes : kMaxPlanMemoryBudgetGib * kGiB;
   po.measured = layer_costs;
   po.measured_micro_batch_size = m.micro_batch_size;
   po.module_costs = true;
@@ -399,7 +397,7 @@ Result<TuneResult> tune(const TuneOptions& o) {
   po.train_tokens = 1;
   po.top = std::max(o.top, 1);
   if (o.schedules.empty()) {
-    po.schedules = {"1f1b",    "interleaved", "zb-h1",     "zb-h2", "zb-1p", "zb-2p",
+    po.schedules = {"1f1b",    "interleaved", "zb-h1",     "zb-h2",  "zb-1p", "zb-2p",
                     "zb-auto", "zb-v",        "zb-v-auto", "v-half", "v-min", "dualpipev"};
   } else {
     po.schedules = o.schedules;
@@ -441,8 +439,8 @@ Result<TuneResult> tune(const TuneOptions& o) {
     const double gain = 1 - best.step_s / cur.step_s;
     std::string bubbles;
     for (const RankSimStats& r : cur.sim.ranks) {
-      bubbles += fmt::format("{}r{} {}", bubbles.empty() ? "" : ", ", r.rank,
-                             percent(r.bubble_ratio));
+      bubbles +=
+          fmt::format("{}r{} {}", bubbles.empty() ? "" : ", ", r.rank, percent(r.bubble_ratio));
     }
     if (gain < o.min_gain) {
       res.change = false;
@@ -497,9 +495,9 @@ Result<TuneResult> tune(const TuneOptions& o) {
 std::string format_tune(const TuneResult& r) {
   std::string out;
   const size_t ranks = r.candidates.front().sim.ranks.size();
-  std::string head = fmt::format("{:<9} {:<11} {:<5} {:>2} {:>3} {:>4}  {:<14} {:>10} {:>8}",
-                                 "setup", "schedule", "place", "v", "mbs", "m", "split",
-                                 "step ms", "vs now");
+  std::string head =
+      fmt::format("{:<9} {:<11} {:<5} {:>2} {:>3} {:>4}  {:<14} {:>10} {:>8}", "setup", "schedule",
+                  "place", "v", "mbs", "m", "split", "step ms", "vs now");
   for (size_t k = 0; k < ranks; ++k) head += fmt::format(" {:>8}", fmt::format("bubble{}", k));
   for (size_t k = 0; k < ranks; ++k) head += fmt::format(" {:>9}", fmt::format("peakMiB{}", k));
   head += fmt::format(" {:>10}\n", "bound ms");
@@ -510,7 +508,8 @@ std::string format_tune(const TuneResult& r) {
         t.placement, t.vpp, t.micro_batch_size, t.microbatches, split_text(t.module_names),
         1e3 * t.step_s,
         r.current ? fmt::format("{:.2f}x", r.current->step_s / t.step_s) : std::string("-"));
-    for (const RankSimStats& s : t.sim.ranks) line += fmt::format(" {:>8}", percent(s.bubble_ratio));
+    for (const RankSimStats& s : t.sim.ranks)
+      line += fmt::format(" {:>8}", percent(s.bubble_ratio));
     for (const RankSimStats& s : t.sim.ranks) line += fmt::format(" {:>9.1f}", s.peak_bytes / kMiB);
     line += fmt::format(" {:>10.4g}\n", 1e3 * t.lower_bound_s);
     out += line;
@@ -521,10 +520,10 @@ std::string format_tune(const TuneResult& r) {
                                                  : std::to_string(k + 1),
         r.candidates[k]);
   }
-  out += fmt::format("searched {} configurations: {} simulated, {} pruned by their lower bound, {} "
-                     "do not fit\n",
-                     r.stats.configurations, r.stats.simulated, r.stats.pruned,
-                     r.stats.infeasible);
+  out += fmt::format(
+      "searched {} configurations: {} simulated, {} pruned by their lower bound, {} "
+      "do not fit\n",
+      r.stats.configurations, r.stats.simulated, r.stats.pruned, r.stats.infeasible);
   out += (r.change ? "recommended (*): " : "recommended: no change. ") + r.why + "\n";
   return out;
 }

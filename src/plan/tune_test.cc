@@ -18,10 +18,17 @@ using json = nlohmann::json;
 std::string table(double first, int blocks, double block, double last) {
   json layers = json::array();
   auto entry = [](const std::string& name, double t) {
-    return json{{"name", name},          {"f", t},           {"i", t},
-                {"w", t},                {"act_bytes", 100}, {"act_after_i_bytes", 100},
-                {"input_bytes", 10},     {"output_bytes", 10}, {"param_bytes", 1000},
-                {"grad_bytes", 1000},    {"optimizer_bytes", 2000}};
+    return json{{"name", name},
+                {"f", t},
+                {"i", t},
+                {"w", t},
+                {"act_bytes", 100},
+                {"act_after_i_bytes", 100},
+                {"input_bytes", 10},
+                {"output_bytes", 10},
+                {"param_bytes", 1000},
+                {"grad_bytes", 1000},
+                {"optimizer_bytes", 2000}};
   };
   layers.push_back(entry("tok_embeddings", first));
   for (int k = 0; k < blocks; ++k) layers.push_back(entry("layers." + std::to_string(k), block));
@@ -115,8 +122,7 @@ TEST(Tune, BadInputIsOneLineNamingIt) {
     EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
   };
   expect_error(parse_measured_modules("[", "l.json").status(), "l.json: not a JSON object");
-  expect_error(parse_measured_modules(R"({"format": "x"})", "l.json").status(),
-               "format 'x'");
+  expect_error(parse_measured_modules(R"({"format": "x"})", "l.json").status(), "format 'x'");
   json one = json::parse(table(1, 0, 1, 1));
   one["layers"].erase(1);
   expect_error(parse_measured_modules(one.dump(), "l.json").status(), "at least two");

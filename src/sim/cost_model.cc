@@ -492,10 +492,9 @@ CostModel torch_runtime_costs(const CostModel& costs, double action_overhead) {
   }
   return CostModel(std::move(stages), costs.link(), costs.time_unit(),
                    costs.source() + ", first stage's backward in W (PyTorch's runtime)" +
-                       (action_overhead > 0
-                            ? fmt::format(", {:.4g} {} host time per action", action_overhead,
-                                          costs.time_unit())
-                            : std::string()),
+                       (action_overhead > 0 ? fmt::format(", {:.4g} {} host time per action",
+                                                          action_overhead, costs.time_unit())
+                                            : std::string()),
                    costs.real_bytes());
 }
 

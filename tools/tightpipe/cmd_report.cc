@@ -74,8 +74,8 @@ Result<std::pair<std::string, std::string>> prediction_check(const GpuTraceRepor
     if (b.empty()) b.push_back(rep.ranks[r].usage.bubble_ratio);
     std::sort(b.begin(), b.end());
     const double measured = b[b.size() / 2];
-    out += fmt::format("  rank {}: bubble {:.1f}% measured, {:.1f}% predicted\n", r,
-                       100 * measured, 100 * predicted[r]);
+    out += fmt::format("  rank {}: bubble {:.1f}% measured, {:.1f}% predicted\n", r, 100 * measured,
+                       100 * predicted[r]);
     j["ranks"].push_back({{"rank", r},
                           {"measured_bubble_ratio", measured},
                           {"predicted_bubble_ratio", predicted[r]}});

@@ -27,12 +27,18 @@ constexpr std::string_view kTuneCmd = "tune";
 // (docs/torch.md section 4), and tightpipe's own names.
 Result<std::string> generator_for(const std::string& name) {
   static const std::map<std::string, std::string, std::less<>> kTorch = {
-      {"schedule1f1b", "1f1b"},           {"1f1b", "1f1b"},
-      {"schedulegpipe", "gpipe"},         {"gpipe", "gpipe"},
-      {"scheduleinterleaved1f1b", "interleaved"}, {"interleaved1f1b", "interleaved"},
-      {"scheduleloopedbfs", "looped-bfs"}, {"loopedbfs", "looped-bfs"},
-      {"schedulezbvzerobubble", "zb-v"},  {"zbvzerobubble", "zb-v"},
-      {"scheduledualpipev", "dualpipev"}, {"dualpipev", "dualpipev"}};
+      {"schedule1f1b", "1f1b"},
+      {"1f1b", "1f1b"},
+      {"schedulegpipe", "gpipe"},
+      {"gpipe", "gpipe"},
+      {"scheduleinterleaved1f1b", "interleaved"},
+      {"interleaved1f1b", "interleaved"},
+      {"scheduleloopedbfs", "looped-bfs"},
+      {"loopedbfs", "looped-bfs"},
+      {"schedulezbvzerobubble", "zb-v"},
+      {"zbvzerobubble", "zb-v"},
+      {"scheduledualpipev", "dualpipev"},
+      {"dualpipev", "dualpipev"}};
   std::string lower;
   for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (auto it = kTorch.find(lower); it != kTorch.end()) return it->second;
@@ -119,8 +125,9 @@ int cmd_tune(int argc, char** argv) {
                  "micro batch sizes to try, the batch kept (default: the measured one)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--memory-limit-gib", memory_gib,
-                 "per rank: parameters, gradients, optimizer state and activations (default: none)");
+  app.add_option(
+      "--memory-limit-gib", memory_gib,
+      "per rank: parameters, gradients, optimizer state and activations (default: none)");
   app.add_option("--schedules", schedules,
                  "schedules to search (default: every one PyTorch's runtime runs)")
       ->delimiter(',')
@@ -132,8 +139,7 @@ int cmd_tune(int argc, char** argv) {
   app.add_option("--action-overhead-us", overhead_us,
                  "the runtime's host time per compute action, measured once per machine "
                  "(tightpipe.torch.measure_action_overhead; default 0)");
-  app.add_option("--current-split", current_split,
-                 "modules per stage of the current run, e.g. 7,7")
+  app.add_option("--current-split", current_split, "modules per stage of the current run, e.g. 7,7")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--current-schedule", current_schedule,
@@ -161,9 +167,9 @@ int cmd_tune(int argc, char** argv) {
   auto measured = parse_measured_modules(*text, printable(layers_path));
   if (!measured.ok()) return fail(measured.status().with_context("--layers"));
   if (memory_gib < 0 || !std::isfinite(memory_gib) || memory_gib > kMaxPlanMemoryBudgetGib) {
-    return fail(Status::invalid_argument(fmt::format(
-        "--memory-limit-gib {}: must be in [0, {:g}] GiB per rank; hint: e.g. 16", memory_gib,
-        kMaxPlanMemoryBudgetGib)));
+    return fail(Status::invalid_argument(
+        fmt::format("--memory-limit-gib {}: must be in [0, {:g}] GiB per rank; hint: e.g. 16",
+                    memory_gib, kMaxPlanMemoryBudgetGib)));
   }
   for (auto [flag, v] : {std::pair{"--link-latency-us", latency_us},
                          std::pair{"--link-bandwidth-gbs", bandwidth_gbs}}) {
@@ -173,8 +179,8 @@ int cmd_tune(int argc, char** argv) {
     }
   }
   if (o.top < 1 || o.top > kMaxPlanTop) {
-    return fail(Status::invalid_argument(
-        fmt::format("--top {}: must be in [1, {}]", o.top, kMaxPlanTop)));
+    return fail(
+        Status::invalid_argument(fmt::format("--top {}: must be in [1, {}]", o.top, kMaxPlanTop)));
   }
   o.memory_limit_bytes = memory_gib * 1024.0 * 1024.0 * 1024.0;
   o.link.latency = latency_us * 1e-6;
@@ -250,8 +256,7 @@ int cmd_tune(int argc, char** argv) {
   if (!res.ok()) return fail(res.status());
   const TuneSetup& rec =
       res->change || !res->current ? res->candidates[res->recommended] : *res->current;
-  const std::string tune_json =
-      tune_setup_json(*res, rec, "schedule.csv", "schedule_compute.csv");
+  const std::string tune_json = tune_setup_json(*res, rec, "schedule.csv", "schedule_compute.csv");
   if (!out_dir.empty()) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -263,12 +268,11 @@ int cmd_tune(int argc, char** argv) {
     auto torch_csv = to_torch_csv(*rec.compute_schedule);
     if (!torch_csv.ok()) return fail(torch_csv.status());
     auto sim_json = sim_result_to_json(rec.sim);
-    for (auto [name, body] :
-         {std::pair<std::string, std::string>{"tune.json", tune_json},
-          {"schedule.csv", *torch_csv},
-          {"schedule_compute.csv", to_csv(*rec.compute_schedule)},
-          {"costs.json", cost_table_to_json(*rec.costs)},
-          {"prediction.json", sim_json + "\n"}}) {
+    for (auto [name, body] : {std::pair<std::string, std::string>{"tune.json", tune_json},
+                              {"schedule.csv", *torch_csv},
+                              {"schedule_compute.csv", to_csv(*rec.compute_schedule)},
+                              {"costs.json", cost_table_to_json(*rec.costs)},
+                              {"prediction.json", sim_json + "\n"}}) {
       if (Status st = write_output_file((fs::path(out_dir) / name).string(), body); !st.ok()) {
         return fail(st.with_context("--out"));
       }
@@ -279,9 +283,10 @@ int cmd_tune(int argc, char** argv) {
   } else {
     std::fputs(format_tune(*res).c_str(), stdout);
     if (!out_dir.empty()) {
-      std::printf("wrote %s/{tune.json,schedule.csv,schedule_compute.csv,costs.json,"
-                  "prediction.json}\n",
-                  out_dir.c_str());
+      std::printf(
+          "wrote %s/{tune.json,schedule.csv,schedule_compute.csv,costs.json,"
+          "prediction.json}\n",
+          out_dir.c_str());
     }
   }
   return kExitOk;

@@ -2,6 +2,7 @@
 prediction (`tightpipe simulate --engine ...`) from the run's own measured durations, and the
 harness's own idle-per-rank-and-cause (to hold `tightpipe report` to).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,11 +35,23 @@ def _tool(args: Sequence[str]) -> str:
     return r.stdout
 
 
-def generator_orders(schedule: str, pp: int, microbatches: int, vpp: int = 1,
-                     group: Optional[int] = None) -> List[List[str]]:
+def generator_orders(
+    schedule: str, pp: int, microbatches: int, vpp: int = 1, group: Optional[int] = None
+) -> List[List[str]]:
     """Each rank's compute order from `tightpipe schedule ... --format csv`."""
-    args = ["schedule", "--schedule", schedule, "--pp", str(pp), "--microbatches",
-            str(microbatches), "--vpp", str(vpp), "--format", "csv"]
+    args = [
+        "schedule",
+        "--schedule",
+        schedule,
+        "--pp",
+        str(pp),
+        "--microbatches",
+        str(microbatches),
+        "--vpp",
+        str(vpp),
+        "--format",
+        "csv",
+    ]
     if group is not None:
         args += ["--microbatch-group-size", str(group)]
     return [line.split(",") for line in _tool(args).strip().splitlines()]
@@ -50,15 +63,19 @@ def first_differences(engine: List[List[str]], ours: List[List[str]]) -> Dict[in
     for r, (a, b) in enumerate(zip(engine, ours, strict=False)):
         if a == b:
             continue
-        k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
-                 min(len(a), len(b)))
-        out[r] = (f"step {k}: engine {a[k] if k < len(a) else '(end)'}, "
-                  f"ours {b[k] if k < len(b) else '(end)'}")
+        k = next(
+            (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+        )
+        out[r] = (
+            f"step {k}: engine {a[k] if k < len(a) else '(end)'}, "
+            f"ours {b[k] if k < len(b) else '(end)'}"
+        )
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # Measured durations -> the cost table the prediction uses
+
 
 def host_inclusive(events: List[Event]) -> List[Tuple[Event, float]]:
     """(compute event, its host-inclusive duration) for each F/B of one rank and step: from the
@@ -66,8 +83,9 @@ def host_inclusive(events: List[Event]) -> List[Tuple[Event, float]]:
     of the event after it (the next wait or compute). What the engine's Python does around a
     compute (Megatron's forward_step bookkeeping, DeepSpeed's LoadMicroBatch) is work the rank does
     between two waits, so it belongs to the compute in a model that knows computes and waits."""
-    evs = sorted((e for e in events if e.kind in ("F", "B", "SEND", "RECV")),
-                 key=lambda e: (e.start, e.end))
+    evs = sorted(
+        (e for e in events if e.kind in ("F", "B", "SEND", "RECV")), key=lambda e: (e.start, e.end)
+    )
     out = []
     for i, e in enumerate(evs):
         if e.kind not in ("F", "B"):
@@ -123,11 +141,20 @@ def measured_costs(run: PeerRun) -> Dict[str, Any]:
     if stages != list(range(run.pp * run.vpp)):
         raise RuntimeError(f"measured stages {stages} for p={run.pp} x v={run.vpp}")
     opt = 1e3 * statistics.median(tail)
-    return {"time_unit": "ms",
-            "link": {"latency": 1e3 * statistics.median(crossing) if crossing else 0.0},
-            "stages": [{"stage": s, "f": 1e3 * statistics.median(f[s]),
-                        "i": 1e3 * statistics.median(b[s]), "w": 0.0, "optimizer": opt}
-                       for s in stages]}
+    return {
+        "time_unit": "ms",
+        "link": {"latency": 1e3 * statistics.median(crossing) if crossing else 0.0},
+        "stages": [
+            {
+                "stage": s,
+                "f": 1e3 * statistics.median(f[s]),
+                "i": 1e3 * statistics.median(b[s]),
+                "w": 0.0,
+                "optimizer": opt,
+            }
+            for s in stages
+        ],
+    }
 
 
 def host_time(run: PeerRun, step: int, rank: int) -> float:
@@ -146,12 +173,27 @@ def simulate(run: PeerRun, engine: str, costs: Dict[str, Any]) -> Dict[str, Any]
         path = os.path.join(d, "costs.json")
         with open(path, "w") as fh:
             json.dump(costs, fh)
-        args = ["simulate", "--schedule", run.schedule, "--pp", str(run.pp), "--microbatches",
-                str(run.microbatches), "--vpp", str(run.vpp), "--costs", path, "--engine", engine,
-                "--json"]
+        args = [
+            "simulate",
+            "--schedule",
+            run.schedule,
+            "--pp",
+            str(run.pp),
+            "--microbatches",
+            str(run.microbatches),
+            "--vpp",
+            str(run.vpp),
+            "--costs",
+            path,
+            "--engine",
+            engine,
+            "--json",
+        ]
         if run.vpp > 1:
-            args += ["--microbatch-group-size",
-                     str(run.options.get("microbatch_group_size_per_vp_stage", run.pp))]
+            args += [
+                "--microbatch-group-size",
+                str(run.options.get("microbatch_group_size_per_vp_stage", run.pp)),
+            ]
         out: Dict[str, Any] = json.loads(_tool(args))
         return out
 
@@ -184,9 +226,11 @@ def harness_idle(run: PeerRun, step: int) -> List[Dict[str, float]]:
     out = []
     for es in evs:
         comps = sorted((e for e in es if e.kind in ("F", "B")), key=lambda e: e.start)
-        busy = sorted([(e.start, e.end, e) for e in comps] +
-                      [(max(e.start, opt_sync), e.end, None) for e in es
-                       if e.kind == "optimizer"], key=lambda x: x[0])
+        busy = sorted(
+            [(e.start, e.end, e) for e in comps]
+            + [(max(e.start, opt_sync), e.end, None) for e in es if e.kind == "optimizer"],
+            key=lambda x: x[0],
+        )
         first = comps[0].start if comps else T
         last = max((e.end for e in comps), default=0.0)
         recv_end = {("_B" in e.name, e.stage, e.mb): e.end for e in es if e.kind == "RECV"}
@@ -224,8 +268,15 @@ def _inside(ivs: List[Tuple[float, float]], m: float) -> bool:
     return any(s <= m < e for s, e in ivs)
 
 
-def _cause(m: float, data: List[Tuple[float, float]], sends: List[Tuple[float, float]],
-           posted: Optional[float], arrived: Optional[float], first: float, last: float) -> str:
+def _cause(
+    m: float,
+    data: List[Tuple[float, float]],
+    sends: List[Tuple[float, float]],
+    posted: Optional[float],
+    arrived: Optional[float],
+    first: float,
+    last: float,
+) -> str:
     if _inside(data, m):
         return "data wait"
     if _inside(sends, m):

@@ -51,8 +51,10 @@ class SleepBackward(torch.autograd.Function):
 
 def _seconds(name: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise ValueError(f"EmulatedLayer: {name}={v!r} must be a finite number of seconds >= 0; "
-                         "hint: the layer's measured duration, e.g. from measure_layers")
+        raise ValueError(
+            f"EmulatedLayer: {name}={v!r} must be a finite number of seconds >= 0; "
+            "hint: the layer's measured duration, e.g. from measure_layers"
+        )
     return float(v)
 
 
@@ -67,17 +69,35 @@ class EmulatedLayer(nn.Module):
     cross-entropy loss on the tokens (tightpipe.torch.gpt.loss_fn); otherwise it returns the
     activation."""
 
-    def __init__(self, f: float, i: float, w: float, shape: Sequence[int], *,
-                 first: bool = False, last: bool = False, vocab: int = 64, name: str = ""):
+    def __init__(
+        self,
+        f: float,
+        i: float,
+        w: float,
+        shape: Sequence[int],
+        *,
+        first: bool = False,
+        last: bool = False,
+        vocab: int = 64,
+        name: str = "",
+    ):
         super().__init__()
         self.f, self.i, self.w = _seconds("f", f), _seconds("i", i), _seconds("w", w)
-        if (isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or not shape
-                or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in shape)):
-            raise ValueError(f"EmulatedLayer: shape={shape!r} must be a non-empty sequence of "
-                             "ints >= 1; hint: the activation's shape, e.g. (B, T, 8)")
+        if (
+            isinstance(shape, (str, bytes))
+            or not isinstance(shape, Sequence)
+            or not shape
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in shape)
+        ):
+            raise ValueError(
+                f"EmulatedLayer: shape={shape!r} must be a non-empty sequence of "
+                "ints >= 1; hint: the activation's shape, e.g. (B, T, 8)"
+            )
         if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
-            raise ValueError(f"EmulatedLayer: vocab={vocab!r} must be an int >= 1; hint: the "
-                             "model's vocabulary, e.g. 64")
+            raise ValueError(
+                f"EmulatedLayer: vocab={vocab!r} must be an int >= 1; hint: the "
+                "model's vocabulary, e.g. 64"
+            )
         self.shape = tuple(shape)
         self.first, self.last = bool(first), bool(last)
         self.vocab = vocab
@@ -91,15 +111,19 @@ class EmulatedLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.table is not None:
             if tuple(x.shape) != self.shape[:-1] or x.is_floating_point():
-                raise ValueError(f"EmulatedLayer '{self.name}': input {tuple(x.shape)} "
-                                 f"{x.dtype}, expected integer tokens {self.shape[:-1]}; hint: "
-                                 "the first layer takes the model's input")
+                raise ValueError(
+                    f"EmulatedLayer '{self.name}': input {tuple(x.shape)} "
+                    f"{x.dtype}, expected integer tokens {self.shape[:-1]}; hint: "
+                    "the first layer takes the model's input"
+                )
             h = self.table[x.long().remainder(self.table.shape[0])]
         else:
             if tuple(x.shape) != self.shape:
-                raise ValueError(f"EmulatedLayer '{self.name}': input {tuple(x.shape)}, expected "
-                                 f"{self.shape}; hint: every layer of one emulated model has the "
-                                 "same activation shape")
+                raise ValueError(
+                    f"EmulatedLayer '{self.name}': input {tuple(x.shape)}, expected "
+                    f"{self.shape}; hint: every layer of one emulated model has the "
+                    "same activation shape"
+                )
             h = x
         if self.f > 0:
             time.sleep(self.f)
@@ -112,12 +136,15 @@ class EmulatedLayer(nn.Module):
         return out
 
     def extra_repr(self) -> str:
-        return (f"name={self.name!r}, f={self.f}, i={self.i}, w={self.w}, shape={self.shape}, "
-                f"first={self.first}, last={self.last}, vocab={self.vocab}")
+        return (
+            f"name={self.name!r}, f={self.f}, i={self.i}, w={self.w}, shape={self.shape}, "
+            f"first={self.first}, last={self.last}, vocab={self.vocab}"
+        )
 
 
-def emulated_modules(layers_json: Mapping[str, Any] | str | os.PathLike[str], *,
-                     width: int = 8, vocab: int = 64) -> list[nn.Module]:
+def emulated_modules(
+    layers_json: Mapping[str, Any] | str | os.PathLike[str], *, width: int = 8, vocab: int = 64
+) -> list[nn.Module]:
     """One EmulatedLayer per entry of a tightpipe-layers/1 table (measure_layers' result or
     the file it wrote), sleeping its f, i and w. Activations are (*microbatch_input_shape,
     width); the first layer takes the tokens (< vocab), the last returns logits over `vocab`.
@@ -128,45 +155,72 @@ def emulated_modules(layers_json: Mapping[str, Any] | str | os.PathLike[str], *,
             with open(path) as f:
                 table = json.load(f)
         except OSError as e:
-            raise ValueError(f"layers_json='{path}': {e.strerror or e}; hint: the file "
-                             "measure_layers(..., out=) wrote") from None
+            raise ValueError(
+                f"layers_json='{path}': {e.strerror or e}; hint: the file "
+                "measure_layers(..., out=) wrote"
+            ) from None
         except (ValueError, UnicodeDecodeError) as e:
-            raise ValueError(f"layers_json='{path}': not JSON ({str(e).splitlines()[0]}); hint: "
-                             "the file measure_layers(..., out=) wrote") from None
+            raise ValueError(
+                f"layers_json='{path}': not JSON ({str(e).splitlines()[0]}); hint: "
+                "the file measure_layers(..., out=) wrote"
+            ) from None
         src = f"layers_json='{path}'"
     elif isinstance(layers_json, Mapping):
         table, src = layers_json, "layers_json"
     else:
-        raise TypeError(f"layers_json is a {type(layers_json).__name__}; hint: the dict "
-                        "measure_layers returns or the path of the file it wrote")
+        raise TypeError(
+            f"layers_json is a {type(layers_json).__name__}; hint: the dict "
+            "measure_layers returns or the path of the file it wrote"
+        )
     if not isinstance(table, Mapping) or table.get("format") != "tightpipe-layers/1":
         got = table.get("format") if isinstance(table, Mapping) else type(table).__name__
-        raise ValueError(f"{src}: format {got!r}, expected 'tightpipe-layers/1'; hint: the "
-                         "output of measure_layers")
+        raise ValueError(
+            f"{src}: format {got!r}, expected 'tightpipe-layers/1'; hint: the "
+            "output of measure_layers"
+        )
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise ValueError(f"width={width!r} must be an int >= 1; hint: e.g. width=8")
     shape_in = table.get("microbatch_input_shape")
     layers = table.get("layers")
-    if (not isinstance(shape_in, list) or not shape_in
-            or not all(isinstance(n, int) and n >= 1 for n in shape_in)):
-        raise ValueError(f"{src}: microbatch_input_shape={shape_in!r}, expected a list of ints "
-                         ">= 1; hint: the output of measure_layers")
+    if (
+        not isinstance(shape_in, list)
+        or not shape_in
+        or not all(isinstance(n, int) and n >= 1 for n in shape_in)
+    ):
+        raise ValueError(
+            f"{src}: microbatch_input_shape={shape_in!r}, expected a list of ints "
+            ">= 1; hint: the output of measure_layers"
+        )
     if not isinstance(layers, list) or not layers:
         raise ValueError(f"{src}: no layers; hint: the output of measure_layers")
     if table.get("time_unit") != "s":
-        raise ValueError(f"{src}: time_unit={table.get('time_unit')!r}, expected 's'; hint: "
-                         "the output of measure_layers")
+        raise ValueError(
+            f"{src}: time_unit={table.get('time_unit')!r}, expected 's'; hint: "
+            "the output of measure_layers"
+        )
     shape = (*shape_in, width)
     n = len(layers)
     mods: list[nn.Module] = []
     for k, entry in enumerate(layers):
         if not isinstance(entry, Mapping) or any(
-                key not in entry for key in ("name", "f", "i", "w")):
-            raise ValueError(f"{src}: layers[{k}] lacks name, f, i or w; hint: the output of "
-                             "measure_layers")
+            key not in entry for key in ("name", "f", "i", "w")
+        ):
+            raise ValueError(
+                f"{src}: layers[{k}] lacks name, f, i or w; hint: the output of measure_layers"
+            )
         try:
-            mods.append(EmulatedLayer(entry["f"], entry["i"], entry["w"], shape, first=k == 0,
-                                      last=k == n - 1, vocab=vocab, name=str(entry["name"])))
+            mods.append(
+                EmulatedLayer(
+                    entry["f"],
+                    entry["i"],
+                    entry["w"],
+                    shape,
+                    first=k == 0,
+                    last=k == n - 1,
+                    vocab=vocab,
+                    name=str(entry["name"]),
+                )
+            )
         except ValueError as err:
             raise ValueError(f"{src}: layers[{k}] ('{entry['name']}'): {err}") from None
     return mods

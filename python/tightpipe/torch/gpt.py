@@ -29,10 +29,13 @@ class GptConfig:
     blocks_per_stage: int = 1
 
     def __post_init__(self) -> None:
-        for name, hint in (("vocab", "e.g. vocab=64"), ("seq", "tokens per sequence, e.g. 16"),
-                           ("d_model", "the model width, e.g. 32"),
-                           ("heads", "attention heads that divide d_model, e.g. 2"),
-                           ("blocks_per_stage", "transformer blocks per stage, e.g. 1")):
+        for name, hint in (
+            ("vocab", "e.g. vocab=64"),
+            ("seq", "tokens per sequence, e.g. 16"),
+            ("d_model", "the model width, e.g. 32"),
+            ("heads", "attention heads that divide d_model, e.g. 2"),
+            ("blocks_per_stage", "transformer blocks per stage, e.g. 1"),
+        ):
             _args.count(name, getattr(self, name), 1, 2**31 - 1, hint)
         if self.d_model % self.heads != 0:
             raise ArgumentError(
@@ -103,8 +106,13 @@ def make_stages(cfg: GptConfig, num_stages: int, seed: int = 0) -> list[GptStage
             f"cfg {_args.show(cfg)}: must be a GptConfig, not {type(cfg).__name__}; hint: "
             "GptConfig() or GptConfig(vocab=..., d_model=...)"
         )
-    _args.count("num_stages", num_stages, 1, _args.MAX_STAGES,
-                "the schedule's stage count, schedule.num_stages")
+    _args.count(
+        "num_stages",
+        num_stages,
+        1,
+        _args.MAX_STAGES,
+        "the schedule's stage count, schedule.num_stages",
+    )
     _args.count("seed", seed, 0, 2**63 - 1, "any int >= 0, e.g. seed=0")
     torch.manual_seed(seed)
     return [GptStage(cfg, s, num_stages) for s in range(num_stages)]
@@ -138,9 +146,13 @@ def reference_step(
             f"stages {_args.show(stages)}: must be a non-empty list of the model's stages; hint: "
             "make_stages(cfg, num_stages)"
         )
-    _args.count("microbatches", microbatches, 1, max(1, len(tokens)),
-                f"at most the batch's {len(tokens)} sequences, e.g. the schedule's microbatch "
-                "count")
+    _args.count(
+        "microbatches",
+        microbatches,
+        1,
+        max(1, len(tokens)),
+        f"at most the batch's {len(tokens)} sequences, e.g. the schedule's microbatch count",
+    )
     losses = []
     for mb_tokens, mb_targets in zip(
         tokens.chunk(microbatches), targets.chunk(microbatches), strict=True
@@ -203,10 +215,14 @@ def make_layered(cfg: GptConfig, num_layers: int, seed: int = 0) -> LayeredGpt:
     `tightpipe.torch.layers.top_level_modules(model)` lists its modules in order with their FQNs
     (tok_embeddings, layers.0, ..., norm, output)."""
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
-        raise ValueError(f"num_layers={num_layers!r}: must be an int >= 0; hint: the number of "
-                         "transformer blocks, e.g. 12")
+        raise ValueError(
+            f"num_layers={num_layers!r}: must be an int >= 0; hint: the number of "
+            "transformer blocks, e.g. 12"
+        )
     if cfg.heads < 1 or cfg.d_model % cfg.heads != 0:
-        raise ValueError(f"GptConfig d_model={cfg.d_model} is not divisible by heads={cfg.heads}; "
-                         "hint: e.g. d_model=32, heads=2")
+        raise ValueError(
+            f"GptConfig d_model={cfg.d_model} is not divisible by heads={cfg.heads}; "
+            "hint: e.g. d_model=32, heads=2"
+        )
     torch.manual_seed(seed)
     return LayeredGpt(cfg, num_layers)

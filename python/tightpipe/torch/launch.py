@@ -31,8 +31,16 @@ def _free_port() -> int:
         return port
 
 
-def _entry(rank: int, world: int, port: int, threads: int, pg_timeout: float,
-           fn: Callable[..., Any], args: tuple[Any, ...], queue: Any) -> None:
+def _entry(
+    rank: int,
+    world: int,
+    port: int,
+    threads: int,
+    pg_timeout: float,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    queue: Any,
+) -> None:
     try:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         import datetime
@@ -41,8 +49,9 @@ def _entry(rank: int, world: int, port: int, threads: int, pg_timeout: float,
         import torch.distributed as dist
 
         torch.set_num_threads(threads)
-        dist.init_process_group("gloo", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=pg_timeout))
+        dist.init_process_group(
+            "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=pg_timeout)
+        )
         try:
             result = fn(rank, world, *args)
         finally:
@@ -52,13 +61,20 @@ def _entry(rank: int, world: int, port: int, threads: int, pg_timeout: float,
         queue.put((rank, False, traceback.format_exc()))
 
 
-def spawn(world: int, fn: Callable[..., Any], *args: Any, threads: int = 1,
-          timeout: float = 600.0, pg_timeout: float = 120.0) -> list[Any]:
+def spawn(
+    world: int,
+    fn: Callable[..., Any],
+    *args: Any,
+    threads: int = 1,
+    timeout: float = 600.0,
+    pg_timeout: float = 120.0,
+) -> list[Any]:
     """fn(rank, world, *args) on `world` gloo processes; the results by rank. `fn` must be a
     module-level function (spawn pickles it). A gloo operation that waits longer than
     `pg_timeout` seconds fails (a hung schedule becomes an error, not a hang)."""
-    _args.count("world", world, 1, _args.MAX_RANKS, "the pipeline's rank count, e.g. "
-                "schedule.num_ranks")
+    _args.count(
+        "world", world, 1, _args.MAX_RANKS, "the pipeline's rank count, e.g. schedule.num_ranks"
+    )
     if not callable(fn):
         raise ArgumentTypeError(
             f"fn {_args.show(fn)}: must be callable, not {type(fn).__name__}; hint: a "
@@ -66,13 +82,16 @@ def spawn(world: int, fn: Callable[..., Any], *args: Any, threads: int = 1,
         )
     _args.count("threads", threads, 1, 1024, "torch threads per process, e.g. threads=1")
     _args.positive_seconds("timeout", timeout, "seconds all ranks may take, e.g. timeout=600")
-    _args.positive_seconds("pg_timeout", pg_timeout,
-                           "seconds a gloo operation may wait, e.g. pg_timeout=120")
+    _args.positive_seconds(
+        "pg_timeout", pg_timeout, "seconds a gloo operation may wait, e.g. pg_timeout=120"
+    )
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, threads, pg_timeout, fn, args, queue))
-             for r in range(world)]
+    procs = [
+        ctx.Process(target=_entry, args=(r, world, port, threads, pg_timeout, fn, args, queue))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}

@@ -53,8 +53,18 @@ FORMAT = "tightpipe-layers/1"
 
 # The keys of each entry of "layers", in the order they are written.
 LAYER_KEYS = (
-    "name", "f", "i", "w", "act_bytes", "act_after_i_bytes", "input_bytes", "output_bytes",
-    "param_bytes", "grad_bytes", "optimizer_bytes", "params",
+    "name",
+    "f",
+    "i",
+    "w",
+    "act_bytes",
+    "act_after_i_bytes",
+    "input_bytes",
+    "output_bytes",
+    "param_bytes",
+    "grad_bytes",
+    "optimizer_bytes",
+    "params",
 )
 
 
@@ -87,69 +97,102 @@ def _first_line(e: BaseException) -> str:
 
 
 def _check_args(
-    modules: Any, example_input: Any, loss_fn: Any, names: Any, reps: Any, warmup: Any,
-    optimizer_bytes_per_param: Any, out: Any,
+    modules: Any,
+    example_input: Any,
+    loss_fn: Any,
+    names: Any,
+    reps: Any,
+    warmup: Any,
+    optimizer_bytes_per_param: Any,
+    out: Any,
 ) -> tuple[list[str], list[nn.Module]]:
     """The (names, modules) to measure; TypeError / ValueError naming the bad argument."""
     if isinstance(modules, nn.Module):
         pairs = top_level_modules(modules)
         if not pairs:
-            raise ValueError(f"modules={type(modules).__name__}: a module without children; "
-                             "hint: pass the model whose top-level children are its layers, or "
-                             "a list of modules")
+            raise ValueError(
+                f"modules={type(modules).__name__}: a module without children; "
+                "hint: pass the model whose top-level children are its layers, or "
+                "a list of modules"
+            )
         default_names, mods = [n for n, _ in pairs], [m for _, m in pairs]
     elif isinstance(modules, Sequence) and not isinstance(modules, (str, bytes)):
         mods = list(modules)
         if not mods:
-            raise ValueError("modules=[]: no module to measure; hint: the model's top-level "
-                             "modules in order, e.g. [tok_embeddings, *layers, norm, output]")
+            raise ValueError(
+                "modules=[]: no module to measure; hint: the model's top-level "
+                "modules in order, e.g. [tok_embeddings, *layers, norm, output]"
+            )
         for k, m in enumerate(mods):
             if not isinstance(m, nn.Module):
-                raise TypeError(f"modules[{k}] is a {type(m).__name__}, not an nn.Module; hint: "
-                                "a list of the model's top-level modules")
+                raise TypeError(
+                    f"modules[{k}] is a {type(m).__name__}, not an nn.Module; hint: "
+                    "a list of the model's top-level modules"
+                )
         default_names = [str(k) for k in range(len(mods))]
     else:
-        raise TypeError(f"modules is a {type(modules).__name__}; hint: an nn.Module (its "
-                        "top-level children are measured) or a list of nn.Module")
+        raise TypeError(
+            f"modules is a {type(modules).__name__}; hint: an nn.Module (its "
+            "top-level children are measured) or a list of nn.Module"
+        )
     if names is None:
         names = default_names
     else:
         if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
-            raise TypeError(f"names={names!r}: not a list of str; hint: one module name (FQN) "
-                            "per module")
+            raise TypeError(
+                f"names={names!r}: not a list of str; hint: one module name (FQN) per module"
+            )
         names = list(names)
         if len(names) != len(mods):
-            raise ValueError(f"names has {len(names)} entries for {len(mods)} modules; hint: one "
-                             "name per module, in order")
+            raise ValueError(
+                f"names has {len(names)} entries for {len(mods)} modules; hint: one "
+                "name per module, in order"
+            )
         for k, n in enumerate(names):
             if not isinstance(n, str) or not n:
-                raise TypeError(f"names[{k}]={n!r}: not a non-empty str; hint: the module's "
-                                "fully qualified name, e.g. 'layers.0'")
+                raise TypeError(
+                    f"names[{k}]={n!r}: not a non-empty str; hint: the module's "
+                    "fully qualified name, e.g. 'layers.0'"
+                )
         seen: dict[str, int] = {}
         for k, n in enumerate(names):
             if n in seen:
-                raise ValueError(f"names[{k}]={n!r} repeats names[{seen[n]}]; hint: module "
-                                 "names are unique FQNs")
+                raise ValueError(
+                    f"names[{k}]={n!r} repeats names[{seen[n]}]; hint: module names are unique FQNs"
+                )
             seen[n] = k
     if not isinstance(example_input, torch.Tensor):
-        raise TypeError(f"example_input is a {type(example_input).__name__}, not a Tensor; hint: "
-                        "one microbatch of the first module's input, e.g. tokens (B, T)")
+        raise TypeError(
+            f"example_input is a {type(example_input).__name__}, not a Tensor; hint: "
+            "one microbatch of the first module's input, e.g. tokens (B, T)"
+        )
     if not callable(loss_fn):
-        raise TypeError(f"loss_fn={loss_fn!r} is not callable; hint: loss_fn(output, target) "
-                        "returning a scalar tensor, as the pipeline runtime's loss_fn")
+        raise TypeError(
+            f"loss_fn={loss_fn!r} is not callable; hint: loss_fn(output, target) "
+            "returning a scalar tensor, as the pipeline runtime's loss_fn"
+        )
     if not _is_int(reps) or reps < 1:
-        raise ValueError(f"reps={reps!r}: must be an int >= 1; hint: e.g. reps=5 (the median of "
-                         "that many timed repetitions)")
+        raise ValueError(
+            f"reps={reps!r}: must be an int >= 1; hint: e.g. reps=5 (the median of "
+            "that many timed repetitions)"
+        )
     if not _is_int(warmup) or warmup < 0:
         raise ValueError(f"warmup={warmup!r}: must be an int >= 0; hint: e.g. warmup=1")
     obp = optimizer_bytes_per_param
-    if (isinstance(obp, bool) or not isinstance(obp, (int, float)) or not math.isfinite(obp)
-            or obp < 0):
-        raise ValueError(f"optimizer_bytes_per_param={obp!r}: must be a finite number >= 0; "
-                         "hint: 8 for Adam's fp32 m and v, 0 for SGD without momentum")
+    if (
+        isinstance(obp, bool)
+        or not isinstance(obp, (int, float))
+        or not math.isfinite(obp)
+        or obp < 0
+    ):
+        raise ValueError(
+            f"optimizer_bytes_per_param={obp!r}: must be a finite number >= 0; "
+            "hint: 8 for Adam's fp32 m and v, 0 for SGD without momentum"
+        )
     if out is not None and not isinstance(out, (str, os.PathLike)):
-        raise TypeError(f"out={out!r}: not a path; hint: a file name such as 'layers.json', or "
-                        "None")
+        raise TypeError(
+            f"out={out!r}: not a path; hint: a file name such as 'layers.json', or None"
+        )
     return names, mods
 
 
@@ -214,38 +257,54 @@ def _leaf(x: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(
-    k: int, names: list[str], mod: nn.Module, x: torch.Tensor, last: bool,
-    loss_fn: Callable[..., Any], target: Any,
+    k: int,
+    names: list[str],
+    mod: nn.Module,
+    x: torch.Tensor,
+    last: bool,
+    loss_fn: Callable[..., Any],
+    target: Any,
 ) -> tuple[Any, torch.Tensor | None]:
     """Module k on x (and the loss when last); ValueError naming the modules on failure."""
     try:
         y = mod(x)
     except Exception as e:  # noqa: BLE001 (any failure of user code becomes one line)
         src = "example_input" if k == 0 else f"the output of module '{names[k - 1]}'"
-        raise ValueError(f"module '{names[k]}' (modules[{k}]) cannot take {src} ({_shape(x)}): "
-                         f"{_first_line(e)}; hint: each module's input is the previous "
-                         "module's output, in the order given") from None
+        raise ValueError(
+            f"module '{names[k]}' (modules[{k}]) cannot take {src} ({_shape(x)}): "
+            f"{_first_line(e)}; hint: each module's input is the previous "
+            "module's output, in the order given"
+        ) from None
     if not isinstance(y, torch.Tensor):
-        raise TypeError(f"module '{names[k]}' (modules[{k}]) returned a {type(y).__name__}, not "
-                        "a Tensor; hint: measure_layers chains modules that take and return "
-                        "one tensor each")
+        raise TypeError(
+            f"module '{names[k]}' (modules[{k}]) returned a {type(y).__name__}, not "
+            "a Tensor; hint: measure_layers chains modules that take and return "
+            "one tensor each"
+        )
     if not last:
         return y, None
     try:
         loss = loss_fn(y, target)
     except Exception as e:  # noqa: BLE001
-        raise ValueError(f"loss_fn cannot take the output of the last module '{names[k]}' "
-                         f"({_shape(y)}) and target ({_shape(target)}): {_first_line(e)}; hint: "
-                         "loss_fn(output, target) as the pipeline runtime calls it") from None
+        raise ValueError(
+            f"loss_fn cannot take the output of the last module '{names[k]}' "
+            f"({_shape(y)}) and target ({_shape(target)}): {_first_line(e)}; hint: "
+            "loss_fn(output, target) as the pipeline runtime calls it"
+        ) from None
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise ValueError(f"loss_fn returned {_shape(loss)}, not a scalar tensor; hint: reduce "
-                         "the loss to one number, e.g. its mean")
+        raise ValueError(
+            f"loss_fn returned {_shape(loss)}, not a scalar tensor; hint: reduce "
+            "the loss to one number, e.g. its mean"
+        )
     return y, loss
 
 
 def _output_grads(
-    names: list[str], mods: list[nn.Module], example_input: torch.Tensor,
-    loss_fn: Callable[..., Any], target: Any,
+    names: list[str],
+    mods: list[nn.Module],
+    example_input: torch.Tensor,
+    loss_fn: Callable[..., Any],
+    target: Any,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor | None]]:
     """Each module's input (as a leaf), its output, and the loss's gradient with respect to that
     output (None for the last module, whose backward starts at the loss), from one forward and
@@ -267,20 +326,32 @@ def _output_grads(
     for k in range(n - 1, 0, -1):
         inp = inputs[k]
         if not inp.requires_grad:
-            raise ValueError(f"module '{names[k - 1]}' returns {_shape(outputs[k - 1])}: no "
-                             f"gradient can flow back from '{names[k]}'; hint: measure_layers "
-                             "needs floating point activations between modules")
-        (g,) = torch.autograd.grad([root], [inp],
-                                   grad_outputs=None if root_grad is None else [root_grad],
-                                   allow_unused=True)
+            raise ValueError(
+                f"module '{names[k - 1]}' returns {_shape(outputs[k - 1])}: no "
+                f"gradient can flow back from '{names[k]}'; hint: measure_layers "
+                "needs floating point activations between modules"
+            )
+        (g,) = torch.autograd.grad(
+            [root],
+            [inp],
+            grad_outputs=None if root_grad is None else [root_grad],
+            allow_unused=True,
+        )
         grads[k - 1] = torch.zeros_like(inp) if g is None else g.detach()
         root, root_grad = outputs[k - 1], grads[k - 1]
     return [i.detach() for i in inputs], [o.detach() for o in outputs], grads
 
 
 def _one_pass(
-    k: int, n: int, names: list[str], mod: nn.Module, x: torch.Tensor, grad: Any,
-    loss_fn: Callable[..., Any], target: Any, recorder: _SavedRecorder | None = None,
+    k: int,
+    n: int,
+    names: list[str],
+    mod: nn.Module,
+    x: torch.Tensor,
+    grad: Any,
+    loss_fn: Callable[..., Any],
+    target: Any,
+    recorder: _SavedRecorder | None = None,
     exclude: set[int] | None = None,
 ) -> tuple[float, float, float, int]:
     """One F, I, W of module k as the runtime runs them: the three durations in seconds and,
@@ -358,8 +429,9 @@ def measure_layers(
       optimizer_bytes: optimizer_bytes_per_param * numel of those that require grad.
     Parameter gradients already present are put back afterwards; the modules are left in the
     train/eval mode they were in. Raises TypeError / ValueError naming the argument."""
-    names_l, mods = _check_args(modules, example_input, loss_fn, names, reps, warmup,
-                                optimizer_bytes_per_param, out)
+    names_l, mods = _check_args(
+        modules, example_input, loss_fn, names, reps, warmup, optimizer_bytes_per_param, out
+    )
     n = len(mods)
     all_params = {id(p): p for m in mods for p in m.parameters()}
     saved_grads = {pid: p.grad for pid, p in all_params.items()}
@@ -373,8 +445,9 @@ def measure_layers(
             exclude = {_storage_key(p)[0] for p in params}
             exclude |= {_storage_key(b)[0] for b in mod.buffers()}
             rec = _SavedRecorder()
-            _, _, _, held = _one_pass(k, n, names_l, mod, inputs[k], grads[k], loss_fn, target,
-                                      rec, exclude)
+            _, _, _, held = _one_pass(
+                k, n, names_l, mod, inputs[k], grads[k], loss_fn, target, rec, exclude
+            )
             act, _ = rec.bytes(exclude)
             if k == 0:
                 held = act
@@ -387,20 +460,22 @@ def measure_layers(
                     ws.append(w)
             numel = sum(p.numel() for p in params)
             trainable = sum(p.numel() for p in params if p.requires_grad)
-            layers.append({
-                "name": names_l[k],
-                "f": statistics.median(fs),
-                "i": 0.0 if k == 0 else statistics.median(is_),
-                "w": statistics.median(ws),
-                "act_bytes": act,
-                "act_after_i_bytes": held,
-                "input_bytes": _nbytes(inputs[k]),
-                "output_bytes": _nbytes(outputs[k]),
-                "param_bytes": sum(_nbytes(p) for p in params),
-                "grad_bytes": sum(_nbytes(p) for p in params if p.requires_grad),
-                "optimizer_bytes": int(round(optimizer_bytes_per_param * trainable)),
-                "params": numel,
-            })
+            layers.append(
+                {
+                    "name": names_l[k],
+                    "f": statistics.median(fs),
+                    "i": 0.0 if k == 0 else statistics.median(is_),
+                    "w": statistics.median(ws),
+                    "act_bytes": act,
+                    "act_after_i_bytes": held,
+                    "input_bytes": _nbytes(inputs[k]),
+                    "output_bytes": _nbytes(outputs[k]),
+                    "param_bytes": sum(_nbytes(p) for p in params),
+                    "grad_bytes": sum(_nbytes(p) for p in params if p.requires_grad),
+                    "optimizer_bytes": int(round(optimizer_bytes_per_param * trainable)),
+                    "params": numel,
+                }
+            )
     finally:
         for pid, p in all_params.items():
             p.grad = saved_grads[pid]

@@ -63,8 +63,9 @@ def runtime_action_types() -> set[str]:
 def check_actions(sched: TorchSchedule, supported: set[str] | None = None) -> None:
     """UnsupportedActionError naming the first action type of `sched` the runtime lacks."""
     _schedule_arg(sched)
-    if supported is not None and (isinstance(supported, str) or
-                                  not all(isinstance(t, str) for t in supported)):
+    if supported is not None and (
+        isinstance(supported, str) or not all(isinstance(t, str) for t in supported)
+    ):
         raise ArgumentTypeError(
             f"supported {_args.show(supported)}: must be a set of action type strings; hint: "
             "e.g. {'F', 'I', 'W', 'SEND_F'}, or leave it out for the installed PyTorch's"
@@ -120,8 +121,13 @@ def check_stages(sched: TorchSchedule, stages: Sequence[Any], n_microbatches: in
     count, the stage count, the microbatch count, or the stages this rank holds."""
     _schedule_arg(sched)
     stages = _stages_arg(stages)
-    _args.count("n_microbatches", n_microbatches, 1, _args.MAX_MICROBATCHES,
-                f"the schedule's microbatch count, {sched.num_microbatches}")
+    _args.count(
+        "n_microbatches",
+        n_microbatches,
+        1,
+        _args.MAX_MICROBATCHES,
+        f"the schedule's microbatch count, {sched.num_microbatches}",
+    )
     if not stages:
         raise ScheduleMismatchError(
             "no PipelineStage given for this rank; hint: build one per stage in "
@@ -179,12 +185,21 @@ def build_runtime(
     ScheduleMismatchError (shape or placement), UnsupportedActionError, all before PyTorch reads
     the file. `runtime_kwargs` go to the runtime (e.g. max_outstanding_sends)."""
     stages = _stages_arg(stages)
-    _args.count("n_microbatches", n_microbatches, 1, _args.MAX_MICROBATCHES,
-                "the schedule's microbatch count (schedule.num_microbatches)")
-    _args.callable_or_none("loss_fn", loss_fn, "a function (output, target) -> loss, or None "
-                           "where no stage computes the loss")
-    _args.flag("scale_grads", scale_grads, "True (PyTorch's default) scales gradients by "
-               "1/n_microbatches")
+    _args.count(
+        "n_microbatches",
+        n_microbatches,
+        1,
+        _args.MAX_MICROBATCHES,
+        "the schedule's microbatch count (schedule.num_microbatches)",
+    )
+    _args.callable_or_none(
+        "loss_fn",
+        loss_fn,
+        "a function (output, target) -> loss, or None where no stage computes the loss",
+    )
+    _args.flag(
+        "scale_grads", scale_grads, "True (PyTorch's default) scales gradients by 1/n_microbatches"
+    )
     if isinstance(schedule, TorchSchedule):
         sched = schedule
     elif isinstance(schedule, (str, os.PathLike)):

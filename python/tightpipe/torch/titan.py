@@ -79,8 +79,10 @@ def _result(tune: TuneLike) -> TuneResult:
         return tune
     if isinstance(tune, (str, os.PathLike)):
         return read_tune(tune)
-    raise TypeError(f"tune={tune!r}: must be the folder `tightpipe tune` wrote, its tune.json, "
-                    "or a TuneResult (tightpipe.torch.tune)")
+    raise TypeError(
+        f"tune={tune!r}: must be the folder `tightpipe tune` wrote, its tune.json, "
+        "or a TuneResult (tightpipe.torch.tune)"
+    )
 
 
 def check_tune(tune: TuneLike) -> TuneResult:
@@ -95,48 +97,65 @@ def check_tune(tune: TuneLike) -> TuneResult:
         if getattr(res, key) < 1:
             raise TuneFileError(f"{where}: '{key}' is {getattr(res, key)}; hint: an int >= 1")
     if res.num_stages != res.pp * res.vpp:
-        raise TuneFileError(f"{where}: 'num_stages' is {res.num_stages}, but pp x vpp = "
-                            f"{res.pp} x {res.vpp} = {res.pp * res.vpp}")
+        raise TuneFileError(
+            f"{where}: 'num_stages' is {res.num_stages}, but pp x vpp = "
+            f"{res.pp} x {res.vpp} = {res.pp * res.vpp}"
+        )
     if res.placement not in PLACEMENTS:
-        raise TuneFileError(f"{where}: 'placement' is {res.placement!r}; hint: one of "
-                            f"{', '.join(PLACEMENTS)}")
+        raise TuneFileError(
+            f"{where}: 'placement' is {res.placement!r}; hint: one of {', '.join(PLACEMENTS)}"
+        )
     expected = stage_to_rank(res.placement, res.pp, res.num_stages)
     if res.stage_to_rank != expected:
-        raise TuneFileError(f"{where}: 'stage_to_rank' is {res.stage_to_rank}, but placement "
-                            f"'{res.placement}' with pp={res.pp} gives {expected}")
+        raise TuneFileError(
+            f"{where}: 'stage_to_rank' is {res.stage_to_rank}, but placement "
+            f"'{res.placement}' with pp={res.pp} gives {expected}"
+        )
     seen: dict[str, int] = {}
     for s, part in enumerate(res.module_fqns_per_model_part):
         if not part:
-            raise TuneFileError(f"{where}: 'module_fqns_per_model_part' stage {s} is empty; "
-                                "hint: every stage holds at least one module")
+            raise TuneFileError(
+                f"{where}: 'module_fqns_per_model_part' stage {s} is empty; "
+                "hint: every stage holds at least one module"
+            )
         for name in part:
             if name in seen:
-                raise TuneFileError(f"{where}: 'module_fqns_per_model_part' puts '{name}' on "
-                                    f"stages {seen[name]} and {s}; hint: each module on one "
-                                    "stage")
+                raise TuneFileError(
+                    f"{where}: 'module_fqns_per_model_part' puts '{name}' on "
+                    f"stages {seen[name]} and {s}; hint: each module on one "
+                    "stage"
+                )
             seen[name] = s
     path = Path(res.compute_csv).resolve()
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         why = e.strerror if isinstance(e, OSError) else "not text"
-        raise TuneFileError(f"cannot read {path} (the tune result's compute-only schedule): "
-                            f"{why}; hint: `tightpipe schedule ... --format csv --out FILE` "
-                            "writes one") from None
+        raise TuneFileError(
+            f"cannot read {path} (the tune result's compute-only schedule): "
+            f"{why}; hint: `tightpipe schedule ... --format csv --out FILE` "
+            "writes one"
+        ) from None
     sched = parse(text, str(path))
     extra = sorted(sched.action_types - set(COMPUTE_TYPES) - {"OVERLAP_F_B"})
     if extra:
-        raise TuneFileError(f"{path}: holds {', '.join(extra)} actions; hint: torchtitan loads "
-                            "the compute-only form (`tightpipe schedule --format csv`), not the "
-                            "compute_comms one")
-    for what, got, want in (("ranks (rows)", sched.num_ranks, res.pp),
-                            ("stages", sched.num_stages, res.num_stages),
-                            ("microbatches", sched.num_microbatches, res.microbatches)):
+        raise TuneFileError(
+            f"{path}: holds {', '.join(extra)} actions; hint: torchtitan loads "
+            "the compute-only form (`tightpipe schedule --format csv`), not the "
+            "compute_comms one"
+        )
+    for what, got, want in (
+        ("ranks (rows)", sched.num_ranks, res.pp),
+        ("stages", sched.num_stages, res.num_stages),
+        ("microbatches", sched.num_microbatches, res.microbatches),
+    ):
         if got != want:
             raise TuneFileError(f"{path}: has {got} {what}, but tune.json says {want}")
     if sched.stage_to_rank != res.stage_to_rank:
-        raise TuneFileError(f"{path}: places stages on ranks {sched.stage_to_rank}, but "
-                            f"tune.json's 'stage_to_rank' is {res.stage_to_rank}")
+        raise TuneFileError(
+            f"{path}: places stages on ranks {sched.stage_to_rank}, but "
+            f"tune.json's 'stage_to_rank' is {res.stage_to_rank}"
+        )
     return res
 
 
@@ -149,8 +168,10 @@ def titan_config(tune: TuneLike) -> dict[str, Any]:
     the file's count times the microbatch size."""
     res = check_tune(tune)
     if res.pp < 2:
-        raise ValueError(f"tune result with pp={res.pp}: torchtitan turns pipelining off at "
-                         "pipeline_parallel_degree 1; hint: tune for pp >= 2")
+        raise ValueError(
+            f"tune result with pp={res.pp}: torchtitan turns pipelining off at "
+            "pipeline_parallel_degree 1; hint: tune for pp >= 2"
+        )
     return {
         "pipeline_parallel_degree": res.pp,
         "pipeline_parallel_schedule": titan_schedule_name(res.placement, res.pp, res.vpp),
@@ -189,10 +210,12 @@ def titan_snippet(tune: TuneLike) -> str:
     overrides."""
     res = _result(tune)
     cfg = titan_config(res)
-    lines = [f"# tightpipe tune: {res.schedule}, pp={res.pp}, vpp={res.vpp}, "
-             f"{res.microbatches} microbatches of {res.micro_batch_size}, placement "
-             f"{res.placement} (torchtitan {TESTED_TORCHTITAN})",
-             "parallelism=ParallelismConfig("]
+    lines = [
+        f"# tightpipe tune: {res.schedule}, pp={res.pp}, vpp={res.vpp}, "
+        f"{res.microbatches} microbatches of {res.micro_batch_size}, placement "
+        f"{res.placement} (torchtitan {TESTED_TORCHTITAN})",
+        "parallelism=ParallelismConfig(",
+    ]
     lines += [f"    {key}={value!r}," for key, value in cfg.items()]
     lines.append("),")
     lines.append(f"# and in TrainingConfig: local_batch_size={titan_local_batch_size(res)}")

@@ -32,8 +32,14 @@ _COMPUTE = re.compile(r"PP:(?:\(.*\)OVERLAP_F_B|\d+[FIBW]\d+)$")
 _COMM = re.compile(r"PP:\d+(?:SEND|RECV)_[FB]\d+$")
 
 
-def profile_step(runtime: Any, *args: Any, trace_path: str | os.PathLike[str],
-                 barrier: bool = True, step: int = 1, **kwargs: Any) -> Any:
+def profile_step(
+    runtime: Any,
+    *args: Any,
+    trace_path: str | os.PathLike[str],
+    barrier: bool = True,
+    step: int = 1,
+    **kwargs: Any,
+) -> Any:
     """One `runtime.step(*args, **kwargs)` under torch.profiler; the trace goes to trace_path.
     Run a step before it: the first step also sets up the stages (shape exchange, connections).
     With `barrier`, all ranks of the default group start the step together. The arguments are
@@ -43,11 +49,17 @@ def profile_step(runtime: Any, *args: Any, trace_path: str | os.PathLike[str],
             f"runtime {_args.show(runtime)}: has no step() method; hint: the runtime "
             "build_runtime returned (or any PyTorch pipeline schedule)"
         )
-    trace_path = _args.writable_file("trace_path", trace_path,
-                                     "a file in an existing folder, e.g. f'trace_rank{rank}.json'")
+    trace_path = _args.writable_file(
+        "trace_path", trace_path, "a file in an existing folder, e.g. f'trace_rank{rank}.json'"
+    )
     _args.flag("barrier", barrier, "True starts all ranks' steps together")
-    _args.count("step", step, 0, 2**31 - 1, "the step's number in the trace's ProfilerStep#N "
-                "range, e.g. step=1")
+    _args.count(
+        "step",
+        step,
+        0,
+        2**31 - 1,
+        "the step's number in the trace's ProfilerStep#N range, e.g. step=1",
+    )
     if barrier and dist.is_initialized():
         dist.barrier()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:  # noqa: SIM117
@@ -66,15 +78,17 @@ def _load(path: str) -> dict[str, Any]:
         with opener(path, "rt") as f:
             doc = json.load(f)
     except OSError as e:
-        raise ValueError(f"trace '{path}': {e.strerror or e}; hint: the file profile_step "
-                         "wrote") from None
+        raise ValueError(
+            f"trace '{path}': {e.strerror or e}; hint: the file profile_step wrote"
+        ) from None
     except (ValueError, EOFError) as e:  # JSON, UTF-8 or gzip damage
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ValueError(f"trace '{path}': not a Kineto JSON trace ({msg}); hint: the file "
-                         "profile_step wrote, whole") from None
+        raise ValueError(
+            f"trace '{path}': not a Kineto JSON trace ({msg}); hint: the file "
+            "profile_step wrote, whole"
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise ValueError(f"trace '{path}': no traceEvents list; hint: the file profile_step "
-                         "wrote")
+        raise ValueError(f"trace '{path}': no traceEvents list; hint: the file profile_step wrote")
     return doc
 
 
@@ -106,17 +120,24 @@ def idle_from_trace(paths: Sequence[str | os.PathLike[str]]) -> dict[int, dict[s
         try:
             rank = int(doc["distributedInfo"]["rank"])
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"trace '{path}': no distributedInfo.rank; hint: profile inside an "
-                             "initialised process group (torch.distributed)") from None
+            raise ValueError(
+                f"trace '{path}': no distributedInfo.rank; hint: profile inside an "
+                "initialised process group (torch.distributed)"
+            ) from None
         if rank in out:
-            raise ValueError(f"trace '{path}': rank {rank} again (an earlier file has it); hint: "
-                             "one trace per rank")
+            raise ValueError(
+                f"trace '{path}': rank {rank} again (an earlier file has it); hint: "
+                "one trace per rank"
+            )
         events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
-        pp = [e for e in events
-              if e.get("cat") == "user_annotation" and e["name"].startswith("PP:")]
+        pp = [
+            e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("PP:")
+        ]
         if not pp:
-            raise ValueError(f"trace '{path}' holds no PP: range; hint: profile a step of "
-                             "PyTorch's _PipelineScheduleRuntime")
+            raise ValueError(
+                f"trace '{path}' holds no PP: range; hint: profile a step of "
+                "PyTorch's _PipelineScheduleRuntime"
+            )
         tid = pp[0]["tid"]
         ops = sorted(e["ts"] for e in events if e.get("cat") == "cpu_op" and e["tid"] == tid)
         compute, comm = [], []
@@ -131,6 +152,11 @@ def idle_from_trace(paths: Sequence[str | os.PathLike[str]]) -> dict[int, dict[s
         busy = compute + comm
         window = (max(hi for _, hi in busy) - min(lo for lo, _ in busy)) * 1e-6
         b = _union(busy) * 1e-6
-        out[rank] = {"window_s": window, "busy_s": b, "compute_s": _union(compute) * 1e-6,
-                     "idle_s": window - b, "bubble": (window - b) / window if window > 0 else 0.0}
+        out[rank] = {
+            "window_s": window,
+            "busy_s": b,
+            "compute_s": _union(compute) * 1e-6,
+            "idle_s": window - b,
+            "bubble": (window - b) / window if window > 0 else 0.0,
+        }
     return dict(sorted(out.items()))

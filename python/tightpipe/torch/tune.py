@@ -87,11 +87,13 @@ def read_tune(directory: str | os.PathLike[str], table: str = "") -> TuneResult:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
-        raise TuneFileError(f"cannot read {path}: {e.strerror}; hint: the --out folder of "
-                            "`tightpipe tune`") from None
+        raise TuneFileError(
+            f"cannot read {path}: {e.strerror}; hint: the --out folder of `tightpipe tune`"
+        ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TuneFileError(f"{path}: not JSON text ({e}); hint: the tune.json `tightpipe "
-                            "tune --out` writes") from None
+        raise TuneFileError(
+            f"{path}: not JSON text ({e}); hint: the tune.json `tightpipe tune --out` writes"
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != "tightpipe-tune/1":
         fmt = doc.get("format") if isinstance(doc, dict) else None
         raise TuneFileError(f"{path}: format {fmt!r}, expected 'tightpipe-tune/1'")
@@ -106,8 +108,9 @@ def read_tune(directory: str | os.PathLike[str], table: str = "") -> TuneResult:
             micro_batch_size=int(doc["micro_batch_size"]),
             placement=str(doc["placement"]),
             stage_to_rank=[int(r) for r in doc["stage_to_rank"]],
-            module_fqns_per_model_part=[[str(n) for n in s]
-                                        for s in doc["module_fqns_per_model_part"]],
+            module_fqns_per_model_part=[
+                [str(n) for n in s] for s in doc["module_fqns_per_model_part"]
+            ],
             change=bool(doc["change"]),
             why=str(doc["why"]),
             prediction=dict(doc["prediction"]),
@@ -115,13 +118,18 @@ def read_tune(directory: str | os.PathLike[str], table: str = "") -> TuneResult:
             table=table,
         )
     except (KeyError, TypeError, ValueError) as e:
-        raise TuneFileError(f"{path}: missing or bad key {e}; hint: rewrite it with "
-                            "`tightpipe tune --out`") from None
-    if len(res.module_fqns_per_model_part) != res.num_stages or len(
-            res.stage_to_rank) != res.num_stages:
-        raise TuneFileError(f"{path}: {res.num_stages} stages, but "
-                            f"{len(res.module_fqns_per_model_part)} module lists and "
-                            f"{len(res.stage_to_rank)} ranks in stage_to_rank")
+        raise TuneFileError(
+            f"{path}: missing or bad key {e}; hint: rewrite it with `tightpipe tune --out`"
+        ) from None
+    if (
+        len(res.module_fqns_per_model_part) != res.num_stages
+        or len(res.stage_to_rank) != res.num_stages
+    ):
+        raise TuneFileError(
+            f"{path}: {res.num_stages} stages, but "
+            f"{len(res.module_fqns_per_model_part)} module lists and "
+            f"{len(res.stage_to_rank)} ranks in stage_to_rank"
+        )
     return res
 
 
@@ -149,22 +157,29 @@ def tune(
     ValueError naming the argument); the binary's own errors come back as CliError."""
     layers_s = _path_arg("layers", layers)
     if not os.path.isfile(layers_s):
-        raise ValueError(f"layers='{layers_s}': no such file; hint: the JSON "
-                         "measure_layers(..., out=PATH) writes")
+        raise ValueError(
+            f"layers='{layers_s}': no such file; hint: the JSON "
+            "measure_layers(..., out=PATH) writes"
+        )
     _int_arg("pp", pp, 1, 1024)
     args = ["tune", "--layers", layers_s, "--pp", str(pp)]
     if microbatches is not None:
         args += ["--microbatches", str(_int_arg("microbatches", microbatches, 1, 1 << 18))]
     if current_split is not None:
         if isinstance(current_split, (str, bytes)) or not all(
-                isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in current_split):
-            raise TypeError(f"current_split={current_split!r}: must be a list of module counts "
-                            "per stage, each an int >= 1, e.g. [7, 7]")
+            isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in current_split
+        ):
+            raise TypeError(
+                f"current_split={current_split!r}: must be a list of module counts "
+                "per stage, each an int >= 1, e.g. [7, 7]"
+            )
         args += ["--current-split", ",".join(str(k) for k in current_split)]
     if current_schedule is not None:
         if not isinstance(current_schedule, str) or not current_schedule:
-            raise TypeError(f"current_schedule={current_schedule!r}: must be a schedule name, "
-                            "e.g. 'Schedule1F1B' or '1f1b'")
+            raise TypeError(
+                f"current_schedule={current_schedule!r}: must be a schedule name, "
+                "e.g. 'Schedule1F1B' or '1f1b'"
+            )
         args += ["--current-schedule", current_schedule]
     if current_vpp is not None:
         args += ["--current-vpp", str(_int_arg("current_vpp", current_vpp, 1, 64))]
@@ -172,15 +187,17 @@ def tune(
         args += ["--schedule-file", _path_arg("schedule_file", schedule_file)]
     if traces is not None:
         if isinstance(traces, (str, bytes, os.PathLike)) or not traces:
-            raise TypeError(f"traces={traces!r}: must be a non-empty list of trace paths, one "
-                            "per rank")
+            raise TypeError(
+                f"traces={traces!r}: must be a non-empty list of trace paths, one per rank"
+            )
         args += ["--traces", *[_path_arg("traces[]", t) for t in traces]]
     if memory_limit_gib is not None:
         if isinstance(memory_limit_gib, bool) or not isinstance(memory_limit_gib, (int, float)):
             raise TypeError(f"memory_limit_gib={memory_limit_gib!r}: must be a number of GiB")
         if not 0 < memory_limit_gib < 2**20:
-            raise ValueError(f"memory_limit_gib={memory_limit_gib}: must be in (0, 2^20) GiB "
-                             "per rank")
+            raise ValueError(
+                f"memory_limit_gib={memory_limit_gib}: must be in (0, 2^20) GiB per rank"
+            )
         args += ["--memory-limit-gib", repr(float(memory_limit_gib))]
     if schedules is not None:
         if isinstance(schedules, str) or not all(isinstance(s, str) and s for s in schedules):
@@ -190,40 +207,55 @@ def tune(
         sizes = [_int_arg("micro_batch_sizes[]", b, 1, 4096) for b in micro_batch_sizes]
         args += ["--micro-batch-size", ",".join(str(b) for b in sizes)]
     if min_gain is not None:
-        if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not (
-                0 <= min_gain < 1):
+        if (
+            isinstance(min_gain, bool)
+            or not isinstance(min_gain, (int, float))
+            or not (0 <= min_gain < 1)
+        ):
             raise ValueError(f"min_gain={min_gain!r}: must be a number in [0, 1)")
         args += ["--min-gain", repr(float(min_gain))]
     if top is not None:
         args += ["--top", str(_int_arg("top", top, 1, 10000))]
     if action_overhead_us is not None:
-        if isinstance(action_overhead_us, bool) or not isinstance(
-                action_overhead_us, (int, float)) or not 0 <= action_overhead_us < 1e6:
-            raise ValueError(f"action_overhead_us={action_overhead_us!r}: must be a number in "
-                             "[0, 1e6); hint: measure_action_overhead() * 1e6")
+        if (
+            isinstance(action_overhead_us, bool)
+            or not isinstance(action_overhead_us, (int, float))
+            or not 0 <= action_overhead_us < 1e6
+        ):
+            raise ValueError(
+                f"action_overhead_us={action_overhead_us!r}: must be a number in "
+                "[0, 1e6); hint: measure_action_overhead() * 1e6"
+            )
         args += ["--action-overhead-us", repr(float(action_overhead_us))]
     out_s = _path_arg("out", out) if out is not None else tempfile.mkdtemp(prefix="tightpipe-tune-")
     table = cli.run(args + ["--out", out_s], binary=binary)
     return read_tune(out_s, table)
 
 
-def cut_stages(modules: Sequence[Any], names: Sequence[str], result: TuneResult,
-               stages: Sequence[int] | None = None) -> dict[int, Any]:
+def cut_stages(
+    modules: Sequence[Any],
+    names: Sequence[str],
+    result: TuneResult,
+    stages: Sequence[int] | None = None,
+) -> dict[int, Any]:
     """The user's top-level modules (in model order, named `names`) cut into the recommended
     stages: {stage: torch.nn.Sequential of its modules}, for `stages` (default: all). The modules
     are used as given (no copy): build a fresh model per process, as PyTorch's examples do."""
     from torch import nn
 
     if len(modules) != len(names):
-        raise ValueError(f"modules has {len(modules)} entries but names has {len(names)}; "
-                         "hint: one name per module, in model order")
+        raise ValueError(
+            f"modules has {len(modules)} entries but names has {len(names)}; "
+            "hint: one name per module, in model order"
+        )
     listed = [n for part in result.module_fqns_per_model_part for n in part]
     if listed != list(names):
         raise ScheduleMismatchError(
             f"{result.directory}/tune.json splits the modules {listed}, but the model's are "
             f"{list(names)}; hint: tune the same model (measure_layers names its modules the same "
-            "way)")
-    index = {n: m for n, m in zip(names, modules)}
+            "way)"
+        )
+    index = dict(zip(names, modules, strict=True))
     want = range(result.num_stages) if stages is None else stages
     out: dict[int, Any] = {}
     for s in want:
@@ -252,8 +284,10 @@ def build_tuned_runtime(
 
     sched = load(result.compute_comms_csv)
     if sched.num_ranks != result.pp:
-        raise ScheduleMismatchError(f"{result.compute_comms_csv} has {sched.num_ranks} ranks but "
-                                    f"tune.json says pp={result.pp}")
+        raise ScheduleMismatchError(
+            f"{result.compute_comms_csv} has {sched.num_ranks} ranks but "
+            f"tune.json says pp={result.pp}"
+        )
     modules, names = make_modules()
     mine = result.stages_of(rank)
     cut = cut_stages(modules, names, result, mine)
@@ -262,8 +296,9 @@ def build_tuned_runtime(
     return runtime, stages, sched
 
 
-def _overhead_worker(rank: int, world: int, table: dict[str, Any], split: list[int], m: int,
-                     warmup: int, steps: int) -> list[float]:
+def _overhead_worker(
+    rank: int, world: int, table: dict[str, Any], split: list[int], m: int, warmup: int, steps: int
+) -> list[float]:
     import time
 
     import torch
@@ -277,11 +312,14 @@ def _overhead_worker(rank: int, world: int, table: dict[str, Any], split: list[i
     torch.set_num_threads(1)
     mods = emulated_modules(table, vocab=16)
     first = sum(split[:rank])
-    stage = nn.Sequential(*mods[first:first + split[rank]])
+    stage = nn.Sequential(*mods[first : first + split[rank]])
     sched = generate("1f1b", world, m)
-    rt = build_runtime([PipelineStage(stage, rank, world, torch.device("cpu"))], sched, m,
-                       lambda out, y: torch.nn.functional.cross_entropy(out.flatten(0, 1),
-                                                                       y.flatten()))
+    rt = build_runtime(
+        [PipelineStage(stage, rank, world, torch.device("cpu"))],
+        sched,
+        m,
+        lambda out, y: torch.nn.functional.cross_entropy(out.flatten(0, 1), y.flatten()),
+    )
     shape = table["microbatch_input_shape"]
     tokens = torch.zeros((shape[0] * m, *shape[1:]), dtype=torch.long)
     args = (tokens,) if rank == 0 else ()
@@ -297,9 +335,15 @@ def _overhead_worker(rank: int, world: int, table: dict[str, Any], split: list[i
     return times
 
 
-def measure_action_overhead(*, pp: int = 2, microbatches: int = 8, sleep_s: float = 0.005,
-                            modules_per_stage: int = 2, steps: int = 5,
-                            binary: str | None = None) -> float:
+def measure_action_overhead(
+    *,
+    pp: int = 2,
+    microbatches: int = 8,
+    sleep_s: float = 0.005,
+    modules_per_stage: int = 2,
+    steps: int = 5,
+    binary: str | None = None,
+) -> float:
     """The runtime's host time per compute action on this machine, in seconds: PyTorch's
     runtime runs a 1f1b step on `pp` gloo processes whose modules are EmulatedLayers sleeping
     `sleep_s` in each of F, I and W (no compute), and the step's excess over tightpipe's
@@ -314,20 +358,33 @@ def measure_action_overhead(*, pp: int = 2, microbatches: int = 8, sleep_s: floa
     _int_arg("microbatches", microbatches, 1, 4096)
     _int_arg("modules_per_stage", modules_per_stage, 1, 64)
     _int_arg("steps", steps, 1, 1000)
-    if isinstance(sleep_s, bool) or not isinstance(sleep_s, (int, float)) or not (
-            0 < sleep_s <= 1):
+    if isinstance(sleep_s, bool) or not isinstance(sleep_s, (int, float)) or not (0 < sleep_s <= 1):
         raise ValueError(f"sleep_s={sleep_s!r}: must be in (0, 1] seconds")
     n = pp * modules_per_stage
 
     def entry(k: int) -> dict[str, Any]:
         first = k == 0
-        return {"name": f"m{k}", "f": sleep_s, "i": 0.0 if first else sleep_s,
-                "w": 2 * sleep_s if first else sleep_s, "act_bytes": 0, "act_after_i_bytes": 0,
-                "input_bytes": 0, "output_bytes": 0, "param_bytes": 0, "grad_bytes": 0,
-                "optimizer_bytes": 0, "params": 0}
+        return {
+            "name": f"m{k}",
+            "f": sleep_s,
+            "i": 0.0 if first else sleep_s,
+            "w": 2 * sleep_s if first else sleep_s,
+            "act_bytes": 0,
+            "act_after_i_bytes": 0,
+            "input_bytes": 0,
+            "output_bytes": 0,
+            "param_bytes": 0,
+            "grad_bytes": 0,
+            "optimizer_bytes": 0,
+            "params": 0,
+        }
 
-    table = {"format": "tightpipe-layers/1", "time_unit": "s", "microbatch_input_shape": [1, 4],
-             "layers": [entry(k) for k in range(n)]}
+    table = {
+        "format": "tightpipe-layers/1",
+        "time_unit": "s",
+        "microbatch_input_shape": [1, 4],
+        "layers": [entry(k) for k in range(n)],
+    }
     split = [modules_per_stage] * pp
     times = spawn(pp, _overhead_worker, table, split, microbatches, 2, steps, timeout=600)
     measured = statistics.median(max(t[j] for t in times) for j in range(steps))
@@ -337,11 +394,29 @@ def measure_action_overhead(*, pp: int = 2, microbatches: int = 8, sleep_s: floa
             json.dump(table, f)
 
         def predicted(overhead_us: float) -> float:
-            doc = json.loads(cli.run(
-                ["tune", "--layers", path, "--pp", str(pp), "--microbatches", str(microbatches),
-                 "--current-split", ",".join(map(str, split)), "--current-schedule", "1f1b",
-                 "--action-overhead-us", repr(overhead_us), "--top", "1", "--json"],
-                binary=binary))
+            doc = json.loads(
+                cli.run(
+                    [
+                        "tune",
+                        "--layers",
+                        path,
+                        "--pp",
+                        str(pp),
+                        "--microbatches",
+                        str(microbatches),
+                        "--current-split",
+                        ",".join(map(str, split)),
+                        "--current-schedule",
+                        "1f1b",
+                        "--action-overhead-us",
+                        repr(overhead_us),
+                        "--top",
+                        "1",
+                        "--json",
+                    ],
+                    binary=binary,
+                )
+            )
             return float(doc["current"]["prediction"]["step_s"])
 
         base, per_ms = predicted(0.0), predicted(1000.0)
