@@ -115,6 +115,7 @@ struct TuneResult {
   bool change = true;                 // false: keep the current setup
   std::string why;
   PlanSearchStats stats;
+  double action_overhead_s = 0;  // TuneOptions::action_overhead_s, in every prediction
 };
 
 // Errors (InvalidArgument, one line naming the input, the value and the fix): more stages than

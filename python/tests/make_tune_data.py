@@ -27,7 +27,12 @@ from tightpipe.torch import profile_step  # noqa: E402
 from tightpipe.torch.gpt import GptConfig, batch, loss_fn, make_layered  # noqa: E402
 from tightpipe.torch.launch import spawn  # noqa: E402
 from tightpipe.torch.layers import measure_layers, top_level_modules  # noqa: E402
-from tightpipe.torch.tune import TuneResult, build_tuned_runtime, tune  # noqa: E402
+from tightpipe.torch.tune import (  # noqa: E402
+    TuneResult,
+    build_tuned_runtime,
+    measure_action_overhead,
+    tune,
+)
 
 CFG = GptConfig(vocab=round(50257 * 128 / 768), seq=64, d_model=128, heads=2)
 LAYERS, MB, M = 12, 2, 8
@@ -57,8 +62,10 @@ def main() -> int:
     measure_layers(make_layered(CFG, LAYERS, 0), tokens, loss_fn=loss_fn, target=targets, reps=7,
                    out=layers)
     with tempfile.TemporaryDirectory() as tmp:
+        overhead_us = 1e6 * measure_action_overhead(pp=2, microbatches=M)
+        print(f"the runtime's host time per action: {overhead_us:.0f} us")
         res = tune(layers, 2, M, out=os.path.join(tmp, "tuned"), current_split=[7, 8],
-                   current_schedule="Schedule1F1B")
+                   current_schedule="Schedule1F1B", action_overhead_us=round(overhead_us))
         print(res.table)
         for name in ("tune.json", "schedule.csv", "schedule_compute.csv"):
             shutil.copy(os.path.join(res.directory, name), os.path.join(OUT, name))

@@ -307,6 +307,7 @@ Result<TuneResult> tune(const TuneOptions& o) {
   }
   const LayerCosts layer_costs = module_layer_costs(m);
   TuneResult res;
+  res.action_overhead_s = o.action_overhead_s;
 
   // The current setup, with the same costs.
   if (o.current) {
@@ -542,6 +543,7 @@ std::string tune_setup_json(const TuneResult& r, const TuneSetup& t,
   j["stage_to_rank"] = t.stage_to_rank;
   j["module_fqns_per_model_part"] = t.module_names;
   j["files"] = {{"compute_comms", compute_comms_file}, {"compute", compute_file}};
+  j["action_overhead_s"] = r.action_overhead_s;
   j["change"] = r.change;
   j["why"] = r.why;
   auto prediction = [](const TuneSetup& s) {
