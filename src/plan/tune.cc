@@ -488,7 +488,7 @@ Result<TuneResult> tune(const TuneOptions& o) {
     res.why = fmt::format("{} with split {} is predicted fastest: {:.4g} ms per step, bubble {}.",
                           setup_label(best), split_text(best.module_names), 1e3 * best.step_s,
                           percent(best.sim.bubble_ratio));
-    if (planned->why.size()) res.why += " " + planned->why;
+    if (!planned->why.empty()) res.why += " " + planned->why;
   }
   return res;
 }
@@ -529,8 +529,10 @@ std::string format_tune(const TuneResult& r) {
   return out;
 }
 
-std::string tune_setup_json(const TuneResult& r, const TuneSetup& t,
+std::string tune_setup_json(const TuneResult& result, const TuneSetup& setup,
                             std::string_view compute_comms_file, std::string_view compute_file) {
+  const TuneResult& r = result;
+  const TuneSetup& t = setup;
   json j;
   j["format"] = "tightpipe-tune/1";
   j["schedule"] = t.schedule;
