@@ -221,8 +221,8 @@ def load(
     that cannot be read, is not text, or is refused), ArgumentTypeError."""
     if isinstance(path_or_text, bytes):
         raise ArgumentTypeError(
-            f"path_or_text {_args.show(path_or_text)}: must be a str or os.PathLike[str], not "
-            "bytes; hint: decode the CSV text first (data.decode()), or pass the file's path"
+            f"path_or_text {_args.show(path_or_text)}: must be a str or os.PathLike, not bytes; "
+            "hint: decode the CSV text first (data.decode()), or pass the file's path"
         )
     s = _args.path(
         "path_or_text",

@@ -46,7 +46,7 @@ class Search {
  public:
   Search(int32_t p, int32_t m, const CostModel& costs, double limit,
          const std::vector<double>& fracs, ZbObjective objective)
-      : p_(p), m_(m), costs_(costs), limit_(limit), frac_(fracs), obj_(objective) {
+      : p_(p), m_(m), limit_(limit), frac_(fracs), obj_(objective) {
     shell_.num_ranks = p;
     shell_.num_stages = p;
     shell_.num_microbatches = m;
@@ -281,7 +281,6 @@ class Search {
   }
 
   const int32_t p_, m_;
-  const CostModel& costs_;
   const double limit_;
   const std::vector<double> frac_;
   const ZbObjective obj_;
