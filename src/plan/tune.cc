@@ -50,7 +50,26 @@ std::string split_text(const std::vector<std::vector<std::string>>& names) {
   return fmt::format("{}", fmt::join(counts, "|"));
 }
 
-std::string percent(double x) { return fmt::format("{:.1f}%", 100 * x); }
+using plan_format::kGiB;
+using plan_format::percent;
+
+// "r0 12.3%, r1 4.5%": each rank's simulated bubble.
+std::string rank_bubbles(const SimResult& sim) {
+  std::string out;
+  for (const RankSimStats& r : sim.ranks) {
+    out += fmt::format("{}r{} {}", out.empty() ? "" : ", ", r.rank, percent(r.bubble_ratio));
+  }
+  return out;
+}
+
+// The slowest stage's F + B per microbatch, in ms.
+double slowest_stage_ms(const CostModel& costs) {
+  double x = 0;
+  for (int32_t s = 0; s < costs.num_stages(); ++s) {
+    x = std::max(x, costs.stage(s).f + costs.stage(s).b);
+  }
+  return 1e3 * x;
+}
 
 // Module names per stage of a split in blocks per model stage (module 0 on stage 0, the last on
 // the last), and which model stage each schedule stage holds.
@@ -387,7 +406,6 @@ Result<TuneResult> tune(const TuneOptions& o) {
   po.device.intra_node = LinkSpec{"measured", o.link.latency, o.link.bandwidth, "--link", false};
   po.device.message_overhead_s = o.link.overhead;
   po.network = po.device.intra_node;
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   po.memory_budget_bytes =
       o.memory_limit_bytes > 0 ? o.memory_limit_bytes : kMaxPlanMemoryBudgetGib * kGiB;
   po.measured = layer_costs;
@@ -438,11 +456,7 @@ Result<TuneResult> tune(const TuneOptions& o) {
   if (res.current) {
     const TuneSetup& cur = *res.current;
     const double gain = 1 - best.step_s / cur.step_s;
-    std::string bubbles;
-    for (const RankSimStats& r : cur.sim.ranks) {
-      bubbles +=
-          fmt::format("{}r{} {}", bubbles.empty() ? "" : ", ", r.rank, percent(r.bubble_ratio));
-    }
+    const std::string bubbles = rank_bubbles(cur.sim);
     if (gain < o.min_gain) {
       res.change = false;
       res.why = fmt::format(
@@ -459,30 +473,14 @@ Result<TuneResult> tune(const TuneOptions& o) {
                             cur.microbatches, cur.pp)
               : "Nothing the search can change pays for itself here.");
     } else {
-      std::string rank_bubbles;
-      for (const RankSimStats& r : best.sim.ranks) {
-        rank_bubbles += fmt::format("{}r{} {}", rank_bubbles.empty() ? "" : ", ", r.rank,
-                                    percent(r.bubble_ratio));
-      }
       res.why = fmt::format(
           "Change to {} with split {}: predicted {:.4g} ms per step against {:.4g} ms now "
           "({:.2f}x); the bubble goes from {} ({}) to {} ({}); the slowest stage's F + B goes "
           "from {:.4g} to {:.4g} ms.",
           setup_label(best), split_text(best.module_names), 1e3 * best.step_s, 1e3 * cur.step_s,
           cur.step_s / best.step_s, percent(cur.sim.bubble_ratio), bubbles,
-          percent(best.sim.bubble_ratio), rank_bubbles,
-          [&] {
-            double x = 0;
-            for (int32_t s = 0; s < cur.costs->num_stages(); ++s)
-              x = std::max(x, cur.costs->stage(s).f + cur.costs->stage(s).b);
-            return 1e3 * x;
-          }(),
-          [&] {
-            double x = 0;
-            for (int32_t s = 0; s < best.costs->num_stages(); ++s)
-              x = std::max(x, best.costs->stage(s).f + best.costs->stage(s).b);
-            return 1e3 * x;
-          }());
+          percent(best.sim.bubble_ratio), rank_bubbles(best.sim), slowest_stage_ms(*cur.costs),
+          slowest_stage_ms(*best.costs));
     }
   } else {
     res.why = fmt::format("{} with split {} is predicted fastest: {:.4g} ms per step, bubble {}.",
