@@ -4,7 +4,8 @@ schedules, measured side by side in one run, each row beside the simulator's pre
 
 The model is tightpipe.torch.gpt's GPT as a list of top-level modules (tok_embeddings, 12 blocks,
 norm, output) with GPT-2 small's proportions scaled down together (d = 768 -> --d-model, vocab
-50257 -> 50257 * d / 768), so its LM head costs about 5 blocks. Steps:
+50257 -> 50257 * d / 768); at the default d = 384 its LM head measures about 5.8 blocks of
+F + I + W on a Zen 3 core (2.9 at d = 128: small matmuls run the blocks less efficiently). Steps:
 1. measure_layers on one microbatch, one thread (F, I, W through PyTorch's split backward);
 2. tightpipe tune from that table, the current setup being Schedule1F1B on the even split;
 3. one gloo process group of p processes builds every row's runtime: PyTorch's Schedule1F1B,
@@ -19,11 +20,16 @@ norm, output) with GPT-2 small's proportions scaled down together (d = 768 -> --
 
 --mode emulated: every module is a tightpipe.torch.emulate.EmulatedLayer sleeping its measured F,
 I and W times --scale (PyTorch's split backward still decides the order), so p = 4 and 8 run on 2
-cores and the gain is read free of CPU load. --repeat N runs the whole measurement N times.
+cores and the gain is read free of CPU load; its logits are over a vocabulary of 64, so no real
+compute is left beside the sleeps. --mode real first measures whether the cores slow each other
+(one matmul loop alone, then p at once) and prints it. --repeat N runs the whole measurement N times.
 
     PYTHONPATH=python:python/tests $(./scripts/setup-python.sh --print-venv)/bin/python \\
         bench/torch/tune_bench.py --mode real --pp 2
-    ... bench/torch/tune_bench.py --mode emulated --pp 4 --scale 10
+    ... bench/torch/tune_bench.py --mode emulated --pp 4 --scale 4 \\
+        --layers-json tests/data/tune/layers.json
+    ... bench/torch/tune_bench.py --mode emulated --pp 8 --microbatches 16 --d-model 128 \\
+        --layers 24 --scale 4
 
 Prints one table per repeat; compare rows of one run (name the CPU: lscpu).
 """
@@ -31,6 +37,7 @@ Prints one table per repeat; compare rows of one run (name the CPU: lscpu).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -62,6 +69,10 @@ from tightpipe.torch.tune import (  # noqa: E402
 )
 
 MB = 2  # sequences per microbatch
+# Emulated mode's logits: a small vocabulary, so the only real compute left (the logits and the
+# loss) is negligible beside the sleeps. At the real vocabulary (25128 at d = 384) the loss alone
+# costs milliseconds per microbatch on the last stage, time no sleep accounts for.
+EMULATED_VOCAB = 64
 BUILTINS = [  # class, stages per rank, placement, tightpipe's generator of the same order
     ("Schedule1F1B", 1, "loop", "1f1b"),
     ("ScheduleInterleaved1F1B", 2, "loop", "interleaved"),
@@ -117,7 +128,7 @@ def model_modules(cfg: GptConfig, layers: int, mode: str, table: str | None,
     names = [n for n, _ in named]
     if mode == "emulated":
         assert table is not None
-        return emulated_modules(table, vocab=cfg.vocab), names
+        return emulated_modules(table, vocab=EMULATED_VOCAB), names
     return [m for _, m in named], names
 
 
@@ -150,7 +161,8 @@ def bench_rows(rank: int, world: int, cfg: GptConfig, layers: int, mode: str, ta
     runs = []
     for row in rows:
         rt, mine, num = build_row(rank, cfg, layers, mode, table, row, world)
-        tokens, targets = batch(cfg, MB * row["m"])
+        data_cfg = dataclasses.replace(cfg, vocab=EMULATED_VOCAB) if mode == "emulated" else cfg
+        tokens, targets = batch(data_cfg, MB * row["m"])
         args = (tokens,) if 0 in mine else ()
         kw = {"target": targets if num - 1 in mine else None, "losses": []}
         for _ in range(warmup):
@@ -167,6 +179,36 @@ def bench_rows(rank: int, world: int, cfg: GptConfig, layers: int, mode: str, ta
             torch.distributed.barrier()
             times[k].append(time.perf_counter() - t0)
     return times
+
+
+_CONTENTION_PROBE = """
+import sys, time, torch
+torch.set_num_threads(1)
+a, w = torch.randn(128, 384), torch.randn(384, 1536)
+for _ in range(20):
+    a @ w
+t, n = time.perf_counter(), 0
+while time.perf_counter() - t < 3:
+    for _ in range(20):
+        a @ w
+    n += 20
+print((time.perf_counter() - t) / n)
+"""
+
+
+def core_contention(p: int) -> tuple[float, float]:
+    """One 1-thread matmul loop alone, then p of them at once (one per rank, as the rows run):
+    seconds per matmul each way. Where the cores share their throughput (SMT siblings, or a
+    host that runs the VM's vCPUs on one physical core), the second is slower, and a rank's
+    compute slows whenever another rank computes: real-compute rows then diverge from costs
+    measured by one process alone."""
+    def run(k: int) -> list[float]:
+        procs = [subprocess.Popen([sys.executable, "-c", _CONTENTION_PROBE],
+                                  stdout=subprocess.PIPE, text=True) for _ in range(k)]
+        return [float(pr.communicate()[0]) for pr in procs]
+    alone = run(1)[0]
+    together = statistics.median(run(p))
+    return alone, together
 
 
 def predicted(layers_json: str, p: int, m: int, row: dict, tmp: str, overhead_us: float
@@ -199,7 +241,9 @@ def main() -> int:
     ap.add_argument("--mode", choices=["real", "emulated"], default="real")
     ap.add_argument("--pp", type=int, default=2)
     ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--d-model", type=int, default=384,
+                    help="the model width (384: the LM head costs about 5.8 blocks on a Zen 3 "
+                    "core; at 128 only about 3)")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--scale", type=float, default=1.0,
@@ -243,6 +287,11 @@ def main() -> int:
         if overhead_us < 0:
             overhead_us = 1e6 * measure_action_overhead(pp=p, microbatches=m,
                                                         steps=2 if args.smoke else 5)
+        if args.mode == "real" and not args.smoke:
+            alone, together = core_contention(p)
+            print(f"the cores' contention: a 1-thread 128x384x1536 matmul takes "
+                  f"{1e6 * alone:.0f} us alone and {1e6 * together:.0f} us with {p} at once "
+                  f"({together / alone:.2f}x): the costs below are measured alone")
         print(f"the runtime's host time per action: {overhead_us:.0f} us "
               f"({'given' if args.action_overhead_us >= 0 else 'measured first'})")
         names = [n for n, _ in top_level_modules(make_layered(cfg, layers, 0))]
@@ -261,6 +310,10 @@ def main() -> int:
                 if split is None:
                     print(f"(skipped: {cls} on torchtitan's split)")
                     continue
+                if any(not stage for stage in split):
+                    print(f"(skipped: {cls} on the {split_name} split: {p * v} stages for "
+                          f"{len(names)} modules; --layers more blocks to run it)")
+                    continue
                 rows.append({"label": f"PyTorch {cls}", "split_name": split_name, "kind": kind,
                              "builtin": cls, "generator": gen, "v": v, "m": m, "split": split,
                              "stage_to_rank": placement(kind, p, v)})
@@ -275,6 +328,8 @@ def main() -> int:
         fam = [ln.split(":", 1)[1].strip() for ln in lscpu.splitlines()
                if ln.startswith(("CPU family", "Model:"))]
         print(res.table)
+        model_desc = (f"the layers of {args.layers_json}" if args.layers_json else
+                      f"GPT d={cfg.d_model} vocab={cfg.vocab} {layers} blocks")
         for rep in range(args.repeat):
             t0 = time.time()
             bench_table = tuned_table if args.mode == "emulated" else None
@@ -284,8 +339,8 @@ def main() -> int:
             wall = time.time() - t0
             load = os.getloadavg()[0]
             print(f"\nrun {rep + 1}/{args.repeat}: {args.mode}, PyTorch {torch.__version__}, p={p} "
-                  f"gloo processes x 1 thread, m={m}, microbatch {MB}x{cfg.seq} tokens, GPT "
-                  f"d={cfg.d_model} vocab={cfg.vocab} {layers} blocks"
+                  f"gloo processes x 1 thread, m={m}, microbatch {MB}x{cfg.seq} tokens, "
+                  f"{model_desc}"
                   f"{f', sleeps x{args.scale:g}' if args.mode == 'emulated' else ''}; "
                   f"{args.rounds} rounds, {wall:.0f} s; CPU {cpu} (family/model {'/'.join(fam)}); "
                   f"load average {load:.1f} at the end")
