@@ -378,8 +378,9 @@ int main(int argc, char** argv) {
   const std::optional<double> calib_noise = bench::spread(calib_steps);
   const std::string noise_reason = bench::could_not_judge_reason(
       calib_noise, s.tolerance,
-      "rerun on a quieter machine (nothing else running, or --nice below 0 with CAP_SYS_NICE); "
-      "one round leaves the noise unknown: --rounds 3 or more");
+      calib_noise ? "rerun on a quieter machine (nothing else running, or --nice below 0 with "
+                    "CAP_SYS_NICE)"
+                  : "--rounds 3 or more (one round says nothing of the noise)");
   bench::Verdict predictions = bench::Verdict::kPass;
   int off = 0, judged = 0, wrong = 0;  // errors over the tolerance; pairs judged, disagreeing
   int held_count = 0;                  // predictions held to the tolerance

@@ -402,8 +402,8 @@ Result<Group> plan_group(const std::string& path, const std::string& source) {
         j.value("machine", std::string("a machine not named")));
     if (const std::string why = bench::could_not_judge_reason(
             noise, tolerance,
-            "rerun plan_check_bench on a quieter machine, or with --rounds 3 or more after one "
-            "round");
+            noise ? "rerun plan_check_bench on a quieter machine (nothing else running)"
+                  : "rerun plan_check_bench with --rounds 3 or more");
         !why.empty()) {
       g.note += "\nplan: the predictions could not be judged: " + why;
     }
