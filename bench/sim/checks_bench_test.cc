@@ -3,8 +3,10 @@
 // on plan_check_bench --json files written here: a noisy calibration gives COULD NOT JUDGE (exit
 // 3), never PASS; a quiet one with an error beyond the tolerance FAIL (exit 1). Nothing here is
 // timed: the plan "runs" are numbers this test writes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -97,6 +99,16 @@ TEST(ChecksBench, ReferenceGroupIsOneTableWithAVerdictPerRowAndTheCpuNamed) {
   EXPECT_NE(r.out.find("\nPASS: reference;"), std::string::npos) << r.out;
 }
 
+// One directory for the files this test writes, removed at exit.
+const std::string& scratch() {
+  struct Dir {
+    std::string path = testutil::make_temp_dir("checks_bench_test");
+    ~Dir() { std::filesystem::remove_all(path); }
+  };
+  static const Dir dir;
+  return dir.path;
+}
+
 // A plan_check_bench --json file: two held candidates and the 1-device one.
 std::string plan_json(const std::vector<double>& calibration, double error) {
   nlohmann::json c = nlohmann::json::array();
@@ -124,7 +136,8 @@ std::string plan_json(const std::vector<double>& calibration, double error) {
                             {"pairs_judged", 1},
                             {"pairs_wrong", 0},
                             {"verdict", "whatever"}};
-  const std::string path = testutil::make_temp_dir("checks_bench_test") + "/plan.json";
+  static int files = 0;
+  const std::string path = fmt::format("{}/plan{}.json", scratch(), files++);
   EXPECT_TRUE(write_file(path, j.dump()).ok());
   return path;
 }
@@ -167,10 +180,9 @@ TEST(ChecksBench, QuietPlanRunIsJudged) {
 }
 
 TEST(ChecksBench, BadPlanFileIsOneLineAndExitOne) {
-  const std::string dir = testutil::make_temp_dir("checks_bench_test");
-  ASSERT_TRUE(write_file(dir + "/plan.json", "{\"tolerance\": 0.1}").ok());
-  const auto r = testutil::run_command(checks_bench() + " --group reference --plan-json " + dir +
-                                       "/plan.json");
+  const std::string path = scratch() + "/bad.json";
+  ASSERT_TRUE(write_file(path, "{\"tolerance\": 0.1}").ok());
+  const auto r = testutil::run_command(checks_bench() + " --group reference --plan-json " + path);
   EXPECT_EQ(r.exit_code, bench::kExitFail);
   EXPECT_NE(r.err.find("no \"calibration_step_s\""), std::string::npos) << r.err;
   const auto usage = testutil::run_command(checks_bench() + " --group nonsense");
