@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "reference_vectors.h"
 #include "sanitizer.h"
 #include "tightpipe/base.h"
 #include "tightpipe/prof.h"
@@ -53,18 +54,12 @@ SimResult sim(const Schedule& s, const CostModel& c, CommMode mode = CommMode::k
   return std::move(r).value();
 }
 
-struct Vector {
-  const char* name;
-  int32_t v;
-  double makespan;
-  double bubble_percent;  // as printed in REFERENCE.md (one decimal)
-  std::vector<double> peak;
-};
+using testutil::ReferenceVector;
 
-class ReferenceVectors : public ::testing::TestWithParam<Vector> {};
+class ReferenceVectors : public ::testing::TestWithParam<ReferenceVector> {};
 
 TEST_P(ReferenceVectors, MakespanBubblePeak) {
-  const Vector& want = GetParam();
+  const ReferenceVector& want = GetParam();
   Built b = build(want.name, 4, 8, want.v);
   for (const Schedule* s : {&b.compute_only, &b.lowered}) {
     SCOPED_TRACE(s->lowered ? "lowered" : "compute-only");
@@ -82,21 +77,15 @@ TEST_P(ReferenceVectors, MakespanBubblePeak) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Reference2, ReferenceVectors,
-    ::testing::Values(Vector{"gpipe", 1, 33, 27.3, {8, 8, 8, 8}},
-                      Vector{"1f1b", 1, 33, 27.3, {4, 3, 2, 1}},
-                      Vector{"interleaved", 2, 28.5, 15.8, {5.5, 4.5, 3.5, 2.5}},
-                      Vector{"interleaved", 4, 26.25, 8.6, {4.75, 4.25, 3.75, 3.25}},
-                      Vector{"zb-h1", 1, 27, 11.1, {4, 4, 4, 4}},
-                      Vector{"zb-h2", 1, 27, 11.1, {7, 7, 7, 7}},
-                      Vector{"zb-v", 2, 25.5, 5.9, {4, 4, 4, 4}}),
-    [](const auto& info) {
-      std::string n = std::string(info.param.name) + "_v" + std::to_string(info.param.v);
-      for (char& c : n)
-        if (c == '-') c = '_';
-      return n;
-    });
+// The vectors: testutil/reference_vectors.h (REFERENCE.md section 2's table).
+INSTANTIATE_TEST_SUITE_P(Reference2, ReferenceVectors,
+                         ::testing::ValuesIn(testutil::reference_vectors()), [](const auto& info) {
+                           std::string n =
+                               std::string(info.param.name) + "_v" + std::to_string(info.param.v);
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
 
 TEST(Reference2, ZbH2AndZbVHaveNoGapInsideARank) {
   for (auto [name, v] : {std::pair<const char*, int>{"zb-h2", 1}, {"zb-v", 2}}) {
