@@ -175,6 +175,28 @@ CostModel torch_runtime_costs(const CostModel& costs, double action_overhead = 0
 
 // ----- uniform ---------------------------------------------------------------------------------
 
+// ----- the step besides the pipeline (docs/cost_model.md "Table 4", step costs) ----------------
+//
+// What a rank does once per step besides its program goes into StageCost::optimizer, and the
+// simulator places it as the engine does (after every rank's program under a synchronous
+// optimizer, at the rank's own end when post-validated). Two parts are derived here: the
+// optimizer's pass over its parameters' state, bound by device memory bandwidth, and, for a GPT
+// whose input and output embeddings are one tied matrix, the all-reduce of that matrix's gradient
+// between the first and the last stage (ring_allreduce_time over 2 ranks, simulator.h).
+
+// Device-memory bytes one optimizer step moves per parameter under Megatron-LM's fp16 mixed
+// precision with Adam (Float16OptimizerWithFloat16Params, apex FusedAdam): fp16 grad to fp32
+// (2 read + 4 written), unscale and inf check (4 + 4), the local grad norm (4), Adam (param, grad,
+// m, v read and param, m, v written: 28), fp32 param to fp16 (4 + 2), the grad buffer zeroed (2).
+inline constexpr double kMegatronFp16AdamStepBytes = 54;
+// NVIDIA A100 SXM4 80GB: 2,039 GB/s of HBM2e (NVIDIA's A100 Tensor Core GPU datasheet), bytes/s.
+inline constexpr double kA100Sxm80GbHbmBytesPerSecond = 2.039e12;
+
+// The optimizer step of `params` parameters: params x bytes_per_param / memory_bandwidth (one
+// streaming pass; the kernels' launch costs and the norm's all-reduce latency are left out).
+// REQUIRES: memory_bandwidth > 0, params >= 0, bytes_per_param >= 0.
+double optimizer_step_time(double params, double bytes_per_param, double memory_bandwidth);
+
 // Whole-rank costs: one microbatch through all of a rank's layers. b < 0 means i + w.
 struct UniformCosts {
   double f = 1;
@@ -187,14 +209,20 @@ struct UniformCosts {
   double act = 1;          // activation held per whole-rank microbatch after F (any unit)
   double act_after_i = 1;  // fraction of it still held after I until W (1: I frees nothing)
   double input = 0;        // held after F under full recompute, as a fraction of act
+  // The optimizer step (optimizer_step_time): parameters per rank and the device's memory
+  // bandwidth in bytes per time unit; both or neither (0: the step is not timed).
+  double params = 0;
+  double memory_bandwidth = 0;
 };
 
-// Parses "f=1,i=1,w=1[,b=2][,comm=0][,overhead=0][,bytes=N][,act=..][,act_after_i=..][,input=..]".
-// Unknown keys, non-numeric or negative values are InvalidArgument naming the key and value.
+// Parses "f=1,i=1,w=1[,b=2][,comm=0][,overhead=0][,bytes=N][,act=..][,act_after_i=..][,input=..]
+// [,params=N,hbm=BYTES_PER_UNIT]". Unknown keys, non-numeric or negative values are
+// InvalidArgument naming the key and value; params without hbm (or hbm without params) names the
+// missing one.
 Result<UniformCosts> parse_uniform_costs(std::string_view text);
 
-// Per chunk (stage) the compute times and activation sizes are the whole-rank ones divided by
-// v = stages / ranks. act is taken as bytes (activation_unit_bytes() == act).
+// Per chunk (stage) the compute times, activation sizes and the optimizer step are the whole-rank
+// ones divided by v = stages / ranks. act is taken as bytes (activation_unit_bytes() == act).
 CostModel uniform_cost_model(const UniformCosts& costs, int32_t ranks, int32_t stages);
 
 class Rng;  // base.h
@@ -337,17 +365,29 @@ struct GptCostConfig {
   // Flash attention: the a x s x s attention scores are recomputed in the backward instead of
   // stored, so F keeps sb(18h+4f) activation bytes per layer, not sb(18h+4f+5as).
   bool flash_attention = false;
+  // The step besides the pipeline (StageCost::optimizer, above): device memory bytes per second
+  // (hbm=; 0: the optimizer step is not timed) and the bytes its step moves per parameter
+  // (opt_step_bytes=); tied=1: the input and output embeddings are one matrix, whose gradient
+  // the first and the last stage all-reduce each step on the link (Megatron-LM's default).
+  double memory_bandwidth = 0;
+  double optimizer_step_bytes = kMegatronFp16AdamStepBytes;
+  bool tied_embedding = false;
 };
 
 // "layers=24,hidden=1024,heads=16,seq=1024[,mbs=1][,vocab=..][,flops=..][,latency=..]
-// [,bandwidth=..][,overhead=..][,act_bytes=2][,param_bytes=2][,optimizer_bytes=12]" (overhead:
-// message_overhead). Unknown keys, negative or non-numeric values, missing required keys are
-// InvalidArgument naming the key.
+// [,bandwidth=..][,overhead=..][,act_bytes=2][,param_bytes=2][,optimizer_bytes=12][,hbm=..]
+// [,opt_step_bytes=54][,tied=0|1]" (overhead: message_overhead). Unknown keys, negative or
+// non-numeric values, missing required keys are InvalidArgument naming the key; so is a step cost
+// that cannot be derived: opt_step_bytes without hbm, tied=1 without vocab or with bandwidth=0.
 Result<GptCostConfig> parse_gpt_cost_config(std::string_view text);
 
 // Per layer (REFERENCE.md section 3): F = sbh(24h+4s), I = sbh(24h+8s), W = sbh(24h) FLOPs;
 // activations held after F sb(34h+5as) bytes of which 32sbh stay until W; message bytes =
 // s*b*h*act_dtype_bytes; params 12h^2 per layer (+ Vh embedding on stage 0 and head on the last).
+// With hbm= each kind's optimizer time is optimizer_step_time() of its parameters; with tied=1
+// the embedding and the head each add the 2-rank all-reduce of V x h gradient values
+// (gpt_cost_model_for_layout drops it, and the second copy, where one stage holds both ends; a
+// placement that puts both ends on one rank, as zb-v's, is not seen here and pays it).
 // With an MLP width f other than 4h (ffn_hidden): F = sbh(8h+4f+4s), I = sbh(8h+4f+8s),
 // W = sbh(8h+4f), activations sb(18h+4f+5as) of which sb(16h+4f) stay, params 4h^2+2hf+9h+f.
 // Times in seconds. The layers split as even_layer_split(config.layers, stages).

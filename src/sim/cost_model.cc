@@ -9,6 +9,7 @@
 
 #include "tightpipe/base.h"
 #include "tightpipe/flag_checks.h"
+#include "tightpipe/simulator.h"
 
 namespace tightpipe {
 
@@ -199,10 +200,17 @@ Result<double> non_negative(std::string_view flag, std::string_view key, std::st
 
 }  // namespace
 
+double optimizer_step_time(double params, double bytes_per_param, double memory_bandwidth) {
+  TP_CHECK(memory_bandwidth > 0 && params >= 0 && bytes_per_param >= 0, "params=", params,
+           " bytes_per_param=", bytes_per_param, " memory_bandwidth=", memory_bandwidth);
+  return params * bytes_per_param / memory_bandwidth;
+}
+
 Result<UniformCosts> parse_uniform_costs(std::string_view text) {
   UniformCosts c;
   constexpr std::string_view kFlag = "--cost";
-  constexpr std::string_view kKeys = "f, i, w, b, comm, overhead, bytes, act, act_after_i, input";
+  constexpr std::string_view kKeys =
+      "f, i, w, b, comm, overhead, bytes, act, act_after_i, input, params, hbm";
   bool have_f = false, have_i = false, have_w = false;
   Status st = parse_key_values(
       text, kFlag, kKeys, [&](const std::string& k, const std::string& v) -> Status {
@@ -234,6 +242,10 @@ Result<UniformCosts> parse_uniform_costs(std::string_view text) {
           c.act_after_i = x;
         } else if (k == "input")
           c.input = x;
+        else if (k == "params")
+          c.params = x;
+        else if (k == "hbm")
+          c.memory_bandwidth = x;
         else {
           return Status::invalid_argument(
               fmt::format("--cost: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
@@ -249,6 +261,18 @@ Result<UniformCosts> parse_uniform_costs(std::string_view text) {
                     !have_f   ? "f"
                     : !have_i ? "i"
                               : "w"));
+  }
+  // The optimizer step's time needs both the parameters and the bandwidth that streams them.
+  if ((c.params > 0) != (c.memory_bandwidth > 0)) {
+    return Status::invalid_argument(
+        c.params > 0
+            ? fmt::format("--cost params={:g}: the optimizer step's time needs the device memory "
+                          "bandwidth; hint: add hbm=BYTES_PER_TIME_UNIT (A100 80GB: 2.039e12 "
+                          "bytes/s, 2.039e9 per ms)",
+                          c.params)
+            : fmt::format("--cost hbm={:g}: the optimizer step's time needs the parameters per "
+                          "rank; hint: add params=N (e.g. params=9.4e8)",
+                          c.memory_bandwidth));
   }
   return c;
 }
@@ -298,10 +322,15 @@ CostModel uniform_cost_model(const UniformCosts& costs, int32_t ranks, int32_t s
   c.act_after_i_bytes = c.act_bytes * u.act_after_i;
   c.input_bytes = c.act_bytes * u.input;
   c.message_bytes = u.bytes;
+  c.optimizer =
+      u.params > 0
+          ? optimizer_step_time(u.params, kMegatronFp16AdamStepBytes, u.memory_bandwidth) / v
+          : 0.0;
   LinkCost link{u.comm, 0, u.overhead};
   std::string src = fmt::format("--cost f={:g},i={:g},w={:g},b={:g},comm={:g}", u.f, u.i, u.w,
                                 u.b < 0 ? u.i + u.w : u.b, u.comm);
   if (u.overhead > 0) src += fmt::format(",overhead={:g}", u.overhead);
+  if (u.params > 0) src += fmt::format(",params={:g},hbm={:g}", u.params, u.memory_bandwidth);
   return CostModel(std::vector<StageCost>(stages, c), link, "unit", std::move(src),
                    /*real_bytes=*/false);
 }
@@ -313,7 +342,8 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
   constexpr std::string_view kFlag = "--model";
   constexpr std::string_view kKeys =
       "layers, hidden, heads, seq, mbs, vocab, flops, latency, bandwidth, overhead, act_bytes, "
-      "param_bytes, optimizer_bytes";
+      "param_bytes, optimizer_bytes, hbm, opt_step_bytes, tied";
+  bool step_bytes_given = false;
   Status st = parse_key_values(
       text, kFlag, kKeys, [&](const std::string& k, const std::string& v) -> Status {
         TP_ASSIGN_OR_RETURN(double x, non_negative(kFlag, k, v));
@@ -350,7 +380,19 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
           c.bandwidth = x;
         else if (k == "overhead")
           c.message_overhead = x;
-        else {
+        else if (k == "hbm")
+          c.memory_bandwidth = x;
+        else if (k == "opt_step_bytes")
+          c.optimizer_step_bytes = x, step_bytes_given = true;
+        else if (k == "tied") {
+          if (x != 0 && x != 1) {
+            return Status::invalid_argument(fmt::format(
+                "--model: key 'tied' has value '{}'; hint: tied=1 (input and output embeddings "
+                "are one matrix) or tied=0",
+                printable(v)));
+          }
+          c.tied_embedding = x == 1;
+        } else {
           return Status::invalid_argument(
               fmt::format("--model: unknown key '{}' (value '{}'); hint: keys are {}", printable(k),
                           printable(v), kKeys));
@@ -375,6 +417,24 @@ Result<GptCostConfig> parse_gpt_cost_config(std::string_view text) {
     return Status::invalid_argument(
         fmt::format("--model: key 'flops' must be > 0 (device FLOP/s, e.g. flops=150e12)"));
   }
+  // A step cost asked for must be derivable: the optimizer's from the bandwidth, the tied
+  // embedding's all-reduce from the vocabulary and the link.
+  if (step_bytes_given && c.memory_bandwidth <= 0) {
+    return Status::invalid_argument(fmt::format(
+        "--model opt_step_bytes={:g}: the optimizer step's time needs the device memory "
+        "bandwidth; hint: add hbm=BYTES_PER_SECOND (A100 80GB: hbm=2.039e12)",
+        c.optimizer_step_bytes));
+  }
+  if (c.tied_embedding && (c.vocab <= 0 || c.bandwidth <= 0)) {
+    return Status::invalid_argument(
+        c.vocab <= 0
+            ? std::string("--model tied=1: the tied embedding's gradient all-reduce needs the "
+                          "vocabulary; hint: add vocab=V (e.g. vocab=32000)")
+            : fmt::format("--model tied=1 with bandwidth={:g}: the tied embedding's gradient "
+                          "all-reduce needs the link bandwidth; hint: bandwidth=BYTES_PER_SECOND "
+                          "(e.g. 25e9)",
+                          c.bandwidth));
+  }
   // The rules of a shape are plan's and train's too (flag_checks.h): heads divide hidden.
   TP_RETURN_IF_ERROR(check_model_shape(
       {.layers = c.layers, .hidden = c.hidden, .heads = c.heads, .seq = c.seq, .vocab = c.vocab},
@@ -394,6 +454,18 @@ namespace {
 std::string gpt_source(const GptCostConfig& g) {
   return fmt::format("--model layers={},hidden={},heads={},seq={},mbs={}", g.layers, g.hidden,
                      g.heads, g.seq, g.micro_batch);
+}
+
+// The tied embedding's step cost on each of its two stages (tied=1; 0 otherwise): the 2-rank
+// all-reduce of its V x h gradient values on the model's link. Megatron-LM keeps a copy of the
+// matrix on the first and on the last stage and reduces their gradients before the optimizer.
+double tied_embedding_allreduce_time(const GptCostConfig& g) {
+  if (!g.tied_embedding) return 0;
+  const double grad_bytes =
+      static_cast<double>(g.grad_dtype_bytes > 0 ? g.grad_dtype_bytes : g.param_dtype_bytes);
+  return ring_allreduce_time(
+      static_cast<double>(g.vocab) * static_cast<double>(g.hidden) * grad_bytes, 2,
+      LinkCost{g.latency, g.bandwidth, g.message_overhead}, 0);
 }
 
 }  // namespace
@@ -417,7 +489,9 @@ LayerCosts gpt_layer_costs(const GptCostConfig& g) {
     c.w = w / g.flops;
     c.b = c.i + c.w;
     c.recompute = c.f;
-    c.optimizer = 0;
+    c.optimizer = g.memory_bandwidth > 0
+                      ? optimizer_step_time(params, g.optimizer_step_bytes, g.memory_bandwidth)
+                      : 0.0;
     c.act_bytes = act;
     c.act_after_i_bytes = act_after_i;
     c.input_bytes = 0;
@@ -433,11 +507,13 @@ LayerCosts gpt_layer_costs(const GptCostConfig& g) {
   out.block = kind(sbh * (matmul + 4 * s), sbh * (matmul + 8 * s), sbh * matmul,
                    s * b * (18 * h + 4 * f + (g.flash_attention ? 0 : 5 * a * s)) * dt,
                    s * b * (16 * h + 4 * f) * dt, 4 * h * h + 2 * h * f + 9 * h + f);
-  const double head = g.vocab > 0 ? 2 * sbh * V : 0;  // LM head (untied) + loss
+  const double head = g.vocab > 0 ? 2 * sbh * V : 0;  // LM head + loss
   out.head = kind(head, head, head, 0, 0, V * h);
   out.embedding = kind(0, 0, 0, 0, 0, g.vocab > 0 ? V * h + s * h : 0);  // token + position
   out.message_bytes = static_cast<int64_t>(sbh) * g.act_dtype_bytes;
   out.link = LinkCost{g.latency, g.bandwidth, g.message_overhead};
+  out.embedding.optimizer += tied_embedding_allreduce_time(g);
+  out.head.optimizer += tied_embedding_allreduce_time(g);
   out.time_unit = "s";
   out.source = gpt_source(g);
   return out;
@@ -456,12 +532,18 @@ std::vector<StageLayers> even_layer_split(int64_t layers, int32_t stages) {
 
 CostModel gpt_cost_model_for_layout(const GptCostConfig& g, const std::vector<StageLayers>& layout,
                                     const std::string& layout_name) {
-  const CostModel summed = cost_model_for_layout(gpt_layer_costs(g), layout, layout_name);
+  const LayerCosts kinds = gpt_layer_costs(g);
+  const CostModel summed = cost_model_for_layout(kinds, layout, layout_name);
   std::vector<StageCost> stages;
   for (int32_t st = 0; st < summed.num_stages(); ++st) {
     stages.push_back(summed.stage(st));
     stages.back().input_bytes =
         static_cast<double>(g.seq * g.micro_batch * g.hidden * g.act_dtype_bytes);
+    // One stage with both ends holds a tied matrix once: no all-reduce and no second copy to step.
+    if (g.tied_embedding && layout[st].embedding && layout[st].head) {
+      stages.back().optimizer = std::max(
+          0.0, stages.back().optimizer - kinds.head.optimizer - tied_embedding_allreduce_time(g));
+    }
   }
   return CostModel(std::move(stages), summed.link(), summed.time_unit(),
                    layout_name.empty() ? gpt_source(g) : summed.source());

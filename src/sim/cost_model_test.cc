@@ -222,6 +222,56 @@ TEST(GptCostModel, BadInput) {
   expect_error(gpt_cost_model(*tiny_flops, 2, 2)->validate(), {"stage 0 f", "over the limit"});
 }
 
+// Issue 49: the step besides the pipeline (docs/cost_model.md "Table 4"). The optimizer's pass
+// over a rank's parameters at the memory bandwidth, split over its chunks; an input that cannot
+// be derived names what to give.
+TEST(OptimizerStepCost, OptimizerFromParametersAndBandwidth) {
+  EXPECT_DOUBLE_EQ(optimizer_step_time(1e9, 54, 2e12), 54e9 / 2e12);
+  auto u = parse_uniform_costs("f=1,i=1,w=1,params=9e8,hbm=2.039e9");
+  ASSERT_TRUE(u.ok()) << u.status().to_string();
+  const CostModel m = uniform_cost_model(*u, 4, 8);  // v = 2
+  EXPECT_DOUBLE_EQ(m.stage(3).optimizer, 9e8 * kMegatronFp16AdamStepBytes / 2.039e9 / 2);
+  EXPECT_NE(m.source().find("params=9e+08"), std::string::npos) << m.source();
+  EXPECT_DOUBLE_EQ(uniform_cost_model(*parse_uniform_costs("f=1,i=1,w=1"), 4, 4).stage(0).optimizer,
+                   0);
+  expect_error(parse_uniform_costs("f=1,i=1,w=1,params=9e8").status(),
+               {"params=9e+08", "memory bandwidth", "hint: add hbm="});
+  expect_error(parse_uniform_costs("f=1,i=1,w=1,hbm=2e9").status(),
+               {"hbm=2e+09", "parameters per rank", "hint: add params="});
+}
+
+TEST(OptimizerStepCost, GptOptimizerAndTiedEmbedding) {
+  auto g = parse_gpt_cost_config(
+      "layers=4,hidden=64,heads=4,seq=16,vocab=1000,latency=0,bandwidth=1e6,hbm=1e9,tied=1");
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  auto m = gpt_cost_model(*g, 2, 2);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const double h = 64, V = 1000, s = 16;
+  const double layer = 12 * h * h + 13 * h;
+  const double tied = V * h * 2 / 1e6;  // 2 ranks: each sends and receives half, twice
+  EXPECT_DOUBLE_EQ(m->stage(0).optimizer, (2 * layer + V * h + s * h) * 54 / 1e9 + tied);
+  EXPECT_DOUBLE_EQ(m->stage(1).optimizer, (2 * layer + V * h) * 54 / 1e9 + tied);
+  // One stage holds both ends: one copy to step, nothing to all-reduce.
+  auto one = gpt_cost_model(*g, 1, 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_NEAR(one->stage(0).optimizer, (4 * layer + V * h + s * h) * 54 / 1e9, 1e-12);
+  // Without hbm= the optimizer is not timed (as before).
+  auto plain = parse_gpt_cost_config("layers=4,hidden=64,heads=4,seq=16,vocab=1000");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_DOUBLE_EQ(gpt_cost_model(*plain, 2, 2)->stage(0).optimizer, 0);
+  expect_error(
+      parse_gpt_cost_config("layers=4,hidden=64,heads=4,seq=16,opt_step_bytes=54").status(),
+      {"opt_step_bytes=54", "memory bandwidth", "hint: add hbm="});
+  expect_error(parse_gpt_cost_config("layers=4,hidden=64,heads=4,seq=16,tied=1").status(),
+               {"tied=1", "vocabulary", "hint: add vocab="});
+  expect_error(
+      parse_gpt_cost_config("layers=4,hidden=64,heads=4,seq=16,vocab=100,bandwidth=0,tied=1")
+          .status(),
+      {"tied=1", "bandwidth=0", "hint:"});
+  expect_error(parse_gpt_cost_config("layers=4,hidden=64,heads=4,seq=16,tied=2").status(),
+               {"'tied'", "'2'", "hint:"});
+}
+
 }  // namespace
 }  // namespace tightpipe
 

@@ -1,14 +1,22 @@
-// The zero-bubble paper's Table 4 (measured throughput of ZB-2p over 1F1B, Megatron-LM on A100s)
-// at p = 16 and 32: which part of the model made our prediction miss, checked per setting
-// (docs/cost_model.md, "Table 4"). Inputs: the paper's own profiled T_F, T_B, T_W, T_comm and
-// memory model per setting (testutil/zb_paper_settings.h); nothing here is fitted to a throughput.
+// The zero-bubble paper's Table 4 (measured throughput of ZB-1p, ZB-2p and 1F1B-I over 1F1B,
+// Megatron-LM on A100s) at p = 16 and 32: every ratio predicted per setting, and which part of the
+// model made earlier predictions miss (docs/cost_model.md, "Table 4"). Inputs: the paper's own
+// profiled T_F, T_B, T_W, T_comm and memory model per setting (testutil/zb_paper_settings.h) and
+// the model shapes it states; nothing here is fitted to a throughput.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "sanitizer.h"
 #include "tightpipe/auto_schedule.h"
+#include "tightpipe/check.h"
+#include "tightpipe/cost_model.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/simulator.h"
 #include "zb_paper_settings.h"
@@ -73,26 +81,307 @@ TEST(Table4, PostValidatedZb2pIsBuiltForTheSpan) {
   }
 }
 
-// The one measured ratio the issue quotes (28.3B, p = 32, m = 96: ZB-2p 1.30x over 1F1B). ZB-2p
-// as above under `--engine zb` (post-validated period), 1F1B under `--engine megatron` (its
-// batched p2p calls and synchronous optimizer), both from the paper's profiled costs: within 5%.
-// The makespan-built zb-2p with `--cost`'s memory default (I frees nothing) predicted 1.22x (-6%).
-TEST(Table4, Zb2pOver1F1BAtP32M96WithinFivePercentOfThePapers) {
-  const testutil::ZbPaperSetting* row = nullptr;
+// ----- every ratio of Table 4 (REFERENCE.md section 5) -------------------------------------------
+//
+// ZB-1p, ZB-2p and 1F1B-I over 1F1B at the six settings, predicted from the paper's inputs alone:
+// its profiled T_F, T_B, T_W, T_comm per setting and its memory model (zb_paper_settings.h), and
+// the model shapes it states (hidden size, heads, layers; vocabulary 32000, which with them gives
+// the 14.6B and 28.3B parameters it names) for the step's costs besides the pipeline. ZB-1p and
+// ZB-2p post-validated under `--engine zb`, 1F1B and 1F1B-I under `--engine megatron`.
+struct Table4Row {
+  const char* model;
+  int32_t p, m;
+  int32_t v;       // 1F1B-I's chunks per rank
+  int32_t layers;  // transformer layers (the paper's Table 3)
+  // Measured samples per GPU per second, as printed (two decimals).
+  double one_f_one_b, interleaved, zb1p, zb2p;
+};
+constexpr Table4Row kTable4[] = {
+    {"14.6B", 16, 48, 3, 46, 1.40, 1.54, 1.61, 1.81},
+    {"14.6B", 16, 64, 3, 46, 1.49, 1.59, 1.67, 1.83},
+    {"14.6B", 16, 128, 3, 46, 1.64, 1.66, 1.76, 1.85},
+    {"28.3B", 32, 96, 2, 62, 0.76, 0.82, 0.87, 0.99},
+    {"28.3B", 32, 128, 2, 62, 0.80, 0.85, 0.90, 1.00},
+    {"28.3B", 32, 256, 2, 62, 0.88, 0.90, 0.96, 1.00},
+};
+// gtest prints a setting by its name, not its bytes.
+void PrintTo(const Table4Row& t, std::ostream* os) {
+  *os << t.model << " p=" << t.p << " m=" << t.m << " v=" << t.v;
+}
+constexpr int64_t kVocab = 32000;
+constexpr int64_t kSeq = 1024;
+constexpr double kRatioTolerance = 0.05;   // each ratio
+constexpr double kMedianTolerance = 0.03;  // the median over the 18
+
+const testutil::ZbPaperSetting& costs_of(const Table4Row& t) {
   for (const auto& s : testutil::zb_paper_settings()) {
-    if (s.p == 32 && s.m == 96 && s.zb2p >= 0) row = &s;
+    if (s.p == t.p && s.m == t.m && s.zb2p >= 0) return s;
   }
-  ASSERT_NE(row, nullptr);
-  auto [c, o] = testutil::zb_paper_problem(*row, "zb-2p");
-  o.objective = zb_objective_for(optimizer_post_validated(Engine::kZb, false));
-  auto zb2p = build_auto_schedule("zb-2p", row->p, row->m, c, o);
-  ASSERT_TRUE(zb2p.ok()) << zb2p.status().to_string();
-  auto one_f_one_b = generate_schedule("1f1b", {.ranks = row->p, .microbatches = row->m});
-  ASSERT_TRUE(one_f_one_b.ok());
-  const double ratio =
-      makespan(*one_f_one_b, c, Engine::kMegatron) / steady_step(*zb2p, c, Engine::kZb);
-  constexpr double kMeasured = 1.30;
-  EXPECT_LE(std::abs(ratio / kMeasured - 1), 0.05) << ratio;
+  TP_CHECK(false, "no profiled costs for p=", t.p, " m=", t.m);
+  return testutil::zb_paper_settings().front();
+}
+
+// The zero-bubble repository's layer split (`--allow-padding-num-layers`, transformer.py
+// get_offset, branch arxiv): the layers padded up to a multiple of p, the same count on every
+// chunk, the padding taken one layer each from the last chunk, then the first, then the second
+// ...; the embedding on chunk 0, the head on the last. 46 layers at p = 16: 2, 3 x 14, 2 (v = 1);
+// 0, 1 x 46, 0 (v = 3).
+std::vector<StageLayers> paper_layout(int32_t layers, int32_t p, int32_t v) {
+  const int32_t stages = p * v;
+  const int32_t per_rank = (layers + p - 1) / p;
+  TP_CHECK(per_rank % v == 0, "layers=", layers, " p=", p, " v=", v);
+  std::vector<StageLayers> out(stages);
+  for (StageLayers& l : out) l.blocks = per_rank / v;
+  for (int32_t k = -1; k < per_rank * p - layers - 1; ++k) out[(k + stages) % stages].blocks -= 1;
+  out.front().embedding = true;
+  out.back().head = true;
+  return out;
+}
+
+// The paper's costs with `chunks` stages per rank, plus the step's costs besides the pipeline
+// (StageCost::optimizer; docs/cost_model.md "Table 4"), derived from the model's shape: Megatron's
+// fp16 Adam step over each chunk's parameters at the A100's HBM bandwidth, and the tied
+// embedding's gradient all-reduce between the first and the last stage over a link that carries
+// one s x h fp16 activation in T_comm (all of T_comm taken as bandwidth: the longest it can be).
+CostModel paper_costs(const Table4Row& t, int32_t chunks, bool step_costs) {
+  const testutil::ZbPaperSetting& s = costs_of(t);
+  const CostModel compute = testutil::zb_paper_costs(s, chunks);
+  if (!step_costs) return compute;
+  GptCostConfig g;
+  g.layers = t.layers;
+  g.hidden = s.h;
+  g.heads = s.a;
+  g.seq = kSeq;
+  g.micro_batch = 1;
+  g.vocab = kVocab;
+  g.param_dtype_bytes = 2;  // --fp16: fp16 parameters and gradients
+  g.memory_bandwidth = kA100Sxm80GbHbmBytesPerSecond / 1000;  // bytes per ms, the costs' unit
+  g.tied_embedding = true;
+  g.latency = 0;
+  g.bandwidth = static_cast<double>(kSeq * s.h * 2) / s.c;
+  const CostModel shape = gpt_cost_model_for_layout(g, paper_layout(t.layers, t.p, chunks), "");
+  std::vector<StageCost> stages;
+  for (int32_t st = 0; st < compute.num_stages(); ++st) {
+    stages.push_back(compute.stage(st));
+    stages.back().optimizer = shape.stage(st).optimizer;
+  }
+  return CostModel(std::move(stages), compute.link(), compute.time_unit(),
+                   compute.source() + " + step costs of " + shape.source(), compute.real_bytes());
+}
+
+struct Ratios {
+  double interleaved = 0, zb1p = 0, zb2p = 0;  // over 1F1B
+};
+struct Prediction {
+  Ratios pipeline;  // the pipeline alone (the paper's costs)
+  Ratios full;      // with the step's costs besides the pipeline
+};
+
+// The predicted ratios of one setting; the zero-bubble schedules are built once from the paper's
+// costs (the builder does not read the step's costs) and timed under both cost tables.
+Prediction predict(const Table4Row& t) {
+  auto one_f_one_b = generate_schedule("1f1b", {.ranks = t.p, .microbatches = t.m});
+  auto interleaved =
+      generate_schedule("interleaved", {.ranks = t.p, .microbatches = t.m, .chunks = t.v});
+  EXPECT_TRUE(one_f_one_b.ok() && interleaved.ok());
+  if (!one_f_one_b.ok() || !interleaved.ok()) return {};
+  auto build = [&](const char* name) {
+    auto [c, o] = testutil::zb_paper_problem(costs_of(t), name);
+    o.objective = zb_objective_for(optimizer_post_validated(Engine::kZb, false));
+    auto built = build_auto_schedule(name, t.p, t.m, c, o);
+    EXPECT_TRUE(built.ok()) << built.status().to_string();
+    return built;
+  };
+  const auto zb1p = build("zb-1p");
+  const auto zb2p = build("zb-2p");
+  if (!zb1p.ok() || !zb2p.ok()) return {};
+  auto ratios = [&](bool step_costs) {
+    const CostModel one = paper_costs(t, 1, step_costs);
+    const double base = makespan(*one_f_one_b, one, Engine::kMegatron);
+    return Ratios{base / makespan(*interleaved, paper_costs(t, t.v, step_costs), Engine::kMegatron),
+                  base / steady_step(*zb1p, one, Engine::kZb),
+                  base / steady_step(*zb2p, one, Engine::kZb)};
+  };
+  return {ratios(false), ratios(true)};
+}
+
+struct Compared {
+  const char* name;
+  double predicted, measured;
+  double error() const { return predicted / measured - 1; }
+};
+std::vector<Compared> compare(const Table4Row& t, const Ratios& r) {
+  return {{"1F1B-I", r.interleaved, t.interleaved / t.one_f_one_b},
+          {"ZB-1p", r.zb1p, t.zb1p / t.one_f_one_b},
+          {"ZB-2p", r.zb2p, t.zb2p / t.one_f_one_b}};
+}
+
+// The ratio the model still misses by more than 5% (docs/cost_model.md "Table 4", what remains):
+// 1F1B-I at 14.6B, p = 16, m = 48, 5.4% high; the measurements put a time per chunk and
+// microbatch on Megatron's interleaved runs that the paper's inputs do not hold. Held at its
+// current error so that a change that moves it is seen.
+struct OpenMiss {
+  int32_t p, m;
+  const char* ratio;
+  double bound;  // the error it must stay under
+};
+constexpr OpenMiss kOpenMisses[] = {{16, 48, "1F1B-I", 0.06}};
+
+const OpenMiss* open_miss(const Table4Row& t, const Compared& c) {
+  for (const OpenMiss& o : kOpenMisses) {
+    if (o.p == t.p && o.m == t.m && std::string_view(o.ratio) == c.name) return &o;
+  }
+  return nullptr;
+}
+
+class Table4Setting : public ::testing::TestWithParam<Table4Row> {};
+
+// Each of the setting's three ratios within 5% of the measured one (an open miss within its
+// bound, and still outside 5%: inside, drop it from kOpenMisses).
+TEST_P(Table4Setting, RatiosOver1F1BWithinFivePercentOfThePapers) {
+  const Table4Row& t = GetParam();
+  for (const Compared& c : compare(t, predict(t).full)) {
+    SCOPED_TRACE(c.name);
+    const std::string what = fmt::format("{} predicted {:.4f} measured {:.4f} error {:+.2f}%",
+                                         c.name, c.predicted, c.measured, 100 * c.error());
+    if (const OpenMiss* o = open_miss(t, c)) {
+      EXPECT_LE(std::abs(c.error()), o->bound) << what;
+      EXPECT_GT(std::abs(c.error()), kRatioTolerance)
+          << what << ": now within 5%; drop it from kOpenMisses and the docs' open miss";
+      continue;
+    }
+    EXPECT_LE(std::abs(c.error()), kRatioTolerance) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paper, Table4Setting, ::testing::ValuesIn(kTable4),
+                         [](const ::testing::TestParamInfo<Table4Row>& info) {
+                           std::string model = info.param.model;
+                           std::replace(model.begin(), model.end(), '.', 'p');
+                           return fmt::format("{}_p{}_m{}", model, info.param.p, info.param.m);
+                         });
+
+// The median error over the 18 ratios within 3%; prints the table (docs/cost_model.md copies it),
+// with the ratio from the pipeline alone beside it.
+TEST(Table4, MedianErrorOverTheEighteenRatiosWithinThreePercent) {
+  std::vector<double> errors;
+  fmt::print("| model | p | m | ratio | pipeline alone | predicted | measured | error |\n");
+  for (const Table4Row& t : kTable4) {
+    const Prediction both = predict(t);
+    const std::vector<Compared> pipeline = compare(t, both.pipeline);
+    const std::vector<Compared> full = compare(t, both.full);
+    for (size_t k = 0; k < full.size(); ++k) {
+      errors.push_back(std::abs(full[k].error()));
+      fmt::print("| {} | {} | {} | {} | {:.3f} | {:.3f} | {:.3f} | {:+.1f}% |\n", t.model, t.p, t.m,
+                 full[k].name, pipeline[k].predicted, full[k].predicted, full[k].measured,
+                 100 * full[k].error());
+    }
+  }
+  ASSERT_EQ(errors.size(), 18u);
+  std::sort(errors.begin(), errors.end());
+  const double median = (errors[8] + errors[9]) / 2;
+  const auto within =
+      std::count_if(errors.begin(), errors.end(), [](double e) { return e <= kRatioTolerance; });
+  fmt::print("median |error| {:.2f}%, largest {:.2f}%, {} of 18 within 5%\n", 100 * median,
+             100 * errors.back(), within);
+  EXPECT_LE(median, kMedianTolerance);
+}
+
+// The embedding and the loss are inside the profiled costs: the paper's first and last stage hold
+// a layer fewer for them (paper_layout). Costing the ends by their FLOPs instead (the embedding
+// free, the head 2sbhV per pass, from gpt_layer_costs) lightens 1F1B's two end stages and
+// interleaved's two end chunks alike, and moves 1F1B-I at 14.6B, p = 16, m = 48 away from the
+// measured 1.100 (1.1620 to 1.1631): why the table keeps the uniform costs.
+TEST(Table4, EndsCostedByTheirFlopsMoveInterleavedAway) {
+  const Table4Row& t = kTable4[0];
+  const testutil::ZbPaperSetting& s = costs_of(t);
+  GptCostConfig g;
+  g.layers = t.layers;
+  g.hidden = s.h;
+  g.heads = s.a;
+  g.seq = kSeq;
+  g.vocab = kVocab;
+  g.flops = 1;  // times in FLOPs: only their ratios are used
+  const LayerCosts kinds = gpt_layer_costs(g);
+  const int32_t per_rank = (t.layers + t.p - 1) / t.p;
+  auto by_flops = [&](int32_t chunks) {
+    const CostModel uniform = testutil::zb_paper_costs(s, chunks);
+    const std::vector<StageLayers> layout = paper_layout(t.layers, t.p, chunks);
+    std::vector<StageCost> stages;
+    for (int32_t st = 0; st < uniform.num_stages(); ++st) {
+      StageCost c = uniform.stage(st);
+      // A stage's share of a rank's per_rank layers, its head counted by its FLOPs.
+      auto units = [&](double StageCost::*field) {
+        return (layout[st].blocks +
+                (layout[st].head ? kinds.head.*field / kinds.block.*field : 0)) /
+               (static_cast<double>(per_rank) / chunks);
+      };
+      c.f *= units(&StageCost::f);
+      c.i *= units(&StageCost::i);
+      c.w *= units(&StageCost::w);
+      c.b = c.i + c.w;
+      stages.push_back(c);
+    }
+    return CostModel(std::move(stages), uniform.link(), uniform.time_unit(), "ends by FLOPs",
+                     uniform.real_bytes());
+  };
+  auto one = generate_schedule("1f1b", {.ranks = t.p, .microbatches = t.m});
+  auto il = generate_schedule("interleaved", {.ranks = t.p, .microbatches = t.m, .chunks = t.v});
+  ASSERT_TRUE(one.ok() && il.ok());
+  auto ratio = [&](const CostModel& c1, const CostModel& cv) {
+    return makespan(*one, c1, Engine::kMegatron) / makespan(*il, cv, Engine::kMegatron);
+  };
+  const double uniform = ratio(testutil::zb_paper_costs(s, 1), testutil::zb_paper_costs(s, t.v));
+  const double flops = ratio(by_flops(1), by_flops(t.v));
+  EXPECT_NEAR(uniform, 1.1620, 5e-5);
+  EXPECT_NEAR(flops, 1.1631, 5e-5);
+  EXPECT_GT(flops, uniform);
+}
+
+// Part (a) of issue 49, already in the `megatron` profile: Megatron pays interleaved's messages in
+// v batched calls per microbatch (one after each forward-backward pair of its steady state,
+// send_forward_backward_recv_forward_backward), where its 1F1B pays 2 (send_forward_recv_backward
+// after F, send_backward_recv_forward after B); each is a rendezvous the rank waits for before it
+// computes again (engine_test.cc holds their order). On rank 8 at 14.6B, p = 16, m = 48: 1F1B
+// makes 2m + 2w + 1 calls (w = 7 warm-up forwards: 2 calls between two of a kind, the first
+// receive and the last send), interleaved v = 3 makes m v + w + 1 (w = 2 (p - 1 - r) + (v - 1) p
+// = 46 warm-up forwards, one step each, as many cool-down backwards).
+TEST(Table4, MegatronPaysVCallsPerMicrobatchInterleaved) {
+  auto calls_on = [](const Schedule& s, int32_t r) {
+    auto calls = megatron_p2p_calls(s);
+    EXPECT_TRUE(calls.ok()) << calls.status().to_string();
+    if (!calls.ok()) return -1;
+    return *std::max_element(calls->call[r].begin(), calls->call[r].end()) + 1;
+  };
+  constexpr int32_t p = 16, m = 48, v = 3, r = 8;
+  auto one = generate_schedule("1f1b", {.ranks = p, .microbatches = m});
+  auto il = generate_schedule("interleaved", {.ranks = p, .microbatches = m, .chunks = v});
+  ASSERT_TRUE(one.ok() && il.ok());
+  EXPECT_EQ(calls_on(*one, r), 2 * m + 2 * (p - 1 - r) + 1);
+  const int32_t w = interleaved_warmup_forwards(p, r, v, p, m);
+  EXPECT_EQ(w, 46);
+  EXPECT_EQ(calls_on(*il, r), m * v + w + 1);
+}
+
+// The parts the step's costs hold at 14.6B, p = 16 (docs/cost_model.md "Table 4"): a middle
+// rank's 3 layers of 12h^2 + 13h parameters at 54 bytes each over 2.039 TB/s, and the first
+// rank's 2 layers with the token and position embeddings plus the tied matrix's all-reduce
+// (V / s messages' worth of bytes at T_comm each).
+TEST(Table4, StepCostsFromTheShape) {
+  const Table4Row& t = kTable4[0];
+  const CostModel c = paper_costs(t, 1, true);
+  const double layer = 12.0 * 5120 * 5120 + 13.0 * 5120;
+  const double per_byte = 54 / (kA100Sxm80GbHbmBytesPerSecond / 1000);
+  EXPECT_NEAR(c.stage(1).optimizer, 3 * layer * per_byte, 1e-9);
+  EXPECT_NEAR(c.stage(1).optimizer, 25.0, 0.1);  // ms
+  const double tied = static_cast<double>(kVocab) / kSeq * costs_of(t).c;
+  EXPECT_NEAR(c.stage(0).optimizer, (2 * layer + (kVocab + kSeq) * 5120.0) * per_byte + tied, 1e-9);
+  EXPECT_NEAR(c.stage(15).optimizer, (2 * layer + kVocab * 5120.0) * per_byte + tied, 1e-9);
+  // 48 chunks of one layer (v = 3): the ends hold the embedding and the head alone.
+  const std::vector<StageLayers> v3 = paper_layout(46, 16, 3);
+  EXPECT_EQ(v3.front().blocks, 0);
+  EXPECT_EQ(v3.back().blocks, 0);
+  EXPECT_EQ(v3[1].blocks, 1);
 }
 
 }  // namespace

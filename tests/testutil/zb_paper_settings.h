@@ -93,21 +93,27 @@ inline double zb_paper_rate(const ZbPaperSetting& s, const std::string& name) {
   return name == "zb-1p" ? s.zb1p : name == "zb-2p" ? s.zb2p : name == "zb-v-auto" ? s.zbv : -1;
 }
 
-// The cost table and options the authors' numbers assume, for `name`: whole-rank uniform costs
-// (halved per chunk for the V), I keeping the W share until W, the span objective, the name's
-// own memory (p, 2p; p for the V).
-inline std::pair<CostModel, ZbAutoOptions> zb_paper_problem(const ZbPaperSetting& s,
-                                                            const std::string& name) {
+// The setting's profiled costs as a cost table of `chunks` stages per rank: whole-rank uniform
+// costs (divided per chunk), T_comm per message, I keeping the W share until W.
+inline CostModel zb_paper_costs(const ZbPaperSetting& s, int32_t chunks) {
   UniformCosts u;
   u.f = s.f;
   u.i = s.b;
   u.w = s.w;
   u.comm = s.c;
   u.act_after_i = s.w_fraction();
+  return uniform_cost_model(u, s.p, chunks * s.p);
+}
+
+// The cost table and options the authors' numbers assume, for `name`: whole-rank uniform costs
+// (halved per chunk for the V), I keeping the W share until W, the span objective, the name's
+// own memory (p, 2p; p for the V).
+inline std::pair<CostModel, ZbAutoOptions> zb_paper_problem(const ZbPaperSetting& s,
+                                                            const std::string& name) {
   ZbAutoOptions o;
   o.objective = ZbObjective::kSpan;
   o.w_memory_fraction = s.w_fraction();
-  return {uniform_cost_model(u, s.p, auto_schedule_chunks(name) * s.p), o};
+  return {zb_paper_costs(s, auto_schedule_chunks(name)), o};
 }
 
 }  // namespace tightpipe::testutil

@@ -67,14 +67,15 @@ void add_cost_flags(CLI::App& app, CostFlags& f) {
   auto* o_cost = app.add_option_function<std::string>(
       "--cost", [&f](const std::string& v) { f.cost = v; },
       "uniform whole-rank costs f=1,i=1,w=1[,b=i+w][,comm=0][,overhead=0][,bytes=0][,act=1]"
-      "[,act_after_i=1][,input=0]; per chunk the compute costs divide by v (default f=1,i=1,w=1)");
+      "[,act_after_i=1][,input=0][,params=N,hbm=BYTES_PER_UNIT (the optimizer step per rank)]; per "
+      "chunk the compute costs divide by v (default f=1,i=1,w=1)");
   auto* o_costs =
       app.add_option("--costs", f.costs, "per-stage cost table, JSON (docs/cost_model.md)");
   auto* o_model = app.add_option(
       "--model", f.model,
       "costs derived from a GPT config and device: layers=..,hidden=..,heads=..,seq=..[,mbs=1]"
-      "[,vocab=0][,flops=100e12][,latency=1e-5][,bandwidth=25e9][,overhead=0] (times in "
-      "seconds)");
+      "[,vocab=0][,flops=100e12][,latency=1e-5][,bandwidth=25e9][,overhead=0][,hbm=0 (bytes/s: "
+      "times the optimizer step)][,opt_step_bytes=54][,tied=0] (times in seconds)");
   o_cost->excludes(o_costs)->excludes(o_model);
   o_costs->excludes(o_model);
   app.add_flag("--bf16", f.bf16,
