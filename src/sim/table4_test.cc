@@ -2,7 +2,10 @@
 // Megatron-LM on A100s) at p = 16 and 32: every ratio predicted per setting, and which part of the
 // model made earlier predictions miss (docs/cost_model.md, "Table 4"). Inputs: the paper's own
 // profiled T_F, T_B, T_W, T_comm and memory model per setting (testutil/zb_paper_settings.h) and
-// the model shapes it states; nothing here is fitted to a throughput.
+// the model shapes it states; nothing here is fitted to a throughput. The table and the
+// prediction are testutil/table4.h's, shared with checks_bench's table4 group.
+#include "table4.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -15,37 +18,31 @@
 
 #include "sanitizer.h"
 #include "tightpipe/auto_schedule.h"
-#include "tightpipe/check.h"
 #include "tightpipe/cost_model.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/simulator.h"
 #include "zb_paper_settings.h"
 
 namespace tightpipe {
+namespace testutil {
+// gtest prints a setting by its name, not its bytes (found by argument-dependent lookup).
+inline void PrintTo(const Table4Row& t, std::ostream* os) {
+  *os << t.model << " p=" << t.p << " m=" << t.m << " v=" << t.v;
+}
+}  // namespace testutil
 namespace {
 
-// The step's period of `compute_only` under `engine`: the steady state's (post-validated runs
-// start each step at their own end) or, synchronous, the makespan.
-double period(const Schedule& compute_only, const CostModel& c, Engine engine, bool steady) {
-  auto low = lower(compute_only);
-  EXPECT_TRUE(low.ok()) << low.status().to_string();
-  if (!low.ok()) return 0;
-  SimOptions o;
-  o.engine = engine;
-  o.record_timeline = false;
-  if (steady) {
-    auto ss = steady_state_step_time(*low, c, o);
-    EXPECT_TRUE(ss.ok()) << ss.status().to_string();
-    return ss.ok() ? ss->step_time : 0;
-  }
-  auto r = simulate(*low, c, o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? r->makespan : 0;
-}
+// The step's period of `compute_only` under `engine` (testutil/table4.h), its error a failure.
 double steady_step(const Schedule& s, const CostModel& c, Engine e) {
-  return period(s, c, e, true);
+  auto r = testutil::table4_steady_step(s, c, e);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : 0;
 }
-double makespan(const Schedule& s, const CostModel& c, Engine e) { return period(s, c, e, false); }
+double makespan(const Schedule& s, const CostModel& c, Engine e) {
+  auto r = testutil::table4_makespan(s, c, e);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : 0;
+}
 
 // The miss was the automatic schedule at 2p, built for the wrong quantity: post-validated (the
 // paper's ZB-2p runs with optimizer post-validation) each rank starts its next step at its own
@@ -83,137 +80,26 @@ TEST(Table4, PostValidatedZb2pIsBuiltForTheSpan) {
 
 // ----- every ratio of Table 4 (REFERENCE.md section 5) -------------------------------------------
 //
-// ZB-1p, ZB-2p and 1F1B-I over 1F1B at the six settings, predicted from the paper's inputs alone:
-// its profiled T_F, T_B, T_W, T_comm per setting and its memory model (zb_paper_settings.h), and
-// the model shapes it states (hidden size, heads, layers; vocabulary 32000, which with them gives
-// the 14.6B and 28.3B parameters it names) for the step's costs besides the pipeline. ZB-1p and
-// ZB-2p post-validated under `--engine zb`, 1F1B and 1F1B-I under `--engine megatron`.
-struct Table4Row {
-  const char* model;
-  int32_t p, m;
-  int32_t v;       // 1F1B-I's chunks per rank
-  int32_t layers;  // transformer layers (the paper's Table 3)
-  // Measured samples per GPU per second, as printed (two decimals).
-  double one_f_one_b, interleaved, zb1p, zb2p;
-};
-constexpr Table4Row kTable4[] = {
-    {"14.6B", 16, 48, 3, 46, 1.40, 1.54, 1.61, 1.81},
-    {"14.6B", 16, 64, 3, 46, 1.49, 1.59, 1.67, 1.83},
-    {"14.6B", 16, 128, 3, 46, 1.64, 1.66, 1.76, 1.85},
-    {"28.3B", 32, 96, 2, 62, 0.76, 0.82, 0.87, 0.99},
-    {"28.3B", 32, 128, 2, 62, 0.80, 0.85, 0.90, 1.00},
-    {"28.3B", 32, 256, 2, 62, 0.88, 0.90, 0.96, 1.00},
-};
-// gtest prints a setting by its name, not its bytes.
-void PrintTo(const Table4Row& t, std::ostream* os) {
-  *os << t.model << " p=" << t.p << " m=" << t.m << " v=" << t.v;
-}
-constexpr int64_t kVocab = 32000;
-constexpr int64_t kSeq = 1024;
+// ZB-1p, ZB-2p and 1F1B-I over 1F1B at the six settings, predicted from the paper's inputs alone
+// by testutil::predict_table4 (testutil/table4.h: the table, the step's costs, the prediction;
+// checks_bench prints the same numbers): its profiled T_F, T_B, T_W, T_comm per setting and its
+// memory model (zb_paper_settings.h), and the model shapes it states for the step's costs besides
+// the pipeline. ZB-1p and ZB-2p post-validated under `--engine zb`, 1F1B and 1F1B-I under
+// `--engine megatron`.
+using testutil::kTable4Seq;
+using testutil::kTable4Vocab;
+using testutil::kZbPaperTable4;
+using testutil::Table4Compared;
+using testutil::Table4Row;
+
 constexpr double kRatioTolerance = 0.05;   // each ratio
 constexpr double kMedianTolerance = 0.03;  // the median over the 18
 
-const testutil::ZbPaperSetting& costs_of(const Table4Row& t) {
-  for (const auto& s : testutil::zb_paper_settings()) {
-    if (s.p == t.p && s.m == t.m && s.zb2p >= 0) return s;
-  }
-  TP_CHECK(false, "no profiled costs for p=", t.p, " m=", t.m);
-  return testutil::zb_paper_settings().front();
-}
-
-// The zero-bubble repository's layer split (`--allow-padding-num-layers`, transformer.py
-// get_offset, branch arxiv): the layers padded up to a multiple of p, the same count on every
-// chunk, the padding taken one layer each from the last chunk, then the first, then the second
-// ...; the embedding on chunk 0, the head on the last. 46 layers at p = 16: 2, 3 x 14, 2 (v = 1);
-// 0, 1 x 46, 0 (v = 3).
-std::vector<StageLayers> paper_layout(int32_t layers, int32_t p, int32_t v) {
-  const int32_t stages = p * v;
-  const int32_t per_rank = (layers + p - 1) / p;
-  TP_CHECK(per_rank % v == 0, "layers=", layers, " p=", p, " v=", v);
-  std::vector<StageLayers> out(stages);
-  for (StageLayers& l : out) l.blocks = per_rank / v;
-  for (int32_t k = -1; k < per_rank * p - layers - 1; ++k) out[(k + stages) % stages].blocks -= 1;
-  out.front().embedding = true;
-  out.back().head = true;
-  return out;
-}
-
-// The paper's costs with `chunks` stages per rank, plus the step's costs besides the pipeline
-// (StageCost::optimizer; docs/cost_model.md "Table 4"), derived from the model's shape: Megatron's
-// fp16 Adam step over each chunk's parameters at the A100's HBM bandwidth, and the tied
-// embedding's gradient all-reduce between the first and the last stage over a link that carries
-// one s x h fp16 activation in T_comm (all of T_comm taken as bandwidth: the longest it can be).
-CostModel paper_costs(const Table4Row& t, int32_t chunks, bool step_costs) {
-  const testutil::ZbPaperSetting& s = costs_of(t);
-  const CostModel compute = testutil::zb_paper_costs(s, chunks);
-  if (!step_costs) return compute;
-  GptCostConfig g;
-  g.layers = t.layers;
-  g.hidden = s.h;
-  g.heads = s.a;
-  g.seq = kSeq;
-  g.micro_batch = 1;
-  g.vocab = kVocab;
-  g.param_dtype_bytes = 2;  // --fp16: fp16 parameters and gradients
-  g.memory_bandwidth = kA100Sxm80GbHbmBytesPerSecond / 1000;  // bytes per ms, the costs' unit
-  g.tied_embedding = true;
-  g.latency = 0;
-  g.bandwidth = static_cast<double>(kSeq * s.h * 2) / s.c;
-  const CostModel shape = gpt_cost_model_for_layout(g, paper_layout(t.layers, t.p, chunks), "");
-  std::vector<StageCost> stages;
-  for (int32_t st = 0; st < compute.num_stages(); ++st) {
-    stages.push_back(compute.stage(st));
-    stages.back().optimizer = shape.stage(st).optimizer;
-  }
-  return CostModel(std::move(stages), compute.link(), compute.time_unit(),
-                   compute.source() + " + step costs of " + shape.source(), compute.real_bytes());
-}
-
-struct Ratios {
-  double interleaved = 0, zb1p = 0, zb2p = 0;  // over 1F1B
-};
-struct Prediction {
-  Ratios pipeline;  // the pipeline alone (the paper's costs)
-  Ratios full;      // with the step's costs besides the pipeline
-};
-
-// The predicted ratios of one setting; the zero-bubble schedules are built once from the paper's
-// costs (the builder does not read the step's costs) and timed under both cost tables.
-Prediction predict(const Table4Row& t) {
-  auto one_f_one_b = generate_schedule("1f1b", {.ranks = t.p, .microbatches = t.m});
-  auto interleaved =
-      generate_schedule("interleaved", {.ranks = t.p, .microbatches = t.m, .chunks = t.v});
-  EXPECT_TRUE(one_f_one_b.ok() && interleaved.ok());
-  if (!one_f_one_b.ok() || !interleaved.ok()) return {};
-  auto build = [&](const char* name) {
-    auto [c, o] = testutil::zb_paper_problem(costs_of(t), name);
-    o.objective = zb_objective_for(optimizer_post_validated(Engine::kZb, false));
-    auto built = build_auto_schedule(name, t.p, t.m, c, o);
-    EXPECT_TRUE(built.ok()) << built.status().to_string();
-    return built;
-  };
-  const auto zb1p = build("zb-1p");
-  const auto zb2p = build("zb-2p");
-  if (!zb1p.ok() || !zb2p.ok()) return {};
-  auto ratios = [&](bool step_costs) {
-    const CostModel one = paper_costs(t, 1, step_costs);
-    const double base = makespan(*one_f_one_b, one, Engine::kMegatron);
-    return Ratios{base / makespan(*interleaved, paper_costs(t, t.v, step_costs), Engine::kMegatron),
-                  base / steady_step(*zb1p, one, Engine::kZb),
-                  base / steady_step(*zb2p, one, Engine::kZb)};
-  };
-  return {ratios(false), ratios(true)};
-}
-
-struct Compared {
-  const char* name;
-  double predicted, measured;
-  double error() const { return predicted / measured - 1; }
-};
-std::vector<Compared> compare(const Table4Row& t, const Ratios& r) {
-  return {{"1F1B-I", r.interleaved, t.interleaved / t.one_f_one_b},
-          {"ZB-1p", r.zb1p, t.zb1p / t.one_f_one_b},
-          {"ZB-2p", r.zb2p, t.zb2p / t.one_f_one_b}};
+// The setting's prediction, its error a failure (all ratios 0).
+testutil::Table4Prediction predict(const Table4Row& t) {
+  auto p = testutil::predict_table4(t);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return p.ok() ? *p : testutil::Table4Prediction{};
 }
 
 // The ratio the model still misses by more than 5% (docs/cost_model.md "Table 4", what remains):
@@ -227,7 +113,7 @@ struct OpenMiss {
 };
 constexpr OpenMiss kOpenMisses[] = {{16, 48, "1F1B-I", 0.06}};
 
-const OpenMiss* open_miss(const Table4Row& t, const Compared& c) {
+const OpenMiss* open_miss(const Table4Row& t, const Table4Compared& c) {
   for (const OpenMiss& o : kOpenMisses) {
     if (o.p == t.p && o.m == t.m && std::string_view(o.ratio) == c.name) return &o;
   }
@@ -240,7 +126,7 @@ class Table4Setting : public ::testing::TestWithParam<Table4Row> {};
 // bound, and still outside 5%: inside, drop it from kOpenMisses).
 TEST_P(Table4Setting, RatiosOver1F1BWithinFivePercentOfThePapers) {
   const Table4Row& t = GetParam();
-  for (const Compared& c : compare(t, predict(t).full)) {
+  for (const Table4Compared& c : testutil::table4_compared(t, predict(t).full)) {
     SCOPED_TRACE(c.name);
     const std::string what = fmt::format("{} predicted {:.4f} measured {:.4f} error {:+.2f}%",
                                          c.name, c.predicted, c.measured, 100 * c.error());
@@ -254,7 +140,7 @@ TEST_P(Table4Setting, RatiosOver1F1BWithinFivePercentOfThePapers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paper, Table4Setting, ::testing::ValuesIn(kTable4),
+INSTANTIATE_TEST_SUITE_P(Paper, Table4Setting, ::testing::ValuesIn(kZbPaperTable4),
                          [](const ::testing::TestParamInfo<Table4Row>& info) {
                            std::string model = info.param.model;
                            std::replace(model.begin(), model.end(), '.', 'p');
@@ -266,10 +152,10 @@ INSTANTIATE_TEST_SUITE_P(Paper, Table4Setting, ::testing::ValuesIn(kTable4),
 TEST(Table4, MedianErrorOverTheEighteenRatiosWithinThreePercent) {
   std::vector<double> errors;
   fmt::print("| model | p | m | ratio | pipeline alone | predicted | measured | error |\n");
-  for (const Table4Row& t : kTable4) {
-    const Prediction both = predict(t);
-    const std::vector<Compared> pipeline = compare(t, both.pipeline);
-    const std::vector<Compared> full = compare(t, both.full);
+  for (const Table4Row& t : kZbPaperTable4) {
+    const testutil::Table4Prediction both = predict(t);
+    const std::vector<Table4Compared> pipeline = testutil::table4_compared(t, both.pipeline);
+    const std::vector<Table4Compared> full = testutil::table4_compared(t, both.full);
     for (size_t k = 0; k < full.size(); ++k) {
       errors.push_back(std::abs(full[k].error()));
       fmt::print("| {} | {} | {} | {} | {:.3f} | {:.3f} | {:.3f} | {:+.1f}% |\n", t.model, t.p, t.m,
@@ -288,25 +174,25 @@ TEST(Table4, MedianErrorOverTheEighteenRatiosWithinThreePercent) {
 }
 
 // The embedding and the loss are inside the profiled costs: the paper's first and last stage hold
-// a layer fewer for them (paper_layout). Costing the ends by their FLOPs instead (the embedding
-// free, the head 2sbhV per pass, from gpt_layer_costs) lightens 1F1B's two end stages and
+// a layer fewer for them (testutil::table4_layout). Costing the ends by their FLOPs instead (the
+// embedding free, the head 2sbhV per pass, from gpt_layer_costs) lightens 1F1B's two end stages and
 // interleaved's two end chunks alike, and moves 1F1B-I at 14.6B, p = 16, m = 48 away from the
 // measured 1.100 (1.1620 to 1.1631): why the table keeps the uniform costs.
 TEST(Table4, EndsCostedByTheirFlopsMoveInterleavedAway) {
-  const Table4Row& t = kTable4[0];
-  const testutil::ZbPaperSetting& s = costs_of(t);
+  const Table4Row& t = kZbPaperTable4[0];
+  const testutil::ZbPaperSetting& s = testutil::table4_setting(t);
   GptCostConfig g;
   g.layers = t.layers;
   g.hidden = s.h;
   g.heads = s.a;
-  g.seq = kSeq;
-  g.vocab = kVocab;
+  g.seq = kTable4Seq;
+  g.vocab = kTable4Vocab;
   g.flops = 1;  // times in FLOPs: only their ratios are used
   const LayerCosts kinds = gpt_layer_costs(g);
   const int32_t per_rank = (t.layers + t.p - 1) / t.p;
   auto by_flops = [&](int32_t chunks) {
     const CostModel uniform = testutil::zb_paper_costs(s, chunks);
-    const std::vector<StageLayers> layout = paper_layout(t.layers, t.p, chunks);
+    const std::vector<StageLayers> layout = testutil::table4_layout(t.layers, t.p, chunks);
     std::vector<StageCost> stages;
     for (int32_t st = 0; st < uniform.num_stages(); ++st) {
       StageCost c = uniform.stage(st);
@@ -368,17 +254,19 @@ TEST(Table4, MegatronPaysVCallsPerMicrobatchInterleaved) {
 // rank's 2 layers with the token and position embeddings plus the tied matrix's all-reduce
 // (V / s messages' worth of bytes at T_comm each).
 TEST(Table4, StepCostsFromTheShape) {
-  const Table4Row& t = kTable4[0];
-  const CostModel c = paper_costs(t, 1, true);
+  const Table4Row& t = kZbPaperTable4[0];
+  const CostModel c = testutil::table4_costs(t, 1, true);
   const double layer = 12.0 * 5120 * 5120 + 13.0 * 5120;
   const double per_byte = 54 / (kA100Sxm80GbHbmBytesPerSecond / 1000);
   EXPECT_NEAR(c.stage(1).optimizer, 3 * layer * per_byte, 1e-9);
   EXPECT_NEAR(c.stage(1).optimizer, 25.0, 0.1);  // ms
-  const double tied = static_cast<double>(kVocab) / kSeq * costs_of(t).c;
-  EXPECT_NEAR(c.stage(0).optimizer, (2 * layer + (kVocab + kSeq) * 5120.0) * per_byte + tied, 1e-9);
-  EXPECT_NEAR(c.stage(15).optimizer, (2 * layer + kVocab * 5120.0) * per_byte + tied, 1e-9);
+  const double tied =
+      static_cast<double>(kTable4Vocab) / kTable4Seq * testutil::table4_setting(t).c;
+  EXPECT_NEAR(c.stage(0).optimizer,
+              (2 * layer + (kTable4Vocab + kTable4Seq) * 5120.0) * per_byte + tied, 1e-9);
+  EXPECT_NEAR(c.stage(15).optimizer, (2 * layer + kTable4Vocab * 5120.0) * per_byte + tied, 1e-9);
   // 48 chunks of one layer (v = 3): the ends hold the embedding and the head alone.
-  const std::vector<StageLayers> v3 = paper_layout(46, 16, 3);
+  const std::vector<StageLayers> v3 = testutil::table4_layout(46, 16, 3);
   EXPECT_EQ(v3.front().blocks, 0);
   EXPECT_EQ(v3.back().blocks, 0);
   EXPECT_EQ(v3[1].blocks, 1);

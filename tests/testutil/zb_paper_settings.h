@@ -1,6 +1,7 @@
-// The zero-bubble paper's published settings, bubble rates and Table 4 throughputs: one table for
-// the tests that hold them (src/sim/zb_auto_test.cc, table4_test.cc) and the benches that print
-// them (bench/sim/zb_paper_settings_bench.cc, checks_bench.cc). The settings and rates are from
+// The zero-bubble paper's published settings and bubble rates: one table for the tests that hold
+// them (src/sim/zb_auto_test.cc, table4_test.cc) and the benches that print them
+// (bench/sim/zb_paper_settings_bench.cc, checks_bench.cc); its Table 4 throughputs are in
+// table4.h. The settings and rates are from
 // sail-sg/zero-bubble-pipeline-parallelism, branch `arxiv` (commit f68d3879, "for arxiv paper"):
 // efficiency.py (the ICLR table's rows: p, m, the profiled T_F, T_B, T_W, T_comm in units of
 // 1/1000 as printed, the ZB-1p and ZB-2p bubble rates) and mem2bubble.npy (ZB-V at 1F1B's
@@ -14,7 +15,6 @@
 #include <vector>
 
 #include "tightpipe/auto_schedule.h"
-#include "tightpipe/check.h"
 #include "tightpipe/cost_model.h"
 
 namespace tightpipe::testutil {
@@ -55,37 +55,6 @@ inline const std::vector<ZbPaperSetting>& zb_paper_settings() {
       {"28.3B", 32, 256, 2 * 9.447, 2 * 9.644, 2 * 7.193, 0.887, 6144, 48, -1, -1, 0.0236},
   };
   return kRows;
-}
-
-// The paper's Table 4 (REFERENCE.md section 5): measured samples per GPU per second on
-// Megatron-LM (A100 80G over RoCE, microbatch 1, sequence 1024) as printed (two decimals, so a
-// ratio carries about 1% of rounding), at the settings above with p >= 16 (same model, p, m: their
-// profiled costs are those rows'). 1F1B-I is Megatron's interleaved 1F1B with `interleaved_v`
-// chunks per rank; ZB-1p and ZB-2p ran with the paper's optimizer post-validation.
-struct ZbPaperThroughput {
-  const char* model;
-  int32_t p, m;
-  double one_f_one_b, interleaved;  // samples per GPU per second
-  int32_t interleaved_v;
-  double zb1p, zb2p;
-};
-
-inline const std::vector<ZbPaperThroughput>& zb_paper_table4() {
-  static const std::vector<ZbPaperThroughput> kRows = {
-      {"14.6B", 16, 48, 1.4, 1.54, 3, 1.61, 1.81},   {"14.6B", 16, 64, 1.49, 1.59, 3, 1.67, 1.83},
-      {"14.6B", 16, 128, 1.64, 1.66, 3, 1.76, 1.85}, {"28.3B", 32, 96, 0.76, 0.82, 2, 0.87, 0.99},
-      {"28.3B", 32, 128, 0.8, 0.85, 2, 0.9, 1.0},    {"28.3B", 32, 256, 0.88, 0.9, 2, 0.96, 1.0},
-  };
-  return kRows;
-}
-
-// The setting (costs, memory) of a Table 4 row: the one-chunk row of the same model, p and m.
-inline const ZbPaperSetting& zb_paper_setting_of(const ZbPaperThroughput& t) {
-  for (const ZbPaperSetting& s : zb_paper_settings()) {
-    if (std::string(s.model) == t.model && s.p == t.p && s.m == t.m && s.zb1p >= 0) return s;
-  }
-  TP_CHECK(false, "no setting for Table 4's ", t.model, " p=", t.p, " m=", t.m);
-  return zb_paper_settings().front();
 }
 
 // The published rate of `name` (zb-1p, zb-2p, zb-v-auto for ZB-V) at a setting; -1: none.
