@@ -173,8 +173,6 @@ CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule&
 // under --engine torch (tune's search and its current setup).
 CostModel torch_runtime_costs(const CostModel& costs, double action_overhead = 0);
 
-// ----- uniform ---------------------------------------------------------------------------------
-
 // ----- the step besides the pipeline (docs/cost_model.md "Table 4", step costs) ----------------
 //
 // What a rank does once per step besides its program goes into StageCost::optimizer, and the
@@ -196,6 +194,8 @@ inline constexpr double kA100Sxm80GbHbmBytesPerSecond = 2.039e12;
 // streaming pass; the kernels' launch costs and the norm's all-reduce latency are left out).
 // REQUIRES: memory_bandwidth > 0, params >= 0, bytes_per_param >= 0.
 double optimizer_step_time(double params, double bytes_per_param, double memory_bandwidth);
+
+// ----- uniform ---------------------------------------------------------------------------------
 
 // Whole-rank costs: one microbatch through all of a rank's layers. b < 0 means i + w.
 struct UniformCosts {
