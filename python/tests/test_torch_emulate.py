@@ -25,12 +25,8 @@ SHAPE = (2, 4, 8)  # B, T, C
 MARGIN = 0.05
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+# Every test with one intra-op thread, as a pipeline rank runs (conftest.py's one_thread).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("last", [False, True])

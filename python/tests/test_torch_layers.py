@@ -19,12 +19,8 @@ MB = 4  # sequences per microbatch
 F32 = 4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+# Every test with one intra-op thread, as a pipeline rank runs (conftest.py's one_thread).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_contract_keys_and_bytes(tmp_path):
