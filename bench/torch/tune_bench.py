@@ -64,7 +64,7 @@ from tightpipe.torch.layers import measure_layers, top_level_modules  # noqa: E4
 from tightpipe.torch.tune import (  # noqa: E402
     TuneResult,
     build_tuned_runtime,
-    measure_action_overhead,
+    measure_host_time,
     tune,
 )
 
@@ -211,15 +211,15 @@ def core_contention(p: int) -> tuple[float, float]:
     return alone, together
 
 
-def predicted(layers_json: str, p: int, m: int, row: dict, tmp: str, overhead_us: float
-              ) -> float:
+def predicted(layers_json: str, p: int, m: int, row: dict, tmp: str,
+              host_us: dict[str, float]) -> float:
     """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime)."""
     if row["kind"] == "tuned":
         return float(row["result"].predicted_step_s)
     split = ",".join(str(len(s)) for s in row["split"])
     args = ["tune", "--layers", layers_json, "--pp", str(p), "--microbatches", str(m),
             "--current-split", split, "--top", "1", "--json",
-            "--action-overhead-us", repr(overhead_us)]
+            "--host-time-us", ",".join(f"{k}={v!r}" for k, v in host_us.items())]
     if row["generator"]:
         args += ["--current-schedule", row["generator"], "--current-vpp", str(row["v"])]
     else:  # PyTorch's own order, from its own CSV
@@ -252,9 +252,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--layers-json", default="", help="use this measured table (skip step 1)")
-    ap.add_argument("--action-overhead-us", type=float, default=-1,
-                    help="the runtime's host time per action (default: measured first, "
-                    "tightpipe.torch.measure_action_overhead, outside the rows)")
+    ap.add_argument("--host-time-us", default="",
+                    help="the runtime's host time around each action, tune's --host-time-us "
+                    "form f=,i=,w=,b=,f_module=,... (default: measured first, "
+                    "tightpipe.torch.measure_host_time, outside the rows)")
     ap.add_argument("--smoke", action="store_true", help="toy size, two rows, one round")
     args = ap.parse_args()
     p, m = args.pp, args.microbatches
@@ -283,22 +284,24 @@ def main() -> int:
             tuned_table = os.path.join(tmp, "layers_scaled.json")
             with open(tuned_table, "w") as f:
                 json.dump(doc, f)
-        overhead_us = args.action_overhead_us
-        if overhead_us < 0:
-            overhead_us = 1e6 * measure_action_overhead(pp=p, microbatches=m,
-                                                        steps=2 if args.smoke else 5)
+        if args.host_time_us:
+            host_us = {k: float(v) for k, v in
+                       (kv.split("=", 1) for kv in args.host_time_us.split(","))}
+        else:
+            host_us = measure_host_time(pp=p, microbatches=m, steps=2 if args.smoke else 5)
         if args.mode == "real" and not args.smoke:
             alone, together = core_contention(p)
             print(f"the cores' contention: a 1-thread 128x384x1536 matmul takes "
                   f"{1e6 * alone:.0f} us alone and {1e6 * together:.0f} us with {p} at once "
                   f"({together / alone:.2f}x): the costs below are measured alone")
-        print(f"the runtime's host time per action: {overhead_us:.0f} us "
-              f"({'given' if args.action_overhead_us >= 0 else 'measured first'})")
+        print("the runtime's host time around each action, us: "
+              + ",".join(f"{k}={v:g}" for k, v in host_us.items())
+              + f" ({'given' if args.host_time_us else 'measured first'})")
         names = [n for n, _ in top_level_modules(make_layered(cfg, layers, 0))]
         res = tune(tuned_table, p, m, out=os.path.join(tmp, "tuned"),
                    current_split=[len(s) for s in even_split(names, p)],
                    current_schedule="Schedule1F1B", min_gain=0.0,
-                   action_overhead_us=overhead_us)
+                   host_time_us=host_us)
         rows: list[dict] = []
         builtins = BUILTINS[:2] if args.smoke else BUILTINS
         splits = [("even", even_split)]
@@ -321,7 +324,7 @@ def main() -> int:
                      "result": res, "m": m, "v": res.vpp,
                      "split": res.module_fqns_per_model_part})
         for row in rows:
-            row["predicted"] = predicted(tuned_table, p, m, row, tmp, overhead_us)
+            row["predicted"] = predicted(tuned_table, p, m, row, tmp, host_us)
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
         cpu = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines()
                     if ln.startswith("Model name")), "?")

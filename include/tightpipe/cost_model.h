@@ -163,15 +163,44 @@ class CostModel {
 // schedule.stages_per_direction(). With one direction it returns the model unchanged.
 CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule& schedule);
 
-// The costs as PyTorch 2.15's pipelining runtime runs the first stage (stage 0, which has no
-// upstream): its I action computes nothing (PipelineStage.backward_one_chunk skips the input
+// PyTorch's pipelining runtime's host time around each compute action, seconds: what a step
+// costs beside the modules' compute (the runtime's bookkeeping, its p2p calls beside the action,
+// autograd's own calls, each module's Python). A fixed part per kind of action and a part per
+// module the stage holds: an F over three modules costs f + 3 * f_module more than its compute.
+// Measured once per machine, outside the run it predicts (tightpipe.torch.measure_host_time;
+// tune --host-time-us). docs/torch.md section 8 has the measurements behind the form.
+struct RuntimeHostTime {
+  double f = 0, i = 0, w = 0, b = 0;
+  double f_module = 0, i_module = 0, w_module = 0, b_module = 0;
+
+  // The same time for every action, none per module (tune --action-overhead-us).
+  static RuntimeHostTime uniform(double per_action) {
+    return {per_action, per_action, per_action, per_action, 0, 0, 0, 0};
+  }
+  bool any() const {
+    return f > 0 || i > 0 || w > 0 || b > 0 || f_module > 0 || i_module > 0 || w_module > 0 ||
+           b_module > 0;
+  }
+  bool per_module() const { return f_module > 0 || i_module > 0 || w_module > 0 || b_module > 0; }
+};
+
+// "f=480,i=520,w=390,b=620,f_module=135,i_module=200,w_module=340,b_module=215", microseconds;
+// keys left out are 0. Errors name `flag`, the key and the value.
+Result<RuntimeHostTime> parse_runtime_host_time_us(std::string_view text, std::string_view flag);
+
+// Every stage's f, i, w and b plus the host time for that kind of action, with
+// modules_per_stage[s] modules on stage s (REQUIRES: one count per stage where `host` has a
+// per-module part). Any engine's host time goes through here.
+CostModel with_host_time(const CostModel& costs, const RuntimeHostTime& host,
+                         const std::vector<int32_t>& modules_per_stage = {});
+
+// The costs as PyTorch 2.15's pipelining runtime runs them. The first stage (stage 0, which has
+// no upstream): its I action computes nothing (PipelineStage.backward_one_chunk skips the input
 // gradient there) and its W action runs the stage's whole backward (stage_backward, fused), so
-// stage 0's w becomes i + w and its i 0; b is unchanged. Then every stage's f, i, w and b gain
-// `action_overhead`: the runtime's host time around each compute action (its bookkeeping, the
-// autograd calls' own overhead), measured once per machine
-// (tightpipe.torch.measure_action_overhead; tune --action-overhead-us). The planner applies it
-// under --engine torch (tune's search and its current setup).
-CostModel torch_runtime_costs(const CostModel& costs, double action_overhead = 0);
+// stage 0's w becomes i + w and its i 0; b is unchanged. Then with_host_time adds the runtime's
+// host time. The planner applies it under --engine torch (tune's search and its current setup).
+CostModel torch_runtime_costs(const CostModel& costs, const RuntimeHostTime& host = {},
+                              const std::vector<int32_t>& modules_per_stage = {});
 
 // ----- the step besides the pipeline (docs/cost_model.md "Table 4", step costs) ----------------
 //

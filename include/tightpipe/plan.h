@@ -130,8 +130,8 @@ struct PlanOptions {
   // (LayerCosts::block_each, one per model.num_layers); their static bytes are the measured ones
   // (not the GPT's parameter counts), the GPT shape flags are not needed, and recompute is none.
   bool module_costs = false;
-  // --engine torch: the runtime's host time per compute action, seconds (torch_runtime_costs).
-  double action_overhead_s = 0;
+  // --engine torch: the runtime's host time around each compute action (torch_runtime_costs).
+  RuntimeHostTime host_time;
   double price_per_device_hour = 0;  // --price-per-device-hour, dollars
   double train_tokens = 0;           // --train-tokens of the whole training run
   // Filters (empty: everything): --pp, --vpp, --schedules, --recompute candidates.

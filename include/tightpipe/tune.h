@@ -87,7 +87,7 @@ struct TuneOptions {
   double memory_limit_bytes = 0;       // per rank; 0: no limit
   std::vector<std::string> schedules;  // empty: every one PyTorch's runtime runs
   LinkCost link;                       // between ranks (0: free)
-  double action_overhead_s = 0;        // the runtime's host time per compute action
+  RuntimeHostTime host_time;           // the runtime's host time around each compute action
   std::optional<TuneCurrent> current;
   double min_gain = 0.03;  // recommend a change only when it is predicted this much faster
   int32_t top = 5;
@@ -115,7 +115,7 @@ struct TuneResult {
   bool change = true;                 // false: keep the current setup
   std::string why;
   PlanSearchStats stats;
-  double action_overhead_s = 0;  // TuneOptions::action_overhead_s, in every prediction
+  RuntimeHostTime host_time;  // TuneOptions::host_time, in every prediction
 };
 
 // Errors (InvalidArgument, one line naming the input, the value and the fix): more stages than

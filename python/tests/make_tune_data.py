@@ -30,7 +30,7 @@ from tightpipe.torch.layers import measure_layers, top_level_modules  # noqa: E4
 from tightpipe.torch.tune import (  # noqa: E402
     TuneResult,
     build_tuned_runtime,
-    measure_action_overhead,
+    measure_host_time,
     tune,
 )
 
@@ -62,10 +62,10 @@ def main() -> int:
     measure_layers(make_layered(CFG, LAYERS, 0), tokens, loss_fn=loss_fn, target=targets, reps=7,
                    out=layers)
     with tempfile.TemporaryDirectory() as tmp:
-        overhead_us = 1e6 * measure_action_overhead(pp=2, microbatches=M)
-        print(f"the runtime's host time per action: {overhead_us:.0f} us")
+        host_us = measure_host_time(pp=2, microbatches=M)
+        print(f"the runtime's host time around each action: {host_us} us")
         res = tune(layers, 2, M, out=os.path.join(tmp, "tuned"), current_split=[7, 8],
-                   current_schedule="Schedule1F1B", action_overhead_us=round(overhead_us))
+                   current_schedule="Schedule1F1B", host_time_us=host_us)
         print(res.table)
         for name in ("tune.json", "schedule.csv", "schedule_compute.csv"):
             shutil.copy(os.path.join(res.directory, name), os.path.join(OUT, name))

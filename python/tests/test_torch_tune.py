@@ -17,7 +17,7 @@ from tightpipe.errors import CliError
 from tightpipe.torch.gpt import GptConfig, batch, loss_fn
 from tightpipe.torch.launch import spawn
 from tightpipe.torch.layers import measure_layers
-from tightpipe.torch.tune import read_tune, tune
+from tightpipe.torch.tune import measure_host_time, read_tune, tune
 from tune_worker import MICROBATCH, model_modules, reference, run_tuned
 
 CFG = GptConfig(vocab=512, seq=16, d_model=32, heads=2)
@@ -63,8 +63,13 @@ def test_tune_applies_and_trains_like_the_unsplit_model(layers_json, tmp_path):
                                        msg=n)
 
 
-def test_tune_prediction_is_what_simulate_gives(layers_json, tmp_path):
-    res = tune(layers_json, 2, 4, out=tmp_path, current_split=[4, 3], current_schedule="1f1b")
+@pytest.mark.parametrize("host", [None, {"f": 300.0, "b": 500.0, "w_module": 40.0}])
+def test_tune_prediction_is_what_simulate_gives(layers_json, tmp_path, host):
+    res = tune(layers_json, 2, 4, out=tmp_path, current_split=[4, 3], current_schedule="1f1b",
+               host_time_us=host)
+    with open(os.path.join(res.directory, "tune.json")) as f:
+        said = json.load(f)["host_time_s"]
+    assert {k: v * 1e6 for k, v in said.items() if v} == pytest.approx(host or {})
     sim = json.loads(cli.run(["simulate", "--schedule", res.compute_csv, "--costs",
                               os.path.join(res.directory, "costs.json"), "--engine", "torch",
                               "--json"]))
@@ -145,3 +150,13 @@ def test_tune_python_arguments_are_checked_first(layers_json):
         tune(layers_json, 2, 4, current_split="4,3")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tune.json"):
         read_tune("/nonexistent")
+    with pytest.raises(ValueError, match="host_time_us: unknown key 'x'"):
+        tune(layers_json, 2, 4, host_time_us={"x": 1.0})
+    with pytest.raises(ValueError, match=r"host_time_us\['f'\]=-1"):
+        tune(layers_json, 2, 4, host_time_us={"f": -1})
+    with pytest.raises(ValueError, match="both given"):
+        tune(layers_json, 2, 4, host_time_us={"f": 1.0}, action_overhead_us=1.0)
+    with pytest.raises(ValueError, match="pp=1"):
+        measure_host_time(pp=1)
+    with pytest.raises(ValueError, match="sleep_s=0"):
+        measure_host_time(sleep_s=0)

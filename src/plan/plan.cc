@@ -455,7 +455,11 @@ CostModel Planner::stage_costs(const Config& c, const std::vector<StageLayers>& 
   }
   CostModel out(std::move(stages), summed.link(), summed.time_unit(), summed.source());
   // PyTorch's runtime runs the first stage's whole backward in its W.
-  return o_.engine == Engine::kTorch ? torch_runtime_costs(out, o_.action_overhead_s) : out;
+  if (o_.engine != Engine::kTorch) return out;
+  std::vector<int32_t> modules;
+  for (const StageLayers& l : split)
+    modules.push_back(l.blocks + (l.embedding ? 1 : 0) + (l.head ? 1 : 0));
+  return torch_runtime_costs(out, o_.host_time, modules);
 }
 
 std::vector<double> Planner::copy_sum_times(const CostModel& costs,

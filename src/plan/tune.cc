@@ -314,19 +314,13 @@ Result<TuneResult> tune(const TuneOptions& o) {
     return Status::invalid_argument(fmt::format("--microbatches {}: must be in [1, {}]",
                                                 o.microbatches, kMaxStageMicrobatches));
   }
-  if (!(o.action_overhead_s >= 0 && o.action_overhead_s < 1)) {
-    return Status::invalid_argument(
-        fmt::format("--action-overhead-us {:g}: must be in [0, 1e6); hint: measure it with "
-                    "tightpipe.torch.measure_action_overhead",
-                    o.action_overhead_s * 1e6));
-  }
   if (!(o.min_gain >= 0 && o.min_gain < 1)) {
     return Status::invalid_argument(
         fmt::format("--min-gain {}: must be in [0, 1); hint: 0.03 asks for 3%", o.min_gain));
   }
   const LayerCosts layer_costs = module_layer_costs(m);
   TuneResult res;
-  res.action_overhead_s = o.action_overhead_s;
+  res.host_time = o.host_time;
 
   // The current setup, with the same costs.
   if (o.current) {
@@ -383,7 +377,7 @@ Result<TuneResult> tune(const TuneOptions& o) {
     std::vector<int> bl(blocks.begin(), blocks.end());
     const CostModel costs = expand_to_directions(
         torch_runtime_costs(cost_model_for_layout(layer_costs, split, nn::layout_from_blocks(bl)),
-                            o.action_overhead_s),
+                            o.host_time, cur.modules_per_stage),
         sched);
     TP_ASSIGN_OR_RETURN(TuneSetup t, setup_of(m, sched, blocks, costs, m.micro_batch_size));
     if (cur.file) t.schedule = cur.schedule.empty() ? sched.name : cur.schedule;
@@ -411,7 +405,7 @@ Result<TuneResult> tune(const TuneOptions& o) {
   po.measured = layer_costs;
   po.measured_micro_batch_size = m.micro_batch_size;
   po.module_costs = true;
-  po.action_overhead_s = o.action_overhead_s;
+  po.host_time = o.host_time;
   po.engine = Engine::kTorch;
   po.train_tokens = 1;
   po.top = std::max(o.top, 1);
@@ -543,7 +537,15 @@ std::string tune_setup_json(const TuneResult& result, const TuneSetup& setup,
   j["stage_to_rank"] = t.stage_to_rank;
   j["module_fqns_per_model_part"] = t.module_names;
   j["files"] = {{"compute_comms", compute_comms_file}, {"compute", compute_file}};
-  j["action_overhead_s"] = r.action_overhead_s;
+  const RuntimeHostTime& h = r.host_time;
+  j["host_time_s"] = {{"f", h.f},
+                      {"i", h.i},
+                      {"w", h.w},
+                      {"b", h.b},
+                      {"f_module", h.f_module},
+                      {"i_module", h.i_module},
+                      {"w_module", h.w_module},
+                      {"b_module", h.b_module}};
   j["change"] = r.change;
   j["why"] = r.why;
   auto prediction = [](const TuneSetup& s) {

@@ -86,6 +86,67 @@ TEST(Tune, PyTorchsFirstStageRunsItsWholeBackwardInW) {
   EXPECT_GT(c.stage(1).i, 0.0);
 }
 
+TEST(Tune, HostTimeIsAFixedPartPerKindPlusAPartPerModuleOfTheStage) {
+  // Stage 0: embedding + 2 blocks (3 modules), stage 1: 1 block + head (2 modules).
+  TuneOptions o;
+  o.modules = parse_ok(table(1.0, 3, 1.0, 1.0));
+  o.pp = 2;
+  o.microbatches = 4;
+  o.schedules = {"zb-h1"};
+  o.current = TuneCurrent{{3, 2}, "zb-h1", 1, std::nullopt};
+  o.host_time = RuntimeHostTime{.f = 0.1,
+                                .i = 0.2,
+                                .w = 0.3,
+                                .b = 0.4,
+                                .f_module = 0.01,
+                                .i_module = 0.02,
+                                .w_module = 0.03,
+                                .b_module = 0.04};
+  auto r = tune(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const CostModel& c = *r->current->costs;
+  // Stage 0's I runs nothing and its W the whole backward (i 3 + w 3), each action still pays
+  // its host time.
+  EXPECT_DOUBLE_EQ(c.stage(0).f, 3.0 + 0.1 + 3 * 0.01);
+  EXPECT_DOUBLE_EQ(c.stage(0).i, 0.2 + 3 * 0.02);
+  EXPECT_DOUBLE_EQ(c.stage(0).w, 6.0 + 0.3 + 3 * 0.03);
+  EXPECT_DOUBLE_EQ(c.stage(1).f, 2.0 + 0.1 + 2 * 0.01);
+  EXPECT_DOUBLE_EQ(c.stage(1).i, 2.0 + 0.2 + 2 * 0.02);
+  EXPECT_DOUBLE_EQ(c.stage(1).w, 2.0 + 0.3 + 2 * 0.03);
+  EXPECT_DOUBLE_EQ(c.stage(1).b, 4.0 + 0.4 + 2 * 0.04);
+  // The search prices its candidates with the same host time: the current split is a candidate.
+  bool found = false;
+  for (const TuneSetup& t : r->candidates) {
+    if (t.schedule == "zb-h1" && t.module_names.size() == 2 && t.module_names[0].size() == 3) {
+      found = true;
+      EXPECT_DOUBLE_EQ(t.step_s, r->current->step_s);
+    }
+  }
+  EXPECT_TRUE(found);
+  // One time for every kind (--action-overhead-us) is the uniform form.
+  const RuntimeHostTime u = RuntimeHostTime::uniform(0.5);
+  EXPECT_EQ(u.f + u.i + u.w + u.b, 2.0);
+  EXPECT_FALSE(u.per_module());
+}
+
+TEST(Tune, HostTimeFlagParsesMicrosecondsAndNamesBadKeys) {
+  auto h = parse_runtime_host_time_us("f=480, b=620,w_module=340", "--host-time-us");
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_DOUBLE_EQ(h->f, 480e-6);
+  EXPECT_DOUBLE_EQ(h->b, 620e-6);
+  EXPECT_DOUBLE_EQ(h->w_module, 340e-6);
+  EXPECT_EQ(h->i, 0.0);
+  for (auto [text, words] :
+       {std::pair{"f=1,g=2", "unknown key 'g'"}, std::pair{"f=-1", "negative value -1"},
+        std::pair{"f=2e6", "a second or more"}, std::pair{"f=1,f=2", "given twice"},
+        std::pair{"f", "not key=value"}}) {
+    auto bad = parse_runtime_host_time_us(text, "--host-time-us");
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_NE(bad.status().message().find("--host-time-us"), std::string::npos);
+    EXPECT_NE(bad.status().message().find(words), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(Tune, KeepsTheCurrentSetupWhenNothingGainsEnough) {
   TuneOptions o;
   o.modules = parse_ok(table(1e-6, 8, 1.0, 1e-6));

@@ -514,7 +514,9 @@ LayerCosts gpt_layer_costs(const GptCostConfig& g) {
   out.link = LinkCost{g.latency, g.bandwidth, g.message_overhead};
   out.embedding.optimizer += tied_embedding_allreduce_time(g);
   out.head.optimizer += tied_embedding_allreduce_time(g);
-  out.time_unit = "s";
+  // A move from a temporary, not operator=(const char*): the latter's inlined replace() trips
+  // GCC 12's -Wrestrict false positive here (GCC bug 105329, a one-character literal).
+  out.time_unit = std::string("s");
   out.source = gpt_source(g);
   return out;
 }
@@ -560,24 +562,78 @@ Result<CostModel> gpt_cost_model(const GptCostConfig& g, int32_t ranks, int32_t 
   return gpt_cost_model_for_layout(g, even_layer_split(g.layers, stages), "");
 }
 
-CostModel torch_runtime_costs(const CostModel& costs, double action_overhead) {
+Result<RuntimeHostTime> parse_runtime_host_time_us(std::string_view text, std::string_view flag) {
+  constexpr std::string_view kKeys = "f, i, w, b, f_module, i_module, w_module, b_module";
+  RuntimeHostTime h;
+  Status st = parse_key_values(
+      text, flag, kKeys, [&](const std::string& k, const std::string& v) -> Status {
+        TP_ASSIGN_OR_RETURN(double x, non_negative(flag, k, v));
+        if (!(x < 1e6)) {
+          return Status::invalid_argument(
+              fmt::format("{}: key '{}' is {} us, a second or more; hint: microseconds per action, "
+                          "as tightpipe.torch.measure_host_time gives them",
+                          flag, printable(k), printable(v)));
+        }
+        double* slot = k == "f"          ? &h.f
+                       : k == "i"        ? &h.i
+                       : k == "w"        ? &h.w
+                       : k == "b"        ? &h.b
+                       : k == "f_module" ? &h.f_module
+                       : k == "i_module" ? &h.i_module
+                       : k == "w_module" ? &h.w_module
+                       : k == "b_module" ? &h.b_module
+                                         : nullptr;
+        if (slot == nullptr) {
+          return Status::invalid_argument(
+              fmt::format("{}: unknown key '{}' (value '{}'); hint: keys are {}, microseconds",
+                          flag, printable(k), printable(v), kKeys));
+        }
+        *slot = x * 1e-6;
+        return OkStatus();
+      });
+  TP_RETURN_IF_ERROR(st);
+  return h;
+}
+
+CostModel with_host_time(const CostModel& costs, const RuntimeHostTime& host,
+                         const std::vector<int32_t>& modules_per_stage) {
+  if (!host.any()) return costs;
+  TP_CHECK(
+      !host.per_module() || static_cast<int32_t>(modules_per_stage.size()) == costs.num_stages(),
+      "modules_per_stage has ", modules_per_stage.size(), " counts for ", costs.num_stages(),
+      " stages");
+  std::vector<StageCost> stages;
+  for (int32_t s = 0; s < costs.num_stages(); ++s) {
+    StageCost c = costs.stage(s);
+    const double n = host.per_module() ? modules_per_stage[s] : 0;
+    c.f += host.f + n * host.f_module;
+    c.i += host.i + n * host.i_module;
+    c.w += host.w + n * host.w_module;
+    c.b += host.b + n * host.b_module;
+    stages.push_back(c);
+  }
+  std::string note = fmt::format(", host time per action f/i/w/b {:.4g}/{:.4g}/{:.4g}/{:.4g} {}",
+                                 host.f, host.i, host.w, host.b, costs.time_unit());
+  if (host.per_module()) {
+    note += fmt::format(" + per module {:.4g}/{:.4g}/{:.4g}/{:.4g}", host.f_module, host.i_module,
+                        host.w_module, host.b_module);
+  }
+  return CostModel(std::move(stages), costs.link(), costs.time_unit(), costs.source() + note,
+                   costs.real_bytes());
+}
+
+CostModel torch_runtime_costs(const CostModel& costs, const RuntimeHostTime& host,
+                              const std::vector<int32_t>& modules_per_stage) {
   if (costs.num_stages() == 0) return costs;
   std::vector<StageCost> stages;
   for (int32_t s = 0; s < costs.num_stages(); ++s) stages.push_back(costs.stage(s));
   stages[0].w += stages[0].i;
   stages[0].i = 0;
-  for (StageCost& c : stages) {
-    c.f += action_overhead;
-    c.i += action_overhead;
-    c.w += action_overhead;
-    c.b += action_overhead;
-  }
-  return CostModel(std::move(stages), costs.link(), costs.time_unit(),
-                   costs.source() + ", first stage's backward in W (PyTorch's runtime)" +
-                       (action_overhead > 0 ? fmt::format(", {:.4g} {} host time per action",
-                                                          action_overhead, costs.time_unit())
-                                            : std::string()),
-                   costs.real_bytes());
+  return with_host_time(
+      CostModel(std::move(stages), costs.link(), costs.time_unit(),
+                costs.source() + ", first stage's backward in W (PyTorch's runtime)",
+                costs.real_bytes()),
+      host, modules_per_stage);
 }
 
 }  // namespace tightpipe

@@ -136,9 +136,14 @@ int cmd_tune(int argc, char** argv) {
   app.add_option("--link-bandwidth-gbs", bandwidth_gbs,
                  "GB/s between ranks (default 0: bytes cost nothing)");
   double overhead_us = 0;
+  std::string host_time_us;
   app.add_option("--action-overhead-us", overhead_us,
-                 "the runtime's host time per compute action, measured once per machine "
-                 "(tightpipe.torch.measure_action_overhead; default 0)");
+                 "the runtime's host time per compute action, the same for every kind and "
+                 "none per module (default 0; --host-time-us is finer)");
+  app.add_option("--host-time-us", host_time_us,
+                 "the runtime's host time around each action, microseconds, per kind and per "
+                 "module: f=,i=,w=,b=,f_module=,i_module=,w_module=,b_module= (measured once per "
+                 "machine by tightpipe.torch.measure_host_time)");
   app.add_option("--current-split", current_split, "modules per stage of the current run, e.g. 7,7")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -184,7 +189,23 @@ int cmd_tune(int argc, char** argv) {
   }
   o.memory_limit_bytes = memory_gib * 1024.0 * 1024.0 * 1024.0;
   o.link.latency = latency_us * 1e-6;
-  o.action_overhead_s = overhead_us * 1e-6;
+  if (!(overhead_us >= 0 && overhead_us < 1e6)) {
+    return fail(Status::invalid_argument(
+        fmt::format("--action-overhead-us {:g}: must be in [0, 1e6); hint: measure it with "
+                    "tightpipe.torch.measure_host_time",
+                    overhead_us)));
+  }
+  if (!host_time_us.empty() && overhead_us > 0) {
+    return fail(Status::invalid_argument(
+        "--action-overhead-us and --host-time-us both given; hint: give one (--host-time-us "
+        "f=X,i=X,w=X,b=X is --action-overhead-us X)"));
+  }
+  o.host_time = RuntimeHostTime::uniform(overhead_us * 1e-6);
+  if (!host_time_us.empty()) {
+    auto h = parse_runtime_host_time_us(host_time_us, "--host-time-us");
+    if (!h.ok()) return fail(h.status());
+    o.host_time = *h;
+  }
   o.link.bandwidth = bandwidth_gbs * 1e9;
   o.micro_batch_sizes = mbs_list;
   o.schedules = schedules;

@@ -28,7 +28,7 @@ from tightpipe.torch.tune import (
     TuneResult,
     build_tuned_runtime,
     cut_stages,
-    measure_action_overhead,
+    measure_host_time,
     read_tune,
     tune,
 )
@@ -48,7 +48,7 @@ __all__ = [
     "generate",
     "idle_from_trace",
     "load",
-    "measure_action_overhead",
+    "measure_host_time",
     "measure_layers",
     "profile_step",
     "read_tune",

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,7 @@ def tune(
     min_gain: float | None = None,
     top: int | None = None,
     action_overhead_us: float | None = None,
+    host_time_us: Mapping[str, float] | None = None,
     binary: str | None = None,
 ) -> TuneResult:
     """`tightpipe tune` on the modules' costs (`measure_layers(..., out=layers)`); the files go to
@@ -224,9 +225,34 @@ def tune(
         ):
             raise ValueError(
                 f"action_overhead_us={action_overhead_us!r}: must be a number in "
-                "[0, 1e6); hint: measure_action_overhead() * 1e6"
+                "[0, 1e6); hint: or host_time_us=measure_host_time(...)"
             )
         args += ["--action-overhead-us", repr(float(action_overhead_us))]
+    if host_time_us is not None:
+        if action_overhead_us is not None:
+            raise ValueError(
+                "action_overhead_us and host_time_us both given; hint: give one "
+                "(host_time_us is the finer, per kind and per module)"
+            )
+        if not isinstance(host_time_us, Mapping):
+            raise TypeError(
+                f"host_time_us={host_time_us!r}: must be a dict of microseconds; hint: "
+                "measure_host_time(...) returns one"
+            )
+        for key, v in host_time_us.items():
+            if key not in HOST_TIME_KEYS:
+                raise ValueError(
+                    f"host_time_us: unknown key {key!r}; hint: keys are {', '.join(HOST_TIME_KEYS)}"
+                )
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e6:
+                raise ValueError(
+                    f"host_time_us[{key!r}]={v!r}: must be a number of microseconds in [0, 1e6)"
+                )
+        if host_time_us:
+            args += [
+                "--host-time-us",
+                ",".join(f"{k}={float(v)!r}" for k, v in host_time_us.items()),
+            ]
     out_s = _path_arg("out", out) if out is not None else tempfile.mkdtemp(prefix="tightpipe-tune-")
     table = cli.run(args + ["--out", out_s], binary=binary)
     return read_tune(out_s, table)
@@ -296,9 +322,38 @@ def build_tuned_runtime(
     return runtime, stages, sched
 
 
-def _overhead_worker(
-    rank: int, world: int, table: dict[str, Any], split: list[int], m: int, warmup: int, steps: int
-) -> list[float]:
+# The keys of tune's --host-time-us (RuntimeHostTime in include/tightpipe/cost_model.h).
+HOST_TIME_KEYS = ("f", "i", "w", "b", "f_module", "i_module", "w_module", "b_module")
+
+
+def _host_time_worker(
+    rank: int,
+    world: int,
+    probes: list[tuple[str, dict[str, Any], list[int]]],
+    m: int,
+    warmup: int,
+    steps: int,
+) -> list[tuple[list[float], dict[str, float]]]:
+    """One rank of measure_host_time's probes, one after the other in the same processes."""
+    return [
+        _host_time_probe(rank, world, table, split, schedule, m, warmup, steps)
+        for schedule, table, split in probes
+    ]
+
+
+def _host_time_probe(
+    rank: int,
+    world: int,
+    table: dict[str, Any],
+    split: list[int],
+    schedule: str,
+    m: int,
+    warmup: int,
+    steps: int,
+) -> tuple[list[float], dict[str, float]]:
+    """One probe on one rank: the steps' wall times, and per kind of action the median time
+    inside the runtime's call for it beyond the sleeps it was asked for."""
+    import statistics
     import time
 
     import torch
@@ -312,11 +367,33 @@ def _overhead_worker(
     torch.set_num_threads(1)
     mods = emulated_modules(table, vocab=16)
     first = sum(split[:rank])
-    stage = nn.Sequential(*mods[first : first + split[rank]])
-    sched = generate("1f1b", world, m)
+    mine = table["layers"][first : first + split[rank]]
+    stage = PipelineStage(
+        nn.Sequential(*mods[first : first + split[rank]]), rank, world, torch.device("cpu")
+    )
+    inside: dict[str, list[float]] = {"F": [], "B": [], "I": [], "W": []}
+    recording = [False]
+
+    def timed(name: str, kind: Callable[[dict[str, Any]], str]) -> None:
+        call = getattr(stage, name)
+
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            out = call(*a, **kw)
+            if recording[0]:
+                inside[kind(kw)].append(time.perf_counter() - t0)
+            return out
+
+        setattr(stage, name, wrapper)
+
+    # The runtime waits for an action's inputs before it calls these, so the time inside is the
+    # action's own: its sleeps and its host time.
+    timed("forward_one_chunk", lambda kw: "F")
+    timed("backward_one_chunk", lambda kw: "B" if kw.get("full_backward", True) else "I")
+    timed("backward_weight_one_chunk", lambda kw: "W")
     rt = build_runtime(
-        [PipelineStage(stage, rank, world, torch.device("cpu"))],
-        sched,
+        [stage],
+        generate(schedule, world, m),
         m,
         lambda out, y: torch.nn.functional.cross_entropy(out.flatten(0, 1), y.flatten()),
     )
@@ -326,41 +403,56 @@ def _overhead_worker(
     kw: dict[str, Any] = {"target": tokens if rank == world - 1 else None, "losses": []}
     times = []
     for k in range(warmup + steps):
+        recording[0] = k >= warmup
         torch.distributed.barrier()
         t0 = time.perf_counter()
         rt.step(*args, **kw)
         torch.distributed.barrier()
         if k >= warmup:
             times.append(time.perf_counter() - t0)
-    return times
+    asked = {
+        "F": sum(e["f"] for e in mine),
+        "I": sum(e["i"] for e in mine),
+        "W": sum(e["w"] for e in mine),
+    }
+    asked["B"] = asked["I"] + asked["W"]
+    # The first stage's I computes nothing and its W runs the whole backward (PyTorch's runtime):
+    # its I and W say nothing about the other stages' and are left out.
+    kinds = ("F", "B") if rank == 0 else ("F", "B", "I", "W")
+    host = {k: statistics.median(inside[k]) - asked[k] for k in kinds if inside[k]}
+    return times, host
 
 
-def measure_action_overhead(
+def measure_host_time(
     *,
     pp: int = 2,
     microbatches: int = 8,
     sleep_s: float = 0.005,
-    modules_per_stage: int = 2,
     steps: int = 5,
     binary: str | None = None,
-) -> float:
-    """The runtime's host time per compute action on this machine, in seconds: PyTorch's
-    runtime runs a 1f1b step on `pp` gloo processes whose modules are EmulatedLayers sleeping
-    `sleep_s` in each of F, I and W (no compute), and the step's excess over tightpipe's
-    simulation of the same setup, divided by the actions on its critical path (the simulation's
-    step grows by that many per unit of overhead), is the overhead. Measured once per machine,
-    outside the run it predicts; give it to `tune(..., action_overhead_us=...)`."""
+) -> dict[str, float]:
+    """PyTorch's pipelining runtime's host time around each compute action on this machine, in
+    microseconds, for `tune(..., host_time_us=...)`: a fixed part per kind of action (f, i, w,
+    b) and a part per module the stage holds (f_module, ...). Measured once per machine, outside
+    the run it predicts, on `pp` gloo processes whose modules are EmulatedLayers sleeping
+    `sleep_s` in each of F, I and W:
+
+    * four probe runs: 1f1b (F, B) and zb-h1 (F, I, W), with 1 and 3 modules per stage;
+    * inside each action (the runtime's call for it, after its inputs arrived): the time beyond
+      the sleeps, median over steps and ranks; 1 and 3 modules give the fixed and per-module
+      parts of each kind (F from both schedules);
+    * between actions (the p2p calls, the runtime's loop): what the four steps measured beyond
+      tune's simulation with the parts above, per action on the simulated critical path (a
+      least-squares fit of one time over the four runs), added to each kind's fixed part."""
     import statistics
 
     from tightpipe.torch.launch import spawn
 
     _int_arg("pp", pp, 2, 64)
     _int_arg("microbatches", microbatches, 1, 4096)
-    _int_arg("modules_per_stage", modules_per_stage, 1, 64)
     _int_arg("steps", steps, 1, 1000)
     if isinstance(sleep_s, bool) or not isinstance(sleep_s, (int, float)) or not (0 < sleep_s <= 1):
         raise ValueError(f"sleep_s={sleep_s!r}: must be in (0, 1] seconds")
-    n = pp * modules_per_stage
 
     def entry(k: int) -> dict[str, Any]:
         first = k == 0
@@ -369,56 +461,87 @@ def measure_action_overhead(
             "f": sleep_s,
             "i": 0.0 if first else sleep_s,
             "w": 2 * sleep_s if first else sleep_s,
-            "act_bytes": 0,
-            "act_after_i_bytes": 0,
-            "input_bytes": 0,
-            "output_bytes": 0,
-            "param_bytes": 0,
-            "grad_bytes": 0,
-            "optimizer_bytes": 0,
-            "params": 0,
+            **dict.fromkeys(("act_bytes", "act_after_i_bytes", "input_bytes", "output_bytes"), 0),
+            **dict.fromkeys(("param_bytes", "grad_bytes", "optimizer_bytes", "params"), 0),
         }
 
-    table = {
-        "format": "tightpipe-layers/1",
-        "time_unit": "s",
-        "microbatch_input_shape": [1, 4],
-        "layers": [entry(k) for k in range(n)],
-    }
-    split = [modules_per_stage] * pp
-    times = spawn(pp, _overhead_worker, table, split, microbatches, 2, steps, timeout=600)
-    measured = statistics.median(max(t[j] for t in times) for j in range(steps))
-    with tempfile.TemporaryDirectory(prefix="tightpipe-overhead-") as tmp:
-        path = os.path.join(tmp, "layers.json")
-        with open(path, "w") as f:
-            json.dump(table, f)
+    probes = []
+    for schedule in ("1f1b", "zb-h1"):
+        for per_stage in (1, 3):
+            table = {
+                "format": "tightpipe-layers/1",
+                "time_unit": "s",
+                "microbatch_input_shape": [1, 4],
+                "layers": [entry(k) for k in range(pp * per_stage)],
+            }
+            probes.append((schedule, table, [per_stage] * pp))
+    by_rank = spawn(pp, _host_time_worker, probes, microbatches, 2, steps, timeout=600)
+    runs = []  # (schedule, modules per stage, table, measured step, {kind: [host per rank]})
+    for k, (schedule, table, split) in enumerate(probes):
+        res = [r[k] for r in by_rank]
+        step = statistics.median(max(r[0][j] for r in res) for j in range(steps))
+        hosts: dict[str, list[float]] = {}
+        for _, h in res:
+            for kind, v in h.items():
+                hosts.setdefault(kind, []).append(v)
+        runs.append((schedule, split[0], table, step, hosts))
 
-        def predicted(overhead_us: float) -> float:
-            doc = json.loads(
-                cli.run(
-                    [
-                        "tune",
-                        "--layers",
-                        path,
-                        "--pp",
-                        str(pp),
-                        "--microbatches",
-                        str(microbatches),
-                        "--current-split",
-                        ",".join(map(str, split)),
-                        "--current-schedule",
-                        "1f1b",
-                        "--action-overhead-us",
-                        repr(overhead_us),
-                        "--top",
-                        "1",
-                        "--json",
-                    ],
-                    binary=binary,
+    def inside(kind: str, per_stage: int) -> float:
+        vals = [
+            statistics.median(h[kind]) for s, n, _, _, h in runs if n == per_stage and kind in h
+        ]
+        return statistics.fmean(vals)
+
+    out: dict[str, float] = {}
+    for kind in ("F", "I", "W", "B"):
+        one, three = inside(kind, 1), inside(kind, 3)
+        per_module = max(0.0, (three - one) / 2)
+        out[kind.lower()] = max(0.0, one - per_module)
+        out[kind.lower() + "_module"] = per_module
+    # Between actions: one time per action, fitted over the four runs.
+    num = den = 0.0
+    with tempfile.TemporaryDirectory(prefix="tightpipe-host-time-") as tmp:
+        for k, (schedule, per_stage, table, step, _) in enumerate(runs):
+            path = os.path.join(tmp, f"layers{k}.json")
+            with open(path, "w") as f:
+                json.dump(table, f)
+
+            def predicted(
+                extra_us: float, path: str = path, n: int = per_stage, s: str = schedule
+            ) -> float:
+                host = {
+                    key: 1e6 * v + (extra_us if "_" not in key else 0.0) for key, v in out.items()
+                }
+                doc = json.loads(
+                    cli.run(
+                        [
+                            "tune",
+                            "--layers",
+                            path,
+                            "--pp",
+                            str(pp),
+                            "--microbatches",
+                            str(microbatches),
+                            "--current-split",
+                            ",".join([str(n)] * pp),
+                            "--current-schedule",
+                            s,
+                            "--host-time-us",
+                            ",".join(f"{key}={v!r}" for key, v in host.items()),
+                            "--top",
+                            "1",
+                            "--json",
+                        ],
+                        binary=binary,
+                    )
                 )
-            )
-            return float(doc["current"]["prediction"]["step_s"])
+                return float(doc["current"]["prediction"]["step_s"])
 
-        base, per_ms = predicted(0.0), predicted(1000.0)
-    actions = (per_ms - base) / 1e-3  # critical-path actions: step seconds per second of overhead
-    return float(max(0.0, (measured - base) / actions))
+            base = predicted(0.0)
+            actions = (predicted(1000.0) - base) / 1e-3
+            num += actions * (step - base)
+            den += actions * actions
+    between = max(0.0, num / den) if den > 0 else 0.0
+    for kind in ("f", "i", "w", "b"):
+        out[kind] += between
+    return {k: round(1e6 * v, 1) for k, v in out.items()}
