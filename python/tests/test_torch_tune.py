@@ -160,3 +160,5 @@ def test_tune_python_arguments_are_checked_first(layers_json):
         measure_host_time(pp=1)
     with pytest.raises(ValueError, match="sleep_s=0"):
         measure_host_time(sleep_s=0)
+    with pytest.raises(ValueError, match="layers='real'"):
+        measure_host_time(layers="real")

@@ -429,6 +429,7 @@ def measure_host_time(
     microbatches: int = 8,
     sleep_s: float = 0.005,
     steps: int = 5,
+    layers: str = "measured",
     binary: str | None = None,
 ) -> dict[str, float]:
     """PyTorch's pipelining runtime's host time around each compute action on this machine, in
@@ -443,7 +444,12 @@ def measure_host_time(
       parts of each kind (F from both schedules);
     * between actions (the p2p calls, the runtime's loop): what the four steps measured beyond
       tune's simulation with the parts above, per action on the simulated critical path (a
-      least-squares fit of one time over the four runs), added to each kind's fixed part."""
+      least-squares fit of one time over the four runs), added to each kind's fixed part.
+
+    `layers` says what the run to predict runs: "measured" (modules timed by measure_layers,
+    which times each module's own Python and autograd calls with its compute, so the per-module
+    parts are already in their costs and come back 0) or "emulated" (EmulatedLayers, whose
+    tables hold only the sleeps: the per-module parts are given)."""
     import statistics
 
     from tightpipe.torch.launch import spawn
@@ -453,6 +459,11 @@ def measure_host_time(
     _int_arg("steps", steps, 1, 1000)
     if isinstance(sleep_s, bool) or not isinstance(sleep_s, (int, float)) or not (0 < sleep_s <= 1):
         raise ValueError(f"sleep_s={sleep_s!r}: must be in (0, 1] seconds")
+    if layers not in ("measured", "emulated"):
+        raise ValueError(
+            f"layers={layers!r}: must be 'measured' (modules timed by measure_layers) or "
+            "'emulated' (EmulatedLayers)"
+        )
 
     def entry(k: int) -> dict[str, Any]:
         first = k == 0
@@ -544,4 +555,6 @@ def measure_host_time(
     between = max(0.0, num / den) if den > 0 else 0.0
     for kind in ("f", "i", "w", "b"):
         out[kind] += between
+    if layers == "measured":
+        out.update({k: 0.0 for k in out if k.endswith("_module")})
     return {k: round(1e6 * v, 1) for k, v in out.items()}
