@@ -168,7 +168,9 @@ CostModel expand_to_directions(const CostModel& per_model_stage, const Schedule&
 // autograd's own calls, each module's Python). A fixed part per kind of action and a part per
 // module the stage holds: an F over three modules costs f + 3 * f_module more than its compute.
 // Measured once per machine, outside the run it predicts (tightpipe.torch.measure_host_time;
-// tune --host-time-us). docs/torch.md section 8 has the measurements behind the form.
+// tune --host-time-us). docs/torch.md section 8 has the measurements behind the form. The same
+// form holds Megatron-Core's and DeepSpeed's host time around each F and B
+// (tightpipe.peers.compare.measure_engine_host_time; simulate --host-time-us, docs/peers.md).
 struct RuntimeHostTime {
   double f = 0, i = 0, w = 0, b = 0;
   double f_module = 0, i_module = 0, w_module = 0, b_module = 0;
@@ -187,6 +189,13 @@ struct RuntimeHostTime {
 // "f=480,i=520,w=390,b=620,f_module=135,i_module=200,w_module=340,b_module=215", microseconds;
 // keys left out are 0. Errors name `flag`, the key and the value.
 Result<RuntimeHostTime> parse_runtime_host_time_us(std::string_view text, std::string_view flag);
+
+// `seconds` in a cost model's `time_unit` (s, ms, us or ns): every part divided by the unit's
+// seconds. InvalidArgument naming `flag`, the unit and `costs_source` for any other unit (--cost's
+// abstract "unit" has no seconds to add microseconds to).
+Result<RuntimeHostTime> host_time_in_unit(const RuntimeHostTime& seconds,
+                                          std::string_view time_unit, std::string_view flag,
+                                          std::string_view costs_source);
 
 // Every stage's f, i, w and b plus the host time for that kind of action, with
 // modules_per_stage[s] modules on stage s (REQUIRES: one count per stage where `host` has a

@@ -595,6 +595,28 @@ Result<RuntimeHostTime> parse_runtime_host_time_us(std::string_view text, std::s
   return h;
 }
 
+Result<RuntimeHostTime> host_time_in_unit(const RuntimeHostTime& seconds,
+                                          std::string_view time_unit, std::string_view flag,
+                                          std::string_view costs_source) {
+  const double unit = time_unit == "s"    ? 1.0
+                      : time_unit == "ms" ? 1e-3
+                      : time_unit == "us" ? 1e-6
+                      : time_unit == "ns" ? 1e-9
+                                          : 0.0;
+  if (unit == 0.0) {
+    return Status::invalid_argument(fmt::format(
+        "{}: the costs ({}) are in '{}', not a time, so the host time cannot be added to them; "
+        "hint: give the costs in seconds or milliseconds (--costs FILE.json with \"time_unit\": "
+        "\"ms\", or --model, in s)",
+        flag, printable(costs_source), printable(time_unit)));
+  }
+  RuntimeHostTime h = seconds;
+  for (double* x : {&h.f, &h.i, &h.w, &h.b, &h.f_module, &h.i_module, &h.w_module, &h.b_module}) {
+    *x /= unit;
+  }
+  return h;
+}
+
 CostModel with_host_time(const CostModel& costs, const RuntimeHostTime& host,
                          const std::vector<int32_t>& modules_per_stage) {
   if (!host.any()) return costs;

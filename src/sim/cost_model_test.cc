@@ -460,6 +460,25 @@ TEST(StepCost, CalibrateUsesItAndTheStepsSurviveJson) {
 
 // The one field list: every additive field adds and scales; message_bytes takes the larger and
 // is kept.
+// simulate --host-time-us: the host time (seconds) in the costs' own unit; a unit that is not a
+// time is refused naming the flag, the unit and the costs.
+TEST(HostTime, InTheCostsUnit) {
+  const RuntimeHostTime h{.f = 100e-6, .b = 200e-6, .f_module = 1e-6};
+  for (auto [unit, per_second] :
+       {std::pair{"s", 1.0}, std::pair{"ms", 1e3}, std::pair{"us", 1e6}, std::pair{"ns", 1e9}}) {
+    auto in = host_time_in_unit(h, unit, "--host-time-us", "t.json");
+    ASSERT_TRUE(in.ok()) << unit;
+    EXPECT_DOUBLE_EQ(in->f, 100e-6 * per_second) << unit;
+    EXPECT_DOUBLE_EQ(in->b, 200e-6 * per_second) << unit;
+    EXPECT_DOUBLE_EQ(in->f_module, 1e-6 * per_second) << unit;
+    EXPECT_EQ(in->i, 0.0);
+  }
+  auto bad = host_time_in_unit(h, "unit", "--host-time-us", "--cost f=1,i=1,w=1");
+  ASSERT_FALSE(bad.ok());
+  for (const char* part : {"--host-time-us", "'unit', not a time", "--cost f=1", "hint:"})
+    EXPECT_NE(bad.status().message().find(part), std::string::npos) << bad.status().message();
+}
+
 TEST(StageCostFields, AddAndScaleCoverEveryField) {
   StageCost a{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
   StageCost b = a;

@@ -1,4 +1,5 @@
 // `tightpipe simulate` end to end: runs the built binary, checks outputs and exit codes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -321,6 +322,66 @@ void expect_usage_error(const std::string& args, std::initializer_list<const cha
   EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   for (const char* p : parts) EXPECT_NE(r.err.find(p), std::string::npos) << p << "\n" << r.err;
+}
+
+// --host-time-us (issue 49): every engine's F and B take the host time of their kind more, in the
+// costs' own unit (with_host_time, one module per stage). 1F1B p = 2, m = 2 under Megatron's
+// calls, F 1 ms, B 2 ms, messages 0.5 ms (engine_test's case, without the optimizer): 10.5 ms.
+// With f=100 us and b=200 us, by hand: r0 F0 [0,1.1]; {S F0} crosses [1.1,1.6]; r0 F1 [1.6,2.7];
+// r1 F0 [1.6,2.7], B0 [2.7,4.9]; r0's {S F1, R B0} meets r1's {S B0, R F1} at 4.9: [4.9,5.4];
+// r0 B0 [5.4,7.6]; r1 F1 [5.4,6.5], B1 [6.5,8.7]; {S B1} crosses [8.7,9.2]; r0 B1 [9.2,11.4].
+TEST_F(SimulateCli, HostTimeAddsToEveryActionOfItsKind) {
+  auto write_table = [](const std::string& name, double f, double b) {
+    const std::string path = tmp_path(name);
+    const std::string text = fmt::format(
+        R"({{"time_unit": "ms", "link": {{"latency": 0.5}}, "stages": [
+          {{"stage": 0, "f": {0}, "i": {1}, "w": 0}}, {{"stage": 1, "f": {0}, "i": {1}, "w": 0}}]}})",
+        f, b);
+    EXPECT_TRUE(write_file(path, text).ok());
+    return path;
+  };
+  const std::string asked = write_table("host_asked.json", 1, 2);
+  const std::string raised = write_table("host_raised.json", 1.1, 2.2);
+  const std::string base = "--schedule 1f1b --pp 2 --microbatches 2 --json ";
+  auto makespan = [&](const std::string& args) {
+    CliRun r = run(base + args);
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+    return r.code == 0 ? nlohmann::json::parse(r.out)["makespan"].get<double>() : -1.0;
+  };
+  EXPECT_DOUBLE_EQ(makespan("--engine megatron --costs " + asked), 10.5);
+  EXPECT_NEAR(makespan("--engine megatron --costs " + asked + " --host-time-us f=100,b=200"), 11.4,
+              1e-9);
+  // Every engine: the same as a table whose F and B already hold the host time. The keys of
+  // actions the schedule does not run (i, w under fused B) change nothing; a module's part is
+  // one module's.
+  for (const char* engine :
+       {"tightpipe", "megatron", "megatron-overlap", "torch", "zb", "deepspeed"}) {
+    const std::string e = std::string("--engine ") + engine + " --costs ";
+    const double want = makespan(e + raised);
+    EXPECT_NEAR(makespan(e + asked + " --host-time-us f=100,b=200"), want, 1e-9) << engine;
+    EXPECT_NEAR(makespan(e + asked + " --host-time-us f=60,b=150,i=7,w=9,f_module=40,b_module=50"),
+                want, 1e-9)
+        << engine;
+  }
+  // A table in seconds takes it in seconds: the same case in s moves by 0.9 ms, 0.0009 s.
+  const std::string seconds = tmp_path("host_seconds.json");
+  ASSERT_TRUE(write_file(seconds, R"({"time_unit": "s", "link": {"latency": 0.5}, "stages": [
+    {"stage": 0, "f": 1, "i": 2, "w": 0}, {"stage": 1, "f": 1, "i": 2, "w": 0}]})")
+                  .ok());
+  EXPECT_NEAR(makespan("--engine megatron --costs " + seconds + " --host-time-us f=100,b=200"),
+              10.5009, 1e-9);
+  CliRun text = run("--schedule 1f1b --pp 2 --microbatches 2 --engine megatron --costs " + asked +
+                    " --host-time-us f=100,b=200");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("host time per action f/i/w/b 0.1/0/0/0.2 ms"), std::string::npos)
+      << text.out;
+  // Bad input: one line naming the flag, the key or unit and the value, with a hint.
+  const std::string with = base + "--engine megatron --costs " + asked + " --host-time-us ";
+  expect_usage_error(with + "g=100", {"--host-time-us", "unknown key 'g'", "100", "hint:"});
+  expect_usage_error(with + "f=-5", {"--host-time-us", "'f'", "-5", "hint:"});
+  expect_usage_error(with + "f=fast", {"--host-time-us", "'f'", "fast", "hint:"});
+  expect_usage_error(base + "--cost f=1,i=2,w=0 --host-time-us f=100",
+                     {"--host-time-us", "'unit', not a time", "hint:"});
 }
 
 TEST_F(SimulateCli, BadInputExitsTwoWithOneLine) {

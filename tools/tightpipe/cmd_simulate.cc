@@ -62,6 +62,7 @@ int cmd_simulate(int argc, char** argv) {
   ScheduleFlags sf;
   add_schedule_flags(app, sf);
   add_cost_flags(app, sf.costs);
+  add_host_time_flag(app, sf.costs);
   add_zb_auto_flags(app, sf.zb);
   const CostFlags& cf = sf.costs;
   std::string compare, comm_mode = "overlap", recompute = "none", trace, svg;

@@ -91,6 +91,15 @@ void add_cost_flags(CLI::App& app, CostFlags& f) {
                  "remainder)");
 }
 
+void add_host_time_flag(CLI::App& app, CostFlags& f) {
+  app.add_option("--host-time-us", f.host_time_us,
+                 "the engine's host time around each compute action, microseconds, added to "
+                 "every stage's costs: f=..,i=..,w=..,b=..[,f_module=..] (a module a stage; "
+                 "keys left out are 0), as measured once per machine by "
+                 "tightpipe.peers.compare.measure_engine_host_time (Megatron-Core, DeepSpeed) or "
+                 "tightpipe.torch.measure_host_time (PyTorch); the costs need a time unit");
+}
+
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& f) {
   app.add_option_function<double>(
       "--memory-limit", [&f](const double& v) { f.memory_limit = v; },
@@ -228,6 +237,14 @@ Result<CostChoice> costs_from_flags(const CostFlags& f, const Schedule& schedule
 Result<CostChoice> make_costs(const CostFlags& f, const Schedule& schedule, const SimOptions& sim) {
   TP_ASSIGN_OR_RETURN(CostChoice c, costs_from_flags(f, schedule, sim));
   TP_RETURN_IF_ERROR(c.model.validate());
+  if (!f.host_time_us.empty()) {
+    constexpr std::string_view kFlag = "--host-time-us";
+    TP_ASSIGN_OR_RETURN(RuntimeHostTime h, parse_runtime_host_time_us(f.host_time_us, kFlag));
+    TP_ASSIGN_OR_RETURN(h, host_time_in_unit(h, c.model.time_unit(), kFlag, c.model.source()));
+    // No engine here knows more than one module a stage (tune's PyTorch stages do).
+    c.model = with_host_time(c.model, h, std::vector<int32_t>(c.model.num_stages(), 1));
+    TP_RETURN_IF_ERROR(c.model.validate());
+  }
   return c;
 }
 

@@ -23,6 +23,10 @@ struct CostFlags {
   // --bf16: --model's activations, messages and parameters are 2 bytes (its default; an explicit
   // act_bytes=/param_bytes= other than 2 is an error); --cost/--costs carry their own bytes.
   bool bf16 = false;
+  // --host-time-us (simulate): the engine's host time around each compute action, microseconds,
+  // in parse_runtime_host_time_us's form ("": not given). make_costs adds it to every stage
+  // (with_host_time, one module per stage) in the costs' own time unit.
+  std::string host_time_us;
 };
 
 // zb-auto's options as given (nullopt: the default, ZbAutoOptions in auto_schedule.h).
@@ -65,6 +69,8 @@ Status resolve_chunks(int32_t& vpp, int64_t layers_per_virtual_stage, int64_t nu
 CLI::Validator count_flag(int64_t limit, const std::string& what, const std::string& hint);
 // Adds --cost, --costs, --model (mutually exclusive), --pipeline-layout and --bf16.
 void add_cost_flags(CLI::App& app, CostFlags& flags);
+// Adds --host-time-us (simulate).
+void add_host_time_flag(CLI::App& app, CostFlags& flags);
 // Adds --memory-limit, --w-memory-fraction, --objective, --search-budget-ms.
 void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
 // The one conversion of those flags (schedule, simulate, train): the options for an auto
@@ -72,7 +78,8 @@ void add_zb_auto_flags(CLI::App& app, ZbAutoFlags& flags);
 // default options, or an error naming the first zb flag given.
 Result<ZbAutoOptions> zb_auto_options(const ZbAutoFlags& flags, const std::string& schedule);
 
-// The cost model for `schedule` from whichever of --cost, --costs, --model was given.
+// The cost model for `schedule` from whichever of --cost, --costs, --model was given, plus
+// --host-time-us where it was.
 struct CostChoice {
   CostModel model;
   std::string layout;  // with --model: the layer split the costs assume ("E,t*2|t*2,L")

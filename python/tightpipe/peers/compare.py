@@ -1,18 +1,33 @@
 """Peer runs beside tightpipe: the generators' orders (`tightpipe schedule`), the simulator's
-prediction (`tightpipe simulate --engine ...`) from the run's own measured durations, and the
-harness's own idle-per-rank-and-cause (to hold `tightpipe report` to).
+prediction (`tightpipe simulate --engine ...`) from the run's own measured durations or from the
+asked compute plus the engine's host time and link measured once per machine by a probe
+(measure_engine_host_time), and the harness's own idle-per-rank-and-cause (to hold `tightpipe
+report` to).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
 import subprocess
 import tempfile
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tightpipe.peers.common import Event, PeerError, PeerRun
+from tightpipe.peers.common import (
+    HIDDEN,
+    CostTable,
+    Event,
+    PeerError,
+    PeerRun,
+    check_int,
+    init_gloo,
+    make_costs,
+    run_rank,
+    spawn,
+)
 
 
 def find_tightpipe() -> str:
@@ -99,16 +114,12 @@ def host_inclusive(events: List[Event]) -> List[Tuple[Event, float]]:
 BLOCKED_WAIT_S = 50e-6  # an asynchronous receive's wait that took longer waited for its message
 
 
-def measured_costs(run: PeerRun) -> Dict[str, Any]:
-    """costs.json (ms) from the run's own measured steps (never the table it was asked for):
-    per stage the median host-inclusive F and B (host_inclusive); the link latency, the median
-    time a message takes once both its send and its receive are posted (receive end - the later
-    of the two posts; for an asynchronous receive only where the engine's wait on it blocked);
-    an optimizer time per stage, the median time from the last rank's last
-    compute or message to the step's end (DeepSpeed's ReduceGrads, OptimizerStep and loss
-    broadcast; Megatron's return)."""
-    f: Dict[int, List[float]] = {}
-    b: Dict[int, List[float]] = {}
+def _crossings_and_tails(run: PeerRun) -> Tuple[List[float], List[float]]:
+    """Milliseconds, over the run's measured steps: each message's crossing, the time it takes
+    once both its send and its receive are posted (receive end - the later of the two posts; for
+    an asynchronous receive only where the engine's wait on it blocked); and per step the tail,
+    from the last rank's last compute or message to the step's end (DeepSpeed's ReduceGrads,
+    OptimizerStep and loss broadcast; Megatron's return)."""
     crossing = []
     tail = []
     for step in run.measured_steps():
@@ -116,17 +127,14 @@ def measured_costs(run: PeerRun) -> Dict[str, Any]:
         recvs = []
         program_end = 0.0
         for r in range(run.pp):
-            evs = run.step_events(step, r)
-            for e, d in host_inclusive(evs):
-                (f if e.kind == "F" else b).setdefault(e.stage, []).append(d)
-            for e in evs:
+            for e in run.step_events(step, r):
                 if e.kind in ("F", "B", "SEND", "RECV"):
                     program_end = max(program_end, e.end)
                 if e.kind == "SEND":
                     posts[("_B" in e.name, e.mb, _recv_stage(e))] = e.start
                 elif e.kind == "RECV":
                     recvs.append(e)
-        tail.append(run.step_time(step) - program_end)
+        tail.append(1e3 * (run.step_time(step) - program_end))
         for e in recvs:
             key = ("_B" in e.name, e.mb, e.stage)
             if key not in posts:
@@ -136,14 +144,29 @@ def measured_costs(run: PeerRun) -> Dict[str, Any]:
             # the engine's compute in between.
             if e.wait >= 0 and e.end - e.wait < BLOCKED_WAIT_S:
                 continue
-            crossing.append(e.end - max(e.start, posts[key]))
+            crossing.append(1e3 * (e.end - max(e.start, posts[key])))
+    return crossing, tail
+
+
+def measured_costs(run: PeerRun) -> Dict[str, Any]:
+    """costs.json (ms) from the run's own measured steps (never the table it was asked for):
+    per stage the median host-inclusive F and B (host_inclusive); the link latency, the median
+    message crossing, and an optimizer time per stage, the median step tail
+    (_crossings_and_tails)."""
+    f: Dict[int, List[float]] = {}
+    b: Dict[int, List[float]] = {}
+    for step in run.measured_steps():
+        for r in range(run.pp):
+            for e, d in host_inclusive(run.step_events(step, r)):
+                (f if e.kind == "F" else b).setdefault(e.stage, []).append(d)
+    crossing, tail = _crossings_and_tails(run)
     stages = sorted(f)
     if stages != list(range(run.pp * run.vpp)):
         raise RuntimeError(f"measured stages {stages} for p={run.pp} x v={run.vpp}")
-    opt = 1e3 * statistics.median(tail)
+    opt = statistics.median(tail)
     return {
         "time_unit": "ms",
-        "link": {"latency": 1e3 * statistics.median(crossing) if crossing else 0.0},
+        "link": {"latency": statistics.median(crossing) if crossing else 0.0},
         "stages": [
             {
                 "stage": s,
@@ -167,8 +190,11 @@ def _recv_stage(send: Event) -> int:
     return send.stage + 1 if "SEND_F" in send.name else send.stage - 1
 
 
-def simulate(run: PeerRun, engine: str, costs: Dict[str, Any]) -> Dict[str, Any]:
-    """`tightpipe simulate --engine ENGINE --json` of the run's schedule and shape."""
+def simulate(
+    run: PeerRun, engine: str, costs: Dict[str, Any], host_time_us: Optional[str] = None
+) -> Dict[str, Any]:
+    """`tightpipe simulate --engine ENGINE --json` of the run's schedule and shape; with
+    `host_time_us` (EngineHostTime.host_time_flag()) also `--host-time-us` that."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "costs.json")
         with open(path, "w") as fh:
@@ -194,8 +220,260 @@ def simulate(run: PeerRun, engine: str, costs: Dict[str, Any]) -> Dict[str, Any]
                 "--microbatch-group-size",
                 str(run.options.get("microbatch_group_size_per_vp_stage", run.pp)),
             ]
+        if host_time_us is not None:
+            args += ["--host-time-us", host_time_us]
         out: Dict[str, Any] = json.loads(_tool(args))
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine's host time and its link, measured once per machine outside the runs they predict
+# (issue 49): with them a run is predicted from the compute its stages are asked to take alone.
+
+# The engines with a probe, and the transports each was measured on (docs/peers.md, "Predicted
+# from the probe"). PyTorch's runtime has its own: tightpipe.torch.measure_host_time.
+PROBE_ENGINES = {"megatron": ("gloo",), "deepspeed": ("gloo",)}
+MESSAGE_BYTES = HIDDEN * 4  # what both harnesses send per message: HIDDEN fp32 values
+
+
+@dataclasses.dataclass
+class EngineHostTime:
+    """What measure_engine_host_time measured on this machine for one engine and transport."""
+
+    engine: str  # "megatron" or "deepspeed"
+    transport: str  # "gloo"
+    # Per kind of action, the engine's host time around one compute beyond what the stage was
+    # asked to take, microseconds: `tightpipe simulate --host-time-us` (f, b).
+    host_time_us: Dict[str, float]
+    link_ms: float  # the transport's own: a send/recv ping-pong of MESSAGE_BYTES, median one way
+    # The engine's p2p call beyond the link: the probe's median message crossing (from both ends
+    # posted to the receive's return, measured_costs' rule) minus link_ms, at least 0.
+    call_ms: float
+    # The engine's step after its last message (DeepSpeed's ReduceGrads, OptimizerStep and loss
+    # broadcast; Megatron's schedule returns), median: each stage's `optimizer` time.
+    tail_ms: float
+    probe: Dict[str, Any]  # what ran: pp, microbatches, f_ms, b_ms, steps, samples, machine, when
+    # The same figures from each of the probe's identical runs alone (host_time_us, link_ms,
+    # call_ms, tail_ms; run k with the k-th batch of ping-pong rounds): their spread is the
+    # probe's own noise (identical()).
+    runs: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def identical(self) -> List["EngineHostTime"]:
+        """The probe as each of its identical runs alone measured it."""
+        return [dataclasses.replace(self, runs=[], **r) for r in self.runs]
+
+    @property
+    def latency_ms(self) -> float:
+        """A message's time in the prediction: the link and the engine's call around it."""
+        return self.link_ms + self.call_ms
+
+    def host_time_flag(self) -> str:
+        """The value of `tightpipe simulate --host-time-us`."""
+        return ",".join(f"{k}={v:.1f}" for k, v in self.host_time_us.items())
+
+    def costs(self, asked: CostTable) -> Dict[str, Any]:
+        """costs.json (ms) of a run from what it asked its stages to take: per stage its F and B,
+        the message latency_ms, the tail as every stage's optimizer. Nothing from the run."""
+        return {
+            "time_unit": "ms",
+            "link": {"latency": self.latency_ms},
+            "stages": [
+                {"stage": s, "f": 1e3 * f, "i": 1e3 * b, "w": 0.0, "optimizer": self.tail_ms}
+                for s, (f, b) in enumerate(zip(asked.f, asked.b, strict=True))
+            ],
+        }
+
+    def to_json(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(doc: Dict[str, Any]) -> "EngineHostTime":
+        return EngineHostTime(**doc)
+
+
+def check_probe(engine: str, transport: str) -> None:
+    """PeerError, one line, for an engine or a transport with no probe."""
+    if engine not in PROBE_ENGINES:
+        raise PeerError(
+            f"engine {engine!r} has no host-time probe here (probes: "
+            f"{', '.join(PROBE_ENGINES)}); hint: PyTorch's runtime is measured by "
+            f"tightpipe.torch.measure_host_time, tightpipe's executor by its own run's timeline"
+        )
+    if transport not in PROBE_ENGINES[engine]:
+        raise PeerError(
+            f"engine {engine!r} has no measurement on transport {transport!r} (measured: "
+            f"{', '.join(PROBE_ENGINES[engine])}); hint: transport='gloo', the harness's"
+        )
+
+
+def _pingpong_worker(rank: int, world: int, port: int, q: Any, rounds: int, nbytes: int) -> None:
+    def body() -> List[float]:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        init_gloo(rank, world, port)
+        t = torch.zeros(max(1, nbytes // 4))
+        one_way = []
+        for k in range(rounds + 20):  # the first 20 round trips warm the pair up
+            t0 = time.monotonic()
+            if rank == 0:
+                dist.send(t, 1)
+                dist.recv(t, 1)
+            else:
+                dist.recv(t, 0)
+                dist.send(t, 0)
+            if k >= 20:
+                one_way.append((time.monotonic() - t0) / 2)
+        dist.barrier()
+        dist.destroy_process_group()
+        return one_way
+
+    run_rank(rank, q, body)
+
+
+def link_one_way(
+    transport: str = "gloo", nbytes: int = MESSAGE_BYTES, rounds: int = 200
+) -> List[float]:
+    """The transport's own message time, seconds, once per round: a blocking send/recv
+    ping-pong of `nbytes` between two processes, the receiver always already waiting; each round
+    trip halved (rank 0's clock), in the order they ran."""
+    if transport != "gloo":
+        raise PeerError(
+            f"transport {transport!r} has no link microbenchmark here; hint: transport='gloo'"
+        )
+    check_int("rounds", rounds)
+    check_int("nbytes", nbytes)
+    if rounds < 1 or nbytes < 1:
+        raise PeerError(f"rounds {rounds}, nbytes {nbytes}; hint: both 1 or more")
+    res = spawn(_pingpong_worker, 2, (rounds, nbytes))
+    return [float(x) for x in res[0]]
+
+
+def measure_link(transport: str = "gloo", nbytes: int = MESSAGE_BYTES, rounds: int = 200) -> float:
+    """The median of link_one_way, seconds."""
+    return float(statistics.median(link_one_way(transport, nbytes, rounds)))
+
+
+def engine_host_time(run: PeerRun) -> Dict[str, List[float]]:
+    """Per kind (F, B): each compute's host-inclusive duration (host_inclusive) minus what its
+    stage was asked to take, seconds, over the run's measured steps and every rank."""
+    out: Dict[str, List[float]] = {"F": [], "B": []}
+    for k in run.measured_steps():
+        for r in range(run.pp):
+            for e, d in host_inclusive(run.step_events(k, r)):
+                asked = (run.costs.f if e.kind == "F" else run.costs.b)[e.stage]
+                out[e.kind].append(d - asked)
+    return out
+
+
+def measure_engine_host_time(
+    engine: str,
+    *,
+    transport: str = "gloo",
+    pp: int = 2,
+    microbatches: int = 8,
+    f_ms: float = 1.0,
+    b_ms: float = 2.0,
+    steps: int = 6,
+    repeat: int = 3,
+    rounds: int = 200,
+) -> EngineHostTime:
+    """The engine's host time per kind of action and its messages on this machine, measured
+    once, outside the runs they will predict. The engine's own 1F1B (Megatron-Core's batched
+    forward_backward_pipelining_without_interleaving, DeepSpeed's TrainSchedule) runs `repeat`
+    identical times in one process group of `pp` processes whose stages are asked to take F
+    `f_ms` and B `b_ms` (the last stage 1.5x). Pooled over the runs: per kind the median of
+    host-inclusive minus asked (engine_host_time), the median message crossing and step tail
+    (measured_costs' rules); the link's ping-pong (link_one_way, `rounds` per identical run)
+    splits the crossing into the transport's part and the engine's call. Each identical run alone
+    gives the same figures too (EngineHostTime.runs). PeerError for an engine or transport with
+    no probe."""
+    check_probe(engine, transport)
+    for flag, v in (
+        ("pp", pp),
+        ("microbatches", microbatches),
+        ("steps", steps),
+        ("repeat", repeat),
+    ):
+        check_int(flag, v)
+    if pp < 2:
+        raise PeerError(f"pp {pp}: the probe needs messages; hint: pp=2")
+    if repeat < 1:
+        raise PeerError(f"repeat {repeat}; hint: repeat=3")
+    for flag, x in (("f_ms", f_ms), ("b_ms", b_ms)):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x <= 1000:
+            raise PeerError(f"{flag} {x!r}: must be in (0, 1000] ms; hint: {flag}=1")
+    one_way = link_one_way(transport, MESSAGE_BYTES, rounds * repeat)
+    costs = make_costs(pp, f_ms, b_ms)
+    runs: List[PeerRun]
+    if engine == "megatron":
+        from tightpipe.peers import megatron
+
+        runs = megatron.run_many(pp, [microbatches] * repeat, costs, steps=steps)
+    else:
+        from tightpipe.peers import deepspeed
+
+        runs = deepspeed.run_many(pp, [microbatches] * repeat, costs, steps=steps)
+
+    def figures(
+        host: Dict[str, List[float]],
+        crossings: List[float],
+        tails: List[float],
+        link_s: List[float],
+    ) -> Dict[str, Any]:
+        link_ms = 1e3 * statistics.median(link_s)
+        return {
+            "host_time_us": {
+                k.lower(): round(1e6 * statistics.median(v), 1) for k, v in host.items()
+            },
+            "link_ms": link_ms,
+            "call_ms": max(0.0, statistics.median(crossings) - link_ms),
+            "tail_ms": statistics.median(tails),
+        }
+
+    pooled: Dict[str, List[float]] = {"F": [], "B": []}
+    crossings: List[float] = []
+    tails: List[float] = []
+    per_run = []
+    for k, run in enumerate(runs):
+        host = engine_host_time(run)
+        crossing, tail = _crossings_and_tails(run)
+        # identical run k pairs with the k-th batch of the ping-pong's rounds
+        per_run.append(figures(host, crossing, tail, one_way[k * rounds : (k + 1) * rounds]))
+        for kind, durations in host.items():
+            pooled[kind] += durations
+        crossings += crossing
+        tails += tail
+    from tightpipe.verdict import machine_line
+
+    return EngineHostTime(
+        engine=engine,
+        transport=transport,
+        **figures(pooled, crossings, tails, one_way),
+        probe={
+            "pp": pp,
+            "microbatches": microbatches,
+            "f_ms": f_ms,
+            "b_ms": b_ms,
+            "steps": steps,
+            "repeat": repeat,
+            "samples": {k: len(v) for k, v in pooled.items()},
+            "pingpong_rounds": rounds * repeat,
+            "message_bytes": MESSAGE_BYTES,
+            "engine_version": runs[0].engine_version,
+            "machine": machine_line(),
+            "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        },
+        runs=per_run,
+    )
+
+
+def predict_from_probe(run: PeerRun, profile: str, probe: EngineHostTime) -> Dict[str, Any]:
+    """`tightpipe simulate --engine PROFILE` of the run's schedule and shape from what its stages
+    were asked to take (run.costs), the probe's link and tail (EngineHostTime.costs) and its host
+    time (--host-time-us): never from the run's own durations."""
+    return simulate(run, profile, probe.costs(run.costs), probe.host_time_flag())
 
 
 # ---------------------------------------------------------------------------------------------
