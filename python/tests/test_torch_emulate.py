@@ -6,6 +6,7 @@ profiled step lasts at least its sleep."""
 from __future__ import annotations
 
 import re
+import statistics
 import time
 
 import pytest
@@ -15,6 +16,7 @@ from torch.distributed.pipelining._backward import stage_backward_input, stage_b
 
 from tightpipe.schedule import generate
 from tightpipe.torch import EmulatedLayer, emulated_modules, measure_layers
+from tightpipe.torch.emulate import _Sleeper
 from tightpipe.torch.gpt import loss_fn
 from tightpipe.torch.launch import spawn
 from tightpipe.torch.trace import _load
@@ -51,7 +53,8 @@ def test_each_phase_sleeps_in_its_own_call(last):
         assert last == (layer.out is not None) and (not last or layer.out.grad is not None)
         times.append((t1 - t0, t2 - t1, t3 - t2))
     for k, sleep in enumerate((f, i, w)):
-        assert all(t[k] >= sleep for t in times), (k, sleep, times)
+        # A sleep is shortened by at most its process's mean overshoot (emulate._Sleeper).
+        assert all(t[k] >= sleep - _Sleeper.MAX_BIAS for t in times), (k, sleep, times)
         assert min(t[k] for t in times) < sleep + MARGIN, (k, sleep, times)
 
 
@@ -125,7 +128,10 @@ def test_zb_h1_pipelined_actions_last_their_sleeps(tmp_path):
             for name, gr in grads.items():
                 want = dict(ref[s].named_parameters())[name].grad
                 assert torch.allclose(torch.tensor(gr), want, rtol=1e-5, atol=1e-7), (s, name)
-    # Each action's PP: range in the profiled step lasts at least its sleep.
+    # Each action's PP: range in the profiled step lasts its sleeps, each shortened by at most
+    # its process's mean overshoot (emulate._Sleeper: sleeps last what they are asked on
+    # average); the median over the microbatches is checked.
+    low = _Sleeper.MAX_BIAS
     for r in range(p):
         doc = _load(pattern.format(rank=r))
         durs: dict[tuple[int, str], list[float]] = {}
@@ -135,15 +141,16 @@ def test_zb_h1_pipelined_actions_last_their_sleeps(tmp_path):
                 durs.setdefault((int(mt[1]), mt[2]), []).append(e["dur"] * 1e-6)
         for s in sched.stages_of(r):
             assert [len(durs[(s, t)]) for t in "FIW"] == [m, m, m], (r, s, durs)
-            assert min(durs[(s, "F")]) >= k * f
+            med = {t: statistics.median(durs[(s, t)]) for t in "FIW"}
+            assert med["F"] >= k * (f - low), (r, s, durs)
             if s == 0:
                 # PyTorch's runtime runs no input backward on the first stage and the whole
                 # backward in W: I runs no backward (its range may still hold the wait for the
                 # gradient message), W sleeps the stage's I and W.
-                assert min(durs[(s, "W")]) >= k * (i + w)
+                assert med["W"] >= k * (i + w - 2 * low), (r, s, durs)
                 assert min(durs[(s, "I")]) < k * i
             else:
-                assert min(durs[(s, "I")]) >= k * i
-                assert min(durs[(s, "W")]) >= k * w
+                assert med["I"] >= k * (i - low), (r, s, durs)
+                assert med["W"] >= k * (w - low), (r, s, durs)
                 # the W sleep ran in W, not in I (I waits for no message on the last stage)
                 assert min(durs[(s, "I")]) < k * (i + w)

@@ -38,17 +38,22 @@ class _Sleeper:
     """Sleeps that last what they are asked, on average: `time.sleep` overshoots by the timer's
     slack plus the wait for a core (on this project's 2-core KVM machine about 0.14 ms alone and
     0.4-0.5 ms with 8 pipeline processes), which would add an emulation error to every layer.
-    Each process keeps its mean overshoot (a running correction, the integral of the errors)
-    and sleeps that much less."""
+    Each process keeps its mean overshoot (a running correction, the integral of the errors) and
+    sleeps that much less. A correction is at most MAX_BIAS and each error counts at most
+    MAX_BIAS, so a stall of the machine (a sleep overrunning by a second) does not make the next
+    sleeps short; a sleep is never shortened by more than half."""
+
+    MAX_BIAS = 0.002  # seconds
 
     def __init__(self) -> None:
         self.bias = 0.0
 
     def __call__(self, seconds: float) -> None:
         t0 = time.perf_counter()
-        time.sleep(max(0.0, seconds - self.bias))
+        time.sleep(seconds - min(self.bias, 0.5 * seconds))
         err = time.perf_counter() - t0 - seconds
-        self.bias = min(max(0.0, self.bias + 0.25 * err), 0.5 * seconds + 1e-3)
+        err = min(max(err, -self.MAX_BIAS), self.MAX_BIAS)
+        self.bias = min(max(0.0, self.bias + 0.25 * err), self.MAX_BIAS)
 
 
 _sleep = _Sleeper()
