@@ -18,10 +18,11 @@ per chunk F/v and B/v with v virtual stages). Two predictions:
 Step: the median over the measured steps (the first step, with the engines' set-up, is left
 out); with --repeat N, of the N runs of a configuration the one with the shortest measured step
 (the least disturbed by the machine's other work; chosen by the measurement, not the
-prediction). The row's noise ("spread %"): the larger of the N runs' spread (max / min - 1) and,
+prediction). The row's noise: the larger of the N runs' spread (max / min - 1, "spread %") and,
 predicted from the probe, the spread of the predictions from each of the probe's identical runs
 alone ("probe %"). Idle (measured mode): per rank, T minus its compute, median over steps; its
-error in points of the measured step.
+error in points of the measured step. "link only" (probe mode): the same prediction with each
+message taking the link's ping-pong alone, without the engine's call around it.
 
 Verdict: the project's one rule (bench/verdict.h; tightpipe.verdict mirrors it once in Python):
 every row within 5% and the median within 3%, each judged only where the identical runs spread
@@ -40,6 +41,8 @@ from tightpipe.peers import deepspeed, megatron
 from tightpipe.peers.common import RunSpec, make_costs
 from tightpipe.peers.compare import (
     EngineHostTime,
+    crossings_and_tails,
+    engine_host_time,
     host_time,
     measure_engine_host_time,
     measured_costs,
@@ -110,12 +113,13 @@ def probes(args, engines):
     for e, h in out.items():
         print(f"probe {e} ({h.transport}, p={h.probe['pp']}, m={h.probe['microbatches']}, "
               f"F {h.probe['f_ms']} ms, B {h.probe['b_ms']} ms, {h.probe['when']}): "
-              f"--host-time-us {h.host_time_flag()}; message {h.latency_ms:.3f} ms "
-              f"(ping-pong {h.link_ms:.3f} + the engine's call {h.call_ms:.3f}); step tail "
+              f"--host-time-us {h.host_time_flag()}; message {h.message_ms:.3f} ms "
+              f"(ping-pong {h.link_ms:.3f}, the engine's call {h.call_ms:+.3f}); step tail "
               f"{h.tail_ms:.3f} ms; {h.probe['machine']}")
         for k, one in enumerate(h.identical()):
             print(f"  its identical run {k}: --host-time-us {one.host_time_flag()}; message "
-                  f"{one.latency_ms:.3f} ms; step tail {one.tail_ms:.3f} ms")
+                  f"{one.message_ms:.3f} ms (ping-pong {one.link_ms:.3f}); step tail "
+                  f"{one.tail_ms:.3f} ms")
     return out
 
 
@@ -135,6 +139,9 @@ def main() -> int:
     ap.add_argument("--probe-f-ms", type=float, default=1.0)
     ap.add_argument("--probe-b-ms", type=float, default=2.0)
     ap.add_argument("--probe-steps", type=int, default=6)
+    ap.add_argument("--explain", action="store_true",
+                    help="probe mode: after each row, the run's own host time, message and tail "
+                    "beside the probe's (never used by the prediction)")
     ap.add_argument("--only", default="",
                     help="comma-separated engines of the rows to run (megatron, "
                     "megatron-overlap, deepspeed)")
@@ -154,7 +161,7 @@ def main() -> int:
         else {}
     print(f"{'engine':16} {'schedule':20} {'p':>2} {'v':>2} {'m':>3}  {'measured':>9} "
           f"{'predicted':>9} {'err %':>6} {'spread %':>8} {'probe %':>7} {'load':>5}  "
-          f"{'idle err':>8}  "
+          f"{'idle err' if a.predict_from == 'measured' else 'link only':>9}  "
           f"{'other profile':>22}  verdict (5%)")
     rows = []
     over = []
@@ -190,6 +197,7 @@ def main() -> int:
             pnoise = spread([predict(profile, h=h)["makespan"]
                              for h in probe[harness(engine)].identical()]) \
                 if a.predict_from == "probe" else 0.0
+            run_noise = noise
             noise = None if noise is None or pnoise is None else max(noise, pnoise)
             if a.predict_from == "measured":
                 # the prediction's idle in the report's definition: plus the rank's host time,
@@ -200,7 +208,10 @@ def main() -> int:
                 ierr = max(abs(x - y) for x, y in zip(idle, pidle)) / step * 100
                 ierr_txt = f"{ierr:.2f}"
             else:
-                ierr, ierr_txt = None, "-"
+                # the same prediction with messages of the link's ping-pong alone (no engine call)
+                o = predict_from_probe(run, profile, probe[harness(engine)],
+                                       link_only=True)["makespan"] / 1e3
+                ierr, ierr_txt = None, f"{100 * (o - step) / step:+.2f}%"
             other = {"megatron": "deepspeed", "deepspeed": "megatron",
                      "megatron-overlap": "megatron"}[profile]
             if v == 1 or profile == "megatron-overlap":
@@ -221,20 +232,31 @@ def main() -> int:
             g = run.options.get("microbatch_group_size_per_vp_stage")
             if v > 1 and g and g != p:
                 sched += f" g={g}"
-            noise_txt = f"{100 * noise:.2f}" if noise is not None else "-"
-            probe_txt = f"{100 * pnoise:.2f}" if pnoise is not None else "-"
+            noise_txt = f"{100 * run_noise:.2f}" if run_noise is not None else "-"
+            probe_txt = f"{100 * pnoise:.2f}" if pnoise is not None and probe else "-"
             load = os.getloadavg()[0]
             print(f"{engine:16} {sched:20} {p:>2} {v:>2} {run.microbatches:>3}  "
                   f"{step * 1e3:>8.1f}ms {pred * 1e3:>8.1f}ms {100 * err:>+6.2f} {noise_txt:>8} "
                   f"{probe_txt:>7} "
-                  f"{load:>5.2f}  {ierr_txt:>8}  {other_txt:>22}  {verdict.value}", flush=True)
+                  f"{load:>5.2f}  {ierr_txt:>9}  {other_txt:>22}  {verdict.value}", flush=True)
+            if a.explain and a.predict_from == "probe":
+                # where the probe's figures and the run's own part (for the docs; the
+                # prediction above never reads these)
+                h = probe[harness(engine)]
+                own = {k: 1e6 * statistics.median(x) for k, x in engine_host_time(run).items()}
+                cross, tails = crossings_and_tails(run)
+                print(f"    the run's own: host f={own['F']:.0f},b={own['B']:.0f} us, message "
+                      f"{statistics.median(cross) if cross else 0:.3f} ms, tail "
+                      f"{statistics.median(tails):.3f} ms; the probe's: "
+                      f"{h.host_time_flag()}, {h.message_ms:.3f} ms, {h.tail_ms:.3f} ms")
     errs = [abs(r[0]) for r in rows]
     noises = [r[2] for r in rows]
     known = [n for n in noises if n is not None]
     median_noise = statistics.median(known) if len(known) == len(noises) else None
     worst_noise = max(known) if len(known) == len(noises) else None
     print(f"step error: median {100 * statistics.median(errs):.2f}%, worst "
-          f"{100 * max(errs):.2f}% ({len(rows)} runs); identical runs' spread: "
+          f"{100 * max(errs):.2f}% ({len(rows)} runs); noise (the larger of the identical "
+          f"runs' and the probe's spread): "
           + (f"median {100 * median_noise:.2f}%, worst {100 * worst_noise:.2f}%"
              if median_noise is not None and worst_noise is not None else "unknown (one run)"))
     ierrs = [r[1] for r in rows if r[1] is not None]

@@ -32,7 +32,8 @@ def test_probe_form_is_what_simulate_takes_and_moves_the_prediction_by_its_arith
     assert set(h.host_time_us) == {"f", "b"}
     # a recorded compute lasts at least its asked sleep, so host-inclusive minus asked is >= 0
     assert all(0 <= v < 1e6 for v in h.host_time_us.values()), h.host_time_us
-    assert h.link_ms > 0 and h.call_ms >= 0 and h.tail_ms >= 0
+    assert h.link_ms > 0 and h.message_ms > 0 and h.tail_ms >= 0
+    assert h.call_ms == pytest.approx(h.message_ms - h.link_ms)
     assert h.probe["samples"] == {"F": 8, "B": 8}  # p x m per kind, a measured step per run
     assert len(h.identical()) == 2 and all(one.runs == [] for one in h.identical())
     assert h.identical()[0].host_time_us.keys() == h.host_time_us.keys()
@@ -40,7 +41,8 @@ def test_probe_form_is_what_simulate_takes_and_moves_the_prediction_by_its_arith
     run = shape(4)
     costs = h.costs(run.costs)
     assert [s["f"] for s in costs["stages"]] == pytest.approx([10.0, 15.0])
-    assert costs["link"]["latency"] == pytest.approx(h.link_ms + h.call_ms)
+    assert costs["link"]["latency"] == h.message_ms
+    assert h.costs(run.costs, link_only=True)["link"]["latency"] == h.link_ms
     for engine in ("megatron", "deepspeed"):
         base = simulate(run, engine, costs)
         with_host = predict_from_probe(run, engine, h)

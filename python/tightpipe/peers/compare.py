@@ -114,7 +114,7 @@ def host_inclusive(events: List[Event]) -> List[Tuple[Event, float]]:
 BLOCKED_WAIT_S = 50e-6  # an asynchronous receive's wait that took longer waited for its message
 
 
-def _crossings_and_tails(run: PeerRun) -> Tuple[List[float], List[float]]:
+def crossings_and_tails(run: PeerRun) -> Tuple[List[float], List[float]]:
     """Milliseconds, over the run's measured steps: each message's crossing, the time it takes
     once both its send and its receive are posted (receive end - the later of the two posts; for
     an asynchronous receive only where the engine's wait on it blocked); and per step the tail,
@@ -152,14 +152,14 @@ def measured_costs(run: PeerRun) -> Dict[str, Any]:
     """costs.json (ms) from the run's own measured steps (never the table it was asked for):
     per stage the median host-inclusive F and B (host_inclusive); the link latency, the median
     message crossing, and an optimizer time per stage, the median step tail
-    (_crossings_and_tails)."""
+    (crossings_and_tails)."""
     f: Dict[int, List[float]] = {}
     b: Dict[int, List[float]] = {}
     for step in run.measured_steps():
         for r in range(run.pp):
             for e, d in host_inclusive(run.step_events(step, r)):
                 (f if e.kind == "F" else b).setdefault(e.stage, []).append(d)
-    crossing, tail = _crossings_and_tails(run)
+    crossing, tail = crossings_and_tails(run)
     stages = sorted(f)
     if stages != list(range(run.pp * run.vpp)):
         raise RuntimeError(f"measured stages {stages} for p={run.pp} x v={run.vpp}")
@@ -245,16 +245,17 @@ class EngineHostTime:
     # Per kind of action, the engine's host time around one compute beyond what the stage was
     # asked to take, microseconds: `tightpipe simulate --host-time-us` (f, b).
     host_time_us: Dict[str, float]
+    # A message's time in the prediction: the engine's own, the probe's median crossing (from
+    # both ends posted to the receive's return, measured_costs' rule): the transport and the
+    # engine's call around it.
+    message_ms: float
     link_ms: float  # the transport's own: a send/recv ping-pong of MESSAGE_BYTES, median one way
-    # The engine's p2p call beyond the link: the probe's median message crossing (from both ends
-    # posted to the receive's return, measured_costs' rule) minus link_ms, at least 0.
-    call_ms: float
     # The engine's step after its last message (DeepSpeed's ReduceGrads, OptimizerStep and loss
     # broadcast; Megatron's schedule returns), median: each stage's `optimizer` time.
     tail_ms: float
     probe: Dict[str, Any]  # what ran: pp, microbatches, f_ms, b_ms, steps, samples, machine, when
-    # The same figures from each of the probe's identical runs alone (host_time_us, link_ms,
-    # call_ms, tail_ms; run k with the k-th batch of ping-pong rounds): their spread is the
+    # The same figures from each of the probe's identical runs alone (host_time_us, message_ms,
+    # link_ms, tail_ms; run k with the k-th batch of ping-pong rounds): their spread is the
     # probe's own noise (identical()).
     runs: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
@@ -263,20 +264,22 @@ class EngineHostTime:
         return [dataclasses.replace(self, runs=[], **r) for r in self.runs]
 
     @property
-    def latency_ms(self) -> float:
-        """A message's time in the prediction: the link and the engine's call around it."""
-        return self.link_ms + self.call_ms
+    def call_ms(self) -> float:
+        """The engine's call around a message beyond the link's ping-pong (negative where the
+        ping-pong ran slower than the engine's own messages: a busy machine during the probe)."""
+        return self.message_ms - self.link_ms
 
     def host_time_flag(self) -> str:
         """The value of `tightpipe simulate --host-time-us`."""
         return ",".join(f"{k}={v:.1f}" for k, v in self.host_time_us.items())
 
-    def costs(self, asked: CostTable) -> Dict[str, Any]:
+    def costs(self, asked: CostTable, link_only: bool = False) -> Dict[str, Any]:
         """costs.json (ms) of a run from what it asked its stages to take: per stage its F and B,
-        the message latency_ms, the tail as every stage's optimizer. Nothing from the run."""
+        every message message_ms (link_only: the ping-pong's link_ms alone), the tail as every
+        stage's optimizer. Nothing from the run."""
         return {
             "time_unit": "ms",
-            "link": {"latency": self.latency_ms},
+            "link": {"latency": self.link_ms if link_only else self.message_ms},
             "stages": [
                 {"stage": s, "f": 1e3 * f, "i": 1e3 * b, "w": 0.0, "optimizer": self.tail_ms}
                 for s, (f, b) in enumerate(zip(asked.f, asked.b, strict=True))
@@ -385,8 +388,9 @@ def measure_engine_host_time(
     identical times in one process group of `pp` processes whose stages are asked to take F
     `f_ms` and B `b_ms` (the last stage 1.5x). Pooled over the runs: per kind the median of
     host-inclusive minus asked (engine_host_time), the median message crossing and step tail
-    (measured_costs' rules); the link's ping-pong (link_one_way, `rounds` per identical run)
-    splits the crossing into the transport's part and the engine's call. Each identical run alone
+    (measured_costs' rules: the crossing is the engine's message time, the transport's and its
+    call's), and the link's own ping-pong (link_one_way, `rounds` per identical run), the
+    transport's part of it. Each identical run alone
     gives the same figures too (EngineHostTime.runs). PeerError for an engine or transport with
     no probe."""
     check_probe(engine, transport)
@@ -427,8 +431,8 @@ def measure_engine_host_time(
             "host_time_us": {
                 k.lower(): round(1e6 * statistics.median(v), 1) for k, v in host.items()
             },
+            "message_ms": statistics.median(crossings),
             "link_ms": link_ms,
-            "call_ms": max(0.0, statistics.median(crossings) - link_ms),
             "tail_ms": statistics.median(tails),
         }
 
@@ -438,7 +442,7 @@ def measure_engine_host_time(
     per_run = []
     for k, run in enumerate(runs):
         host = engine_host_time(run)
-        crossing, tail = _crossings_and_tails(run)
+        crossing, tail = crossings_and_tails(run)
         # identical run k pairs with the k-th batch of the ping-pong's rounds
         per_run.append(figures(host, crossing, tail, one_way[k * rounds : (k + 1) * rounds]))
         for kind, durations in host.items():
@@ -469,11 +473,14 @@ def measure_engine_host_time(
     )
 
 
-def predict_from_probe(run: PeerRun, profile: str, probe: EngineHostTime) -> Dict[str, Any]:
+def predict_from_probe(
+    run: PeerRun, profile: str, probe: EngineHostTime, link_only: bool = False
+) -> Dict[str, Any]:
     """`tightpipe simulate --engine PROFILE` of the run's schedule and shape from what its stages
-    were asked to take (run.costs), the probe's link and tail (EngineHostTime.costs) and its host
-    time (--host-time-us): never from the run's own durations."""
-    return simulate(run, profile, probe.costs(run.costs), probe.host_time_flag())
+    were asked to take (run.costs), the probe's messages and tail (EngineHostTime.costs;
+    link_only: messages of the ping-pong alone) and its host time (--host-time-us): never from
+    the run's own durations."""
+    return simulate(run, profile, probe.costs(run.costs, link_only), probe.host_time_flag())
 
 
 # ---------------------------------------------------------------------------------------------
