@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of a TIGHTPIPE_FUZZ build (scripts/sanitize.sh makes one) for
-# FUZZ_SECONDS each (default 20), JOBS at a time, starting from its seed corpus fuzz/corpus/<name>
+# FUZZ_SECONDS each (default 10), JOBS at a time, starting from its seed corpus fuzz/corpus/<name>
 # (read only: new inputs go to $B/fuzz-work/<name>). A finding (crash, sanitizer report, uncaught
 # exception, an input slower than 20 s or a single allocation over 1 GiB) fails the script and
 # leaves the input in $B/fuzz-artifacts/ (docs/fuzzing.md: how to reproduce and keep it).
@@ -8,7 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${FUZZ_BUILD_DIR:-${SAN_BUILD_DIR:-build-sanitize}}
-SECS=${FUZZ_SECONDS:-20}
+# 10 s: in a 20 s run of every target here (2026-12-06) each one had reached 96-100% of its
+# final edge coverage (median 98%) after the first half of its runs, and nothing was found; the
+# corpus is not kept from one run to the next, so this is a bounded smoke fuzz of every reader in
+# every test command. A longer hunt: FUZZ_SECONDS=300 ./scripts/fuzz.sh NAME (docs/fuzzing.md).
+SECS=${FUZZ_SECONDS:-10}
 JOBS=${JOBS:-$(nproc)}
 source scripts/sanitizer-env.sh
 names=("$@")

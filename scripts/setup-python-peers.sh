@@ -5,6 +5,8 @@
 # torch backend loads it at start; cached under ~/.cache/torch_extensions) so a first run does not
 # pay ~60 s. Safe to run again: a no-op when the pinned versions are in place.
 #   scripts/setup-python-peers.sh VENV
+#   TP_PEERS_BUILD_OP=0 skips the op (scripts/setup-python.sh, in the temporary folder: torch's
+#   extension cache records the venv's path, so the op is built once, at the final path)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:?usage: scripts/setup-python-peers.sh VENV (a venv with torch installed)}"
@@ -33,13 +35,15 @@ if ! have megatron-core "$MCORE_VERSION"; then
     "megatron-core==$MCORE_VERSION"
 fi
 # DeepSpeed's CPU accelerator builds its shared-memory collective op on first use (cached).
-"$PY" - <<'PYEOF'
+if [ "${TP_PEERS_BUILD_OP:-1}" != 0 ]; then
+  "$PY" - <<'PYEOF'
 import os, warnings
 warnings.filterwarnings("ignore")
 os.environ["DS_ACCELERATOR"] = "cpu"
 from deepspeed.comm.torch import build_shm_op
 build_shm_op()
 PYEOF
+fi
 "$PY" -c "import megatron.core.pipeline_parallel.schedules, deepspeed.pipe" 2>/dev/null || {
   echo "setup-python-peers: megatron.core or deepspeed.pipe does not import in $VENV" >&2
   exit 1

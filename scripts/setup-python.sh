@@ -87,8 +87,9 @@ echo "setup-python: building $venv (in $tmp until complete)"
 "$PY" -m venv "$tmp"
 "$tmp/bin/python" -m pip install --quiet --upgrade pip==26.3
 "$tmp/bin/python" -m pip install --quiet -r python/requirements.txt
-# The peer engines (Megatron-Core, DeepSpeed; python/requirements-peers.txt), into the same one.
-./scripts/setup-python-peers.sh "$tmp"
+# The peer engines (Megatron-Core, DeepSpeed; python/requirements-peers.txt), into the same one;
+# DeepSpeed's CPU op only at the final path, below (built here too, it was built twice: 40 s).
+TP_PEERS_BUILD_OP=0 ./scripts/setup-python-peers.sh "$tmp"
 # The "# no-deps: NAME==VERSION" lines of python/requirements.txt (torchtitan: its pipeline code
 # needs only the pins of that file, its declared dependencies are its trainer's), without deps;
 # last, so that no later pip run reports the dependencies left out as conflicts.

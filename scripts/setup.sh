@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tightpipe needs (only the missing ones), then configures and builds
 # into ${BUILD_DIR:-build}. Safe to run again: a no-op when everything is in place.
+#   scripts/setup.sh [packages|build]...   (default: both, in that order; scripts/test.sh runs
+#                                           them apart, to make the Python environment meanwhile)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+steps=("$@")
+((${#steps[@]})) || steps=(packages build)
+for step in "${steps[@]}"; do
+  case $step in
+    packages | build) ;;
+    *)
+      echo "setup.sh: unknown step '$step'; hint: packages or build (no argument: both)" >&2
+      exit 2
+      ;;
+  esac
+done
 
 PACKAGES=(
   g++ cmake ninja-build pkg-config git tar
-  # Both builds (this one and the sanitizer lane's) compile through ccache (CMakeLists.txt).
-  ccache
+  # Both builds (this one and the sanitizer lane's) compile through ccache and link with lld
+  # (CMakeLists.txt).
+  ccache lld
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin openssh-client
@@ -31,30 +45,37 @@ PACKAGES=(
 )
 PACKAGES+=(${TP_EXTRA_PACKAGES:-})
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+do_packages() {
+  missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
 
-BUILD_DIR=${BUILD_DIR:-build}
-BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
-# Any compiler warning fails the build (TIGHTPIPE_WERROR; TP_WERROR=0 turns it off, e.g. for a
-# newer compiler than Debian 12's GCC 12 with warnings of its own). A build folder configured the
-# other way is reconfigured (the flags change, so it recompiles).
-werror=$([ "${TP_WERROR:-1}" = 0 ] && echo OFF || echo ON)
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-    -DTIGHTPIPE_WERROR="$werror" ${CMAKE_ARGS:-}
-elif ! grep -qx "TIGHTPIPE_WERROR:BOOL=$werror" "$BUILD_DIR/CMakeCache.txt"; then
-  cmake -S . -B "$BUILD_DIR" -DTIGHTPIPE_WERROR="$werror" >/dev/null
-fi
-# BUILD_TARGETS: what to build (default: everything; the demo builds only the CLI it runs).
-# shellcheck disable=SC2086
-cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
+do_build() {
+  BUILD_DIR=${BUILD_DIR:-build}
+  BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
+  # Any compiler warning fails the build (TIGHTPIPE_WERROR; TP_WERROR=0 turns it off, e.g. for a
+  # newer compiler than Debian 12's GCC 12 with warnings of its own). A build folder configured the
+  # other way is reconfigured (the flags change, so it recompiles).
+  werror=$([ "${TP_WERROR:-1}" = 0 ] && echo OFF || echo ON)
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+      -DTIGHTPIPE_WERROR="$werror" ${CMAKE_ARGS:-}
+  elif ! grep -qx "TIGHTPIPE_WERROR:BOOL=$werror" "$BUILD_DIR/CMakeCache.txt"; then
+    cmake -S . -B "$BUILD_DIR" -DTIGHTPIPE_WERROR="$werror" >/dev/null
+  fi
+  # BUILD_TARGETS: what to build (default: everything; the demo builds only the CLI it runs).
+  # shellcheck disable=SC2086
+  cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
+}
+for step in "${steps[@]}"; do
+  "do_$step"
+done

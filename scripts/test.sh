@@ -17,13 +17,18 @@ run_start=$SECONDS
 results=()
 failed=0
 declare -A status
-# lane NAME COMMAND...: runs one lane, records pass / FAIL and its time.
+# lane NAME COMMAND...: runs one lane, records pass / FAIL and its time. LANE_T0 (a $SECONDS)
+# makes the time count from then, for a lane that started in the background; a note the command
+# leaves in lane_note is printed beside the time.
+lane_note=""
 lane() {
   local name=$1
   shift
-  local t0=$SECONDS rc=0
+  local t0=${LANE_T0:-$SECONDS} rc=0 note
   echo "test.sh: lane '$name': $*"
   "$@" || rc=$?
+  note=${lane_note:+  ($lane_note)}
+  lane_note=""
   if ((rc == 77)) && [ "${LANE_MAY_SKIP:-0}" = 1 ]; then
     # The lane could not run (it printed a SKIPPED line saying why): never counted as passed.
     status[$name]=skipped
@@ -31,11 +36,12 @@ lane() {
       "no Python environment: see its SKIPPED line")")
   elif ((rc == 0)); then
     status[$name]=pass
-    results+=("$(printf '  %-28s %-8s %5d s' "$name" pass $((SECONDS - t0)))")
+    results+=("$(printf '  %-28s %-8s %5d s%s' "$name" pass $((SECONDS - t0)) "$note")")
   else
     status[$name]=fail
     failed=1
-    results+=("$(printf '  %-28s %-8s %5d s  (exit %d)' "$name" FAIL $((SECONDS - t0)) "$rc")")
+    results+=("$(printf '  %-28s %-8s %5d s  (exit %d)%s' "$name" FAIL $((SECONDS - t0)) "$rc" \
+      "$note")")
   fi
 }
 # skip NAME WHY: a lane that did not run; never counted as passed.
@@ -51,25 +57,73 @@ print_lanes() {
   printf '  %-28s %-8s %5d s\n' "total" "$( ((failed)) && echo FAIL || echo pass)" \
     $((SECONDS - run_start))
 }
+# Two lanes run in the background beside others, each in its own process group with its output
+# in a log that its lane prints when it ends; the lane's time is its own, from its start to its
+# end, and its note says how much of it came after the lanes it ran beside:
+# - the Python environment, beside the build and the static lanes: it is mostly downloading and
+#   unpacking (network and disk), they are compiling;
+# - the sanitizer build, at the lowest priority (nice 19) beside the main ctest, whose tests spend
+#   much of their time waiting (sleeps of emulated compute, time-outs, MPI start-up, browsers,
+#   spawned Python processes): it takes the cores those tests leave idle and never slows them,
+#   the load the suite is built to run beside (scripts/load-beside.sh).
+declare -A bg_pid bg_t0 bg_log
 interrupted() {
   echo "test.sh: interrupted"
+  # Each background lane is its own process group (setsid, below). An unfinished Python
+  # environment leaves only its temporary folder, which no later run trusts
+  # (scripts/setup-python.sh); an unfinished build is finished by the next one (Ninja).
+  local name
+  for name in "${!bg_pid[@]}"; do
+    kill -TERM -- "-${bg_pid[$name]}" "${bg_pid[$name]}" 2>/dev/null
+  done
   failed=1
   print_lanes
   exit 130
 }
 trap interrupted INT TERM
+# bg_start NAME COMMAND...: starts lane NAME's command in the background.
+bg_start() {
+  local name=$1
+  shift
+  bg_log[$name]=$(mktemp "${TMPDIR:-/tmp}/tightpipe-lane-XXXXXX.log")
+  echo "test.sh: lane '$name' started in the background: $* (log ${bg_log[$name]})"
+  bg_t0[$name]=$SECONDS
+  # Its own process group (setsid: a background child here leads none, so setsid does not fork
+  # and $! is that group; -w keeps the exit status if it ever does), for interrupted() to end.
+  setsid -w "$@" >"${bg_log[$name]}" 2>&1 &
+  bg_pid[$name]=$!
+}
+# bg_lane NAME COMMAND...: lane NAME: waits for its background command (starting COMMAND now, in
+# the foreground's place, if it never started), prints its output; its status is the command's.
+bg_lane() {
+  local name=$1
+  shift
+  [ -n "${bg_pid[$name]:-}" ] || bg_start "$name" "$@"
+  LANE_T0=${bg_t0[$name]} lane "$name" bg_wait "$name"
+}
+bg_wait() {
+  local name=$1 rc=0 t0=$SECONDS
+  wait "${bg_pid[$name]}" || rc=$?
+  unset "bg_pid[$name]"
+  lane_note="beside the lanes above; $((SECONDS - t0)) s of it after them"
+  cat "${bg_log[$name]}"
+  rm -f "${bg_log[$name]}"
+  return "$rc"
+}
 
-lane "setup and build" ./scripts/setup.sh
 # The Python side (PyTorch and the peer engines, python/): a virtual environment outside the clone,
 # reused by the next clone on this machine (scripts/setup-python.sh). Its tests are ctest's
 # label `python`; without the environment they skip loudly.
-if [ -x scripts/setup-python.sh ]; then
-  if [ "${TP_PYTHON:-1}" = 0 ]; then
-    skip "python environment" "TP_PYTHON=0"
-  else
-    lane "python environment" ./scripts/setup-python.sh
-  fi
-fi
+python_wanted() { [ -x scripts/setup-python.sh ] && [ "${TP_PYTHON:-1}" != 0 ]; }
+# Lane "setup and build": the Debian packages first (setup-python needs the compiler and
+# python3-venv from them, and two apt-gets cannot run at once), then the Python environment is
+# started in the background, then the build.
+setup_and_build() {
+  ./scripts/setup.sh packages || return
+  if python_wanted; then bg_start "python environment" ./scripts/setup-python.sh; fi
+  ./scripts/setup.sh build
+}
+lane "setup and build" setup_and_build
 # The static lanes: one format (needs only clang-format), clang-tidy (needs the build's
 # compile_commands.json and its objects' dependencies), ruff and mypy (need the Python
 # environment's pinned tools: without it they say SKIPPED and count as skipped, never passed).
@@ -78,6 +132,13 @@ if [ "${status[setup and build]}" = pass ]; then
   lane "clang-tidy" ./scripts/tidy.sh
 else
   skip "clang-tidy" "the build failed"
+fi
+if [ -x scripts/setup-python.sh ]; then
+  if [ "${TP_PYTHON:-1}" = 0 ]; then
+    skip "python environment" "TP_PYTHON=0"
+  else
+    bg_lane "python environment" ./scripts/setup-python.sh
+  fi
 fi
 if [ -x scripts/lint-python.sh ]; then
   if [ "${TP_PYTHON:-1}" = 0 ]; then
@@ -89,6 +150,10 @@ if [ -x scripts/lint-python.sh ]; then
   fi
 fi
 main_ctest() { (cd "$BUILD_DIR" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" "$@"); }
+san_build=(nice -n 19 ./scripts/sanitize.sh build)
+if [ "${SANITIZE:-1}" != 0 ]; then
+  bg_start "sanitizer build" "${san_build[@]}"
+fi
 if [ "${status[setup and build]}" = pass ]; then
   lane "ctest (every label)" main_ctest "$@"
 else
@@ -99,7 +164,7 @@ if [ "${SANITIZE:-1}" = 0 ]; then
   skip "sanitizer ctest -L unit" "SANITIZE=0"
   skip "fuzzing" "SANITIZE=0"
 else
-  lane "sanitizer build" ./scripts/sanitize.sh build
+  bg_lane "sanitizer build" "${san_build[@]}"
   if [ "${status[sanitizer build]}" = pass ]; then
     lane "sanitizer ctest -L unit" ./scripts/sanitize.sh ctest
     lane "fuzzing" ./scripts/sanitize.sh fuzz

@@ -14,16 +14,11 @@ namespace tightpipe {
 namespace {
 
 using data_test::make_text;
+using data_test::open_ok;
 using data_test::ScratchDir;
 using data_test::take_rows;
 
 std::vector<int32_t> ids_of(std::string_view s) { return byte_tokenize(s); }
-
-std::unique_ptr<DataLoader> open_ok(const DataOptions& o) {
-  auto r = DataLoader::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
 
 TEST(DataLoaderText, TrainSplitIsFirstNinetyPercentInFileOrderThenWraps) {
   ScratchDir dir;

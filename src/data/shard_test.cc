@@ -19,6 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using data_test::make_text;
+using data_test::open_ok;
 using data_test::ScratchDir;
 using data_test::take_rows;
 using Tokens = std::vector<int32_t>;
@@ -34,12 +35,6 @@ std::string sh(const std::string& cmd) {
   int rc = pclose(p);
   EXPECT_EQ(rc, 0) << cmd << "\n" << out;
   return out;
-}
-
-std::unique_ptr<DataLoader> open_ok(const DataOptions& o) {
-  auto r = DataLoader::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
 }
 
 // Writes `text` as shards of `per_shard` samples of T+1 = `chunk` bytes; returns the samples per

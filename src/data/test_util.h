@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ inline std::string make_text(size_t n, uint64_t seed) {
     c = r == 0 ? '\n' : static_cast<char>('a' + r % 26);
   }
   return s;
+}
+
+// DataLoader::open(o), the test failing (and nullptr returned) when it does not open.
+inline std::unique_ptr<DataLoader> open_ok(const DataOptions& o) {
+  auto r = DataLoader::open(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
 }
 
 // The tokens and targets of `n` batches, concatenated row by row as (T+1)-token rows.

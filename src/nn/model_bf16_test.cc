@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "bf16_testing.h"
 #include "model_testing.h"
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
@@ -20,7 +21,7 @@ using model_testing::make_stages;
 using model_testing::named;
 using model_testing::text_batch;
 
-constexpr double kU16 = 1.0 / 256;  // bf16 unit roundoff, 2^-8
+using bf16_testing::kU16;
 
 GptConfig tiny16(int layers = 4) {
   GptConfig c;

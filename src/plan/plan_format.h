@@ -8,7 +8,8 @@
 
 namespace tightpipe::plan_format {
 
-inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+inline constexpr double kMiB = 1024.0 * 1024.0;
+inline constexpr double kGiB = 1024.0 * kMiB;
 
 // "$7518.38", "$24.5k", "$21.34M", "$3.20e+12".
 inline std::string dollars(double x) {

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "plan_format.h"
 #include "tightpipe/base.h"
 #include "tightpipe/cpu_kernels.h"
 #include "tightpipe/host.h"
@@ -15,7 +16,7 @@ namespace tightpipe {
 namespace {
 
 constexpr double kGB = 1e9;
-constexpr double kMiB = 1024.0 * 1024.0;
+using plan_format::kMiB;
 
 std::string lower(std::string_view s) {
   std::string out(s);

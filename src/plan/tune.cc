@@ -18,7 +18,6 @@ namespace tightpipe {
 namespace {
 
 using json = nlohmann::json;
-constexpr double kMiB = 1024.0 * 1024.0;
 
 // The number under `key` of `obj`, finite and >= 0; errors name the source, the entry and key.
 Result<double> non_negative(const json& obj, const std::string& key, std::string_view source,
@@ -51,6 +50,7 @@ std::string split_text(const std::vector<std::vector<std::string>>& names) {
 }
 
 using plan_format::kGiB;
+using plan_format::kMiB;
 using plan_format::percent;
 
 // "r0 12.3%, r1 4.5%": each rank's simulated bubble.

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "action_id.h"
 #include "tightpipe/base.h"
 #include "tightpipe/schedule.h"
 
@@ -81,9 +82,7 @@ std::string to_string(const Action& a) {
 }
 
 namespace detail {
-// A stage or microbatch id: digits only, no leading zero (keeps parsing the inverse of
-// to_string), below tightpipe's limit. Returns why `s` is not one (naming which id, its value
-// and the limit), or "" with `out` set. Shared by parse_action and parse_torch_action.
+// action_id.h.
 std::string read_action_id(std::string_view s, std::string_view what, int32_t limit, int32_t& out) {
   const bool digits = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
     return std::isdigit(static_cast<unsigned char>(c));

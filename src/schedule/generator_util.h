@@ -50,6 +50,18 @@ inline Status check_common(std::string_view name, const GeneratorOptions& o, int
   return OkStatus();
 }
 
+// The generators of the name registry (registry.cc), one per gen_<name>.cc; each declared once
+// here, where both its definition and the registry see it.
+Result<Schedule> generate_gpipe(const GeneratorOptions& o);
+Result<Schedule> generate_1f1b(const GeneratorOptions& o);
+Result<Schedule> generate_interleaved(const GeneratorOptions& o);
+Result<Schedule> generate_looped_bfs(const GeneratorOptions& o);
+Result<Schedule> generate_zb_h1(const GeneratorOptions& o);
+Result<Schedule> generate_zb_h2(const GeneratorOptions& o);
+Result<Schedule> generate_zb_v(const GeneratorOptions& o);
+Result<Schedule> generate_dualpipev(const GeneratorOptions& o);
+Result<Schedule> generate_dualpipe(const GeneratorOptions& o);
+
 inline Action F(int32_t s, int32_t mb) { return {ActionType::kForward, s, mb}; }
 inline Action I(int32_t s, int32_t mb) { return {ActionType::kBackwardInput, s, mb}; }
 inline Action W(int32_t s, int32_t mb) { return {ActionType::kBackwardWeight, s, mb}; }

@@ -9,17 +9,13 @@
 #include <set>
 #include <tuple>
 
+#include "action_id.h"
 #include "tightpipe/base.h"
 #include "tightpipe/schedule.h"
 #include "tightpipe/schedule_torch.h"
 #include "torch_cells.h"
 
 namespace tightpipe {
-
-namespace detail {
-// action.cc: reads a stage or microbatch id; returns why it is not one, "" when it is.
-std::string read_action_id(std::string_view s, std::string_view what, int32_t limit, int32_t& out);
-}  // namespace detail
 
 namespace {
 // Longest first where one name starts another (none does today; PyTorch's regex is ordered so).

@@ -7,17 +7,6 @@
 #include "tightpipe/schedule_torch.h"
 
 namespace tightpipe {
-namespace detail {
-Result<Schedule> generate_gpipe(const GeneratorOptions& o);
-Result<Schedule> generate_1f1b(const GeneratorOptions& o);
-Result<Schedule> generate_interleaved(const GeneratorOptions& o);
-Result<Schedule> generate_looped_bfs(const GeneratorOptions& o);
-Result<Schedule> generate_zb_h1(const GeneratorOptions& o);
-Result<Schedule> generate_zb_h2(const GeneratorOptions& o);
-Result<Schedule> generate_zb_v(const GeneratorOptions& o);
-Result<Schedule> generate_dualpipev(const GeneratorOptions& o);
-Result<Schedule> generate_dualpipe(const GeneratorOptions& o);
-}  // namespace detail
 
 const std::vector<GeneratorInfo>& schedule_generators() {
   static const std::vector<GeneratorInfo> kGenerators = {

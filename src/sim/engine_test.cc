@@ -13,11 +13,11 @@ namespace {
 
 // 1F1B p = 2, m = 2 (rank 0: F0 F1 B0 B1; rank 1: F0 B0 F1 B1), F = 1, B = I + W = 2, every
 // message 0.5, an optimizer of 1 per stage.
-struct Case {
+struct EngineCase {
   Schedule low;
   CostModel costs;
 };
-Case one_f_one_b(const std::string& name = "1f1b", int32_t chunks = 1, int32_t m = 2) {
+EngineCase one_f_one_b(const std::string& name = "1f1b", int32_t chunks = 1, int32_t m = 2) {
   auto s = generate_schedule(name, {.ranks = 2, .microbatches = m, .chunks = chunks});
   TP_CHECK(s.ok(), s.status().to_string());
   auto low = lower(*s);
@@ -41,13 +41,13 @@ std::map<std::string, double> starts(const SimResult& r, int32_t rank) {
   return out;
 }
 
-Result<SimResult> run_or_status(const Case& c, Engine engine) {
+Result<SimResult> run_or_status(const EngineCase& c, Engine engine) {
   SimOptions o;
   o.engine = engine;
   return simulate(c.low, c.costs, o);
 }
 
-SimResult run(const Case& c, Engine engine, CommMode mode = CommMode::kOverlap) {
+SimResult run(const EngineCase& c, Engine engine, CommMode mode = CommMode::kOverlap) {
   SimOptions o;
   o.engine = engine;
   o.comm_mode = mode;
@@ -88,7 +88,7 @@ TEST(EngineProfile, MegatronWaitsEachCallAndSendsMeetTheirReceive) {
 // B0 gradient reaches r0 at 5: B0 [5,7]; r1 F1 [4.5,5.5] (its input arrived at 2.5), B1
 // [5.5,7.5], gradient at 8: r0 B1 [8,10]; optimizers from 10 to 11 (synchronous).
 TEST(EngineProfile, TorchSendsAsyncAndWaitsReceivesBeforeUse) {
-  const Case c = one_f_one_b();
+  const EngineCase c = one_f_one_b();
   const SimResult r = run(c, Engine::kTorch);
   EXPECT_EQ(r.engine, Engine::kTorch);
   auto r0 = starts(r, 0), r1 = starts(r, 1);
@@ -109,7 +109,7 @@ TEST(EngineProfile, TorchSendsAsyncAndWaitsReceivesBeforeUse) {
 // (post-validated): rank 1's last compute ends at 7.5 and its last send has left at 8, so it
 // steps [8,9] while rank 0 is still computing; rank 0 steps [10,11].
 TEST(EngineProfile, ZbStepsEachRankAtItsOwnEnd) {
-  const Case c = one_f_one_b();
+  const EngineCase c = one_f_one_b();
   const SimResult r = run(c, Engine::kZb);
   EXPECT_TRUE(r.optimizer_post_validation);
   EXPECT_DOUBLE_EQ(r.ranks[0].step_end, 11);
@@ -124,11 +124,11 @@ TEST(EngineProfile, ZbStepsEachRankAtItsOwnEnd) {
 // megatron-overlap: one stage per rank runs as megatron (validate_args turns overlap off without
 // virtual stages); interleaved runs with async p2p, receives waited before use (overlap).
 TEST(EngineProfile, MegatronOverlapNeedsVirtualStages) {
-  const Case c = one_f_one_b();
+  const EngineCase c = one_f_one_b();
   const SimResult plain = run(c, Engine::kMegatronOverlap);
   EXPECT_DOUBLE_EQ(plain.makespan, run(c, Engine::kMegatron).makespan);
   EXPECT_NE(plain.engine_description.find("overlap needs virtual stages"), std::string::npos);
-  const Case il = one_f_one_b("interleaved", 2, 4);
+  const EngineCase il = one_f_one_b("interleaved", 2, 4);
   EXPECT_DOUBLE_EQ(run(il, Engine::kMegatronOverlap).makespan,
                    run(il, Engine::kTightpipe, CommMode::kOverlap).makespan);
   // Batched calls hold the lanes: interleaved under megatron is slower than with overlap.

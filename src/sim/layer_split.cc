@@ -15,7 +15,7 @@ namespace {
 
 using Blocks = std::vector<int32_t>;  // [S] blocks per stage
 
-struct Scored {
+struct ScoredSplit {
   Blocks blocks;
   double makespan = 0;
   double bubble_ratio = 0;
@@ -28,7 +28,7 @@ int64_t sum_of_squares(const Blocks& b) {
 }
 
 // Strictly better: a smaller makespan (beyond 1e-9 relative), then more even, then lexicographic.
-bool better(const Scored& a, const Scored& b) {
+bool better(const ScoredSplit& a, const ScoredSplit& b) {
   const double tol = 1e-9 * std::max(std::abs(a.makespan), std::abs(b.makespan));
   if (a.makespan < b.makespan - tol) return true;
   if (a.makespan > b.makespan + tol) return false;
@@ -61,20 +61,20 @@ std::vector<StageLayers> to_layers(const Blocks& b) {
   return out;
 }
 
-class Search {
+class SplitSearch {
  public:
-  Search(const LayerCosts& costs, const Schedule& lowered, const SimOptions& sim)
+  SplitSearch(const LayerCosts& costs, const Schedule& lowered, const SimOptions& sim)
       : costs_(costs), lowered_(lowered), sim_(sim) {
     sim_.record_timeline = false;
   }
 
   // Simulates `b` once (memoized) and keeps the best seen.
-  Result<Scored> score(const Blocks& b) {
+  Result<ScoredSplit> score(const Blocks& b) {
     auto it = seen_.find(b);
     if (it != seen_.end()) return it->second;
     const CostModel m = cost_model_for_layout(costs_, to_layers(b), "candidate");
     TP_ASSIGN_OR_RETURN(SimResult r, simulate(lowered_, m, sim_));
-    Scored sc{b, r.makespan, r.bubble_ratio};
+    ScoredSplit sc{b, r.makespan, r.bubble_ratio};
     seen_.emplace(b, sc);
     if (!best_ || better(sc, *best_)) best_ = sc;
     return sc;
@@ -98,11 +98,11 @@ class Search {
 
   // Steepest descent over single-block moves across one boundary, from `start`. Each step is
   // strictly better; the step cap only guards against the tolerance of better() going round.
-  Status descend(const Scored& start) {
-    Scored cur = start;
+  Status descend(const ScoredSplit& start) {
+    ScoredSplit cur = start;
     const int32_t S = static_cast<int32_t>(cur.blocks.size());
     for (int step = 0; step < 100000; ++step) {
-      Scored next = cur;
+      ScoredSplit next = cur;
       for (int32_t s = 0; s + 1 < S; ++s) {
         for (int dir : {+1, -1}) {  // +1: a block from stage s to s+1; -1: back
           Blocks b = cur.blocks;
@@ -110,7 +110,7 @@ class Search {
           if (b[from] <= min_blocks(from, S)) continue;
           --b[from];
           ++b[to];
-          TP_ASSIGN_OR_RETURN(Scored sc, score(b));
+          TP_ASSIGN_OR_RETURN(ScoredSplit sc, score(b));
           if (better(sc, next)) next = sc;
         }
       }
@@ -120,15 +120,15 @@ class Search {
     return OkStatus();
   }
 
-  const Scored& best() const { return *best_; }
+  const ScoredSplit& best() const { return *best_; }
   int64_t simulated() const { return static_cast<int64_t>(seen_.size()); }
 
  private:
   const LayerCosts& costs_;
   const Schedule& lowered_;
   SimOptions sim_;
-  std::map<Blocks, Scored> seen_;
-  std::optional<Scored> best_;
+  std::map<Blocks, ScoredSplit> seen_;
+  std::optional<ScoredSplit> best_;
 };
 
 // The split that minimizes the largest stage time F + B (a DP over stages and blocks used; the
@@ -206,7 +206,7 @@ Result<LayerSplit> choose_layer_split(const LayerCosts& costs, const Schedule& s
   }
   const Schedule& lowered = schedule.lowered ? schedule : lowered_storage;
 
-  Search search(costs, lowered, options.sim);
+  SplitSearch search(costs, lowered, options.sim);
   LayerSplit out;
   if (count_splits(L, S, options.max_exhaustive) <= options.max_exhaustive) {
     Blocks b(S, 0);
@@ -219,14 +219,14 @@ Result<LayerSplit> choose_layer_split(const LayerCosts& costs, const Schedule& s
       even_valid = even_valid && l.blocks >= min_blocks(int32_t(even.size()), S);
       even.push_back(l.blocks);
     }
-    TP_ASSIGN_OR_RETURN(Scored start, search.score(min_max_split(costs, L, S)));
+    TP_ASSIGN_OR_RETURN(ScoredSplit start, search.score(min_max_split(costs, L, S)));
     if (even_valid) {
-      TP_ASSIGN_OR_RETURN(Scored a, search.score(even));
+      TP_ASSIGN_OR_RETURN(ScoredSplit a, search.score(even));
       if (better(a, start)) start = a;
     }
     TP_RETURN_IF_ERROR(search.descend(start));
   }
-  const Scored& best = search.best();
+  const ScoredSplit& best = search.best();
   out.stages = to_layers(best.blocks);
   out.makespan = best.makespan;
   out.bubble_ratio = best.bubble_ratio;

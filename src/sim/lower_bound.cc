@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <queue>
 #include <utility>
 
@@ -15,7 +14,6 @@
 namespace tightpipe {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNegInf = -kInf;
 constexpr double kMemSlack = 1e-9;  // memory counts are sums of fractions
 // The span's per-rank pass costs O(p S m): above this many rank x stage x microbatch steps

@@ -2,7 +2,15 @@
 // (lower_bound.cc's per-rank term 5, zb_opt.cc's node bound; docs/cost_model.md 4g).
 #pragma once
 
+#include <limits>
 #include <vector>
+
+namespace tightpipe {
+
+// No bound yet (lower_bound.cc, zb_opt.cc).
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace tightpipe
 
 namespace tightpipe::zb {
 

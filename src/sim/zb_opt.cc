@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <unordered_map>
 #include <vector>
 
@@ -26,7 +25,6 @@
 namespace tightpipe {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kEps = 1e-9;
 // States remembered for the dominance cut (beyond it the search goes on without remembering).
 constexpr size_t kMaxRemembered = 4'000'000;

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/bf16_testing.h"
 #include "tightpipe/base.h"
 #include "tightpipe/kernels.h"
 #include "tightpipe/kernels_bf16.h"
@@ -34,7 +35,8 @@
 namespace tightpipe::nn {
 namespace {
 
-constexpr double kU16 = 1.0 / 256, kU32 = 1.0 / 16777216;
+using bf16_testing::kU16;
+using bf16_testing::kU32;
 
 std::vector<float> random_bf16(size_t n, uint64_t seed, float scale) {
   Rng r(seed);
@@ -43,16 +45,16 @@ std::vector<float> random_bf16(size_t n, uint64_t seed, float scale) {
   return v;
 }
 
-struct Shape {
+struct AttentionShape {
   int B, T, C, NH;
 };
 
-class AttentionBf16 : public ::testing::TestWithParam<Shape> {};
+class AttentionBf16 : public ::testing::TestWithParam<AttentionShape> {};
 
 TEST_P(AttentionBf16, ForwardAndBackwardWithinDerivedBounds) {
   // Plain ints, not a structured binding: the lambdas below capture them (clang 14, the sanitizer
   // lane's compiler, refuses to capture a structured binding).
-  const Shape shape = GetParam();
+  const AttentionShape shape = GetParam();
   const int B = shape.B, T = shape.T, C = shape.C, NH = shape.NH;
   const int hs = C / NH;
   const size_t NC = size_t(B) * T * C, BH = size_t(B) * NH, TT = size_t(T) * T;
@@ -183,10 +185,11 @@ TEST_P(AttentionBf16, ForwardAndBackwardWithinDerivedBounds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBf16,
-                         ::testing::Values(Shape{1, 5, 8, 2}, Shape{2, 37, 32, 2},
-                                           Shape{1, 64, 128, 2}, Shape{2, 33, 96, 3}),
-                         [](const ::testing::TestParamInfo<Shape>& i) {
-                           const Shape& s = i.param;
+                         ::testing::Values(AttentionShape{1, 5, 8, 2}, AttentionShape{2, 37, 32, 2},
+                                           AttentionShape{1, 64, 128, 2},
+                                           AttentionShape{2, 33, 96, 3}),
+                         [](const ::testing::TestParamInfo<AttentionShape>& i) {
+                           const AttentionShape& s = i.param;
                            return "B" + std::to_string(s.B) + "T" + std::to_string(s.T) + "C" +
                                   std::to_string(s.C) + "NH" + std::to_string(s.NH);
                          });

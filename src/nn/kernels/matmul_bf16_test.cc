@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "nn/bf16_testing.h"
 #include "tightpipe/base.h"
 #include "tightpipe/cpu_kernels.h"
 #include "tightpipe/kernels.h"
@@ -161,8 +162,8 @@ std::vector<double> abs_d(const std::vector<float>& v) {
   return d;
 }
 
-constexpr double kU32 = 1.0 / (1 << 24);
-constexpr double kU16 = 1.0 / (1 << 8);
+using bf16_testing::kU16;
+using bf16_testing::kU32;
 
 // |got - want| <= tol_per_sum * S + |base| (abs of what was there before accumulating, counted in
 // the FP32 rounding term) per element; returns the largest |got - want| / S seen.
@@ -180,13 +181,13 @@ double expect_within(const std::vector<float>& got, const std::vector<float>& wa
   return worst;
 }
 
-struct Shape {
+struct MatmulShape {
   int N, IC, OC;
 };
-const Shape kShapes[] = {{1, 5, 3}, {7, 5, 6}, {7, 16, 33}, {33, 64, 17}, {128, 96, 384}};
+const MatmulShape kShapes[] = {{1, 5, 3}, {7, 5, 6}, {7, 16, 33}, {33, 64, 17}, {128, 96, 384}};
 
 TEST(MatmulBf16, ForwardMatchesFp32TwinWithinDerivedBounds) {
-  for (const Shape s : kShapes) {
+  for (const MatmulShape s : kShapes) {
     for (const bool with_bias : {true, false}) {
       const int N = s.N, IC = s.IC, OC = s.OC;
       const std::string what = "forward N=" + std::to_string(N) + " IC=" + std::to_string(IC) +
@@ -221,7 +222,7 @@ TEST(MatmulBf16, ForwardMatchesFp32TwinWithinDerivedBounds) {
 }
 
 TEST(MatmulBf16, BackwardInputMatchesFp32TwinWithinDerivedBounds) {
-  for (const Shape s : kShapes) {
+  for (const MatmulShape s : kShapes) {
     const int N = s.N, IC = s.IC, OC = s.OC;
     const std::string what = "backward_input N=" + std::to_string(N) + " IC=" + std::to_string(IC) +
                              " OC=" + std::to_string(OC);
@@ -243,7 +244,7 @@ TEST(MatmulBf16, BackwardInputMatchesFp32TwinWithinDerivedBounds) {
 }
 
 TEST(MatmulBf16, BackwardWeightAccumulatesAndMatchesFp32TwinWithinDerivedBounds) {
-  for (const Shape s : kShapes) {
+  for (const MatmulShape s : kShapes) {
     for (const bool with_bias : {true, false}) {
       const int N = s.N, IC = s.IC, OC = s.OC;
       const std::string what = "backward_weight N=" + std::to_string(N) +
