@@ -18,29 +18,33 @@ results=()
 failed=0
 declare -A status
 # lane NAME COMMAND...: runs one lane, records pass / FAIL and its time. LANE_T0 (a $SECONDS)
-# makes the time count from then, for a lane that started in the background; a note the command
-# leaves in lane_note is printed beside the time.
+# makes the time count from then, for a lane that started in the background; a duration the
+# command leaves in lane_seconds replaces it (a background lane's own run, which may have ended
+# before it was waited for), and a note it leaves in lane_note is printed beside the time.
 lane_note=""
+lane_seconds=""
 lane() {
   local name=$1
   shift
-  local t0=${LANE_T0:-$SECONDS} rc=0 note
+  local t0=${LANE_T0:-$SECONDS} rc=0 note secs
   echo "test.sh: lane '$name': $*"
   "$@" || rc=$?
   note=${lane_note:+  ($lane_note)}
   lane_note=""
+  secs=${lane_seconds:-$((SECONDS - t0))}
+  lane_seconds=""
   if ((rc == 77)) && [ "${LANE_MAY_SKIP:-0}" = 1 ]; then
     # The lane could not run (it printed a SKIPPED line saying why): never counted as passed.
     status[$name]=skipped
-    results+=("$(printf '  %-28s %-8s %5d s  (%s)' "$name" skipped $((SECONDS - t0)) \
+    results+=("$(printf '  %-28s %-8s %5d s  (%s)' "$name" skipped "$secs" \
       "no Python environment: see its SKIPPED line")")
   elif ((rc == 0)); then
     status[$name]=pass
-    results+=("$(printf '  %-28s %-8s %5d s%s' "$name" pass $((SECONDS - t0)) "$note")")
+    results+=("$(printf '  %-28s %-8s %5d s%s' "$name" pass "$secs" "$note")")
   else
     status[$name]=fail
     failed=1
-    results+=("$(printf '  %-28s %-8s %5d s  (exit %d)%s' "$name" FAIL $((SECONDS - t0)) "$rc" \
+    results+=("$(printf '  %-28s %-8s %5d s  (exit %d)%s' "$name" FAIL "$secs" "$rc" \
       "$note")")
   fi
 }
@@ -66,7 +70,7 @@ print_lanes() {
 #   much of their time waiting (sleeps of emulated compute, time-outs, MPI start-up, browsers,
 #   spawned Python processes): it takes the cores those tests leave idle and never slows them,
 #   the load the suite is built to run beside (scripts/load-beside.sh).
-declare -A bg_pid bg_t0 bg_log
+declare -A bg_pid bg_t0 bg_epoch0 bg_log
 interrupted() {
   echo "test.sh: interrupted"
   # Each background lane is its own process group (setsid, below). An unfinished Python
@@ -88,9 +92,14 @@ bg_start() {
   bg_log[$name]=$(mktemp "${TMPDIR:-/tmp}/tightpipe-lane-XXXXXX.log")
   echo "test.sh: lane '$name' started in the background: $* (log ${bg_log[$name]})"
   bg_t0[$name]=$SECONDS
+  bg_epoch0[$name]=$(date +%s)
   # Its own process group (setsid: a background child here leads none, so setsid does not fork
   # and $! is that group; -w keeps the exit status if it ever does), for interrupted() to end.
-  setsid -w "$@" >"${bg_log[$name]}" 2>&1 &
+  # The shell around the command writes when it ended (seconds since the epoch) beside the log,
+  # so the lane's time is the command's own run, not the wait until the lanes beside it ended.
+  # shellcheck disable=SC2016
+  setsid -w bash -c '"$@"; rc=$?; date +%s >"$0"; exit "$rc"' "${bg_log[$name]}.end" "$@" \
+    >"${bg_log[$name]}" 2>&1 &
   bg_pid[$name]=$!
 }
 # bg_lane NAME COMMAND...: lane NAME: waits for its background command (starting COMMAND now, in
@@ -105,9 +114,12 @@ bg_wait() {
   local name=$1 rc=0 t0=$SECONDS
   wait "${bg_pid[$name]}" || rc=$?
   unset "bg_pid[$name]"
+  local end
+  end=$(cat "${bg_log[$name]}.end" 2>/dev/null) || end=""
+  [ -z "$end" ] || lane_seconds=$((end - bg_epoch0[$name]))
   lane_note="beside the lanes above; $((SECONDS - t0)) s of it after them"
   cat "${bg_log[$name]}"
-  rm -f "${bg_log[$name]}"
+  rm -f "${bg_log[$name]}" "${bg_log[$name]}.end"
   return "$rc"
 }
 
