@@ -1,5 +1,6 @@
 """What each rank runs in the interop test (test_torch_interop.py): a list of jobs, one training
-step each, on one gloo process group. Module-level so that the spawn start method can pickle it."""
+step each, on one gloo process group.
+Module-level so that the rank processes' start method (forkserver, or spawn) can pickle it."""
 
 from __future__ import annotations
 

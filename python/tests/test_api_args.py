@@ -7,6 +7,7 @@ binary never runs."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -270,6 +271,17 @@ def test_spawn_and_the_model() -> None:
     _expect(lambda: spawn(2, print, threads=0), ArgumentError, "threads 0: must be in [1, 1024]")
     _expect(lambda: spawn(2, print, timeout=-1), ArgumentError, "timeout -1: must be a finite")
     _expect(lambda: spawn(2, print, pg_timeout=math.nan), ArgumentError, "pg_timeout nan")
+    # The start method comes from the environment; a wrong one is named before any rank starts.
+    saved = os.environ.get("TIGHTPIPE_START_METHOD")
+    os.environ["TIGHTPIPE_START_METHOD"] = "fork"
+    try:
+        _expect(lambda: spawn(2, print), ArgumentError,
+                "TIGHTPIPE_START_METHOD 'fork': must be forkserver or spawn")
+    finally:
+        if saved is None:
+            del os.environ["TIGHTPIPE_START_METHOD"]
+        else:
+            os.environ["TIGHTPIPE_START_METHOD"] = saved
     _expect(lambda: GptConfig(d_model=30, heads=4), ArgumentError,
             "d_model 30: is not divisible by heads 4")
     _expect(lambda: GptConfig(vocab=0), ArgumentError, "vocab 0: must be in [1, ")

@@ -1,7 +1,8 @@
 """What each rank runs in test_torch_titan.py: torchtitan 0.3.0's own pipeline code (pipeline_llm:
 its split `_pipeline_module_split` and its schedule `_build_pipeline_schedule`) on its own Llama3
 model at a tiny size, set up only from `titan_config` of a tune result; one training step per
-case, compared with the unsplit model. Module-level so that the spawn start method can pickle it.
+case, compared with the unsplit model.
+Module-level so that the rank processes' start method (forkserver, or spawn) can pickle it.
 """
 
 from __future__ import annotations

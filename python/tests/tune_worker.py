@@ -1,6 +1,7 @@
 """What each rank runs in test_torch_tune.py: the tuned split and schedule applied in one call
 (build_tuned_runtime) on a fresh model, one training step, the losses and every gradient by its
-name in the unsplit model. Module-level so that the spawn start method can pickle it."""
+name in the unsplit model.
+Module-level so that the rank processes' start method (forkserver, or spawn) can pickle it."""
 
 from __future__ import annotations
 

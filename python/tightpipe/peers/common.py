@@ -460,13 +460,15 @@ def free_port() -> int:
 def spawn(
     worker: Callable[..., None], nprocs: int, args: Tuple[Any, ...], timeout_s: float = 600
 ) -> List[Any]:
-    """Runs worker(rank, nprocs, port, queue, *args) on nprocs processes (spawned, so no state
-    leaks from the caller) and returns what each put on the queue, by rank. A rank that fails
-    makes this raise with its traceback."""
-    import multiprocessing as mp
+    """Runs worker(rank, nprocs, port, queue, *args) on nprocs processes (from the package's fork
+    server, tightpipe.torch.launch.process_context, so no state leaks from the caller) and
+    returns what each put on the queue, by rank. A rank that fails makes this raise with its
+    traceback."""
     import queue as _queue
 
-    ctx = mp.get_context("spawn")
+    from tightpipe.torch.launch import process_context
+
+    ctx = process_context()
     q = ctx.Queue()
     port = free_port()
     procs = [
