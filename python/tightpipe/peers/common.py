@@ -20,7 +20,6 @@ import importlib.metadata
 import json
 import math
 import os
-import socket
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -450,13 +449,6 @@ def align_steps(
     return out, spans
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def spawn(
     worker: Callable[..., None], nprocs: int, args: Tuple[Any, ...], timeout_s: float = 600
 ) -> List[Any]:
@@ -466,7 +458,7 @@ def spawn(
     traceback."""
     import queue as _queue
 
-    from tightpipe.torch.launch import process_context
+    from tightpipe.torch.launch import free_port, process_context
 
     ctx = process_context()
     q = ctx.Queue()

@@ -4,8 +4,8 @@
                                     # of what each rank's call returned, by rank
 
 The processes start from a fork server that has imported torch (process_context) and use a free
-local port; each sets torch's thread count
-to `threads`. An exception on any rank is raised here with that rank's traceback.
+local port (free_port); each sets torch's thread count to `threads`. An exception on any rank is
+raised here with that rank's traceback.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def process_context() -> Any:
     return mp.get_context(method)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A local TCP port free now, for a process group's rendezvous."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -105,7 +106,7 @@ def spawn(
     )
     ctx = process_context()
     queue = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [
         ctx.Process(target=_entry, args=(r, world, port, threads, pg_timeout, fn, args, queue))
         for r in range(world)
