@@ -20,7 +20,7 @@ class Option;
 
 namespace tightpipe::bench {
 
-constexpr int kExitUsage = 2;
+inline constexpr int kExitUsage = 2;
 
 // One flag of a Flags, for the settings and checks chained onto it; each returns *this. A check
 // also shows in the usage (e.g. "INT in [2 - 1000]"); a value that fails it is a usage error.

@@ -20,9 +20,9 @@ namespace tightpipe::bench {
 
 enum class Verdict { kPass, kFail, kCouldNotJudge };
 
-constexpr int kExitPass = 0;
-constexpr int kExitFail = 1;
-constexpr int kExitCouldNotJudge = 3;  // 2 is kExitUsage (bench_cli.h)
+inline constexpr int kExitPass = 0;
+inline constexpr int kExitFail = 1;
+inline constexpr int kExitCouldNotJudge = 3;  // 2 is kExitUsage (bench_cli.h)
 
 // The noise of identical runs: max / min - 1 of their figures; nullopt with fewer than two (one
 // run says nothing of the noise). REQUIRES: every figure > 0.

@@ -66,11 +66,17 @@ do_build() {
   # newer compiler than Debian 12's GCC 12 with warnings of its own). A build folder configured the
   # other way is reconfigured (the flags change, so it recompiles).
   werror=$([ "${TP_WERROR:-1}" = 0 ] && echo OFF || echo ON)
+  # Each library and test program compiles as one translation unit (TIGHTPIPE_UNITY,
+  # CMakeLists.txt tp_unity): a cold build in about half the compile time (docs/testing.md).
+  # TP_UNITY=0 builds file by file: an edit recompiles one file instead of its target's, and
+  # each file must include what it uses (a unity file lets one lean on an earlier one's).
+  unity=$([ "${TP_UNITY:-1}" = 0 ] && echo OFF || echo ON)
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-      -DTIGHTPIPE_WERROR="$werror" ${CMAKE_ARGS:-}
-  elif ! grep -qx "TIGHTPIPE_WERROR:BOOL=$werror" "$BUILD_DIR/CMakeCache.txt"; then
-    cmake -S . -B "$BUILD_DIR" -DTIGHTPIPE_WERROR="$werror" >/dev/null
+      -DTIGHTPIPE_WERROR="$werror" -DTIGHTPIPE_UNITY="$unity" ${CMAKE_ARGS:-}
+  elif ! grep -qx "TIGHTPIPE_WERROR:BOOL=$werror" "$BUILD_DIR/CMakeCache.txt" ||
+    ! grep -qx "TIGHTPIPE_UNITY:BOOL=$unity" "$BUILD_DIR/CMakeCache.txt"; then
+    cmake -S . -B "$BUILD_DIR" -DTIGHTPIPE_WERROR="$werror" -DTIGHTPIPE_UNITY="$unity" >/dev/null
   fi
   # BUILD_TARGETS: what to build (default: everything; the demo builds only the CLI it runs).
   # shellcheck disable=SC2086

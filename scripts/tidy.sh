@@ -49,7 +49,7 @@ trap 'rm -f "$index"' EXIT
 rm -rf "$B/tidy-unity"
 mkdir -p "$B/tidy-unity"
 python3 - "$B/compile_commands.json" "$root" "$B/tidy-unity" "${files[@]}" >"$index" <<'EOF'
-import json, os, shlex, sys
+import json, os, re, shlex, sys
 db, root, unity_dir, wanted = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 build = os.path.dirname(db)
 by_file = {}
@@ -58,11 +58,14 @@ for e in json.load(open(db)):
     cmd = e.get("command") or shlex.join(e["arguments"])
     if f not in by_file:
         by_file[f] = (e["directory"], e.get("output", ""), cmd, e["file"])
-# A source compiled inside a generated unity file (the CLI's tightpipe_all.cc: #include "x.cc"
-# from the build folder's copy of its directory) is checked through that file, once.
+# A source compiled inside a generated unity file (the CLI's tightpipe_all.cc, and with
+# TIGHTPIPE_UNITY each library's <target>_unity_<n>.cc: #include "x.cc" from the build folder's
+# copy of its directory) is checked through that file, once.
+def is_unity(f):
+    return f.endswith("_all.cc") or re.search(r"_unity_[0-9]+\.cc$", f) is not None
 unity = {}
 for f in by_file:
-    if f.endswith("_all.cc"):
+    if is_unity(f):
         src_dir = os.path.relpath(os.path.dirname(os.path.join(root, f)),
                                   os.path.join(root, build))
         for line in open(os.path.join(root, f)):
@@ -93,7 +96,7 @@ for f in wanted:
         elif a != abs_file:
             flags.append(a)
     key = (directory, shlex.join(flags))
-    if f.endswith("_all.cc"):
+    if is_unity(f):
         key = key + (f,)  # a unity file of the build: alone
     groups.setdefault(key, []).append((f, out, cmd))
 entries = []
@@ -162,11 +165,13 @@ trap 'rm -f "$index"; rm -rf "$out"' EXIT
 # check ITEM: one translation unit ("FILE:KEY"); its output in $out, the key stamped when clean.
 check() {
   local f=${1%:*} k=${1##*:} log db=$B
-  log="$out/$(echo "$f" | tr / _).log"
+  log="$out/tu_$(echo "$f" | tr / _).log"  # tu_: never a dot file, which * would miss
   [[ $f != "$B/tidy-unity/"* ]] || db=$B/tidy-unity
   # The commands are GCC's: its own spelling -Wunused-const-variable=1 (CMakeLists.txt) is no
   # option of clang's, which would call it an error.
-  if "$CLANG_TIDY" -p "$db" --quiet --warnings-as-errors='*' \
+  # --config-file: the tree's .clang-tidy, also for a build folder outside the tree (clang-tidy
+  # looks for it beside the file it checks, which is in the build folder for a unity file).
+  if "$CLANG_TIDY" -p "$db" --quiet --warnings-as-errors='*' --config-file="$root/.clang-tidy" \
     --extra-arg=-Wno-unknown-warning-option "$f" >"$log" 2>&1; then
     [ -z "$k" ] || [ "$cache" = off ] || touch "$cache/$k"
   else
@@ -174,7 +179,7 @@ check() {
   fi
 }
 export -f check
-export CLANG_TIDY B out cache
+export CLANG_TIDY B out cache root
 t0=$SECONDS
 ((${#todo[@]} == 0)) || printf '%s\0' "${todo[@]}" | xargs -0 -r -n 1 -P "$JOBS" bash -c 'check "$1"' _
 failed=$(cat "$out"/*.failed 2>/dev/null | wc -l)

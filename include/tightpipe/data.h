@@ -190,7 +190,7 @@ Result<std::vector<std::string>> expand_braces(std::string_view pattern);
 bool is_shard_path(std::string_view path);
 
 // The byte tokenizer: each byte is one token, vocabulary 256.
-constexpr int32_t kByteVocabSize = 256;
+inline constexpr int32_t kByteVocabSize = 256;
 std::vector<int32_t> byte_tokenize(std::string_view text);
 
 }  // namespace tightpipe

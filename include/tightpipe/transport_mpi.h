@@ -70,7 +70,7 @@ bool launched_by_mpirun();
 
 // Seconds fail_launched_job() waits before the launcher may stop the job: time for the other
 // ranks, which got this one's abort message, to print their own error line.
-constexpr double kLauncherLingerS = 1.0;
+inline constexpr double kLauncherLingerS = 1.0;
 
 // For main, after it printed this process's error and before it exits non-zero: makes the job
 // fail as a whole, so that the launcher's exit status is non-zero too. Under mpirun (more than

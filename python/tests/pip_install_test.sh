@@ -12,12 +12,14 @@
 # Exits 77 (ctest: skipped), loudly, when the package index cannot be reached or python3 has no
 # venv module; never passes without installing. The build goes to <clone>/build-wheel
 # (pyproject.toml: build-dir), compiled through ccache like build/: warm, a rebuild is hits.
-# The one setting added to the user's command: the build's -Werror (TIGHTPIPE_WERROR, given by
-# ctest; scikit-build-core reads SKBUILD_CMAKE_DEFINE), so that the wheel compiles with the
-# default build's exact flags and ccache hits the objects that build just made, even cold.
+# The two settings added to the user's command: the build's -Werror and unity translation units
+# (TIGHTPIPE_WERROR and TIGHTPIPE_UNITY, given by ctest; scikit-build-core reads
+# SKBUILD_CMAKE_DEFINE), so that the wheel compiles with the default build's exact flags and
+# translation units and ccache hits the objects that build just made, even cold.
 #   PYTHON             the interpreter (default python3)
 #   TIGHTPIPE_WERROR   ON or OFF, as the build that runs the test was configured (default OFF,
 #                      a user's pip install)
+#   TIGHTPIPE_UNITY    ON or OFF, the same (default OFF)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python3}
@@ -85,7 +87,7 @@ t=$SECONDS
 t_venv=$((SECONDS - t))
 t=$SECONDS
 if ! (cd "$repo" && env -u TIGHTPIPE_BIN -u PYTHONPATH PIP_DISABLE_PIP_VERSION_CHECK=1 \
-  SKBUILD_CMAKE_DEFINE="TIGHTPIPE_WERROR=${TIGHTPIPE_WERROR:-OFF}" \
+  SKBUILD_CMAKE_DEFINE="TIGHTPIPE_WERROR=${TIGHTPIPE_WERROR:-OFF};TIGHTPIPE_UNITY=${TIGHTPIPE_UNITY:-OFF}" \
   "$venv/bin/python" -m pip install ./python >"$tmp/pip.log" 2>&1); then
   tail -n 40 "$tmp/pip.log" >&2
   fail "pip install ./python (the last 40 lines of its output above)"

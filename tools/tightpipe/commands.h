@@ -10,9 +10,9 @@
 
 namespace tightpipe::cli {
 
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
 
 int cmd_schedule(int argc, char** argv);
 int cmd_simulate(int argc, char** argv);
