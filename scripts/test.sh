@@ -66,11 +66,24 @@ print_lanes() {
 # end, and its note says how much of it came after the lanes it ran beside:
 # - the Python environment, beside the build and the static lanes: it is mostly downloading and
 #   unpacking (network and disk), they are compiling;
-# - the sanitizer build, at the lowest priority (nice 19) beside the main ctest, whose tests spend
-#   much of their time waiting (sleeps of emulated compute, time-outs, MPI start-up, browsers,
-#   spawned Python processes): it takes the cores those tests leave idle and never slows them,
-#   the load the suite is built to run beside (scripts/load-beside.sh).
+# - the sanitizer build, at the lowest priority (idle_priority, below) from the end of the package
+#   step, beside the GCC build, the static lanes and the main ctest: it takes the cores they leave
+#   idle (a configure step, the build's last long translation units, mypy's one thread, the
+#   tests' waits for sleeps of emulated compute, time-outs, MPI start-up, browsers, spawned
+#   Python processes) and barely slows them, the load the suite is built to run beside
+#   (scripts/load-beside.sh).
 declare -A bg_pid bg_t0 bg_epoch0 bg_log
+# idle_priority COMMAND...: COMMAND at nice 19. A background lane is a session of its own
+# (setsid, below), and where the kernel groups each session's processes for the scheduler
+# (/proc/sys/kernel/sched_autogroup_enabled, on by default in Debian's kernels) the groups share
+# the cores equally whatever their processes' nice values: nice 19 alone would still take half
+# of the machine from the lanes beside it. So the group's own nice value is raised too.
+# (bg_start's shell runs it: exported.)
+idle_priority() {
+  [ ! -w /proc/self/autogroup ] || echo 19 >/proc/self/autogroup 2>/dev/null || true
+  nice -n 19 "$@"
+}
+export -f idle_priority
 interrupted() {
   echo "test.sh: interrupted"
   # Each background lane is its own process group (setsid, below). An unfinished Python
@@ -127,12 +140,14 @@ bg_wait() {
 # reused by the next clone on this machine (scripts/setup-python.sh). Its tests are ctest's
 # label `python`; without the environment they skip loudly.
 python_wanted() { [ -x scripts/setup-python.sh ] && [ "${TP_PYTHON:-1}" != 0 ]; }
+san_build=(idle_priority ./scripts/sanitize.sh build)
 # Lane "setup and build": the Debian packages first (setup-python needs the compiler and
-# python3-venv from them, and two apt-gets cannot run at once), then the Python environment is
-# started in the background, then the build.
+# python3-venv from them, the sanitizer build clang, and two apt-gets cannot run at once), then
+# the Python environment and the sanitizer build are started in the background, then the build.
 setup_and_build() {
   ./scripts/setup.sh packages || return
   if python_wanted; then bg_start "python environment" ./scripts/setup-python.sh; fi
+  if [ "${SANITIZE:-1}" != 0 ]; then bg_start "sanitizer build" "${san_build[@]}"; fi
   ./scripts/setup.sh build
 }
 lane "setup and build" setup_and_build
@@ -162,10 +177,6 @@ if [ -x scripts/lint-python.sh ]; then
   fi
 fi
 main_ctest() { (cd "$BUILD_DIR" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" "$@"); }
-san_build=(nice -n 19 ./scripts/sanitize.sh build)
-if [ "${SANITIZE:-1}" != 0 ]; then
-  bg_start "sanitizer build" "${san_build[@]}"
-fi
 if [ "${status[setup and build]}" = pass ]; then
   lane "ctest (every label)" main_ctest "$@"
 else
