@@ -21,8 +21,10 @@ F + I + W on a Zen 3 core (2.9 at d = 128: small matmuls run the blocks less eff
 --mode emulated: every module is a tightpipe.torch.emulate.EmulatedLayer sleeping its measured F,
 I and W times --scale (PyTorch's split backward still decides the order), so p = 4 and 8 run on 2
 cores and the gain is read free of CPU load; its logits are over a vocabulary of 64, so no real
-compute is left beside the sleeps. --mode real first measures whether the cores slow each other
-(one matmul loop alone, then p at once) and prints it. --repeat N runs the whole measurement N times.
+compute is left beside the sleeps. --mode real first measures how much the same fixed compute
+varies on its own here (one process, one thread, timed again and again: the least noise a row can
+have; --noise-only prints just that) and whether the cores slow each other (one matmul loop
+alone, then p at once). --repeat N runs the whole measurement N times.
 
     PYTHONPATH=python:python/tests $(./scripts/setup-python.sh --print-venv)/bin/python \\
         bench/torch/tune_bench.py --mode real --pp 2
@@ -211,6 +213,45 @@ def core_contention(p: int) -> tuple[float, float]:
     return alone, together
 
 
+_NOISE_PROBE = """
+import sys, time, torch
+torch.set_num_threads(1)
+a, w, o = torch.randn(256, 384), torch.randn(384, 4096), torch.empty(256, 4096)
+def loop():
+    for _ in range(60):
+        torch.mm(a, w, out=o)
+loop()
+for _ in range(int(sys.argv[1])):
+    t = time.perf_counter()
+    loop()
+    print(time.perf_counter() - t)
+"""
+
+
+def compute_noise(times: int, runs: int) -> list[list[float]]:
+    """One process, one thread, nothing else of the bench running: the same fixed work (60
+    preallocated 256x384x4096 matmuls, no allocation, no message) timed `times` times, in `runs`
+    processes one after the other. Its spread is the least noise any real-compute row can have
+    here: a row's step is this kind of work on p such processes at once, plus messages."""
+    out = []
+    for _ in range(runs):
+        res = subprocess.run([sys.executable, "-c", _NOISE_PROBE, str(times)],
+                             capture_output=True, text=True, check=True)
+        out.append([float(x) for x in res.stdout.split()])
+    return out
+
+
+def print_compute_noise(times: int, runs: int) -> None:
+    samples = compute_noise(times, runs)
+    meds = [statistics.median(s) for s in samples]
+    for k, (s, med) in enumerate(zip(samples, meds)):
+        print(f"the cores' own noise, run {k + 1}/{runs}: fixed 1-thread work of {times} x 60 "
+              f"matmuls, median {1e3 * med:.1f} ms, spread {100 * (min(s) / med - 1):+.1f}.."
+              f"{100 * (max(s) / med - 1):+.1f}%")
+    print(f"the cores' own noise: medians of identical runs {min(meds) * 1e3:.1f}.."
+          f"{max(meds) * 1e3:.1f} ms ({100 * (max(meds) / min(meds) - 1):.1f}% apart)")
+
+
 def predicted(layers_json: str, p: int, m: int, row: dict, tmp: str,
               host_us: dict[str, float]) -> float:
     """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime)."""
@@ -257,7 +298,13 @@ def main() -> int:
                     "form f=,i=,w=,b=,f_module=,... (default: measured first, "
                     "tightpipe.torch.measure_host_time, outside the rows)")
     ap.add_argument("--smoke", action="store_true", help="toy size, two rows, one round")
+    ap.add_argument("--noise-only", action="store_true",
+                    help="only time the same fixed 1-thread compute 40 times in each of 3 "
+                    "processes and print its spread (the least noise a real row can have)")
     args = ap.parse_args()
+    if args.noise_only:
+        print_compute_noise(40, 3)
+        return 0
     p, m = args.pp, args.microbatches
     d = args.d_model
     if args.smoke:
@@ -293,6 +340,7 @@ def main() -> int:
                                         layers="emulated" if args.mode == "emulated"
                                         else "measured")
         if args.mode == "real" and not args.smoke:
+            print_compute_noise(20, 2)
             alone, together = core_contention(p)
             print(f"the cores' contention: a 1-thread 128x384x1536 matmul takes "
                   f"{1e6 * alone:.0f} us alone and {1e6 * together:.0f} us with {p} at once "
