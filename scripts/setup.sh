@@ -67,7 +67,7 @@ do_build() {
   # other way is reconfigured (the flags change, so it recompiles).
   werror=$([ "${TP_WERROR:-1}" = 0 ] && echo OFF || echo ON)
   # Each library and test program compiles as one translation unit (TIGHTPIPE_UNITY,
-  # CMakeLists.txt tp_unity): a cold build in about half the compile time (docs/testing.md).
+  # CMakeLists.txt tp_unity): a clean build in two thirds of the CPU time (docs/testing.md).
   # TP_UNITY=0 builds file by file: an edit recompiles one file instead of its target's, and
   # each file must include what it uses (a unity file lets one lean on an earlier one's).
   unity=$([ "${TP_UNITY:-1}" = 0 ] && echo OFF || echo ON)
