@@ -59,7 +59,7 @@ TEST(Table4, PostValidatedZb2pIsBuiltForTheSpan) {
   int k = 0;
   for (const auto& row : testutil::zb_paper_settings()) {
     if (row.p < 16 || row.zb2p < 0) continue;
-    if (k++ % testutil::kSweepStride != 0) continue;
+    if (k++ % testutil::kCaseStride != 0) continue;
     SCOPED_TRACE(fmt::format("{} p={} m={}", row.model, row.p, row.m));
     auto [c, o] = testutil::zb_paper_problem(row, "zb-2p");
     o.objective = zb_objective_for(optimizer_post_validated(Engine::kZb, false));

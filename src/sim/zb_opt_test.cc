@@ -35,7 +35,7 @@ TEST(ZbOpt, OptimalWithinMemoryAndNeverWorseThanTheGreedy) {
   Rng rng(7);
   int cases = 0;
   for (int32_t p = 2; p <= kZbOptMaxRanks; ++p) {
-    for (int32_t m = 1; m <= kZbOptMaxMicrobatches; m += testutil::kSweepStride) {
+    for (int32_t m = 1; m <= kZbOptMaxMicrobatches; m += testutil::kCaseStride) {
       for (ZbObjective obj : {ZbObjective::kMakespan, ZbObjective::kSpan}) {
         Rng crng = rng.fork(static_cast<uint64_t>(p * 100 + m));
         const double latency = (p + m) % 2 ? 0.3 : 0.0;
@@ -78,7 +78,7 @@ TEST(ZbOpt, OptimalWithinMemoryAndNeverWorseThanTheGreedy) {
       }
     }
   }
-  EXPECT_GT(cases, 20 / testutil::kSweepStride);
+  EXPECT_GT(cases, 20 / testutil::kCaseStride);
 }
 
 // At F = I = W and no comm, ZB-H1 is optimal at memory p: zb-opt finds its makespan, which is
