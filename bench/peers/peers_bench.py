@@ -11,9 +11,13 @@ per chunk F/v and B/v with v virtual stages). Two predictions:
   (compare.measured_costs: median host-inclusive F and B per stage, the median message crossing,
   the step's tail), so what is compared is the engine profile: which waits the engine has.
 * `--predict-from probe`: from what the stages were asked to take, plus the engine's host time
-  per F and per B, its message latency and step tail measured once per engine by
-  compare.measure_engine_host_time (its own 1F1B on short computes, and a gloo ping-pong), before
-  and outside every run it predicts: `simulate --host-time-us`. Nothing from the run predicted.
+  per F and per B, the link's latency, the engine's call per p2p operation (paid at each end)
+  and its step tail, measured once per engine by compare.measure_engine_host_time (its own 1F1B
+  on short computes, and a gloo ping-pong), before and outside every run it predicts:
+  `simulate --host-time-us`. Nothing from the run predicted.
+
+`--runs-out FILE` also keeps every run measured (pickle); `--runs-in FILE` (with `--probe-in`)
+predicts those runs again and runs nothing: a changed model judged on the same measurements.
 
 Step: the median over the measured steps (the first step, with the engines' set-up, is left
 out); with --repeat N, of the N runs of a configuration the one with the shortest measured step
@@ -33,6 +37,7 @@ Exit 0 PASS, 1 FAIL, 3 COULD NOT JUDGE.
 import argparse
 import json
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -114,7 +119,9 @@ def probes(args, engines):
         print(f"probe {e} ({h.transport}, p={h.probe['pp']}, m={h.probe['microbatches']}, "
               f"F {h.probe['f_ms']} ms, B {h.probe['b_ms']} ms, {h.probe['when']}): "
               f"--host-time-us {h.host_time_flag()}; message {h.message_ms:.3f} ms "
-              f"(ping-pong {h.link_ms:.3f}, the engine's call {h.call_ms:+.3f}); step tail "
+              f"(ping-pong {h.link_ms:.3f}, the engine's call {h.call_ms:+.3f} over "
+              f"{h.ops_per_call:.2f} operations: {h.op_overhead_ms:.3f} ms each at each end); "
+              f"step tail "
               f"{h.tail_ms:.3f} ms; {h.probe['machine']}")
         for k, one in enumerate(h.identical()):
             print(f"  its identical run {k}: --host-time-us {one.host_time_flag()}; message "
@@ -135,6 +142,11 @@ def main() -> int:
     ap.add_argument("--predict-from", choices=("measured", "probe"), default="measured")
     ap.add_argument("--probe-in", default="", help="a probe saved by --probe-out on this machine")
     ap.add_argument("--probe-out", default="", help="write the probe measured here")
+    ap.add_argument("--runs-out", default="",
+                    help="also write every run measured here (pickle) for --runs-in")
+    ap.add_argument("--runs-in", default="",
+                    help="predict the runs of an earlier --runs-out again, running nothing "
+                    "(with --probe-in: a changed model judged on the same measurements)")
     ap.add_argument("--probe-pp", type=int, default=2)
     ap.add_argument("--probe-f-ms", type=float, default=1.0)
     ap.add_argument("--probe-b-ms", type=float, default=2.0)
@@ -165,11 +177,18 @@ def main() -> int:
           f"{'other profile':>22}  verdict (5%)")
     rows = []
     over = []
+    saved: dict = {}
+    runs_out: dict = {"when": time.strftime('%Y-%m-%d %H:%M:%S %Z'), "machine": machine_line()}
+    if a.runs_in:
+        with open(a.runs_in, "rb") as fh:
+            saved = pickle.load(fh)
+        print(f"runs read from {a.runs_in} (measured {saved['when']}; nothing runs now)")
     for engine, p, v, ms, batch in rows_cfg:
         costs = make_costs(p * v, a.f_ms / v, a.b_ms / v)
         profile = engine
-        tries = []
-        for _ in range(a.repeat):
+        key = (engine, p, v, repr(ms), batch)
+        tries = saved["runs"][key] if saved else []
+        for _ in range(0 if saved else a.repeat):
             if engine.startswith("megatron"):
                 specs = [RunSpec(m[0], group=m[1]) if isinstance(m, tuple) else m for m in ms]
                 tries.append(megatron.run_many(p, specs, costs, vpp=v, steps=a.steps,
@@ -177,6 +196,10 @@ def main() -> int:
                                                overlap=engine == "megatron-overlap"))
             else:
                 tries.append(deepspeed.run_many(p, ms, costs, steps=a.steps))
+        load_now = saved["load"][key] if saved else os.getloadavg()[0]
+        if a.runs_out:
+            runs_out.setdefault("runs", {})[key] = tries
+            runs_out.setdefault("load", {})[key] = load_now
         for k in range(len(ms)):
             same = [t[k] for t in tries]
             noise = spread([measured(r)[0] for r in same])
@@ -234,7 +257,7 @@ def main() -> int:
                 sched += f" g={g}"
             noise_txt = f"{100 * run_noise:.2f}" if run_noise is not None else "-"
             probe_txt = f"{100 * pnoise:.2f}" if pnoise is not None and probe else "-"
-            load = os.getloadavg()[0]
+            load = load_now  # after the runs (read back with --runs-in)
             print(f"{engine:16} {sched:20} {p:>2} {v:>2} {run.microbatches:>3}  "
                   f"{step * 1e3:>8.1f}ms {pred * 1e3:>8.1f}ms {100 * err:>+6.2f} {noise_txt:>8} "
                   f"{probe_txt:>7} "
@@ -249,6 +272,9 @@ def main() -> int:
                       f"{statistics.median(cross) if cross else 0:.3f} ms, tail "
                       f"{statistics.median(tails):.3f} ms; the probe's: "
                       f"{h.host_time_flag()}, {h.message_ms:.3f} ms, {h.tail_ms:.3f} ms")
+    if a.runs_out:
+        with open(a.runs_out, "wb") as fh:
+            pickle.dump(runs_out, fh)
     errs = [abs(r[0]) for r in rows]
     noises = [r[2] for r in rows]
     known = [n for n in noises if n is not None]

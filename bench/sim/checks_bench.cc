@@ -521,6 +521,7 @@ int main(int argc, char** argv) {
       "verdict |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   bench::Verdict all = bench::Verdict::kPass;
+  std::string not_passing;  // the groups that did not pass, each with its verdict
   for (const Group& g : out) {
     bench::Verdict verdict = bench::Verdict::kPass;
     int counts[3] = {0, 0, 0};
@@ -547,6 +548,10 @@ int main(int argc, char** argv) {
                 counts[0], counts[1], counts[2], median_error.c_str(), worst_error.c_str(),
                 std::string(bench::verdict_name(verdict)).c_str());
     all = bench::combine(all, verdict);
+    if (verdict != bench::Verdict::kPass) {
+      not_passing += fmt::format("{}{} ({})", not_passing.empty() ? "" : ", ", g.name,
+                                 bench::verdict_name(verdict));
+    }
   }
   std::printf("\n");
   for (const Group& g : out) {
@@ -556,6 +561,8 @@ int main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string names;
   for (const Group& g : out) names += (names.empty() ? "" : ", ") + g.name;
+  // The groups run, then the ones that did not pass: "FAIL: a, b, c; not passing: a (FAIL)".
+  if (!not_passing.empty()) names += "; not passing: " + not_passing;
   std::printf("\n%s: %s; %.1f s\n", std::string(bench::verdict_name(all)).c_str(), names.c_str(),
               seconds);
   return bench::exit_code(all);

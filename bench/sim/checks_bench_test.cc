@@ -97,6 +97,7 @@ TEST(ChecksBench, ReferenceGroupIsOneTableWithAVerdictPerRowAndTheCpuNamed) {
   }
   EXPECT_TRUE(r.out.find("table4 |") == std::string::npos) << "only the group asked for";
   EXPECT_NE(r.out.find("\nPASS: reference;"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not passing"), std::string::npos) << r.out;
 }
 
 // One directory for the files this test writes, removed at exit.
@@ -157,7 +158,10 @@ TEST(ChecksBench, NoisyPlanRunCouldNotBeJudgedAndExitsThree) {
   EXPECT_EQ(rows[2][8], "not held");
   EXPECT_NE(r.out.find("identical runs spread 20.0%, above the tolerance 10.0%"), std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("\nCOULD NOT JUDGE: reference, plan;"), std::string::npos) << r.out;
+  // the last line names the groups run, then the one that did not pass
+  EXPECT_NE(r.out.find("\nCOULD NOT JUDGE: reference, plan; not passing: plan (COULD NOT JUDGE);"),
+            std::string::npos)
+      << r.out;
   EXPECT_EQ(r.out.find("\nPASS"), std::string::npos) << r.out;
 }
 

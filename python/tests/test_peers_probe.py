@@ -2,6 +2,7 @@
 it returns simulate's --host-time-us form, the binary accepts it, and the prediction moves as
 with_host_time's arithmetic says (every F and B of the table raised by the probe's host time).
 An engine or transport with no probe is refused in one line."""
+import dataclasses
 import json
 import types
 
@@ -11,6 +12,7 @@ from peers_util import need, need_tightpipe
 from tightpipe.peers.common import PeerError, make_costs
 from tightpipe.peers.compare import (
     PROBE_ENGINES,
+    EngineHostTime,
     check_probe,
     measure_engine_host_time,
     predict_from_probe,
@@ -41,8 +43,10 @@ def test_probe_form_is_what_simulate_takes_and_moves_the_prediction_by_its_arith
     run = shape(4)
     costs = h.costs(run.costs)
     assert [s["f"] for s in costs["stages"]] == pytest.approx([10.0, 15.0])
-    assert costs["link"]["latency"] == h.message_ms
+    assert costs["link"] == {"latency": h.link_ms, "overhead": h.op_overhead_ms}
     assert h.costs(run.costs, link_only=True)["link"]["latency"] == h.link_ms
+    # each rank: 1 operation, 2 (send_forward_recv_backward or its mirror), 1: 4 in 3 calls
+    assert h.ops_per_call == pytest.approx(4 / 3)
     for engine in ("megatron", "deepspeed"):
         base = simulate(run, engine, costs)
         with_host = predict_from_probe(run, engine, h)
@@ -72,3 +76,39 @@ def test_an_engine_or_transport_without_a_probe_is_refused_in_one_line():
     with pytest.raises(PeerError) as e:
         measure_engine_host_time("megatron", pp=1)
     assert "hint:" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_engines_call_is_paid_per_operation_at_each_end_and_the_link_per_message():
+    """The probe's message is the link's ping-pong plus the engine's call around it; the
+    prediction pays the call per p2p operation (call_ms over the probe's operations per call) as
+    compute time of the sending and of the receiving rank (`link.overhead`), and the link per
+    message, whether the engine batches its calls (megatron), posts them and waits later
+    (megatron-overlap) or blocks on each (deepspeed). An older probe without the count is
+    refused in one line."""
+    need_tightpipe()
+    h = EngineHostTime(engine="megatron", transport="gloo",
+                       host_time_us={"f": 400.0, "b": 450.0}, message_ms=0.3, link_ms=0.1,
+                       tail_ms=0.0, ops_per_call=2.0, probe={})
+    assert h.op_overhead_ms == pytest.approx(0.1)
+    assert h.costs(make_costs(2, 5.0, 10.0))["link"] == pytest.approx(
+        {"latency": 0.1, "overhead": 0.1})
+    assert h.costs(make_costs(2, 5.0, 10.0), link_only=True)["link"] == pytest.approx(
+        {"latency": 0.1, "overhead": 0.0})
+    # a probe whose ping-pong ran slower than the engine's messages charges no negative call
+    assert dataclasses.replace(h, link_ms=0.5).op_overhead_ms == 0.0
+    run = types.SimpleNamespace(schedule="interleaved", pp=2, vpp=2, microbatches=4,
+                                options={}, costs=make_costs(4, 5.0, 10.0))
+    for profile in ("megatron", "megatron-overlap"):
+        got = predict_from_probe(run, profile, h)["makespan"]
+        # the same prediction with the call charged nowhere is shorter by at least one call per
+        # compute of a rank: 2 m v computes per rank, each posting 1-2 operations of 0.1 ms
+        bare = simulate(run, profile, h.costs(run.costs, link_only=True),
+                        h.host_time_flag())["makespan"]
+        assert got >= bare + 2 * 4 * 2 * 0.1 - 1e-9, (profile, got, bare)
+    doc = h.to_json()
+    assert EngineHostTime.from_json(json.loads(json.dumps(doc))) == h
+    del doc["ops_per_call"]
+    with pytest.raises(PeerError) as e:
+        EngineHostTime.from_json(doc)
+    assert "ops_per_call" in str(e.value) and "hint:" in str(e.value)
+    assert "\n" not in str(e.value)

@@ -245,14 +245,16 @@ class EngineHostTime:
     # Per kind of action, the engine's host time around one compute beyond what the stage was
     # asked to take, microseconds: `tightpipe simulate --host-time-us` (f, b).
     host_time_us: Dict[str, float]
-    # A message's time in the prediction: the engine's own, the probe's median crossing (from
-    # both ends posted to the receive's return, measured_costs' rule): the transport and the
-    # engine's call around it.
+    # The probe's median message crossing (from both ends posted to the receive's return,
+    # measured_costs' rule): the transport and the engine's call around it.
     message_ms: float
     link_ms: float  # the transport's own: a send/recv ping-pong of MESSAGE_BYTES, median one way
     # The engine's step after its last message (DeepSpeed's ReduceGrads, OptimizerStep and loss
     # broadcast; Megatron's schedule returns), median: each stage's `optimizer` time.
     tail_ms: float
+    # The p2p operations (sends and receives) per call the engine made in the probe's runs
+    # (ops_per_call): what call_ms was spent on.
+    ops_per_call: float
     probe: Dict[str, Any]  # what ran: pp, microbatches, f_ms, b_ms, steps, samples, machine, when
     # The same figures from each of the probe's identical runs alone (host_time_us, message_ms,
     # link_ms, tail_ms; run k with the k-th batch of ping-pong rounds): their spread is the
@@ -269,17 +271,32 @@ class EngineHostTime:
         ping-pong ran slower than the engine's own messages: a busy machine during the probe)."""
         return self.message_ms - self.link_ms
 
+    @property
+    def op_overhead_ms(self) -> float:
+        """The engine's call per p2p operation it posts: call_ms over the probe's operations per
+        call (never below 0). Each end of a message spends it on its own rank (the sender making
+        its send, the receiver its receive buffer), whenever the engine posts it: inside a
+        batched waited call (Megatron's default, 2 operations in 1F1B's steady state, 4 in
+        interleaved's), posted and waited later (overlap_p2p_comm), or one blocking call an
+        operation (DeepSpeed)."""
+        return max(0.0, self.call_ms) / self.ops_per_call
+
     def host_time_flag(self) -> str:
         """The value of `tightpipe simulate --host-time-us`."""
         return ",".join(f"{k}={v:.1f}" for k, v in self.host_time_us.items())
 
     def costs(self, asked: CostTable, link_only: bool = False) -> Dict[str, Any]:
         """costs.json (ms) of a run from what it asked its stages to take: per stage its F and B,
-        every message message_ms (link_only: the ping-pong's link_ms alone), the tail as every
-        stage's optimizer. Nothing from the run."""
+        every message the link's ping-pong (link_ms) plus, at each end, the engine's call per
+        operation (op_overhead_ms: `link.overhead`, compute time the sending and the receiving
+        rank each spend; link_only: none), the tail as every stage's optimizer. Nothing from
+        the run."""
         return {
             "time_unit": "ms",
-            "link": {"latency": self.link_ms if link_only else self.message_ms},
+            "link": {
+                "latency": self.link_ms,
+                "overhead": 0.0 if link_only else self.op_overhead_ms,
+            },
             "stages": [
                 {"stage": s, "f": 1e3 * f, "i": 1e3 * b, "w": 0.0, "optimizer": self.tail_ms}
                 for s, (f, b) in enumerate(zip(asked.f, asked.b, strict=True))
@@ -291,6 +308,12 @@ class EngineHostTime:
 
     @staticmethod
     def from_json(doc: Dict[str, Any]) -> "EngineHostTime":
+        """PeerError, one line, for a probe written before ops_per_call was measured."""
+        if "ops_per_call" not in doc:
+            raise PeerError(
+                f"probe of {doc.get('engine', '?')!r} has no ops_per_call (written by an older "
+                "tightpipe); hint: measure it again (peers_bench.py --probe-out FILE)"
+            )
         return EngineHostTime(**doc)
 
 
@@ -368,6 +391,24 @@ def engine_host_time(run: PeerRun) -> Dict[str, List[float]]:
                 asked = (run.costs.f if e.kind == "F" else run.costs.b)[e.stage]
                 out[e.kind].append(d - asked)
     return out
+
+
+def ops_per_call(runs: Sequence[PeerRun]) -> float:
+    """Sends and receives per p2p call over the runs' measured steps: the operations one call
+    posted share its number (Event.call, Megatron's `_communicate`); an operation without one
+    (DeepSpeed's blocking instructions) is a call of its own."""
+    ops = 0
+    calls = set()
+    for run in runs:
+        for step in run.measured_steps():
+            for r in range(run.pp):
+                for e in run.step_events(step, r):
+                    if e.kind in ("SEND", "RECV"):
+                        ops += 1
+                        calls.add((id(run), step, r, e.call if e.call >= 0 else ("op", ops)))
+    if not calls:
+        raise PeerError("the probe's runs posted no p2p operation; hint: pp=2 or more")
+    return ops / len(calls)
 
 
 def measure_engine_host_time(
@@ -455,6 +496,7 @@ def measure_engine_host_time(
         engine=engine,
         transport=transport,
         **figures(pooled, crossings, tails, one_way),
+        ops_per_call=ops_per_call(runs),
         probe={
             "pp": pp,
             "microbatches": microbatches,
