@@ -418,6 +418,19 @@ def main() -> int:
                 print(f"{row['label']:<40} {row['split_name']:<6} {counts:<16} {1e3 * med:9.1f} "
                       f"{spread:>14} {1e3 * row['predicted']:9.1f} {err:+6.1f}% "
                       f"{best_even / med:11.2f}x")
+            # The gain paired round by round: each round runs every row once within seconds,
+            # so the host's drift between minutes moves both steps of a pair alike.
+            k_even = min((k for k, r in enumerate(rows) if r["split_name"] == "even"),
+                         key=lambda k: medians[k])
+            k_tuned = next(k for k, r in enumerate(rows) if r["kind"] == "tuned")
+            pairs = [a / b for a, b in zip(rows[k_even]["steps"], rows[k_tuned]["steps"],
+                                           strict=True)]
+            promised = rows[k_even]["predicted"] / rows[k_tuned]["predicted"]
+            of_medians = medians[k_even] / medians[k_tuned]
+            print(f"tuned over the best even-split built-in ({rows[k_even]['builtin']}), paired "
+                  f"round by round: median {statistics.median(pairs):.3f}x, rounds "
+                  f"{min(pairs):.3f}..{max(pairs):.3f}x; of the medians {of_medians:.3f}x; "
+                  f"predicted {promised:.3f}x")
     return 0
 
 

@@ -206,7 +206,8 @@ CostModel with_host_time(const CostModel& costs, const RuntimeHostTime& host,
 // The costs as PyTorch 2.15's pipelining runtime runs them. The first stage (stage 0, which has
 // no upstream): its I action computes nothing (PipelineStage.backward_one_chunk skips the input
 // gradient there) and its W action runs the stage's whole backward (stage_backward, fused), so
-// stage 0's w becomes i + w and its i 0; b is unchanged. Then with_host_time adds the runtime's
+// stage 0's w becomes its b (the whole backward: i + w unless measured as one pass) and its i 0;
+// b is unchanged. Then with_host_time adds the runtime's
 // host time. The planner applies it under --engine torch (tune's search and its current setup).
 CostModel torch_runtime_costs(const CostModel& costs, const RuntimeHostTime& host = {},
                               const std::vector<int32_t>& modules_per_stage = {});

@@ -31,7 +31,7 @@ namespace tightpipe {
 // One top-level module as measure_layers wrote it (one microbatch, seconds and bytes).
 struct ModuleCost {
   std::string name;          // its fully qualified name in the user's model ("layers.3")
-  StageCost cost;            // f, i, w (b = i + w), act/act_after_i/input bytes, static bytes
+  StageCost cost;            // f, i, w, b (measured, or i + w), act/act_after_i bytes, static
   int64_t output_bytes = 0;  // the message to the next stage when a stage ends here
 };
 
@@ -56,11 +56,11 @@ struct StageTimes {
 };
 
 // The modules' times refitted to a run: each module's f times its stage's measured f over the
-// sum of the probe's f of the modules that stage held, and its i and w times the stage's measured
-// backward (i + w) over the probe's (PyTorch's first stage runs its whole backward in W, and a
-// fused run has no split: the probe's own I : W share is kept); a stage the probe measured as 0
-// keeps the probe's times. Errors: a split that does not cover the modules, a stage count other
-// than the run's.
+// sum of the probe's f of the modules that stage held, and its i, w and b times the stage's
+// measured backward over the probe's: i + w for a split run, b for a fused one (w empty;
+// PyTorch's first stage runs its whole backward in W), so the probe's own I : W share and its
+// fused-over-split ratio are kept; a stage the probe measured as 0 keeps the probe's times. Errors:
+// a split that does not cover the modules, a stage count other than the run's.
 Result<MeasuredModules> fit_modules_to_run(const MeasuredModules& probe,
                                            const std::vector<int32_t>& modules_per_stage,
                                            const StageTimes& run);

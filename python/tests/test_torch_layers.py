@@ -40,9 +40,9 @@ def test_contract_keys_and_bytes(tmp_path):
                                            "output"]
     for e in layers:
         assert tuple(e) == LAYER_KEYS
-        for k in ("f", "i", "w"):
+        for k in ("f", "i", "w", "b"):
             assert isinstance(e[k], float) and e[k] >= 0, (e["name"], k)
-        for k in LAYER_KEYS[4:]:
+        for k in LAYER_KEYS[5:]:
             assert isinstance(e[k], int) and e[k] >= 0, (e["name"], k)
     c, v, t = CFG.d_model, CFG.vocab, CFG.seq
     numel = {"tok_embeddings": v * c + t * c, "layers.0": 12 * c * c + 13 * c,
@@ -59,6 +59,8 @@ def test_contract_keys_and_bytes(tmp_path):
         assert e["f"] > 0 and e["w"] > 0
     # PyTorch's runtime runs no I on the first stage and the whole backward in its W.
     assert layers[0]["i"] == 0.0 and layers[0]["act_after_i_bytes"] == layers[0]["act_bytes"]
+    assert layers[0]["b"] == layers[0]["w"]  # its W is its whole backward already
+    assert all(e["b"] > 0 for e in layers[1:])  # one autograd pass, timed on its own
     assert all(e["i"] > 0 for e in layers[1:])
     # dW of the head needs its input (and the gradient I captured for W): held after I.
     assert layers[-1]["act_after_i_bytes"] >= act

@@ -217,7 +217,13 @@ Result<MeasuredModules> parse_measured_modules(std::string_view text, std::strin
     TP_ASSIGN_OR_RETURN(double ob, non_negative(l, "output_bytes", source, named));
     mc.output_bytes = static_cast<int64_t>(std::llround(ob));
     c.act_after_i_bytes = std::min(c.act_after_i_bytes, c.act_bytes);
-    c.b = c.i + c.w;
+    // b: the whole backward as one autograd pass (measure_layers times it: cheaper than I then
+    // W); a table without it costs a whole backward as i + w.
+    if (l.contains("b")) {
+      TP_ASSIGN_OR_RETURN(c.b, non_negative(l, "b", source, named));
+    } else {
+      c.b = c.i + c.w;
+    }
     c.recompute = c.f;
     out.modules.push_back(std::move(mc));
   }
@@ -254,23 +260,25 @@ Result<MeasuredModules> fit_modules_to_run(const MeasuredModules& probe,
   size_t first = 0;
   for (size_t s = 0; s < S; ++s) {
     const size_t end = first + static_cast<size_t>(modules_per_stage[s]);
-    double pf = 0, pi = 0, pw = 0;
+    double pf = 0, pi = 0, pw = 0, pb = 0;
     for (size_t k = first; k < end; ++k) {
       pf += probe.modules[k].cost.f;
       pi += probe.modules[k].cost.i;
       pw += probe.modules[k].cost.w;
+      pb += probe.modules[k].cost.b;
     }
-    // The backward as a whole (I + W): PyTorch's first stage runs all of it in W, and a fused
-    // run has no split; the probe's own I : W share is kept.
+    // The backward as a whole: a split run's I + W is held to the probe's i + w, a fused run's
+    // (w empty: PyTorch's first stage, or a schedule without the split) to its b; one factor
+    // scales i, w and b alike, so the probe's I : W share and its fused-over-split ratio stay.
     const double run_b = run.i[s] + (run.w.empty() ? 0.0 : run.w[s]);
-    const double kf = pf > 0 ? run.f[s] / pf : 1, kb = pi + pw > 0 ? run_b / (pi + pw) : 1;
-    const double ki = kb, kw = kb;
+    const double probe_b = run.w.empty() ? pb : pi + pw;
+    const double kf = pf > 0 ? run.f[s] / pf : 1, kb = probe_b > 0 ? run_b / probe_b : 1;
     for (size_t k = first; k < end; ++k) {
       StageCost& c = out.modules[k].cost;
       c.f *= kf;
-      c.i *= ki;
-      c.w *= kw;
-      c.b = c.i + c.w;
+      c.i *= kb;
+      c.w *= kb;
+      c.b *= kb;
       c.recompute = c.f;
     }
     first = end;

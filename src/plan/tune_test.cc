@@ -176,6 +176,40 @@ TEST(Tune, FitScalesEachStagesModulesToTheRun) {
   EXPECT_FALSE(fit_modules_to_run(probe, {1, 1, 2}, run).ok());
 }
 
+// measure_layers' b, the whole backward as one autograd pass, is the B of every whole-backward
+// action and PyTorch's first stage's W; a table without it costs them i + w.
+TEST(Tune, MeasuredWholeBackwardCostsBAndTheFirstStagesW) {
+  json doc = json::parse(table(1.0, 2, 1.0, 1.0));  // i = w = 1 per module
+  for (json& l : doc["layers"]) l["b"] = 1.8;       // one pass: cheaper than 2
+  const MeasuredModules m = parse_ok(doc.dump());
+  for (const ModuleCost& mc : m.modules) EXPECT_DOUBLE_EQ(mc.cost.b, 1.8) << mc.name;
+  EXPECT_DOUBLE_EQ(parse_ok(table(1.0, 2, 1.0, 1.0)).modules[1].cost.b, 2.0);  // without b
+  // PyTorch's runtime: stage 0 runs its whole backward in W (2 modules: 3.6), its I nothing.
+  const CostModel two =
+      cost_model_for_layout(module_layer_costs(m), {{1, 1, 0}, {0, 1, 1}}, "E,t|t,L");
+  const CostModel torch = torch_runtime_costs(two);
+  EXPECT_DOUBLE_EQ(torch.stage(0).w, 3.6);
+  EXPECT_DOUBLE_EQ(torch.stage(0).i, 0.0);
+  EXPECT_DOUBLE_EQ(torch.stage(1).b, 3.6);
+  EXPECT_DOUBLE_EQ(torch.stage(1).i + torch.stage(1).w, 4.0);  // the split keeps i + w
+  // A fused run's backward is held to the probe's b: stage 0 measured 7.2 against b 3.6 doubles
+  // i, w and b; a split run's (stage 1: 8 against i + w 4) doubles them too.
+  auto fit = fit_modules_to_run(m, {2, 2}, StageTimes{{2.0, 2.0}, {7.2, 4.0}, {}});
+  ASSERT_TRUE(fit.ok()) << fit.status().message();
+  EXPECT_DOUBLE_EQ(fit->modules[1].cost.b, 3.6);
+  EXPECT_DOUBLE_EQ(fit->modules[1].cost.i, 2.0);
+  auto split = fit_modules_to_run(m, {2, 2}, StageTimes{{2.0, 2.0}, {4.0, 4.0}, {4.0, 4.0}});
+  ASSERT_TRUE(split.ok()) << split.status().message();
+  EXPECT_DOUBLE_EQ(split->modules[3].cost.w, 2.0);
+  EXPECT_DOUBLE_EQ(split->modules[3].cost.b, 3.6);
+  doc["layers"][1]["b"] = -1;
+  auto bad = parse_measured_modules(doc.dump(), "layers.json");
+  ASSERT_FALSE(bad.ok());
+  for (const char* part : {"layers.json", "layers[1]", "'b'"}) {
+    EXPECT_NE(bad.status().message().find(part), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(Tune, BadInputIsOneLineNamingIt) {
   auto expect_error = [](const Status& st, const std::string& words) {
     EXPECT_FALSE(st.ok());

@@ -649,7 +649,7 @@ CostModel torch_runtime_costs(const CostModel& costs, const RuntimeHostTime& hos
   if (costs.num_stages() == 0) return costs;
   std::vector<StageCost> stages;
   for (int32_t s = 0; s < costs.num_stages(); ++s) stages.push_back(costs.stage(s));
-  stages[0].w += stages[0].i;
+  stages[0].w = stages[0].b;  // its whole backward, one pass (i + w unless b was measured)
   stages[0].i = 0;
   return with_host_time(
       CostModel(std::move(stages), costs.link(), costs.time_unit(),

@@ -20,11 +20,17 @@ What PyTorch does, and so what is recorded:
   (`PipelineStage.backward_one_chunk` skips it; its input, the tokens, needs no gradient) and runs
   the stage's whole backward (`stage_backward`, fused) in its W action. So module 0 gets i = 0.0,
   w = the time of `stage_backward` on it, and act_after_i_bytes = act_bytes. On a real stage 0
-  holding modules 0..k this holds for the whole stage: its I is empty and its W is the sum of
-  i + w of modules 0..k; a cost model reads that off the split, not off this table.
+  holding modules 0..k this holds for the whole stage: its I is empty and its W is the whole
+  backward of modules 0..k, the sum of their b; a cost model reads that off the split, not off
+  this table.
 * Modules 1.. are each timed as one stage of their own: `stage_backward_input` on the module's
   output with its output gradient and its input (a leaf that requires grad), then
   `stage_backward_weight` with the parameter groups that I returned.
+* B, the whole backward as one autograd pass (`stage_backward`: what the runtime runs for a
+  schedule's whole-backward action, and for W on the first stage), is timed too, on its own
+  forward: one pass is cheaper than I then W (5-9% for a transformer block of d = 384 on a Zen 3
+  core, docs/torch.md section 7), so a schedule without the split is not costed as i + w.
+  Module 0's b is its w.
 
 Threads are the caller's business: `torch.set_num_threads` as the pipeline's ranks will run.
 """
@@ -57,6 +63,7 @@ LAYER_KEYS = (
     "f",
     "i",
     "w",
+    "b",
     "act_bytes",
     "act_after_i_bytes",
     "input_bytes",
@@ -394,6 +401,26 @@ def _one_pass(
     return t1 - t0, t2 - t1, t3 - t2, held
 
 
+def _fused_backward(
+    k: int,
+    n: int,
+    names: list[str],
+    mod: nn.Module,
+    x: torch.Tensor,
+    grad: Any,
+    loss_fn: Callable[..., Any],
+    target: Any,
+) -> float:
+    """Module k's whole backward as one autograd pass (stage_backward: what the runtime runs for
+    a B, and for W on the first stage), seconds; its forward is run first, untimed."""
+    last = k == n - 1
+    inp = x.detach() if k == 0 else _leaf(x)
+    y, loss = _forward(k, names, mod, inp, last, loss_fn, target)
+    t0 = time.perf_counter()
+    stage_backward(loss if last else y, None if last else grad, [inp])
+    return time.perf_counter() - t0
+
+
 def measure_layers(
     modules: nn.Module | Sequence[nn.Module],
     example_input: torch.Tensor,
@@ -406,7 +433,7 @@ def measure_layers(
     optimizer_bytes_per_param: float = 8,
     out: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
-    """Each module's F, I and W seconds (median of `reps` after `warmup`) and bytes, on one
+    """Each module's F, I, W and B seconds (median of `reps` after `warmup`) and bytes, on one
     microbatch `example_input` (module 0's input; each module's input is the previous one's
     output; the last one's output goes through loss_fn(output, target)).
 
@@ -414,7 +441,7 @@ def measure_layers(
     whose top-level children are taken in order (`top_level_modules`: `layers.0`, ...). Returns,
     and writes to `out` when given, {"format": "tightpipe-layers/1", "time_unit": "s",
     "microbatch_input_shape", "threads", "torch", "device", "layers": [{"name", "f", "i", "w",
-    "act_bytes", "act_after_i_bytes", "input_bytes", "output_bytes", "param_bytes",
+    "b", "act_bytes", "act_after_i_bytes", "input_bytes", "output_bytes", "param_bytes",
     "grad_bytes", "optimizer_bytes", "params"}, ...]}. Per module:
     * act_bytes: the distinct storages autograd saves in F for the backward (counted through
       torch.autograd.graph.saved_tensors_hooks), leaving out parameters and buffers. The
@@ -451,13 +478,20 @@ def measure_layers(
             act, _ = rec.bytes(exclude)
             if k == 0:
                 held = act
-            fs, is_, ws = [], [], []
+            fs, is_, ws, bs = [], [], [], []
             for r in range(warmup + reps):
                 f, i, w, _ = _one_pass(k, n, names_l, mod, inputs[k], grads[k], loss_fn, target)
+                # module 0's W is its whole backward already (the runtime's first stage)
+                b = (
+                    w
+                    if k == 0
+                    else _fused_backward(k, n, names_l, mod, inputs[k], grads[k], loss_fn, target)
+                )
                 if r >= warmup:
                     fs.append(f)
                     is_.append(i)
                     ws.append(w)
+                    bs.append(b)
             numel = sum(p.numel() for p in params)
             trainable = sum(p.numel() for p in params if p.requires_grad)
             layers.append(
@@ -466,6 +500,7 @@ def measure_layers(
                     "f": statistics.median(fs),
                     "i": 0.0 if k == 0 else statistics.median(is_),
                     "w": statistics.median(ws),
+                    "b": statistics.median(bs),
                     "act_bytes": act,
                     "act_after_i_bytes": held,
                     "input_bytes": _nbytes(inputs[k]),
