@@ -194,8 +194,14 @@ trial() {
   # a job of this script dying by a signal (bash would print "Killed" for it).
   setsid sh -c '"$@"; exit $?' sh "${cmd[@]}" >"$log" 2>&1 </dev/null &
   local pid=$!
-  local sid
-  sid=$(ps -o sid= -p "$pid" | tr -d ' ')
+  # setsid(2) runs in the child after fork and exec: until then the child is in this script's
+  # session, so a loaded machine may need a moment (a first look too early failed a ctest run).
+  local sid="" tries
+  for ((tries = 0; tries < 100; tries++)); do
+    sid=$(ps -o sid= -p "$pid" | tr -d ' ')
+    [[ $sid == "$pid" || -z $sid ]] && break
+    sleep 0.05
+  done
   if [[ $sid != "$pid" ]]; then
     echo "fault-campaign: setsid did not make $pid a session leader (sid '$sid')" >&2
     kill -9 "$pid" 2>/dev/null

@@ -42,6 +42,7 @@ import argparse
 import dataclasses
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,7 +62,7 @@ from torch.distributed.pipelining import schedules as S  # noqa: E402
 from tightpipe import cli  # noqa: E402
 from tightpipe.torch.emulate import emulated_modules  # noqa: E402
 from tightpipe.torch.gpt import GptConfig, batch, loss_fn, make_layered  # noqa: E402
-from tightpipe.torch.launch import spawn  # noqa: E402
+from tightpipe.torch.launch import spawn, steady_malloc  # noqa: E402
 from tightpipe.torch.layers import measure_layers, top_level_modules  # noqa: E402
 from tightpipe.torch.tune import (  # noqa: E402
     TuneResult,
@@ -155,11 +156,19 @@ def build_row(rank: int, cfg: GptConfig, layers: int, mode: str, table: str | No
     return rt, mine, num
 
 
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def bench_rows(rank: int, world: int, cfg: GptConfig, layers: int, mode: str, table: str | None,
-               rows: list[dict], warmup: int, rounds: int) -> list[list[float]]:
+               rows: list[dict], warmup: int, rounds: int, malloc: str = "default",
+               ) -> tuple[list[list[float]], list[list[int]]]:
     """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
-    every row (barrier to barrier), the order rotated per round."""
+    every row (barrier to barrier), the order rotated per round; each step's minor page faults
+    on this rank beside its time."""
     torch.set_num_threads(1)
+    if malloc == "steady":
+        steady_malloc()
     runs = []
     for row in rows:
         rt, mine, num = build_row(rank, cfg, layers, mode, table, row, world)
@@ -171,16 +180,19 @@ def bench_rows(rank: int, world: int, cfg: GptConfig, layers: int, mode: str, ta
             rt.step(*args, **kw)
         runs.append((rt, args, kw))
     times: list[list[float]] = [[] for _ in rows]
+    faults: list[list[int]] = [[] for _ in rows]
     for r in range(rounds):
         for j in range(len(runs)):
             k = (j + r) % len(runs)
             rt, args, kw = runs[k]
             torch.distributed.barrier()
+            f0 = minor_faults()
             t0 = time.perf_counter()
             rt.step(*args, **kw)
             torch.distributed.barrier()
             times[k].append(time.perf_counter() - t0)
-    return times
+            faults[k].append(minor_faults() - f0)
+    return times, faults
 
 
 _CONTENTION_PROBE = """
@@ -298,6 +310,10 @@ def main() -> int:
                     "form f=,i=,w=,b=,f_module=,... (default: measured first, "
                     "tightpipe.torch.measure_host_time, outside the rows)")
     ap.add_argument("--smoke", action="store_true", help="toy size, two rows, one round")
+    ap.add_argument("--malloc", choices=["default", "steady"], default="default",
+                    help="steady: glibc's malloc keeps freed memory (mallopt: no mmap per large "
+                    "tensor, no trim) in the probe and in every row, so no step page-faults in "
+                    "fresh memory")
     ap.add_argument("--noise-only", action="store_true",
                     help="only time the same fixed 1-thread compute 40 times in each of 3 "
                     "processes and print its spread (the least noise a real row can have)")
@@ -315,6 +331,8 @@ def main() -> int:
                                 heads=max(1, d // 64)), args.layers
     with tempfile.TemporaryDirectory(prefix="tp-tune-bench-") as tmp:
         table = args.layers_json or os.path.join(tmp, "layers.json")
+        if args.malloc == "steady":
+            steady_malloc()
         if not args.layers_json:
             torch.set_num_threads(1)
             model = make_layered(cfg, layers, 0)
@@ -389,7 +407,7 @@ def main() -> int:
             bench_table = tuned_table if args.mode == "emulated" else None
             per_rank = spawn(p, bench_rows, cfg, layers, args.mode, bench_table,
                              [{k: v for k, v in r.items()} for r in rows], args.warmup,
-                             args.rounds, timeout=7200, pg_timeout=600)
+                             args.rounds, args.malloc, timeout=7200, pg_timeout=600)
             wall = time.time() - t0
             load = os.getloadavg()[0]
             print(f"\nrun {rep + 1}/{args.repeat}: {args.mode}, PyTorch {torch.__version__}, p={p} "
@@ -399,13 +417,15 @@ def main() -> int:
                   f"{args.rounds} rounds, {wall:.0f} s; CPU {cpu} (family/model {'/'.join(fam)}); "
                   f"load average {load:.1f} at the end")
             hdr = (f"{'row':<40} {'split':<6} {'modules/stage':<16} {'step ms':>9} "
-                   f"{'spread':>14} {'predicted':>9} {'error':>7} {'vs best even':>12}")
+                   f"{'spread':>14} {'predicted':>9} {'error':>7} {'vs best even':>12} "
+                   f"{'faults/step per rank':>20}")
             print(hdr)
             print("-" * len(hdr))
             medians = []
             for k, row in enumerate(rows):
                 # A step is the slowest rank's barrier-to-barrier time in each round.
-                steps = [max(per_rank[r][k][j] for r in range(p)) for j in range(args.rounds)]
+                steps = [max(per_rank[r][0][k][j] for r in range(p))
+                         for j in range(args.rounds)]
                 medians.append(statistics.median(steps))
                 row["steps"] = steps
             best_even = min(medians[k] for k, r in enumerate(rows) if r["split_name"] == "even")
@@ -417,7 +437,9 @@ def main() -> int:
                 err = 100 * (row["predicted"] / med - 1)
                 print(f"{row['label']:<40} {row['split_name']:<6} {counts:<16} {1e3 * med:9.1f} "
                       f"{spread:>14} {1e3 * row['predicted']:9.1f} {err:+6.1f}% "
-                      f"{best_even / med:11.2f}x")
+                      f"{best_even / med:11.2f}x "
+                      + "/".join(f"{statistics.median(per_rank[r][1][k]):.0f}"
+                                 for r in range(p)).rjust(20))
             # The gain paired round by round: each round runs every row once within seconds,
             # so the host's drift between minutes moves both steps of a pair alike.
             k_even = min((k for k, r in enumerate(rows) if r["split_name"] == "even"),

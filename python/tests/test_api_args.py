@@ -271,6 +271,8 @@ def test_spawn_and_the_model() -> None:
     _expect(lambda: spawn(2, print, threads=0), ArgumentError, "threads 0: must be in [1, 1024]")
     _expect(lambda: spawn(2, print, timeout=-1), ArgumentError, "timeout -1: must be a finite")
     _expect(lambda: spawn(2, print, pg_timeout=math.nan), ArgumentError, "pg_timeout nan")
+    _expect(lambda: spawn(2, print, steady_malloc="yes"), ArgumentTypeError,
+            "steady_malloc 'yes': must be True or False")
     # The start method comes from the environment; a wrong one is named before any rank starts.
     saved = os.environ.get("TIGHTPIPE_START_METHOD")
     os.environ["TIGHTPIPE_START_METHOD"] = "fork"

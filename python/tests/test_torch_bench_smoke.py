@@ -39,7 +39,7 @@ def test_tune_bench_smoke():
         rows = {}
         for line in proc.stdout.splitlines():
             m = re.match(r"(PyTorch \S+|tuned: \S+)\s+(even|tuned)\s+[\d|]+\s+([\d.]+)\s+\S+\s+"
-                         r"([\d.]+)\s+([-+][\d.]+)%\s+([\d.]+)x$", line)
+                         r"([\d.]+)\s+([-+][\d.]+)%\s+([\d.]+)x\s+[\d/]+$", line)
             if m:
                 rows[m.group(1)] = (float(m.group(3)), float(m.group(4)))
         assert {"PyTorch Schedule1F1B", "PyTorch ScheduleInterleaved1F1B"} <= set(rows), \

@@ -5,6 +5,9 @@ backward ordered by FLOPs, and the bad inputs refused in one line."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -30,7 +33,8 @@ def test_contract_keys_and_bytes(tmp_path):
     table = measure_layers(model, tokens, loss_fn=loss_fn, target=targets, reps=2, out=out)
     assert json.loads(out.read_text()) == table
     assert list(table) == ["format", "time_unit", "microbatch_input_shape", "threads", "torch",
-                           "device", "layers"]
+                           "device", "malloc", "layers"]
+    assert table["malloc"] == "default"  # steady_malloc() never ran in this process
     assert table["format"] == "tightpipe-layers/1" and table["time_unit"] == "s"
     assert table["microbatch_input_shape"] == [MB, CFG.seq]
     assert table["threads"] == 1 and table["device"] == "cpu"
@@ -158,3 +162,47 @@ def test_bad_input_is_one_line(kw, exc, msg):
     with pytest.raises(exc, match=msg) as info:
         measure_layers(args.pop("modules"), args.pop("example_input"), **args)
     assert "\n" not in str(info.value) and "hint:" in str(info.value)
+
+
+# One process per allocator: steady_malloc() is process-wide and cannot be undone. The step is a
+# forward and backward of a GPT with a 4 MiB logits tensor (glibc mmaps each tensor that large).
+_FAULTS = """
+import json, resource, sys, torch
+from tightpipe.torch import malloc_mode, measure_layers, steady_malloc
+from tightpipe.torch.gpt import GptConfig, batch, loss_fn, make_layered
+if sys.argv[1] == "steady":
+    steady_malloc()
+torch.set_num_threads(1)
+cfg = GptConfig(vocab=8192, seq=64, d_model=128, heads=2)
+model = make_layered(cfg, 2)
+tokens, targets = batch(cfg, 2)
+def step():
+    loss_fn(model(tokens), targets).backward()
+for _ in range(3):
+    step()
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    step()
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+table = measure_layers(model, tokens, loss_fn=loss_fn, target=targets, reps=1)
+print(json.dumps({"faults": faults, "mode": malloc_mode(), "table": table["malloc"]}))
+"""
+
+
+def test_steady_malloc_steps_without_page_faults():
+    """The allocator a user's ranks and measure_layers should share: glibc's default faults a
+    large tensor's pages in afresh each step (about 2,300 pages a step here, two 4 MiB tensors);
+    with steady_malloc() ten steps after three warm-up ones fault only while the heap still
+    grows (2,048-3,072 pages in all, whether 5, 10 or 20 steps follow). measure_layers records
+    which allocator it ran under."""
+    got = {}
+    for mode in ("default", "steady"):
+        run = subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True,
+                             text=True, timeout=300, env=dict(os.environ), check=False)
+        assert run.returncode == 0, run.stderr
+        got[mode] = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["default"]["mode"] == got["default"]["table"] == "default"
+    assert got["steady"]["mode"] == got["steady"]["table"] == "steady"
+    # At least one 4 MiB tensor (1024 pages) a step by default; steady: a quarter of that or less.
+    assert got["default"]["faults"] >= 10 * 1024, got
+    assert 4 * got["steady"]["faults"] <= got["default"]["faults"], got

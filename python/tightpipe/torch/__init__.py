@@ -5,14 +5,16 @@ PyTorch's `_PipelineScheduleRuntime` run it on this rank's `PipelineStage`s; `pr
 one step under torch.profiler and writes this rank's Kineto trace, which `tightpipe report` reads;
 `measure_layers` times each top-level module's F, I and W through PyTorch's split backward and
 counts its bytes (the per-layer costs `tightpipe tune --layers` reads); `emulated_modules` turns
-those costs into layers that sleep them (a pipeline of many processes on few cores); `tune`
-runs `tightpipe tune` on them and `build_tuned_runtime` applies its split and schedule in one
-call; `titan_config` gives torchtitan's config values for the same result.
+those costs into layers that sleep them (a pipeline of many processes on few cores);
+`steady_malloc` keeps what a process frees (no page faults per step: steady costs); `tune` runs
+`tightpipe tune` on them and `build_tuned_runtime` applies its split and schedule in one call;
+`titan_config` gives torchtitan's config values for the same result.
 Tested with PyTorch 2.15.0 (docs/torch.md).
 """
 
 from tightpipe.schedule import TorchSchedule, generate, load
 from tightpipe.torch.emulate import EmulatedLayer, emulated_modules
+from tightpipe.torch.launch import malloc_mode, steady_malloc
 from tightpipe.torch.layers import measure_layers, top_level_modules
 from tightpipe.torch.runtime import (
     TESTED_TORCH,
@@ -48,11 +50,13 @@ __all__ = [
     "generate",
     "idle_from_trace",
     "load",
+    "malloc_mode",
     "measure_host_time",
     "measure_layers",
     "profile_step",
     "read_tune",
     "runtime_action_types",
+    "steady_malloc",
     "titan_cli_args",
     "titan_config",
     "titan_snippet",

@@ -45,7 +45,7 @@ import statistics
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -54,6 +54,8 @@ from torch.distributed.pipelining._backward import (
     stage_backward_input,
     stage_backward_weight,
 )
+
+from tightpipe.torch.launch import malloc_mode
 
 FORMAT = "tightpipe-layers/1"
 
@@ -349,29 +351,46 @@ def _output_grads(
     return [i.detach() for i in inputs], [o.detach() for o in outputs], grads
 
 
+class _Case(NamedTuple):
+    """Module k of n, with its input x and its output's gradient, as measure_layers times it."""
+
+    k: int
+    n: int
+    names: list[str]
+    mod: nn.Module
+    x: torch.Tensor
+    grad: Any
+    loss_fn: Callable[..., Any]
+    target: Any
+
+    @property
+    def last(self) -> bool:
+        return self.k == self.n - 1
+
+    def input(self) -> torch.Tensor:
+        """A fresh input: module 0's needs no gradient (the runtime's first stage)."""
+        return self.x.detach() if self.k == 0 else _leaf(self.x)
+
+    def forward(self, inp: torch.Tensor) -> tuple[Any, Any]:
+        return _forward(self.k, self.names, self.mod, inp, self.last, self.loss_fn, self.target)
+
+
 def _one_pass(
-    k: int,
-    n: int,
-    names: list[str],
-    mod: nn.Module,
-    x: torch.Tensor,
-    grad: Any,
-    loss_fn: Callable[..., Any],
-    target: Any,
+    case: _Case,
     recorder: _SavedRecorder | None = None,
     exclude: set[int] | None = None,
 ) -> tuple[float, float, float, int]:
     """One F, I, W of module k as the runtime runs them: the three durations in seconds and,
     with a recorder, the bytes still held between I and W (0 for module 0, whose I is empty)."""
-    last = k == n - 1
-    inp = x.detach() if k == 0 else _leaf(x)  # the runtime's first stage: no input gradient
+    k, mod, grad, last = case.k, case.mod, case.grad, case.last
+    inp = case.input()
     held = 0
     t0 = time.perf_counter()
     if recorder is None:
-        y, loss = _forward(k, names, mod, inp, last, loss_fn, target)
+        y, loss = case.forward(inp)
     else:
         with torch.autograd.graph.saved_tensors_hooks(recorder.pack, recorder.unpack):
-            y, loss = _forward(k, names, mod, inp, last, loss_fn, target)
+            y, loss = case.forward(inp)
     t1 = time.perf_counter()
     roots = [loss] if last else [y]
     out_grads = None if last else [grad]
@@ -401,23 +420,13 @@ def _one_pass(
     return t1 - t0, t2 - t1, t3 - t2, held
 
 
-def _fused_backward(
-    k: int,
-    n: int,
-    names: list[str],
-    mod: nn.Module,
-    x: torch.Tensor,
-    grad: Any,
-    loss_fn: Callable[..., Any],
-    target: Any,
-) -> float:
+def _fused_backward(case: _Case) -> float:
     """Module k's whole backward as one autograd pass (stage_backward: what the runtime runs for
     a B, and for W on the first stage), seconds; its forward is run first, untimed."""
-    last = k == n - 1
-    inp = x.detach() if k == 0 else _leaf(x)
-    y, loss = _forward(k, names, mod, inp, last, loss_fn, target)
+    inp = case.input()
+    y, loss = case.forward(inp)
     t0 = time.perf_counter()
-    stage_backward(loss if last else y, None if last else grad, [inp])
+    stage_backward(loss if case.last else y, None if case.last else case.grad, [inp])
     return time.perf_counter() - t0
 
 
@@ -440,7 +449,8 @@ def measure_layers(
     `modules`: a list of nn.Module in order (names default to "0", "1", ...), or an nn.Module
     whose top-level children are taken in order (`top_level_modules`: `layers.0`, ...). Returns,
     and writes to `out` when given, {"format": "tightpipe-layers/1", "time_unit": "s",
-    "microbatch_input_shape", "threads", "torch", "device", "layers": [{"name", "f", "i", "w",
+    "microbatch_input_shape", "threads", "torch", "device", "malloc" (launch.malloc_mode():
+    'steady' when steady_malloc() ran in this process first), "layers": [{"name", "f", "i", "w",
     "b", "act_bytes", "act_after_i_bytes", "input_bytes", "output_bytes", "param_bytes",
     "grad_bytes", "optimizer_bytes", "params"}, ...]}. Per module:
     * act_bytes: the distinct storages autograd saves in F for the backward (counted through
@@ -472,21 +482,16 @@ def measure_layers(
             exclude = {_storage_key(p)[0] for p in params}
             exclude |= {_storage_key(b)[0] for b in mod.buffers()}
             rec = _SavedRecorder()
-            _, _, _, held = _one_pass(
-                k, n, names_l, mod, inputs[k], grads[k], loss_fn, target, rec, exclude
-            )
+            case = _Case(k, n, names_l, mod, inputs[k], grads[k], loss_fn, target)
+            _, _, _, held = _one_pass(case, rec, exclude)
             act, _ = rec.bytes(exclude)
             if k == 0:
                 held = act
             fs, is_, ws, bs = [], [], [], []
             for r in range(warmup + reps):
-                f, i, w, _ = _one_pass(k, n, names_l, mod, inputs[k], grads[k], loss_fn, target)
+                f, i, w, _ = _one_pass(case)
                 # module 0's W is its whole backward already (the runtime's first stage)
-                b = (
-                    w
-                    if k == 0
-                    else _fused_backward(k, n, names_l, mod, inputs[k], grads[k], loss_fn, target)
-                )
+                b = w if k == 0 else _fused_backward(case)
                 if r >= warmup:
                     fs.append(f)
                     is_.append(i)
@@ -525,6 +530,7 @@ def measure_layers(
         "threads": torch.get_num_threads(),
         "torch": torch.__version__.split("+")[0],
         "device": example_input.device.type,
+        "malloc": malloc_mode(),
         "layers": layers,
     }
     if out is not None:
