@@ -54,15 +54,16 @@ _STEADY = ((_M_MMAP_THRESHOLD, 32 << 20), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TO
 
 def steady_malloc() -> None:
     """Make glibc's malloc keep what this process frees: tensors up to 32 MiB come from the heap
-    instead of a fresh mmap each, and the heap is never trimmed, so after the first step a step's
-    tensors reuse pages already touched. Left at its default, glibc hands each large tensor's
-    pages back when it is freed and the next step faults them in again, zeroed: on a Zen 4 core
-    11,000-20,000 minor faults per backward of ten GPT blocks (d = 384), 13% of its time, and a
-    count that moves with the heap's history, so a module timed alone and the same module in a
-    pipeline differ (docs/torch.md section 8). Call it first in every rank's process and in the
-    one that runs measure_layers, so the costs and the run see the same allocator. Process-wide;
-    the memory kept is what the process's peak step needs. Raises OSError where the C library
-    has no glibc mallopt (not Linux with glibc)."""
+    instead of a fresh mmap each, and the heap is never trimmed, so once the heap has grown a
+    step's tensors reuse pages already touched. Left at its default, glibc hands each large
+    tensor's pages back when it is freed and the next step faults them in again, zeroed: on a
+    Zen 4 core 9,000-20,000 minor faults per backward of a GPT's embedding and nine blocks
+    (d = 384), about 12% of its time, a count that moves with the heap's history, so a module
+    timed alone and the same module in a pipeline differ (docs/torch.md sections 7 and 8).
+    Call it first in every rank's process and in the one that runs measure_layers, so the costs
+    and the run see the same allocator. Process-wide; the memory kept is what the process's peak
+    step needs. Raises OSError where the C library has no glibc mallopt (not Linux with
+    glibc)."""
     global _MALLOC_MODE
     try:
         mallopt = ctypes.CDLL(None).mallopt
