@@ -161,14 +161,12 @@ def minor_faults() -> int:
 
 
 def bench_rows(rank: int, world: int, cfg: GptConfig, layers: int, mode: str, table: str | None,
-               rows: list[dict], warmup: int, rounds: int, malloc: str = "default",
+               rows: list[dict], warmup: int, rounds: int,
                ) -> tuple[list[list[float]], list[list[int]]]:
     """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
     every row (barrier to barrier), the order rotated per round; each step's minor page faults
     on this rank beside its time."""
     torch.set_num_threads(1)
-    if malloc == "steady":
-        steady_malloc()
     runs = []
     for row in rows:
         rt, mine, num = build_row(rank, cfg, layers, mode, table, row, world)
@@ -407,7 +405,8 @@ def main() -> int:
             bench_table = tuned_table if args.mode == "emulated" else None
             per_rank = spawn(p, bench_rows, cfg, layers, args.mode, bench_table,
                              [{k: v for k, v in r.items()} for r in rows], args.warmup,
-                             args.rounds, args.malloc, timeout=7200, pg_timeout=600)
+                             args.rounds, timeout=7200, pg_timeout=600,
+                             steady_malloc=args.malloc == "steady")
             wall = time.time() - t0
             load = os.getloadavg()[0]
             print(f"\nrun {rep + 1}/{args.repeat}: {args.mode}, PyTorch {torch.__version__}, p={p} "
