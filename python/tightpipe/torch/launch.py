@@ -75,7 +75,10 @@ def steady_malloc() -> None:
         ) from e
     for param, value in _STEADY:
         if mallopt(ctypes.c_int(param), ctypes.c_int(value)) != 1:
-            raise OSError(f"steady_malloc: glibc's mallopt({param}, {value}) refused")
+            raise OSError(
+                f"steady_malloc: glibc's mallopt({param}, {value}) refused; hint: this glibc "
+                "takes other limits: leave steady_malloc out, or preload jemalloc or tcmalloc"
+            )
     _MALLOC_MODE = "steady"
 
 
