@@ -65,8 +65,10 @@ while (($#)); do
     *) echo "fault-campaign: unknown flag '$1'; hint: see --help" >&2; exit 2 ;;
   esac
 done
-[[ $N =~ ^[0-9]+$ ]] && ((N >= 1 && N <= 1000)) ||
-  { echo "fault-campaign: -n '$N': expected a whole number in [1, 1000]" >&2; exit 2; }
+if ! { [[ $N =~ ^[0-9]+$ ]] && ((N >= 1 && N <= 1000)); }; then
+  echo "fault-campaign: -n '$N': expected a whole number in [1, 1000]" >&2
+  exit 2
+fi
 for v in TIMEOUT SLACK; do
   [[ ${!v} =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
     { echo "fault-campaign: --${v,,} '${!v}': expected seconds, e.g. 2" >&2; exit 2; }

@@ -6,9 +6,11 @@
 #                              that git tracks or would add (new files included) through
 #                              `clang-format --dry-run --Werror`; each difference is printed as
 #                              FILE:LINE:COL and the script exits 1
-#   scripts/format.sh --fix    rewrite those files in place, and the Python package python/tightpipe
-#                              with `ruff format` and ruff's import sorting (the ruff of the Python
-#                              environment, scripts/setup-python.sh; skipped, loudly, without it)
+#   scripts/format.sh --fix    rewrite those files in place, and the Python files python/tightpipe,
+#                              python/tests and every .py under bench/ with `ruff format` and
+#                              ruff's import sorting (python/pyproject.toml's settings; the ruff of
+#                              the Python environment, scripts/setup-python.sh; skipped, loudly,
+#                              without it)
 #
 # The whole-tree reformat is one commit made by `scripts/format.sh --fix` alone: after merging
 # branches that touch C++ or Python files, run it again and commit what it changes.
@@ -37,12 +39,16 @@ if [ "$mode" = fix ]; then
   printf '%s\0' "${files[@]}" | xargs -0 -r -n 50 -P "${JOBS:-$(nproc)}" "$CLANG_FORMAT" -i
   echo "format.sh: clang-format applied to ${#files[@]} C++ files"
   venv=$(./scripts/setup-python.sh --print-venv)
+  # The folders scripts/lint-python.sh's ruff step checks (every .py in them), with the settings
+  # of python/pyproject.toml named (bench/ has no configuration of its own).
+  py_paths=(python/tightpipe python/tests bench)
   if [ -x "$venv/bin/ruff" ]; then
-    "$venv/bin/ruff" check --no-cache --fix --select I --quiet python/tightpipe
-    "$venv/bin/ruff" format --no-cache --quiet python/tightpipe
-    echo "format.sh: ruff format and import sorting applied to python/tightpipe"
+    "$venv/bin/ruff" check --no-cache --config python/pyproject.toml --fix --select I --quiet \
+      "${py_paths[@]}"
+    "$venv/bin/ruff" format --no-cache --config python/pyproject.toml --quiet "${py_paths[@]}"
+    echo "format.sh: ruff format and import sorting applied to ${py_paths[*]}"
   else
-    echo "format.sh: SKIPPED python/tightpipe: no ruff at $venv/bin/ruff; hint: run" \
+    echo "format.sh: SKIPPED ${py_paths[*]}: no ruff at $venv/bin/ruff; hint: run" \
       "./scripts/setup-python.sh, then this again"
   fi
   exit 0

@@ -2,11 +2,14 @@
 # The Python package python/tightpipe held to what the C++ side is (docs/testing.md): ruff's lint
 # and format check, and mypy --strict (python/pyproject.toml holds both tools' settings), with the
 # ruff and mypy pinned in python/requirements.txt, from the environment of scripts/setup-python.sh
-# (mypy checks the torch calls against the pinned torch there). Every .py file under
-# python/tightpipe at run time is checked, new ones included.
+# (mypy checks the torch calls against the pinned torch there). ruff also checks the package's
+# tests (python/tests) and the bench scripts (every .py under bench/), with the same settings;
+# mypy the package alone. Every .py file under those folders at run time is checked, new ones
+# included.
 #
-#   scripts/lint-python.sh ruff    ruff check + ruff format --check (lane `ruff`)
-#   scripts/lint-python.sh mypy    mypy (lane `mypy`)
+#   scripts/lint-python.sh ruff    ruff check + ruff format --check of python/tightpipe,
+#                                  python/tests and bench/ (lane `ruff`)
+#   scripts/lint-python.sh mypy    mypy of python/tightpipe (lane `mypy`)
 #   scripts/lint-python.sh         both
 #
 # Each finding is printed as FILE:LINE:COL with its rule, and the script exits 1. Without the
@@ -32,13 +35,19 @@ for t in "${steps[@]}"; do
     exit 77
   fi
 done
+# What ruff checks (folders: every .py in them, new ones included), all with python/pyproject.toml's
+# settings: bench/ has no configuration of its own, so the file is named with --config.
+ruff_paths=(python/tightpipe python/tests bench)
+ruff_config=(--config python/pyproject.toml)
 rc=0
 for t in "${steps[@]}"; do
   case $t in
     ruff)
-      "$venv/bin/ruff" check --no-cache --output-format concise python/tightpipe || rc=1
+      "$venv/bin/ruff" check --no-cache "${ruff_config[@]}" --output-format concise \
+        "${ruff_paths[@]}" || rc=1
       # The files ruff format would change, one line each (`scripts/format.sh --fix` fixes them).
-      if ! out=$("$venv/bin/ruff" format --no-cache --check python/tightpipe 2>&1); then
+      if ! out=$("$venv/bin/ruff" format --no-cache "${ruff_config[@]}" --check \
+        "${ruff_paths[@]}" 2>&1); then
         # ruff prints each file's first difference as "--> FILE:LINE:COL", then the diff.
         if grep -q -- '-->' <<<"$out"; then
           sed -n 's|^ *--> \(.*\)$|\1: not formatted as ruff format says|p' <<<"$out"
@@ -46,7 +55,7 @@ for t in "${steps[@]}"; do
           echo "$out"
         fi
         echo "lint-python.sh: ruff format: $(grep -c -- '-->' <<<"$out") file(s) differ;" \
-          "hint: scripts/format.sh --fix (or ruff format python/tightpipe)"
+          "hint: scripts/format.sh --fix (or ruff format ${ruff_config[*]} ${ruff_paths[*]})"
         rc=1
       fi
       ;;

@@ -33,11 +33,10 @@ sys.path[:0] = [os.path.join(REPO, "python"), os.path.join(REPO, "python", "test
 import torch  # noqa: E402
 
 from tightpipe.schedule import generate  # noqa: E402
-from tightpipe.torch import idle_from_trace  # noqa: E402
-from tightpipe.torch.gpt import GptConfig, batch, loss_fn, make_stages  # noqa: E402
+from tightpipe.torch import idle_from_trace, profile_step  # noqa: E402
+from tightpipe.torch.gpt import GptConfig, batch, make_stages  # noqa: E402
 from tightpipe.torch.launch import spawn  # noqa: E402
 from trace_worker import _runtime  # noqa: E402
-from tightpipe.torch import profile_step  # noqa: E402
 
 MB = 2  # sequences per microbatch (trace_worker's batch: 2 * m sequences)
 
@@ -107,8 +106,12 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timed", type=int, default=5)
     ap.add_argument("--smoke", action="store_true", help="tiny model, two schedules, one step")
-    ap.add_argument("--only", default="", help="comma-separated substrings: run the rows whose "
-                    "label holds one of them (e.g. Interleaved1F1B,interleaved)")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated substrings: run the rows whose "
+        "label holds one of them (e.g. Interleaved1F1B,interleaved)",
+    )
     args = ap.parse_args()
     p, m = args.pp, args.microbatches
     if args.smoke:
@@ -125,40 +128,72 @@ def main() -> int:
             with open(path, "w") as f:
                 json.dump({"time_unit": "ms", "stages": table}, f)
             costs[v] = (path, table)
-        ours = [("1f1b", "loop1", {}), ("zb-h1", "loop1", {}),
-                ("zb-1p", "loop1", {"costs": costs[1][0]}),
-                ("zb-2p", "loop1", {"costs": costs[1][0]}),
-                ("interleaved", "loop2", {"vpp": 2}),
-                ("zb-v", "v", {}), ("zb-v-auto", "v", {"costs": costs[2][0]}),
-                ("v-half", "v", {"costs": costs[2][0]}), ("v-min", "v", {"costs": costs[2][0]})]
-        builtins = [("Schedule1F1B", "loop1"), ("ScheduleInterleaved1F1B", "loop2"),
-                    ("ScheduleInterleavedZeroBubble", "loop2"), ("ScheduleZBVZeroBubble", "v")]
+        ours = [
+            ("1f1b", "loop1", {}),
+            ("zb-h1", "loop1", {}),
+            ("zb-1p", "loop1", {"costs": costs[1][0]}),
+            ("zb-2p", "loop1", {"costs": costs[1][0]}),
+            ("interleaved", "loop2", {"vpp": 2}),
+            ("zb-v", "v", {}),
+            ("zb-v-auto", "v", {"costs": costs[2][0]}),
+            ("v-half", "v", {"costs": costs[2][0]}),
+            ("v-min", "v", {"costs": costs[2][0]}),
+        ]
+        builtins = [
+            ("Schedule1F1B", "loop1"),
+            ("ScheduleInterleaved1F1B", "loop2"),
+            ("ScheduleInterleavedZeroBubble", "loop2"),
+            ("ScheduleZBVZeroBubble", "v"),
+        ]
         if args.smoke:
-            ours, builtins = [("zb-v-auto", "v", {"costs": costs[2][0]})], [
-                ("ScheduleZBVZeroBubble", "v")]
+            ours, builtins = (
+                [("zb-v-auto", "v", {"costs": costs[2][0]})],
+                [("ScheduleZBVZeroBubble", "v")],
+            )
         entries = []
         for name, kind in builtins:
-            entries.append({"label": f"PyTorch {name}", "kind": kind, "sched": None,
-                            "builtin": name, "m": m, "stage_to_rank": placement(kind, p)})
+            entries.append(
+                {
+                    "label": f"PyTorch {name}",
+                    "kind": kind,
+                    "sched": None,
+                    "builtin": name,
+                    "m": m,
+                    "stage_to_rank": placement(kind, p),
+                }
+            )
         for name, kind, kw in ours:
             sched = generate(name, p, m, **kw)
             assert sched.stage_to_rank == placement(kind, p), name
-            entries.append({"label": f"tightpipe {name}", "kind": kind, "sched": sched,
-                            "builtin": None, "m": m, "stage_to_rank": sched.stage_to_rank})
+            entries.append(
+                {
+                    "label": f"tightpipe {name}",
+                    "kind": kind,
+                    "sched": sched,
+                    "builtin": None,
+                    "m": m,
+                    "stage_to_rank": sched.stage_to_rank,
+                }
+            )
         if args.only:
             keys = args.only.split(",")
             entries = [e for e in entries if any(k in e["label"] for k in keys)]
         t0 = time.time()
         per_rank = spawn(p, bench_all, cfg, entries, tmp, args.warmup, args.timed, timeout=3600)
         wall = time.time() - t0
-        print(f"PyTorch {torch.__version__} runtime, p={p} CPU processes on gloo, 1 thread each, "
-              f"m={m}, microbatch {MB}x{cfg.seq} tokens, GPT d={cfg.d_model} "
-              f"vocab={cfg.vocab} {cfg.blocks_per_stage} block(s)/stage; {wall:.0f} s")
+        print(
+            f"PyTorch {torch.__version__} runtime, p={p} CPU processes on gloo, 1 thread each, "
+            f"m={m}, microbatch {MB}x{cfg.seq} tokens, GPT d={cfg.d_model} "
+            f"vocab={cfg.vocab} {cfg.blocks_per_stage} block(s)/stage; {wall:.0f} s"
+        )
         for v in (1, 2):
-            print(f"  measured costs v={v} (ms, F / B per stage): " + ", ".join(
-                f"{c['f']:.2f}/{c['i'] * 2:.2f}" for c in costs[v][1]))
-        hdr = (f"{'schedule':<40} {'placement':<10} {'step ms':>9} "
-               + " ".join(f"{'bubble r' + str(r):>10}" for r in range(p)))
+            print(
+                f"  measured costs v={v} (ms, F / B per stage): "
+                + ", ".join(f"{c['f']:.2f}/{c['i'] * 2:.2f}" for c in costs[v][1])
+            )
+        hdr = f"{'schedule':<40} {'placement':<10} {'step ms':>9} " + " ".join(
+            f"{'bubble r' + str(r):>10}" for r in range(p)
+        )
         print(hdr)
         print("-" * len(hdr))
         for k, e in enumerate(entries):

@@ -99,7 +99,7 @@ def even_split(names: list[str], stages: int) -> list[list[str]]:
     out, k = [], 0
     for s in range(stages):
         n = per + (1 if s < extra else 0)
-        out.append(blocks[k:k + n])
+        out.append(blocks[k : k + n])
         k += n
     out[0].insert(0, names[0])
     out[-1] += names[-2:]
@@ -114,8 +114,12 @@ def titan_split(names: list[str], stages: int) -> list[list[str]] | None:
     except ImportError:
         return None
     # Its names are Llama's (tok_embeddings, layers.N, norm, lm_head or output): ours by place.
-    ours = {"tok_embeddings": names[0], "norm": names[-2], "lm_head": names[-1],
-            "output": names[-1]}
+    ours = {
+        "tok_embeddings": names[0],
+        "norm": names[-2],
+        "lm_head": names[-1],
+        "output": names[-1],
+    }
     try:
         parts = _generate_llm_fqn_per_model_part(stages, len(names) - 3, 1, 1)
     except ValueError as e:  # more stages than torchtitan's effective layers
@@ -124,8 +128,12 @@ def titan_split(names: list[str], stages: int) -> list[list[str]] | None:
     return [[ours.get(n, n) for n in s] for s in parts]
 
 
-def model_modules(cfg: GptConfig, layers: int, mode: str, table: str | None,
-                  ) -> tuple[list[nn.Module], list[str]]:
+def model_modules(
+    cfg: GptConfig,
+    layers: int,
+    mode: str,
+    table: str | None,
+) -> tuple[list[nn.Module], list[str]]:
     model = make_layered(cfg, layers, 0)
     named = top_level_modules(model)
     names = [n for n, _ in named]
@@ -135,24 +143,27 @@ def model_modules(cfg: GptConfig, layers: int, mode: str, table: str | None,
     return [m for _, m in named], names
 
 
-def build_row(rank: int, cfg: GptConfig, layers: int, mode: str, table: str | None, row: dict,
-              p: int) -> tuple[Any, list[int], int]:
+def build_row(
+    rank: int, cfg: GptConfig, layers: int, mode: str, table: str | None, row: dict, p: int
+) -> tuple[Any, list[int], int]:
     m = row["m"]
     if row["kind"] == "tuned":
         res: TuneResult = row["result"]
-        rt, _, _ = build_tuned_runtime(lambda: model_modules(cfg, layers, mode, table), res, rank,
-                                       loss_fn)
+        rt, _, _ = build_tuned_runtime(
+            lambda: model_modules(cfg, layers, mode, table), res, rank, loss_fn
+        )
         return rt, res.stages_of(rank), res.num_stages
     modules, names = model_modules(cfg, layers, mode, table)
-    index = dict(zip(names, modules))
+    index = dict(zip(names, modules, strict=True))
     split, s2r = row["split"], row["stage_to_rank"]
     num = len(split)
     mine = [s for s in range(num) if s2r[s] == rank]
-    stages = [PipelineStage(nn.Sequential(*[index[n] for n in split[s]]), s, num,
-                            torch.device("cpu")) for s in mine]
+    stages = [
+        PipelineStage(nn.Sequential(*[index[n] for n in split[s]]), s, num, torch.device("cpu"))
+        for s in mine
+    ]
     cls = getattr(S, row["builtin"])
-    rt = cls(stages[0] if issubclass(cls, S.PipelineScheduleSingle) else stages, m,
-             loss_fn=loss_fn)
+    rt = cls(stages[0] if issubclass(cls, S.PipelineScheduleSingle) else stages, m, loss_fn=loss_fn)
     return rt, mine, num
 
 
@@ -160,9 +171,17 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def bench_rows(rank: int, world: int, cfg: GptConfig, layers: int, mode: str, table: str | None,
-               rows: list[dict], warmup: int, rounds: int,
-               ) -> tuple[list[list[float]], list[list[int]]]:
+def bench_rows(
+    rank: int,
+    world: int,
+    cfg: GptConfig,
+    layers: int,
+    mode: str,
+    table: str | None,
+    rows: list[dict],
+    warmup: int,
+    rounds: int,
+) -> tuple[list[list[float]], list[list[int]]]:
     """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
     every row (barrier to barrier), the order rotated per round; each step's minor page faults
     on this rank beside its time."""
@@ -214,10 +233,16 @@ def core_contention(p: int) -> tuple[float, float]:
     host that runs the VM's vCPUs on one physical core), the second is slower, and a rank's
     compute slows whenever another rank computes: real-compute rows then diverge from costs
     measured by one process alone."""
+
     def run(k: int) -> list[float]:
-        procs = [subprocess.Popen([sys.executable, "-c", _CONTENTION_PROBE],
-                                  stdout=subprocess.PIPE, text=True) for _ in range(k)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CONTENTION_PROBE], stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(k)
+        ]
         return [float(pr.communicate()[0]) for pr in procs]
+
     alone = run(1)[0]
     together = statistics.median(run(p))
     return alone, together
@@ -245,8 +270,12 @@ def compute_noise(times: int, runs: int) -> list[list[float]]:
     here: a row's step is this kind of work on p such processes at once, plus messages."""
     out = []
     for _ in range(runs):
-        res = subprocess.run([sys.executable, "-c", _NOISE_PROBE, str(times)],
-                             capture_output=True, text=True, check=True)
+        res = subprocess.run(
+            [sys.executable, "-c", _NOISE_PROBE, str(times)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         out.append([float(x) for x in res.stdout.split()])
     return out
 
@@ -254,23 +283,41 @@ def compute_noise(times: int, runs: int) -> list[list[float]]:
 def print_compute_noise(times: int, runs: int) -> None:
     samples = compute_noise(times, runs)
     meds = [statistics.median(s) for s in samples]
-    for k, (s, med) in enumerate(zip(samples, meds)):
-        print(f"the cores' own noise, run {k + 1}/{runs}: fixed 1-thread work of {times} x 60 "
-              f"matmuls, median {1e3 * med:.1f} ms, spread {100 * (min(s) / med - 1):+.1f}.."
-              f"{100 * (max(s) / med - 1):+.1f}%")
-    print(f"the cores' own noise: medians of identical runs {min(meds) * 1e3:.1f}.."
-          f"{max(meds) * 1e3:.1f} ms ({100 * (max(meds) / min(meds) - 1):.1f}% apart)")
+    for k, (s, med) in enumerate(zip(samples, meds, strict=True)):
+        print(
+            f"the cores' own noise, run {k + 1}/{runs}: fixed 1-thread work of {times} x 60 "
+            f"matmuls, median {1e3 * med:.1f} ms, spread {100 * (min(s) / med - 1):+.1f}.."
+            f"{100 * (max(s) / med - 1):+.1f}%"
+        )
+    print(
+        f"the cores' own noise: medians of identical runs {min(meds) * 1e3:.1f}.."
+        f"{max(meds) * 1e3:.1f} ms ({100 * (max(meds) / min(meds) - 1):.1f}% apart)"
+    )
 
 
-def predicted(layers_json: str, p: int, m: int, row: dict, tmp: str,
-              host_us: dict[str, float]) -> float:
+def predicted(
+    layers_json: str, p: int, m: int, row: dict, tmp: str, host_us: dict[str, float]
+) -> float:
     """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime)."""
     if row["kind"] == "tuned":
         return float(row["result"].predicted_step_s)
     split = ",".join(str(len(s)) for s in row["split"])
-    args = ["tune", "--layers", layers_json, "--pp", str(p), "--microbatches", str(m),
-            "--current-split", split, "--top", "1", "--json",
-            "--host-time-us", ",".join(f"{k}={v!r}" for k, v in host_us.items())]
+    args = [
+        "tune",
+        "--layers",
+        layers_json,
+        "--pp",
+        str(p),
+        "--microbatches",
+        str(m),
+        "--current-split",
+        split,
+        "--top",
+        "1",
+        "--json",
+        "--host-time-us",
+        ",".join(f"{k}={v!r}" for k, v in host_us.items()),
+    ]
     if row["generator"]:
         args += ["--current-schedule", row["generator"], "--current-vpp", str(row["v"])]
     else:  # PyTorch's own order, from its own CSV
@@ -292,29 +339,44 @@ def main() -> int:
     ap.add_argument("--mode", choices=["real", "emulated"], default="real")
     ap.add_argument("--pp", type=int, default=2)
     ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--d-model", type=int, default=384,
-                    help="the model width (384: the LM head costs about 5.8 blocks on a Zen 3 "
-                    "core; at 128 only about 3)")
+    ap.add_argument(
+        "--d-model",
+        type=int,
+        default=384,
+        help="the model width (384: the LM head costs about 5.8 blocks on a Zen 3 "
+        "core; at 128 only about 3)",
+    )
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--scale", type=float, default=1.0,
-                    help="emulated: sleep the measured times x this")
+    ap.add_argument(
+        "--scale", type=float, default=1.0, help="emulated: sleep the measured times x this"
+    )
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--layers-json", default="", help="use this measured table (skip step 1)")
-    ap.add_argument("--host-time-us", default="",
-                    help="the runtime's host time around each action, tune's --host-time-us "
-                    "form f=,i=,w=,b=,f_module=,... (default: measured first, "
-                    "tightpipe.torch.measure_host_time, outside the rows)")
+    ap.add_argument(
+        "--host-time-us",
+        default="",
+        help="the runtime's host time around each action, tune's --host-time-us "
+        "form f=,i=,w=,b=,f_module=,... (default: measured first, "
+        "tightpipe.torch.measure_host_time, outside the rows)",
+    )
     ap.add_argument("--smoke", action="store_true", help="toy size, two rows, one round")
-    ap.add_argument("--malloc", choices=["default", "steady"], default="default",
-                    help="steady: glibc's malloc keeps freed memory (mallopt: no mmap per large "
-                    "tensor, no trim) in the probe and in every row, so no step page-faults in "
-                    "fresh memory")
-    ap.add_argument("--noise-only", action="store_true",
-                    help="only time the same fixed 1-thread compute 40 times in each of 3 "
-                    "processes and print its spread (the least noise a real row can have)")
+    ap.add_argument(
+        "--malloc",
+        choices=["default", "steady"],
+        default="default",
+        help="steady: glibc's malloc keeps freed memory (mallopt: no mmap per large "
+        "tensor, no trim) in the probe and in every row, so no step page-faults in "
+        "fresh memory",
+    )
+    ap.add_argument(
+        "--noise-only",
+        action="store_true",
+        help="only time the same fixed 1-thread compute 40 times in each of 3 "
+        "processes and print its spread (the least noise a real row can have)",
+    )
     args = ap.parse_args()
     if args.noise_only:
         print_compute_noise(40, 3)
@@ -325,8 +387,10 @@ def main() -> int:
         cfg, layers = GptConfig(vocab=256, seq=16, d_model=32, heads=2), 4
         args.rounds, args.warmup = 1, 1
     else:
-        cfg, layers = GptConfig(vocab=round(50257 * d / 768), seq=args.seq, d_model=d,
-                                heads=max(1, d // 64)), args.layers
+        cfg, layers = (
+            GptConfig(vocab=round(50257 * d / 768), seq=args.seq, d_model=d, heads=max(1, d // 64)),
+            args.layers,
+        )
     with tempfile.TemporaryDirectory(prefix="tp-tune-bench-") as tmp:
         table = args.layers_json or os.path.join(tmp, "layers.json")
         if args.malloc == "steady":
@@ -335,8 +399,14 @@ def main() -> int:
             torch.set_num_threads(1)
             model = make_layered(cfg, layers, 0)
             tokens, targets = batch(cfg, MB)
-            measure_layers(model, tokens, loss_fn=loss_fn, target=targets,
-                           reps=3 if args.smoke else 7, out=table)
+            measure_layers(
+                model,
+                tokens,
+                loss_fn=loss_fn,
+                target=targets,
+                reps=3 if args.smoke else 7,
+                out=table,
+            )
         tuned_table = table
         if args.mode == "emulated" and args.scale != 1.0:
             with open(table) as f:
@@ -348,27 +418,41 @@ def main() -> int:
             with open(tuned_table, "w") as f:
                 json.dump(doc, f)
         if args.host_time_us:
-            host_us = {k: float(v) for k, v in
-                       (kv.split("=", 1) for kv in args.host_time_us.split(","))}
+            host_us = {
+                k: float(v) for k, v in (kv.split("=", 1) for kv in args.host_time_us.split(","))
+            }
         else:
             # Real modules' own calls are in measure_layers' costs; emulated ones' are not.
-            host_us = measure_host_time(pp=p, microbatches=m, steps=2 if args.smoke else 5,
-                                        layers="emulated" if args.mode == "emulated"
-                                        else "measured")
+            host_us = measure_host_time(
+                pp=p,
+                microbatches=m,
+                steps=2 if args.smoke else 5,
+                layers="emulated" if args.mode == "emulated" else "measured",
+            )
         if args.mode == "real" and not args.smoke:
             print_compute_noise(20, 2)
             alone, together = core_contention(p)
-            print(f"the cores' contention: a 1-thread 128x384x1536 matmul takes "
-                  f"{1e6 * alone:.0f} us alone and {1e6 * together:.0f} us with {p} at once "
-                  f"({together / alone:.2f}x): the costs below are measured alone")
-        print("the runtime's host time around each action, us: "
-              + ",".join(f"{k}={v:g}" for k, v in host_us.items())
-              + f" ({'given' if args.host_time_us else 'measured first'})")
+            print(
+                f"the cores' contention: a 1-thread 128x384x1536 matmul takes "
+                f"{1e6 * alone:.0f} us alone and {1e6 * together:.0f} us with {p} at once "
+                f"({together / alone:.2f}x): the costs below are measured alone"
+            )
+        print(
+            "the runtime's host time around each action, us: "
+            + ",".join(f"{k}={v:g}" for k, v in host_us.items())
+            + f" ({'given' if args.host_time_us else 'measured first'})"
+        )
         names = [n for n, _ in top_level_modules(make_layered(cfg, layers, 0))]
-        res = tune(tuned_table, p, m, out=os.path.join(tmp, "tuned"),
-                   current_split=[len(s) for s in even_split(names, p)],
-                   current_schedule="Schedule1F1B", min_gain=0.0,
-                   host_time_us=host_us)
+        res = tune(
+            tuned_table,
+            p,
+            m,
+            out=os.path.join(tmp, "tuned"),
+            current_split=[len(s) for s in even_split(names, p)],
+            current_schedule="Schedule1F1B",
+            min_gain=0.0,
+            host_time_us=host_us,
+        )
         rows: list[dict] = []
         builtins = BUILTINS[:2] if args.smoke else BUILTINS
         splits = [("even", even_split)]
@@ -381,50 +465,95 @@ def main() -> int:
                     print(f"(skipped: {cls} on torchtitan's split)")
                     continue
                 if any(not stage for stage in split):
-                    print(f"(skipped: {cls} on the {split_name} split: {p * v} stages for "
-                          f"{len(names)} modules; --layers more blocks to run it)")
+                    print(
+                        f"(skipped: {cls} on the {split_name} split: {p * v} stages for "
+                        f"{len(names)} modules; --layers more blocks to run it)"
+                    )
                     continue
-                rows.append({"label": f"PyTorch {cls}", "split_name": split_name, "kind": kind,
-                             "builtin": cls, "generator": gen, "v": v, "m": m, "split": split,
-                             "stage_to_rank": placement(kind, p, v)})
-        rows.append({"label": f"tuned: {res.schedule}", "split_name": "tuned", "kind": "tuned",
-                     "result": res, "m": m, "v": res.vpp,
-                     "split": res.module_fqns_per_model_part})
+                rows.append(
+                    {
+                        "label": f"PyTorch {cls}",
+                        "split_name": split_name,
+                        "kind": kind,
+                        "builtin": cls,
+                        "generator": gen,
+                        "v": v,
+                        "m": m,
+                        "split": split,
+                        "stage_to_rank": placement(kind, p, v),
+                    }
+                )
+        rows.append(
+            {
+                "label": f"tuned: {res.schedule}",
+                "split_name": "tuned",
+                "kind": "tuned",
+                "result": res,
+                "m": m,
+                "v": res.vpp,
+                "split": res.module_fqns_per_model_part,
+            }
+        )
         for row in rows:
             row["predicted"] = predicted(tuned_table, p, m, row, tmp, host_us)
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        cpu = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines()
-                    if ln.startswith("Model name")), "?")
-        fam = [ln.split(":", 1)[1].strip() for ln in lscpu.splitlines()
-               if ln.startswith(("CPU family", "Model:"))]
+        cpu = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in lscpu.splitlines()
+                if ln.startswith("Model name")
+            ),
+            "?",
+        )
+        fam = [
+            ln.split(":", 1)[1].strip()
+            for ln in lscpu.splitlines()
+            if ln.startswith(("CPU family", "Model:"))
+        ]
         print(res.table)
-        model_desc = (f"the layers of {args.layers_json}" if args.layers_json else
-                      f"GPT d={cfg.d_model} vocab={cfg.vocab} {layers} blocks")
+        model_desc = (
+            f"the layers of {args.layers_json}"
+            if args.layers_json
+            else f"GPT d={cfg.d_model} vocab={cfg.vocab} {layers} blocks"
+        )
         for rep in range(args.repeat):
             t0 = time.time()
             bench_table = tuned_table if args.mode == "emulated" else None
-            per_rank = spawn(p, bench_rows, cfg, layers, args.mode, bench_table,
-                             [{k: v for k, v in r.items()} for r in rows], args.warmup,
-                             args.rounds, timeout=7200, pg_timeout=600,
-                             steady_malloc=args.malloc == "steady")
+            per_rank = spawn(
+                p,
+                bench_rows,
+                cfg,
+                layers,
+                args.mode,
+                bench_table,
+                [{k: v for k, v in r.items()} for r in rows],
+                args.warmup,
+                args.rounds,
+                timeout=7200,
+                pg_timeout=600,
+                steady_malloc=args.malloc == "steady",
+            )
             wall = time.time() - t0
             load = os.getloadavg()[0]
-            print(f"\nrun {rep + 1}/{args.repeat}: {args.mode}, PyTorch {torch.__version__}, p={p} "
-                  f"gloo processes x 1 thread, m={m}, microbatch {MB}x{cfg.seq} tokens, "
-                  f"{model_desc}"
-                  f"{f', sleeps x{args.scale:g}' if args.mode == 'emulated' else ''}; "
-                  f"{args.rounds} rounds, {wall:.0f} s; CPU {cpu} (family/model {'/'.join(fam)}); "
-                  f"load average {load:.1f} at the end")
-            hdr = (f"{'row':<40} {'split':<6} {'modules/stage':<16} {'step ms':>9} "
-                   f"{'spread':>14} {'predicted':>9} {'error':>7} {'vs best even':>12} "
-                   f"{'faults/step per rank':>20}")
+            print(
+                f"\nrun {rep + 1}/{args.repeat}: {args.mode}, PyTorch {torch.__version__}, p={p} "
+                f"gloo processes x 1 thread, m={m}, microbatch {MB}x{cfg.seq} tokens, "
+                f"{model_desc}"
+                f"{f', sleeps x{args.scale:g}' if args.mode == 'emulated' else ''}; "
+                f"{args.rounds} rounds, {wall:.0f} s; CPU {cpu} (family/model {'/'.join(fam)}); "
+                f"load average {load:.1f} at the end"
+            )
+            hdr = (
+                f"{'row':<40} {'split':<6} {'modules/stage':<16} {'step ms':>9} "
+                f"{'spread':>14} {'predicted':>9} {'error':>7} {'vs best even':>12} "
+                f"{'faults/step per rank':>20}"
+            )
             print(hdr)
             print("-" * len(hdr))
             medians = []
             for k, row in enumerate(rows):
                 # A step is the slowest rank's barrier-to-barrier time in each round.
-                steps = [max(per_rank[r][0][k][j] for r in range(p))
-                         for j in range(args.rounds)]
+                steps = [max(per_rank[r][0][k][j] for r in range(p)) for j in range(args.rounds)]
                 medians.append(statistics.median(steps))
                 row["steps"] = steps
             best_even = min(medians[k] for k, r in enumerate(rows) if r["split_name"] == "even")
@@ -434,24 +563,32 @@ def main() -> int:
                 spread = f"{100 * (lo / med - 1):+.1f}..{100 * (hi / med - 1):+.1f}%"
                 counts = "|".join(str(len(s)) for s in row["split"])
                 err = 100 * (row["predicted"] / med - 1)
-                print(f"{row['label']:<40} {row['split_name']:<6} {counts:<16} {1e3 * med:9.1f} "
-                      f"{spread:>14} {1e3 * row['predicted']:9.1f} {err:+6.1f}% "
-                      f"{best_even / med:11.2f}x "
-                      + "/".join(f"{statistics.median(per_rank[r][1][k]):.0f}"
-                                 for r in range(p)).rjust(20))
+                print(
+                    f"{row['label']:<40} {row['split_name']:<6} {counts:<16} {1e3 * med:9.1f} "
+                    f"{spread:>14} {1e3 * row['predicted']:9.1f} {err:+6.1f}% "
+                    f"{best_even / med:11.2f}x "
+                    + "/".join(
+                        f"{statistics.median(per_rank[r][1][k]):.0f}" for r in range(p)
+                    ).rjust(20)
+                )
             # The gain paired round by round: each round runs every row once within seconds,
             # so the host's drift between minutes moves both steps of a pair alike.
-            k_even = min((k for k, r in enumerate(rows) if r["split_name"] == "even"),
-                         key=lambda k: medians[k])
+            k_even = min(
+                (k for k, r in enumerate(rows) if r["split_name"] == "even"),
+                key=lambda k: medians[k],
+            )
             k_tuned = next(k for k, r in enumerate(rows) if r["kind"] == "tuned")
-            pairs = [a / b for a, b in zip(rows[k_even]["steps"], rows[k_tuned]["steps"],
-                                           strict=True)]
+            pairs = [
+                a / b for a, b in zip(rows[k_even]["steps"], rows[k_tuned]["steps"], strict=True)
+            ]
             promised = rows[k_even]["predicted"] / rows[k_tuned]["predicted"]
             of_medians = medians[k_even] / medians[k_tuned]
-            print(f"tuned over the best even-split built-in ({rows[k_even]['builtin']}), paired "
-                  f"round by round: median {statistics.median(pairs):.3f}x, rounds "
-                  f"{min(pairs):.3f}..{max(pairs):.3f}x; of the medians {of_medians:.3f}x; "
-                  f"predicted {promised:.3f}x")
+            print(
+                f"tuned over the best even-split built-in ({rows[k_even]['builtin']}), paired "
+                f"round by round: median {statistics.median(pairs):.3f}x, rounds "
+                f"{min(pairs):.3f}..{max(pairs):.3f}x; of the medians {of_medians:.3f}x; "
+                f"predicted {promised:.3f}x"
+            )
     return 0
 
 

@@ -16,10 +16,14 @@ from tightpipe.torch.gpt import loss_fn
 def emulated_stages(sleeps, shape, layers_per_stage, num_stages):
     """All stages: stage s holds layers s*k .. s*k+k-1, each sleeping `sleeps` = (f, i, w)."""
     n = layers_per_stage * num_stages
-    layers = [EmulatedLayer(*sleeps, shape, first=j == 0, last=j == n - 1, name=f"layers.{j}")
-              for j in range(n)]
-    return [nn.Sequential(*layers[s * layers_per_stage:(s + 1) * layers_per_stage])
-            for s in range(num_stages)]
+    layers = [
+        EmulatedLayer(*sleeps, shape, first=j == 0, last=j == n - 1, name=f"layers.{j}")
+        for j in range(n)
+    ]
+    return [
+        nn.Sequential(*layers[s * layers_per_stage : (s + 1) * layers_per_stage])
+        for s in range(num_stages)
+    ]
 
 
 def run(rank, world, sched, sleeps, shape, layers_per_stage, tokens, targets, trace_path):
@@ -36,8 +40,13 @@ def run(rank, world, sched, sleeps, shape, layers_per_stage, tokens, targets, tr
         for p in full[s].parameters():
             p.grad = None
     losses: list[torch.Tensor] = []
-    profile_step(rt, *args, trace_path=trace_path.format(rank=rank),
-                 target=targets if num - 1 in mine else None, losses=losses)
+    profile_step(
+        rt,
+        *args,
+        trace_path=trace_path.format(rank=rank),
+        target=targets if num - 1 in mine else None,
+        losses=losses,
+    )
     # Plain lists: a tensor through spawn's queue is shared memory that dies with the process.
     grads = {s: {n: p.grad.tolist() for n, p in full[s].named_parameters()} for s in mine}
     return [float(x) for x in losses], grads

@@ -73,22 +73,33 @@ def run_jobs(rank: int, world: int, cfg: GptConfig, jobs: list[Job]):
         target = targets if num - 1 in mine else None
         losses: list = []
         runtime.step(*args, target=target, losses=losses)
-        grads = {s: {n: p.grad.detach().clone() for n, p in mods[s].named_parameters()}
-                 for s in mine}
+        grads = {
+            s: {n: p.grad.detach().clone() for n, p in mods[s].named_parameters()} for s in mine
+        }
         if job.builtin is not None:
             builtin_grads[job.id] = (grads, losses)
-        res = {"id": job.id, "rank": rank, "static_ok": static_ok,
-               "grad_vs_model": _max_diff(grads, {s: ref_grads[s] for s in mine}),
-               "stages": mine}
+        res = {
+            "id": job.id,
+            "rank": rank,
+            "static_ok": static_ok,
+            "grad_vs_model": _max_diff(grads, {s: ref_grads[s] for s in mine}),
+            "stages": mine,
+        }
         if num - 1 in mine:
-            res["loss_vs_model"] = max(abs(float(a.detach()) - float(b))
-                                       for a, b in zip(losses, ref_losses))
+            # strict=False: a runtime that returned too few or too many losses is reported by
+            # their count (res["losses"], which the test compares with m), not by a raise here.
+            res["loss_vs_model"] = max(
+                abs(float(a.detach()) - float(b)) for a, b in zip(losses, ref_losses, strict=False)
+            )
             res["losses"] = len(losses)
         if job.reference is not None:
             bg, bl = builtin_grads[job.reference]
             res["grad_vs_builtin"] = _max_diff(grads, bg)
             if num - 1 in mine:
-                res["loss_vs_builtin"] = max(abs(float(a.detach()) - float(b.detach()))
-                                             for a, b in zip(losses, bl))
+                # strict=False: as for loss_vs_model, each count is checked on its own.
+                res["loss_vs_builtin"] = max(
+                    abs(float(a.detach()) - float(b.detach()))
+                    for a, b in zip(losses, bl, strict=False)
+                )
         out.append(res)
     return out

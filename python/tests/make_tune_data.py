@@ -59,20 +59,30 @@ def main() -> int:
     torch.set_num_threads(1)
     tokens, targets = batch(CFG, MB)
     layers = os.path.join(OUT, "layers.json")
-    measure_layers(make_layered(CFG, LAYERS, 0), tokens, loss_fn=loss_fn, target=targets, reps=7,
-                   out=layers)
+    measure_layers(
+        make_layered(CFG, LAYERS, 0), tokens, loss_fn=loss_fn, target=targets, reps=7, out=layers
+    )
     with tempfile.TemporaryDirectory() as tmp:
         host_us = measure_host_time(pp=2, microbatches=M)
         print(f"the runtime's host time around each action: {host_us} us")
-        res = tune(layers, 2, M, out=os.path.join(tmp, "tuned"), current_split=[7, 8],
-                   current_schedule="Schedule1F1B", host_time_us=host_us)
+        res = tune(
+            layers,
+            2,
+            M,
+            out=os.path.join(tmp, "tuned"),
+            current_split=[7, 8],
+            current_schedule="Schedule1F1B",
+            host_time_us=host_us,
+        )
         print(res.table)
         for name in ("tune.json", "schedule.csv", "schedule_compute.csv"):
             shutil.copy(os.path.join(res.directory, name), os.path.join(OUT, name))
         spawn(2, run, res, tmp, timeout=600)
         for r in (0, 1):
-            with open(os.path.join(tmp, f"rank{r}.json"), "rb") as f, gzip.GzipFile(
-                    os.path.join(OUT, f"rank{r}.json.gz"), "wb", mtime=0) as g:
+            with (
+                open(os.path.join(tmp, f"rank{r}.json"), "rb") as f,
+                gzip.GzipFile(os.path.join(OUT, f"rank{r}.json.gz"), "wb", mtime=0) as g,
+            ):
                 g.write(f.read())
     return 0
 

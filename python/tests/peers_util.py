@@ -1,6 +1,7 @@
 """What the peer tests share: skips with a loud line when an engine or the binary is missing, and
 one harness run per (engine, p, v) for the whole session (spawning p processes and importing an
 engine costs seconds; the orders, the timing and the report tests read the same runs)."""
+
 import functools
 import importlib.util
 import os
@@ -15,15 +16,18 @@ ORDER_F_MS, ORDER_B_MS = 1.0, 2.0  # orders only: short stages keep the test fas
 
 def need(module: str) -> None:
     if importlib.util.find_spec(module.split(".")[0]) is None:
-        line = (f"SKIPPED: {module} is not installed in {sys.prefix}; run "
-                f"scripts/setup-python-peers.sh {sys.prefix}")
+        line = (
+            f"SKIPPED: {module} is not installed in {sys.prefix}; run "
+            f"scripts/setup-python-peers.sh {sys.prefix}"
+        )
         print(line, file=sys.stderr)
         pytest.skip(line)
 
 
 def need_tightpipe() -> str:
-    from tightpipe.peers.compare import find_tightpipe
     from tightpipe.peers.common import PeerError
+    from tightpipe.peers.compare import find_tightpipe
+
     try:
         return find_tightpipe()
     except PeerError as e:
@@ -51,12 +55,21 @@ def megatron_runs(p: int, v: int):
     need("megatron.core")
     from tightpipe.peers import megatron
     from tightpipe.peers.common import RunSpec
+
     ms = list(range(p, 4 * p + 1))
     specs = [RunSpec(m, group=group_for(p, m)) for m in ms]
     if p == 4:
         specs.append(RunSpec(TIMED_M, costs=timed_costs(p, v), steps=4, group=p))
-    return tuple(megatron.run_many(p, specs, make_costs(p * v, ORDER_F_MS, ORDER_B_MS), vpp=v,
-                                   steps=2, batch_p2p=not (p == 2 and v > 1)))
+    return tuple(
+        megatron.run_many(
+            p,
+            specs,
+            make_costs(p * v, ORDER_F_MS, ORDER_B_MS),
+            vpp=v,
+            steps=2,
+            batch_p2p=not (p == 2 and v > 1),
+        )
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,6 +77,7 @@ def deepspeed_runs(p: int):
     need("deepspeed")
     from tightpipe.peers import deepspeed
     from tightpipe.peers.common import RunSpec
+
     specs = [RunSpec(m) for m in range(p, 4 * p + 1)]
     if p == 4:
         specs.append(RunSpec(TIMED_M, costs=timed_costs(p, 1), steps=4))
@@ -85,5 +99,14 @@ def tmp_dir(tmp_path_factory, name: str) -> str:
     return str(tmp_path_factory.mktemp(name))
 
 
-__all__ = ["need", "need_tightpipe", "megatron_runs", "deepspeed_runs", "timed_run",
-           "order_runs", "group_for", "tmp_dir", "os"]
+__all__ = [
+    "need",
+    "need_tightpipe",
+    "megatron_runs",
+    "deepspeed_runs",
+    "timed_run",
+    "order_runs",
+    "group_for",
+    "tmp_dir",
+    "os",
+]

@@ -1,5 +1,6 @@
 """Bad input to the peer harnesses (issue 44): each refused in one line naming it and the fix,
 before any process is spawned."""
+
 import json
 import os
 import subprocess
@@ -34,7 +35,7 @@ def test_cost_table_errors_name_the_entry(tmp_path):
     path.write_text(json.dumps({"time_unit": "ms", "stages": [{"stage": 0, "f": 1}]}))
     with pytest.raises(PeerError) as e:
         load_costs(str(path))
-    assert f"{path}: stages[0]: needs \"f\" and \"b\"" in one_line(e.value)
+    assert f'{path}: stages[0]: needs "f" and "b"' in one_line(e.value)
     path.write_text(json.dumps({"time_unit": "flops", "stages": []}))
     with pytest.raises(PeerError) as e:
         load_costs(str(path))
@@ -80,14 +81,26 @@ def test_megatron_group_rules_are_refused_before_megatron_raises():
     assert "leaves a last group of 2 < p=4" in one_line(e.value)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--pp", "2", "--vpp", "2", "--microbatches", "4"], "two sends and two receives to the one peer"),
-    (["--pp", "2", "--microbatches", "4", "--schedule", "zb-h1"], "does not run schedule 'zb-h1'"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (
+            ["--pp", "2", "--vpp", "2", "--microbatches", "4"],
+            "two sends and two receives to the one peer",
+        ),
+        (
+            ["--pp", "2", "--microbatches", "4", "--schedule", "zb-h1"],
+            "does not run schedule 'zb-h1'",
+        ),
+    ],
+)
 def test_cli_prints_one_line_and_exits_2(args, needle, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tightpipe.peers.megatron", *args, "--out",
-                        str(tmp_path / "out")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": PYTHON_DIR})
+    r = subprocess.run(
+        [sys.executable, "-m", "tightpipe.peers.megatron", *args, "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": PYTHON_DIR},
+    )
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("error: "), r.stderr

@@ -2,6 +2,7 @@
 microbatch groups) and DeepSpeed's 1F1B at p = 2 and 4, m = p .. 4p, as the engines ran them,
 against `tightpipe schedule`'s generators. Every run also checks its loss against the data (the
 harness raises when an engine moved the wrong tensors)."""
+
 import pytest
 
 from peers_util import deepspeed_runs, group_for, megatron_runs, need, need_tightpipe, order_runs
@@ -75,9 +76,11 @@ def test_megatron_overlap_is_our_interleaved_and_simulates():
     need("megatron.core")
     from tightpipe.peers import megatron
     from tightpipe.peers.common import make_costs
+
     p, m = 4, 8
-    run = megatron.run_many(p, [m], make_costs(2 * p, 2, 4), vpp=2, steps=2, batch_p2p=False,
-                            overlap=True)[0]
+    run = megatron.run_many(
+        p, [m], make_costs(2 * p, 2, 4), vpp=2, steps=2, batch_p2p=False, overlap=True
+    )[0]
     assert first_differences(run.orders(), generator_orders("interleaved", p, m, 2, p)) == {}
     for k in run.measured_steps():
         for r in range(p):

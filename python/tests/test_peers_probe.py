@@ -2,13 +2,14 @@
 it returns simulate's --host-time-us form, the binary accepts it, and the prediction moves as
 with_host_time's arithmetic says (every F and B of the table raised by the probe's host time).
 An engine or transport with no probe is refused in one line."""
+
 import dataclasses
 import json
 import types
 
 import pytest
-from peers_util import need, need_tightpipe
 
+from peers_util import need, need_tightpipe
 from tightpipe.peers.common import PeerError, make_costs
 from tightpipe.peers.compare import (
     PROBE_ENGINES,
@@ -22,8 +23,9 @@ from tightpipe.peers.compare import (
 
 def shape(m: int):
     """What compare.simulate reads of a run: its schedule and shape (1F1B, p = 2)."""
-    return types.SimpleNamespace(schedule="1f1b", pp=2, vpp=1, microbatches=m, options={},
-                                 costs=make_costs(2, 10.0, 20.0))
+    return types.SimpleNamespace(
+        schedule="1f1b", pp=2, vpp=1, microbatches=m, options={}, costs=make_costs(2, 10.0, 20.0)
+    )
 
 
 def test_probe_form_is_what_simulate_takes_and_moves_the_prediction_by_its_arithmetic():
@@ -86,24 +88,40 @@ def test_the_engines_call_is_paid_per_operation_at_each_end_and_the_link_per_mes
     (megatron-overlap) or blocks on each (deepspeed). An older probe without the count is
     refused in one line."""
     need_tightpipe()
-    h = EngineHostTime(engine="megatron", transport="gloo",
-                       host_time_us={"f": 400.0, "b": 450.0}, message_ms=0.3, link_ms=0.1,
-                       tail_ms=0.0, ops_per_call=2.0, probe={})
+    h = EngineHostTime(
+        engine="megatron",
+        transport="gloo",
+        host_time_us={"f": 400.0, "b": 450.0},
+        message_ms=0.3,
+        link_ms=0.1,
+        tail_ms=0.0,
+        ops_per_call=2.0,
+        probe={},
+    )
     assert h.op_overhead_ms == pytest.approx(0.1)
     assert h.costs(make_costs(2, 5.0, 10.0))["link"] == pytest.approx(
-        {"latency": 0.1, "overhead": 0.1})
+        {"latency": 0.1, "overhead": 0.1}
+    )
     assert h.costs(make_costs(2, 5.0, 10.0), link_only=True)["link"] == pytest.approx(
-        {"latency": 0.1, "overhead": 0.0})
+        {"latency": 0.1, "overhead": 0.0}
+    )
     # a probe whose ping-pong ran slower than the engine's messages charges no negative call
     assert dataclasses.replace(h, link_ms=0.5).op_overhead_ms == 0.0
-    run = types.SimpleNamespace(schedule="interleaved", pp=2, vpp=2, microbatches=4,
-                                options={}, costs=make_costs(4, 5.0, 10.0))
+    run = types.SimpleNamespace(
+        schedule="interleaved",
+        pp=2,
+        vpp=2,
+        microbatches=4,
+        options={},
+        costs=make_costs(4, 5.0, 10.0),
+    )
     for profile in ("megatron", "megatron-overlap"):
         got = predict_from_probe(run, profile, h)["makespan"]
         # the same prediction with the call charged nowhere is shorter by at least one call per
         # compute of a rank: 2 m v computes per rank, each posting 1-2 operations of 0.1 ms
-        bare = simulate(run, profile, h.costs(run.costs, link_only=True),
-                        h.host_time_flag())["makespan"]
+        bare = simulate(run, profile, h.costs(run.costs, link_only=True), h.host_time_flag())[
+            "makespan"
+        ]
         assert got >= bare + 2 * 4 * 2 * 0.1 - 1e-9, (profile, got, bare)
     doc = h.to_json()
     assert EngineHostTime.from_json(json.loads(json.dumps(doc))) == h

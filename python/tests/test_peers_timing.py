@@ -3,6 +3,7 @@ time or a prediction's tolerance: each measured step lies inside bounds derived 
 own measured durations, and `tightpipe report`, reading the run directory, finds the harness's own
 idle per rank and cause. (The prediction against these runs is the benchmark's job:
 bench/peers/peers_bench.py, docs/peers.md.)"""
+
 import json
 import statistics
 import subprocess
@@ -23,8 +24,9 @@ def dependency_bound(run, step: int) -> float:
     S = run.pp * run.vpp
     progs = []
     for r in range(run.pp):
-        comp = sorted((e for e in run.step_events(step, r) if e.kind in ("F", "B")),
-                      key=lambda e: e.start)
+        comp = sorted(
+            (e for e in run.step_events(step, r) if e.kind in ("F", "B")), key=lambda e: e.start
+        )
         progs.append([(e.kind, e.stage, e.mb, e.end - e.start) for e in comp])
     done = {}
     pc = [0] * run.pp
@@ -35,8 +37,11 @@ def dependency_bound(run, step: int) -> float:
         for r in range(run.pp):
             while pc[r] < len(progs[r]):
                 kind, s, mb, d = progs[r][pc[r]]
-                dep = (("F", s - 1, mb) if s > 0 else None) if kind == "F" else \
-                    (("B", s + 1, mb) if s < S - 1 else ("F", s, mb))
+                dep = (
+                    (("F", s - 1, mb) if s > 0 else None)
+                    if kind == "F"
+                    else (("B", s + 1, mb) if s < S - 1 else ("F", s, mb))
+                )
                 if dep is not None and dep not in done:
                     break
                 start = max(clock[r], done[dep] if dep is not None else 0.0)
@@ -95,7 +100,7 @@ def test_measured_step_lies_inside_bounds_from_its_own_durations(engine, p, v, m
         lower = dependency_bound(run, step)
         assert lower <= T, (step, lower, T)
         covered = covered_time(run, step)
-        assert T <= covered * (1 + 1e-9), (step, T, covered)
+        assert covered * (1 + 1e-9) >= T, (step, T, covered)
 
 
 @pytest.mark.parametrize("engine,p,v,m", RUNS)
@@ -104,8 +109,9 @@ def test_report_finds_the_harness_idle_per_rank_and_cause(engine, p, v, m, tmp_p
     run = timed_run(engine, p, v, m)
     run_dir = run.write_run_dir(str(tmp_path / "run"))
     out = tmp_path / "report"
-    r = subprocess.run([binary, "report", run_dir, "--out", str(out), "--quiet"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [binary, "report", run_dir, "--out", str(out), "--quiet"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     rep = json.loads((out / "report.json").read_text())
     steps = run.measured_steps()
@@ -119,6 +125,8 @@ def test_report_finds_the_harness_idle_per_rank_and_cause(engine, p, v, m, tmp_p
             assert abs(got[cause] - want) / T * 100 <= 2.0, (rank, cause, got[cause], want)
         # busy: F and B as the harness timed them (the optimizer's share aside)
         busy = rep["per_rank"][rank]["busy_s"]
-        want_busy = statistics.median(sum(e.end - e.start for e in run.step_events(k, rank)
-                                          if e.kind in ("F", "B")) for k in steps)
+        want_busy = statistics.median(
+            sum(e.end - e.start for e in run.step_events(k, rank) if e.kind in ("F", "B"))
+            for k in steps
+        )
         assert abs(busy["F"] + busy["B"] - want_busy) / T * 100 <= 2.0, (rank, busy, want_busy)

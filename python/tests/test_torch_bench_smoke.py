@@ -13,12 +13,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_bench_smoke():
     proc = subprocess.run(
         [sys.executable, os.path.join(REPO, "bench", "torch", "torch_runtime_bench.py"), "--smoke"],
-        capture_output=True, text=True, timeout=300)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {}
     for line in proc.stdout.splitlines():
-        m = re.match(r"(PyTorch \S+|tightpipe \S+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)%\s+([\d.]+)%$",
-                     line)
+        m = re.match(
+            r"(PyTorch \S+|tightpipe \S+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)%\s+([\d.]+)%$", line
+        )
         if m:
             rows[m.group(1)] = [float(x) for x in m.group(3, 4, 5)]
     assert set(rows) == {"PyTorch ScheduleZBVZeroBubble", "tightpipe zb-v-auto"}, proc.stdout
@@ -32,18 +36,28 @@ def test_tune_bench_smoke():
     the simulator's prediction beside it, in both modes."""
     for mode in ("real", "emulated"):
         proc = subprocess.run(
-            [sys.executable, os.path.join(REPO, "bench", "torch", "tune_bench.py"), "--smoke",
-             "--mode", mode],
-            capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                os.path.join(REPO, "bench", "torch", "tune_bench.py"),
+                "--smoke",
+                "--mode",
+                mode,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         rows = {}
         for line in proc.stdout.splitlines():
-            m = re.match(r"(PyTorch \S+|tuned: \S+)\s+(even|tuned)\s+[\d|]+\s+([\d.]+)\s+\S+\s+"
-                         r"([\d.]+)\s+([-+][\d.]+)%\s+([\d.]+)x\s+[\d/]+$", line)
+            m = re.match(
+                r"(PyTorch \S+|tuned: \S+)\s+(even|tuned)\s+[\d|]+\s+([\d.]+)\s+\S+\s+"
+                r"([\d.]+)\s+([-+][\d.]+)%\s+([\d.]+)x\s+[\d/]+$",
+                line,
+            )
             if m:
                 rows[m.group(1)] = (float(m.group(3)), float(m.group(4)))
-        assert {"PyTorch Schedule1F1B", "PyTorch ScheduleInterleaved1F1B"} <= set(rows), \
-            proc.stdout
+        assert {"PyTorch Schedule1F1B", "PyTorch ScheduleInterleaved1F1B"} <= set(rows), proc.stdout
         assert any(k.startswith("tuned: ") for k in rows), proc.stdout
         for measured, predicted in rows.values():
             assert measured > 0 and predicted > 0

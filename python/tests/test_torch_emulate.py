@@ -11,9 +11,9 @@ import time
 
 import pytest
 import torch
-from emulate_worker import emulated_stages, run
 from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
+from emulate_worker import emulated_stages, run
 from tightpipe.schedule import generate
 from tightpipe.torch import EmulatedLayer, emulated_modules, measure_layers
 from tightpipe.torch.emulate import _Sleeper
@@ -41,8 +41,11 @@ def test_each_phase_sleeps_in_its_own_call(last):
         x = torch.randn(*SHAPE, requires_grad=True)
         t0 = time.perf_counter()
         y = layer(x)
-        roots, grads = ([loss_fn(y, torch.randint(0, 64, SHAPE[:2]))], None) if last else (
-            [y], [torch.ones_like(y)])
+        roots, grads = (
+            ([loss_fn(y, torch.randint(0, 64, SHAPE[:2]))], None)
+            if last
+            else ([y], [torch.ones_like(y)])
+        )
         t1 = time.perf_counter()
         _, groups = stage_backward_input(roots, grads, [x], layer.parameters())
         t2 = time.perf_counter()
@@ -63,18 +66,24 @@ def test_gradients_are_real():
     layer = EmulatedLayer(0, 0, 0, SHAPE, name="a")
     x = torch.randn(*SHAPE, requires_grad=True)
     (layer(x) ** 2).sum().backward()
-    assert torch.allclose(x.grad, 2 * x * layer.scale ** 2)
-    assert torch.allclose(layer.scale.grad, (2 * x ** 2 * layer.scale).sum(dim=(0, 1)))
+    assert torch.allclose(x.grad, 2 * x * layer.scale**2)
+    assert torch.allclose(layer.scale.grad, (2 * x**2 * layer.scale).sum(dim=(0, 1)))
 
 
 def test_modules_from_a_measured_table(tmp_path):
-    table = measure_layers([torch.nn.Embedding(64, 8), torch.nn.Linear(8, 64)],
-                           torch.randint(0, 64, SHAPE[:2]), loss_fn=loss_fn,
-                           target=torch.randint(0, 64, SHAPE[:2]), names=["emb", "head"],
-                           reps=1, warmup=0)
+    table = measure_layers(
+        [torch.nn.Embedding(64, 8), torch.nn.Linear(8, 64)],
+        torch.randint(0, 64, SHAPE[:2]),
+        loss_fn=loss_fn,
+        target=torch.randint(0, 64, SHAPE[:2]),
+        names=["emb", "head"],
+        reps=1,
+        warmup=0,
+    )
     mods = emulated_modules(table, width=8, vocab=64)
     assert [(m.name, m.f, m.i, m.w) for m in mods] == [
-        (e["name"], e["f"], e["i"], e["w"]) for e in table["layers"]]
+        (e["name"], e["f"], e["i"], e["w"]) for e in table["layers"]
+    ]
     tokens = torch.randint(0, 64, SHAPE[:2])
     out = mods[1](mods[0](tokens))
     assert out.shape == (*SHAPE[:2], 64)
@@ -82,15 +91,22 @@ def test_modules_from_a_measured_table(tmp_path):
     assert all(p.grad is not None for m in mods for p in m.parameters())
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ({"format": "x"}, "format 'x', expected 'tightpipe-layers/1'"),
-    ({"layers": []}, "no layers"),
-    ({"layers": [{"name": "a", "f": -1, "i": 0, "w": 0}]}, "layers\\[0\\] \\('a'\\).*f=-1"),
-    ({"microbatch_input_shape": [0]}, "microbatch_input_shape=\\[0\\]"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ({"format": "x"}, "format 'x', expected 'tightpipe-layers/1'"),
+        ({"layers": []}, "no layers"),
+        ({"layers": [{"name": "a", "f": -1, "i": 0, "w": 0}]}, "layers\\[0\\] \\('a'\\).*f=-1"),
+        ({"microbatch_input_shape": [0]}, "microbatch_input_shape=\\[0\\]"),
+    ],
+)
 def test_bad_tables(bad, msg):
-    table = {"format": "tightpipe-layers/1", "time_unit": "s", "microbatch_input_shape": [2, 4],
-             "layers": [{"name": "a", "f": 0, "i": 0, "w": 0}]}
+    table = {
+        "format": "tightpipe-layers/1",
+        "time_unit": "s",
+        "microbatch_input_shape": [2, 4],
+        "layers": [{"name": "a", "f": 0, "i": 0, "w": 0}],
+    }
     table.update(bad)
     with pytest.raises(ValueError, match=msg):
         emulated_modules(table)

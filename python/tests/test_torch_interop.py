@@ -55,20 +55,42 @@ def _placement(kind: str, p: int) -> list[int]:
 def _jobs(p: int) -> list[Job]:
     jobs = []
     for m in MICROBATCHES[p]:
-        for ref in ("Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleZBVZeroBubble"):
-            jobs.append(Job(id=f"{ref} m={m}", m=m, stage_to_rank=_placement(ref, p), builtin=ref))
+        jobs.extend(
+            Job(id=f"{ref} m={m}", m=m, stage_to_rank=_placement(ref, p), builtin=ref)
+            for ref in ("Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleZBVZeroBubble")
+        )
         for name, (kw, ref) in GENERATORS.items():
             sched = generate(name, p, m, **kw)
             assert sched.stage_to_rank == _placement(ref, p), (name, sched.stage_to_rank)
-            jobs.append(Job(id=f"{name} m={m}", m=m, stage_to_rank=sched.stage_to_rank,
-                            schedule=sched, reference=f"{ref} m={m}"))
+            jobs.append(
+                Job(
+                    id=f"{name} m={m}",
+                    m=m,
+                    stage_to_rank=sched.stage_to_rank,
+                    schedule=sched,
+                    reference=f"{ref} m={m}",
+                )
+            )
     m = EXACT[p]
     if m not in MICROBATCHES[p]:
-        jobs.append(Job(id=f"Schedule1F1B m={m}", m=m, stage_to_rank=_placement("Schedule1F1B", p),
-                        builtin="Schedule1F1B"))
+        jobs.append(
+            Job(
+                id=f"Schedule1F1B m={m}",
+                m=m,
+                stage_to_rank=_placement("Schedule1F1B", p),
+                builtin="Schedule1F1B",
+            )
+        )
     sched = generate("zb-opt", p, m, cost=COST)
-    jobs.append(Job(id=f"zb-opt m={m}", m=m, stage_to_rank=sched.stage_to_rank, schedule=sched,
-                    reference=f"Schedule1F1B m={m}"))
+    jobs.append(
+        Job(
+            id=f"zb-opt m={m}",
+            m=m,
+            stage_to_rank=sched.stage_to_rank,
+            schedule=sched,
+            reference=f"Schedule1F1B m={m}",
+        )
+    )
     return jobs
 
 
@@ -86,11 +108,13 @@ def test_every_generator_trains_like_pytorch(p):
             if r["grad_vs_model"] > 1:
                 failures.append(f"{where}: gradients vs the model {r['grad_vs_model']:.3g}")
             if r.get("grad_vs_builtin", 0) > 1:
-                failures.append(f"{where}: gradients vs PyTorch's built-in "
-                                f"{r['grad_vs_builtin']:.3g}")
+                failures.append(
+                    f"{where}: gradients vs PyTorch's built-in {r['grad_vs_builtin']:.3g}"
+                )
             if r.get("loss_vs_model", 0) > 1e-5 or r.get("loss_vs_builtin", 0) > 1e-5:
-                failures.append(f"{where}: losses differ ({r.get('loss_vs_model')}, "
-                                f"{r.get('loss_vs_builtin')})")
+                failures.append(
+                    f"{where}: losses differ ({r.get('loss_vs_model')}, {r.get('loss_vs_builtin')})"
+                )
             if "losses" in r and r["losses"] != int(r["id"].split("m=")[1]):
                 failures.append(f"{where}: {r['losses']} losses")
             if r["id"].split(" ")[0] in OURS and r["static_ok"] is not True:

@@ -32,16 +32,29 @@ def test_contract_keys_and_bytes(tmp_path):
     out = tmp_path / "layers.json"
     table = measure_layers(model, tokens, loss_fn=loss_fn, target=targets, reps=2, out=out)
     assert json.loads(out.read_text()) == table
-    assert list(table) == ["format", "time_unit", "microbatch_input_shape", "threads", "torch",
-                           "device", "malloc", "layers"]
+    assert list(table) == [
+        "format",
+        "time_unit",
+        "microbatch_input_shape",
+        "threads",
+        "torch",
+        "device",
+        "malloc",
+        "layers",
+    ]
     assert table["malloc"] == "default"  # steady_malloc() never ran in this process
     assert table["format"] == "tightpipe-layers/1" and table["time_unit"] == "s"
     assert table["microbatch_input_shape"] == [MB, CFG.seq]
     assert table["threads"] == 1 and table["device"] == "cpu"
     assert table["torch"] == torch.__version__.split("+")[0]
     layers = table["layers"]
-    assert [e["name"] for e in layers] == ["tok_embeddings", "layers.0", "layers.1", "norm",
-                                           "output"]
+    assert [e["name"] for e in layers] == [
+        "tok_embeddings",
+        "layers.0",
+        "layers.1",
+        "norm",
+        "output",
+    ]
     for e in layers:
         assert tuple(e) == LAYER_KEYS
         for k in ("f", "i", "w", "b"):
@@ -49,8 +62,13 @@ def test_contract_keys_and_bytes(tmp_path):
         for k in LAYER_KEYS[5:]:
             assert isinstance(e[k], int) and e[k] >= 0, (e["name"], k)
     c, v, t = CFG.d_model, CFG.vocab, CFG.seq
-    numel = {"tok_embeddings": v * c + t * c, "layers.0": 12 * c * c + 13 * c,
-             "layers.1": 12 * c * c + 13 * c, "norm": 2 * c, "output": v * c}
+    numel = {
+        "tok_embeddings": v * c + t * c,
+        "layers.0": 12 * c * c + 13 * c,
+        "layers.1": 12 * c * c + 13 * c,
+        "norm": 2 * c,
+        "output": v * c,
+    }
     act = MB * t * c * F32
     for e in layers:
         n = numel[e["name"]]
@@ -74,8 +92,15 @@ def test_list_of_modules_names_and_frozen():
     head = nn.Linear(8, 8)
     head.bias.requires_grad_(False)
     x = torch.randn(2, 3, 8)
-    table = measure_layers([nn.Linear(8, 8), head], x, loss_fn=lambda y, t: y.pow(2).mean(),
-                           target=None, reps=1, warmup=0, optimizer_bytes_per_param=12)
+    table = measure_layers(
+        [nn.Linear(8, 8), head],
+        x,
+        loss_fn=lambda y, t: y.pow(2).mean(),
+        target=None,
+        reps=1,
+        warmup=0,
+        optimizer_bytes_per_param=12,
+    )
     a, b = table["layers"]
     assert (a["name"], b["name"]) == ("0", "1")
     assert b["param_bytes"] == 72 * F32 and b["grad_bytes"] == 64 * F32
@@ -88,8 +113,14 @@ def test_bigger_head_costs_more_than_a_layernorm():
     emb, ln, head = nn.Embedding(big, d), nn.LayerNorm(d), nn.Linear(d, big, bias=False)
     tokens = torch.randint(0, big, (MB, 16))
     targets = torch.randint(0, big, (MB, 16))
-    table = measure_layers([emb, ln, head], tokens, loss_fn=loss_fn, target=targets,
-                           names=["tok_embeddings", "norm", "output"], reps=5)
+    table = measure_layers(
+        [emb, ln, head],
+        tokens,
+        loss_fn=loss_fn,
+        target=targets,
+        names=["tok_embeddings", "norm", "output"],
+        reps=5,
+    )
     _, norm, out = table["layers"]
     for k in ("f", "i", "w"):
         assert out[k] > norm[k], (k, out, norm)
@@ -110,8 +141,14 @@ def test_linear_saves_at_least_its_input():
 def test_gradients_and_modes_put_back():
     lin = nn.Linear(4, 4)
     lin.weight.grad = torch.ones_like(lin.weight)
-    measure_layers([nn.Linear(4, 4), lin], torch.randn(2, 4),
-                   loss_fn=lambda y, t: y.sum(), target=None, reps=1, warmup=0)
+    measure_layers(
+        [nn.Linear(4, 4), lin],
+        torch.randn(2, 4),
+        loss_fn=lambda y, t: y.sum(),
+        target=None,
+        reps=1,
+        warmup=0,
+    )
     assert torch.equal(lin.weight.grad, torch.ones_like(lin.weight))
     assert lin.bias.grad is None
 
@@ -143,21 +180,36 @@ BAD = [
     ({"example_input": [1, 2]}, TypeError, "example_input is a list"),
     ({"loss_fn": None}, TypeError, "loss_fn=None is not callable"),
     ({"out": 3}, TypeError, "out=3"),
-    ({"modules": [nn.Linear(4, 8), nn.Linear(4, 2)], "names": ["up", "down"]}, ValueError,
-     "module 'down' \\(modules\\[1\\]\\) cannot take the output of module 'up' "
-     "\\(Tensor\\(2, 8\\) torch.float32\\)"),
-    ({"modules": [nn.Linear(3, 4), nn.Linear(4, 4)]}, ValueError,
-     "module '0' \\(modules\\[0\\]\\) cannot take example_input"),
-    ({"loss_fn": lambda y, t: y[5]}, ValueError, "loss_fn cannot take the output of the last "
-     "module '1'"),
+    (
+        {"modules": [nn.Linear(4, 8), nn.Linear(4, 2)], "names": ["up", "down"]},
+        ValueError,
+        "module 'down' \\(modules\\[1\\]\\) cannot take the output of module 'up' "
+        "\\(Tensor\\(2, 8\\) torch.float32\\)",
+    ),
+    (
+        {"modules": [nn.Linear(3, 4), nn.Linear(4, 4)]},
+        ValueError,
+        "module '0' \\(modules\\[0\\]\\) cannot take example_input",
+    ),
+    (
+        {"loss_fn": lambda y, t: y[5]},
+        ValueError,
+        "loss_fn cannot take the output of the last module '1'",
+    ),
     ({"loss_fn": lambda y, t: y}, ValueError, "not a scalar tensor"),
 ]
 
 
 @pytest.mark.parametrize("kw,exc,msg", BAD)
 def test_bad_input_is_one_line(kw, exc, msg):
-    args = {"modules": [nn.Linear(4, 4), nn.Linear(4, 4)], "example_input": torch.randn(2, 4),
-            "loss_fn": _sq, "target": None, "reps": 1, "warmup": 0}
+    args = {
+        "modules": [nn.Linear(4, 4), nn.Linear(4, 4)],
+        "example_input": torch.randn(2, 4),
+        "loss_fn": _sq,
+        "target": None,
+        "reps": 1,
+        "warmup": 0,
+    }
     args.update(kw)
     with pytest.raises(exc, match=msg) as info:
         measure_layers(args.pop("modules"), args.pop("example_input"), **args)
@@ -197,8 +249,14 @@ def test_steady_malloc_steps_without_page_faults():
     lists settle). measure_layers records which allocator it ran under."""
     got = {}
     for mode in ("default", "steady"):
-        run = subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True,
-                             text=True, timeout=300, env=dict(os.environ), check=False)
+        run = subprocess.run(
+            [sys.executable, "-c", _FAULTS, mode],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ),
+            check=False,
+        )
         assert run.returncode == 0, run.stderr
         got[mode] = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["default"]["mode"] == got["default"]["table"] == "default"

@@ -94,9 +94,13 @@ def _compute_rows(text: str) -> list[list[str]]:
 @pytest.mark.parametrize("p,m", [(2, 4), (2, 8), (4, 8), (4, 16)])
 @pytest.mark.parametrize(
     "name,cls,v",
-    [("interleaved", S.ScheduleInterleaved1F1B, 2), ("zb-v", S.ScheduleZBVZeroBubble, 2),
-     ("looped-bfs", S.ScheduleLoopedBFS, 2), ("gpipe", S.ScheduleGPipe, 1),
-     ("dualpipev", S.ScheduleDualPipeV, 2)],
+    [
+        ("interleaved", S.ScheduleInterleaved1F1B, 2),
+        ("zb-v", S.ScheduleZBVZeroBubble, 2),
+        ("looped-bfs", S.ScheduleLoopedBFS, 2),
+        ("gpipe", S.ScheduleGPipe, 1),
+        ("dualpipev", S.ScheduleDualPipeV, 2),
+    ],
 )
 def test_compute_order_equals_pytorchs(tmp_path, name, cls, v, p, m):
     theirs = _compute_rows(_pytorch_dump(cls, p, v, m, tmp_path / "dump.csv"))
@@ -128,28 +132,40 @@ def sched_p2_m4():
 
 
 def test_rank_count_mismatch_names_both(sched_p2_m4):
-    with pytest.raises(ScheduleMismatchError, match=r"has 2 ranks \(rows\), but the pipeline group "
-                                                    r"has 4 ranks"):
+    with pytest.raises(
+        ScheduleMismatchError,
+        match=r"has 2 ranks \(rows\), but the pipeline group "
+        r"has 4 ranks",
+    ):
         check_stages(sched_p2_m4, [_mock_stage(4, 2)], 4)
 
 
 def test_stage_count_mismatch_names_both(sched_p2_m4):
-    with pytest.raises(ScheduleMismatchError, match=r"has 2 stages, but the PyTorch stages say "
-                                                    r"num_stages=4"):
+    with pytest.raises(
+        ScheduleMismatchError,
+        match=r"has 2 stages, but the PyTorch stages say "
+        r"num_stages=4",
+    ):
         check_stages(sched_p2_m4, [_mock_stage(2, 4)], 4)
 
 
 def test_microbatch_count_mismatch_names_both(sched_p2_m4):
-    with pytest.raises(ScheduleMismatchError, match=r"has 4 microbatches, but the runtime is asked "
-                                                    r"for n_microbatches=8"):
+    with pytest.raises(
+        ScheduleMismatchError,
+        match=r"has 4 microbatches, but the runtime is asked "
+        r"for n_microbatches=8",
+    ):
         check_stages(sched_p2_m4, [_mock_stage(2, 2)], 8)
 
 
 def test_placement_mismatch_names_both():
     zbv = generate("zb-v", 2, 4)  # V: rank 0 holds stages 0 and 3
     looped = [_mock_stage(2, 4, 0, 0), _mock_stage(2, 4, 0, 2)]
-    with pytest.raises(ScheduleMismatchError, match=r"puts stages \[0, 3\] on rank 0, but this "
-                                                    r"rank holds PyTorch stages \[0, 2\]"):
+    with pytest.raises(
+        ScheduleMismatchError,
+        match=r"puts stages \[0, 3\] on rank 0, but this "
+        r"rank holds PyTorch stages \[0, 2\]",
+    ):
         check_stages(zbv, looped, 4)
     check_stages(zbv, [_mock_stage(2, 4, 0, 0), _mock_stage(2, 4, 0, 3)], 4)
 
@@ -157,8 +173,11 @@ def test_placement_mismatch_names_both():
 def test_an_action_the_runtime_lacks_is_refused_naming_it(sched_p2_m4):
     check_actions(sched_p2_m4)  # the installed PyTorch has them all
     before_215 = runtime_action_types() - {"WAIT_SEND_F", "WAIT_SEND_B", "WAIT_REDUCE_GRAD"}
-    with pytest.raises(UnsupportedActionError, match=r"action '0WAIT_SEND_F0' needs WAIT_SEND_F, "
-                                                     r"which PyTorch .* runtime lacks"):
+    with pytest.raises(
+        UnsupportedActionError,
+        match=r"action '0WAIT_SEND_F0' needs WAIT_SEND_F, "
+        r"which PyTorch .* runtime lacks",
+    ):
         check_actions(sched_p2_m4, before_215)
     dual = generate("dualpipev", 2, 4)
     with pytest.raises(UnsupportedActionError, match=r"needs OVERLAP_F_B"):
@@ -193,8 +212,9 @@ def _damaged(text: str) -> dict[str, str]:
         "trailing junk in a cell": text.replace("0F1,", "0F1x,", 1),
         "empty cell": text.replace("0F1,", "0F1,,", 1),
         "a wait dropped": text.replace("0WAIT_SEND_F1,", "", 1),
-        "REDUCE_GRAD twice": text.replace("0WAIT_REDUCE_GRAD", "0WAIT_REDUCE_GRAD,0REDUCE_GRAD,"
-                                          "0WAIT_REDUCE_GRAD", 1),
+        "REDUCE_GRAD twice": text.replace(
+            "0WAIT_REDUCE_GRAD", "0WAIT_REDUCE_GRAD,0REDUCE_GRAD,0WAIT_REDUCE_GRAD", 1
+        ),
         "not a CSV": "\x00\x01binary,\xff\n",
     }
 
@@ -226,8 +246,20 @@ def test_a_file_without_reduce_grad_never_reaches_pytorch(load_csv_spy):
     # is a valid schedule), but PyTorch's runtime would never scale any stage's gradients.
     from tightpipe import cli
 
-    text = cli.run(["schedule", "--schedule", "1f1b", "--pp", "2", "--microbatches", "4",
-                    "--format", "csv", "--lowered"])
+    text = cli.run(
+        [
+            "schedule",
+            "--schedule",
+            "1f1b",
+            "--pp",
+            "2",
+            "--microbatches",
+            "4",
+            "--format",
+            "csv",
+            "--lowered",
+        ]
+    )
     with pytest.raises(ScheduleFileError) as e:
         build_runtime([_mock_stage(2, 2, 0, 0)], text, 4)
     assert "stage 0 has no REDUCE_GRAD (2 of 2 stages have none)" in _one_line(e.value)
@@ -253,7 +285,8 @@ def test_an_unchecked_schedule_is_checked_before_pytorch(sched_p2_m4, load_csv_s
     with pytest.raises(ScheduleFileError) as e:
         check_reduce_grads(forged)
     assert ("has no REDUCE_GRAD" if case == "dropped" else "a second '0REDUCE_GRAD'") in _one_line(
-        e.value)
+        e.value
+    )
 
 
 def test_a_compute_action_without_a_microbatch_is_refused():
@@ -341,17 +374,28 @@ def _simulate(sched, drop=()):
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16)])
 @pytest.mark.parametrize(
     "name,kw",
-    [("1f1b", {}), ("gpipe", {}), ("zb-h1", {}), ("zb-h2", {}), ("zb-1p", {"cost": "f=1,i=1,w=1"}),
-     ("zb-2p", {"cost": "f=1,i=1,w=1"}), ("interleaved", {"vpp": 2}), ("looped-bfs", {"vpp": 2}),
-     ("zb-v", {}), ("zb-v-auto", {"cost": "f=1,i=1,w=1"}), ("v-half", {"cost": "f=1,i=1,w=1"}),
-     ("v-min", {"cost": "f=1,i=1,w=1"})],
+    [
+        ("1f1b", {}),
+        ("gpipe", {}),
+        ("zb-h1", {}),
+        ("zb-h2", {}),
+        ("zb-1p", {"cost": "f=1,i=1,w=1"}),
+        ("zb-2p", {"cost": "f=1,i=1,w=1"}),
+        ("interleaved", {"vpp": 2}),
+        ("looped-bfs", {"vpp": 2}),
+        ("zb-v", {}),
+        ("zb-v-auto", {"cost": "f=1,i=1,w=1"}),
+        ("v-half", {"cost": "f=1,i=1,w=1"}),
+        ("v-min", {"cost": "f=1,i=1,w=1"}),
+    ],
 )
 def test_pytorchs_comms_simulation_accepts_every_file(name, kw, p, m):
     sched = generate(name, p, m, **kw)
     out = _simulate(sched)
     assert sorted(out) == list(range(p))
     assert sum(a is not None for row in out.values() for a in row) == sum(
-        1 for row in sched.rows for c in row if not any(c.endswith(t) for t in _NOT_SIMULATED))
+        1 for row in sched.rows for c in row if not any(c.endswith(t) for t in _NOT_SIMULATED)
+    )
 
 
 def test_pytorchs_comms_simulation_catches_a_missing_receive():

@@ -44,25 +44,55 @@ TUNES: dict[str, tuple[str, int, str, list[list[str]]]] = {
     "zb-v": ("zb-v", 2, "v", FOUR_STAGES),
     "dualpipev": ("dualpipev", 2, "v", FOUR_STAGES),
 }
-EXPECTED_NAME = {"1f1b": "1F1B", "zb-h1": "1F1B", "interleaved": "Interleaved1F1B",
-                 "zb-v": "ZBVZeroBubble", "dualpipev": "ZBVZeroBubble"}
+EXPECTED_NAME = {
+    "1f1b": "1F1B",
+    "zb-h1": "1F1B",
+    "interleaved": "Interleaved1F1B",
+    "zb-v": "ZBVZeroBubble",
+    "dualpipev": "ZBVZeroBubble",
+}
 
 
-def write_tune(folder: Path, schedule: str, vpp: int, placement: str,
-               fqns: list[list[str]], m: int = M) -> Path:
+def write_tune(
+    folder: Path, schedule: str, vpp: int, placement: str, fqns: list[list[str]], m: int = M
+) -> Path:
     """A tune result as `tightpipe tune` writes it (tightpipe-tune/1; its keys, the prediction
     left empty) from the CLI's schedule and a split chosen by hand."""
     folder.mkdir(parents=True, exist_ok=True)
     for fmt, name in (("torch", "schedule.csv"), ("csv", "schedule_compute.csv")):
-        cli.run(["schedule", "--schedule", schedule, "--pp", str(PP), "--microbatches", str(m),
-                 "--vpp", str(vpp), "--format", fmt, "--out", str(folder / name)])
-    tune = {"format": "tightpipe-tune/1", "schedule": schedule, "pp": PP, "vpp": vpp,
-            "num_stages": PP * vpp, "microbatches": m, "micro_batch_size": MICROBATCH,
-            "placement": placement,
-            "stage_to_rank": stage_to_rank(placement, PP, PP * vpp),
-            "module_fqns_per_model_part": fqns,
-            "files": {"compute_comms": "schedule.csv", "compute": "schedule_compute.csv"},
-            "change": True, "why": "written by test_torch_titan", "prediction": {}}
+        cli.run(
+            [
+                "schedule",
+                "--schedule",
+                schedule,
+                "--pp",
+                str(PP),
+                "--microbatches",
+                str(m),
+                "--vpp",
+                str(vpp),
+                "--format",
+                fmt,
+                "--out",
+                str(folder / name),
+            ]
+        )
+    tune = {
+        "format": "tightpipe-tune/1",
+        "schedule": schedule,
+        "pp": PP,
+        "vpp": vpp,
+        "num_stages": PP * vpp,
+        "microbatches": m,
+        "micro_batch_size": MICROBATCH,
+        "placement": placement,
+        "stage_to_rank": stage_to_rank(placement, PP, PP * vpp),
+        "module_fqns_per_model_part": fqns,
+        "files": {"compute_comms": "schedule.csv", "compute": "schedule_compute.csv"},
+        "change": True,
+        "why": "written by test_torch_titan",
+        "prediction": {},
+    }
     (folder / "tune.json").write_text(json.dumps(tune, indent=1))
     return folder
 
@@ -88,8 +118,12 @@ def test_names_and_config(tmp_path: Path) -> None:
     assert titan_schedule_name("loop", 4, 3) == "Interleaved1F1B"
     args = titan_cli_args(tmp_path / "zb-v")
     i = args.index("--parallelism.module_fqns_per_model_part")
-    assert args[i + 1:i + 5] == ["tok_embeddings,layers.0", "layers.1", "layers.2",
-                                 "layers.3,norm,lm_head"]
+    assert args[i + 1 : i + 5] == [
+        "tok_embeddings,layers.0",
+        "layers.1",
+        "layers.2",
+        "layers.3,norm,lm_head",
+    ]
     assert args[-2:] == ["--training.local_batch_size", str(M * MICROBATCH)]
     assert "--parallelism.pipeline_parallel_layers_per_stage" in args
 
@@ -111,22 +145,28 @@ def test_bad_tune_results(tmp_path: Path) -> None:
     assert "format 'x', expected 'tightpipe-tune/1'" in _bad(tmp_path, {"format": "x"})
     assert "'num_stages' is 4, but pp x vpp = 2 x 1 = 2" in _bad(tmp_path, {"vpp": 1})
     assert "'stage_to_rank' is [0, 1, 0, 1], but placement 'v'" in _bad(
-        tmp_path, {"stage_to_rank": [0, 1, 0, 1]})
+        tmp_path, {"stage_to_rank": [0, 1, 0, 1]}
+    )
     assert "'placement' is 'w'" in _bad(tmp_path, {"placement": "w"})
     assert "4 stages, but 3 module lists" in _bad(
-        tmp_path, {"module_fqns_per_model_part": FOUR_STAGES[:3]})
+        tmp_path, {"module_fqns_per_model_part": FOUR_STAGES[:3]}
+    )
     assert "puts 'layers.1' on stages 1 and 2" in _bad(
-        tmp_path, {"module_fqns_per_model_part": [[TOK, L[0]], [L[1]], [L[1]], [NORM, HEAD]]})
+        tmp_path, {"module_fqns_per_model_part": [[TOK, L[0]], [L[1]], [L[1]], [NORM, HEAD]]}
+    )
     assert "stage 2 is empty" in _bad(
-        tmp_path, {"module_fqns_per_model_part": [[TOK, L[0]], [L[1]], [], [NORM, HEAD]]})
+        tmp_path, {"module_fqns_per_model_part": [[TOK, L[0]], [L[1]], [], [NORM, HEAD]]}
+    )
     assert "'microbatches' is 0" in _bad(tmp_path, {"microbatches": 0})
     assert "'micro_batch_size' is 0" in _bad(tmp_path, {"micro_batch_size": 0})
     assert "missing or bad key 'micro_batch_size'" in _bad(tmp_path, {}, drop="micro_batch_size")
     # the file disagrees with tune.json
     assert "has 4 microbatches, but tune.json says 8" in _bad(tmp_path, {"microbatches": 8})
     msg = _bad(tmp_path, {"placement": "loop", "stage_to_rank": [0, 1, 0, 1]})
-    assert "places stages on ranks [0, 1, 1, 0], but tune.json's 'stage_to_rank' is [0, 1, 0, 1]" \
+    assert (
+        "places stages on ranks [0, 1, 1, 0], but tune.json's 'stage_to_rank' is [0, 1, 0, 1]"
         in msg
+    )
     # torchtitan loads the compute-only form, not the compute_comms one
     folder = write_tune(tmp_path / "comms", "zb-v", 2, "v", FOUR_STAGES)
     (folder / "schedule_compute.csv").write_text((folder / "schedule.csv").read_text())
@@ -150,17 +190,38 @@ def write_layers(path: Path) -> Path:
     torchtitan's Llama3 modules (microbatches of 2 x 16 tokens): blocks of 1 ms per F, I and W,
     a head three times as heavy. (measure_layers takes modules of one tensor in and out; Llama3's
     blocks also take masks and positions.)"""
+
     def layer(name: str, t: float) -> dict[str, Any]:
         act, par = 64 * 1024, 16 * 1024
-        return {"name": name, "f": t, "i": 0.0 if name == TOK else t, "w": t, "act_bytes": act,
-                "act_after_i_bytes": act, "input_bytes": 4096, "output_bytes": 4096,
-                "param_bytes": par, "grad_bytes": par, "optimizer_bytes": 2 * par,
-                "params": par // 4}
+        return {
+            "name": name,
+            "f": t,
+            "i": 0.0 if name == TOK else t,
+            "w": t,
+            "act_bytes": act,
+            "act_after_i_bytes": act,
+            "input_bytes": 4096,
+            "output_bytes": 4096,
+            "param_bytes": par,
+            "grad_bytes": par,
+            "optimizer_bytes": 2 * par,
+            "params": par // 4,
+        }
+
     costs = [(TOK, 1e-4), *[(n, 1e-3) for n in L], (NORM, 1e-4), (HEAD, 3e-3)]
-    path.write_text(json.dumps({
-        "format": "tightpipe-layers/1", "time_unit": "s", "microbatch_input_shape": [2, 16],
-        "threads": 1, "torch": "2.15.0", "device": "cpu",
-        "layers": [layer(n, t) for n, t in costs]}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "tightpipe-layers/1",
+                "time_unit": "s",
+                "microbatch_input_shape": [2, 16],
+                "threads": 1,
+                "torch": "2.15.0",
+                "device": "cpu",
+                "layers": [layer(n, t) for n, t in costs],
+            }
+        )
+    )
     return path
 
 
@@ -172,13 +233,26 @@ def test_torchtitan_trains_the_tune_result(tmp_path: Path) -> None:
     # what `tightpipe tune` itself recommends for the table, free and among V schedules only
     layers = write_layers(tmp_path / "layers.json")
     for id_, extra in (("tuned", []), ("tuned-v", ["--schedules", "zb-v"])):
-        cli.run(["tune", "--layers", str(layers), "--pp", str(PP), "--microbatches", str(M),
-                 "--out", str(tmp_path / id_), *extra])
+        cli.run(
+            [
+                "tune",
+                "--layers",
+                str(layers),
+                "--pp",
+                str(PP),
+                "--microbatches",
+                str(M),
+                "--out",
+                str(tmp_path / id_),
+                *extra,
+            ]
+        )
         cases.append(Case(id=id_, tune=str(tmp_path / id_), microbatches=M))
     assert read_tune(tmp_path / "tuned-v").placement == "v"
     # the V file under a looped name: torchtitan places loop, PyTorch reads V off the file
-    cases.append(Case(id="mismatch", tune=str(tmp_path / "zb-v"), microbatches=M,
-                      name="Interleaved1F1B"))
+    cases.append(
+        Case(id="mismatch", tune=str(tmp_path / "zb-v"), microbatches=M, name="Interleaved1F1B")
+    )
     per_rank = spawn(PP, run_cases, cases, pg_timeout=60)
     failures = []
     for rank, results in enumerate(per_rank):
@@ -194,8 +268,10 @@ def test_torchtitan_trains_the_tune_result(tmp_path: Path) -> None:
                 continue
             mine = read_tune(tmp_path / r["id"]).stages_of(rank)
             if not (r["stages"] == r["titan_stages"] == mine):
-                failures.append(f"{where}: torchtitan built stages {r['stages']} (its mapping "
-                                f"{r['titan_stages']}), the file places {mine}")
+                failures.append(
+                    f"{where}: torchtitan built stages {r['stages']} (its mapping "
+                    f"{r['titan_stages']}), the file places {mine}"
+                )
             if r["schedule_class"] != "_PipelineScheduleRuntime":
                 failures.append(f"{where}: {r['schedule_class']}")
             if not r["grad_abs_sum"] > 0:

@@ -27,8 +27,18 @@ def test_report_bubble_matches_the_trace(tmp_path, name, m):
     spawn(p, profile_run, GptConfig(), sched, None, m, sched.stage_to_rank, pattern)
     traces = [pattern.format(rank=r) for r in range(p)]
     measured = idle_from_trace(traces)
-    out = cli.run(["report", *traces, "--pp", str(p), "--schedule-file",
-                   str(tmp_path / "schedule.csv"), "--out", str(tmp_path / "report")])
+    out = cli.run(
+        [
+            "report",
+            *traces,
+            "--pp",
+            str(p),
+            "--schedule-file",
+            str(tmp_path / "schedule.csv"),
+            "--out",
+            str(tmp_path / "report"),
+        ]
+    )
     assert "kineto-cpu format" in out
     rep = json.loads((tmp_path / "report" / "report.json").read_text())
     assert rep["pipelined"] is True

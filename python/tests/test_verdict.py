@@ -1,6 +1,7 @@
 """tightpipe.verdict, bench/verdict.h's rule written once in Python, held to what verdict.h says:
 PASS, FAIL, COULD NOT JUDGE where the noise is unknown or above the tolerance (never PASS with a
 widened tolerance), the verdicts combined, the exit codes and the machine line."""
+
 import pytest
 
 from tightpipe.verdict import (

@@ -51,17 +51,23 @@ def tiny_llama3() -> Any:
     cfg = Llama3Model.Config(
         dim=dim,
         vocab_size=VOCAB,
-        tok_embeddings=Embedding.Config(num_embeddings=VOCAB, embedding_dim=dim,
-                                        param_init=llama3._EMBEDDING_INIT),
+        tok_embeddings=Embedding.Config(
+            num_embeddings=VOCAB, embedding_dim=dim, param_init=llama3._EMBEDDING_INIT
+        ),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=llama3._NORM_INIT),
-        lm_head=Linear.Config(in_features=dim, out_features=VOCAB,
-                              param_init=llama3._output_linear_init(dim)),
+        lm_head=Linear.Config(
+            in_features=dim, out_features=VOCAB, param_init=llama3._output_linear_init(dim)
+        ),
         layers=llama3._build_llama3_layers(
-            n_layers=LAYERS, dim=dim, n_heads=heads,
+            n_layers=LAYERS,
+            dim=dim,
+            n_heads=heads,
             hidden_dim=compute_ffn_hidden_dim(dim, multiple_of=16),
-            rope=ComplexRoPE.Config(dim=dim // heads, max_seq_len=SEQ, theta=500000,
-                                    scaling="llama"),
-            attn_backend="flex"),
+            rope=ComplexRoPE.Config(
+                dim=dim // heads, max_seq_len=SEQ, theta=500000, scaling="llama"
+            ),
+            attn_backend="flex",
+        ),
     )
     for layer in cfg.layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
@@ -86,8 +92,9 @@ def _loss_fn(tokens_in_batch: int) -> Any:
     return loss_fn
 
 
-def _reference(model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tensor, m: int,
-               loss_fn: Any) -> tuple[list[float], dict[str, torch.Tensor]]:
+def _reference(
+    model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tensor, m: int, loss_fn: Any
+) -> tuple[list[float], dict[str, torch.Tensor]]:
     """The unsplit model, microbatch by microbatch: the losses and the gradients by name."""
     losses = []
     for x, y in zip(tokens.chunk(m), targets.chunk(m), strict=True):
@@ -110,13 +117,22 @@ def _cli_parses_to(tune: str, cfg: dict[str, Any]) -> bool:
     from torchtitan.config.manager import ConfigManager, custom_registry
 
     # Trainer.Config's two sections (real types: this module's annotations are text)
-    sections = dataclasses.make_dataclass("Sections", [
-        ("parallelism", ParallelismConfig, dataclasses.field(default_factory=ParallelismConfig)),
-        ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig))])
+    sections = dataclasses.make_dataclass(
+        "Sections",
+        [
+            (
+                "parallelism",
+                ParallelismConfig,
+                dataclasses.field(default_factory=ParallelismConfig),
+            ),
+            ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig)),
+        ],
+    )
     ConfigManager()  # registers torchtitan's rules (a list of names: one comma-separated argument)
     parsed = tyro.cli(sections, args=titan_cli_args(tune), registry=custom_registry)
-    return (all(getattr(parsed.parallelism, k) == v for k, v in cfg.items())
-            and parsed.training.local_batch_size == titan_local_batch_size(tune))
+    return all(
+        getattr(parsed.parallelism, k) == v for k, v in cfg.items()
+    ) and parsed.training.local_batch_size == titan_local_batch_size(tune)
 
 
 def run_cases(rank: int, world: int, cases: list[Case]) -> list[dict[str, Any]]:
@@ -151,20 +167,32 @@ def run_cases(rank: int, world: int, cases: list[Case]) -> list[dict[str, Any]]:
 
         try:
             schedule, parts, first, last = pipeline_llm(
-                model, parallel_dims=dims,
+                model,
+                parallel_dims=dims,
                 training=TrainingConfig(local_batch_size=local_batch_size, seq_len=SEQ),
-                parallelism=ParallelismConfig(**cfg), compile_config=CompileConfig(),
-                ac_config=SelectiveAC.Config(), dump_folder=case.tune,
-                device=torch.device("cpu"), model_config=model_cfg,
-                parallelize_fn=lambda part, **_: part, loss_fn=loss_fn)
+                parallelism=ParallelismConfig(**cfg),
+                compile_config=CompileConfig(),
+                ac_config=SelectiveAC.Config(),
+                dump_folder=case.tune,
+                device=torch.device("cpu"),
+                model_config=model_cfg,
+                parallelize_fn=lambda part, **_: part,
+                loss_fn=loss_fn,
+            )
             res["schedule_class"] = type(schedule).__name__
             res["stages"] = [st.stage_index for st in schedule._stages]
-            res["titan_stages"] = list(_get_pp_rank_to_stage_indices_mapping(
-                rank, world, cfg["pipeline_parallel_schedule"],
-                len(cfg["module_fqns_per_model_part"])))
+            res["titan_stages"] = list(
+                _get_pp_rank_to_stage_indices_mapping(
+                    rank,
+                    world,
+                    cfg["pipeline_parallel_schedule"],
+                    len(cfg["module_fqns_per_model_part"]),
+                )
+            )
             losses: list[torch.Tensor] = []
-            schedule.step(tokens if first else None, target=targets if last else None,
-                          losses=losses)
+            schedule.step(
+                tokens if first else None, target=targets if last else None, losses=losses
+            )
         except Exception as e:  # noqa: BLE001 - the mismatch case expects it; reported
             res["error"] = f"{type(e).__name__}: {e}"
             out.append(res)
@@ -175,8 +203,9 @@ def run_cases(rank: int, world: int, cases: list[Case]) -> list[dict[str, Any]]:
         res["grad_vs_model"] = _max_diff({0: grads}, {0: {n: ref_grads[n] for n in grads}})
         if last:
             res["losses"] = [float(x.detach()) for x in losses]
-            res["loss_vs_model"] = max(abs(a - b) for a, b in zip(res["losses"], ref_losses,
-                                                                  strict=True))
+            res["loss_vs_model"] = max(
+                abs(a - b) for a, b in zip(res["losses"], ref_losses, strict=True)
+            )
         if rank == 0:
             res["all_params"] = sorted(ref_grads)
         out.append(res)

@@ -22,13 +22,15 @@ def _runtime(rank, cfg, sched, builtin, m, stage_to_rank):
         rt = build_runtime(stages, sched, m, loss_fn)
     else:
         cls = getattr(S, builtin)
-        rt = cls(stages[0] if issubclass(cls, S.PipelineScheduleSingle) else stages, m,
-                 loss_fn=loss_fn)
+        rt = cls(
+            stages[0] if issubclass(cls, S.PipelineScheduleSingle) else stages, m, loss_fn=loss_fn
+        )
     return rt, mine, num
 
 
-def profile_run(rank, world, cfg: GptConfig, sched, builtin, m, stage_to_rank, trace_path,
-                warmup=2, timed=0):
+def profile_run(
+    rank, world, cfg: GptConfig, sched, builtin, m, stage_to_rank, trace_path, warmup=2, timed=0
+):
     """Builds the runtime (ours when `sched`, else PyTorch's class `builtin`), runs `warmup`
     steps, `timed` timed steps (median seconds returned), then one profiled step into
     trace_path (None: no profile)."""

@@ -29,27 +29,28 @@ def reference(cfg: GptConfig, layers: int, m: int) -> tuple[list[float], dict[st
     model = make_layered(cfg, layers, SEED)
     tokens, targets = batch(cfg, m * MICROBATCH, seed=m)
     losses = []
-    for x, y in zip(tokens.chunk(m), targets.chunk(m)):
+    for x, y in zip(tokens.chunk(m), targets.chunk(m), strict=True):
         loss = loss_fn(model(x), y)
         (loss / m).backward()
         losses.append(float(loss.detach()))
     return losses, {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
-def run_tuned(rank: int, world: int, cfg: GptConfig, layers: int,
-              results: list[TuneResult]) -> list[dict[str, Any]]:
+def run_tuned(
+    rank: int, world: int, cfg: GptConfig, layers: int, results: list[TuneResult]
+) -> list[dict[str, Any]]:
     out = []
     for res in results:
-        runtime, stages, _ = build_tuned_runtime(lambda: model_modules(cfg, layers), res, rank,
-                                                 loss_fn)
+        runtime, stages, _ = build_tuned_runtime(
+            lambda: model_modules(cfg, layers), res, rank, loss_fn
+        )
         mine = res.stages_of(rank)
         tokens, targets = batch(cfg, res.microbatches * MICROBATCH, seed=res.microbatches)
         args = (tokens,) if 0 in mine else ()
         losses: list[torch.Tensor] = []
-        runtime.step(*args, target=targets if res.num_stages - 1 in mine else None,
-                     losses=losses)
+        runtime.step(*args, target=targets if res.num_stages - 1 in mine else None, losses=losses)
         grads = {}
-        for s, st in zip(mine, stages):
+        for s, st in zip(mine, stages, strict=True):
             names = res.module_fqns_per_model_part[s]
             for pname, p in st.submod.named_parameters():
                 idx, rest = pname.split(".", 1)
