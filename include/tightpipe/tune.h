@@ -41,6 +41,8 @@ struct MeasuredModules {
   std::vector<int64_t> input_shape;  // the microbatch input of module 0 ([B, T] for tokens)
   int64_t micro_batch_size = 1;      // input_shape[0]: sequences per microbatch
   std::string source;                // the file, for errors and the cost model's source
+  std::string device;                // "cpu", "cuda", ... ("" when the file does not say)
+  std::string malloc_mode;           // "steady" or "default" ("" when the file does not say)
 };
 
 // Errors (InvalidArgument naming `source`, the entry and the value, with a hint): not JSON, another
@@ -116,6 +118,9 @@ struct TuneResult {
   std::string why;
   PlanSearchStats stats;
   RuntimeHostTime host_time;  // TuneOptions::host_time, in every prediction
+  // What the user should know about the inputs, one line each (format_tune prints them after the
+  // recommendation; tune.json's "notes"): a CPU table measured under glibc's default malloc.
+  std::vector<std::string> notes;
 };
 
 // Errors (InvalidArgument, one line naming the input, the value and the fix): more stages than

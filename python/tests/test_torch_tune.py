@@ -42,8 +42,9 @@ def test_tune_applies_and_trains_like_the_unsplit_model(layers_json, tmp_path):
     # (Without a current setup tune always writes its pick.)
     for k, schedules in enumerate([None, ["interleaved"], ["zb-v-auto", "zb-v"]]):
         current = {"current_split": [4, 3], "current_schedule": "Schedule1F1B"} if k == 0 else {}
-        res = tune(layers_json, 2, 4, out=tmp_path / str(k), schedules=schedules, min_gain=0.0,
-                   **current)  # type: ignore[arg-type]
+        res = tune(
+            layers_json, 2, 4, out=tmp_path / str(k), schedules=schedules, min_gain=0.0, **current
+        )  # type: ignore[arg-type]
         assert os.path.isfile(res.compute_comms_csv) and os.path.isfile(res.compute_csv)
         names = model_modules(CFG, LAYERS)[1]
         assert [n for part in res.module_fqns_per_model_part for n in part] == names
@@ -59,46 +60,99 @@ def test_tune_applies_and_trains_like_the_unsplit_model(layers_json, tmp_path):
         grads = {n: g for r in per_rank for n, g in r[k]["grads"].items()}
         assert set(grads) == set(ref_grads), res.schedule
         for n, g in grads.items():
-            torch.testing.assert_close(torch.from_numpy(g), ref_grads[n], rtol=1e-4, atol=1e-6,
-                                       msg=n)
+            torch.testing.assert_close(
+                torch.from_numpy(g), ref_grads[n], rtol=1e-4, atol=1e-6, msg=n
+            )
 
 
 @pytest.mark.parametrize("host", [None, {"f": 300.0, "b": 500.0, "w_module": 40.0}])
 def test_tune_prediction_is_what_simulate_gives(layers_json, tmp_path, host):
-    res = tune(layers_json, 2, 4, out=tmp_path, current_split=[4, 3], current_schedule="1f1b",
-               host_time_us=host)
+    res = tune(
+        layers_json,
+        2,
+        4,
+        out=tmp_path,
+        current_split=[4, 3],
+        current_schedule="1f1b",
+        host_time_us=host,
+    )
     with open(os.path.join(res.directory, "tune.json")) as f:
         said = json.load(f)["host_time_s"]
+    # A CPU table measured under glibc's default malloc gets a note with the fix (steady_malloc).
+    with open(layers_json) as f:
+        default_malloc = json.load(f)["malloc"] == "default"
+    assert len(res.notes) == (1 if default_malloc else 0), res.notes
+    for note in res.notes:
+        assert "default malloc" in note and "steady_malloc()" in note and note in res.table
     assert {k: v * 1e6 for k, v in said.items() if v} == pytest.approx(host or {})
-    sim = json.loads(cli.run(["simulate", "--schedule", res.compute_csv, "--costs",
-                              os.path.join(res.directory, "costs.json"), "--engine", "torch",
-                              "--json"]))
+    sim = json.loads(
+        cli.run(
+            [
+                "simulate",
+                "--schedule",
+                res.compute_csv,
+                "--costs",
+                os.path.join(res.directory, "costs.json"),
+                "--engine",
+                "torch",
+                "--json",
+            ]
+        )
+    )
     pred = res.prediction
     assert sim["makespan"] == pytest.approx(pred["step_s"], rel=1e-12)
     assert sim["bubble_ratio"] == pytest.approx(pred["bubble_ratio"], rel=1e-12, abs=1e-15)
     assert [r["bubble_ratio"] for r in sim["per_rank"]] == pytest.approx(
-        [r["bubble_ratio"] for r in pred["ranks"]], rel=1e-12, abs=1e-15)
+        [r["bubble_ratio"] for r in pred["ranks"]], rel=1e-12, abs=1e-15
+    )
     with open(os.path.join(res.directory, "prediction.json")) as f:
         assert json.load(f)["makespan"] == pytest.approx(pred["step_s"], rel=1e-12)
 
 
 def _balanced(tmp_path, blocks=8):
     """A balanced model's table: tiny first and last modules, equal blocks."""
+
     def entry(name, t):
-        return {"name": name, "f": t, "i": t, "w": t, "act_bytes": 1000, "act_after_i_bytes": 1000,
-                "input_bytes": 100, "output_bytes": 100, "param_bytes": 4000, "grad_bytes": 4000,
-                "optimizer_bytes": 8000, "params": 1000}
+        return {
+            "name": name,
+            "f": t,
+            "i": t,
+            "w": t,
+            "act_bytes": 1000,
+            "act_after_i_bytes": 1000,
+            "input_bytes": 100,
+            "output_bytes": 100,
+            "param_bytes": 4000,
+            "grad_bytes": 4000,
+            "optimizer_bytes": 8000,
+            "params": 1000,
+        }
+
     layers = [entry("embed", 1e-5)] + [entry(f"layers.{k}", 1e-2) for k in range(blocks)]
     layers.append(entry("head", 1e-5))
     path = tmp_path / "balanced.json"
-    path.write_text(json.dumps({"format": "tightpipe-layers/1", "time_unit": "s",
-                                "microbatch_input_shape": [2, 16], "layers": layers}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "tightpipe-layers/1",
+                "time_unit": "s",
+                "microbatch_input_shape": [2, 16],
+                "layers": layers,
+            }
+        )
+    )
     return str(path)
 
 
 def test_tune_keeps_1f1b_when_it_is_enough(tmp_path):
-    res = tune(_balanced(tmp_path), 2, 32, out=tmp_path / "out", current_split=[5, 5],
-               current_schedule="Schedule1F1B")
+    res = tune(
+        _balanced(tmp_path),
+        2,
+        32,
+        out=tmp_path / "out",
+        current_split=[5, 5],
+        current_schedule="Schedule1F1B",
+    )
     assert not res.change, res.why
     assert "1F1B is enough" in res.why and "Keep the current setup" in res.why
     # The files hold the current setup: applying them changes nothing.
@@ -106,16 +160,43 @@ def test_tune_keeps_1f1b_when_it_is_enough(tmp_path):
     assert [len(s) for s in res.module_fqns_per_model_part] == [5, 5]
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--pp", "20", "--microbatches", "8"], "cannot be split further"),
-    (["--pp", "2", "--microbatches", "8", "--memory-limit-gib", "1e-6"],
-     "no candidate fits it per rank: the smallest need is"),
-    (["--pp", "2", "--microbatches", "8", "--current-split", "3,3",
-      "--current-schedule", "1f1b"], "--current-split 3,3: 6 modules"),
-    (["--pp", "2", "--microbatches", "8", "--current-split", "5,5",
-      "--current-schedule", "ScheduleInterleavedZeroBubble"], "give the CSV"),
-    (["--pp", "2", "--microbatches", "8", "--traces", "a.json"], "--traces without"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--pp", "20", "--microbatches", "8"], "cannot be split further"),
+        (
+            ["--pp", "2", "--microbatches", "8", "--memory-limit-gib", "1e-6"],
+            "no candidate fits it per rank: the smallest need is",
+        ),
+        (
+            [
+                "--pp",
+                "2",
+                "--microbatches",
+                "8",
+                "--current-split",
+                "3,3",
+                "--current-schedule",
+                "1f1b",
+            ],
+            "--current-split 3,3: 6 modules",
+        ),
+        (
+            [
+                "--pp",
+                "2",
+                "--microbatches",
+                "8",
+                "--current-split",
+                "5,5",
+                "--current-schedule",
+                "ScheduleInterleavedZeroBubble",
+            ],
+            "give the CSV",
+        ),
+        (["--pp", "2", "--microbatches", "8", "--traces", "a.json"], "--traces without"),
+    ],
+)
 def test_tune_bad_input_is_one_line(tmp_path, args, words):
     with pytest.raises(CliError) as e:
         cli.run(["tune", "--layers", _balanced(tmp_path), *args])
@@ -129,9 +210,24 @@ def test_tune_refuses_traces_without_pp_ranges(tmp_path):
     data = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "torch_cpu_p2")
     traces = [os.path.join(data, f"rank{r}.json.gz") for r in (0, 1)]
     sched = os.path.join(data, "schedule.csv")
-    proc = subprocess.run([cli.find_binary(), "tune", "--layers", _balanced(tmp_path), "--pp", "2",
-                           "--traces", *traces, "--schedule-file", sched, "--current-split",
-                           "5,5"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            cli.find_binary(),
+            "tune",
+            "--layers",
+            _balanced(tmp_path),
+            "--pp",
+            "2",
+            "--traces",
+            *traces,
+            "--schedule-file",
+            sched,
+            "--current-split",
+            "5,5",
+        ],
+        capture_output=True,
+        text=True,
+    )
     # The committed run is tightpipe's 1f1b in the runtime: it has PP: ranges, so it fits.
     assert proc.returncode == 0, proc.stderr
     assert "current" in proc.stdout

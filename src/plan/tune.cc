@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "plan_format.h"
 #include "tightpipe/base.h"
@@ -154,6 +155,17 @@ Result<MeasuredModules> parse_measured_modules(std::string_view text, std::strin
   }
   MeasuredModules out;
   out.source = std::string(source);
+  for (auto [key, field] : {std::pair{"device", &MeasuredModules::device},
+                            std::pair{"malloc", &MeasuredModules::malloc_mode}}) {
+    if (!doc.contains(key)) continue;
+    if (!doc[key].is_string()) {
+      return Status::invalid_argument(
+          fmt::format("{}: '{}' is {}, not a string; hint: the file "
+                      "tightpipe.torch.measure_layers(out=...) writes",
+                      source, key, printable(doc[key].dump())));
+    }
+    out.*field = doc[key].get<std::string>();
+  }
   const json& shape =
       doc.contains("microbatch_input_shape") ? doc["microbatch_input_shape"] : json();
   if (!shape.is_array() || shape.empty()) {
@@ -329,6 +341,17 @@ Result<TuneResult> tune(const TuneOptions& o) {
   const LayerCosts layer_costs = module_layer_costs(m);
   TuneResult res;
   res.host_time = o.host_time;
+  if (m.device == "cpu" && m.malloc_mode == "default") {
+    // docs/torch.md section 7: glibc's default malloc maps every large tensor afresh, and the
+    // page faults that costs move with the heap's history, so the probe's times and the run's
+    // differ by them (an embedding's backward 22-25 ms against 4-5 ms at d = 384).
+    res.notes.push_back(fmt::format(
+        "note: {} was measured under glibc's default malloc, whose page faults on large tensors "
+        "move with the heap's history and can put the predictions 5-10% off; hint: call "
+        "tightpipe.torch.steady_malloc() before measure_layers and in every rank "
+        "(spawn(..., steady_malloc=True))",
+        m.source));
+  }
 
   // The current setup, with the same costs.
   if (o.current) {
@@ -526,6 +549,7 @@ std::string format_tune(const TuneResult& r) {
       "do not fit\n",
       r.stats.configurations, r.stats.simulated, r.stats.pruned, r.stats.infeasible);
   out += (r.change ? "recommended (*): " : "recommended: no change. ") + r.why + "\n";
+  for (const std::string& note : r.notes) out += note + "\n";
   return out;
 }
 
@@ -556,6 +580,7 @@ std::string tune_setup_json(const TuneResult& result, const TuneSetup& setup,
                       {"b_module", h.b_module}};
   j["change"] = r.change;
   j["why"] = r.why;
+  j["notes"] = r.notes;
   auto prediction = [](const TuneSetup& s) {
     json p;
     p["engine"] = "torch";

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tightpipe {
 namespace {
@@ -210,6 +212,34 @@ TEST(Tune, MeasuredWholeBackwardCostsBAndTheFirstStagesW) {
   }
 }
 
+TEST(Tune, ACpuTableMeasuredUnderTheDefaultMallocGetsANoteWithTheFix) {
+  // measure_layers writes the allocator it ran under; page faults under glibc's default malloc
+  // move with the heap's history (docs/torch.md section 7), so tune says how to measure without.
+  auto notes = [](const std::string& device, const std::string& malloc_mode) {
+    json doc = json::parse(table(0.5, 2, 1.0, 1.0));
+    if (!device.empty()) doc["device"] = device;
+    if (!malloc_mode.empty()) doc["malloc"] = malloc_mode;
+    TuneOptions o;
+    o.modules = parse_ok(doc.dump());
+    o.pp = 2;
+    o.microbatches = 4;
+    o.schedules = {"1f1b"};
+    auto r = tune(o);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? std::make_pair(r->notes, format_tune(*r))
+                  : std::make_pair(std::vector<std::string>{}, std::string());
+  };
+  auto [def, text] = notes("cpu", "default");
+  ASSERT_EQ(def.size(), 1u);
+  EXPECT_NE(def[0].find("layers.json was measured under glibc's default malloc"), std::string::npos)
+      << def[0];
+  EXPECT_NE(def[0].find("steady_malloc()"), std::string::npos) << def[0];
+  EXPECT_NE(text.find(def[0] + "\n"), std::string::npos) << "format_tune prints it:\n" << text;
+  EXPECT_TRUE(notes("cpu", "steady").first.empty());
+  EXPECT_TRUE(notes("cuda", "default").first.empty()) << "the GPU's allocator is PyTorch's own";
+  EXPECT_TRUE(notes("", "").first.empty()) << "a table that does not say";
+}
+
 TEST(Tune, BadInputIsOneLineNamingIt) {
   auto expect_error = [](const Status& st, const std::string& words) {
     EXPECT_FALSE(st.ok());
@@ -227,6 +257,10 @@ TEST(Tune, BadInputIsOneLineNamingIt) {
   json dup = json::parse(table(1, 1, 1, 1));
   dup["layers"][1]["name"] = "output";
   expect_error(parse_measured_modules(dup.dump(), "l.json").status(), "listed twice");
+  json bad_malloc = json::parse(table(1, 1, 1, 1));
+  bad_malloc["malloc"] = 1;
+  expect_error(parse_measured_modules(bad_malloc.dump(), "l.json").status(),
+               "l.json: 'malloc' is 1, not a string");
 
   TuneOptions o;
   o.modules = parse_ok(table(1, 2, 1, 1));

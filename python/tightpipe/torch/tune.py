@@ -47,6 +47,9 @@ class TuneResult:
     prediction: dict[str, Any]
     current: dict[str, Any] | None
     table: str  # the side-by-side table tune printed
+    # What to know about the inputs, one line each (e.g. a CPU table measured under glibc's
+    # default malloc: docs/torch.md section 7); tune prints them under the table too.
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def compute_comms_csv(self) -> str:
@@ -116,6 +119,7 @@ def read_tune(directory: str | os.PathLike[str], table: str = "") -> TuneResult:
             prediction=dict(doc["prediction"]),
             current=dict(doc["current"]) if doc.get("current") else None,
             table=table,
+            notes=[str(n) for n in doc.get("notes") or []],
         )
     except (KeyError, TypeError, ValueError) as e:
         raise TuneFileError(
