@@ -444,7 +444,9 @@ def measure_layers(
 ) -> dict[str, Any]:
     """Each module's F, I, W and B seconds (median of `reps` after `warmup`) and bytes, on one
     microbatch `example_input` (module 0's input; each module's input is the previous one's
-    output; the last one's output goes through loss_fn(output, target)).
+    output; the last one's output goes through loss_fn(output, target)). The passes run in
+    rounds over all modules (`warmup + reps` rounds, each timing every module once), so a slow
+    stretch of the machine moves every module's times alike.
 
     `modules`: a list of nn.Module in order (names default to "0", "1", ...), or an nn.Module
     whose top-level children are taken in order (`top_level_modules`: `layers.0`, ...). Returns,
@@ -476,27 +478,36 @@ def measure_layers(
         for p in all_params.values():
             p.grad = None
         inputs, outputs, grads = _output_grads(names_l, mods, example_input, loss_fn, target)
-        layers: list[dict[str, Any]] = []
-        for k, mod in enumerate(mods):
-            params = list(mod.parameters())
-            exclude = {_storage_key(p)[0] for p in params}
-            exclude |= {_storage_key(b)[0] for b in mod.buffers()}
+        cases = [
+            _Case(k, n, names_l, mod, inputs[k], grads[k], loss_fn, target)
+            for k, mod in enumerate(mods)
+        ]
+        # The bytes first, one recorded pass per module.
+        bytes_of: list[tuple[int, int]] = []
+        for k, case in enumerate(cases):
+            exclude = {_storage_key(p)[0] for p in case.mod.parameters()}
+            exclude |= {_storage_key(b)[0] for b in case.mod.buffers()}
             rec = _SavedRecorder()
-            case = _Case(k, n, names_l, mod, inputs[k], grads[k], loss_fn, target)
             _, _, _, held = _one_pass(case, rec, exclude)
             act, _ = rec.bytes(exclude)
-            if k == 0:
-                held = act
-            fs, is_, ws, bs = [], [], [], []
-            for r in range(warmup + reps):
+            bytes_of.append((act, act if k == 0 else held))
+        # The times in rounds over all modules (each round one F, I, W and fused B of every
+        # module), so that a slow stretch of the machine falls on every module alike instead of
+        # on the few timed during it.
+        times: list[dict[str, list[float]]] = [{"f": [], "i": [], "w": [], "b": []} for _ in cases]
+        for r in range(warmup + reps):
+            for k, case in enumerate(cases):
                 f, i, w, _ = _one_pass(case)
                 # module 0's W is its whole backward already (the runtime's first stage)
                 b = w if k == 0 else _fused_backward(case)
                 if r >= warmup:
-                    fs.append(f)
-                    is_.append(i)
-                    ws.append(w)
-                    bs.append(b)
+                    for key, v in (("f", f), ("i", i), ("w", w), ("b", b)):
+                        times[k][key].append(v)
+        layers: list[dict[str, Any]] = []
+        for k, mod in enumerate(mods):
+            params = list(mod.parameters())
+            act, held = bytes_of[k]
+            fs, is_, ws, bs = (times[k][key] for key in ("f", "i", "w", "b"))
             numel = sum(p.numel() for p in params)
             trainable = sum(p.numel() for p in params if p.requires_grad)
             layers.append(
