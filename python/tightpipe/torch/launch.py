@@ -46,32 +46,27 @@ def process_context() -> Any:
 
 _MALLOC_MODE = "default"
 
-# glibc's mallopt parameters (malloc.h) and what steady_malloc sets them to: no mmap below 32 MiB
-# (the most glibc takes on 64-bit) and none at all (M_MMAP_MAX 0: a tensor over 32 MiB, such as
-# an embedding's gradient, comes from the heap too), never trim the heap's top, grow it 64 MiB at
-# a time.
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -2, -3, -4
-_STEADY = (
-    (_M_MMAP_THRESHOLD, 32 << 20),
-    (_M_MMAP_MAX, 0),
-    (_M_TRIM_THRESHOLD, 2**31 - 1),
-    (_M_TOP_PAD, 64 << 20),
-)
+# glibc's mallopt parameters (malloc.h) and what steady_malloc sets them to: no mmap at all
+# (M_MMAP_MAX 0: every tensor, however large, comes from the heap), never trim the heap's top, grow
+# it 64 MiB at a time.
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+_STEADY = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 64 << 20))
 
 
 def steady_malloc() -> None:
     """Make glibc's malloc keep what this process frees: every tensor comes from the heap instead of
-    a fresh mmap each (none below 32 MiB, and with mmap off, none above: a GPT's 38.6 MB embedding
-    gradient at d = 384, vocabulary 25128, was mmapped afresh in every backward: 9,424 faults, 22-25
-    ms instead of 4-5 ms on a Zen 4 core), and the heap is never trimmed, so once the heap has grown
-    a step's tensors reuse pages already touched. Left at its default, glibc hands each large
-    tensor's pages back when it is freed and the next step faults them in again, zeroed: on a Zen 4
-    core 9,000-20,000 minor faults per backward of a GPT's embedding and nine blocks (d = 384),
-    about 12% of its time, a count that moves with the heap's history, so a module timed alone and
-    the same module in a pipeline differ (docs/torch.md sections 7 and 8). Call it first in every
-    rank's process and in the one that runs measure_layers, so the costs and the run see the same
-    allocator. Process-wide; the memory kept is what the process's peak step needs. Raises OSError
-    where the C library has no glibc mallopt (not Linux with glibc)."""
+    a fresh mmap each (mmap off: with only glibc's threshold raised to its 32 MiB maximum, a GPT's
+    38.6 MB embedding gradient at d = 384, vocabulary 25128, was still mmapped afresh in every
+    backward: 9,424 faults, 22-25 ms instead of 4-5 ms on a Zen 4 core), and the heap is never
+    trimmed, so once the heap has grown a step's tensors reuse pages already touched. Left at its
+    default, glibc hands each large tensor's pages back when it is freed and the next step faults
+    them in again, zeroed: on a Zen 4 core 9,000-20,000 minor faults per backward of a GPT's
+    embedding and nine blocks (d = 384), about 12% of its time, a count that moves with the heap's
+    history, so a module timed alone and the same module in a pipeline differ (docs/torch.md
+    sections 7 and 8). Call it first in every rank's process and in the one that runs
+    measure_layers, so the costs and the run see the same allocator. Process-wide; the memory kept
+    is what the process's peak step needs. Raises OSError where the C library has no glibc mallopt
+    (not Linux with glibc)."""
     global _MALLOC_MODE
     try:
         mallopt = ctypes.CDLL(None).mallopt
