@@ -81,8 +81,8 @@ from tightpipe.verdict import (  # noqa: E402
     could_not_judge_reason,
     exit_code,
     judge,
+    spread,
 )
-from tightpipe.verdict import spread as runs_spread  # noqa: E402
 
 MB = 2  # sequences per microbatch
 # Emulated mode's logits: a small vocabulary, so the only real compute left (the logits and the
@@ -359,17 +359,16 @@ REAL_GAIN = 1.25
 
 def print_verdicts(
     mode: str,
-    rows: list[dict[str, Any]],
-    medians: list[float],
+    errors: list[float],
     gain: float,
     promised: float,
     noise: float | None,
 ) -> Verdict:
     """The run's two verdicts by the project's one rule (tightpipe.verdict): COULD NOT JUDGE
     where the fixed compute's medians, before the rows and after each run, spread more than the
-    tolerance (for the gain: more than its distance to the bar); printed, and combined."""
+    tolerance (for the gain: more than its distance to the bar); printed, and combined.
+    `errors`: each row's predicted over measured step, minus 1."""
     tol = ROW_TOLERANCE[mode]
-    errors = [row["predicted"] / med - 1 for row, med in zip(rows, medians, strict=True)]
     worst = max(errors, key=abs)
     rows_v = Verdict.PASS
     for err in errors:
@@ -623,15 +622,15 @@ def main() -> int:
                 medians.append(statistics.median(steps))
                 row["steps"] = steps
             best_even = min(medians[k] for k, r in enumerate(rows) if r["split_name"] == "even")
+            errors = [row["predicted"] / med - 1 for row, med in zip(rows, medians, strict=True)]
             for k, row in enumerate(rows):
                 med = medians[k]
                 lo, hi = min(row["steps"]), max(row["steps"])
-                spread = f"{100 * (lo / med - 1):+.1f}..{100 * (hi / med - 1):+.1f}%"
+                rounds_txt = f"{100 * (lo / med - 1):+.1f}..{100 * (hi / med - 1):+.1f}%"
                 counts = "|".join(str(len(s)) for s in row["split"])
-                err = 100 * (row["predicted"] / med - 1)
                 print(
                     f"{row['label']:<40} {row['split_name']:<6} {counts:<16} {1e3 * med:9.1f} "
-                    f"{spread:>14} {1e3 * row['predicted']:9.1f} {err:+6.1f}% "
+                    f"{rounds_txt:>14} {1e3 * row['predicted']:9.1f} {100 * errors[k]:+6.1f}% "
                     f"{best_even / med:11.2f}x "
                     + "/".join(
                         f"{statistics.median(per_rank[r][1][k]):.0f}" for r in range(p)
@@ -662,9 +661,7 @@ def main() -> int:
             gain = statistics.median(pairs)
             verdict = combine(
                 verdict,
-                print_verdicts(
-                    args.mode, rows, medians, gain, promised, runs_spread(noise_medians)
-                ),
+                print_verdicts(args.mode, errors, gain, promised, spread(noise_medians)),
             )
     return 0 if args.smoke or args.mode == "emulated" else exit_code(verdict)
 
