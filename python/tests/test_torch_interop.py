@@ -52,45 +52,37 @@ def _placement(kind: str, p: int) -> list[int]:
     return [s if s < p else 2 * p - 1 - s for s in range(2 * p)]  # V
 
 
+def _builtin(ref: str, m: int, p: int) -> Job:
+    """PyTorch's own schedule class `ref` with m microbatches on p ranks."""
+    return Job(id=f"{ref} m={m}", m=m, stage_to_rank=_placement(ref, p), builtin=ref)
+
+
+def _ours(name: str, m: int, sched, ref: str) -> Job:
+    """Our schedule `sched` (generator `name`), checked against the built-in `ref` at m."""
+    return Job(
+        id=f"{name} m={m}",
+        m=m,
+        stage_to_rank=sched.stage_to_rank,
+        schedule=sched,
+        reference=f"{ref} m={m}",
+    )
+
+
 def _jobs(p: int) -> list[Job]:
     jobs = []
     for m in MICROBATCHES[p]:
         jobs.extend(
-            Job(id=f"{ref} m={m}", m=m, stage_to_rank=_placement(ref, p), builtin=ref)
+            _builtin(ref, m, p)
             for ref in ("Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleZBVZeroBubble")
         )
         for name, (kw, ref) in GENERATORS.items():
             sched = generate(name, p, m, **kw)
             assert sched.stage_to_rank == _placement(ref, p), (name, sched.stage_to_rank)
-            jobs.append(
-                Job(
-                    id=f"{name} m={m}",
-                    m=m,
-                    stage_to_rank=sched.stage_to_rank,
-                    schedule=sched,
-                    reference=f"{ref} m={m}",
-                )
-            )
+            jobs.append(_ours(name, m, sched, ref))
     m = EXACT[p]
     if m not in MICROBATCHES[p]:
-        jobs.append(
-            Job(
-                id=f"Schedule1F1B m={m}",
-                m=m,
-                stage_to_rank=_placement("Schedule1F1B", p),
-                builtin="Schedule1F1B",
-            )
-        )
-    sched = generate("zb-opt", p, m, cost=COST)
-    jobs.append(
-        Job(
-            id=f"zb-opt m={m}",
-            m=m,
-            stage_to_rank=sched.stage_to_rank,
-            schedule=sched,
-            reference=f"Schedule1F1B m={m}",
-        )
-    )
+        jobs.append(_builtin("Schedule1F1B", m, p))
+    jobs.append(_ours("zb-opt", m, generate("zb-opt", p, m, cost=COST), "Schedule1F1B"))
     return jobs
 
 
