@@ -3,9 +3,11 @@
 schedules, measured side by side in one run, each row beside the simulator's prediction.
 
 The model is tightpipe.torch.gpt's GPT as a list of top-level modules (tok_embeddings, 12 blocks,
-norm, output) with GPT-2 small's proportions scaled down together (d = 768 -> --d-model, vocab
-50257 -> 50257 * d / 768); at the default d = 384 its LM head measures about 5.8 blocks of
-F + I + W on a Zen 3 core (2.9 at d = 128: small matmuls run the blocks less efficiently). Steps:
+norm, output) at GPT-2 small's width and vocabulary by default (d = 768, vocab 50257, 64 tokens
+a sequence); --d-model scales both down together (vocab 50257 * d / 768) to run faster. The LM
+head's F + I + W measures 5.7 blocks at d = 768 on a Zen 4 core, 4.6-5.1 at d = 384 there (5.8
+on a Zen 3 core) and 2.9 at d = 128: small matmuls run the blocks less efficiently than the
+head, and the head's share decides how much a split can gain at p = 2. Steps:
 1. measure_layers on one microbatch, one thread (F, I, W through PyTorch's split backward);
 2. tightpipe tune from that table, the current setup being Schedule1F1B on the even split;
 3. one gloo process group of p processes builds every row's runtime: PyTorch's Schedule1F1B,
@@ -16,7 +18,12 @@ F + I + W on a Zen 3 core (2.9 at d = 128: small matmuls run the blocks less eff
    step of every row in turn (barrier to barrier), the order rotated every round; the median and
    the spread (min..max over rounds, in % of the median) are printed;
 4. every row's predicted step: tightpipe tune's simulation of that setup (--current-split,
-   --current-schedule; PyTorch's own CSV for ScheduleInterleavedZeroBubble) from the same table.
+   --current-schedule; PyTorch's own CSV for ScheduleInterleavedZeroBubble) from the same table;
+   with real compute also from the modules timed again after each round by rank 0 (in the rows'
+   own process, the other ranks waiting), each round's rows predicted from that round's table
+   and the error taken round by round ("paired err": the median over the rounds of predicted
+   over measured, minus 1), so that the machine's drift between the probe and the rows, minutes
+   apart, does not pass for the simulator's error.
 
 --mode emulated: every module is a tightpipe.torch.emulate.EmulatedLayer sleeping its measured F,
 I and W times --scale (PyTorch's split backward still decides the order), so p = 4 and 8 run on 2
@@ -67,7 +74,7 @@ from torch.distributed.pipelining import schedules as S  # noqa: E402
 from tightpipe import cli  # noqa: E402
 from tightpipe.torch.emulate import emulated_modules  # noqa: E402
 from tightpipe.torch.gpt import GptConfig, batch, loss_fn, make_layered  # noqa: E402
-from tightpipe.torch.launch import spawn, steady_malloc  # noqa: E402
+from tightpipe.torch.launch import spawn  # noqa: E402
 from tightpipe.torch.layers import measure_layers, top_level_modules  # noqa: E402
 from tightpipe.torch.tune import (  # noqa: E402
     TuneResult,
@@ -180,6 +187,20 @@ def build_row(
     return rt, mine, num
 
 
+def measure_table(rank: int, world: int, cfg: GptConfig, layers: int, reps: int, out: str) -> None:
+    """measure_layers of the model's modules on one microbatch, one thread, written to `out`."""
+    torch.set_num_threads(1)
+    tokens, targets = batch(cfg, MB)
+    measure_layers(
+        make_layered(cfg, layers, 0), tokens, loss_fn=loss_fn, target=targets, reps=reps, out=out
+    )
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far, MiB (Linux: ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
@@ -194,11 +215,17 @@ def bench_rows(
     rows: list[dict],
     warmup: int,
     rounds: int,
-) -> tuple[list[list[float]], list[list[int]]]:
+    probe: bool = False,
+) -> tuple[list[list[float]], list[list[int]], list[dict], float]:
     """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
     every row (barrier to barrier), the order rotated per round; each step's minor page faults
-    on this rank beside its time."""
+    on this rank beside its time. `probe`: after each round, rank 0 times the model's modules
+    again (measure_layers on a copy of its own, the other ranks waiting), so that each round's
+    rows can be predicted from costs measured in the same minute, in the rows' own process."""
     torch.set_num_threads(1)
+    tables: list[dict] = []
+    probe_model = make_layered(cfg, layers, 0) if probe and rank == 0 else None
+    probe_tokens, probe_targets = batch(cfg, MB)
     runs = []
     for row in rows:
         rt, mine, num = build_row(rank, cfg, layers, mode, table, row, world)
@@ -222,7 +249,14 @@ def bench_rows(
             torch.distributed.barrier()
             times[k].append(time.perf_counter() - t0)
             faults[k].append(minor_faults() - f0)
-    return times, faults
+        if probe_model is not None:
+            tables.append(
+                measure_layers(
+                    probe_model, probe_tokens, loss_fn=loss_fn, target=probe_targets, reps=2
+                )
+            )
+        torch.distributed.barrier()
+    return times, faults, tables, peak_rss_mib()
 
 
 _CONTENTION_PROBE = """
@@ -313,10 +347,34 @@ def print_compute_noise(times: int, runs: int) -> list[float]:
 def predicted(
     layers_json: str, p: int, m: int, row: dict, tmp: str, host_us: dict[str, float]
 ) -> float:
-    """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime)."""
-    if row["kind"] == "tuned":
-        return float(row["result"].predicted_step_s)
+    """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime). The
+    tuned row from the table it was tuned from is tune's own prediction; from another table
+    (measured during the run) the same split simulated in the order tune wrote."""
     split = ",".join(str(len(s)) for s in row["split"])
+    if row["kind"] == "tuned":
+        res: TuneResult = row["result"]
+        if not row.get("tuned_dir") or layers_json == row.get("tuned_from"):
+            return float(res.predicted_step_s)
+        order = [
+            "--current-schedule",
+            res.schedule,
+            "--current-vpp",
+            str(res.vpp),
+            "--schedule-file",
+            os.path.join(row["tuned_dir"], "schedule_compute.csv"),
+        ]
+    elif row["generator"]:
+        order = ["--current-schedule", row["generator"], "--current-vpp", str(row["v"])]
+    else:  # PyTorch's own order, from its own CSV
+        from unittest import mock
+
+        st = mock.create_autospec(PipelineStage, instance=True)
+        st.group_rank, st.group_size, st.submod = 0, p, None
+        st.num_stages, st.stage_index = p * row["v"], 0
+        inst = getattr(S, row["builtin"])([st] * row["v"], m)
+        path = os.path.join(tmp, f"{row['builtin']}.csv")
+        inst._dump_csv(path)
+        order = ["--schedule-file", path, "--current-schedule", row["builtin"]]
     args = [
         "tune",
         "--layers",
@@ -332,19 +390,8 @@ def predicted(
         "--json",
         "--host-time-us",
         ",".join(f"{k}={v!r}" for k, v in host_us.items()),
+        *order,
     ]
-    if row["generator"]:
-        args += ["--current-schedule", row["generator"], "--current-vpp", str(row["v"])]
-    else:  # PyTorch's own order, from its own CSV
-        from unittest import mock
-
-        st = mock.create_autospec(PipelineStage, instance=True)
-        st.group_rank, st.group_size, st.submod = 0, p, None
-        st.num_stages, st.stage_index = p * row["v"], 0
-        inst = getattr(S, row["builtin"])([st] * row["v"], m)
-        path = os.path.join(tmp, f"{row['builtin']}.csv")
-        inst._dump_csv(path)
-        args += ["--schedule-file", path, "--current-schedule", row["builtin"]]
     doc = json.loads(cli.run(args))
     return float(doc["current"]["prediction"]["step_s"])
 
@@ -363,6 +410,7 @@ def print_verdicts(
     gain: float,
     promised: float,
     noise: float | None,
+    basis: str = "",
 ) -> Verdict:
     """The run's two verdicts by the project's one rule (tightpipe.verdict): COULD NOT JUDGE
     where the fixed compute's medians, before the rows and after each run, spread more than the
@@ -376,7 +424,7 @@ def print_verdicts(
     noise_txt = "unknown" if noise is None else f"{100 * noise:.1f}%"
     why = could_not_judge_reason(noise, tol, "a quieter machine (--noise-only says)")
     print(
-        f"verdict, every row predicted within {100 * tol:.0f}% (worst {100 * worst:+.1f}%; "
+        f"verdict, every row predicted within {100 * tol:.0f}%{basis} (worst {100 * worst:+.1f}%; "
         f"the machine's own noise {noise_txt}): {rows_v.value}" + (f" ({why})" if why else "")
     )
     bar = REAL_GAIN if mode == "real" else promised * (1 - 0.03)
@@ -403,9 +451,9 @@ def main() -> int:
     ap.add_argument(
         "--d-model",
         type=int,
-        default=384,
-        help="the model width (384: the LM head costs about 5.8 blocks on a Zen 3 "
-        "core; at 128 only about 3)",
+        default=768,
+        help="the model width, the vocabulary scaled with it (768: GPT-2 small's, the LM head "
+        "5.7 blocks on a Zen 4 core; 384: 4.6-5.1 there, twice as fast; 128: about 3)",
     )
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--layers", type=int, default=12)
@@ -423,6 +471,12 @@ def main() -> int:
         "form f=,i=,w=,b=,f_module=,... (default: measured first, "
         "tightpipe.torch.measure_host_time, outside the rows)",
     )
+    ap.add_argument(
+        "--rows",
+        default="",
+        help="only the built-in rows whose class is in this comma-separated list (e.g. "
+        "Schedule1F1B,ScheduleDualPipeV), and the tuned row (default: all)",
+    )
     ap.add_argument("--smoke", action="store_true", help="toy size, two rows, one round")
     ap.add_argument(
         "--malloc",
@@ -439,6 +493,13 @@ def main() -> int:
         "processes and print its spread (the least noise a real row can have)",
     )
     args = ap.parse_args()
+    only = {c for c in args.rows.split(",") if c}
+    unknown = only - {b[0] for b in BUILTINS}
+    if unknown:
+        ap.error(
+            f"--rows {args.rows}: {', '.join(sorted(unknown))} not among "
+            f"{', '.join(b[0] for b in BUILTINS)}"
+        )
     if args.noise_only:
         print_compute_noise(40, 3)
         return 0
@@ -454,19 +515,18 @@ def main() -> int:
         )
     with tempfile.TemporaryDirectory(prefix="tp-tune-bench-") as tmp:
         table = args.layers_json or os.path.join(tmp, "layers.json")
-        if args.malloc == "steady":
-            steady_malloc()
         if not args.layers_json:
-            torch.set_num_threads(1)
-            model = make_layered(cfg, layers, 0)
-            tokens, targets = batch(cfg, MB)
-            measure_layers(
-                model,
-                tokens,
-                loss_fn=loss_fn,
-                target=targets,
-                reps=3 if args.smoke else 7,
-                out=table,
+            # In a process of its own: a heap kept by steady_malloc() goes with it, and the
+            # rows' processes get the memory (at d = 768 each holds every row's stages).
+            spawn(
+                1,
+                measure_table,
+                cfg,
+                layers,
+                3 if args.smoke else 7,
+                table,
+                timeout=3600,
+                steady_malloc=args.malloc == "steady",
             )
         tuned_table = table
         if args.mode == "emulated" and args.scale != 1.0:
@@ -524,6 +584,8 @@ def main() -> int:
             splits.append(("titan", titan_split))
         for split_name, fn in splits:
             for cls, v, kind, gen in builtins:
+                if only and cls not in only:
+                    continue
                 split = fn(names, p * v)
                 if split is None:
                     print(f"(skipped: {cls} on torchtitan's split)")
@@ -553,6 +615,8 @@ def main() -> int:
                 "split_name": "tuned",
                 "kind": "tuned",
                 "result": res,
+                "tuned_dir": os.path.join(tmp, "tuned"),
+                "tuned_from": tuned_table,
                 "m": m,
                 "v": res.vpp,
                 "split": res.module_fqns_per_model_part,
@@ -594,6 +658,7 @@ def main() -> int:
                 [{k: v for k, v in r.items()} for r in rows],
                 args.warmup,
                 args.rounds,
+                args.mode == "real",
                 timeout=7200,
                 pg_timeout=600,
                 steady_malloc=args.malloc == "steady",
@@ -606,12 +671,24 @@ def main() -> int:
                 f"{model_desc}"
                 f"{f', sleeps x{args.scale:g}' if args.mode == 'emulated' else ''}; "
                 f"{args.rounds} rounds, {wall:.0f} s; CPU {cpu} (family/model {'/'.join(fam)}); "
-                f"load average {load:.1f} at the end"
+                f"load average {load:.1f} at the end; peak memory per rank "
+                + "/".join(f"{per_rank[r][3]:.0f}" for r in range(p))
+                + " MiB"
             )
+            # Each round's rows predicted from the modules timed right after that round, in
+            # rank 0's process (real mode): the prediction of the same minute, paired round by
+            # round with the measured step, as the gain is.
+            in_run: list[list[float]] = [[] for _ in rows]
+            for j, tab in enumerate(per_rank[0][2]):
+                path = os.path.join(tmp, f"run{rep + 1}_round{j + 1}.json")
+                with open(path, "w") as f:
+                    json.dump(tab, f)
+                for k, row in enumerate(rows):
+                    in_run[k].append(predicted(path, p, m, row, tmp, host_us))
             hdr = (
                 f"{'row':<40} {'split':<6} {'modules/stage':<16} {'step ms':>9} "
-                f"{'spread':>14} {'predicted':>9} {'error':>7} {'vs best even':>12} "
-                f"{'faults/step per rank':>20}"
+                f"{'spread':>14} {'predicted':>9} {'error':>7} {'in-run pred':>11} "
+                f"{'paired err':>10} {'vs best even':>12} {'faults/step per rank':>20}"
             )
             print(hdr)
             print("-" * len(hdr))
@@ -623,15 +700,28 @@ def main() -> int:
                 row["steps"] = steps
             best_even = min(medians[k] for k, r in enumerate(rows) if r["split_name"] == "even")
             errors = [row["predicted"] / med - 1 for row, med in zip(rows, medians, strict=True)]
+            # Per row: the median over the rounds of (that round's prediction / its step - 1).
+            paired = [
+                statistics.median(q / t - 1 for q, t in zip(in_run[k], row["steps"], strict=True))
+                if in_run[k]
+                else None
+                for k, row in enumerate(rows)
+            ]
             for k, row in enumerate(rows):
                 med = medians[k]
                 lo, hi = min(row["steps"]), max(row["steps"])
                 rounds_txt = f"{100 * (lo / med - 1):+.1f}..{100 * (hi / med - 1):+.1f}%"
                 counts = "|".join(str(len(s)) for s in row["split"])
+                pk = paired[k]
+                in_txt = (
+                    f"{1e3 * statistics.median(in_run[k]):11.1f} {100 * pk:+9.1f}%"
+                    if pk is not None
+                    else f"{'-':>11} {'-':>10}"
+                )
                 print(
                     f"{row['label']:<40} {row['split_name']:<6} {counts:<16} {1e3 * med:9.1f} "
                     f"{rounds_txt:>14} {1e3 * row['predicted']:9.1f} {100 * errors[k]:+6.1f}% "
-                    f"{best_even / med:11.2f}x "
+                    f"{in_txt} {best_even / med:11.2f}x "
                     + "/".join(
                         f"{statistics.median(per_rank[r][1][k]):.0f}" for r in range(p)
                     ).rjust(20)
@@ -659,9 +749,19 @@ def main() -> int:
                 continue
             noise_medians += print_compute_noise(20, 1)
             gain = statistics.median(pairs)
+            # Judged on the in-run predictions (the costs of the same minute), where measured.
+            in_run_all = all(e is not None for e in paired)
+            judged = [e for e in paired if e is not None] if in_run_all else errors
             verdict = combine(
                 verdict,
-                print_verdicts(args.mode, errors, gain, promised, spread(noise_medians)),
+                print_verdicts(
+                    args.mode,
+                    judged,
+                    gain,
+                    promised,
+                    spread(noise_medians),
+                    " (in-run costs, paired round by round)" if in_run_all else "",
+                ),
             )
     return 0 if args.smoke or args.mode == "emulated" else exit_code(verdict)
 

@@ -33,7 +33,8 @@ def test_bench_smoke():
 def test_tune_bench_smoke():
     """bench/torch/tune_bench.py --smoke: measure_layers, tune, PyTorch's Schedule1F1B and
     ScheduleInterleaved1F1B on the even split and the tuned row, each with a measured step and
-    the simulator's prediction beside it, in both modes."""
+    the simulator's prediction beside it, in both modes; with real compute also the prediction
+    from the modules timed again during the run (emulated: none, printed "-")."""
     for mode in ("real", "emulated"):
         proc = subprocess.run(
             [
@@ -52,11 +53,15 @@ def test_tune_bench_smoke():
         for line in proc.stdout.splitlines():
             m = re.match(
                 r"(PyTorch \S+|tuned: \S+)\s+(even|tuned)\s+[\d|]+\s+([\d.]+)\s+\S+\s+"
-                r"([\d.]+)\s+([-+][\d.]+)%\s+([\d.]+)x\s+[\d/]+$",
+                r"([\d.]+)\s+([-+][\d.]+)%\s+([\d.]+|-)\s+([-+][\d.]+%|-)\s+([\d.]+)x\s+"
+                r"[\d/]+$",
                 line,
             )
             if m:
                 rows[m.group(1)] = (float(m.group(3)), float(m.group(4)))
+                assert (m.group(6) == "-") == (mode == "emulated"), line
+                if mode == "real":
+                    assert float(m.group(6)) > 0, line
         assert {"PyTorch Schedule1F1B", "PyTorch ScheduleInterleaved1F1B"} <= set(rows), proc.stdout
         assert any(k.startswith("tuned: ") for k in rows), proc.stdout
         for measured, predicted in rows.values():

@@ -322,6 +322,39 @@ def test_model_and_spawn_refuse_bad_counts():
     assert "threads 0: must be in [1, 1024]" in _one_line(e.value)
 
 
+def _fails_on_rank_1(rank: int, world: int) -> int:
+    if rank == 1:
+        raise RuntimeError("rank 1 ran out of batches")
+    return rank
+
+
+def _killed_on_rank_0(rank: int, world: int) -> None:
+    import os
+    import signal
+
+    import torch.distributed as dist
+
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer ends a rank
+    dist.barrier()  # rank 1 waits for the dead rank: gloo says "connection closed"
+
+
+def test_spawn_names_the_rank_that_failed_and_the_one_that_was_killed():
+    from tightpipe.torch.launch import RankError, spawn
+
+    with pytest.raises(RankError) as e:
+        spawn(2, _fails_on_rank_1, timeout=120, pg_timeout=60)
+    assert "rank 1:" in str(e.value) and "rank 1 ran out of batches" in str(e.value)
+    # A killed rank never reports: the error names it and its signal first (not only the
+    # survivor's "connection closed"), long before the 600 s timeout.
+    for world in (1, 2):
+        with pytest.raises(RankError) as e:
+            spawn(world, _killed_on_rank_0, timeout=600, pg_timeout=60)
+        first = str(e.value).splitlines()[0]
+        assert "rank 0: its process died with signal 9 (SIGKILL" in first, str(e.value)
+        assert "out-of-memory killer" in first
+
+
 def test_trace_reader_names_a_damaged_file(tmp_path):
     import gzip
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 import ctypes
 import multiprocessing as mp
 import os
+import queue as queue_mod
+import signal
 import socket
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -176,10 +179,21 @@ def spawn(
     for p in procs:
         p.start()
     results: dict[int, Any] = {}
-    errors = []
+    errors: list[str] = []
+    reported: set[int] = set()
+    killed: list[str] = []
     try:
-        for _ in range(world):
-            rank, ok, value = queue.get(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while len(reported) < world and not errors:
+            try:
+                rank, ok, value = queue.get(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+            except queue_mod.Empty:
+                # A rank whose process died without reporting (a signal: the kernel's
+                # out-of-memory killer sends SIGKILL) never will: say so now, not at the timeout.
+                if _dead_unreported(procs, reported) or time.monotonic() >= deadline:
+                    break
+                continue
+            reported.add(rank)
             if ok:
                 results[rank] = value
             else:
@@ -187,11 +201,47 @@ def spawn(
                 break  # the other ranks may now hang on a collective: stop them below
     finally:
         for p in procs:
-            p.join(timeout=5 if errors else timeout)
+            p.join(timeout=5 if errors or len(reported) < world else timeout)
+        # Before the survivors are terminated below (their SIGTERM is ours, not a cause).
+        killed = [
+            f"rank {r}: its process died with {_exit_text(code)} before it reported"
+            for r, code in _dead_unreported(procs, reported)
+        ]
         for p in procs:
             if p.is_alive():
                 p.terminate()
                 p.join()
-    if errors:
-        raise RankError("a rank failed; " + "\n".join(errors))
+    if killed or errors:
+        raise RankError("a rank failed; " + "\n".join(killed + errors))
+    if len(reported) < world:
+        raise RankError(
+            f"ranks {sorted(set(range(world)) - reported)} did not report within timeout="
+            f"{timeout:g} s; hint: a larger timeout, or fewer steps"
+        )
     return [results[r] for r in range(world)]
+
+
+def _dead_unreported(procs: list[Any], reported: set[int]) -> list[tuple[int, int]]:
+    """(rank, exit code) of each rank whose process has ended with a nonzero code without
+    reporting to the parent."""
+    return [
+        (r, p.exitcode)
+        for r, p in enumerate(procs)
+        if r not in reported and p.exitcode not in (None, 0)
+    ]
+
+
+def _exit_text(code: int) -> str:
+    """'signal 9 (SIGKILL: ...)' for a negative exit code, else 'exit status N'."""
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "?"
+    hint = (
+        ": the kernel's out-of-memory killer sends it (dmesg says); hint: less memory per rank"
+        if -code == signal.SIGKILL
+        else ""
+    )
+    return f"signal {-code} ({name}{hint})"
