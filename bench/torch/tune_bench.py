@@ -23,7 +23,9 @@ head, and the head's share decides how much a split can gain at p = 2. Steps:
    own process, the other ranks waiting), each round's rows predicted from that round's table
    and the error taken round by round ("paired err": the median over the rounds of predicted
    over measured, minus 1), so that the machine's drift between the probe and the rows, minutes
-   apart, does not pass for the simulator's error.
+   apart, does not pass for the simulator's error; and per row and rank the time spent inside
+   the runtime's compute calls against the rank's compute (F, I, W, B) simulated from that
+   round's table, which says whether a row's excess is in its compute or between it.
 
 --mode emulated: every module is a tightpipe.torch.emulate.EmulatedLayer sleeping its measured F,
 I and W times --scale (PyTorch's split backward still decides the order), so p = 4 and 8 run on 2
@@ -216,19 +218,36 @@ def bench_rows(
     warmup: int,
     rounds: int,
     probe: bool = False,
-) -> tuple[list[list[float]], list[list[int]], list[dict], float]:
+) -> tuple[list[list[float]], list[list[int]], list[dict], float, list[list[float]]]:
     """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
     every row (barrier to barrier), the order rotated per round; each step's minor page faults
     on this rank beside its time. `probe`: after each round, rank 0 times the model's modules
     again (measure_layers on a copy of its own, the other ranks waiting), so that each round's
-    rows can be predicted from costs measured in the same minute, in the rows' own process."""
+    rows can be predicted from costs measured in the same minute, in the rows' own process.
+    Also returned, per row and round: the seconds this rank spent inside the runtime's compute
+    calls (each stage's forward_one_chunk, backward_one_chunk, backward_weight_one_chunk)."""
     torch.set_num_threads(1)
+    inside = [0.0]
+
+    def timed(call: Any) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return call(*a, **k)
+            finally:
+                inside[0] += time.perf_counter() - t
+
+        return wrapper
+
     tables: list[dict] = []
     probe_model = make_layered(cfg, layers, 0) if probe and rank == 0 else None
     probe_tokens, probe_targets = batch(cfg, MB)
     runs = []
     for row in rows:
         rt, mine, num = build_row(rank, cfg, layers, mode, table, row, world)
+        for st in getattr(rt, "_stages", None) or [rt._stage]:
+            for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+                setattr(st, name, timed(getattr(st, name)))
         data_cfg = dataclasses.replace(cfg, vocab=EMULATED_VOCAB) if mode == "emulated" else cfg
         tokens, targets = batch(data_cfg, MB * row["m"])
         args = (tokens,) if 0 in mine else ()
@@ -238,17 +257,20 @@ def bench_rows(
         runs.append((rt, args, kw))
     times: list[list[float]] = [[] for _ in rows]
     faults: list[list[int]] = [[] for _ in rows]
+    busy: list[list[float]] = [[] for _ in rows]
     for r in range(rounds):
         for j in range(len(runs)):
             k = (j + r) % len(runs)
             rt, args, kw = runs[k]
             torch.distributed.barrier()
             f0 = minor_faults()
+            b0 = inside[0]
             t0 = time.perf_counter()
             rt.step(*args, **kw)
             torch.distributed.barrier()
             times[k].append(time.perf_counter() - t0)
             faults[k].append(minor_faults() - f0)
+            busy[k].append(inside[0] - b0)
         if probe_model is not None:
             tables.append(
                 measure_layers(
@@ -256,7 +278,7 @@ def bench_rows(
                 )
             )
         torch.distributed.barrier()
-    return times, faults, tables, peak_rss_mib()
+    return times, faults, tables, peak_rss_mib(), busy
 
 
 _CONTENTION_PROBE = """
@@ -346,15 +368,16 @@ def print_compute_noise(times: int, runs: int) -> list[float]:
 
 def predicted(
     layers_json: str, p: int, m: int, row: dict, tmp: str, host_us: dict[str, float]
-) -> float:
-    """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime). The
-    tuned row from the table it was tuned from is tune's own prediction; from another table
-    (measured during the run) the same split simulated in the order tune wrote."""
+) -> tuple[float, list[float] | None]:
+    """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime), and
+    each rank's simulated busy time (its actions, with the host time given). The tuned row
+    from the table it was tuned from is tune's own prediction (no busy times); from another
+    table (measured during the run) the same split simulated in the order tune wrote."""
     split = ",".join(str(len(s)) for s in row["split"])
     if row["kind"] == "tuned":
         res: TuneResult = row["result"]
         if not row.get("tuned_dir") or layers_json == row.get("tuned_from"):
-            return float(res.predicted_step_s)
+            return float(res.predicted_step_s), None
         order = [
             "--current-schedule",
             res.schedule,
@@ -392,8 +415,8 @@ def predicted(
         ",".join(f"{k}={v!r}" for k, v in host_us.items()),
         *order,
     ]
-    doc = json.loads(cli.run(args))
-    return float(doc["current"]["prediction"]["step_s"])
+    pred = json.loads(cli.run(args))["current"]["prediction"]
+    return float(pred["step_s"]), [float(r["busy_s"]) for r in pred["ranks"]]
 
 
 # What issue 48 asks of the bench: every row's prediction within 5% of its measured step with
@@ -623,7 +646,7 @@ def main() -> int:
             }
         )
         for row in rows:
-            row["predicted"] = predicted(tuned_table, p, m, row, tmp, host_us)
+            row["predicted"] = predicted(tuned_table, p, m, row, tmp, host_us)[0]
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
         cpu = next(
             (
@@ -679,12 +702,16 @@ def main() -> int:
             # rank 0's process (real mode): the prediction of the same minute, paired round by
             # round with the measured step, as the gain is.
             in_run: list[list[float]] = [[] for _ in rows]
+            in_run_busy: list[list[list[float] | None]] = [[] for _ in rows]
             for j, tab in enumerate(per_rank[0][2]):
                 path = os.path.join(tmp, f"run{rep + 1}_round{j + 1}.json")
                 with open(path, "w") as f:
                     json.dump(tab, f)
                 for k, row in enumerate(rows):
-                    in_run[k].append(predicted(path, p, m, row, tmp, host_us))
+                    in_run[k].append(predicted(path, p, m, row, tmp, host_us)[0])
+                    # The compute alone (no host time): what the compute calls should take.
+                    no_host = dict.fromkeys(host_us, 0.0)
+                    in_run_busy[k].append(predicted(path, p, m, row, tmp, no_host)[1])
             hdr = (
                 f"{'row':<40} {'split':<6} {'modules/stage':<16} {'step ms':>9} "
                 f"{'spread':>14} {'predicted':>9} {'error':>7} {'in-run pred':>11} "
@@ -744,6 +771,25 @@ def main() -> int:
                 f"{min(pairs):.3f}..{max(pairs):.3f}x; of the medians {of_medians:.3f}x; "
                 f"predicted {promised:.3f}x"
             )
+            if any(in_run_busy):
+                # Where a row's time goes: each rank's time inside the runtime's compute calls
+                # against the same rank's compute simulated from that round's table (its
+                # actions' F, I, W or B, no host time; paired, median over the rounds).
+                print(
+                    "inside the compute calls, per rank: measured / the rank's compute simulated "
+                    "from the round's table (no host time), minus 1 (median over rounds)"
+                )
+                for k, row in enumerate(rows):
+                    cells = []
+                    for r in range(p):
+                        ratios = [
+                            per_rank[r][4][k][j] / b[r] - 1
+                            for j, b in enumerate(in_run_busy[k])
+                            if b is not None and b[r] > 0
+                        ]
+                        if ratios:
+                            cells.append(f"rank {r} {100 * statistics.median(ratios):+5.1f}%")
+                    print(f"  {row['label']:<40} {row['split_name']:<6} " + "  ".join(cells))
             if args.smoke or args.mode == "emulated":
                 # The fixed compute's noise says nothing of sleeps: emulated runs print no verdict.
                 continue
