@@ -146,7 +146,10 @@ def spawn(
     """fn(rank, world, *args) on `world` gloo processes; the results by rank. `fn` must be a
     module-level function (spawn pickles it). A gloo operation that waits longer than
     `pg_timeout` seconds fails (a hung schedule becomes an error, not a hang).
-    `steady_malloc=True` runs steady_malloc() in each rank's process before fn."""
+    `steady_malloc=True` runs steady_malloc() in each rank's process before fn. A rank that
+    raises, or whose process dies without reporting (its signal named: the out-of-memory killer
+    sends SIGKILL), or that does not report within `timeout`, ends the call with a RankError
+    naming it; a dead rank is seen within about a second, not at the timeout."""
     _args.count(
         "world", world, 1, _args.MAX_RANKS, "the pipeline's rank count, e.g. schedule.num_ranks"
     )
