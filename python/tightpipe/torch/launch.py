@@ -184,7 +184,6 @@ def spawn(
     results: dict[int, Any] = {}
     errors: list[str] = []
     reported: set[int] = set()
-    killed: list[str] = []
     try:
         deadline = time.monotonic() + timeout
         while len(reported) < world and not errors:
@@ -206,7 +205,7 @@ def spawn(
         for p in procs:
             p.join(timeout=5 if errors or len(reported) < world else timeout)
         # Before the survivors are terminated below (their SIGTERM is ours, not a cause).
-        killed = [
+        killed: list[str] = [
             f"rank {r}: its process died with {_exit_text(code)} before it reported"
             for r, code in _dead_unreported(procs, reported)
         ]
