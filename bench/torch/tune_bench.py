@@ -207,6 +207,9 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+KINDS = ("f", "i", "w", "b")  # the kinds of compute call, as tune.json's per-rank "compute_s"
+
+
 def bench_rows(
     rank: int,
     world: int,
@@ -218,24 +221,26 @@ def bench_rows(
     warmup: int,
     rounds: int,
     probe: bool = False,
-) -> tuple[list[list[float]], list[list[int]], list[dict], float, list[list[float]]]:
+) -> tuple[list[list[float]], list[list[int]], list[dict], float, list[list[dict[str, float]]]]:
     """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
     every row (barrier to barrier), the order rotated per round; each step's minor page faults
     on this rank beside its time. `probe`: after each round, rank 0 times the model's modules
     again (measure_layers on a copy of its own, the other ranks waiting), so that each round's
     rows can be predicted from costs measured in the same minute, in the rows' own process.
     Also returned, per row and round: the seconds this rank spent inside the runtime's compute
-    calls (each stage's forward_one_chunk, backward_one_chunk, backward_weight_one_chunk)."""
+    calls by kind ({"f", "i", "w", "b"}: each stage's forward_one_chunk, backward_one_chunk
+    with full_backward False or True, backward_weight_one_chunk)."""
     torch.set_num_threads(1)
-    inside = [0.0]
+    inside = dict.fromkeys(KINDS, 0.0)
 
-    def timed(call: Any) -> Any:
+    def timed(call: Any, kind: str) -> Any:
         def wrapper(*a: Any, **k: Any) -> Any:
+            key = "i" if kind == "b" and not k.get("full_backward", True) else kind
             t = time.perf_counter()
             try:
                 return call(*a, **k)
             finally:
-                inside[0] += time.perf_counter() - t
+                inside[key] += time.perf_counter() - t
 
         return wrapper
 
@@ -246,8 +251,12 @@ def bench_rows(
     for row in rows:
         rt, mine, num = build_row(rank, cfg, layers, mode, table, row, world)
         for st in getattr(rt, "_stages", None) or [rt._stage]:
-            for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
-                setattr(st, name, timed(getattr(st, name)))
+            for name, kind in (
+                ("forward_one_chunk", "f"),
+                ("backward_one_chunk", "b"),
+                ("backward_weight_one_chunk", "w"),
+            ):
+                setattr(st, name, timed(getattr(st, name), kind))
         data_cfg = dataclasses.replace(cfg, vocab=EMULATED_VOCAB) if mode == "emulated" else cfg
         tokens, targets = batch(data_cfg, MB * row["m"])
         args = (tokens,) if 0 in mine else ()
@@ -257,20 +266,20 @@ def bench_rows(
         runs.append((rt, args, kw))
     times: list[list[float]] = [[] for _ in rows]
     faults: list[list[int]] = [[] for _ in rows]
-    busy: list[list[float]] = [[] for _ in rows]
+    busy: list[list[dict[str, float]]] = [[] for _ in rows]
     for r in range(rounds):
         for j in range(len(runs)):
             k = (j + r) % len(runs)
             rt, args, kw = runs[k]
             torch.distributed.barrier()
             f0 = minor_faults()
-            b0 = inside[0]
+            b0 = dict(inside)
             t0 = time.perf_counter()
             rt.step(*args, **kw)
             torch.distributed.barrier()
             times[k].append(time.perf_counter() - t0)
             faults[k].append(minor_faults() - f0)
-            busy[k].append(inside[0] - b0)
+            busy[k].append({kind: inside[kind] - b0[kind] for kind in KINDS})
         if probe_model is not None:
             tables.append(
                 measure_layers(
@@ -368,10 +377,11 @@ def print_compute_noise(times: int, runs: int) -> list[float]:
 
 def predicted(
     layers_json: str, p: int, m: int, row: dict, tmp: str, host_us: dict[str, float]
-) -> tuple[float, list[float] | None]:
+) -> tuple[float, list[dict[str, float]] | None]:
     """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime), and
-    each rank's simulated busy time (its actions, with the host time given). The tuned row
-    from the table it was tuned from is tune's own prediction (no busy times); from another
+    each rank's simulated compute by kind of action (tune.json's "compute_s", with the host
+    time given). The tuned row from the table it was tuned from is tune's own prediction (no
+    compute times); from another
     table (measured during the run) the same split simulated in the order tune wrote."""
     split = ",".join(str(len(s)) for s in row["split"])
     if row["kind"] == "tuned":
@@ -417,7 +427,34 @@ def predicted(
         *order,
     ]
     pred = json.loads(cli.run(args))["current"]["prediction"]
-    return float(pred["step_s"]), [float(r["busy_s"]) for r in pred["ranks"]]
+    return float(pred["step_s"]), [
+        {kind: float(r["compute_s"][kind]) for kind in KINDS} for r in pred["ranks"]
+    ]
+
+
+def inside_vs_simulated(rounds: list[tuple[dict[str, float], dict[str, float]]]) -> str:
+    """One rank's (measured, simulated) compute by kind, one pair a round, as text: the median
+    over the rounds of measured / simulated - 1 in all, then per kind the table has time for
+    ("+6.9% (f +1.2, i +0.5, w +13.5)"); "" when nothing was simulated."""
+
+    def ratio(kind: str | None) -> float | None:
+        """Over the rounds: one kind's, or (None) the total's measured / simulated - 1."""
+
+        def of(d: dict[str, float]) -> float:
+            return sum(d.values()) if kind is None else d[kind]
+
+        vals = [of(meas) / of(sim) - 1 for meas, sim in rounds if of(sim) > 0]
+        return statistics.median(vals) if vals else None
+
+    total = ratio(None)
+    if total is None:
+        return ""
+    kinds = []
+    for kind in KINDS:
+        v = ratio(kind)
+        if v is not None:
+            kinds.append(f"{kind} {100 * v:+.1f}")
+    return f"{100 * total:+5.1f}% ({', '.join(kinds)})"
 
 
 # What issue 48 asks of the bench: every row's prediction within 5% of its measured step with
@@ -703,7 +740,7 @@ def main() -> int:
             # rank 0's process (real mode): the prediction of the same minute, paired round by
             # round with the measured step, as the gain is.
             in_run: list[list[float]] = [[] for _ in rows]
-            in_run_busy: list[list[list[float] | None]] = [[] for _ in rows]
+            in_run_busy: list[list[list[dict[str, float]] | None]] = [[] for _ in rows]
             # The compute alone (no host time): what the compute calls should take.
             no_host = dict.fromkeys(host_us, 0.0)
             for j, tab in enumerate(per_rank[0][2]):
@@ -775,21 +812,24 @@ def main() -> int:
             if any(in_run_busy):
                 # Where a row's time goes: each rank's time inside the runtime's compute calls
                 # against the same rank's compute simulated from that round's table (its
-                # actions' F, I, W or B, no host time; paired, median over the rounds).
+                # actions' F, I, W or B, no host time; paired, median over the rounds), in all
+                # and by kind of call.
                 print(
                     "inside the compute calls, per rank: measured / the rank's compute simulated "
-                    "from the round's table (no host time), minus 1 (median over rounds)"
+                    "from the round's table (no host time), minus 1, median over the rounds; "
+                    "then by kind (f, i, w, b)"
                 )
                 for k, row in enumerate(rows):
                     cells = []
                     for r in range(p):
-                        ratios = [
-                            per_rank[r][4][k][j] / b[r] - 1
+                        rounds_r = [
+                            (per_rank[r][4][k][j], b[r])
                             for j, b in enumerate(in_run_busy[k])
-                            if b is not None and b[r] > 0
+                            if b is not None
                         ]
-                        if ratios:
-                            cells.append(f"rank {r} {100 * statistics.median(ratios):+5.1f}%")
+                        cell = inside_vs_simulated(rounds_r)
+                        if cell:
+                            cells.append(f"rank {r} {cell}")
                     print(f"  {row['label']:<40} {row['split_name']:<6} " + "  ".join(cells))
             if args.smoke or args.mode == "emulated":
                 # The fixed compute's noise says nothing of sleeps: emulated runs print no verdict.

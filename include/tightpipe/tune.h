@@ -110,6 +110,16 @@ struct TuneSetup {
   double lower_bound_s = 0;
 };
 
+// Rank r's compute in one step of `setup`, by kind of action: its F, I, W and B actions' times
+// from setup.costs (host time included where tune was given one), an OVERLAP_F_B pair counted
+// as its F and its B. Their sum is the rank's simulated busy time less its optimizer; tune.json's
+// per-rank "compute_s". What a run's time inside each kind of PyTorch call is held against
+// (bench/torch/tune_bench.py). REQUIRES: 0 <= rank < setup.pp.
+struct ComputeByKind {
+  double f = 0, i = 0, w = 0, b = 0;
+};
+ComputeByKind compute_by_kind(const TuneSetup& setup, int32_t rank);
+
 struct TuneResult {
   std::optional<TuneSetup> current;
   std::vector<TuneSetup> candidates;  // fastest first (at most top)

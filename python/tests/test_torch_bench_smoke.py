@@ -66,3 +66,13 @@ def test_tune_bench_smoke():
         assert any(k.startswith("tuned: ") for k in rows), proc.stdout
         for measured, predicted in rows.values():
             assert measured > 0 and predicted > 0
+        if mode == "real":
+            # Per row and rank, the time inside the runtime's compute calls against the
+            # simulated compute, in all and by kind: 1F1B runs F and whole backwards (b).
+            inside = re.search(
+                r"  PyTorch Schedule1F1B\s+even\s+rank 0\s+[-+][\d.]+% \(f [-+][\d.]+, "
+                r"b [-+][\d.]+\)\s+rank 1\s+[-+][\d.]+% \(f [-+][\d.]+, b [-+][\d.]+\)$",
+                proc.stdout,
+                re.M,
+            )
+            assert inside, proc.stdout

@@ -553,6 +553,32 @@ std::string format_tune(const TuneResult& r) {
   return out;
 }
 
+ComputeByKind compute_by_kind(const TuneSetup& setup, int32_t rank) {
+  TP_CHECK(rank >= 0 && rank < setup.pp, "compute_by_kind: rank ", rank, " of ", setup.pp);
+  ComputeByKind out;
+  for (const Action& pair : setup.compute_schedule->programs[rank]) {
+    for (const Action& a : sub_actions(pair)) {
+      if (!is_compute(a.type)) continue;
+      const double t = setup.costs->compute_time(a.stage, a.type);
+      switch (a.type) {
+        case ActionType::kForward:
+          out.f += t;
+          break;
+        case ActionType::kBackwardInput:
+          out.i += t;
+          break;
+        case ActionType::kBackwardWeight:
+          out.w += t;
+          break;
+        default:
+          out.b += t;
+          break;
+      }
+    }
+  }
+  return out;
+}
+
 std::string tune_setup_json(const TuneResult& result, const TuneSetup& setup,
                             std::string_view compute_comms_file, std::string_view compute_file) {
   const TuneResult& r = result;
@@ -589,9 +615,11 @@ std::string tune_setup_json(const TuneResult& result, const TuneSetup& setup,
     p["lower_bound_s"] = s.lower_bound_s;
     json ranks = json::array();
     for (const RankSimStats& st : s.sim.ranks) {
+      const ComputeByKind k = compute_by_kind(s, st.rank);
       ranks.push_back({{"rank", st.rank},
                        {"bubble_ratio", st.bubble_ratio},
                        {"busy_s", st.busy},
+                       {"compute_s", {{"f", k.f}, {"i", k.i}, {"w", k.w}, {"b", k.b}}},
                        {"peak_bytes", st.peak_bytes}});
     }
     p["ranks"] = ranks;

@@ -212,6 +212,45 @@ TEST(Tune, MeasuredWholeBackwardCostsBAndTheFirstStagesW) {
   }
 }
 
+// Each rank's compute by kind of action (tune.json's "compute_s"): zb-h1 at p = 2, m = 4 on a
+// table of f = i = w = 1 per module, 2 modules a stage. Stage 0 (PyTorch's first stage): F 2,
+// I 0, W its whole backward 4 (no b measured: i + w); stage 1: F 2, I 2, W 2; four of each.
+// The kinds add up to the simulated busy time (no optimizer), and the JSON carries them.
+TEST(Tune, ComputeByKindCountsEachRanksActionsAndAddsUpToItsBusyTime) {
+  TuneOptions o;
+  o.modules = parse_ok(table(1.0, 2, 1.0, 1.0));
+  o.pp = 2;
+  o.microbatches = 4;
+  o.schedules = {"zb-h1"};
+  o.current = TuneCurrent{{2, 2}, "zb-h1", 1, std::nullopt};
+  auto r = tune(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const TuneSetup& cur = *r->current;
+  const ComputeByKind k0 = compute_by_kind(cur, 0), k1 = compute_by_kind(cur, 1);
+  EXPECT_DOUBLE_EQ(k0.f, 8.0);
+  EXPECT_DOUBLE_EQ(k0.i, 0.0);
+  EXPECT_DOUBLE_EQ(k0.w, 16.0);
+  EXPECT_DOUBLE_EQ(k0.b, 0.0);
+  EXPECT_DOUBLE_EQ(k1.f, 8.0);
+  EXPECT_DOUBLE_EQ(k1.i, 8.0);
+  EXPECT_DOUBLE_EQ(k1.w, 8.0);
+  for (int32_t rank : {0, 1}) {
+    const ComputeByKind k = compute_by_kind(cur, rank);
+    EXPECT_NEAR(k.f + k.i + k.w + k.b, cur.sim.ranks[rank].busy, 1e-12) << rank;
+  }
+  // 1F1B's whole backward is B (stage 1) and W (stage 0).
+  o.current = TuneCurrent{{2, 2}, "1f1b", 1, std::nullopt};
+  auto f = tune(o);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_DOUBLE_EQ(compute_by_kind(*f->current, 1).b, 16.0);
+  EXPECT_DOUBLE_EQ(compute_by_kind(*f->current, 1).i, 0.0);
+  const json j = json::parse(tune_setup_json(*r, cur, "a.csv", "b.csv"));
+  const json& ranks = j["prediction"]["ranks"];
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_DOUBLE_EQ(ranks[1]["compute_s"]["i"].get<double>(), 8.0);
+  EXPECT_DOUBLE_EQ(ranks[0]["compute_s"]["w"].get<double>(), 16.0);
+}
+
 TEST(Tune, ACpuTableMeasuredUnderTheDefaultMallocGetsANoteWithTheFix) {
   // measure_layers writes the allocator it ran under; page faults under glibc's default malloc
   // move with the heap's history (docs/torch.md section 7), so tune says how to measure without.
