@@ -76,3 +76,24 @@ def test_tune_bench_smoke():
                 re.M,
             )
             assert inside, proc.stdout
+
+
+def test_tune_bench_refuses_an_unknown_row_before_any_work():
+    """--rows with a class the bench does not run: one line naming it and the classes it runs,
+    exit 2 (argparse's), nothing measured."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "bench", "torch", "tune_bench.py"),
+            "--rows",
+            "Schedule1F1B,ScheduleNope",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    err = proc.stderr.strip().splitlines()[-1]
+    assert "--rows Schedule1F1B,ScheduleNope" in err and "ScheduleNope not among" in err, err
+    assert "ScheduleDualPipeV" in err and "Schedule1F1B" in err.split("not among")[1], err
+    assert proc.stdout == "", proc.stdout

@@ -48,14 +48,21 @@ MeasuredModules parse_ok(const std::string& text) {
   return *m;
 }
 
+// Options for `table_text` at p = `pp`, m microbatches, searching `schedules` (empty: every one).
+TuneOptions options(const std::string& table_text, int32_t pp, int32_t microbatches,
+                    std::vector<std::string> schedules = {}) {
+  TuneOptions o;
+  o.modules = parse_ok(table_text);
+  o.pp = pp;
+  o.microbatches = microbatches;
+  o.schedules = std::move(schedules);
+  return o;
+}
+
 TEST(Tune, HeadHeavyModelSplitsTheHeadsStageShorterAndBeatsTheEvenSplit) {
   // 12 blocks and a head of 5 blocks (GPT-2 small's proportions): the even split's last stage
   // holds 6 blocks + the head.
-  TuneOptions o;
-  o.modules = parse_ok(table(0.01, 12, 1.0, 5.0));
-  o.pp = 2;
-  o.microbatches = 8;
-  o.schedules = {"1f1b"};
+  TuneOptions o = options(table(0.01, 12, 1.0, 5.0), 2, 8, {"1f1b"});
   o.current = TuneCurrent{{7, 7}, "1f1b", 1, std::nullopt};
   auto r = tune(o);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -75,11 +82,7 @@ TEST(Tune, HeadHeavyModelSplitsTheHeadsStageShorterAndBeatsTheEvenSplit) {
 }
 
 TEST(Tune, PyTorchsFirstStageRunsItsWholeBackwardInW) {
-  TuneOptions o;
-  o.modules = parse_ok(table(0.5, 2, 1.0, 1.0));
-  o.pp = 2;
-  o.microbatches = 4;
-  o.schedules = {"zb-h1"};
+  TuneOptions o = options(table(0.5, 2, 1.0, 1.0), 2, 4, {"zb-h1"});
   auto r = tune(o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   const CostModel& c = *r->candidates.front().costs;
@@ -90,11 +93,7 @@ TEST(Tune, PyTorchsFirstStageRunsItsWholeBackwardInW) {
 
 TEST(Tune, HostTimeIsAFixedPartPerKindPlusAPartPerModuleOfTheStage) {
   // Stage 0: embedding + 2 blocks (3 modules), stage 1: 1 block + head (2 modules).
-  TuneOptions o;
-  o.modules = parse_ok(table(1.0, 3, 1.0, 1.0));
-  o.pp = 2;
-  o.microbatches = 4;
-  o.schedules = {"zb-h1"};
+  TuneOptions o = options(table(1.0, 3, 1.0, 1.0), 2, 4, {"zb-h1"});
   o.current = TuneCurrent{{3, 2}, "zb-h1", 1, std::nullopt};
   o.host_time = RuntimeHostTime{.f = 0.1,
                                 .i = 0.2,
@@ -150,10 +149,7 @@ TEST(Tune, HostTimeFlagParsesMicrosecondsAndNamesBadKeys) {
 }
 
 TEST(Tune, KeepsTheCurrentSetupWhenNothingGainsEnough) {
-  TuneOptions o;
-  o.modules = parse_ok(table(1e-6, 8, 1.0, 1e-6));
-  o.pp = 2;
-  o.microbatches = 64;
+  TuneOptions o = options(table(1e-6, 8, 1.0, 1e-6), 2, 64);
   o.current = TuneCurrent{{5, 5}, "1f1b", 1, std::nullopt};
   auto r = tune(o);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -217,11 +213,7 @@ TEST(Tune, MeasuredWholeBackwardCostsBAndTheFirstStagesW) {
 // I 0, W its whole backward 4 (no b measured: i + w); stage 1: F 2, I 2, W 2; four of each.
 // The kinds add up to the simulated busy time (no optimizer), and the JSON carries them.
 TEST(Tune, ComputeByKindCountsEachRanksActionsAndAddsUpToItsBusyTime) {
-  TuneOptions o;
-  o.modules = parse_ok(table(1.0, 2, 1.0, 1.0));
-  o.pp = 2;
-  o.microbatches = 4;
-  o.schedules = {"zb-h1"};
+  TuneOptions o = options(table(1.0, 2, 1.0, 1.0), 2, 4, {"zb-h1"});
   o.current = TuneCurrent{{2, 2}, "zb-h1", 1, std::nullopt};
   auto r = tune(o);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -258,11 +250,7 @@ TEST(Tune, ACpuTableMeasuredUnderTheDefaultMallocGetsANoteWithTheFix) {
     json doc = json::parse(table(0.5, 2, 1.0, 1.0));
     if (!device.empty()) doc["device"] = device;
     if (!malloc_mode.empty()) doc["malloc"] = malloc_mode;
-    TuneOptions o;
-    o.modules = parse_ok(doc.dump());
-    o.pp = 2;
-    o.microbatches = 4;
-    o.schedules = {"1f1b"};
+    TuneOptions o = options(doc.dump(), 2, 4, {"1f1b"});
     auto r = tune(o);
     EXPECT_TRUE(r.ok()) << r.status().message();
     return r.ok() ? std::make_pair(r->notes, format_tune(*r))
