@@ -97,3 +97,29 @@ def test_tune_bench_refuses_an_unknown_row_before_any_work():
     assert "--rows Schedule1F1B,ScheduleNope" in err and "ScheduleNope not among" in err, err
     assert "ScheduleDualPipeV" in err and "Schedule1F1B" in err.split("not among")[1], err
     assert proc.stdout == "", proc.stdout
+
+
+def test_tune_bench_verdicts_cannot_judge_when_the_ranks_slow_each_other(capsys):
+    """The rows' costs are measured by one process alone: where p processes computing at once
+    ran more than the tolerance slower each (the contention measured before the rows and after
+    each run), neither verdict is judged, and the line says why with the figure; below it the
+    identical runs' spread decides as before."""
+    sys.path.insert(0, os.path.join(REPO, "bench", "torch"))
+    try:
+        import tune_bench
+    finally:
+        sys.path.pop(0)
+    from tightpipe.verdict import Verdict
+
+    errors = [-0.02, 0.01, -0.04]
+    quiet = tune_bench.print_verdicts("real", errors, 1.30, 1.31, 0.01, "", 0.02)
+    assert quiet is Verdict.PASS, capsys.readouterr().out
+    capsys.readouterr()
+    shared = tune_bench.print_verdicts("real", errors, 1.30, 1.31, 0.01, "", 0.45)
+    out = capsys.readouterr().out
+    assert shared is Verdict.COULD_NOT_JUDGE, out
+    rows_line, gain_line = out.strip().splitlines()
+    assert "COULD NOT JUDGE" in rows_line and "slower each than one alone" in rows_line, out
+    assert "45.0%" in rows_line and "COULD NOT JUDGE" in gain_line, out
+    # A miss beyond the tolerance on a machine whose cores do not slow each other still fails.
+    assert tune_bench.print_verdicts("real", [0.08], 1.30, 1.31, 0.01, "", 0.0) is Verdict.FAIL
