@@ -523,8 +523,8 @@ def print_verdicts(
         + (
             ""
             if gain_v is not Verdict.COULD_NOT_JUDGE
-            else f" (the machine's own noise and contention, {noise_txt}, are not both below the "
-            f"gain's distance to the bar, {100 * abs(gain / bar - 1):.1f}%)"
+            else f" (the machine's own noise {noise_txt}: the larger is not below the gain's "
+            f"distance to the bar, {100 * abs(gain / bar - 1):.1f}%)"
         )
     )
     return combine(rows_v, gain_v)
