@@ -33,12 +33,13 @@ cores and the gain is read free of CPU load; its logits are over a vocabulary of
 compute is left beside the sleeps. --mode real first measures how much the same fixed compute
 varies on its own here (one process, one thread, timed again and again: the least noise a row can
 have; --noise-only prints just that) and whether the cores slow each other (one matmul loop
-alone, then p at once). --repeat N runs the whole measurement N times. Each real run ends with two
-verdicts by the project's one rule (tightpipe.verdict): every row predicted within 5%, and the
-tuned row at least 1.25x over the best even-split built-in (paired round by round), each COULD
-NOT JUDGE where the same fixed compute, timed before the rows and again after each run, spread
-more than the tolerance (for the gain: more than its distance to 1.25x); the exit status is 0, 1
-or 3 for PASS, FAIL or COULD NOT JUDGE over every run.
+alone, then p at once), both again after each run. --repeat N runs the whole measurement N times.
+Each real run ends with two verdicts by the project's one rule (tightpipe.verdict): every row
+predicted within 5%, and the tuned row at least 1.25x over the best even-split built-in (paired
+round by round), each COULD NOT JUDGE where the same fixed compute, timed before the rows and
+again after each run, spread more than the tolerance (for the gain: more than its distance to
+1.25x), or where p at once ran more than that slower each than one alone (the costs are measured
+alone); the exit status is 0, 1 or 3 for PASS, FAIL or COULD NOT JUDGE over every run.
 
     PYTHONPATH=python:python/tests $(./scripts/setup-python.sh --print-venv)/bin/python \\
         bench/torch/tune_bench.py --mode real --pp 2
@@ -381,8 +382,8 @@ def predicted(
     """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime), and
     each rank's simulated compute by kind of action (tune.json's "compute_s", with the host
     time given). The tuned row from the table it was tuned from is tune's own prediction (no
-    compute times); from another
-    table (measured during the run) the same split simulated in the order tune wrote."""
+    compute times); from another table (measured during the run) the same split simulated in
+    the order tune wrote."""
     split = ",".join(str(len(s)) for s in row["split"])
     if row["kind"] == "tuned":
         res: TuneResult = row["result"]
