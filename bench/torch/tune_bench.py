@@ -387,7 +387,7 @@ def predicted(
     split = ",".join(str(len(s)) for s in row["split"])
     if row["kind"] == "tuned":
         res: TuneResult = row["result"]
-        if not row.get("tuned_dir") or layers_json == row.get("tuned_from"):
+        if layers_json == row["tuned_from"]:
             return float(res.predicted_step_s), None
         order = [
             "--current-schedule",
