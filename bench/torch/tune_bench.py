@@ -298,33 +298,43 @@ a, w = torch.randn(128, 384), torch.randn(384, 1536)
 for _ in range(20):
     a @ w
 t, n = time.perf_counter(), 0
-while time.perf_counter() - t < 3:
+while time.perf_counter() - t < float(sys.argv[1]):
     for _ in range(20):
         a @ w
     n += 20
 print((time.perf_counter() - t) / n)
 """
+# Alone / together pairs per contention measurement, and seconds each side of a pair runs.
+CONTENTION_PAIRS = 3
+CONTENTION_SECONDS = 2.0
 
 
 def core_contention(p: int) -> tuple[float, float]:
-    """One 1-thread matmul loop alone, then p of them at once (one per rank, as the rows run):
-    seconds per matmul each way. Where the cores share their throughput (SMT siblings, or a
-    host that runs the VM's vCPUs on one physical core), the second is slower, and a rank's
-    compute slows whenever another rank computes: real-compute rows then diverge from costs
-    measured by one process alone."""
+    """One 1-thread matmul loop alone, then p of them at once (one per rank, as the rows run),
+    CONTENTION_PAIRS times in turn: the medians, seconds per matmul each way. Where the cores
+    share their throughput (SMT siblings, or a host that runs the VM's vCPUs on one physical
+    core), the second is slower, and a rank's compute slows whenever another rank computes:
+    real-compute rows then diverge from costs measured by one process alone. The pairs
+    alternate so that the machine's drift between one run alone and the next together (the
+    noise lines: a fixed work's rounds spread 20% here) does not pass for contention."""
 
     def run(k: int) -> list[float]:
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", _CONTENTION_PROBE], stdout=subprocess.PIPE, text=True
+                [sys.executable, "-c", _CONTENTION_PROBE, str(CONTENTION_SECONDS)],
+                stdout=subprocess.PIPE,
+                text=True,
             )
             for _ in range(k)
         ]
         return [float(pr.communicate()[0]) for pr in procs]
 
-    alone = run(1)[0]
-    together = statistics.median(run(p))
-    return alone, together
+    alone: list[float] = []
+    together: list[float] = []
+    for _ in range(CONTENTION_PAIRS):
+        alone.append(run(1)[0])
+        together.append(statistics.median(run(p)))
+    return statistics.median(alone), statistics.median(together)
 
 
 _NOISE_PROBE = """
@@ -471,8 +481,8 @@ def print_contention(p: int, when: str) -> float:
     alone, together = core_contention(p)
     print(
         f"the cores' contention {when}: a 1-thread 128x384x1536 matmul takes {1e6 * alone:.0f} "
-        f"us alone and {1e6 * together:.0f} us with {p} at once ({together / alone:.2f}x; the "
-        "costs are measured alone)"
+        f"us alone and {1e6 * together:.0f} us with {p} at once ({together / alone:.2f}x, "
+        f"medians of {CONTENTION_PAIRS} alternating pairs; the costs are measured alone)"
     )
     return together / alone - 1
 

@@ -123,3 +123,37 @@ def test_tune_bench_verdicts_cannot_judge_when_the_ranks_slow_each_other(capsys)
     assert "45.0%" in rows_line and "COULD NOT JUDGE" in gain_line, out
     # A miss beyond the tolerance on a machine whose cores do not slow each other still fails.
     assert tune_bench.print_verdicts("real", [0.08], 1.30, 1.31, 0.01, "", 0.0) is Verdict.FAIL
+
+
+def test_tune_bench_contention_is_not_one_disturbed_pair(monkeypatch):
+    """The contention is the median of alternating alone / together pairs: one pair slowed by
+    something else on the machine (here 1.4x) does not pass for the cores slowing each other,
+    and a slowdown in every pair does (1.5x)."""
+    sys.path.insert(0, os.path.join(REPO, "bench", "torch"))
+    try:
+        import tune_bench
+    finally:
+        sys.path.pop(0)
+
+    def fake_popen(seconds_per_matmul):
+        it = iter(seconds_per_matmul)
+
+        class Proc:
+            def __init__(self, cmd, **_):
+                assert cmd[-1] == str(tune_bench.CONTENTION_SECONDS), cmd
+                self.value = next(it)
+
+            def communicate(self):
+                return f"{self.value}\n", ""
+
+        return Proc
+
+    # Per pair: one process alone, then two at once.
+    disturbed = [1e-3, 1e-3, 1e-3, 1e-3, 1.4e-3, 1.4e-3, 1e-3, 1e-3, 1e-3]
+    monkeypatch.setattr(tune_bench.subprocess, "Popen", fake_popen(disturbed))
+    alone, together = tune_bench.core_contention(2)
+    assert together / alone == 1.0, (alone, together)
+    shared = [1e-3, 1.5e-3, 1.5e-3] * tune_bench.CONTENTION_PAIRS
+    monkeypatch.setattr(tune_bench.subprocess, "Popen", fake_popen(shared))
+    alone, together = tune_bench.core_contention(2)
+    assert abs(together / alone - 1.5) < 1e-12, (alone, together)
