@@ -4,12 +4,12 @@
 # ruff and mypy pinned in python/requirements.txt, from the environment of scripts/setup-python.sh
 # (mypy checks the torch calls against the pinned torch there). ruff also checks the package's
 # tests (python/tests) and the bench scripts (every .py under bench/), with the same settings;
-# mypy the package alone. Every .py file under those folders at run time is checked, new ones
-# included.
+# mypy the package and the bench scripts (not the tests). Every .py file under those folders at
+# run time is checked, new ones included.
 #
 #   scripts/lint-python.sh ruff    ruff check + ruff format --check of python/tightpipe,
 #                                  python/tests and bench/ (lane `ruff`)
-#   scripts/lint-python.sh mypy    mypy of python/tightpipe (lane `mypy`)
+#   scripts/lint-python.sh mypy    mypy of python/tightpipe and bench/ (lane `mypy`)
 #   scripts/lint-python.sh         both
 #
 # Each finding is printed as FILE:LINE:COL with its rule, and the script exits 1. Without the
@@ -63,6 +63,13 @@ for t in "${steps[@]}"; do
       # The cache lives in the environment (shared by the clones that use it, never in the tree).
       "$venv/bin/mypy" --config-file python/pyproject.toml --cache-dir "$venv/.mypy_cache" \
         python/tightpipe || rc=1
+      # The bench scripts, with the same settings: they import tightpipe and python/tests' helper
+      # modules (as PYTHONPATH=python:python/tests runs them), so both are on MYPYPATH. They are
+      # scripts, not a package (no __init__.py): --explicit-package-bases names each by its path
+      # from the root (bench.torch.tune_bench), so two scripts of one name in two folders are two
+      # modules, not a duplicate.
+      MYPYPATH=python:python/tests "$venv/bin/mypy" --config-file python/pyproject.toml \
+        --cache-dir "$venv/.mypy_cache" --explicit-package-bases bench || rc=1
       ;;
   esac
 done

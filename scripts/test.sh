@@ -4,8 +4,8 @@
 # and every fuzz target for a bounded time (scripts/sanitize.sh; SANITIZE=0 skips it).
 # Both builds treat every compiler warning as an error (TP_WERROR=0 turns that off), and the
 # static lanes hold the tree to one format (scripts/format.sh), clang-tidy (scripts/tidy.sh),
-# ruff for python/tightpipe, python/tests and bench/, and mypy --strict for python/tightpipe
-# (scripts/lint-python.sh).
+# ruff for python/tightpipe, python/tests and bench/, and mypy --strict for python/tightpipe and
+# bench/ (scripts/lint-python.sh).
 # Every lane runs even when an earlier one failed (a lane that needs a failed one says skipped and
 # why); at the end each lane's result and time are printed, and the exit status is non-zero when
 # any lane failed. Extra arguments go to the main ctest (e.g. -L unit).

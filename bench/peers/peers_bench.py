@@ -42,9 +42,10 @@ import pickle
 import statistics
 import sys
 import time
+from typing import Any, TypedDict
 
 from tightpipe.peers import deepspeed, megatron
-from tightpipe.peers.common import RunSpec, make_costs
+from tightpipe.peers.common import PeerRun, RunSpec, make_costs
 from tightpipe.peers.compare import (
     EngineHostTime,
     crossings_and_tails,
@@ -69,10 +70,24 @@ MEDIAN_TOLERANCE = 0.03
 WORST_TOLERANCE = 0.05
 NOISE_HINT = "run it with nothing else on the machine, or more --repeat"
 
+# (engine, p, v, microbatches, batch_p2p); an (m, g) entry: Megatron's microbatch group g
+Config = tuple[str, int, int, list[int | tuple[int, int]], bool | None]
+# A configuration's key in --runs-out: (engine, p, v, repr(microbatches), batch_p2p)
+RunsKey = tuple[str, int, int, str, bool | None]
 
-def configs(quick: bool):
-    # (engine, p, v, microbatches, batch_p2p); an (m, g) entry: Megatron's microbatch group g
-    out = [
+
+class SavedRuns(TypedDict, total=False):
+    """What --runs-out writes (pickle) and --runs-in reads: per configuration, every repeat's
+    runs (one per microbatch entry) and the load average after them."""
+
+    when: str
+    machine: str
+    runs: dict[RunsKey, list[list[PeerRun]]]
+    load: dict[RunsKey, float]
+
+
+def configs(quick: bool) -> list[Config]:
+    out: list[Config] = [
         ("megatron", 2, 1, [4, 8], True),
         ("megatron", 4, 1, [4, 8, 16], True),
         ("megatron", 4, 2, [8, 16], True),
@@ -88,7 +103,7 @@ def configs(quick: bool):
     return out
 
 
-def measured(run):
+def measured(run: PeerRun) -> tuple[float, list[float]]:
     steps = [run.step_time(k) for k in run.measured_steps()]
     idle = []
     for r in range(run.pp):
@@ -105,8 +120,9 @@ def harness(profile: str) -> str:
     return "deepspeed" if profile == "deepspeed" else "megatron"
 
 
-def probes(args, engines):
+def probes(args: argparse.Namespace, engines: list[str]) -> dict[str, EngineHostTime]:
     """The probe of each engine: read from --probe-in, or measured now (before any row)."""
+    out: dict[str, EngineHostTime]
     if args.probe_in:
         with open(args.probe_in) as fh:
             doc = json.load(fh)
@@ -212,10 +228,14 @@ def main() -> int:
         f"{'idle err' if a.predict_from == 'measured' else 'link only':>9}  "
         f"{'other profile':>22}  verdict (5%)"
     )
-    rows = []
-    over = []
-    saved: dict = {}
-    runs_out: dict = {"when": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine_line()}
+    # Per row: its step error, idle error (measured mode), noise and verdict.
+    rows: list[tuple[float, float | None, float | None, Verdict]] = []
+    over: list[float] = []
+    saved: SavedRuns = {}
+    runs_out: SavedRuns = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": machine_line(),
+    }
     if a.runs_in:
         with open(a.runs_in, "rb") as fh:
             saved = pickle.load(fh)
@@ -227,6 +247,8 @@ def main() -> int:
         tries = saved["runs"][key] if saved else []
         for _ in range(0 if saved else a.repeat):
             if engine.startswith("megatron"):
+                # configs() gives every Megatron row its batch_p2p (None: DeepSpeed's rows only)
+                assert batch is not None, f"configs(): {engine} has no batch_p2p"
                 specs = [RunSpec(m[0], group=m[1]) if isinstance(m, tuple) else m for m in ms]
                 tries.append(
                     megatron.run_many(
@@ -253,7 +275,12 @@ def main() -> int:
             run = min(same, key=lambda r: measured(r)[0])
             step, idle = measured(run)
 
-            def predict(prof, run=run, h=None, engine=engine):
+            def predict(
+                prof: str,
+                run: PeerRun = run,
+                h: EngineHostTime | None = None,
+                engine: str = engine,
+            ) -> dict[str, Any]:
                 if a.predict_from == "probe":
                     return predict_from_probe(run, prof, h or probe[harness(engine)])
                 return simulate(run, prof, measured_costs(run))
@@ -337,8 +364,8 @@ def main() -> int:
                     f"{h.host_time_flag()}, {h.message_ms:.3f} ms, {h.tail_ms:.3f} ms"
                 )
     if a.runs_out:
-        with open(a.runs_out, "wb") as fh:
-            pickle.dump(runs_out, fh)
+        with open(a.runs_out, "wb") as out_fh:
+            pickle.dump(runs_out, out_fh)
     errs = [abs(r[0]) for r in rows]
     noises = [r[2] for r in rows]
     known = [n for n in noises if n is not None]
@@ -364,8 +391,8 @@ def main() -> int:
     )
     median_verdict = judge(statistics.median(errs), MEDIAN_TOLERANCE, median_noise)
     worst_verdict = Verdict.PASS
-    for r in rows:
-        worst_verdict = combine(worst_verdict, r[3])
+    for row in rows:
+        worst_verdict = combine(worst_verdict, row[3])
     overall = combine(median_verdict, worst_verdict)
     print(
         f"median within {100 * MEDIAN_TOLERANCE:.0f}%: {median_verdict.value}"

@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import TypedDict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -32,7 +33,7 @@ sys.path[:0] = [os.path.join(REPO, "python"), os.path.join(REPO, "python", "test
 
 import torch  # noqa: E402
 
-from tightpipe.schedule import generate  # noqa: E402
+from tightpipe.schedule import TorchSchedule, generate  # noqa: E402
 from tightpipe.torch import idle_from_trace, profile_step  # noqa: E402
 from tightpipe.torch.gpt import GptConfig, batch, make_stages  # noqa: E402
 from tightpipe.torch.launch import spawn  # noqa: E402
@@ -41,7 +42,32 @@ from trace_worker import _runtime  # noqa: E402
 MB = 2  # sequences per microbatch (trace_worker's batch: 2 * m sequences)
 
 
-def measure_costs(cfg: GptConfig, num_stages: int, reps: int) -> list[dict]:
+class Entry(TypedDict):
+    """One row: PyTorch's class `builtin` (sched None) or tightpipe's schedule `sched`."""
+
+    label: str
+    kind: str  # placement(): "loop1", "loop2" or "v"
+    sched: TorchSchedule | None
+    builtin: str | None
+    m: int
+    stage_to_rank: list[int]
+
+
+class StepKw(TypedDict):
+    """The keyword arguments of each runtime.step()."""
+
+    target: torch.Tensor | None
+    losses: list[torch.Tensor]
+
+
+class GenerateKw(TypedDict, total=False):
+    """generate()'s keyword arguments a row of ours passes."""
+
+    vpp: int
+    costs: str
+
+
+def measure_costs(cfg: GptConfig, num_stages: int, reps: int) -> list[dict[str, float]]:
     """F and B seconds of each stage on one microbatch, one thread, median of `reps`."""
     torch.set_num_threads(1)
     stages = make_stages(cfg, num_stages, 0)
@@ -65,7 +91,15 @@ def measure_costs(cfg: GptConfig, num_stages: int, reps: int) -> list[dict]:
     return out
 
 
-def bench_all(rank, world, cfg, entries, trace_dir, warmup, timed):
+def bench_all(
+    rank: int,
+    world: int,
+    cfg: GptConfig,
+    entries: list[Entry],
+    trace_dir: str,
+    warmup: int,
+    timed: int,
+) -> list[float]:
     """Every entry's runtime built and warmed up, then `timed` rounds that each time one step of
     every entry in turn (so that the load of a shared machine falls on all entries alike), then
     one profiled step of each. Returns each entry's median step seconds."""
@@ -74,11 +108,11 @@ def bench_all(rank, world, cfg, entries, trace_dir, warmup, timed):
         rt, mine, num = _runtime(rank, cfg, e["sched"], e["builtin"], e["m"], e["stage_to_rank"])
         tokens, targets = batch(cfg, MB * e["m"])
         args = (tokens,) if 0 in mine else ()
-        kw = {"target": targets if num - 1 in mine else None, "losses": []}
+        kw: StepKw = {"target": targets if num - 1 in mine else None, "losses": []}
         for _ in range(warmup):
             rt.step(*args, **kw)
         runs.append((rt, args, kw))
-    times = [[] for _ in entries]
+    times: list[list[float]] = [[] for _ in entries]
     for _ in range(timed):
         for k, (rt, args, kw) in enumerate(runs):
             torch.distributed.barrier()
@@ -120,7 +154,7 @@ def main() -> int:
     else:
         cfg = GptConfig(vocab=8192, seq=64, d_model=128, heads=4, blocks_per_stage=1)
 
-    costs = {}
+    costs: dict[int, tuple[str, list[dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="tp-torch-bench-") as tmp:
         for v in (1, 2):
             table = measure_costs(cfg, p * v, 3 if args.smoke else 7)
@@ -128,7 +162,7 @@ def main() -> int:
             with open(path, "w") as f:
                 json.dump({"time_unit": "ms", "stages": table}, f)
             costs[v] = (path, table)
-        ours = [
+        ours: list[tuple[str, str, GenerateKw]] = [
             ("1f1b", "loop1", {}),
             ("zb-h1", "loop1", {}),
             ("zb-1p", "loop1", {"costs": costs[1][0]}),
@@ -150,7 +184,7 @@ def main() -> int:
                 [("zb-v-auto", "v", {"costs": costs[2][0]})],
                 [("ScheduleZBVZeroBubble", "v")],
             )
-        entries = []
+        entries: list[Entry] = []
         for name, kind in builtins:
             entries.append(
                 {

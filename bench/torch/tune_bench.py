@@ -63,7 +63,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -106,6 +107,34 @@ BUILTINS = [  # class, stages per rank, placement, tightpipe's generator of the 
     ("ScheduleZBVZeroBubble", 2, "v", "zb-v"),
     ("ScheduleDualPipeV", 2, "v", "dualpipev"),
 ]
+
+
+class StepKw(TypedDict):
+    """The keyword arguments of each runtime.step()."""
+
+    target: torch.Tensor | None
+    losses: list[torch.Tensor]
+
+
+class Row(TypedDict, total=False):
+    """One row of the table: a built-in class on a split (kind "loop" or "v": builtin,
+    generator, stage_to_rank) or the tuned row (kind "tuned": result, tuned_dir, tuned_from);
+    main adds each row's "predicted" step, then each run its "steps"."""
+
+    label: str
+    split_name: str  # "even", "titan" or "tuned"
+    kind: str
+    builtin: str
+    generator: str | None  # tightpipe's generator of the same order, if any
+    v: int
+    m: int
+    split: list[list[str]]  # module names per stage
+    stage_to_rank: list[int]
+    result: TuneResult
+    tuned_dir: str
+    tuned_from: str
+    predicted: float
+    steps: list[float]
 
 
 def placement(kind: str, p: int, v: int) -> list[int]:
@@ -167,7 +196,7 @@ def model_modules(
 
 
 def build_row(
-    rank: int, cfg: GptConfig, layers: int, mode: str, table: str | None, row: dict, p: int
+    rank: int, cfg: GptConfig, layers: int, mode: str, table: str | None, row: Row, p: int
 ) -> tuple[Any, list[int], int]:
     m = row["m"]
     if row["kind"] == "tuned":
@@ -218,11 +247,13 @@ def bench_rows(
     layers: int,
     mode: str,
     table: str | None,
-    rows: list[dict],
+    rows: list[Row],
     warmup: int,
     rounds: int,
     probe: bool = False,
-) -> tuple[list[list[float]], list[list[int]], list[dict], float, list[list[dict[str, float]]]]:
+) -> tuple[
+    list[list[float]], list[list[int]], list[dict[str, Any]], float, list[list[dict[str, float]]]
+]:
     """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
     every row (barrier to barrier), the order rotated per round; each step's minor page faults
     on this rank beside its time. `probe`: after each round, rank 0 times the model's modules
@@ -245,7 +276,7 @@ def bench_rows(
 
         return wrapper
 
-    tables: list[dict] = []
+    tables: list[dict[str, Any]] = []
     probe_model = make_layered(cfg, layers, 0) if probe and rank == 0 else None
     probe_tokens, probe_targets = batch(cfg, MB)
     runs = []
@@ -261,7 +292,7 @@ def bench_rows(
         data_cfg = dataclasses.replace(cfg, vocab=EMULATED_VOCAB) if mode == "emulated" else cfg
         tokens, targets = batch(data_cfg, MB * row["m"])
         args = (tokens,) if 0 in mine else ()
-        kw = {"target": targets if num - 1 in mine else None, "losses": []}
+        kw: StepKw = {"target": targets if num - 1 in mine else None, "losses": []}
         for _ in range(warmup):
             rt.step(*args, **kw)
         runs.append((rt, args, kw))
@@ -387,17 +418,24 @@ def print_compute_noise(times: int, runs: int) -> list[float]:
 
 
 def predicted(
-    layers_json: str, p: int, m: int, row: dict, tmp: str, host_us: dict[str, float]
+    layers_json: str,
+    p: int,
+    m: int,
+    row: Row,
+    tmp: str,
+    host_us: dict[str, float],
+    slowdown: float = 1.0,
 ) -> tuple[float, list[dict[str, float]] | None]:
     """The row's step as tightpipe tune simulates the current setup (PyTorch's runtime), and
     each rank's simulated compute by kind of action (tune.json's "compute_s", with the host
     time given). The tuned row from the table it was tuned from is tune's own prediction (no
     compute times); from another table (measured during the run) the same split simulated in
-    the order tune wrote."""
+    the order tune wrote. `slowdown` above 1: the ranks' cores slow each other that much while
+    more than one computes (tune --core-slowdown; docs/cost_model.md "Shared cores")."""
     split = ",".join(str(len(s)) for s in row["split"])
     if row["kind"] == "tuned":
         res: TuneResult = row["result"]
-        if layers_json == row["tuned_from"]:
+        if layers_json == row["tuned_from"] and slowdown == 1.0:
             return float(res.predicted_step_s), None
         order = [
             "--current-schedule",
@@ -437,6 +475,8 @@ def predicted(
         ",".join(f"{k}={v!r}" for k, v in host_us.items()),
         *order,
     ]
+    if slowdown != 1.0:
+        args += ["--core-slowdown", repr(slowdown)]
     pred = json.loads(cli.run(args))["current"]["prediction"]
     return float(pred["step_s"]), [
         {kind: float(r["compute_s"][kind]) for kind in KINDS} for r in pred["ranks"]
@@ -631,8 +671,8 @@ def main() -> int:
             with open(table) as f:
                 doc = json.load(f)
             for entry in doc["layers"]:
-                for k in ("f", "i", "w"):
-                    entry[k] *= args.scale
+                for key in ("f", "i", "w"):
+                    entry[key] *= args.scale
             tuned_table = os.path.join(tmp, "layers_scaled.json")
             with open(tuned_table, "w") as f:
                 json.dump(doc, f)
@@ -674,9 +714,11 @@ def main() -> int:
             min_gain=0.0,
             host_time_us=host_us,
         )
-        rows: list[dict] = []
+        rows: list[Row] = []
         builtins = BUILTINS[:2] if args.smoke else BUILTINS
-        splits = [("even", even_split)]
+        splits: list[tuple[str, Callable[[list[str], int], list[list[str]] | None]]] = [
+            ("even", even_split)
+        ]
         if not args.smoke:
             splits.append(("titan", titan_split))
         for split_name, fn in splits:
@@ -872,6 +914,49 @@ def main() -> int:
                 continue
             noise_medians += print_compute_noise(20, 1)
             contention.append(print_contention(p, f"after run {rep + 1}"))
+            if all(in_run):
+                # The same paired predictions with the cores' contention in the simulation
+                # (the mean of the two figures around this run), beside those from the
+                # costs alone: how much of each row's miss the ranks slowing each other explain.
+                slow = 1 + (contention[-2] + contention[-1]) / 2
+                print(
+                    f"paired err with the ranks' cores shared (tune --core-slowdown {slow:.3f}, "
+                    "the contention around this run), beside the costs alone:"
+                )
+                shared: list[list[float]] = []
+                for k, row in enumerate(rows):
+                    shared.append(
+                        [
+                            predicted(
+                                os.path.join(tmp, f"run{rep + 1}_round{j + 1}.json"),
+                                p,
+                                m,
+                                row,
+                                tmp,
+                                host_us,
+                                slow,
+                            )[0]
+                            for j in range(len(in_run[k]))
+                        ]
+                    )
+                    err_shared = statistics.median(
+                        q / t - 1 for q, t in zip(shared[k], row["steps"], strict=True)
+                    )
+                    print(
+                        f"  {row['label']:<40} {row['split_name']:<6} "
+                        f"shared {100 * err_shared:+6.1f}%  alone {100 * (paired[k] or 0):+6.1f}%"
+                    )
+                promised_shared = statistics.median(
+                    a / b for a, b in zip(shared[k_even], shared[k_tuned], strict=True)
+                )
+                promised_alone = statistics.median(
+                    a / b for a, b in zip(in_run[k_even], in_run[k_tuned], strict=True)
+                )
+                print(
+                    f"  the gain predicted, paired: {promised_shared:.3f}x with the cores shared, "
+                    f"{promised_alone:.3f}x from the costs alone; measured "
+                    f"{statistics.median(pairs):.3f}x"
+                )
             gain = statistics.median(pairs)
             # Judged on the in-run predictions (the costs of the same minute), where measured.
             in_run_all = all(e is not None for e in paired)

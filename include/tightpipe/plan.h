@@ -153,6 +153,9 @@ struct PlanOptions {
   // messages and optimizer are simulated; megatron and megatron-overlap plan only the schedules
   // Megatron-LM runs (1f1b, interleaved); zb always post-validates.
   Engine engine = Engine::kTightpipe;
+  // --cores, --core-slowdown: the ranks (all p x d of a candidate) share cores (simulator.h
+  // CoreSharing); every candidate is simulated so. Default: a core per rank.
+  CoreSharing core_sharing;
   // --enable-optimizer-post-validation (engine tightpipe): the zero-bubble schedules are also
   // tried post-validated (steady-state step of back-to-back iterations, the kept copy's memory)
   // and keep it where it is faster and fits.

@@ -28,6 +28,9 @@
 //     F and B are its sub-actions' action_time; it starts when both sub-actions' dependencies are
 //     met. Its timeline shows the F then the B, each scaled to its share of the pair's time.
 //     Memory follows the sub-actions: the F adds, then the B frees.
+//   * Shared cores (SimOptions::core_sharing, off by default): a compute action's time is work
+//     done at shared_core_rate(k) while k ranks compute, so its end is known only when it comes;
+//     it is recorded then, with the start it had.
 //   * Memory per rank follows program order: F adds act_bytes (input_bytes under full
 //     recompute), I re-materializes the activation under full recompute and then keeps only
 //     act_after_i_bytes, W frees the rest, B frees all. Static bytes = params + grads + optimizer.
@@ -50,7 +53,8 @@
 //     and what it waits for; it never hangs.
 //
 // simulate() is a pure function; thread-safe for distinct inputs. O(N log N) in the number of
-// actions N (no per-event scans).
+// actions N (no per-event scans); with shared cores (SimOptions::core_sharing) O(N P log N): each
+// compute start or end re-times the P ranks' running actions.
 #pragma once
 
 #include <cstdint>
@@ -153,6 +157,31 @@ double stage_allreduce_bytes(const StageCost& c);
 // OK, or InvalidArgument naming --data-parallel-size or --bucket-size and the value.
 Status check_data_parallel(const DataParallelSim& dp);
 
+// Ranks whose compute shares cores (issue 48, docs/cost_model.md "Shared cores"): CPU ranks on
+// fewer cores than ranks, or on cores that slow each other (SMT siblings; a VM whose vCPUs the
+// host runs on one physical core). While k ranks run compute actions at once, each progresses at
+// shared_core_rate(k) of its cost-model speed (processor sharing: a rank's action stretches
+// while others compute, and shrinks back when they stop). Off by default: every rank has a core.
+struct CoreSharing {
+  // The cores the ranks' compute runs on (--cores); 0: as many as ranks. With k > cores ranks
+  // computing, each gets cores / k of one.
+  int32_t cores = 0;
+  // How much longer each of several ranks computing at once takes than one alone, on top of the
+  // core count (--core-slowdown, >= 1; measured as that many one-thread processes at once over
+  // one alone, e.g. bench/torch/tune_bench.py's contention lines). 1: cores do not slow each
+  // other.
+  double slowdown = 1.0;
+};
+// The speed of each of `computing` ranks computing at once, as a fraction of one alone:
+// 1 for one (or none); otherwise min(1, cores / computing) / slowdown (cores 0: no cap). The one
+// definition the simulator steps every shared compute action by.
+double shared_core_rate(const CoreSharing& sharing, int32_t computing);
+// Whether `sharing` changes any action's time for `ranks` ranks (slowdown above 1, or fewer
+// cores than ranks).
+bool cores_shared(const CoreSharing& sharing, int32_t ranks);
+// OK, or InvalidArgument naming --cores (negative) or --core-slowdown (below 1, not finite).
+Status check_core_sharing(const CoreSharing& sharing);
+
 struct SimOptions {
   CommMode comm_mode = CommMode::kOverlap;  // how messages use the compute lanes
   Recompute recompute = Recompute::kNone;   // full: F keeps only its input, I/B re-run F first
@@ -174,6 +203,12 @@ struct SimOptions {
   // post-validated run, where a rank starts as soon as its previous step ended
   // (steady_state_step_time). Non-negative and finite, one per rank.
   std::vector<double> rank_start = {};
+  // Ranks sharing cores (CoreSharing): the program's compute actions (F, I, W, B, OVERLAP_F_B,
+  // with their message overhead and host time) progress at shared_core_rate() of the number of
+  // ranks computing at that moment (times data_parallel.size: the replicas run in step and
+  // share the same cores). Messages, the all-reduce and the optimizer phase are not shared.
+  // Default: off.
+  CoreSharing core_sharing = {};
 };
 
 // The time of an OVERLAP_F_B pair whose F takes f and B takes b: f + b - factor * min(f, b).
@@ -236,6 +271,7 @@ struct SimResult {
   // 0: the caller that computed it fills it in (the JSON's steady_state_step_time, when set).
   double steady_state_step_time = 0;
   DataParallelSim data_parallel;  // as simulated
+  CoreSharing core_sharing;       // as simulated (SimOptions); cores_shared() says if it acted
   // Sum over ranks of exposed_allreduce / (P x makespan): the breakdown's "exposed all-reduce"
   // share of the step (report.h), in bubble-ratio points.
   double exposed_allreduce_ratio = 0;

@@ -90,6 +90,7 @@ struct TuneOptions {
   std::vector<std::string> schedules;  // empty: every one PyTorch's runtime runs
   LinkCost link;                       // between ranks (0: free)
   RuntimeHostTime host_time;           // the runtime's host time around each compute action
+  CoreSharing core_sharing;            // the ranks share cores (--cores, --core-slowdown)
   std::optional<TuneCurrent> current;
   double min_gain = 0.03;  // recommend a change only when it is predicted this much faster
   int32_t top = 5;

@@ -65,8 +65,13 @@ def test_tune_applies_and_trains_like_the_unsplit_model(layers_json, tmp_path):
             )
 
 
-@pytest.mark.parametrize("host", [None, {"f": 300.0, "b": 500.0, "w_module": 40.0}])
-def test_tune_prediction_is_what_simulate_gives(layers_json, tmp_path, host):
+@pytest.mark.parametrize(
+    "host, slowdown",
+    [(None, None), ({"f": 300.0, "b": 500.0, "w_module": 40.0}, None), (None, 1.3)],
+)
+def test_tune_prediction_is_what_simulate_gives(layers_json, tmp_path, host, slowdown):
+    """tune's prediction is simulate's of the same files: with host time, and with the ranks'
+    cores slowing each other (core_slowdown: simulate --core-slowdown the same)."""
     res = tune(
         layers_json,
         2,
@@ -75,6 +80,7 @@ def test_tune_prediction_is_what_simulate_gives(layers_json, tmp_path, host):
         current_split=[4, 3],
         current_schedule="1f1b",
         host_time_us=host,
+        core_slowdown=slowdown,
     )
     with open(os.path.join(res.directory, "tune.json")) as f:
         said = json.load(f)["host_time_s"]
@@ -96,10 +102,12 @@ def test_tune_prediction_is_what_simulate_gives(layers_json, tmp_path, host):
                 "--engine",
                 "torch",
                 "--json",
+                *(["--core-slowdown", repr(slowdown)] if slowdown else []),
             ]
         )
     )
     pred = res.prediction
+    assert ("core_sharing" in sim) == (slowdown is not None)
     assert sim["makespan"] == pytest.approx(pred["step_s"], rel=1e-12)
     assert sim["bubble_ratio"] == pytest.approx(pred["bubble_ratio"], rel=1e-12, abs=1e-15)
     assert [r["bubble_ratio"] for r in sim["per_rank"]] == pytest.approx(
@@ -252,6 +260,10 @@ def test_tune_python_arguments_are_checked_first(layers_json):
         tune(layers_json, 2, 4, host_time_us={"f": -1})
     with pytest.raises(ValueError, match="both given"):
         tune(layers_json, 2, 4, host_time_us={"f": 1.0}, action_overhead_us=1.0)
+    with pytest.raises(ValueError, match="cores=-1"):
+        tune(layers_json, 2, 4, cores=-1)
+    with pytest.raises(ValueError, match="core_slowdown=0.5"):
+        tune(layers_json, 2, 4, core_slowdown=0.5)
     with pytest.raises(ValueError, match="pp=1"):
         measure_host_time(pp=1)
     with pytest.raises(ValueError, match="sleep_s=0"):

@@ -831,6 +831,7 @@ Status Planner::simulate_best() {
     so.data_parallel.size = c.dp;
     so.data_parallel.link = LinkCost{dl.latency_s, link_bandwidth(dl), 0};
     so.engine = o_.engine;
+    so.core_sharing = o_.core_sharing;
     TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
     ++res_.stats.simulated;
     // Post-validated (engine zb always; tightpipe for the zero-bubble schedules where it is

@@ -95,11 +95,13 @@ std::string placement_of(const Schedule& s) {
 }
 
 // simulate() as `tightpipe simulate --engine torch --json` runs it, the lower bound attached.
-Result<SimResult> simulate_torch(const Schedule& compute_only, const CostModel& costs) {
+Result<SimResult> simulate_torch(const Schedule& compute_only, const CostModel& costs,
+                                 const CoreSharing& sharing) {
   TP_ASSIGN_OR_RETURN(Schedule low,
                       compute_only.lowered ? Result<Schedule>(compute_only) : lower(compute_only));
   SimOptions so;
   so.engine = Engine::kTorch;
+  so.core_sharing = sharing;
   TP_ASSIGN_OR_RETURN(SimResult r, simulate(low, costs, so));
   r.steady_state_step_time = r.makespan;
   TP_ASSIGN_OR_RETURN(LowerBound lb, lower_bound_for(low, costs, so));
@@ -108,8 +110,8 @@ Result<SimResult> simulate_torch(const Schedule& compute_only, const CostModel& 
 }
 
 Result<TuneSetup> setup_of(const MeasuredModules& m, const Schedule& sched,
-                           const std::vector<int32_t>& blocks, const CostModel& costs,
-                           int64_t mbs) {
+                           const std::vector<int32_t>& blocks, const CostModel& costs, int64_t mbs,
+                           const CoreSharing& sharing) {
   TuneSetup t;
   t.schedule = sched.name;
   t.pp = sched.num_ranks;
@@ -121,7 +123,7 @@ Result<TuneSetup> setup_of(const MeasuredModules& m, const Schedule& sched,
   t.module_names = names_of(m, blocks);
   t.compute_schedule = std::make_shared<const Schedule>(sched);
   t.costs = std::make_shared<const CostModel>(costs);
-  TP_ASSIGN_OR_RETURN(t.sim, simulate_torch(sched, costs));
+  TP_ASSIGN_OR_RETURN(t.sim, simulate_torch(sched, costs, sharing));
   std::vector<int> b(blocks.begin(), blocks.end());
   t.sim.layout = nn::layout_from_blocks(b);
   t.step_s = t.sim.makespan;
@@ -410,7 +412,8 @@ Result<TuneResult> tune(const TuneOptions& o) {
         torch_runtime_costs(cost_model_for_layout(layer_costs, split, nn::layout_from_blocks(bl)),
                             o.host_time, cur.modules_per_stage),
         sched);
-    TP_ASSIGN_OR_RETURN(TuneSetup t, setup_of(m, sched, blocks, costs, m.micro_batch_size));
+    TP_ASSIGN_OR_RETURN(TuneSetup t,
+                        setup_of(m, sched, blocks, costs, m.micro_batch_size, o.core_sharing));
     if (cur.file) t.schedule = cur.schedule.empty() ? sched.name : cur.schedule;
     res.current = std::move(t);
   }
@@ -438,6 +441,7 @@ Result<TuneResult> tune(const TuneOptions& o) {
   po.module_costs = true;
   po.host_time = o.host_time;
   po.engine = Engine::kTorch;
+  po.core_sharing = o.core_sharing;
   po.train_tokens = 1;
   po.top = std::max(o.top, 1);
   if (o.schedules.empty()) {
@@ -470,7 +474,7 @@ Result<TuneResult> tune(const TuneOptions& o) {
       continue;
     }
     TP_ASSIGN_OR_RETURN(TuneSetup t, setup_of(m, *c.compute_schedule, c.blocks_per_stage,
-                                              *c.stage_costs, c.micro_batch_size));
+                                              *c.stage_costs, c.micro_batch_size, o.core_sharing));
     if (k == plan_rec) res.recommended = static_cast<int32_t>(res.candidates.size());
     res.candidates.push_back(std::move(t));
   }

@@ -81,6 +81,22 @@ TEST(Tune, HeadHeavyModelSplitsTheHeadsStageShorterAndBeatsTheEvenSplit) {
   EXPECT_NEAR(best.step_s, 8 * 27 + 24.03, 1e-9);
 }
 
+// Ranks that share one core (docs/cost_model.md "Shared cores"): whatever the split and the
+// schedule, the step is the model's whole work (8 microbatches x 3 x (0.01 + 12 + 5)) run back
+// to back, so tune keeps the current setup; the prediction says the sharing it assumed.
+TEST(Tune, OnOneSharedCoreNoSplitOrScheduleGains) {
+  TuneOptions o = options(table(0.01, 12, 1.0, 5.0), 2, 8);
+  o.current = TuneCurrent{{7, 7}, "1f1b", 1, std::nullopt};
+  o.core_sharing.cores = 1;
+  auto r = tune(o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const double work = 8 * 3 * (0.01 + 12 + 5);
+  EXPECT_NEAR(r->current->step_s, work, 1e-9 * work);
+  for (const TuneSetup& c : r->candidates) EXPECT_NEAR(c.step_s, work, 1e-9 * work) << c.schedule;
+  EXPECT_FALSE(r->change) << r->why;
+  EXPECT_EQ(r->current->sim.core_sharing.cores, 1);
+}
+
 TEST(Tune, PyTorchsFirstStageRunsItsWholeBackwardInW) {
   TuneOptions o = options(table(0.5, 2, 1.0, 1.0), 2, 4, {"zb-h1"});
   auto r = tune(o);

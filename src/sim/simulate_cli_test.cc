@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "layout.h"
 #include "tightpipe/base.h"
@@ -382,6 +385,38 @@ TEST_F(SimulateCli, HostTimeAddsToEveryActionOfItsKind) {
   expect_usage_error(with + "f=fast", {"--host-time-us", "'f'", "fast", "hint:"});
   expect_usage_error(base + "--cost f=1,i=2,w=0 --host-time-us f=100",
                      {"--host-time-us", "'unit', not a time", "hint:"});
+}
+
+// --cores and --core-slowdown (docs/cost_model.md "Shared cores"): 1F1B p = 4, m = 8, F = I = W = 1
+// takes 33 with a core per rank; on one core the ranks' whole work, 4 x 8 x 3 = 96, back to back
+// (free messages: some rank can always compute). The JSON and the table say the sharing; bad
+// values are one line naming the flag.
+TEST_F(SimulateCli, SharedCoresStretchTheStep) {
+  const std::string base = "--schedule 1f1b --pp 4 --microbatches 8 --cost f=1,i=1,w=1 ";
+  CliRun alone = run(base + "--json");
+  ASSERT_EQ(alone.code, 0) << alone.err;
+  auto ja = nlohmann::json::parse(alone.out);
+  EXPECT_FALSE(ja.contains("core_sharing"));
+  CliRun one = run(base + "--cores 1 --json");
+  ASSERT_EQ(one.code, 0) << one.err;
+  auto j = nlohmann::json::parse(one.out);
+  EXPECT_NEAR(j["makespan"].get<double>(), 96, 1e-9);
+  EXPECT_EQ(j["core_sharing"]["cores"], 1);
+  EXPECT_DOUBLE_EQ(j["core_sharing"]["slowdown"].get<double>(), 1.0);
+  CliRun table = run(base + "--cores 2 --core-slowdown 1.25");
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("cores    the ranks share 2 core(s); each of several computing at once "
+                           "1.25x slower"),
+            std::string::npos)
+      << table.out;
+  for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--cores -1", "--cores -1: must be 0"},
+           {"--core-slowdown 0.5", "--core-slowdown 0.5: must be a finite factor >= 1"}}) {
+    CliRun bad = run(base + flag);
+    EXPECT_EQ(bad.code, 2) << flag;
+    EXPECT_NE(bad.err.find(want), std::string::npos) << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  }
 }
 
 TEST_F(SimulateCli, BadInputExitsTwoWithOneLine) {

@@ -113,7 +113,8 @@ struct Event {
   uint64_t seq;
   Action action;
   int32_t rank;
-  bool occupies;  // the rank's program counter was held by this action
+  bool occupies;         // the rank's program counter was held by this action
+  uint64_t version = 0;  // shared cores: the rank's compute end this event stands for (0: none)
 };
 
 struct Later {
@@ -132,6 +133,7 @@ class Simulator {
         opt_(opt),
         calls_(calls),
         overlap_(opt.comm_mode == CommMode::kOverlap),
+        shared_(cores_shared(opt.core_sharing, sch.num_ranks * opt.data_parallel.size)),
         P_(sch.num_ranks),
         S_(sch.num_stages),
         M_(sch.num_microbatches),
@@ -243,6 +245,7 @@ class Simulator {
     rank_end_.assign(P_, 0.0);
     grads_done_.assign(S_, -1.0);
     busy_.assign(P_, BusyUnion{});
+    running_.assign(P_, Running{});
     res_.ranks.resize(P_);
     res_.schedule = sch_.name;
     res_.num_ranks = P_;
@@ -250,6 +253,7 @@ class Simulator {
     res_.num_microbatches = M_;
     res_.comm_mode = opt_.comm_mode;
     res_.data_parallel = opt_.data_parallel;
+    res_.core_sharing = opt_.core_sharing;
     res_.optimizer_post_validation = opt_.optimizer_post_validation;
     res_.recompute = opt_.recompute;
     res_.cost_source = cost_.source();
@@ -300,8 +304,74 @@ class Simulator {
     return (static_cast<size_t>(a.type) * S_ + a.stage) * M_ + a.microbatch;
   }
 
-  void push(double time, const Action& a, int32_t rank, bool occupies) {
-    queue_.push(Event{time, seq_++, a, rank, occupies});
+  void push(double time, const Action& a, int32_t rank, bool occupies, uint64_t version = 0) {
+    queue_.push(Event{time, seq_++, a, rank, occupies, version});
+  }
+
+  // ----- shared cores (SimOptions::core_sharing) -----
+  // Each rank runs at most one compute action at a time; `running_[r]` is it. At every start and
+  // end of one, the running ones are brought up to `now` at the old rate, then re-timed at the
+  // new one: a fresh version each, so the events of their earlier ends are ignored.
+  struct Running {
+    bool on = false;
+    Action action;
+    double start = 0;
+    double left = 0;       // work left, in cost-model time at full speed
+    double since = 0;      // when `left` was last brought up to date
+    double f_share = 0;    // OVERLAP_F_B: the F's share of the pair's time
+    uint64_t version = 0;  // of the event that ends it
+  };
+
+  // The speed of each running action: the replicas run in step (data parallelism), so d times
+  // as many ranks compute as this replica's.
+  double rate() const {
+    return shared_core_rate(opt_.core_sharing, computing_ * opt_.data_parallel.size);
+  }
+
+  void settle(double now) {
+    const double rate = this->rate();
+    for (Running& run : running_) {
+      if (!run.on) continue;
+      run.left = std::max(0.0, run.left - (now - run.since) * rate);
+      run.since = now;
+    }
+  }
+
+  void retime(double now) {
+    const double rate = this->rate();
+    for (int32_t r = 0; r < P_; ++r) {
+      Running& run = running_[r];
+      if (!run.on) continue;
+      run.version = ++versions_;
+      push(now + run.left / rate, run.action, r, true, run.version);
+    }
+  }
+
+  // Starts rank r's compute action `a` of `work` cost-model time at `now`.
+  void start_shared(int32_t r, const Action& a, double now, double work, double f_share) {
+    settle(now);
+    running_[r] = Running{true, a, now, work, now, f_share, 0};
+    ++computing_;
+    retime(now);
+  }
+
+  // The end of rank r's shared compute action at `now`: recorded with the start it had; the
+  // others re-timed.
+  void end_shared(int32_t r, double now) {
+    settle(now);
+    Running& run = running_[r];
+    run.on = false;
+    --computing_;
+    res_.ranks[r].last_end = now;
+    if (run.action.type == ActionType::kOverlapFB) {
+      const SubActions subs = sub_actions(run.action);
+      const double mid = run.start + run.f_share * (now - run.start);
+      record(r, subs.at[0], Lane::kCompute, run.start, mid);
+      record(r, subs.at[1], Lane::kCompute, mid, now);
+    } else {
+      record(r, run.action, Lane::kCompute, run.start, now);
+    }
+    retime(now);
   }
 
   void record(int32_t rank, const Action& a, Lane lane, double start, double end) {
@@ -395,9 +465,13 @@ class Simulator {
         case ActionType::kBackward: {
           const double dur = cost_.action_time(sch_, a, opt_.recompute);
           first_start_[r] = std::min(first_start_[r], now);
-          st.last_end = now + dur;
           ++st.compute_actions;
           account_memory(r, a);
+          if (shared_) {
+            start_shared(r, a, now, dur, 0);
+            return;
+          }
+          st.last_end = now + dur;
           record(r, a, Lane::kCompute, now, now + dur);
           push(now + dur, a, r, true);
           return;
@@ -412,9 +486,13 @@ class Simulator {
           const double dur = overlap_fb_time(tf, tb, opt_.overlap_fb_factor);
           const double scale = tf + tb > 0 ? dur / (tf + tb) : 0.0;
           first_start_[r] = std::min(first_start_[r], now);
-          st.last_end = now + dur;
           st.compute_actions += 2;
           account_memory(r, a);
+          if (shared_) {
+            start_shared(r, a, now, dur, dur > 0 ? tf * scale / dur : 0.0);
+            return;
+          }
+          st.last_end = now + dur;
           record(r, subs.at[0], Lane::kCompute, now, now + tf * scale);
           record(r, subs.at[1], Lane::kCompute, now + tf * scale, now + dur);
           push(now + dur, a, r, true);
@@ -496,6 +574,10 @@ class Simulator {
   }
 
   void process(const Event& e) {
+    if (e.version != 0) {  // a shared compute action's end, if it is still the current one
+      if (e.version != running_[e.rank].version || !running_[e.rank].on) return;
+      end_shared(e.rank, e.time);
+    }
     ++res_.events;
     const Action& a = e.action;
     const double t = e.time;
@@ -723,6 +805,7 @@ class Simulator {
   const SimOptions opt_;
   const std::vector<std::vector<int32_t>>* calls_;  // Megatron's p2p calls, or null
   const bool overlap_;
+  const bool shared_;  // ranks share cores (SimOptions::core_sharing)
   const int32_t P_, S_, M_;
   CompletionSet done_;
   std::priority_queue<Event, std::vector<Event>, Later> queue_;
@@ -742,6 +825,9 @@ class Simulator {
   std::vector<double> grads_done_;  // [stage] end of its last W or B (-1: none yet)
   std::vector<BusyUnion> busy_;     // [rank] its compute intervals (prof.h, the one bubble)
   int64_t outstanding_recvs_ = 0;
+  std::vector<Running> running_;  // [rank] its shared compute action (shared cores)
+  int32_t computing_ = 0;         // ranks running one
+  uint64_t versions_ = 0;
   std::vector<std::vector<TimelineEvent>> comm_events_;  // [rank] until finish_stats()
   SimResult res_;
 };
@@ -836,6 +922,33 @@ Status check_data_parallel(const DataParallelSim& dp) {
   return OkStatus();
 }
 
+double shared_core_rate(const CoreSharing& sharing, int32_t computing) {
+  if (computing <= 1) return 1.0;
+  const double cap =
+      sharing.cores > 0 ? std::min(1.0, static_cast<double>(sharing.cores) / computing) : 1.0;
+  return cap / sharing.slowdown;
+}
+
+bool cores_shared(const CoreSharing& sharing, int32_t ranks) {
+  return sharing.slowdown != 1.0 || (sharing.cores > 0 && sharing.cores < ranks);
+}
+
+Status check_core_sharing(const CoreSharing& sharing) {
+  if (sharing.cores < 0) {
+    return Status::invalid_argument(
+        fmt::format("--cores {}: must be 0 (a core per rank) or the number of cores the ranks "
+                    "share; hint: nproc says how many this machine has",
+                    sharing.cores));
+  }
+  if (!(std::isfinite(sharing.slowdown) && sharing.slowdown >= 1.0)) {
+    return Status::invalid_argument(fmt::format(
+        "--core-slowdown {}: must be a finite factor >= 1 (how much longer each of several ranks "
+        "computing at once takes than one alone); hint: 1 where the cores do not slow each other",
+        sharing.slowdown));
+  }
+  return OkStatus();
+}
+
 Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
                            const SimOptions& options) {
   if (schedule.num_ranks <= 0 || schedule.num_stages <= 0 || schedule.num_microbatches <= 0) {
@@ -846,6 +959,7 @@ Result<SimResult> simulate(const Schedule& schedule, const CostModel& cost,
   TP_RETURN_IF_ERROR(cost.validate());
   TP_RETURN_IF_ERROR(check_overlap_fb_factor(options.overlap_fb_factor));
   TP_RETURN_IF_ERROR(check_data_parallel(options.data_parallel));
+  TP_RETURN_IF_ERROR(check_core_sharing(options.core_sharing));
   TP_ASSIGN_OR_RETURN(EngineProfile ep, engine_profile(options.engine, schedule, options));
   SimOptions o = options;
   o.comm_mode = ep.comm_mode;

@@ -4,8 +4,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "tightpipe/check.h"
 #include "tightpipe/prof.h"
@@ -584,6 +588,125 @@ TEST(SteadyState, RankStartMustBeOnePerRankAndFinite) {
   r = simulate(c.low, c.costs, o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("rank 1 starts at -1"), std::string::npos);
+}
+
+// ----- shared cores (SimOptions::core_sharing) -----
+
+// GPipe, p = 2, m = 2, F 1, B 2 (I = W = 1) on one core that also slows the ranks 1.5x when both
+// compute: each of two at once runs at 1/3. By hand (GPipe's backwards in microbatch order):
+// r0 F0 [0,1] alone; r0 F1 and r1 F0 both from 1, one unit at 1/3: [1,4]; r1 F1 [4,5] and B0
+// [5,7] alone; r0 B0 and r1 B1 both from 7, two units at 1/3: [7,13]; r0 B1 [13,15] alone.
+// Without sharing the step is 9.
+TEST(SharedCores, GPipeByHand) {
+  auto s = generate_schedule("gpipe", {.ranks = 2, .microbatches = 2});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  auto low = lower(*s);
+  ASSERT_TRUE(low.ok());
+  const CostModel c = uniform(2, 2);
+  auto plain = simulate(*low, c);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_DOUBLE_EQ(plain->makespan, 9);
+  SimOptions o;
+  o.core_sharing = {.cores = 1, .slowdown = 1.5};
+  auto r = simulate(*low, c, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_NEAR(r->makespan, 15, 1e-9);
+  std::map<std::string, std::pair<double, double>> r0, r1;
+  for (const TimelineEvent& e : r->timeline.ranks[0].events) r0[e.name] = {e.start, e.end};
+  for (const TimelineEvent& e : r->timeline.ranks[1].events) r1[e.name] = {e.start, e.end};
+  EXPECT_NEAR(r0.at("0F1").first, 1, 1e-9);
+  EXPECT_NEAR(r0.at("0F1").second, 4, 1e-9);
+  EXPECT_NEAR(r1.at("1F0").second, 4, 1e-9);
+  EXPECT_NEAR(r1.at("1F1").second, 5, 1e-9);
+  EXPECT_NEAR(r1.at("1B0").second, 7, 1e-9);
+  EXPECT_NEAR(r1.at("1B1").first, 7, 1e-9);
+  EXPECT_NEAR(r1.at("1B1").second, 13, 1e-9);
+  EXPECT_NEAR(r0.at("0B0").second, 13, 1e-9);
+  EXPECT_NEAR(r0.at("0B1").first, 13, 1e-9);
+  // Busy time is the stretched compute: rank 0 1 + 3 + 6 + 2.
+  EXPECT_NEAR(r->ranks[0].busy, 12, 1e-9);
+  EXPECT_TRUE(cores_shared(r->core_sharing, 2));
+}
+
+// One core, no slowdown, free messages: the ranks' work runs one unit of time per unit of time
+// whenever any rank can compute, and a schedule that cannot deadlock always has a rank that can,
+// so the step is exactly the whole model's work, for every schedule.
+TEST(SharedCores, OneCoreRunsTheWholeWorkBackToBack) {
+  for (const auto& [name, p, m, v] :
+       std::vector<std::tuple<std::string, int32_t, int32_t, int32_t>>{{"1f1b", 4, 8, 1},
+                                                                       {"zb-h1", 4, 8, 1},
+                                                                       {"zb-v", 2, 4, 2},
+                                                                       {"interleaved", 2, 4, 2},
+                                                                       {"dualpipev", 2, 4, 2}}) {
+    SCOPED_TRACE(name);
+    auto s = generate_schedule(name, {.ranks = p, .microbatches = m, .chunks = v});
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    auto low = lower(*s);
+    ASSERT_TRUE(low.ok());
+    const CostModel c = uniform(p, s->num_stages, 1.0, 0.75, 0.5);
+    auto full = simulate(*low, c);
+    ASSERT_TRUE(full.ok());
+    SimOptions o;
+    o.core_sharing.cores = 1;
+    auto r = simulate(*low, c, o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_NEAR(r->makespan, full->total_compute, 1e-9 * full->total_compute);
+    // A rank's busy time is its work stretched by the others': never less than alone.
+    for (int32_t k = 0; k < p; ++k) EXPECT_GE(r->ranks[k].busy, full->ranks[k].busy - 1e-9);
+  }
+}
+
+// Sharing that changes nothing is off: cores at least the ranks and no slowdown give the same
+// timeline as no sharing; a slowdown changes nothing where the ranks never compute at once
+// (m = 1: the microbatch passes the ranks one after another).
+TEST(SharedCores, OffWhereNoTwoRanksCompeteForACore) {
+  auto s = generate_schedule("1f1b", {.ranks = 3, .microbatches = 1});
+  ASSERT_TRUE(s.ok());
+  auto low = lower(*s);
+  ASSERT_TRUE(low.ok());
+  const CostModel c = uniform(3, 3);
+  auto plain = simulate(*low, c);
+  ASSERT_TRUE(plain.ok());
+  SimOptions enough;
+  enough.core_sharing.cores = 3;
+  EXPECT_FALSE(cores_shared(enough.core_sharing, 3));
+  auto same = simulate(*low, c, enough);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->makespan, plain->makespan);
+  SimOptions slow;
+  slow.core_sharing.slowdown = 3;
+  auto one_at_a_time = simulate(*low, c, slow);
+  ASSERT_TRUE(one_at_a_time.ok());
+  EXPECT_NEAR(one_at_a_time->makespan, plain->makespan, 1e-12);
+  for (int32_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(one_at_a_time->timeline.ranks[r].events.size(),
+              plain->timeline.ranks[r].events.size());
+  }
+}
+
+TEST(SharedCores, RateIsTheOneRule) {
+  EXPECT_DOUBLE_EQ(shared_core_rate({.cores = 2, .slowdown = 1.2}, 1), 1.0);
+  EXPECT_DOUBLE_EQ(shared_core_rate({.cores = 2, .slowdown = 1.2}, 2), 1 / 1.2);
+  EXPECT_DOUBLE_EQ(shared_core_rate({.cores = 2, .slowdown = 1.0}, 4), 0.5);
+  EXPECT_DOUBLE_EQ(shared_core_rate({.cores = 0, .slowdown = 2.0}, 8), 0.5);
+}
+
+TEST(SharedCores, BadValuesNameTheFlag) {
+  auto s = generate_schedule("1f1b", {.ranks = 2, .microbatches = 2});
+  ASSERT_TRUE(s.ok());
+  const CostModel c = uniform(2, 2);
+  SimOptions o;
+  o.core_sharing.cores = -2;
+  auto r = simulate(*s, c, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--cores -2"), std::string::npos) << r.status().message();
+  o.core_sharing = {.cores = 0, .slowdown = 0.9};
+  r = simulate(*s, c, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--core-slowdown 0.9"), std::string::npos)
+      << r.status().message();
+  o.core_sharing.slowdown = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(simulate(*s, c, o).ok());
 }
 
 }  // namespace

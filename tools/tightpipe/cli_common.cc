@@ -39,6 +39,18 @@ void add_engine_flag(CLI::App& app, std::string& engine, std::string_view what) 
       ->capture_default_str();
 }
 
+void add_core_sharing_flags(CLI::App& app, CoreSharing& sharing) {
+  app.add_option("--cores", sharing.cores,
+                 "the cores the ranks' compute shares (CPU ranks): with more ranks computing at "
+                 "once, each gets cores / ranks of one; 0: a core per rank "
+                 "(docs/cost_model.md \"Shared cores\")")
+      ->capture_default_str();
+  app.add_option("--core-slowdown", sharing.slowdown,
+                 "how much longer each of several ranks computing at once takes than one alone "
+                 "(cores that slow each other: SMT siblings, a VM's vCPUs), >= 1")
+      ->capture_default_str();
+}
+
 void add_tokenizer_flags(CLI::App& app, TokenizerFlags& flags) {
   app.add_option("--tokenizer-type", flags.type,
                  "GPT2BPETokenizer, SentencePieceTokenizer or ByteTokenizer");

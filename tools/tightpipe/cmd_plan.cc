@@ -196,6 +196,7 @@ int cmd_plan(int argc, char** argv) {
                "flag): priced at their steady-state step, with the kept copy's memory");
   std::string engine = "tightpipe";
   add_engine_flag(app, engine, "each candidate (megatron: 1f1b and interleaved only)");
+  add_core_sharing_flags(app, o.core_sharing);
   app.add_flag("--json", json, "print the result as JSON (docs/plan.md)");
   std::string html;
   app.add_option("--html", html, "write an HTML page with the step time / memory / cost plot");
@@ -227,6 +228,7 @@ int cmd_plan(int argc, char** argv) {
     auto en = parse_engine(engine);
     if (!en.ok()) return report_error("plan", en.status());
     o.engine = *en;
+    if (Status st = check_core_sharing(o.core_sharing); !st.ok()) return report_error("plan", st);
   }
   auto net = find_network(network.empty() ? o.device.network : network);
   if (!net.ok()) return report_error("plan", net.status());

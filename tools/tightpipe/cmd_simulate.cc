@@ -75,6 +75,7 @@ int cmd_simulate(int argc, char** argv) {
                  "none, or full: F keeps only its input and I/B re-run the forward first")
       ->capture_default_str();
   double overlap_fb_factor = 0;
+  CoreSharing opt_sharing;
   app.add_option("--overlap-fb-factor", overlap_fb_factor,
                  "how much of an OVERLAP_F_B pair (dualpipev, dualpipe) the hardware overlaps, in "
                  "[0, 1]: a pair takes F + B - X min(F, B)")
@@ -101,6 +102,7 @@ int cmd_simulate(int argc, char** argv) {
   add_engine_flag(app, engine,
                   "the simulation (tightpipe: --comm-mode and "
                   "--optimizer-post-validation as given)");
+  add_core_sharing_flags(app, opt_sharing);
   app.add_flag("--json", json, "print the result as JSON (docs/simulate_json.md)");
   app.add_option("--trace", trace, "write a Chrome trace (Perfetto, chrome://tracing) here");
   app.add_option("--svg", svg, "write an SVG timeline here");
@@ -147,6 +149,8 @@ int cmd_simulate(int argc, char** argv) {
                     engine)));
     }
     if (Status st = check_data_parallel(opt.data_parallel); !st.ok()) return report_error(kCmd, st);
+    if (Status st = check_core_sharing(opt_sharing); !st.ok()) return report_error(kCmd, st);
+    opt.core_sharing = opt_sharing;
     sf.zb.post_validated = optimizer_post_validated(opt.engine, opt.optimizer_post_validation);
   }
 

@@ -144,6 +144,7 @@ int cmd_tune(int argc, char** argv) {
                  "the runtime's host time around each action, microseconds, per kind and per "
                  "module: f=,i=,w=,b=,f_module=,i_module=,w_module=,b_module= (measured once per "
                  "machine by tightpipe.torch.measure_host_time)");
+  add_core_sharing_flags(app, o.core_sharing);
   app.add_option("--current-split", current_split, "modules per stage of the current run, e.g. 7,7")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -206,6 +207,7 @@ int cmd_tune(int argc, char** argv) {
     if (!h.ok()) return fail(h.status());
     o.host_time = *h;
   }
+  if (Status st = check_core_sharing(o.core_sharing); !st.ok()) return fail(st);
   o.link.bandwidth = bandwidth_gbs * 1e9;
   o.micro_batch_sizes = mbs_list;
   o.schedules = schedules;

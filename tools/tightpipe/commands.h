@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "tightpipe/simulator.h"
 #include "tightpipe/status.h"
 #include "tightpipe/tokenizer.h"
 
@@ -47,5 +48,8 @@ void add_tokenizer_flags(CLI::App& app, TokenizerFlags& flags);
 // --engine (simulator.h Engine) on simulate, plan and report: the flag, its help with `what`
 // (what the engine's profile is applied to) appended; parse it with parse_engine().
 void add_engine_flag(CLI::App& app, std::string& engine, std::string_view what);
+// --cores and --core-slowdown (simulator.h CoreSharing) on simulate and tune; check them with
+// check_core_sharing().
+void add_core_sharing_flags(CLI::App& app, CoreSharing& sharing);
 
 }  // namespace tightpipe::cli

@@ -155,11 +155,15 @@ def tune(
     top: int | None = None,
     action_overhead_us: float | None = None,
     host_time_us: Mapping[str, float] | None = None,
+    cores: int | None = None,
+    core_slowdown: float | None = None,
     binary: str | None = None,
 ) -> TuneResult:
     """`tightpipe tune` on the modules' costs (`measure_layers(..., out=layers)`); the files go to
-    `out` (default: a new temporary folder). Arguments are checked here first (TypeError or
-    ValueError naming the argument); the binary's own errors come back as CliError."""
+    `out` (default: a new temporary folder). `cores` and `core_slowdown`: CPU ranks that share
+    cores (tune's --cores and --core-slowdown, docs/cost_model.md "Shared cores"). Arguments are
+    checked here first (TypeError or ValueError naming the argument); the binary's own errors
+    come back as CliError."""
     layers_s = _path_arg("layers", layers)
     if not os.path.isfile(layers_s):
         raise ValueError(
@@ -257,6 +261,20 @@ def tune(
                 "--host-time-us",
                 ",".join(f"{k}={float(v)!r}" for k, v in host_time_us.items()),
             ]
+    if cores is not None:
+        args += ["--cores", str(_int_arg("cores", cores, 0, 1 << 16))]
+    if core_slowdown is not None:
+        if (
+            isinstance(core_slowdown, bool)
+            or not isinstance(core_slowdown, (int, float))
+            or not 1 <= core_slowdown < 1e3
+        ):
+            raise ValueError(
+                f"core_slowdown={core_slowdown!r}: must be a number in [1, 1e3): how much longer "
+                "each of several ranks computing at once takes than one alone; hint: 1 where the "
+                "cores do not slow each other"
+            )
+        args += ["--core-slowdown", repr(float(core_slowdown))]
     out_s = _path_arg("out", out) if out is not None else tempfile.mkdtemp(prefix="tightpipe-tune-")
     table = cli.run(args + ["--out", out_s], binary=binary)
     return read_tune(out_s, table)
