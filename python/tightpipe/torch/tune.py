@@ -77,6 +77,15 @@ def _int_arg(name: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
+def _number_arg(name: str, value: Any, lo: float, hi: float, what: str = "") -> float:
+    """A number in [lo, hi), as a float; ValueError naming the argument otherwise (`what`: the
+    rest of the message, after the range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value < hi:
+        bounds = ", ".join(f"{x:g}".replace("e+0", "e") for x in (lo, hi))
+        raise ValueError(f"{name}={value!r}: must be a number in [{bounds}){what}")
+    return float(value)
+
+
 def _path_arg(name: str, value: Any) -> str:
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name}={value!r}: must be a path (str or os.PathLike)")
@@ -216,26 +225,18 @@ def tune(
         sizes = [_int_arg("micro_batch_sizes[]", b, 1, 4096) for b in micro_batch_sizes]
         args += ["--micro-batch-size", ",".join(str(b) for b in sizes)]
     if min_gain is not None:
-        if (
-            isinstance(min_gain, bool)
-            or not isinstance(min_gain, (int, float))
-            or not (0 <= min_gain < 1)
-        ):
-            raise ValueError(f"min_gain={min_gain!r}: must be a number in [0, 1)")
-        args += ["--min-gain", repr(float(min_gain))]
+        args += ["--min-gain", repr(_number_arg("min_gain", min_gain, 0, 1))]
     if top is not None:
         args += ["--top", str(_int_arg("top", top, 1, 10000))]
     if action_overhead_us is not None:
-        if (
-            isinstance(action_overhead_us, bool)
-            or not isinstance(action_overhead_us, (int, float))
-            or not 0 <= action_overhead_us < 1e6
-        ):
-            raise ValueError(
-                f"action_overhead_us={action_overhead_us!r}: must be a number in "
-                "[0, 1e6); hint: or host_time_us=measure_host_time(...)"
-            )
-        args += ["--action-overhead-us", repr(float(action_overhead_us))]
+        us = _number_arg(
+            "action_overhead_us",
+            action_overhead_us,
+            0,
+            1e6,
+            "; hint: or host_time_us=measure_host_time(...)",
+        )
+        args += ["--action-overhead-us", repr(us)]
     if host_time_us is not None:
         if action_overhead_us is not None:
             raise ValueError(
@@ -264,17 +265,15 @@ def tune(
     if cores is not None:
         args += ["--cores", str(_int_arg("cores", cores, 0, 1 << 16))]
     if core_slowdown is not None:
-        if (
-            isinstance(core_slowdown, bool)
-            or not isinstance(core_slowdown, (int, float))
-            or not 1 <= core_slowdown < 1e3
-        ):
-            raise ValueError(
-                f"core_slowdown={core_slowdown!r}: must be a number in [1, 1e3): how much longer "
-                "each of several ranks computing at once takes than one alone; hint: 1 where the "
-                "cores do not slow each other"
-            )
-        args += ["--core-slowdown", repr(float(core_slowdown))]
+        slow = _number_arg(
+            "core_slowdown",
+            core_slowdown,
+            1,
+            1e3,
+            ": how much longer each of several ranks computing at once takes than one alone; "
+            "hint: 1 where the cores do not slow each other",
+        )
+        args += ["--core-slowdown", repr(slow)]
     out_s = _path_arg("out", out) if out is not None else tempfile.mkdtemp(prefix="tightpipe-tune-")
     table = cli.run(args + ["--out", out_s], binary=binary)
     return read_tune(out_s, table)
