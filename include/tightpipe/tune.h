@@ -113,7 +113,9 @@ struct TuneSetup {
 
 // Rank r's compute in one step of `setup`, by kind of action: its F, I, W and B actions' times
 // from setup.costs (host time included where tune was given one), an OVERLAP_F_B pair counted
-// as its F and its B. Their sum is the rank's simulated busy time less its optimizer; tune.json's
+// as its F and its B. Their sum is the rank's simulated busy time less its optimizer (where the
+// ranks do not share cores: with TuneOptions::core_sharing the busy time also holds what the
+// sharing stretched, and these stay each action's time alone); tune.json's
 // per-rank "compute_s". What a run's time inside each kind of PyTorch call is held against
 // (bench/torch/tune_bench.py). REQUIRES: 0 <= rank < setup.pp.
 struct ComputeByKind {

@@ -107,7 +107,7 @@ def test_tune_prediction_is_what_simulate_gives(layers_json, tmp_path, host, slo
         )
     )
     pred = res.prediction
-    assert ("core_sharing" in sim) == (slowdown is not None)
+    assert ("core_sharing" in sim) == ("core_sharing" in pred) == (slowdown is not None)
     assert sim["makespan"] == pytest.approx(pred["step_s"], rel=1e-12)
     assert sim["bubble_ratio"] == pytest.approx(pred["bubble_ratio"], rel=1e-12, abs=1e-15)
     assert [r["bubble_ratio"] for r in sim["per_rank"]] == pytest.approx(

@@ -614,6 +614,10 @@ std::string tune_setup_json(const TuneResult& result, const TuneSetup& setup,
   auto prediction = [](const TuneSetup& s) {
     json p;
     p["engine"] = "torch";
+    if (cores_shared(s.sim.core_sharing, s.pp)) {  // the key only then, as simulate's JSON
+      p["core_sharing"] = {{"cores", s.sim.core_sharing.cores},
+                           {"slowdown", s.sim.core_sharing.slowdown}};
+    }
     p["step_s"] = s.step_s;
     p["bubble_ratio"] = s.sim.bubble_ratio;
     p["lower_bound_s"] = s.lower_bound_s;
