@@ -16,7 +16,10 @@ the predictions cannot be judged (exit 3); otherwise PASS (exit 0) when every sh
 prediction is within --tolerance, FAIL (exit 1) when not. The one-core-per-rank predictions are
 printed beside, not judged: they are what the planner said before it knew of the sharing.
 
-    PYTHONPATH=python python3 bench/exec/shared_cores_bench.py [--rounds 3] [--pp 4]
+    PYTHONPATH=python python3 bench/exec/shared_cores_bench.py [--rounds 3] [--pp 4] [--json F]
+
+`--json F` writes every figure, the noise and the verdict (what bench/sim/checks_bench's
+`--shared-cores-json` reads).
 
 About 30 s a round with the defaults on a 2-core machine. Name the CPU (printed first) beside
 every figure taken from it.
@@ -140,6 +143,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=4, help="steps left out of each run")
     ap.add_argument("--core-slowdown", type=float, default=1.0, help="plan --core-slowdown")
     ap.add_argument("--tolerance", type=float, default=0.05, help="largest error of a prediction")
+    ap.add_argument("--json", default="", help="also write the figures and the verdict here")
     args = ap.parse_args()
     if args.rounds < 1 or args.pp < 2 or args.steps < 1 or args.warmup < 1:
         ap.error("--rounds, --steps and --warmup at least 1, --pp at least 2")
@@ -189,6 +193,7 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|")
     verdict = Verdict.PASS
+    figures = []
     for s in schedules:
         r = rows[s]
 
@@ -197,6 +202,18 @@ def main() -> int:
 
         v = judge(err("shared"), args.tolerance, noise)
         verdict = combine(verdict, v)
+        figures.append(
+            {
+                "schedule": s,
+                "layout": layouts[s],
+                "measured_s": r["measured"],
+                "alone_s": r["alone"],
+                "shared_s": r["shared"],
+                "error_alone": err("alone"),
+                "error_shared": err("shared"),
+                "verdict": v.value,
+            }
+        )
         print(
             f"| {s} | {layouts[s].replace('|', chr(92) + '|')} | "
             f"{1e3 * statistics.median(r['measured']):.1f} | "
@@ -206,6 +223,19 @@ def main() -> int:
         )
     why = could_not_judge_reason(noise, args.tolerance, "a quieter machine, or more --rounds")
     print(f"\nverdict: {verdict.value}" + (f" ({why})" if why else ""))
+    if args.json:
+        doc = {
+            "machine": machine_line(),
+            "pp": args.pp,
+            "cores": cores,
+            "core_slowdown": args.core_slowdown,
+            "tolerance": args.tolerance,
+            "calibration_step_s": calib_steps,
+            "schedules": figures,
+            "verdict": verdict.value,
+        }
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=2)
     return exit_code(verdict)
 
 

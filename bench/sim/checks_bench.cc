@@ -19,11 +19,15 @@
 //   plan       the planner's 2-rank candidates, predicted against measured on this machine by
 //              plan_check_bench (--plan runs it, about 100 s; --plan-json reads the --json of an
 //              earlier run): judged against the calibration's identical runs' spread.
+//   shared-cores  more thread ranks than cores (bench/exec/shared_cores_bench.py --json, read
+//              with --shared-cores-json): each schedule's plan with the cores shared (judged)
+//              and with a core per rank (printed, not held), against the measured step; judged
+//              against the calibration's identical runs' spread.
 // Computed rows have no noise and pass or fail by their error alone. Peer runs (Megatron-Core,
 // DeepSpeed under bench/peers/peers_bench.py) are recorded in the repository only as
 // docs/peers.md's text, not as data: this table holds none of them. Usage: checks_bench [--group
 // table4,zb-rates,reference] [--plan [--plan-args "..."]]
-//                     [--plan-json FILE] [--table4-tolerance F]
+//                     [--plan-json FILE] [--shared-cores-json FILE] [--table4-tolerance F]
 // Exit: 0 every judged check passes, 1 one fails (a judged miss stands whatever else could not
 // be judged), 2 bad flag, 3 none fails and one could not be judged (the noise above its
 // tolerance).
@@ -40,6 +44,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "bench_cli.h"
@@ -392,6 +397,61 @@ Result<Group> plan_group(const std::string& path, const std::string& source) {
   return g;
 }
 
+// The shared-cores group from a bench/exec/shared_cores_bench.py --json file.
+Result<Group> shared_cores_group(const std::string& path) {
+  const Result<std::string> text = read_file(path);
+  if (!text.ok()) return text.status();
+  const json j = json::parse(*text, nullptr, false);
+  const auto bad = [&](const std::string& what) {
+    return Status::invalid_argument(fmt::format(
+        "{}: {}; hint: give the file `shared_cores_bench.py --json` writes", path, what));
+  };
+  if (j.is_discarded() || !j.is_object()) return bad("not JSON");
+  for (const char* key : {"tolerance", "calibration_step_s", "schedules", "pp", "cores"}) {
+    if (!j.contains(key)) return bad(fmt::format("no \"{}\"", key));
+  }
+  Group g{"shared-cores", false, {}, ""};
+  try {
+    const double tolerance = j.at("tolerance").get<double>();
+    const std::vector<double> calibration = j.at("calibration_step_s").get<std::vector<double>>();
+    for (double x : calibration) {
+      if (!(x > 0)) return bad(fmt::format("a calibration step of {} s", x));
+    }
+    const std::optional<double> noise = bench::spread(calibration);
+    const int pp = j.at("pp").get<int>(), cores = j.at("cores").get<int>();
+    for (const json& s : j.at("schedules")) {
+      const std::vector<double> measured = s.at("measured_s").get<std::vector<double>>();
+      if (measured.empty()) return bad("a schedule without rounds");
+      // The plan with the cores shared is held; with a core per rank, printed beside it.
+      for (const auto& [key, err, what, held] :
+           {std::tuple{"shared_s", "error_shared", "cores shared", true},
+            std::tuple{"alone_s", "error_alone", "a core per rank", false}}) {
+        Row r;
+        r.check = fmt::format("shared cores: {} p={} on {} cores, plan with {}",
+                              s.at("schedule").get<std::string>(), pp, cores, what);
+        r.source = "shared_cores_bench, " + path;
+        r.predicted = fmt::format("{:.1f} ms", 1e3 * median(s.at(key).get<std::vector<double>>()));
+        r.held_to = fmt::format("{:.1f} ms", 1e3 * median(measured));
+        r.error = s.at(err).get<double>();
+        r.tolerance = tolerance;
+        r.measured = true;
+        r.noise = noise;
+        r.held = held;
+        judge(r);
+        g.rows.push_back(r);
+      }
+    }
+    g.note = fmt::format(
+        "shared-cores: noise = the calibration's identical runs ({} rounds: {}); recorded on {}",
+        calibration.size(),
+        noise ? fmt::format("spread {:.1f}%", 100 * *noise) : std::string("unknown"),
+        j.value("machine", std::string("a machine not named")));
+  } catch (const json::exception& e) {
+    return bad(e.what());
+  }
+  return g;
+}
+
 // Runs plan_check_bench --json (the same code as its own check) and reads its figures.
 Result<Group> run_plan_check(const std::string& args) {
   const std::string bin = std::string(TP_BINARY_DIR) + "/bench/exec/plan_check_bench";
@@ -461,7 +521,7 @@ int main(int argc, char** argv) {
       "checks_bench");
   std::vector<std::string> groups = {"table4", "zb-rates", "reference"};
   bool plan = false;
-  std::string plan_args, plan_json;
+  std::string plan_args, plan_json, shared_cores_json;
   double table4_tolerance = 0.05;
   flags.option("--group", groups, "the computed groups to print")
       .delimiter(',')
@@ -474,6 +534,9 @@ int main(int argc, char** argv) {
       .option("--plan-json", plan_json,
               "also the plan group from this file (plan_check_bench --json of an earlier run)")
       .excludes("--plan");
+  flags.option("--shared-cores-json", shared_cores_json,
+               "also the shared-cores group from this file (bench/exec/shared_cores_bench.py "
+               "--json of an earlier run)");
   flags
       .option("--table4-tolerance", table4_tolerance,
               "largest relative error of a Table 4 ratio (the authors' own prediction lands "
@@ -496,6 +559,14 @@ int main(int argc, char** argv) {
   if (plan || !plan_json.empty()) {
     Result<Group> g = plan ? run_plan_check(plan_args)
                            : plan_group(plan_json, "plan_check_bench run in " + plan_json);
+    if (!g.ok()) {
+      std::fprintf(stderr, "checks_bench: %s\n", g.status().message().c_str());
+      return bench::kExitFail;
+    }
+    out.push_back(std::move(g).value());
+  }
+  if (!shared_cores_json.empty()) {
+    Result<Group> g = shared_cores_group(shared_cores_json);
     if (!g.ok()) {
       std::fprintf(stderr, "checks_bench: %s\n", g.status().message().c_str());
       return bench::kExitFail;
