@@ -203,6 +203,14 @@ std::string format_plan(const PlanResult& r) {
       o.network.name, o.price_per_device_hour);
   out +=
       fmt::format("engine: {} (docs/cost_model.md \"Engine profiles\")\n", engine_name(o.engine));
+  if (o.core_sharing.cores > 0 || o.core_sharing.slowdown != 1.0) {
+    out += fmt::format(
+        "cores: the ranks share {}; each of several computing at once {:.4g}x slower than one "
+        "alone (docs/cost_model.md \"Shared cores\")\n",
+        o.core_sharing.cores > 0 ? fmt::format("{} core(s)", o.core_sharing.cores)
+                                 : std::string("a core each"),
+        o.core_sharing.slowdown);
+  }
   out += fmt::format(
       "searched {} configurations in {:.2f} s: {} simulated, {} pruned by their lower bound, {} "
       "dominated by a lighter recompute, {} do not fit\n\n",
@@ -277,6 +285,9 @@ std::string plan_to_json(const PlanResult& r, int indent) {
   j["mfu"] = o.mfu;
   j["network"] = o.network.name;
   j["engine"] = engine_name(o.engine);
+  if (o.core_sharing.cores > 0 || o.core_sharing.slowdown != 1.0) {  // only then, as simulate's
+    j["core_sharing"] = {{"cores", o.core_sharing.cores}, {"slowdown", o.core_sharing.slowdown}};
+  }
   j["memory_budget_bytes"] = r.memory_budget_bytes;
   j["distributed_optimizer"] = o.distributed_optimizer;
   j["price_per_device_hour"] = o.price_per_device_hour;

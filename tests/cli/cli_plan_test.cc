@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "run.h"
@@ -110,6 +111,47 @@ TEST(CliPlanTest, BadInput) {
       {"--num-layers 2", "hint:"});
   expect_one_line(run_command(tp + model + " --devices 64 --recompute sometimes"),
                   {"--recompute 'sometimes'", "block:N"});
+}
+
+// --cores and --core-slowdown (docs/cost_model.md "Shared cores"): every candidate is simulated
+// with its ranks sharing the cores, so none is faster than with a core per rank and those with
+// ranks computing at once are slower; the table and the JSON say what was assumed; a bad value
+// is one line naming the flag.
+TEST(CliPlanTest, SharedCoresSlowTheCandidatesAndAreSaid) {
+  const std::string tp = tightpipe_or_skip();
+  if (tp.empty()) GTEST_SKIP() << "tightpipe not built";
+  const std::string base = tp + kExample + " --pp 8 --schedules 1f1b,zb-h1 --top 1000";
+  auto alone = run_command(base + " --json");
+  auto shared = run_command(base + " --cores 4 --core-slowdown 1.2 --json");
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  ASSERT_EQ(shared.exit_code, 0) << shared.err;
+  const auto a = nlohmann::json::parse(alone.out), b = nlohmann::json::parse(shared.out);
+  EXPECT_FALSE(a.contains("core_sharing"));
+  EXPECT_EQ(b["core_sharing"]["cores"], 4);
+  EXPECT_DOUBLE_EQ(b["core_sharing"]["slowdown"].get<double>(), 1.2);
+  auto key = [](const nlohmann::json& c) { return c.dump(); };
+  std::map<std::string, double> step_alone;
+  for (const auto& c : a["candidates"]) {
+    if (!c.value("simulated", false)) continue;
+    nlohmann::json k = {c["schedule"],         c["pp"],        c["vpp"],   c["dp"],
+                        c["micro_batch_size"], c["recompute"], c["layout"]};
+    step_alone[key(k)] = c["step_time_s"].get<double>();
+  }
+  int slower = 0;
+  for (const auto& c : b["candidates"]) {
+    if (!c.value("simulated", false)) continue;
+    nlohmann::json k = {c["schedule"],         c["pp"],        c["vpp"],   c["dp"],
+                        c["micro_batch_size"], c["recompute"], c["layout"]};
+    auto it = step_alone.find(key(k));
+    if (it == step_alone.end()) continue;
+    EXPECT_GE(c["step_time_s"].get<double>(), it->second * (1 - 1e-12)) << k.dump();
+    slower += c["step_time_s"].get<double>() > it->second * 1.01;
+  }
+  EXPECT_GT(slower, 0) << shared.out;
+  auto table = run_command(base + " --cores 4");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("cores: the ranks share 4 core(s)"), std::string::npos) << table.out;
+  expect_one_line(run_command(base + " --core-slowdown 0"), {"--core-slowdown 0", "hint:"});
 }
 
 // Issue 27: docs/plan.md's command with --recompute leaving out none crashed (SIGSEGV, nothing
