@@ -39,6 +39,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -329,46 +330,91 @@ Group reference() {
   return g;
 }
 
-// The plan group from a plan_check_bench --json file.
-Result<Group> plan_group(const std::string& path, const std::string& source) {
+// A bench's --json file whose measured figures are judged against its calibration's identical
+// runs (plan_check_bench, bench/exec/shared_cores_bench.py): the object, its tolerance, the
+// calibration's steps and their spread (the noise). `writer` names the bench in errors.
+struct JudgedFile {
+  std::string path, writer;
+  json j;
+  double tolerance = 0;
+  std::vector<double> calibration;
+  std::optional<double> noise;
+
+  // One line naming the file, what is wrong and where a right one comes from.
+  Status bad(const std::string& what) const {
+    return Status::invalid_argument(
+        fmt::format("{}: {}; hint: give the file `{} --json` writes", path, what, writer));
+  }
+  // A measured row of predicted and measured steps over the rounds, judged against the noise.
+  Row row(std::string check, std::string source, const std::vector<double>& predicted,
+          const std::vector<double>& measured, double error, bool held) const {
+    Row r;
+    r.check = std::move(check);
+    r.source = std::move(source);
+    r.predicted = fmt::format("{:.1f} ms", 1e3 * median(predicted));
+    r.held_to = fmt::format("{:.1f} ms", 1e3 * median(measured));
+    r.error = error;
+    r.tolerance = tolerance;
+    r.measured = true;
+    r.noise = noise;
+    r.held = held;
+    judge(r);
+    return r;
+  }
+  // The group's note: where its noise comes from and the machine it was recorded on.
+  std::string note(const std::string& group) const {
+    return fmt::format(
+        "{}: noise = the calibration's identical runs ({} rounds: {}); recorded on {}", group,
+        calibration.size(),
+        noise ? fmt::format("spread {:.1f}%", 100 * *noise) : std::string("unknown"),
+        j.value("machine", std::string("a machine not named")));
+  }
+};
+
+// Reads `path` as JudgedFile: a JSON object holding "tolerance", "calibration_step_s" (each step
+// above 0) and `keys`.
+Result<JudgedFile> read_judged_file(const std::string& path, const std::string& writer,
+                                    std::initializer_list<const char*> keys) {
+  JudgedFile f{path, writer, {}, 0, {}, std::nullopt};
   const Result<std::string> text = read_file(path);
   if (!text.ok()) return text.status();
-  const json j = json::parse(*text, nullptr, false);
-  const auto bad = [&](const std::string& what) {
-    return Status::invalid_argument(
-        fmt::format("{}: {}; hint: give the file `plan_check_bench --json` writes", path, what));
-  };
-  if (j.is_discarded() || !j.is_object()) return bad("not JSON");
-  for (const char* key : {"tolerance", "calibration_step_s", "candidates", "pairs_wrong"}) {
-    if (!j.contains(key)) return bad(fmt::format("no \"{}\"", key));
+  f.j = json::parse(*text, nullptr, false);
+  if (f.j.is_discarded() || !f.j.is_object()) return f.bad("not JSON");
+  for (const char* key : {"tolerance", "calibration_step_s"}) {
+    if (!f.j.contains(key)) return f.bad(fmt::format("no \"{}\"", key));
   }
+  for (const char* key : keys) {
+    if (!f.j.contains(key)) return f.bad(fmt::format("no \"{}\"", key));
+  }
+  try {
+    f.tolerance = f.j.at("tolerance").get<double>();
+    f.calibration = f.j.at("calibration_step_s").get<std::vector<double>>();
+  } catch (const json::exception& e) {
+    return f.bad(e.what());
+  }
+  for (double x : f.calibration) {
+    if (!(x > 0)) return f.bad(fmt::format("a calibration step of {} s", x));
+  }
+  f.noise = bench::spread(f.calibration);
+  return f;
+}
+
+// The plan group from a plan_check_bench --json file.
+Result<Group> plan_group(const std::string& path, const std::string& source) {
+  TP_ASSIGN_OR_RETURN(const JudgedFile f,
+                      read_judged_file(path, "plan_check_bench", {"candidates", "pairs_wrong"}));
   Group g{"plan", false, {}, ""};
   try {
-    const double tolerance = j.at("tolerance").get<double>();
-    const std::vector<double> calibration = j.at("calibration_step_s").get<std::vector<double>>();
-    for (double x : calibration) {
-      if (!(x > 0)) return bad(fmt::format("a calibration step of {} s", x));
-    }
-    const std::optional<double> noise = bench::spread(calibration);
-    for (const json& c : j.at("candidates")) {
+    for (const json& c : f.j.at("candidates")) {
       const std::vector<double> predicted = c.at("predicted_s").get<std::vector<double>>();
       const std::vector<double> measured = c.at("measured_s").get<std::vector<double>>();
-      if (predicted.empty() || measured.empty()) return bad("a candidate without rounds");
-      Row r;
-      r.check = fmt::format("plan: {} ({})", c.at("candidate").get<std::string>(),
-                            c.at("role").get<std::string>());
-      r.source = source;
-      r.predicted = fmt::format("{:.1f} ms", 1e3 * median(predicted));
-      r.held_to = fmt::format("{:.1f} ms", 1e3 * median(measured));
-      r.error = c.at("error").get<double>();
-      r.tolerance = tolerance;
-      r.measured = true;
-      r.noise = noise;
-      r.held = c.at("held").get<bool>();
-      judge(r);
-      g.rows.push_back(r);
+      if (predicted.empty() || measured.empty()) return f.bad("a candidate without rounds");
+      g.rows.push_back(f.row(fmt::format("plan: {} ({})", c.at("candidate").get<std::string>(),
+                                         c.at("role").get<std::string>()),
+                             source, predicted, measured, c.at("error").get<double>(),
+                             c.at("held").get<bool>()));
     }
-    const int judged = j.value("pairs_judged", 0), wrong = j.at("pairs_wrong").get<int>();
+    const int judged = f.j.value("pairs_judged", 0), wrong = f.j.at("pairs_wrong").get<int>();
     Row ranking;
     ranking.check = "plan: ranking, pairs told apart beyond their noise";
     ranking.source = source;
@@ -376,78 +422,46 @@ Result<Group> plan_group(const std::string& path, const std::string& source) {
     ranking.held_to = fmt::format("{} of {} pairs agree", judged - wrong, judged);
     ranking.error = std::nullopt;
     ranking.measured = true;
-    ranking.noise = noise;
+    ranking.noise = f.noise;
     ranking.verdict = wrong == 0 ? bench::Verdict::kPass : bench::Verdict::kFail;
     g.rows.push_back(ranking);
-    g.note = fmt::format(
-        "plan: noise = the calibration's identical runs ({} rounds: {}); recorded on {}",
-        calibration.size(),
-        noise ? fmt::format("spread {:.1f}%", 100 * *noise) : std::string("unknown"),
-        j.value("machine", std::string("a machine not named")));
+    g.note = f.note("plan");
     if (const std::string why = bench::could_not_judge_reason(
-            noise, tolerance,
-            noise ? "rerun plan_check_bench on a quieter machine (nothing else running)"
-                  : "rerun plan_check_bench with --rounds 3 or more");
+            f.noise, f.tolerance,
+            f.noise ? "rerun plan_check_bench on a quieter machine (nothing else running)"
+                    : "rerun plan_check_bench with --rounds 3 or more");
         !why.empty()) {
       g.note += "\nplan: the predictions could not be judged: " + why;
     }
   } catch (const json::exception& e) {
-    return bad(e.what());
+    return f.bad(e.what());
   }
   return g;
 }
 
 // The shared-cores group from a bench/exec/shared_cores_bench.py --json file.
 Result<Group> shared_cores_group(const std::string& path) {
-  const Result<std::string> text = read_file(path);
-  if (!text.ok()) return text.status();
-  const json j = json::parse(*text, nullptr, false);
-  const auto bad = [&](const std::string& what) {
-    return Status::invalid_argument(fmt::format(
-        "{}: {}; hint: give the file `shared_cores_bench.py --json` writes", path, what));
-  };
-  if (j.is_discarded() || !j.is_object()) return bad("not JSON");
-  for (const char* key : {"tolerance", "calibration_step_s", "schedules", "pp", "cores"}) {
-    if (!j.contains(key)) return bad(fmt::format("no \"{}\"", key));
-  }
+  TP_ASSIGN_OR_RETURN(const JudgedFile f, read_judged_file(path, "shared_cores_bench.py",
+                                                           {"schedules", "pp", "cores"}));
   Group g{"shared-cores", false, {}, ""};
   try {
-    const double tolerance = j.at("tolerance").get<double>();
-    const std::vector<double> calibration = j.at("calibration_step_s").get<std::vector<double>>();
-    for (double x : calibration) {
-      if (!(x > 0)) return bad(fmt::format("a calibration step of {} s", x));
-    }
-    const std::optional<double> noise = bench::spread(calibration);
-    const int pp = j.at("pp").get<int>(), cores = j.at("cores").get<int>();
-    for (const json& s : j.at("schedules")) {
+    const int pp = f.j.at("pp").get<int>(), cores = f.j.at("cores").get<int>();
+    for (const json& s : f.j.at("schedules")) {
       const std::vector<double> measured = s.at("measured_s").get<std::vector<double>>();
-      if (measured.empty()) return bad("a schedule without rounds");
+      if (measured.empty()) return f.bad("a schedule without rounds");
       // The plan with the cores shared is held; with a core per rank, printed beside it.
       for (const auto& [key, err, what, held] :
            {std::tuple{"shared_s", "error_shared", "cores shared", true},
             std::tuple{"alone_s", "error_alone", "a core per rank", false}}) {
-        Row r;
-        r.check = fmt::format("shared cores: {} p={} on {} cores, plan with {}",
-                              s.at("schedule").get<std::string>(), pp, cores, what);
-        r.source = "shared_cores_bench, " + path;
-        r.predicted = fmt::format("{:.1f} ms", 1e3 * median(s.at(key).get<std::vector<double>>()));
-        r.held_to = fmt::format("{:.1f} ms", 1e3 * median(measured));
-        r.error = s.at(err).get<double>();
-        r.tolerance = tolerance;
-        r.measured = true;
-        r.noise = noise;
-        r.held = held;
-        judge(r);
-        g.rows.push_back(r);
+        g.rows.push_back(f.row(fmt::format("shared cores: {} p={} on {} cores, plan with {}",
+                                           s.at("schedule").get<std::string>(), pp, cores, what),
+                               "shared_cores_bench, " + path, s.at(key).get<std::vector<double>>(),
+                               measured, s.at(err).get<double>(), held));
       }
     }
-    g.note = fmt::format(
-        "shared-cores: noise = the calibration's identical runs ({} rounds: {}); recorded on {}",
-        calibration.size(),
-        noise ? fmt::format("spread {:.1f}%", 100 * *noise) : std::string("unknown"),
-        j.value("machine", std::string("a machine not named")));
+    g.note = f.note("shared-cores");
   } catch (const json::exception& e) {
-    return bad(e.what());
+    return f.bad(e.what());
   }
   return g;
 }

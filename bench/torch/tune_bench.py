@@ -821,8 +821,10 @@ def main() -> int:
             in_run_busy: list[list[list[dict[str, float]] | None]] = [[] for _ in rows]
             # The compute alone (no host time): what the compute calls should take.
             no_host = dict.fromkeys(host_us, 0.0)
+            round_tables: list[str] = []  # each round's table, as tune --layers reads it
             for j, tab in enumerate(per_rank[0][2]):
                 path = os.path.join(tmp, f"run{rep + 1}_round{j + 1}.json")
+                round_tables.append(path)
                 with open(path, "w") as f:
                     json.dump(tab, f)
                 for k, row in enumerate(rows):
@@ -926,18 +928,7 @@ def main() -> int:
                 shared: list[list[float]] = []
                 for k, row in enumerate(rows):
                     shared.append(
-                        [
-                            predicted(
-                                os.path.join(tmp, f"run{rep + 1}_round{j + 1}.json"),
-                                p,
-                                m,
-                                row,
-                                tmp,
-                                host_us,
-                                slow,
-                            )[0]
-                            for j in range(len(in_run[k]))
-                        ]
+                        [predicted(t, p, m, row, tmp, host_us, slow)[0] for t in round_tables]
                     )
                     err_shared = statistics.median(
                         q / t - 1 for q, t in zip(shared[k], row["steps"], strict=True)

@@ -181,6 +181,9 @@ double shared_core_rate(const CoreSharing& sharing, int32_t computing);
 bool cores_shared(const CoreSharing& sharing, int32_t ranks);
 // OK, or InvalidArgument naming --cores (negative) or --core-slowdown (below 1, not finite).
 Status check_core_sharing(const CoreSharing& sharing);
+// What simulate's, plan's and tune's tables say of `sharing`: "the ranks share 2 core(s); each of
+// several computing at once 1.25x slower than one alone".
+std::string core_sharing_text(const CoreSharing& sharing);
 
 struct SimOptions {
   CommMode comm_mode = CommMode::kOverlap;  // how messages use the compute lanes

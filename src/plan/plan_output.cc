@@ -204,12 +204,8 @@ std::string format_plan(const PlanResult& r) {
   out +=
       fmt::format("engine: {} (docs/cost_model.md \"Engine profiles\")\n", engine_name(o.engine));
   if (o.core_sharing.cores > 0 || o.core_sharing.slowdown != 1.0) {
-    out += fmt::format(
-        "cores: the ranks share {}; each of several computing at once {:.4g}x slower than one "
-        "alone (docs/cost_model.md \"Shared cores\")\n",
-        o.core_sharing.cores > 0 ? fmt::format("{} core(s)", o.core_sharing.cores)
-                                 : std::string("a core each"),
-        o.core_sharing.slowdown);
+    out += fmt::format("cores: {} (docs/cost_model.md \"Shared cores\")\n",
+                       core_sharing_text(o.core_sharing));
   }
   out += fmt::format(
       "searched {} configurations in {:.2f} s: {} simulated, {} pruned by their lower bound, {} "

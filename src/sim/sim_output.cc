@@ -59,7 +59,8 @@ ordered_json result_json(const SimResult& r) {
     j["exposed_allreduce_ratio"] = r.exposed_allreduce_ratio;
     j["exposed_allreduce_percent"] = 100.0 * r.exposed_allreduce_ratio;
   }
-  if (cores_shared(r.core_sharing, r.num_ranks)) {  // only then: older outputs stay as they were
+  // Only where it acted (the replicas share the cores too): older outputs stay as they were.
+  if (cores_shared(r.core_sharing, r.num_ranks * r.data_parallel.size)) {
     j["core_sharing"] = {{"cores", r.core_sharing.cores}, {"slowdown", r.core_sharing.slowdown}};
   }
   j["messages"] = r.messages;
@@ -127,13 +128,9 @@ std::string format_sim_table(const SimResult& r) {
   out += fmt::format("engine   {}\n", r.engine_description);
   out += fmt::format("costs    {} (time unit: {})\n", r.cost_source, r.time_unit);
   if (!r.layout.empty()) out += fmt::format("layout   {}\n", r.layout);
-  if (cores_shared(r.core_sharing, r.num_ranks)) {
-    out += fmt::format(
-        "cores    the ranks share {}; each of several computing at once {:.4g}x slower than one "
-        "alone (docs/cost_model.md \"Shared cores\")\n",
-        r.core_sharing.cores > 0 ? fmt::format("{} core(s)", r.core_sharing.cores)
-                                 : std::string("a core each"),
-        r.core_sharing.slowdown);
+  if (cores_shared(r.core_sharing, r.num_ranks * r.data_parallel.size)) {
+    out += fmt::format("cores    {} (docs/cost_model.md \"Shared cores\")\n",
+                       core_sharing_text(r.core_sharing));
   }
   auto bound = [&](double value, double lb) {
     return r.has_lower_bound ? " " + format_lower_bound(value, lb) : std::string();

@@ -403,6 +403,22 @@ TEST_F(SimulateCli, SharedCoresStretchTheStep) {
   EXPECT_NEAR(j["makespan"].get<double>(), 96, 1e-9);
   EXPECT_EQ(j["core_sharing"]["cores"], 1);
   EXPECT_DOUBLE_EQ(j["core_sharing"]["slowdown"].get<double>(), 1.0);
+  // Four cores for four ranks share nothing; with two data-parallel replicas in step, eight
+  // ranks share them: the step of a compute-bound model (flops=1e9) stretches and the JSON says so.
+  CliRun four = run(base + "--cores 4 --json");
+  ASSERT_EQ(four.code, 0) << four.err;
+  EXPECT_FALSE(nlohmann::json::parse(four.out).contains("core_sharing"));
+  const std::string model =
+      "--schedule 1f1b --pp 4 --microbatches 8 --model layers=4,hidden=64,heads=4,seq=32,flops=1e9 "
+      "--data-parallel-size 2 --json ";
+  CliRun dp_alone = run(model);
+  CliRun dp = run(model + "--cores 4");
+  ASSERT_EQ(dp_alone.code, 0) << dp_alone.err;
+  ASSERT_EQ(dp.code, 0) << dp.err;
+  auto jd = nlohmann::json::parse(dp.out);
+  EXPECT_EQ(jd["core_sharing"]["cores"], 4);
+  EXPECT_GT(jd["makespan"].get<double>(),
+            nlohmann::json::parse(dp_alone.out)["makespan"].get<double>());
   CliRun table = run(base + "--cores 2 --core-slowdown 1.25");
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("cores    the ranks share 2 core(s); each of several computing at once "

@@ -933,6 +933,13 @@ bool cores_shared(const CoreSharing& sharing, int32_t ranks) {
   return sharing.slowdown != 1.0 || (sharing.cores > 0 && sharing.cores < ranks);
 }
 
+std::string core_sharing_text(const CoreSharing& sharing) {
+  return fmt::format(
+      "the ranks share {}; each of several computing at once {:.4g}x slower than one alone",
+      sharing.cores > 0 ? fmt::format("{} core(s)", sharing.cores) : std::string("a core each"),
+      sharing.slowdown);
+}
+
 Status check_core_sharing(const CoreSharing& sharing) {
   if (sharing.cores < 0) {
     return Status::invalid_argument(
