@@ -2,6 +2,7 @@
 ScheduleZBVZeroBubble beside tightpipe's zb-v-auto built from costs it measured) and prints both
 rows with a step time and a bubble per rank."""
 
+import json
 import os
 import re
 import subprocess
@@ -30,12 +31,14 @@ def test_bench_smoke():
         assert step_ms > 0 and 0 <= b0 < 100 and 0 <= b1 < 100
 
 
-def test_tune_bench_smoke():
+def test_tune_bench_smoke(tmp_path):
     """bench/torch/tune_bench.py --smoke: measure_layers, tune, PyTorch's Schedule1F1B and
     ScheduleInterleaved1F1B on the even split and the tuned row, each with a measured step and
     the simulator's prediction beside it, in both modes; with real compute also the prediction
-    from the modules timed again during the run (emulated: none, printed "-")."""
+    from the modules timed again during the run (emulated: none, printed "-"). --keep keeps the
+    run's files and its raw figures (raw.json), and refuses a folder that holds something."""
     for mode in ("real", "emulated"):
+        keep = tmp_path / mode
         proc = subprocess.run(
             [
                 sys.executable,
@@ -43,12 +46,30 @@ def test_tune_bench_smoke():
                 "--smoke",
                 "--mode",
                 mode,
+                "--keep",
+                str(keep),
             ],
             capture_output=True,
             text=True,
             timeout=300,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
+        with open(keep / "raw.json") as f:
+            raw = json.load(f)
+        (run,) = raw["runs"]
+        assert {r["label"] for r in run["rows"]} >= {"PyTorch Schedule1F1B"}, raw
+        for r in run["rows"]:
+            assert len(r["steps_s"]) == 1 and r["steps_s"][0] > 0 and r["predicted_s"] > 0, r
+            assert len(r["in_run_predicted_s"]) == (1 if mode == "real" else 0), r
+        assert (keep / "tuned" / "tune.json").is_file() and (keep / "layers.json").is_file()
+        again = subprocess.run(
+            [sys.executable, os.path.join(REPO, "bench", "torch", "tune_bench.py"), "--smoke"]
+            + ["--keep", str(keep)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert again.returncode == 2 and "is not empty" in again.stderr, again.stderr[-2000:]
         rows = {}
         for line in proc.stdout.splitlines():
             m = re.match(
@@ -151,9 +172,84 @@ def test_tune_bench_contention_is_not_one_disturbed_pair(monkeypatch):
     # Per pair: one process alone, then two at once.
     disturbed = [1e-3, 1e-3, 1e-3, 1e-3, 1.4e-3, 1.4e-3, 1e-3, 1e-3, 1e-3]
     monkeypatch.setattr(tune_bench.subprocess, "Popen", fake_popen(disturbed))
-    alone, together = tune_bench.core_contention(2)
+    alone, together, pairs = tune_bench.core_contention(2)
     assert together / alone == 1.0, (alone, together)
+    # Each pair's own figure comes back too: the disturbed one shows as what it was.
+    assert [round(x, 9) for x in pairs] == [1.0, 1.4, 1.0], pairs
     shared = [1e-3, 1.5e-3, 1.5e-3] * tune_bench.CONTENTION_PAIRS
     monkeypatch.setattr(tune_bench.subprocess, "Popen", fake_popen(shared))
-    alone, together = tune_bench.core_contention(2)
+    alone, together, pairs = tune_bench.core_contention(2)
     assert abs(together / alone - 1.5) < 1e-12, (alone, together)
+
+
+def _tune_bench():
+    sys.path.insert(0, os.path.join(REPO, "bench", "torch"))
+    try:
+        import tune_bench
+    finally:
+        sys.path.pop(0)
+    return tune_bench
+
+
+def test_tune_bench_median_interval_is_the_order_statistics_that_hold_the_median():
+    """90% for the median of n values, whatever their distribution: min..max from 5 values
+    (1 - 2/32 = 93.75%), the 2nd..8th of 9 (96.1%; the 3rd..7th hold it only 82%), none from 4
+    (min..max 87.5%)."""
+    tb = _tune_bench()
+    assert tb.median_interval([1.3, 1.1, 1.2, 1.5, 1.4]) == (1.1, 1.5)
+    nine = [1.0 + x / 100 for x in (9, 1, 8, 2, 7, 3, 6, 4, 5)]
+    assert tb.median_interval(nine) == (1.02, 1.08)
+    assert tb.median_interval([1.0, 1.1, 1.2, 1.3]) is None
+    assert tb.median_interval([1.0, 1.1, 1.2, 1.3], coverage=0.85) == (1.0, 1.3)
+
+
+def test_tune_bench_judges_the_rows_with_the_contention_simulated_and_the_gain_on_its_rounds(
+    capsys,
+):
+    """With the ranks' contention in the simulation (tune --core-slowdown) the rows are judged on
+    those errors, the contention itself no reason to refuse, only its own spread around the run;
+    the gain is judged on its rounds: PASS or FAIL only where the rounds' 90% interval for the
+    median stays on one side of the bar."""
+    from tightpipe.verdict import Verdict
+
+    tb = _tune_bench()
+    alone = [-0.02, 0.01, -0.07]  # the costs alone miss one row by 7%
+    simulated = [-0.01, 0.02, -0.03]  # with the contention simulated, all within 5%
+    above = [1.27, 1.29, 1.30, 1.28, 1.31]
+    v = tb.print_verdicts(
+        "real", alone, 1.29, 1.31, 0.01, "", 0.06, shared=(simulated, 1.06, 0.02), gain_rounds=above
+    )
+    out = capsys.readouterr().out
+    assert v is Verdict.PASS, out
+    rows_line, gain_line = out.strip().splitlines()
+    assert "--core-slowdown 1.060" in rows_line and "worst -3.0%" in rows_line, out
+    assert "1.270..1.310x" in gain_line and "contention 6.0%" in gain_line, out
+    # The contention figure moved by more than the tolerance around the run: not judged.
+    v = tb.print_verdicts(
+        "real", alone, 1.29, 1.31, 0.01, "", 0.06, shared=(simulated, 1.06, 0.08), gain_rounds=above
+    )
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(
+        "(identical runs spread 8.0%, above the tolerance 5.0%; hint: a quieter machine "
+        "(--noise-only says), more repeats)"
+    ), out
+    assert v is Verdict.COULD_NOT_JUDGE, out
+    # A simulated miss beyond the tolerance fails.
+    v = tb.print_verdicts(
+        "real", alone, 1.29, 1.31, 0.01, "", 0.06, shared=([0.06], 1.06, 0.01), gain_rounds=above
+    )
+    out = capsys.readouterr().out
+    assert v is Verdict.FAIL, out
+    # The gain: every round under the bar fails; an interval across it cannot be judged; 4
+    # rounds give no interval.
+    for rounds, want in (
+        ([1.19, 1.20, 1.21, 1.22, 1.23], Verdict.FAIL),
+        ([1.20, 1.22, 1.23, 1.24, 1.26], Verdict.COULD_NOT_JUDGE),
+        ([1.27, 1.28, 1.30, 1.31], Verdict.COULD_NOT_JUDGE),
+    ):
+        gain = sorted(rounds)[len(rounds) // 2]
+        tb.print_verdicts(
+            "real", [0.0], gain, 1.3, 0.01, "", 0.0, shared=([0.0], 1.0, 0.0), gain_rounds=rounds
+        )
+        gain_line = capsys.readouterr().out.strip().splitlines()[1]
+        assert f"measured): {want.value}" in gain_line, (rounds, gain_line)
