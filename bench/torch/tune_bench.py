@@ -256,8 +256,14 @@ def bench_rows(
     warmup: int,
     rounds: int,
     probe: bool = False,
+    gain_pairs: int = 0,
 ) -> tuple[
-    list[list[float]], list[list[int]], list[dict[str, Any]], float, list[list[dict[str, float]]]
+    list[list[float]],
+    list[list[int]],
+    list[dict[str, Any]],
+    float,
+    list[list[dict[str, float]]],
+    tuple[int, list[float], list[float]],
 ]:
     """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
     every row (barrier to barrier), the order rotated per round; each step's minor page faults
@@ -266,7 +272,10 @@ def bench_rows(
     rows can be predicted from costs measured in the same minute, in the rows' own process.
     Also returned, per row and round: the seconds this rank spent inside the runtime's compute
     calls by kind ({"f", "i", "w", "b"}: each stage's forward_one_chunk, backward_one_chunk
-    with full_backward False or True, backward_weight_one_chunk)."""
+    with full_backward False or True, backward_weight_one_chunk). `gain_pairs`: after the
+    rounds, that many adjacent pairs of steps of the best even-split built-in (the smallest
+    median step, every rank's times gathered) and the tuned row, the order alternating; returned
+    as (that row's index, its steps, the tuned row's steps on this rank)."""
     torch.set_num_threads(1)
     inside = dict.fromkeys(KINDS, 0.0)
 
@@ -324,7 +333,30 @@ def bench_rows(
                 )
             )
         torch.distributed.barrier()
-    return times, faults, tables, peak_rss_mib(), busy
+    pair_times: tuple[int, list[float], list[float]] = (-1, [], [])
+    if gain_pairs:
+        # The rows' steps as main() takes them (the slowest rank's), on every rank alike.
+        every: list[Any] = [None] * world
+        torch.distributed.all_gather_object(every, times)
+        med = [
+            statistics.median(max(every[q][k][j] for q in range(world)) for j in range(rounds))
+            for k in range(len(rows))
+        ]
+        k_best = min(
+            (k for k, r in enumerate(rows) if r["split_name"] == "even"), key=med.__getitem__
+        )
+        k_tuned = next(k for k, r in enumerate(rows) if r["kind"] == "tuned")
+        steps_of: dict[int, list[float]] = {k_best: [], k_tuned: []}
+        for i in range(gain_pairs):
+            for k in (k_best, k_tuned) if i % 2 == 0 else (k_tuned, k_best):
+                rt, args, kw = runs[k]
+                torch.distributed.barrier()
+                t0 = time.perf_counter()
+                rt.step(*args, **kw)
+                torch.distributed.barrier()
+                steps_of[k].append(time.perf_counter() - t0)
+        pair_times = (k_best, steps_of[k_best], steps_of[k_tuned])
+    return times, faults, tables, peak_rss_mib(), busy, pair_times
 
 
 _CONTENTION_PROBE = """
@@ -564,6 +596,7 @@ def print_verdicts(
     *,
     shared: tuple[list[float], float, float | None] | None = None,
     gain_rounds: list[float] | None = None,
+    gain_adjacent: bool = False,
 ) -> Verdict:
     """The run's two verdicts by the project's one rule (tightpipe.verdict), printed and
     combined. `errors`: each row's predicted over measured step, minus 1, from the costs alone;
@@ -583,7 +616,9 @@ def print_verdicts(
     against the bar, COULD NOT JUDGE where the rounds' 90% interval for that median
     (median_interval: the rounds' own spread, fewer than 5 rounds give none) or the noise reaches
     across the bar. The ranks' contention is part of the gain measured (a balanced split keeps
-    both ranks computing, so it pays the most), not a reason to refuse it; it is printed."""
+    both ranks computing, so it pays the most), not a reason to refuse it; it is printed. With
+    `gain_adjacent` the gains are adjacent pairs' (--gain-pairs): their interval alone is judged,
+    the fixed compute's spread between minutes moving both steps of a pair alike."""
     tol = ROW_TOLERANCE[mode]
     noise_txt = "unknown" if noise is None else f"{100 * noise:.1f}%"
     if shared is not None:
@@ -626,19 +661,25 @@ def print_verdicts(
     distance = max(gain, bar) / min(gain, bar) - 1
     if gain_rounds is not None:
         interval = median_interval(gain_rounds)
+        gain_noise: float | None
         if interval is None:
             gain_noise = None
-            reach_txt = f"{len(gain_rounds)} rounds give no 90% interval for the median (5 do)"
+            reach_txt = f"{len(gain_rounds)} give no 90% interval for the median (5 do)"
         else:
             lo, hi = interval
             reach = gain / lo - 1 if gain >= bar else hi / gain - 1
-            gain_noise = None if noise is None else max(noise, reach)
-            reach_txt = f"the rounds' 90% interval for it {lo:.3f}..{hi:.3f}x"
+            # Adjacent pairs: their own interval is their noise.
+            gain_noise = reach if gain_adjacent else (None if noise is None else max(noise, reach))
+            reach_txt = (
+                f"{'adjacent pairs' if gain_adjacent else 'rounds'}' 90% interval for it "
+                f"{lo:.3f}..{hi:.3f}x"
+            )
         gain_v = judge(0.0 if gain >= bar else float("inf"), distance, gain_noise)
         print(
-            f"verdict, tuned at least {bar:.3f}x over the best even-split built-in (paired median "
-            f"{gain:.3f}x, {reach_txt}; the machine's own noise {noise_txt}; the ranks' "
-            f"contention {100 * contention:.1f}%, in the gain measured): {gain_v.value}"
+            f"verdict, tuned at least {bar:.3f}x over the best even-split built-in ("
+            f"{'adjacent pairs' if gain_adjacent else 'paired'} median {gain:.3f}x, {reach_txt}; "
+            f"the machine's own noise {noise_txt}; the ranks' contention "
+            f"{100 * contention:.1f}%, in the gain measured): {gain_v.value}"
             + (
                 ""
                 if gain_v is not Verdict.COULD_NOT_JUDGE
@@ -681,6 +722,13 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument(
+        "--gain-pairs",
+        type=int,
+        default=0,
+        help="after the rounds, this many adjacent pairs of steps of the best even-split "
+        "built-in and the tuned row (order alternating); the gain is then judged on them",
+    )
     ap.add_argument("--layers-json", default="", help="use this measured table (skip step 1)")
     ap.add_argument(
         "--host-time-us",
@@ -899,6 +947,7 @@ def main() -> int:
                 args.warmup,
                 args.rounds,
                 args.mode == "real",
+                args.gain_pairs,
                 timeout=7200,
                 pg_timeout=600,
                 steady_malloc=args.malloc == "steady",
@@ -990,6 +1039,31 @@ def main() -> int:
                 f"{min(pairs):.3f}..{max(pairs):.3f}x; of the medians {of_medians:.3f}x; "
                 f"predicted {promised:.3f}x"
             )
+            # The adjacent pairs after the rounds (--gain-pairs): each pair's two steps seconds
+            # apart, so drift between rounds cancels too.
+            adjacent: list[float] = []
+            k_pair = per_rank[0][5][0]
+            if k_pair >= 0:
+                best_s = [
+                    max(per_rank[r][5][1][i] for r in range(p)) for i in range(args.gain_pairs)
+                ]
+                tuned_s = [
+                    max(per_rank[r][5][2][i] for r in range(p)) for i in range(args.gain_pairs)
+                ]
+                adjacent = [a / b for a, b in zip(best_s, tuned_s, strict=True)]
+                iv = median_interval(adjacent)
+                print(
+                    f"tuned over {rows[k_pair]['label']} {rows[k_pair]['split_name']}, "
+                    f"{args.gain_pairs} adjacent pairs after the rounds (order alternating): "
+                    f"median {statistics.median(adjacent):.3f}x, pairs "
+                    f"{min(adjacent):.3f}..{max(adjacent):.3f}x"
+                    + (
+                        ""
+                        if iv is None
+                        else f", the 90% interval for the median {iv[0]:.3f}..{iv[1]:.3f}x"
+                    )
+                    + f"; predicted {rows[k_pair]['predicted'] / rows[k_tuned]['predicted']:.3f}x"
+                )
             runs_raw.append(
                 {
                     "rows": [
@@ -1004,6 +1078,7 @@ def main() -> int:
                         for k, row in enumerate(rows)
                     ],
                     "gain_rounds": pairs,
+                    "gain_adjacent_pairs": adjacent,
                     "gain_predicted": promised,
                     "noise_medians_s": list(noise_medians),
                     "contention": list(contention),
@@ -1079,7 +1154,10 @@ def main() -> int:
                 for k, r_raw in enumerate(runs_raw[-1]["rows"]):
                     r_raw["shared_predicted_s"] = shared[k]
             keep_raw()
-            gain = statistics.median(pairs)
+            # The gain judged: on the adjacent pairs where run (their own interval is their
+            # noise: the drift between minutes, which the fixed compute's spread measures, moves
+            # both steps of a pair alike), else on the rounds.
+            gain = statistics.median(adjacent or pairs)
             # Judged on the in-run predictions (the costs of the same minute), where measured.
             in_run_all = all(e is not None for e in paired)
             judged = [e for e in paired if e is not None] if in_run_all else errors
@@ -1098,7 +1176,8 @@ def main() -> int:
                     shared=(shared_errors, slow, spread([1 + c for c in contention[-2:]]))
                     if shared_errors
                     else None,
-                    gain_rounds=pairs,
+                    gain_rounds=adjacent or pairs,
+                    gain_adjacent=bool(adjacent),
                 ),
             )
     return 0 if args.smoke or args.mode == "emulated" else exit_code(verdict)

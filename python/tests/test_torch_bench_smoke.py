@@ -48,6 +48,8 @@ def test_tune_bench_smoke(tmp_path):
                 mode,
                 "--keep",
                 str(keep),
+                "--gain-pairs",
+                "2",
             ],
             capture_output=True,
             text=True,
@@ -62,6 +64,11 @@ def test_tune_bench_smoke(tmp_path):
             assert len(r["steps_s"]) == 1 and r["steps_s"][0] > 0 and r["predicted_s"] > 0, r
             assert len(r["in_run_predicted_s"]) == (1 if mode == "real" else 0), r
         assert (keep / "tuned" / "tune.json").is_file() and (keep / "layers.json").is_file()
+        # --gain-pairs 2: two adjacent pairs of the best even-split row and the tuned one.
+        assert len(run["gain_adjacent_pairs"]) == 2 and min(run["gain_adjacent_pairs"]) > 0, run
+        assert re.search(r"^tuned over PyTorch \S+ even, 2 adjacent pairs", proc.stdout, re.M), (
+            proc.stdout
+        )
         again = subprocess.run(
             [sys.executable, os.path.join(REPO, "bench", "torch", "tune_bench.py"), "--smoke"]
             + ["--keep", str(keep)],
@@ -242,6 +249,22 @@ def test_tune_bench_judges_the_rows_with_the_contention_simulated_and_the_gain_o
     assert v is Verdict.FAIL, out
     # The gain: every round under the bar fails; an interval across it cannot be judged; 4
     # rounds give no interval.
+    # Adjacent pairs (--gain-pairs) are judged on their own interval: the fixed compute's drift
+    # between minutes (20% here) moves both steps of a pair alike.
+    v = tb.print_verdicts(
+        "real",
+        [0.0],
+        1.29,
+        1.3,
+        0.20,
+        "",
+        0.0,
+        shared=([0.0], 1.0, 0.0),
+        gain_rounds=[1.27, 1.28, 1.29, 1.30, 1.31],
+        gain_adjacent=True,
+    )
+    gain_line = capsys.readouterr().out.strip().splitlines()[1]
+    assert "adjacent pairs median 1.290x" in gain_line and "measured): PASS" in gain_line, gain_line
     for rounds, want in (
         ([1.19, 1.20, 1.21, 1.22, 1.23], Verdict.FAIL),
         ([1.20, 1.22, 1.23, 1.24, 1.26], Verdict.COULD_NOT_JUDGE),
