@@ -41,8 +41,11 @@ rows and again after each run, or the contention figure before and after the run
 than the tolerance; and the tuned row at least 1.25x over the best even-split built-in (its
 median over the rounds of the paired gain), COULD NOT JUDGE where that fixed compute's spread
 or the rounds' 90% interval for the median reaches across 1.25x (median_interval). The exit
-status is 0, 1 or 3 for PASS, FAIL or COULD NOT JUDGE over every run. --keep DIR keeps the
-run's files and raw.json (every row's step and predictions per round) to judge it again.
+status is 0, 1 or 3 for PASS, FAIL or COULD NOT JUDGE over every run. --gain-pairs N adds,
+after the rounds, N adjacent pairs of steps of the best even-split built-in and the tuned row
+(order alternating), and the gain is judged on them, against their own 90% interval alone (the
+drift between minutes moves both steps of a pair alike). --keep DIR keeps the run's files and
+raw.json (every row's step and predictions per round) to judge it again.
 
     PYTHONPATH=python:python/tests $(./scripts/setup-python.sh --print-venv)/bin/python \\
         bench/torch/tune_bench.py --mode real --pp 2
