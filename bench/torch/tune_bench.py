@@ -248,6 +248,20 @@ def minor_faults() -> int:
 KINDS = ("f", "i", "w", "b")  # the kinds of compute call, as tune.json's per-rank "compute_s"
 
 
+def slowest_rank(per_rank: list[list[float]]) -> list[float]:
+    """Each step as the bench takes it: the slowest rank's barrier-to-barrier time, step by step
+    (`per_rank`: each rank's times of the same steps)."""
+    return [max(ts) for ts in zip(*per_rank, strict=True)]
+
+
+def best_even_row(rows: list[Row], medians: list[float]) -> int:
+    """The best even-split built-in the gain is taken over: the even-split row with the
+    smallest median step."""
+    return min(
+        (k for k, r in enumerate(rows) if r["split_name"] == "even"), key=medians.__getitem__
+    )
+
+
 def bench_rows(
     rank: int,
     world: int,
@@ -342,12 +356,10 @@ def bench_rows(
         every: list[Any] = [None] * world
         torch.distributed.all_gather_object(every, times)
         med = [
-            statistics.median(max(every[q][k][j] for q in range(world)) for j in range(rounds))
+            statistics.median(slowest_rank([every[q][k] for q in range(world)]))
             for k in range(len(rows))
         ]
-        k_best = min(
-            (k for k, r in enumerate(rows) if r["split_name"] == "even"), key=med.__getitem__
-        )
+        k_best = best_even_row(rows, med)
         k_tuned = next(k for k, r in enumerate(rows) if r["kind"] == "tuned")
         steps_of: dict[int, list[float]] = {k_best: [], k_tuned: []}
         for i in range(gain_pairs):
@@ -992,11 +1004,11 @@ def main() -> int:
             print("-" * len(hdr))
             medians = []
             for k, row in enumerate(rows):
-                # A step is the slowest rank's barrier-to-barrier time in each round.
-                steps = [max(per_rank[r][0][k][j] for r in range(p)) for j in range(args.rounds)]
+                steps = slowest_rank([per_rank[r][0][k] for r in range(p)])
                 medians.append(statistics.median(steps))
                 row["steps"] = steps
-            best_even = min(medians[k] for k, r in enumerate(rows) if r["split_name"] == "even")
+            k_even = best_even_row(rows, medians)
+            best_even = medians[k_even]
             errors = [row["predicted"] / med - 1 for row, med in zip(rows, medians, strict=True)]
             # Per row: the median over the rounds of (that round's prediction / its step - 1).
             paired = [
@@ -1026,10 +1038,6 @@ def main() -> int:
                 )
             # The gain paired round by round: each round runs every row once within seconds,
             # so the host's drift between minutes moves both steps of a pair alike.
-            k_even = min(
-                (k for k, r in enumerate(rows) if r["split_name"] == "even"),
-                key=lambda k: medians[k],
-            )
             k_tuned = next(k for k, r in enumerate(rows) if r["kind"] == "tuned")
             pairs = [
                 a / b for a, b in zip(rows[k_even]["steps"], rows[k_tuned]["steps"], strict=True)
@@ -1047,12 +1055,8 @@ def main() -> int:
             adjacent: list[float] = []
             k_pair = per_rank[0][5][0]
             if k_pair >= 0:
-                best_s = [
-                    max(per_rank[r][5][1][i] for r in range(p)) for i in range(args.gain_pairs)
-                ]
-                tuned_s = [
-                    max(per_rank[r][5][2][i] for r in range(p)) for i in range(args.gain_pairs)
-                ]
+                best_s = slowest_rank([per_rank[r][5][1] for r in range(p)])
+                tuned_s = slowest_rank([per_rank[r][5][2] for r in range(p)])
                 adjacent = [a / b for a, b in zip(best_s, tuned_s, strict=True)]
                 iv = median_interval(adjacent)
                 print(
