@@ -44,7 +44,10 @@ or the rounds' 90% interval for the median reaches across 1.25x (median_interval
 status is 0, 1 or 3 for PASS, FAIL or COULD NOT JUDGE over every run. --gain-pairs N adds,
 after the rounds, N adjacent pairs of steps of the best even-split built-in and the tuned row
 (order alternating), and the gain is judged on them, against their own 90% interval alone (the
-drift between minutes moves both steps of a pair alike). --keep DIR keeps the run's files and
+drift between minutes moves both steps of a pair alike). --gain-procs N takes N such pairs with
+each of the two rows in processes of its own, as a user runs one setup (both groups alive, one
+stepping while the other waits on a semaphore), and the gain is then judged on those; every pair
+line prints each rank's page faults per step of either row. --keep DIR keeps the run's files and
 raw.json (every row's step and predictions per round) to judge it again.
 
     PYTHONPATH=python:python/tests $(./scripts/setup-python.sh --print-venv)/bin/python \\
@@ -280,7 +283,7 @@ def bench_rows(
     list[dict[str, Any]],
     float,
     list[list[dict[str, float]]],
-    tuple[int, list[float], list[float]],
+    tuple[int, list[float], list[float], list[int], list[int]],
 ]:
     """Every row's runtime built and warmed up, then `rounds` rounds each timing one step of
     every row (barrier to barrier), the order rotated per round; each step's minor page faults
@@ -292,7 +295,8 @@ def bench_rows(
     with full_backward False or True, backward_weight_one_chunk). `gain_pairs`: after the
     rounds, that many adjacent pairs of steps of the best even-split built-in (the smallest
     median step, every rank's times gathered) and the tuned row, the order alternating; returned
-    as (that row's index, its steps, the tuned row's steps on this rank)."""
+    as (that row's index, its steps, the tuned row's steps on this rank, then each step's minor
+    page faults on this rank, the same way)."""
     torch.set_num_threads(1)
     inside = dict.fromkeys(KINDS, 0.0)
 
@@ -350,7 +354,7 @@ def bench_rows(
                 )
             )
         torch.distributed.barrier()
-    pair_times: tuple[int, list[float], list[float]] = (-1, [], [])
+    pair_times: tuple[int, list[float], list[float], list[int], list[int]] = (-1, [], [], [], [])
     if gain_pairs:
         # The rows' steps as main() takes them (the slowest rank's), on every rank alike.
         every: list[Any] = [None] * world
@@ -362,16 +366,148 @@ def bench_rows(
         k_best = best_even_row(rows, med)
         k_tuned = next(k for k, r in enumerate(rows) if r["kind"] == "tuned")
         steps_of: dict[int, list[float]] = {k_best: [], k_tuned: []}
+        faults_of: dict[int, list[int]] = {k_best: [], k_tuned: []}
         for i in range(gain_pairs):
             for k in (k_best, k_tuned) if i % 2 == 0 else (k_tuned, k_best):
                 rt, args, kw = runs[k]
                 torch.distributed.barrier()
+                f0 = minor_faults()
                 t0 = time.perf_counter()
                 rt.step(*args, **kw)
                 torch.distributed.barrier()
                 steps_of[k].append(time.perf_counter() - t0)
-        pair_times = (k_best, steps_of[k_best], steps_of[k_tuned])
+                faults_of[k].append(minor_faults() - f0)
+        pair_times = (
+            k_best,
+            steps_of[k_best],
+            steps_of[k_tuned],
+            faults_of[k_best],
+            faults_of[k_tuned],
+        )
     return times, faults, tables, peak_rss_mib(), busy, pair_times
+
+
+def one_setup_steps(
+    rank: int,
+    world: int,
+    cfg: GptConfig,
+    layers: int,
+    mode: str,
+    table: str | None,
+    row: Row,
+    warmup: int,
+    turns: list[int],
+    me: int,
+    go: list[list[Any]],
+    ready: Any,
+) -> tuple[list[float], list[int]]:
+    """One row alone in this group of processes, as a user's run holds one setup: built, warmed
+    up, then one timed step (barrier to barrier) at each turn of `turns` that is this group's
+    (`me`), waiting for its turn on its own semaphore `go[me][rank]` (idle, no gloo call while
+    the other group steps); after its step rank 0 hands the turn on to the next turn's group.
+    `ready` is released once per rank when warmed up. Each step's time and minor page faults on
+    this rank."""
+    torch.set_num_threads(1)
+    rt, mine, num = build_row(rank, cfg, layers, mode, table, row, world)
+    data_cfg = dataclasses.replace(cfg, vocab=EMULATED_VOCAB) if mode == "emulated" else cfg
+    tokens, targets = batch(data_cfg, MB * row["m"])
+    args = (tokens,) if 0 in mine else ()
+    kw: StepKw = {"target": targets if num - 1 in mine else None, "losses": []}
+    for _ in range(warmup):
+        rt.step(*args, **kw)
+    torch.distributed.barrier()
+    ready.release()
+    times: list[float] = []
+    faults: list[int] = []
+    for t, who in enumerate(turns):
+        if who != me:
+            continue
+        go[me][rank].acquire()
+        torch.distributed.barrier()
+        f0 = minor_faults()
+        t0 = time.perf_counter()
+        rt.step(*args, **kw)
+        torch.distributed.barrier()
+        times.append(time.perf_counter() - t0)
+        faults.append(minor_faults() - f0)
+        if rank == 0 and t + 1 < len(turns):
+            for sem in go[turns[t + 1]]:
+                sem.release()
+    return times, faults
+
+
+def gain_in_own_processes(
+    p: int,
+    cfg: GptConfig,
+    layers: int,
+    mode: str,
+    table: str | None,
+    best: Row,
+    tuned: Row,
+    warmup: int,
+    pairs: int,
+    steady: bool,
+) -> tuple[list[list[float]], list[list[int]], list[list[float]], list[list[int]]]:
+    """`pairs` adjacent pairs of steps of `best` and `tuned`, each row in a group of p processes
+    of its own (one setup per process, as a user runs it: no other row's tensors in its heap),
+    both groups alive at once and stepping in turn, the order alternating per pair (best, tuned,
+    tuned, best, ...): per rank, the best row's steps and faults, then the tuned row's."""
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    from tightpipe.torch.launch import process_context
+
+    ctx = process_context()
+    turns = [g for i in range(pairs) for g in ((0, 1) if i % 2 == 0 else (1, 0))]
+    go = [[ctx.Semaphore(0) for _ in range(p)] for _ in range(2)]
+    ready = ctx.Semaphore(0)
+    with ThreadPoolExecutor(2) as pool:
+        futures = [
+            pool.submit(
+                spawn,
+                p,
+                one_setup_steps,
+                cfg,
+                layers,
+                mode,
+                table,
+                {k: v for k, v in row.items()},
+                warmup,
+                turns,
+                g,
+                go,
+                ready,
+                timeout=7200,
+                pg_timeout=600,
+                steady_malloc=steady,
+            )
+            for g, row in enumerate((best, tuned))
+        ]
+        try:
+            # Both groups built and warmed up (no group warms up beside the other's steps).
+            for _ in range(2 * p):
+                while not ready.acquire(timeout=1.0):
+                    for fut in futures:
+                        if fut.done():
+                            fut.result()  # raises the group's error
+            for sem in go[turns[0]]:
+                sem.release()
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for fut in done:
+                fut.result()
+        except BaseException:
+            # The other group may wait for a turn that never comes: let it run out its turns.
+            for group in go:
+                for sem in group:
+                    for _ in range(pairs):
+                        sem.release()
+            raise
+        best_r, tuned_r = futures[0].result(), futures[1].result()
+    return (
+        [best_r[r][0] for r in range(p)],
+        [best_r[r][1] for r in range(p)],
+        [tuned_r[r][0] for r in range(p)],
+        [tuned_r[r][1] for r in range(p)],
+    )
 
 
 _CONTENTION_PROBE = """
@@ -600,6 +736,27 @@ def print_contention(p: int, when: str) -> float:
     return together / alone - 1
 
 
+def print_pairs(
+    what: str,
+    gains: list[float],
+    promised: float,
+    best_faults: list[list[int]],
+    tuned_faults: list[list[int]],
+) -> None:
+    """One line of adjacent pairs' gains: their median, range and 90% interval for the median,
+    the prediction, and each rank's median minor page faults per step of either row."""
+    iv = median_interval(gains)
+    print(
+        f"{what}: median {statistics.median(gains):.3f}x, pairs "
+        f"{min(gains):.3f}..{max(gains):.3f}x"
+        + ("" if iv is None else f", the 90% interval for the median {iv[0]:.3f}..{iv[1]:.3f}x")
+        + f"; predicted {promised:.3f}x; faults/step per rank "
+        + "/".join(f"{statistics.median(f):.0f}" for f in best_faults)
+        + " and "
+        + "/".join(f"{statistics.median(f):.0f}" for f in tuned_faults)
+    )
+
+
 def print_verdicts(
     mode: str,
     errors: list[float],
@@ -612,6 +769,7 @@ def print_verdicts(
     shared: tuple[list[float], float, float | None] | None = None,
     gain_rounds: list[float] | None = None,
     gain_adjacent: bool = False,
+    gain_what: str = "adjacent pairs",
 ) -> Verdict:
     """The run's two verdicts by the project's one rule (tightpipe.verdict), printed and
     combined. `errors`: each row's predicted over measured step, minus 1, from the costs alone;
@@ -632,8 +790,9 @@ def print_verdicts(
     (median_interval: the rounds' own spread, fewer than 5 rounds give none) or the noise reaches
     across the bar. The ranks' contention is part of the gain measured (a balanced split keeps
     both ranks computing, so it pays the most), not a reason to refuse it; it is printed. With
-    `gain_adjacent` the gains are adjacent pairs' (--gain-pairs): their interval alone is judged,
-    the fixed compute's spread between minutes moving both steps of a pair alike."""
+    `gain_adjacent` the gains are adjacent pairs' (--gain-pairs, --gain-procs; `gain_what` names
+    them): their interval alone is judged, the fixed compute's spread between minutes moving both
+    steps of a pair alike."""
     tol = ROW_TOLERANCE[mode]
     noise_txt = "unknown" if noise is None else f"{100 * noise:.1f}%"
     if shared is not None:
@@ -686,13 +845,13 @@ def print_verdicts(
             # Adjacent pairs: their own interval is their noise.
             gain_noise = reach if gain_adjacent else (None if noise is None else max(noise, reach))
             reach_txt = (
-                f"{'adjacent pairs' if gain_adjacent else 'rounds'}' 90% interval for it "
+                f"{gain_what if gain_adjacent else 'rounds'}' 90% interval for it "
                 f"{lo:.3f}..{hi:.3f}x"
             )
         gain_v = judge(0.0 if gain >= bar else float("inf"), distance, gain_noise)
         print(
             f"verdict, tuned at least {bar:.3f}x over the best even-split built-in ("
-            f"{'adjacent pairs' if gain_adjacent else 'paired'} median {gain:.3f}x, {reach_txt}; "
+            f"{gain_what if gain_adjacent else 'paired'} median {gain:.3f}x, {reach_txt}; "
             f"the machine's own noise {noise_txt}; the ranks' contention "
             f"{100 * contention:.1f}%, in the gain measured): {gain_v.value}"
             + (
@@ -743,6 +902,14 @@ def main() -> int:
         default=0,
         help="after the rounds, this many adjacent pairs of steps of the best even-split "
         "built-in and the tuned row (order alternating); the gain is then judged on them",
+    )
+    ap.add_argument(
+        "--gain-procs",
+        type=int,
+        default=0,
+        help="after the rounds (and --gain-pairs), this many adjacent pairs of steps of the "
+        "best even-split built-in and the tuned row, each in processes of its own (one setup "
+        "per process, as a user runs it), order alternating; the gain is then judged on them",
     )
     ap.add_argument("--layers-json", default="", help="use this measured table (skip step 1)")
     ap.add_argument(
@@ -1058,18 +1225,41 @@ def main() -> int:
                 best_s = slowest_rank([per_rank[r][5][1] for r in range(p)])
                 tuned_s = slowest_rank([per_rank[r][5][2] for r in range(p)])
                 adjacent = [a / b for a, b in zip(best_s, tuned_s, strict=True)]
-                iv = median_interval(adjacent)
-                print(
+                print_pairs(
                     f"tuned over {rows[k_pair]['label']} {rows[k_pair]['split_name']}, "
-                    f"{args.gain_pairs} adjacent pairs after the rounds (order alternating): "
-                    f"median {statistics.median(adjacent):.3f}x, pairs "
-                    f"{min(adjacent):.3f}..{max(adjacent):.3f}x"
-                    + (
-                        ""
-                        if iv is None
-                        else f", the 90% interval for the median {iv[0]:.3f}..{iv[1]:.3f}x"
-                    )
-                    + f"; predicted {rows[k_pair]['predicted'] / rows[k_tuned]['predicted']:.3f}x"
+                    f"{args.gain_pairs} adjacent pairs after the rounds (order alternating)",
+                    adjacent,
+                    rows[k_pair]["predicted"] / rows[k_tuned]["predicted"],
+                    [per_rank[r][5][3] for r in range(p)],
+                    [per_rank[r][5][4] for r in range(p)],
+                )
+            # The same pairs with each row in processes of its own (--gain-procs): no other
+            # row's tensors in a rank's heap, as in a user's run of one setup.
+            own: list[float] = []
+            if args.gain_procs:
+                best_t, best_f, tuned_t, tuned_f = gain_in_own_processes(
+                    p,
+                    cfg,
+                    layers,
+                    args.mode,
+                    bench_table,
+                    rows[k_even],
+                    rows[k_tuned],
+                    args.warmup,
+                    args.gain_procs,
+                    args.malloc == "steady",
+                )
+                own = [
+                    a / b for a, b in zip(slowest_rank(best_t), slowest_rank(tuned_t), strict=True)
+                ]
+                print_pairs(
+                    f"tuned over {rows[k_even]['label']} {rows[k_even]['split_name']}, "
+                    f"{args.gain_procs} adjacent pairs, each row in processes of its own (order "
+                    "alternating)",
+                    own,
+                    promised,
+                    best_f,
+                    tuned_f,
                 )
             runs_raw.append(
                 {
@@ -1086,6 +1276,7 @@ def main() -> int:
                     ],
                     "gain_rounds": pairs,
                     "gain_adjacent_pairs": adjacent,
+                    "gain_own_processes": own,
                     "gain_predicted": promised,
                     "noise_medians_s": list(noise_medians),
                     "contention": list(contention),
@@ -1164,7 +1355,7 @@ def main() -> int:
             # The gain judged: on the adjacent pairs where run (their own interval is their
             # noise: the drift between minutes, which the fixed compute's spread measures, moves
             # both steps of a pair alike), else on the rounds.
-            gain = statistics.median(adjacent or pairs)
+            gain = statistics.median(own or adjacent or pairs)
             # Judged on the in-run predictions (the costs of the same minute), where measured.
             in_run_all = all(e is not None for e in paired)
             judged = [e for e in paired if e is not None] if in_run_all else errors
@@ -1183,8 +1374,9 @@ def main() -> int:
                     shared=(shared_errors, slow, spread([1 + c for c in contention[-2:]]))
                     if shared_errors
                     else None,
-                    gain_rounds=adjacent or pairs,
-                    gain_adjacent=bool(adjacent),
+                    gain_rounds=own or adjacent or pairs,
+                    gain_adjacent=bool(own or adjacent),
+                    gain_what="own processes' pairs" if own else "adjacent pairs",
                 ),
             )
     return 0 if args.smoke or args.mode == "emulated" else exit_code(verdict)

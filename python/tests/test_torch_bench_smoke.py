@@ -36,7 +36,9 @@ def test_tune_bench_smoke(tmp_path):
     ScheduleInterleaved1F1B on the even split and the tuned row, each with a measured step and
     the simulator's prediction beside it, in both modes; with real compute also the prediction
     from the modules timed again during the run (emulated: none, printed "-"). --keep keeps the
-    run's files and its raw figures (raw.json), and refuses a folder that holds something."""
+    run's files and its raw figures (raw.json), and refuses a folder that holds something;
+    --gain-pairs and --gain-procs time adjacent pairs of the best even-split row and the tuned
+    one, in the rows' processes and in processes of their own."""
     for mode in ("real", "emulated"):
         keep = tmp_path / mode
         proc = subprocess.run(
@@ -49,6 +51,8 @@ def test_tune_bench_smoke(tmp_path):
                 "--keep",
                 str(keep),
                 "--gain-pairs",
+                "2",
+                "--gain-procs",
                 "2",
             ],
             capture_output=True,
@@ -69,6 +73,16 @@ def test_tune_bench_smoke(tmp_path):
         assert re.search(r"^tuned over PyTorch \S+ even, 2 adjacent pairs", proc.stdout, re.M), (
             proc.stdout
         )
+        # --gain-procs 2: the same two rows each in processes of its own, stepping in turn;
+        # every pair line names each rank's page faults per step of either row.
+        assert len(run["gain_own_processes"]) == 2 and min(run["gain_own_processes"]) > 0, run
+        own = re.search(
+            r"^tuned over PyTorch \S+ even, 2 adjacent pairs, each row in processes of its own "
+            r".*faults/step per rank \d+/\d+ and \d+/\d+$",
+            proc.stdout,
+            re.M,
+        )
+        assert own, proc.stdout
         again = subprocess.run(
             [sys.executable, os.path.join(REPO, "bench", "torch", "tune_bench.py"), "--smoke"]
             + ["--keep", str(keep)],
