@@ -44,10 +44,13 @@ or the rounds' 90% interval for the median reaches across 1.25x (median_interval
 status is 0, 1 or 3 for PASS, FAIL or COULD NOT JUDGE over every run. --gain-pairs N adds,
 after the rounds, N adjacent pairs of steps of the best even-split built-in and the tuned row
 (order alternating), and the gain is judged on them, against their own 90% interval alone (the
-drift between minutes moves both steps of a pair alike). --gain-procs N takes N such pairs with
-each of the two rows in processes of its own, as a user runs one setup (both groups alive, one
-stepping while the other waits on a semaphore), and the gain is then judged on those; every pair
-line prints each rank's page faults per step of either row. --keep DIR keeps the run's files and
+drift between minutes moves both steps of a pair alike). --gain-procs N takes N steps of the
+tuned row and of the --gain-rivals (2) even-split built-ins with the smallest medians in the
+rounds, each row in processes of its own, as a user runs one setup (every group alive, one
+stepping while the others wait on a semaphore; the order rotated), and the gain is then judged
+over the fastest of those built-ins there (in a noisy run the rounds' order of built-ins within
+a few % of each other can be the noise's); every pair line prints each rank's page faults per
+step of either row. --keep DIR keeps the run's files and
 raw.json (every row's step and predictions per round) to judge it again.
 
     PYTHONPATH=python:python/tests $(./scripts/setup-python.sh --print-venv)/bin/python \\
@@ -442,25 +445,28 @@ def gain_in_own_processes(
     layers: int,
     mode: str,
     table: str | None,
-    best: Row,
-    tuned: Row,
+    setups: list[Row],
     warmup: int,
-    pairs: int,
+    cycles: int,
     steady: bool,
-) -> tuple[list[list[float]], list[list[int]], list[list[float]], list[list[int]]]:
-    """`pairs` adjacent pairs of steps of `best` and `tuned`, each row in a group of p processes
+) -> list[tuple[list[list[float]], list[list[int]]]]:
+    """`cycles` cycles of one step of every row of `setups`, each row in a group of p processes
     of its own (one setup per process, as a user runs it: no other row's tensors in its heap),
-    both groups alive at once and stepping in turn, the order alternating per pair (best, tuned,
-    tuned, best, ...): per rank, the best row's steps and faults, then the tuned row's."""
+    every group alive at once and stepping in turn, the order rotated per cycle (with two rows:
+    a, b, b, a, ...), so each row's step of a cycle is seconds from every other's. Per row: each
+    rank's steps and minor page faults per step."""
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     from tightpipe.torch.launch import process_context
 
     ctx = process_context()
-    turns = [g for i in range(pairs) for g in ((0, 1) if i % 2 == 0 else (1, 0))]
-    go = [[ctx.Semaphore(0) for _ in range(p)] for _ in range(2)]
+    n = len(setups)
+    turns = [(g + c) % n for c in range(cycles) for g in range(n)]
+    if n == 2:  # alternate: a b, b a, a b, ... (each pair's order flips)
+        turns = [g for c in range(cycles) for g in ((0, 1) if c % 2 == 0 else (1, 0))]
+    go = [[ctx.Semaphore(0) for _ in range(p)] for _ in range(n)]
     ready = ctx.Semaphore(0)
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(n) as pool:
         futures = [
             pool.submit(
                 spawn,
@@ -480,11 +486,11 @@ def gain_in_own_processes(
                 pg_timeout=600,
                 steady_malloc=steady,
             )
-            for g, row in enumerate((best, tuned))
+            for g, row in enumerate(setups)
         ]
         try:
-            # Both groups built and warmed up (no group warms up beside the other's steps).
-            for _ in range(2 * p):
+            # Every group built and warmed up (no group warms up beside another's steps).
+            for _ in range(n * p):
                 while not ready.acquire(timeout=1.0):
                     for fut in futures:
                         if fut.done():
@@ -495,19 +501,14 @@ def gain_in_own_processes(
             for fut in done:
                 fut.result()
         except BaseException:
-            # The other group may wait for a turn that never comes: let it run out its turns.
+            # The other groups may wait for a turn that never comes: let them run out their turns.
             for group in go:
                 for sem in group:
-                    for _ in range(pairs):
+                    for _ in range(cycles):
                         sem.release()
             raise
-        best_r, tuned_r = futures[0].result(), futures[1].result()
-    return (
-        [best_r[r][0] for r in range(p)],
-        [best_r[r][1] for r in range(p)],
-        [tuned_r[r][0] for r in range(p)],
-        [tuned_r[r][1] for r in range(p)],
-    )
+        results = [fut.result() for fut in futures]
+    return [([res[r][0] for r in range(p)], [res[r][1] for r in range(p)]) for res in results]
 
 
 _CONTENTION_PROBE = """
@@ -523,8 +524,10 @@ while time.perf_counter() - t < float(sys.argv[1]):
     n += 20
 print((time.perf_counter() - t) / n)
 """
-# Alone / together pairs per contention measurement, and seconds each side of a pair runs.
-CONTENTION_PAIRS = 3
+# Alone / together pairs per contention measurement, and seconds each side of a pair runs (5
+# pairs since 2026-12-08: with 3, one pair disturbed by the host, as 0.84x in W's, moved the
+# median as far as the effect it measures).
+CONTENTION_PAIRS = 5
 CONTENTION_SECONDS = 2.0
 
 
@@ -759,118 +762,81 @@ def print_pairs(
 
 def print_verdicts(
     mode: str,
-    errors: list[float],
     gain: float,
     promised: float,
     noise: float | None,
-    basis: str = "",
-    contention: float = 0.0,
+    basis: str,
+    contention: float,
     *,
-    shared: tuple[list[float], float, float | None] | None = None,
-    gain_rounds: list[float] | None = None,
+    shared: tuple[list[float], float, float | None],
+    gain_rounds: list[float],
     gain_adjacent: bool = False,
     gain_what: str = "adjacent pairs",
 ) -> Verdict:
     """The run's two verdicts by the project's one rule (tightpipe.verdict), printed and
-    combined. `errors`: each row's predicted over measured step, minus 1, from the costs alone;
-    `noise`: the fixed compute's medians' spread, before the rows and after each run;
+    combined. `noise`: the fixed compute's medians' spread, before the rows and after each run;
     `contention`: the largest slowdown of p one-thread processes computing at once over one
-    alone, measured before the rows and after each run.
+    alone, measured before the rows and after each run (printed beside the gain).
 
-    The rows. With `shared` (each row's error with that contention in the simulation, tune
-    --core-slowdown; the slowdown used; the spread of the contention figures around the run)
-    the rows are judged on those errors, against the larger of the noise and the contention's
-    own spread: the simulation carries the ranks slowing each other, and what it cannot know is
-    how much that figure moved. Without it, the costs alone are judged, and COULD NOT JUDGE
-    where the contention is above the tolerance (a row's step then depends on how much of it its
-    ranks compute at the same time, which costs measured alone do not hold).
+    The rows are judged on `shared`: each row's error (predicted over measured step, minus 1)
+    with the ranks' contention in the simulation (tune --core-slowdown), the slowdown used, and
+    the spread of the contention figures around the run. They are judged against the larger of
+    the noise and that spread: the simulation carries the ranks slowing each other, and what it
+    cannot know is how much that figure moved.
 
-    The gain. With `gain_rounds` (the tuned row's gain in each round) it is judged on its median
-    against the bar, COULD NOT JUDGE where the rounds' 90% interval for that median
-    (median_interval: the rounds' own spread, fewer than 5 rounds give none) or the noise reaches
-    across the bar. The ranks' contention is part of the gain measured (a balanced split keeps
-    both ranks computing, so it pays the most), not a reason to refuse it; it is printed. With
-    `gain_adjacent` the gains are adjacent pairs' (--gain-pairs, --gain-procs; `gain_what` names
-    them): their interval alone is judged, the fixed compute's spread between minutes moving both
-    steps of a pair alike."""
+    The gain is judged on its median against the bar, COULD NOT JUDGE where the 90% interval
+    for that median from `gain_rounds` (the tuned row's gain in each round; median_interval,
+    fewer than 5 give none) or the noise reaches across the bar. The ranks' contention is part
+    of the gain measured (a balanced split keeps both ranks computing, so it pays the most), not
+    a reason to refuse it. With `gain_adjacent` the gains are adjacent pairs' (--gain-pairs,
+    --gain-procs; `gain_what` names them): their interval alone is judged, the fixed compute's
+    spread between minutes moving both steps of a pair alike."""
     tol = ROW_TOLERANCE[mode]
     noise_txt = "unknown" if noise is None else f"{100 * noise:.1f}%"
-    if shared is not None:
-        judged_errors, slow, c_noise = shared
-        judged_noise = None if noise is None or c_noise is None else max(noise, c_noise)
-        what = f" with the ranks' contention in the simulation (--core-slowdown {slow:.3f})" + basis
-        about = (
-            f"the machine's own noise {noise_txt}, the contention's own spread around the run "
-            + ("unknown" if c_noise is None else f"{100 * c_noise:.1f}%")
-        )
-        why = could_not_judge_reason(
-            judged_noise, tol, "a quieter machine (--noise-only says), more repeats"
-        )
-    else:
-        judged_errors = errors
-        # What a verdict is judged against: the larger of the two.
-        judged_noise = None if noise is None else max(noise, contention)
-        what = basis
-        about = (
-            f"the machine's own noise {noise_txt}, the ranks' contention {100 * contention:.1f}%"
-        )
-        if noise is not None and contention > max(noise, tol):
-            why = (
-                f"ranks computing at once ran up to {100 * contention:.1f}% slower each than one "
-                f"alone, above the tolerance {100 * tol:.1f}%, and the costs are measured alone; "
-                "hint: a machine whose cores do not slow each other (the contention lines above)"
-            )
-        else:
-            why = could_not_judge_reason(noise, tol, "a quieter machine (--noise-only says)")
+    judged_errors, slow, c_noise = shared
+    judged_noise = None if noise is None or c_noise is None else max(noise, c_noise)
+    about = f"the machine's own noise {noise_txt}, the contention's own spread around the run " + (
+        "unknown" if c_noise is None else f"{100 * c_noise:.1f}%"
+    )
+    why = could_not_judge_reason(
+        judged_noise, tol, "a quieter machine (--noise-only says), more repeats"
+    )
     worst = max(judged_errors, key=abs)
     rows_v = Verdict.PASS
     for err in judged_errors:
         rows_v = combine(rows_v, judge(err, tol, judged_noise))
     print(
-        f"verdict, every row predicted within {100 * tol:.0f}%{what} (worst {100 * worst:+.1f}%; "
-        f"{about}): {rows_v.value}" + (f" ({why})" if why else "")
+        f"verdict, every row predicted within {100 * tol:.0f}% with the ranks' contention in the "
+        f"simulation (--core-slowdown {slow:.3f}){basis} (worst {100 * worst:+.1f}%; {about}): "
+        f"{rows_v.value}" + (f" ({why})" if why else "")
     )
     bar = REAL_GAIN if mode == "real" else promised * (1 - 0.03)
-    # The gain against its bar: judged only where the noise is below its distance to the bar.
+    # The gain against its bar: judged only where its interval and the noise stay on one side.
     distance = max(gain, bar) / min(gain, bar) - 1
-    if gain_rounds is not None:
-        interval = median_interval(gain_rounds)
-        gain_noise: float | None
-        if interval is None:
-            gain_noise = None
-            reach_txt = f"{len(gain_rounds)} give no 90% interval for the median (5 do)"
-        else:
-            lo, hi = interval
-            reach = gain / lo - 1 if gain >= bar else hi / gain - 1
-            # Adjacent pairs: their own interval is their noise.
-            gain_noise = reach if gain_adjacent else (None if noise is None else max(noise, reach))
-            reach_txt = (
-                f"{gain_what if gain_adjacent else 'rounds'}' 90% interval for it "
-                f"{lo:.3f}..{hi:.3f}x"
-            )
-        gain_v = judge(0.0 if gain >= bar else float("inf"), distance, gain_noise)
-        print(
-            f"verdict, tuned at least {bar:.3f}x over the best even-split built-in ("
-            f"{gain_what if gain_adjacent else 'paired'} median {gain:.3f}x, {reach_txt}; "
-            f"the machine's own noise {noise_txt}; the ranks' contention "
-            f"{100 * contention:.1f}%, in the gain measured): {gain_v.value}"
-            + (
-                ""
-                if gain_v is not Verdict.COULD_NOT_JUDGE
-                else " (the interval or the noise reaches across the bar; hint: more rounds, a "
-                "quieter machine)"
-            )
+    interval = median_interval(gain_rounds)
+    gain_noise: float | None
+    if interval is None:
+        gain_noise = None
+        reach_txt = f"{len(gain_rounds)} give no 90% interval for the median (5 do)"
+    else:
+        lo, hi = interval
+        reach = gain / lo - 1 if gain >= bar else hi / gain - 1
+        # Adjacent pairs: their own interval is their noise.
+        gain_noise = reach if gain_adjacent else (None if noise is None else max(noise, reach))
+        reach_txt = (
+            f"{gain_what if gain_adjacent else 'rounds'}' 90% interval for it {lo:.3f}..{hi:.3f}x"
         )
-        return combine(rows_v, gain_v)
-    gain_v = judge(0.0 if gain >= bar else float("inf"), distance, judged_noise)
+    gain_v = judge(0.0 if gain >= bar else float("inf"), distance, gain_noise)
     print(
-        f"verdict, tuned at least {bar:.3f}x over the best even-split built-in (paired median "
-        f"{gain:.3f}x): {gain_v.value}"
+        f"verdict, tuned at least {bar:.3f}x over the best even-split built-in ("
+        f"{gain_what if gain_adjacent else 'paired'} median {gain:.3f}x, {reach_txt}; "
+        f"the machine's own noise {noise_txt}; the ranks' contention "
+        f"{100 * contention:.1f}%, in the gain measured): {gain_v.value}"
         + (
             ""
             if gain_v is not Verdict.COULD_NOT_JUDGE
-            else f" ({about}: the larger is not below the gain's distance to the bar, "
-            f"{100 * distance:.1f}%)"
+            else " (the interval or the noise reaches across the bar; hint: more rounds, a "
+            "quieter machine)"
         )
     )
     return combine(rows_v, gain_v)
@@ -907,9 +873,17 @@ def main() -> int:
         "--gain-procs",
         type=int,
         default=0,
-        help="after the rounds (and --gain-pairs), this many adjacent pairs of steps of the "
-        "best even-split built-in and the tuned row, each in processes of its own (one setup "
-        "per process, as a user runs it), order alternating; the gain is then judged on them",
+        help="after the rounds (and --gain-pairs), this many steps of the tuned row and of each "
+        "--gain-rivals even-split built-in, each row in processes of its own (one setup per "
+        "process, as a user runs it), in turn, the order rotated; the gain is then judged over "
+        "the fastest built-in there",
+    )
+    ap.add_argument(
+        "--gain-rivals",
+        type=int,
+        default=2,
+        help="--gain-procs times this many even-split built-ins (the smallest medians in the "
+        "rounds) beside the tuned row, and takes the gain over the fastest of them there",
     )
     ap.add_argument("--layers-json", default="", help="use this measured table (skip step 1)")
     ap.add_argument(
@@ -948,6 +922,16 @@ def main() -> int:
         "processes and print its spread (the least noise a real row can have)",
     )
     args = ap.parse_args()
+    for flag, value, least in (
+        ("--rounds", args.rounds, 1),
+        ("--repeat", args.repeat, 1),
+        ("--warmup", args.warmup, 0),
+        ("--gain-pairs", args.gain_pairs, 0),
+        ("--gain-procs", args.gain_procs, 0),
+        ("--gain-rivals", args.gain_rivals, 1),
+    ):
+        if value < least:
+            ap.error(f"{flag} {value}: must be at least {least}")
     only = {c for c in args.rows.split(",") if c}
     unknown = only - {b[0] for b in BUILTINS}
     if unknown:
@@ -1236,30 +1220,45 @@ def main() -> int:
             # The same pairs with each row in processes of its own (--gain-procs): no other
             # row's tensors in a rank's heap, as in a user's run of one setup.
             own: list[float] = []
+            own_by: dict[str, list[float]] = {}
             if args.gain_procs:
-                best_t, best_f, tuned_t, tuned_f = gain_in_own_processes(
+                # The tuned row and the --gain-rivals even-split built-ins with the smallest
+                # medians in the rounds (their order there can be the noise's), each in
+                # processes of its own; the gain is taken over the one that runs fastest here.
+                rivals = sorted(
+                    (k for k, r in enumerate(rows) if r["split_name"] == "even"),
+                    key=medians.__getitem__,
+                )[: args.gain_rivals]
+                got = gain_in_own_processes(
                     p,
                     cfg,
                     layers,
                     args.mode,
                     bench_table,
-                    rows[k_even],
-                    rows[k_tuned],
+                    [rows[k_tuned]] + [rows[k] for k in rivals],
                     args.warmup,
                     args.gain_procs,
                     args.malloc == "steady",
                 )
-                own = [
-                    a / b for a, b in zip(slowest_rank(best_t), slowest_rank(tuned_t), strict=True)
-                ]
-                print_pairs(
-                    f"tuned over {rows[k_even]['label']} {rows[k_even]['split_name']}, "
-                    f"{args.gain_procs} adjacent pairs, each row in processes of its own (order "
-                    "alternating)",
-                    own,
-                    promised,
-                    best_f,
-                    tuned_f,
+                tuned_t, tuned_f = got[0]
+                tuned_steps = slowest_rank(tuned_t)
+                for k, (rival_t, rival_f) in zip(rivals, got[1:], strict=True):
+                    gains = [a / b for a, b in zip(slowest_rank(rival_t), tuned_steps, strict=True)]
+                    own_by[rows[k]["label"]] = gains
+                    print_pairs(
+                        f"tuned over {rows[k]['label']} {rows[k]['split_name']}, "
+                        f"{args.gain_procs} adjacent pairs, each row in processes of its own "
+                        f"({len(rivals) + 1} rows in turn, the order rotated)",
+                        gains,
+                        rows[k]["predicted"] / rows[k_tuned]["predicted"],
+                        rival_f,
+                        tuned_f,
+                    )
+                    if not own or statistics.median(gains) < statistics.median(own):
+                        own, k_own = gains, k
+                print(
+                    f"the fastest of them in processes of their own: {rows[k_own]['label']} "
+                    f"{rows[k_own]['split_name']} (the gain is judged over it)"
                 )
             runs_raw.append(
                 {
@@ -1277,6 +1276,7 @@ def main() -> int:
                     "gain_rounds": pairs,
                     "gain_adjacent_pairs": adjacent,
                     "gain_own_processes": own,
+                    "gain_own_processes_by_rival": own_by,
                     "gain_predicted": promised,
                     "noise_medians_s": list(noise_medians),
                     "contention": list(contention),
@@ -1311,69 +1311,63 @@ def main() -> int:
             noise_medians += print_compute_noise(20, 1)
             contention.append(print_contention(p, f"after run {rep + 1}"))
             shared_errors: list[float] = []
-            slow = 1.0
-            if all(in_run):
-                # The same paired predictions with the cores' contention in the simulation
-                # (the mean of the two figures around this run), beside those from the
-                # costs alone: how much of each row's miss the ranks slowing each other explain.
-                slow = 1 + (contention[-2] + contention[-1]) / 2
+            # Real mode times the modules after every round: each row has its in-run predictions.
+            assert all(in_run) and all(e is not None for e in paired)
+            # The same paired predictions with the cores' contention in the simulation
+            # (the mean of the two figures around this run), beside those from the
+            # costs alone: how much of each row's miss the ranks slowing each other explain.
+            slow = 1 + (contention[-2] + contention[-1]) / 2
+            print(
+                f"paired err with the ranks' cores shared (tune --core-slowdown {slow:.3f}, "
+                "the contention around this run), beside the costs alone:"
+            )
+            shared: list[list[float]] = []
+            for k, row in enumerate(rows):
+                shared.append(
+                    [predicted(t, p, m, row, tmp, host_us, slow)[0] for t in round_tables]
+                )
+                err_shared = statistics.median(
+                    q / t - 1 for q, t in zip(shared[k], row["steps"], strict=True)
+                )
+                shared_errors.append(err_shared)
                 print(
-                    f"paired err with the ranks' cores shared (tune --core-slowdown {slow:.3f}, "
-                    "the contention around this run), beside the costs alone:"
+                    f"  {row['label']:<40} {row['split_name']:<6} "
+                    f"shared {100 * err_shared:+6.1f}%  alone {100 * (paired[k] or 0):+6.1f}%"
                 )
-                shared: list[list[float]] = []
-                for k, row in enumerate(rows):
-                    shared.append(
-                        [predicted(t, p, m, row, tmp, host_us, slow)[0] for t in round_tables]
-                    )
-                    err_shared = statistics.median(
-                        q / t - 1 for q, t in zip(shared[k], row["steps"], strict=True)
-                    )
-                    shared_errors.append(err_shared)
-                    print(
-                        f"  {row['label']:<40} {row['split_name']:<6} "
-                        f"shared {100 * err_shared:+6.1f}%  alone {100 * (paired[k] or 0):+6.1f}%"
-                    )
-                promised_shared = statistics.median(
-                    a / b for a, b in zip(shared[k_even], shared[k_tuned], strict=True)
-                )
-                promised_alone = statistics.median(
-                    a / b for a, b in zip(in_run[k_even], in_run[k_tuned], strict=True)
-                )
-                print(
-                    f"  the gain predicted, paired: {promised_shared:.3f}x with the cores shared, "
-                    f"{promised_alone:.3f}x from the costs alone; measured "
-                    f"{statistics.median(pairs):.3f}x"
-                )
+            promised_shared = statistics.median(
+                a / b for a, b in zip(shared[k_even], shared[k_tuned], strict=True)
+            )
+            promised_alone = statistics.median(
+                a / b for a, b in zip(in_run[k_even], in_run[k_tuned], strict=True)
+            )
+            print(
+                f"  the gain predicted, paired: {promised_shared:.3f}x with the cores shared, "
+                f"{promised_alone:.3f}x from the costs alone; measured "
+                f"{statistics.median(pairs):.3f}x"
+            )
             runs_raw[-1]["noise_medians_s"] = list(noise_medians)
             runs_raw[-1]["contention"] = list(contention)
-            if shared_errors:
-                runs_raw[-1]["core_slowdown"] = slow
-                for k, r_raw in enumerate(runs_raw[-1]["rows"]):
-                    r_raw["shared_predicted_s"] = shared[k]
+            runs_raw[-1]["core_slowdown"] = slow
+            for k, r_raw in enumerate(runs_raw[-1]["rows"]):
+                r_raw["shared_predicted_s"] = shared[k]
             keep_raw()
             # The gain judged: on the adjacent pairs where run (their own interval is their
             # noise: the drift between minutes, which the fixed compute's spread measures, moves
             # both steps of a pair alike), else on the rounds.
             gain = statistics.median(own or adjacent or pairs)
-            # Judged on the in-run predictions (the costs of the same minute), where measured.
-            in_run_all = all(e is not None for e in paired)
-            judged = [e for e in paired if e is not None] if in_run_all else errors
+            # The rows judged on the in-run predictions (the costs of the same minute).
             verdict = combine(
                 verdict,
                 print_verdicts(
                     args.mode,
-                    judged,
                     gain,
                     promised,
                     spread(noise_medians),
-                    " (in-run costs, paired round by round)" if in_run_all else "",
+                    " (in-run costs, paired round by round)",
                     max(contention),
                     # The contention figures before and after this run: their spread is how
                     # much the slowdown in the simulation could have moved under it.
-                    shared=(shared_errors, slow, spread([1 + c for c in contention[-2:]]))
-                    if shared_errors
-                    else None,
+                    shared=(shared_errors, slow, spread([1 + c for c in contention[-2:]])),
                     gain_rounds=own or adjacent or pairs,
                     gain_adjacent=bool(own or adjacent),
                     gain_what="own processes' pairs" if own else "adjacent pairs",
