@@ -233,6 +233,20 @@ def build_row(
     return rt, mine, num
 
 
+def warmed_up(
+    rt: Any, cfg: GptConfig, mode: str, row: Row, mine: list[int], num: int, warmup: int
+) -> tuple[tuple[torch.Tensor, ...], StepKw]:
+    """Each step's arguments for this rank's stages `mine` of `num` (the tokens where it holds
+    the first, the targets where it holds the last), after `warmup` steps of `rt` with them."""
+    data_cfg = dataclasses.replace(cfg, vocab=EMULATED_VOCAB) if mode == "emulated" else cfg
+    tokens, targets = batch(data_cfg, MB * row["m"])
+    args = (tokens,) if 0 in mine else ()
+    kw: StepKw = {"target": targets if num - 1 in mine else None, "losses": []}
+    for _ in range(warmup):
+        rt.step(*args, **kw)
+    return args, kw
+
+
 def measure_table(rank: int, world: int, cfg: GptConfig, layers: int, reps: int, out: str) -> None:
     """measure_layers of the model's modules on one microbatch, one thread, written to `out`."""
     torch.set_num_threads(1)
@@ -327,13 +341,7 @@ def bench_rows(
                 ("backward_weight_one_chunk", "w"),
             ):
                 setattr(st, name, timed(getattr(st, name), kind))
-        data_cfg = dataclasses.replace(cfg, vocab=EMULATED_VOCAB) if mode == "emulated" else cfg
-        tokens, targets = batch(data_cfg, MB * row["m"])
-        args = (tokens,) if 0 in mine else ()
-        kw: StepKw = {"target": targets if num - 1 in mine else None, "losses": []}
-        for _ in range(warmup):
-            rt.step(*args, **kw)
-        runs.append((rt, args, kw))
+        runs.append((rt, *warmed_up(rt, cfg, mode, row, mine, num, warmup)))
     times: list[list[float]] = [[] for _ in rows]
     faults: list[list[int]] = [[] for _ in rows]
     busy: list[list[dict[str, float]]] = [[] for _ in rows]
@@ -412,12 +420,7 @@ def one_setup_steps(
     this rank."""
     torch.set_num_threads(1)
     rt, mine, num = build_row(rank, cfg, layers, mode, table, row, world)
-    data_cfg = dataclasses.replace(cfg, vocab=EMULATED_VOCAB) if mode == "emulated" else cfg
-    tokens, targets = batch(data_cfg, MB * row["m"])
-    args = (tokens,) if 0 in mine else ()
-    kw: StepKw = {"target": targets if num - 1 in mine else None, "losses": []}
-    for _ in range(warmup):
-        rt.step(*args, **kw)
+    args, kw = warmed_up(rt, cfg, mode, row, mine, num, warmup)
     torch.distributed.barrier()
     ready.release()
     times: list[float] = []
@@ -737,6 +740,14 @@ def print_contention(p: int, when: str) -> float:
         + "x; the costs are measured alone)"
     )
     return together / alone - 1
+
+
+def core_slowdown(contention: list[float]) -> float:
+    """The simulation's --core-slowdown from the contention figures around a run (each p
+    processes at once over one alone, minus 1): their mean, and 1 where that falls below it (two
+    cores do not speed each other up: a figure under 0 is the probe's own noise, as 0.99x before
+    and after Z's rows, which tune would refuse)."""
+    return max(1.0, 1 + statistics.mean(contention))
 
 
 def print_pairs(
@@ -1316,7 +1327,7 @@ def main() -> int:
             # The same paired predictions with the cores' contention in the simulation
             # (the mean of the two figures around this run), beside those from the
             # costs alone: how much of each row's miss the ranks slowing each other explain.
-            slow = 1 + (contention[-2] + contention[-1]) / 2
+            slow = core_slowdown(contention[-2:])
             print(
                 f"paired err with the ranks' cores shared (tune --core-slowdown {slow:.3f}, "
                 "the contention around this run), beside the costs alone:"

@@ -273,3 +273,12 @@ def test_tune_bench_judges_the_rows_with_the_contention_simulated_and_the_gain_o
         )
         gain_line = capsys.readouterr().out.strip().splitlines()[1]
         assert f"measured): {want.value}" in gain_line, (rounds, gain_line)
+
+
+def test_tune_bench_core_slowdown_is_the_contention_mean_and_never_below_one():
+    """The slowdown simulated is the mean of the contention figures around the run; a mean below
+    0 (the probe's noise: 0.99x before and after a run) is taken as none, never a factor under 1
+    that tune refuses (it ended a 25-minute run before its verdicts once)."""
+    tb = _tune_bench()
+    assert abs(tb.core_slowdown([0.02, 0.06]) - 1.04) < 1e-12
+    assert tb.core_slowdown([-0.01, -0.013]) == 1.0
