@@ -274,12 +274,34 @@ def slowest_rank(per_rank: list[list[float]]) -> list[float]:
     return [max(ts) for ts in zip(*per_rank, strict=True)]
 
 
+def even_rows_by_median(rows: list[Row], medians: list[float]) -> list[int]:
+    """The even-split built-ins, the smallest median step first."""
+    return sorted(
+        (k for k, r in enumerate(rows) if r["split_name"] == "even"), key=medians.__getitem__
+    )
+
+
 def best_even_row(rows: list[Row], medians: list[float]) -> int:
     """The best even-split built-in the gain is taken over: the even-split row with the
     smallest median step."""
-    return min(
-        (k for k, r in enumerate(rows) if r["split_name"] == "even"), key=medians.__getitem__
-    )
+    return even_rows_by_median(rows, medians)[0]
+
+
+def rotation(n: int, c: int) -> list[int]:
+    """The order of n setups in cycle c: rotated by one each cycle, so that no setup always
+    follows the same one (with two: a b, b a, a b, ...)."""
+    return [(g + c) % n for g in range(n)]
+
+
+def timed_step(rt: Any, args: tuple[torch.Tensor, ...], kw: StepKw) -> tuple[float, int]:
+    """One step of `rt` as the bench times it: barrier to barrier, in seconds, and the minor
+    page faults this rank took in it."""
+    torch.distributed.barrier()
+    f0 = minor_faults()
+    t0 = time.perf_counter()
+    rt.step(*args, **kw)
+    torch.distributed.barrier()
+    return time.perf_counter() - t0, minor_faults() - f0
 
 
 def bench_rows(
@@ -346,17 +368,11 @@ def bench_rows(
     faults: list[list[int]] = [[] for _ in rows]
     busy: list[list[dict[str, float]]] = [[] for _ in rows]
     for r in range(rounds):
-        for j in range(len(runs)):
-            k = (j + r) % len(runs)
-            rt, args, kw = runs[k]
-            torch.distributed.barrier()
-            f0 = minor_faults()
+        for k in rotation(len(runs), r):
             b0 = dict(inside)
-            t0 = time.perf_counter()
-            rt.step(*args, **kw)
-            torch.distributed.barrier()
-            times[k].append(time.perf_counter() - t0)
-            faults[k].append(minor_faults() - f0)
+            dt, df = timed_step(*runs[k])
+            times[k].append(dt)
+            faults[k].append(df)
             busy[k].append({kind: inside[kind] - b0[kind] for kind in KINDS})
         if probe_model is not None:
             tables.append(
@@ -379,15 +395,10 @@ def bench_rows(
         steps_of: dict[int, list[float]] = {k_best: [], k_tuned: []}
         faults_of: dict[int, list[int]] = {k_best: [], k_tuned: []}
         for i in range(gain_pairs):
-            for k in (k_best, k_tuned) if i % 2 == 0 else (k_tuned, k_best):
-                rt, args, kw = runs[k]
-                torch.distributed.barrier()
-                f0 = minor_faults()
-                t0 = time.perf_counter()
-                rt.step(*args, **kw)
-                torch.distributed.barrier()
-                steps_of[k].append(time.perf_counter() - t0)
-                faults_of[k].append(minor_faults() - f0)
+            for k in ((k_best, k_tuned)[g] for g in rotation(2, i)):
+                dt, df = timed_step(*runs[k])
+                steps_of[k].append(dt)
+                faults_of[k].append(df)
         pair_times = (
             k_best,
             steps_of[k_best],
@@ -429,13 +440,9 @@ def one_setup_steps(
         if who != me:
             continue
         go[me][rank].acquire()
-        torch.distributed.barrier()
-        f0 = minor_faults()
-        t0 = time.perf_counter()
-        rt.step(*args, **kw)
-        torch.distributed.barrier()
-        times.append(time.perf_counter() - t0)
-        faults.append(minor_faults() - f0)
+        dt, df = timed_step(rt, args, kw)
+        times.append(dt)
+        faults.append(df)
         if rank == 0 and t + 1 < len(turns):
             for sem in go[turns[t + 1]]:
                 sem.release()
@@ -464,9 +471,7 @@ def gain_in_own_processes(
 
     ctx = process_context()
     n = len(setups)
-    turns = [(g + c) % n for c in range(cycles) for g in range(n)]
-    if n == 2:  # alternate: a b, b a, a b, ... (each pair's order flips)
-        turns = [g for c in range(cycles) for g in ((0, 1) if c % 2 == 0 else (1, 0))]
+    turns = [g for c in range(cycles) for g in rotation(n, c)]
     go = [[ctx.Semaphore(0) for _ in range(p)] for _ in range(n)]
     ready = ctx.Semaphore(0)
     with ThreadPoolExecutor(n) as pool:
@@ -1236,10 +1241,7 @@ def main() -> int:
                 # The tuned row and the --gain-rivals even-split built-ins with the smallest
                 # medians in the rounds (their order there can be the noise's), each in
                 # processes of its own; the gain is taken over the one that runs fastest here.
-                rivals = sorted(
-                    (k for k, r in enumerate(rows) if r["split_name"] == "even"),
-                    key=medians.__getitem__,
-                )[: args.gain_rivals]
+                rivals = even_rows_by_median(rows, medians)[: args.gain_rivals]
                 got = gain_in_own_processes(
                     p,
                     cfg,
