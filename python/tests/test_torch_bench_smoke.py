@@ -150,6 +150,26 @@ def test_tune_bench_refuses_an_unknown_row_before_any_work():
     assert proc.stdout == "", proc.stdout
 
 
+def test_tune_bench_refuses_a_count_out_of_range_before_any_work():
+    """--gain-procs -1 (or any count below its least): one line naming the flag, the value and
+    the least it takes, exit 2 (argparse's), nothing measured."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "bench", "torch", "tune_bench.py"),
+            "--gain-procs",
+            "-1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    err = proc.stderr.strip().splitlines()[-1]
+    assert err.endswith("error: --gain-procs -1: must be at least 0"), err
+    assert proc.stdout == "", proc.stdout
+
+
 def test_tune_bench_contention_is_not_one_disturbed_pair(monkeypatch):
     """The contention is the median of alternating alone / together pairs: one pair slowed by
     something else on the machine (here 1.4x) does not pass for the cores slowing each other,
